@@ -1,0 +1,25 @@
+// Half-precision formats on the host: rounding to f16/bf16 and their bit encodings.
+// Used for literals in the IR, for host-side tensors and for reference computations in tests.
+#pragma once
+
+#include <cstdint>
+
+namespace kiln {
+
+// Rounds v to the nearest value of a binary format with `mant_bits` stored mantissa bits and
+// `exp_bits` exponent bits (ties to even), keeping subnormals; overflow gives infinity.
+double round_to_format(double v, int mant_bits, int exp_bits);
+
+inline double round_to_f16(double v) { return round_to_format(v, 10, 5); }
+inline double round_to_bf16(double v) { return round_to_format(v, 7, 8); }
+
+uint16_t f16_bits(double v);  // rounds, then encodes
+double f16_value(uint16_t bits);
+uint16_t bf16_bits(double v);
+double bf16_value(uint16_t bits);
+
+// The four float formats of the IR, and rounding of a double to each.
+enum class FloatFormat { F16, BF16, F32, F64 };
+double round_to(FloatFormat f, double v);
+
+}  // namespace kiln

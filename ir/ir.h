@@ -1,0 +1,164 @@
+// The kiln IR: kernels as structured SSA in nested regions. This is the main IR header; it
+// includes the types and the op list. docs/ir.md is the reference for the text form.
+//
+// ---------------------------------------------------------------------------------------------
+// Semantics (every backend implements exactly this; tests check it)
+//
+// Execution. A launch runs a grid of cubes; a cube runs cube_dim.x*y*z units; units are
+//   grouped in planes of plane_dim consecutive linear unit positions (32 on CUDA and on the
+//   CPU backend; read plane_dim rather than assuming it). When the cube size is not a multiple
+//   of plane_dim the last plane is partial and plane ops cover the units that exist. Each unit
+//   runs the kernel body.
+//   Builtins, with linear forms (no axis):
+//     unit_pos     = x + y*cube_dim.x + z*cube_dim.x*cube_dim.y         (within the cube)
+//     cube_pos     = x + y*cube_count.x + z*cube_count.x*cube_count.y   (within the grid)
+//     cube_dim     = cube_dim.x*cube_dim.y*cube_dim.z (units per cube)
+//     cube_count   = cube_count.x*cube_count.y*cube_count.z
+//     absolute_pos = cube_pos*cube_dim + unit_pos;  absolute_pos x = cube_pos.x*cube_dim.x +
+//                    unit_pos.x (likewise y and z)
+//     plane_lane   = unit_pos % plane_dim
+//   All builtins are u32.
+// Values. A value is immutable and defined once; it is visible in the rest of its region and
+//   in regions nested there. Variables (var, var.read, var.write) are the only mutable state
+//   besides memory; a variable is private to its unit.
+// Lines. A value type is an element type times a line width of 1, 2, 4, 8 or 16 lanes. Every
+//   arithmetic, comparison, math and conversion op works lane by lane; both operands of a
+//   binary op have the same type (broadcast a scalar explicitly). Memory holds lines: index i of
+//   a tensor or array of width W addresses elements [i*W, i*W + W) of its buffer, and `len` is
+//   the number of whole lines. Shapes and strides are in elements.
+// Integers. Two's complement; add, sub, mul, neg and shl wrap on overflow (signed too).
+//   x / 0 == 0 and x % 0 == x; INT_MIN / -1 == INT_MIN and INT_MIN % -1 == 0. Division rounds
+//   toward zero; the sign of x % y is the sign of x. abs(INT_MIN) == INT_MIN. Shift amounts are
+//   taken modulo the bit width (a 32-bit x << 33 is x << 1); shr is arithmetic for signed and
+//   logical for unsigned types. min, max and clamp compare by the type's signedness;
+//   clamp(x, lo, hi) == min(max(x, lo), hi).
+// Floats. IEEE 754 binary16/bfloat16/32/64 with round-to-nearest-even and no flush of
+//   denormals; no fast-math unless a launch option asks for it. f16 and bf16 ops behave as if
+//   computed in f32 and rounded once to the type. Comparisons are ordered: every comparison
+//   with NaN is false except `ne`, which is true. min and max return the other operand when one
+//   is NaN (IEEE minimumNumber), and NaN only when both are; which zero min(-0, +0) returns is
+//   unspecified. rem is C's fmod. fma rounds once. Math functions: sqrt is correctly rounded;
+//   the others are accurate to a few ULP (docs/backends.md lists each), with IEEE special
+//   values (exp(-inf) = 0, log(0) = -inf, log(-1) = NaN, ...). round rounds half away from
+//   zero.
+// Conversions (cast). int->int truncates or extends by the source's signedness. float->int
+//   rounds toward zero and saturates to the target's range; NaN becomes 0. int->float and
+//   float->float round to nearest even. bool->number gives 0 or 1; number->bool is x != 0
+//   (NaN != 0, so NaN is true). bitcast reinterprets bits between types of equal bit width.
+// Evaluation order. Ops run in program order within a unit. Between units, memory accesses are
+//   unordered except across sync_cube (cube-wide) and sync_plane (plane-wide), and for
+//   atomics. A load of memory another unit writes without such ordering reads either value.
+// Barriers. sync_cube: every unit of the cube must reach the same sync_cube the same number of
+//   times; all global and shared memory writes of the cube before it are visible to every unit
+//   of the cube after it. The verifier rejects a barrier under control flow that depends on the
+//   unit (a unit-dependent if, loop bound, break, continue or return before it). Plane ops and
+//   sync_plane need the same of the units of one plane.
+// Memory. Tensors and arrays are global (kernel parameters); `ro` ones cannot be written.
+//   Shared memory is one allocation per cube, uninitialized; local memory is per unit,
+//   uninitialized. An index out of range is undefined behaviour unless the launch runs in
+//   checked mode, where the access is skipped (a load gives zero) and the launch reports the
+//   first violation.
+// Atomics. Relaxed, on single elements (line width 1) of global or shared memory; the result
+//   is the old value. atomic.cas stores `new` only if the old value equals `cmp`.
+// Plane ops. plane.sum/min/max/any/all reduce the value over the units of the plane (lane by
+//   lane for lines) and give every unit the result; plane.broadcast gives every unit the value
+//   of lane `lane` (which must be the same for every unit); plane.shuffle gives each unit the
+//   value of lane `lane` (per unit); plane.shuffle_xor reads lane plane_lane ^ mask. A lane
+//   index out of range reads the unit's own value.
+// Control flow. `for %i = %a to %b step %s` runs %i = a, a+s, ... while i < b (step > 0)
+//   or i > b (step < 0); step == 0 runs no iteration. `loop` repeats until `break`. break,
+//   continue and return are the last op of their region. return ends the unit's kernel.
+// Debugging. print formats each `{}` with the next operand (lines as [a, b, ...]) and
+//   delivers lines to the host in order at sync; a failing assert stops nothing but is reported
+//   by sync as an error naming its source line.
+// ---------------------------------------------------------------------------------------------
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ir/ops.h"
+#include "ir/result.h"
+#include "ir/types.h"
+
+namespace kiln::ir {
+
+using ValueId = uint32_t;
+inline constexpr ValueId kNoValue = 0xffffffffu;
+
+// Where an op came from in the DSL source: a file of the kernel's file table (1-based; 0 is
+// unknown) and a line. Printed as loc(#FILE:LINE).
+struct SourceLoc {
+  uint32_t file = 0;
+  uint32_t line = 0;
+  bool known() const { return file != 0; }
+  friend bool operator==(const SourceLoc&, const SourceLoc&) = default;
+};
+
+// Where an op was in parsed .kir text (1-based); zero for ops built in memory. Not printed.
+struct TextPos {
+  uint32_t line = 0;
+  uint32_t col = 0;
+  bool known() const { return line != 0; }
+};
+
+struct Op;
+
+// A region: the ops of an if branch, a loop body or the kernel body. `args` are values the
+// region defines on entry (the induction variable of a `for`).
+struct Region {
+  std::vector<ValueId> args;
+  std::vector<Op> ops;
+};
+
+struct Op {
+  OpKind kind = OpKind::Const;
+  ValueId result = kNoValue;
+  std::vector<ValueId> operands;
+  Attr attr;
+  std::vector<Region> regions;
+  SourceLoc loc;
+  TextPos pos;
+};
+
+struct Param {
+  std::string name;  // a C-style identifier, unique in the kernel
+  ValueId value = kNoValue;
+};
+
+struct Kernel {
+  std::string name;
+  std::vector<Param> params;
+  std::array<uint32_t, 3> cube_dim{1, 1, 1};
+  std::vector<Type> value_types;  // indexed by ValueId
+  std::vector<std::string> files;  // file table: loc file index i names files[i - 1]
+  Region body;
+  // Name of the text the kernel was parsed from, for error positions; not printed.
+  std::string source_name;
+
+  const Type& type_of(ValueId v) const { return value_types[v]; }
+  ValueId new_value(const Type& t) {
+    value_types.push_back(t);
+    return static_cast<ValueId>(value_types.size() - 1);
+  }
+  uint32_t units_per_cube() const { return cube_dim[0] * cube_dim[1] * cube_dim[2]; }
+  // Index of `file` in the file table, added if absent (1-based, as SourceLoc::file).
+  uint32_t file_index(const std::string& file);
+  // "file:line" of a DSL location, or "" when unknown.
+  std::string loc_string(const SourceLoc& loc) const;
+  // Where to point an error about `op`: "source:line:col" for parsed ops, else the DSL
+  // location, else the kernel's name; `(from DSL file:line)` is appended when both exist.
+  std::string where(const Op& op) const;
+};
+
+// Calls f(op) for every op in pre-order (an op before the ops of its regions).
+void walk(const Region& r, const std::function<void(const Op&)>& f);
+void walk(Region& r, const std::function<void(Op&)>& f);
+
+// Counts the ops in a region, recursively.
+size_t count_ops(const Region& r);
+
+}  // namespace kiln::ir

@@ -1,0 +1,470 @@
+// The op table and the type rules of every op signature.
+#include "ir/ops.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "ir/float16.h"
+#include "ir/result.h"
+
+namespace kiln::ir {
+
+namespace {
+
+using namespace op_flags;
+
+constexpr OpInfo kOpInfo[] = {
+#define KILN_OP(e, s, sig, cls, flags) {s, Sig::sig, OperandClass::cls, flags},
+#include "ir/ops.def"
+#undef KILN_OP
+};
+
+bool class_accepts(OperandClass c, ElemType t) {
+  const bool is32or64 = elem_bits(t) == 32 || elem_bits(t) == 64;
+  switch (c) {
+    case OperandClass::Any: return true;
+    case OperandClass::Numeric: return !is_bool(t);
+    case OperandClass::Int: return is_int(t);
+    case OperandClass::Float: return is_float(t);
+    case OperandClass::IntOrBool: return !is_float(t);
+    case OperandClass::Bool: return is_bool(t);
+    case OperandClass::AtomicAdd:
+    case OperandClass::AtomicAny: return is32or64 && !is_bool(t);
+    case OperandClass::AtomicInt: return is32or64 && is_int(t);
+  }
+  return false;
+}
+
+std::string_view class_words(OperandClass c) {
+  switch (c) {
+    case OperandClass::Any: return "any type";
+    case OperandClass::Numeric: return "integers or floats";
+    case OperandClass::Int: return "integers";
+    case OperandClass::Float: return "floats (f16, bf16, f32, f64)";
+    case OperandClass::IntOrBool: return "integers or bool";
+    case OperandClass::Bool: return "bool";
+    case OperandClass::AtomicAdd:
+    case OperandClass::AtomicAny: return "32- or 64-bit integers or floats";
+    case OperandClass::AtomicInt: return "32- or 64-bit integers";
+  }
+  return "?";
+}
+
+const char* ordinal(size_t i) {
+  static const char* names[] = {"first", "second", "third", "fourth", "fifth"};
+  return i < 5 ? names[i] : "an";
+}
+
+bool is_u32(const Type& t) {
+  return t.kind == TypeKind::Value && t.elem == ElemType::U32 && t.lanes == 1;
+}
+
+// Counts `{}` placeholders in a print format; `{{` and `}}` are literal braces.
+// Returns -1 if the format has a lone or unmatched brace.
+int count_placeholders(std::string_view f) {
+  int n = 0;
+  for (size_t i = 0; i < f.size(); ++i) {
+    if (f[i] == '{') {
+      if (i + 1 < f.size() && f[i + 1] == '{') {
+        ++i;
+      } else if (i + 1 < f.size() && f[i + 1] == '}') {
+        ++n;
+        ++i;
+      } else {
+        return -1;
+      }
+    } else if (f[i] == '}') {
+      if (i + 1 < f.size() && f[i + 1] == '}')
+        ++i;
+      else
+        return -1;
+    }
+  }
+  return n;
+}
+
+}  // namespace
+
+const OpInfo& op_info(OpKind kind) { return kOpInfo[static_cast<int>(kind)]; }
+
+std::optional<OpKind> parse_op_name(std::string_view name) {
+  for (int i = 0; i < kNumOpKinds; ++i)
+    if (kOpInfo[i].name == name) return static_cast<OpKind>(i);
+  return std::nullopt;
+}
+
+int sig_operand_count(Sig sig) {
+  switch (sig) {
+    case Sig::Const:
+    case Sig::Builtin:
+    case Sig::BuiltinScalar:
+    case Sig::AllocShared:
+    case Sig::AllocLocal:
+    case Sig::Nullary:
+    case Sig::Loop:
+    case Sig::Jump: return 0;
+    case Sig::Unary:
+    case Sig::Cast:
+    case Sig::Bitcast:
+    case Sig::Broadcast:
+    case Sig::Extract:
+    case Sig::FloatTest:
+    case Sig::Len:
+    case Sig::ShapeStride:
+    case Sig::Var:
+    case Sig::VarRead:
+    case Sig::PlaneReduce:
+    case Sig::If:
+    case Sig::Assert: return 1;
+    case Sig::Binary:
+    case Sig::Compare:
+    case Sig::Insert:
+    case Sig::Load:
+    case Sig::VarWrite:
+    case Sig::PlaneLane: return 2;
+    case Sig::Ternary:
+    case Sig::Select:
+    case Sig::Store:
+    case Sig::Atomic:
+    case Sig::For: return 3;
+    case Sig::AtomicCas: return 4;
+    case Sig::Print: return -1;
+  }
+  return 0;
+}
+
+bool sig_has_result(Sig sig) {
+  switch (sig) {
+    case Sig::Store:
+    case Sig::VarWrite:
+    case Sig::Nullary:
+    case Sig::If:
+    case Sig::For:
+    case Sig::Loop:
+    case Sig::Jump:
+    case Sig::Print:
+    case Sig::Assert: return false;
+    default: return true;
+  }
+}
+
+bool sig_result_is_explicit(Sig sig) {
+  switch (sig) {
+    case Sig::Const:
+    case Sig::Cast:
+    case Sig::Bitcast:
+    case Sig::Broadcast:
+    case Sig::AllocShared:
+    case Sig::AllocLocal: return true;
+    default: return false;
+  }
+}
+
+int sig_region_count(Sig sig) {
+  switch (sig) {
+    case Sig::If: return 2;
+    case Sig::For:
+    case Sig::Loop: return 1;
+    default: return 0;
+  }
+}
+
+bool int_literal_fits(ElemType t, uint64_t bits) {
+  const int w = elem_bits(t);
+  if (t == ElemType::Bool) return bits <= 1;
+  if (w == 64) return true;
+  if (is_signed(t)) {
+    const auto v = static_cast<int64_t>(bits);
+    const int64_t lo = -(int64_t{1} << (w - 1)), hi = (int64_t{1} << (w - 1)) - 1;
+    return v >= lo && v <= hi;
+  }
+  return bits < (uint64_t{1} << w);
+}
+
+double round_float_literal(ElemType t, double v) {
+  switch (t) {
+    case ElemType::F16: return round_to(FloatFormat::F16, v);
+    case ElemType::BF16: return round_to(FloatFormat::BF16, v);
+    case ElemType::F32: return round_to(FloatFormat::F32, v);
+    default: return v;
+  }
+}
+
+std::string check_op_types(OpKind kind, std::span<const Type> ops, const Attr& attr,
+                           Type& result) {
+  const OpInfo& info = op_info(kind);
+  const std::string name(info.name);
+  const int want = sig_operand_count(info.sig);
+  if (want >= 0 && static_cast<int>(ops.size()) != want)
+    return fmt::format("'{}' takes {} operand{}, got {}", name, want, want == 1 ? "" : "s",
+                       ops.size());
+  const Type declared = result;
+  if (sig_result_is_explicit(info.sig) && declared.is_void())
+    return fmt::format("'{}' needs an explicit result type", name);
+
+  auto tn = [](const Type& t) { return type_name(t); };
+  // Operand i must be a value (a line) whose element type the op's class accepts.
+  auto need_value = [&](size_t i, OperandClass c) -> std::string {
+    if (!ops[i].is_value())
+      return fmt::format("the {} operand of '{}' must be a value, not {}", ordinal(i), name,
+                         tn(ops[i]));
+    if (!class_accepts(c, ops[i].elem))
+      return fmt::format("'{}' takes {}, but its {} operand is {}", name, class_words(c),
+                         ordinal(i), tn(ops[i]));
+    return {};
+  };
+  auto all_same = [&]() -> std::string {
+    for (size_t i = 1; i < ops.size(); ++i)
+      if (!(ops[i] == ops[0]))
+        return fmt::format(
+            "the operands of '{}' must have the same type, got {} and {}; insert a cast or "
+            "broadcast",
+            name, tn(ops[0]), tn(ops[i]));
+    return {};
+  };
+  auto need_u32 = [&](size_t i, const char* what) -> std::string {
+    if (!is_u32(ops[i]))
+      return fmt::format("the {} of '{}' must be u32, got {}", what, name, tn(ops[i]));
+    return {};
+  };
+#define KILN_REQ(expr)             \
+  do {                             \
+    std::string e_ = (expr);       \
+    if (!e_.empty()) return e_;    \
+  } while (0)
+
+  Type out = Type::void_type();
+  switch (info.sig) {
+    case Sig::Const: {
+      if (!declared.is_value()) return fmt::format("a constant must have a value type");
+      if (is_float(declared.elem)) {
+        if (attr.i != 0) return "a float constant must carry its value as a float literal";
+        if (!std::isnan(attr.f) && !std::isinf(attr.f)) {
+          const double r = round_float_literal(declared.elem, attr.f);
+          if (std::isinf(r))
+            return fmt::format("constant {} is out of range for {}", attr.f, tn(declared));
+          if (r != attr.f)
+            return fmt::format("constant {} is not exactly representable in {} (nearest: {})",
+                               attr.f, elem_name(declared.elem), r);
+        }
+      } else {
+        if (attr.f != 0.0) return "an integer or bool constant must carry an integer literal";
+        if (!int_literal_fits(declared.elem, attr.i)) {
+          const std::string lit = is_signed(declared.elem)
+                                      ? std::to_string(static_cast<int64_t>(attr.i))
+                                      : std::to_string(attr.i);
+          return fmt::format("constant {} is out of range for {}", lit, tn(declared));
+        }
+      }
+      out = declared;
+      break;
+    }
+    case Sig::Builtin:
+      if (attr.i > 3) return fmt::format("'{}' has an invalid axis {}", name, attr.i);
+      out = Type::value(ElemType::U32);
+      break;
+    case Sig::BuiltinScalar:
+      if (attr.i != 0) return fmt::format("'{}' takes no axis", name);
+      out = Type::value(ElemType::U32);
+      break;
+    case Sig::Unary:
+    case Sig::Binary:
+    case Sig::Ternary:
+    case Sig::PlaneReduce:
+      for (size_t i = 0; i < ops.size(); ++i) KILN_REQ(need_value(i, info.operand_class));
+      KILN_REQ(all_same());
+      out = ops[0];
+      break;
+    case Sig::Compare:
+      for (size_t i = 0; i < 2; ++i) KILN_REQ(need_value(i, info.operand_class));
+      KILN_REQ(all_same());
+      out = Type::value(ElemType::Bool, ops[0].lanes);
+      break;
+    case Sig::Select:
+      KILN_REQ(need_value(0, OperandClass::Bool));
+      KILN_REQ(need_value(1, OperandClass::Any));
+      KILN_REQ(need_value(2, OperandClass::Any));
+      if (!(ops[1] == ops[2]))
+        return fmt::format("the two choices of 'select' must have the same type, got {} and {}",
+                           tn(ops[1]), tn(ops[2]));
+      if (ops[0].lanes != 1 && ops[0].lanes != ops[1].lanes)
+        return fmt::format("the condition of 'select' is {} but the choices are {}",
+                           tn(ops[0]), tn(ops[1]));
+      out = ops[1];
+      break;
+    case Sig::Cast:
+    case Sig::Bitcast:
+      KILN_REQ(need_value(0, OperandClass::Any));
+      if (!declared.is_value())
+        return fmt::format("'{}' must produce a value type, not {}", name, tn(declared));
+      if (declared.lanes != ops[0].lanes)
+        return fmt::format("'{}' keeps the line width: {} cannot become {}", name, tn(ops[0]),
+                           tn(declared));
+      if (info.sig == Sig::Bitcast &&
+          (is_bool(ops[0].elem) || is_bool(declared.elem) ||
+           elem_bits(ops[0].elem) != elem_bits(declared.elem)))
+        return fmt::format("'bitcast' needs element types of the same bit width, not bool: {} "
+                           "to {}",
+                           tn(ops[0]), tn(declared));
+      out = declared;
+      break;
+    case Sig::Broadcast:
+      KILN_REQ(need_value(0, OperandClass::Any));
+      if (ops[0].lanes != 1)
+        return fmt::format("'broadcast' takes a scalar, got {}", tn(ops[0]));
+      if (!declared.is_value() || declared.elem != ops[0].elem)
+        return fmt::format("'broadcast' of {} must produce a line of {}, not {}", tn(ops[0]),
+                           tn(ops[0]), tn(declared));
+      out = declared;
+      break;
+    case Sig::Extract:
+      KILN_REQ(need_value(0, OperandClass::Any));
+      if (attr.i >= ops[0].lanes)
+        return fmt::format("lane {} is out of range for {}", attr.i, tn(ops[0]));
+      out = ops[0].scalar();
+      break;
+    case Sig::Insert:
+      KILN_REQ(need_value(0, OperandClass::Any));
+      KILN_REQ(need_value(1, OperandClass::Any));
+      if (!(ops[1] == ops[0].scalar()))
+        return fmt::format("'insert' into {} needs a {} scalar, got {}", tn(ops[0]),
+                           tn(ops[0].scalar()), tn(ops[1]));
+      if (attr.i >= ops[0].lanes)
+        return fmt::format("lane {} is out of range for {}", attr.i, tn(ops[0]));
+      out = ops[0];
+      break;
+    case Sig::FloatTest:
+      KILN_REQ(need_value(0, OperandClass::Float));
+      out = Type::value(ElemType::Bool, ops[0].lanes);
+      break;
+    case Sig::AllocShared:
+    case Sig::AllocLocal: {
+      const TypeKind k = info.sig == Sig::AllocShared ? TypeKind::Shared : TypeKind::Local;
+      if (declared.kind != k)
+        return fmt::format("'{}' must produce a {} type, not {}", name,
+                           k == TypeKind::Shared ? "shared<...>" : "local<...>", tn(declared));
+      if (declared.count == 0) return fmt::format("'{}' needs at least one line", name);
+      const uint64_t bytes =
+          uint64_t{declared.count} * declared.lanes * static_cast<uint64_t>(elem_bytes(declared.elem));
+      if (bytes > (uint64_t{1} << 30))
+        return fmt::format("'{}' of {} bytes is too large", name, bytes);
+      out = declared;
+      break;
+    }
+    case Sig::Len:
+      if (!ops[0].is_memory())
+        return fmt::format("'len' takes a memory object, got {}", tn(ops[0]));
+      out = Type::value(ElemType::U32);
+      break;
+    case Sig::ShapeStride:
+      if (ops[0].kind != TypeKind::Tensor)
+        return fmt::format("'{}' takes a tensor, got {}", name, tn(ops[0]));
+      if (attr.i >= ops[0].rank)
+        return fmt::format("dimension {} is out of range for a tensor of rank {}", attr.i,
+                           ops[0].rank);
+      out = Type::value(ElemType::U32);
+      break;
+    case Sig::Load:
+      if (!ops[0].is_memory())
+        return fmt::format("'load' takes a memory object, got {}", tn(ops[0]));
+      KILN_REQ(need_u32(1, "index"));
+      out = ops[0].line();
+      break;
+    case Sig::Store:
+      if (!ops[0].is_memory())
+        return fmt::format("'store' takes a memory object, got {}", tn(ops[0]));
+      if (ops[0].read_only)
+        return fmt::format("cannot store to read-only memory {}; declare the parameter writable",
+                           tn(ops[0]));
+      KILN_REQ(need_u32(1, "index"));
+      if (!(ops[2] == ops[0].line()))
+        return fmt::format("storing {} into memory of {}: the value must have the memory's "
+                           "line type",
+                           tn(ops[2]), tn(ops[0].line()));
+      break;
+    case Sig::Var:
+      KILN_REQ(need_value(0, OperandClass::Any));
+      out = Type::var(ops[0].elem, ops[0].lanes);
+      break;
+    case Sig::VarRead:
+      if (!ops[0].is_var())
+        return fmt::format("'var.read' takes a variable, got {}", tn(ops[0]));
+      out = ops[0].line();
+      break;
+    case Sig::VarWrite:
+      if (!ops[0].is_var())
+        return fmt::format("'var.write' takes a variable, got {}", tn(ops[0]));
+      if (!(ops[1] == ops[0].line()))
+        return fmt::format("writing {} into {}: types differ", tn(ops[1]), tn(ops[0]));
+      break;
+    case Sig::Atomic:
+    case Sig::AtomicCas: {
+      const Type& m = ops[0];
+      if (!(m.is_global() || m.kind == TypeKind::Shared))
+        return fmt::format("'{}' needs global or shared memory, got {}", name, tn(m));
+      if (m.read_only)
+        return fmt::format("'{}' cannot modify read-only memory {}", name, tn(m));
+      if (m.lanes != 1)
+        return fmt::format("'{}' works on single elements: the memory's line width must be 1, "
+                           "got {}",
+                           name, tn(m));
+      if (!class_accepts(info.operand_class, m.elem))
+        return fmt::format("'{}' supports {}, not {}", name, class_words(info.operand_class),
+                           elem_name(m.elem));
+      KILN_REQ(need_u32(1, "index"));
+      for (size_t i = 2; i < ops.size(); ++i)
+        if (!(ops[i] == m.line()))
+          return fmt::format("the {} operand of '{}' must be {}, got {}", ordinal(i), name,
+                             tn(m.line()), tn(ops[i]));
+      out = m.line();
+      break;
+    }
+    case Sig::Nullary:
+    case Sig::Loop:
+    case Sig::Jump: break;
+    case Sig::PlaneLane:
+      KILN_REQ(need_value(0, OperandClass::Any));
+      KILN_REQ(need_u32(1, "lane"));
+      out = ops[0];
+      break;
+    case Sig::If:
+      if (!(ops[0] == Type::value(ElemType::Bool)))
+        return fmt::format("the condition of 'if' must be a bool scalar, got {}", tn(ops[0]));
+      break;
+    case Sig::For:
+      for (size_t i = 0; i < 3; ++i) KILN_REQ(need_value(i, OperandClass::Int));
+      KILN_REQ(all_same());
+      if (ops[0].lanes != 1)
+        return fmt::format("the bounds of 'for' must be scalars, got {}", tn(ops[0]));
+      if (attr.i > 1024 && attr.i != kUnrollFull)
+        return fmt::format("unroll factor {} is too large (at most 1024, or 'full')", attr.i);
+      break;
+    case Sig::Print: {
+      for (size_t i = 0; i < ops.size(); ++i)
+        if (!ops[i].is_value())
+          return fmt::format("'print' takes values, but its {} operand is {}", ordinal(i),
+                             tn(ops[i]));
+      const int n = count_placeholders(attr.s);
+      if (n < 0)
+        return "the 'print' format has an unmatched brace; write '{{' or '}}' for a literal "
+               "brace";
+      if (n != static_cast<int>(ops.size()))
+        return fmt::format("the 'print' format has {} placeholder{} but {} value{} given", n,
+                           n == 1 ? "" : "s", ops.size(), ops.size() == 1 ? " is" : "s are");
+      break;
+    }
+    case Sig::Assert:
+      if (!(ops[0] == Type::value(ElemType::Bool)))
+        return fmt::format("the condition of 'assert' must be a bool scalar, got {}", tn(ops[0]));
+      break;
+  }
+#undef KILN_REQ
+  if (!sig_result_is_explicit(info.sig) && !declared.is_void() && !(declared == out))
+    return fmt::format("'{}' produces {}, but its type is written as {}", name, tn(out),
+                       tn(declared));
+  result = out;
+  return {};
+}
+
+}  // namespace kiln::ir

@@ -1,0 +1,138 @@
+// Op kinds, generated from ops.def, with the signature table that drives printing, parsing,
+// type inference and verification.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "ir/types.h"
+
+namespace kiln::ir {
+
+enum class OpKind : uint8_t {
+#define KILN_OP(e, s, sig, cls, flags) e,
+#include "ir/ops.def"
+#undef KILN_OP
+};
+
+inline constexpr int kNumOpKinds = 0
+#define KILN_OP(e, s, sig, cls, flags) +1
+#include "ir/ops.def"
+#undef KILN_OP
+    ;
+
+// The shape of an op: its operands, result rule, attribute and regions. The text form of each
+// shape is given here once; the printer and parser follow it.
+enum class Sig : uint8_t {
+  Const,          // %r = const LIT : T                      attr: literal
+  Builtin,        // %r = NAME [x|y|z] : u32                 attr: axis (0 = linear)
+  BuiltinScalar,  // %r = NAME : u32
+  Unary,          // %r = NAME %a : T                        result: T
+  Binary,         // %r = NAME %a, %b : T                    both T; result T
+  Ternary,        // %r = NAME %a, %b, %c : T                all T; result T
+  Compare,        // %r = NAME %a, %b : boolxN               both T (N lanes)
+  Select,         // %r = select %c, %a, %b : T              c: bool x (1 or N)
+  Cast,           // %r = cast %a : U                        same lanes; value conversion
+  Bitcast,        // %r = bitcast %a : U                     same lanes and element bits
+  Broadcast,      // %r = broadcast %a : TxN                 a: T (scalar)
+  Extract,        // %r = extract %a, LANE : T               a: TxN
+  Insert,         // %r = insert %a, %s, LANE : TxN          s: T
+  FloatTest,      // %r = NAME %a : boolxN                   a: float xN
+  AllocShared,    // %r = alloc.shared : shared<T, COUNT>
+  AllocLocal,     // %r = alloc.local : local<T, COUNT>
+  Len,            // %r = len %m : u32                       m: any memory
+  ShapeStride,    // %r = NAME %t, DIM : u32                 t: tensor
+  Load,           // %r = load %m, %i : T                    i: u32 line index
+  Store,          // store %m, %i, %v
+  Var,            // %r = var %init : var<T>
+  VarRead,        // %r = var.read %v : T
+  VarWrite,       // var.write %v, %x
+  Atomic,         // %r = NAME %m, %i, %v : T                old value
+  AtomicCas,      // %r = atomic.cas %m, %i, %cmp, %new : T  old value
+  Nullary,        // NAME
+  PlaneReduce,    // %r = NAME %a : T
+  PlaneLane,      // %r = NAME %a, %lane : T                 lane: u32
+  If,             // if %c { ... } [else { ... }]
+  For,            // for %i = %a to %b step %s [unroll N|full] { ... }
+  Loop,           // loop { ... }
+  Jump,           // break | continue | return
+  Print,          // print "FORMAT"[, %a]...
+  Assert,         // assert %c, "MESSAGE"
+};
+
+// What element types an op's operands may have.
+enum class OperandClass : uint8_t {
+  Any,
+  Numeric,    // integers and floats
+  Int,        // integers
+  Float,      // floats
+  IntOrBool,  // integers and bool
+  Bool,
+  AtomicAdd,  // i32 u32 i64 u64 f32 f64
+  AtomicInt,  // i32 u32 i64 u64
+  AtomicAny,  // i32 u32 i64 u64 f32 f64
+};
+
+namespace op_flags {
+enum : uint32_t {
+  None = 0,
+  Pure = 1u << 0,        // no side effects: may be removed if unused, or merged
+  Varying = 1u << 1,     // the result may differ between the units of a cube
+  Barrier = 1u << 2,     // every unit of the cube must reach it together
+  PlaneOp = 1u << 3,     // every unit of the plane must reach it together
+  Memory = 1u << 4,      // reads or writes memory objects
+  Control = 1u << 5,     // owns regions
+  Terminator = 1u << 6,  // leaves its region; must be the region's last op
+  SideEffect = 1u << 7,  // observable effect besides its result
+};
+}  // namespace op_flags
+
+struct OpInfo {
+  std::string_view name;
+  Sig sig;
+  OperandClass operand_class;
+  uint32_t flags;
+};
+
+const OpInfo& op_info(OpKind kind);
+inline std::string_view op_name(OpKind kind) { return op_info(kind).name; }
+std::optional<OpKind> parse_op_name(std::string_view name);
+inline bool has_flag(OpKind kind, uint32_t flag) { return (op_info(kind).flags & flag) != 0; }
+
+// Number of value operands an op of this signature takes, or -1 for variadic (print).
+int sig_operand_count(Sig sig);
+// Whether an op of this signature defines a result value.
+bool sig_has_result(Sig sig);
+// Whether the result type is written by the author (cast, const, alloc...) rather than
+// inferred from the operands.
+bool sig_result_is_explicit(Sig sig);
+// Number of regions an op of this signature owns.
+int sig_region_count(Sig sig);
+
+// Op attributes: one immediate integer (literal bits, axis, lane, dim, unroll), one float
+// literal and one string (print format, assert message). Unused fields stay zero/empty.
+struct Attr {
+  uint64_t i = 0;
+  double f = 0.0;
+  std::string s;
+  friend bool operator==(const Attr&, const Attr&) = default;
+};
+
+inline constexpr uint64_t kUnrollFull = 0xffffffffu;  // `unroll full`
+
+// Checks the operand types and attribute of one op and computes its result type. `result`
+// holds the declared type on entry (required when sig_result_is_explicit) and the result type
+// on success. Returns an empty string on success, else what is wrong, in plain words, without
+// a location (callers add it).
+std::string check_op_types(OpKind kind, std::span<const Type> operands, const Attr& attr,
+                           Type& result);
+
+// Whether `bits` (an integer literal stored as two's complement in 64 bits) fits in `t`.
+bool int_literal_fits(ElemType t, uint64_t bits);
+// Rounds a float literal to the precision of `t` (f16, bf16, f32 or f64).
+double round_float_literal(ElemType t, double v);
+
+}  // namespace kiln::ir

@@ -1,0 +1,237 @@
+// Canonical printer for .kir text.
+//
+// Layout: `file #N "path"` lines, then `kernel @name(%p: type, ...) cube_dim(x, y, z) {`, one
+// op per line indented two spaces per region level, `}` closing each region. An op reads
+// `[%r = ]name operands[, immediates] [: type]`; a known DSL location follows as
+// `loc(#FILE:LINE)` starting at column 57 (or two spaces after a longer op). Region ops put the
+// location before their `{`.
+#include "ir/printer.h"
+
+#include <cmath>
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+#include "ir/float16.h"
+
+namespace kiln::ir {
+
+namespace {
+
+constexpr size_t kLocColumn = 56;
+
+FloatFormat float_format(ElemType t) {
+  switch (t) {
+    case ElemType::F16: return FloatFormat::F16;
+    case ElemType::BF16: return FloatFormat::BF16;
+    case ElemType::F32: return FloatFormat::F32;
+    default: return FloatFormat::F64;
+  }
+}
+
+class Printer {
+ public:
+  explicit Printer(const Kernel& k) : k_(k), names_(k.value_types.size()) {}
+
+  std::vector<std::string> names() {
+    for (const Param& p : k_.params)
+      if (p.value < names_.size()) names_[p.value] = "%" + p.name;
+    number(k_.body);
+    return names_;
+  }
+
+  std::string run() {
+    for (size_t i = 0; i < k_.files.size(); ++i)
+      out_ += fmt::format("file #{} {}\n", i + 1, quote(k_.files[i]));
+    names();
+    out_ += fmt::format("kernel @{}(", k_.name);
+    for (size_t i = 0; i < k_.params.size(); ++i) {
+      const Param& p = k_.params[i];
+      out_ += fmt::format("{}%{}: {}", i ? ", " : "", p.name,
+                          p.value < k_.value_types.size() ? type_name(k_.type_of(p.value)) : "?");
+    }
+    out_ += fmt::format(") cube_dim({}, {}, {}) {{\n", k_.cube_dim[0], k_.cube_dim[1],
+                        k_.cube_dim[2]);
+    region(k_.body, 1);
+    out_ += "}\n";
+    return std::move(out_);
+  }
+
+ private:
+  // Numbers every non-parameter value in printing order.
+  void number(const Region& r) {
+    for (const Op& op : r.ops) {
+      if (op.result < names_.size()) names_[op.result] = fmt::format("%{}", next_++);
+      for (const Region& sub : op.regions) {
+        for (ValueId a : sub.args)
+          if (a < names_.size()) names_[a] = fmt::format("%{}", next_++);
+        number(sub);
+      }
+    }
+  }
+
+  std::string name(ValueId v) const {
+    if (v < names_.size() && !names_[v].empty()) return names_[v];
+    return fmt::format("%?{}", v);  // undefined: only in IR the verifier rejects
+  }
+
+  std::string loc(const SourceLoc& l) const {
+    if (!l.known()) return {};
+    return fmt::format("loc(#{}:{})", l.file, l.line);
+  }
+
+  void line_with_loc(std::string text, const SourceLoc& l, int depth) {
+    std::string s(static_cast<size_t>(depth) * 2, ' ');
+    s += text;
+    if (l.known()) {
+      s.append(s.size() + 2 <= kLocColumn ? kLocColumn - s.size() : 2, ' ');
+      s += loc(l);
+    }
+    out_ += s;
+    out_ += '\n';
+  }
+
+  void region(const Region& r, int depth) {
+    for (const Op& op : r.ops) print_op(op, depth);
+  }
+
+  void open_region(const std::string& head, const Op& op, int depth) {
+    std::string s(static_cast<size_t>(depth) * 2, ' ');
+    s += head;
+    if (op.loc.known()) {
+      s += ' ';
+      s += loc(op.loc);
+    }
+    out_ += s;
+    out_ += " {\n";
+  }
+
+  void close_region(int depth) {
+    out_.append(static_cast<size_t>(depth) * 2, ' ');
+    out_ += "}\n";
+  }
+
+  void print_op(const Op& op, int depth) {
+    const OpInfo& info = op_info(op.kind);
+    auto opnd = [&](size_t i) { return i < op.operands.size() ? name(op.operands[i]) : "%?"; };
+    switch (info.sig) {
+      case Sig::If:
+        open_region(fmt::format("if {}", opnd(0)), op, depth);
+        if (!op.regions.empty()) region(op.regions[0], depth + 1);
+        if (op.regions.size() > 1 && !op.regions[1].ops.empty()) {
+          out_.append(static_cast<size_t>(depth) * 2, ' ');
+          out_ += "} else {\n";
+          region(op.regions[1], depth + 1);
+        }
+        close_region(depth);
+        return;
+      case Sig::For: {
+        const std::string iv = !op.regions.empty() && !op.regions[0].args.empty()
+                                   ? name(op.regions[0].args[0])
+                                   : "%?";
+        std::string head =
+            fmt::format("for {} = {} to {} step {}", iv, opnd(0), opnd(1), opnd(2));
+        if (op.attr.i == kUnrollFull)
+          head += " unroll full";
+        else if (op.attr.i != 0)
+          head += fmt::format(" unroll {}", op.attr.i);
+        open_region(head, op, depth);
+        if (!op.regions.empty()) region(op.regions[0], depth + 1);
+        close_region(depth);
+        return;
+      }
+      case Sig::Loop:
+        open_region("loop", op, depth);
+        if (!op.regions.empty()) region(op.regions[0], depth + 1);
+        close_region(depth);
+        return;
+      default: break;
+    }
+
+    std::string s;
+    if (op.result != kNoValue) s = name(op.result) + " = ";
+    s += info.name;
+    std::vector<std::string> parts;
+    switch (info.sig) {
+      case Sig::Const: {
+        const Type t = op.result < k_.value_types.size() ? k_.type_of(op.result) : Type{};
+        parts.push_back(format_literal(t.elem, op.attr));
+        break;
+      }
+      case Sig::Builtin:
+        if (op.attr.i >= 1 && op.attr.i <= 3) s += std::string(" ") + "xyz"[op.attr.i - 1];
+        break;
+      case Sig::Print:
+        parts.push_back(quote(op.attr.s));
+        for (size_t i = 0; i < op.operands.size(); ++i) parts.push_back(opnd(i));
+        break;
+      case Sig::Assert:
+        parts.push_back(opnd(0));
+        parts.push_back(quote(op.attr.s));
+        break;
+      default:
+        for (size_t i = 0; i < op.operands.size(); ++i) parts.push_back(opnd(i));
+        if (info.sig == Sig::Extract || info.sig == Sig::Insert || info.sig == Sig::ShapeStride)
+          parts.push_back(fmt::format("{}", op.attr.i));
+        break;
+    }
+    for (size_t i = 0; i < parts.size(); ++i) {
+      s += i ? ", " : " ";
+      s += parts[i];
+    }
+    if (op.result != kNoValue)
+      s += " : " +
+           (op.result < k_.value_types.size() ? type_name(k_.type_of(op.result)) : "?");
+    line_with_loc(std::move(s), op.loc, depth);
+  }
+
+  const Kernel& k_;
+  std::vector<std::string> names_;
+  uint32_t next_ = 0;
+  std::string out_;
+};
+
+}  // namespace
+
+std::string format_literal(ElemType t, const Attr& attr) {
+  if (t == ElemType::Bool) return attr.i ? "true" : "false";
+  if (is_int(t)) {
+    if (is_signed(t)) return fmt::format("{}", static_cast<int64_t>(attr.i));
+    return fmt::format("{}", attr.i);
+  }
+  const double v = attr.f;
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v < 0 ? "-inf" : "inf";
+  const FloatFormat f = float_format(t);
+  std::string s;
+  for (int p = 1; p <= 17; ++p) {
+    s = fmt::format("{:.{}g}", v, p);
+    if (round_to(f, std::strtod(s.c_str(), nullptr)) == v) break;
+  }
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  return s;
+}
+
+std::string quote(std::string_view s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20 || c >= 0x7f)
+          out += fmt::format("\\x{:02x}", c);
+        else
+          out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+std::string print(const Kernel& k) { return Printer(k).run(); }
+
+std::vector<std::string> value_names(const Kernel& k) { return Printer(k).names(); }
+
+}  // namespace kiln::ir

@@ -1,0 +1,289 @@
+// The verifier. First a structural pass (ids, definitions, scoping, regions, types, memory
+// spaces, placement), then, if the structure is sound, the uniformity rules for barriers and
+// plane ops. Errors are collected (up to a limit) so one run reports every problem.
+#include "ir/verifier.h"
+
+#include <fmt/format.h>
+
+#include "ir/printer.h"
+#include "ir/uniformity.h"
+
+namespace kiln::ir {
+
+namespace {
+
+constexpr size_t kMaxErrors = 50;
+constexpr int kMaxDepth = 256;
+
+bool is_identifier(const std::string& s) {
+  if (s.empty()) return false;
+  auto start = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
+  if (!start(s[0])) return false;
+  for (char c : s)
+    if (!start(c) && !(c >= '0' && c <= '9')) return false;
+  return true;
+}
+
+class Verifier {
+ public:
+  explicit Verifier(const Kernel& k)
+      : k_(k),
+        names_(value_names(k)),
+        defined_(k.value_types.size(), 0),
+        visible_(k.value_types.size(), 0) {}
+
+  Status run() {
+    check_kernel();
+    if (errors_.empty()) region(k_.body, 0, 0);
+    if (errors_.empty()) check_uniformity();
+    if (errors_.empty()) return {};
+    std::string msg;
+    for (size_t i = 0; i < errors_.size(); ++i) msg += (i ? "\n" : "") + errors_[i];
+    if (truncated_) msg += fmt::format("\n(more errors not shown)");
+    return Error(ErrorKind::Verify, std::move(msg));
+  }
+
+ private:
+  void error(const std::string& where, const std::string& what) {
+    if (errors_.size() >= kMaxErrors) {
+      truncated_ = true;
+      return;
+    }
+    errors_.push_back(fmt::format("{}: error: {}", where, what));
+  }
+  void op_error(const Op& op, const std::string& what) { error(k_.where(op), what); }
+  std::string kernel_where() const {
+    if (!k_.source_name.empty()) return k_.source_name;
+    return fmt::format("kernel '{}'", k_.name);
+  }
+
+  std::string vname(ValueId v) const {
+    if (v < names_.size() && !names_[v].empty()) return names_[v];
+    return fmt::format("value #{}", v);
+  }
+
+  bool type_well_formed(const Type& t) const {
+    if (t.kind == TypeKind::Void) return true;
+    if (static_cast<int>(t.elem) >= kNumElemTypes || !valid_lanes(t.lanes)) return false;
+    if (t.kind == TypeKind::Tensor && (t.rank < 1 || t.rank > 8)) return false;
+    return true;
+  }
+
+  void check_kernel() {
+    const std::string where = kernel_where();
+    if (!is_identifier(k_.name))
+      error(where, fmt::format("kernel name '{}' must be an identifier", k_.name));
+    for (int i = 0; i < 3; ++i)
+      if (k_.cube_dim[i] == 0) error(where, "every cube dimension must be at least 1");
+    const uint64_t units = uint64_t{k_.cube_dim[0]} * k_.cube_dim[1] * k_.cube_dim[2];
+    if (units > kMaxUnitsPerCube)
+      error(where, fmt::format("a cube of {} units is too large: at most {} units per cube "
+                               "(cube_dim x*y*z)",
+                               units, kMaxUnitsPerCube));
+    for (size_t v = 0; v < k_.value_types.size(); ++v)
+      if (!type_well_formed(k_.value_types[v]))
+        error(where, fmt::format("{} has a malformed type", vname(static_cast<ValueId>(v))));
+    for (size_t i = 0; i < k_.params.size(); ++i) {
+      const Param& p = k_.params[i];
+      if (!is_identifier(p.name))
+        error(where, fmt::format("parameter name '{}' must be an identifier", p.name));
+      for (size_t j = 0; j < i; ++j)
+        if (k_.params[j].name == p.name)
+          error(where, fmt::format("two parameters are named '{}'", p.name));
+      if (p.value >= k_.value_types.size()) {
+        error(where, fmt::format("parameter '{}' has no value", p.name));
+        continue;
+      }
+      if (defined_[p.value]) {
+        error(where, fmt::format("parameter '{}' reuses another parameter's value", p.name));
+        continue;
+      }
+      defined_[p.value] = visible_[p.value] = 1;
+      const Type& t = k_.type_of(p.value);
+      const bool ok_kind = t.kind == TypeKind::Tensor || t.kind == TypeKind::Array ||
+                           (t.kind == TypeKind::Value && t.lanes == 1);
+      if (!ok_kind)
+        error(where, fmt::format("parameter '{}' has type {}: parameters are tensors, arrays "
+                                 "or scalars",
+                                 p.name, type_name(t)));
+    }
+  }
+
+  void define(ValueId v, const Op& op) {
+    if (v >= k_.value_types.size()) {
+      op_error(op, fmt::format("'{}' defines value #{}, which does not exist", op_name(op.kind), v));
+      return;
+    }
+    if (defined_[v]) {
+      op_error(op, fmt::format("{} is defined twice; every value is defined once", vname(v)));
+      return;
+    }
+    defined_[v] = visible_[v] = 1;
+  }
+
+  void region(const Region& r, int depth, int loops) {
+    if (depth > kMaxDepth) {
+      error(kernel_where(), fmt::format("regions are nested deeper than {}", kMaxDepth));
+      return;
+    }
+    std::vector<ValueId> defined_here;
+    for (size_t i = 0; i < r.ops.size(); ++i) {
+      const Op& op = r.ops[i];
+      check_op(op, depth, loops);
+      if (static_cast<int>(op.kind) >= kNumOpKinds) continue;
+      if (has_flag(op.kind, op_flags::Terminator) && i + 1 != r.ops.size())
+        op_error(r.ops[i + 1], fmt::format("this op follows '{}' in the same block and would "
+                                           "never run; remove it",
+                                           op_name(op.kind)));
+      const bool is_loop = op.kind == OpKind::For || op.kind == OpKind::Loop;
+      for (const Region& sub : op.regions) {
+        std::vector<ValueId> args_here;
+        for (ValueId a : sub.args) {
+          define(a, op);
+          if (a < visible_.size()) args_here.push_back(a);
+        }
+        region(sub, depth + 1, loops + (is_loop ? 1 : 0));
+        for (ValueId a : args_here) visible_[a] = 0;
+      }
+      if (op.result != kNoValue) {
+        define(op.result, op);
+        if (op.result < visible_.size()) defined_here.push_back(op.result);
+      }
+    }
+    for (ValueId v : defined_here) visible_[v] = 0;
+  }
+
+  void check_op(const Op& op, int depth, int loops) {
+    if (static_cast<int>(op.kind) >= kNumOpKinds) {
+      error(kernel_where(), "an op has an invalid kind");
+      return;
+    }
+    const OpInfo& info = op_info(op.kind);
+    if (op.loc.file > k_.files.size())
+      op_error(op, fmt::format("source location refers to file #{}, but the kernel lists {} "
+                               "file{}",
+                               op.loc.file, k_.files.size(), k_.files.size() == 1 ? "" : "s"));
+    // Operands: exist, defined, in scope.
+    bool operands_ok = true;
+    std::vector<Type> types;
+    for (ValueId v : op.operands) {
+      if (v >= k_.value_types.size()) {
+        op_error(op, fmt::format("'{}' uses value #{}, which does not exist", info.name, v));
+        operands_ok = false;
+        continue;
+      }
+      if (!defined_[v]) {
+        op_error(op, fmt::format("'{}' uses {} before it is defined", info.name, vname(v)));
+        operands_ok = false;
+      } else if (!visible_[v]) {
+        op_error(op, fmt::format("'{}' uses {} outside the region that defines it; keep the "
+                                 "value in a variable to carry it out of the region",
+                                 info.name, vname(v)));
+        operands_ok = false;
+      }
+      types.push_back(k_.type_of(v));
+    }
+    // Result presence.
+    if (sig_has_result(info.sig) && op.result == kNoValue) {
+      op_error(op, fmt::format("'{}' must define a result", info.name));
+      return;
+    }
+    if (!sig_has_result(info.sig) && op.result != kNoValue) {
+      op_error(op, fmt::format("'{}' defines no result", info.name));
+      return;
+    }
+    // Regions.
+    const int want_regions = sig_region_count(info.sig);
+    if (static_cast<int>(op.regions.size()) != want_regions) {
+      op_error(op, fmt::format("'{}' must have {} region{}, has {}", info.name, want_regions,
+                               want_regions == 1 ? "" : "s", op.regions.size()));
+      return;
+    }
+    for (size_t i = 0; i < op.regions.size(); ++i) {
+      const size_t want_args = op.kind == OpKind::For ? 1 : 0;
+      if (op.regions[i].args.size() != want_args) {
+        op_error(op, fmt::format("a '{}' region must define {} value{}", info.name, want_args,
+                                 want_args == 1 ? "" : "s"));
+        return;
+      }
+    }
+    // Types.
+    if (operands_ok) {
+      Type result = op.result < k_.value_types.size() ? k_.type_of(op.result) : Type{};
+      if (op.result != kNoValue && op.result >= k_.value_types.size()) return;  // define() reports
+      const std::string e = check_op_types(op.kind, types, op.attr, result);
+      if (!e.empty()) {
+        std::string msg = e;
+        // Name the parameter when a store or atomic hits read-only memory.
+        if (!op.operands.empty() && op.operands[0] < k_.value_types.size() &&
+            k_.type_of(op.operands[0]).read_only &&
+            (op.kind == OpKind::Store || info.sig == Sig::Atomic || info.sig == Sig::AtomicCas))
+          msg = fmt::format("'{}' writes to {}, which is read-only ({}); declare it writable",
+                            info.name, vname(op.operands[0]), type_name(types[0]));
+        op_error(op, msg);
+      }
+      if (op.kind == OpKind::For && e.empty() && op.regions[0].args[0] < k_.value_types.size() &&
+          !(k_.type_of(op.regions[0].args[0]) == types[0]))
+        op_error(op, fmt::format("the induction variable of 'for' must have the bounds' type {}",
+                                 type_name(types[0])));
+    }
+    // Placement.
+    if ((op.kind == OpKind::AllocShared || op.kind == OpKind::AllocLocal) && depth != 0)
+      op_error(op, fmt::format("'{}' must be at the top level of the kernel, not inside control "
+                               "flow: memory is allocated once per {}",
+                               info.name, op.kind == OpKind::AllocShared ? "cube" : "unit"));
+    if ((op.kind == OpKind::Break || op.kind == OpKind::Continue) && loops == 0)
+      op_error(op, fmt::format("'{}' outside a loop; it must be inside a 'for' or 'loop'",
+                               info.name));
+  }
+
+  std::string cause_words(const Op* cause) const {
+    if (!cause) return "control flow that depends on the unit";
+    const std::string at = k_.where(*cause);
+    switch (cause->kind) {
+      case OpKind::If: return fmt::format("the condition of the 'if' at {} depends on the unit", at);
+      case OpKind::For:
+        return fmt::format("the bounds of the 'for' at {} depend on the unit", at);
+      case OpKind::Return:
+        return fmt::format("the 'return' at {} ends the kernel for some units only", at);
+      default:
+        return fmt::format("the '{}' at {} runs for some units only", op_name(cause->kind), at);
+    }
+  }
+
+  void check_uniformity() {
+    const UniformityInfo u = analyze_uniformity(k_);
+    walk(k_.body, [&](const Op& op) {
+      const auto ctl = u.control_of(op);
+      const std::string name(op_name(op.kind));
+      if (has_flag(op.kind, op_flags::Barrier) && ctl.level != Uniformity::Uniform) {
+        op_error(op, fmt::format("'{}' is under control flow that differs between the units of "
+                                 "the cube: {}. Every unit must reach the same barrier; move it "
+                                 "out of that control flow or make the condition the same for "
+                                 "all units",
+                                 name, cause_words(ctl.cause)));
+      } else if (has_flag(op.kind, op_flags::PlaneOp) && ctl.level == Uniformity::Varying) {
+        op_error(op, fmt::format("'{}' is under control flow that differs between the units of "
+                                 "a plane: {}. Every unit of the plane must reach it; compute "
+                                 "it before the branch and use the result inside",
+                                 name, cause_words(ctl.cause)));
+      }
+      if (op.kind == OpKind::PlaneBroadcast && op.operands.size() == 2 &&
+          u.of(op.operands[1]) == Uniformity::Varying)
+        op_error(op, "the lane of 'plane.broadcast' differs between units; it must be the same "
+                     "for the whole plane (use 'plane.shuffle' for a per-unit lane)");
+    });
+  }
+
+  const Kernel& k_;
+  std::vector<std::string> names_;
+  std::vector<uint8_t> defined_, visible_;
+  std::vector<std::string> errors_;
+  bool truncated_ = false;
+};
+
+}  // namespace
+
+Status verify(const Kernel& k) { return Verifier(k).run(); }
+
+}  // namespace kiln::ir

@@ -1,0 +1,18 @@
+# lit configuration for kiln's text tests: .kir files run through `kiln` and checked with
+# FileCheck. `%kiln` is the CLI; `not` inverts an exit code.
+import os
+import lit.formats
+
+config.name = "kiln"
+config.test_format = lit.formats.ShTest(execute_external=False)
+config.suffixes = [".kir", ".test"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = config.kiln_test_exec_root
+config.excludes = ["lit.cfg.py", "lit.site.cfg.py.in", "Inputs"]
+
+config.environment["PATH"] = os.pathsep.join(
+    [config.kiln_bin_dir, config.llvm_tools_dir, config.environment.get("PATH", os.environ.get("PATH", ""))])
+# Tests must not share a disk cache with the user or with each other.
+config.environment["KILN_CACHE"] = "off"
+config.substitutions.append(("%kiln", os.path.join(config.kiln_bin_dir, "kiln")))
+config.substitutions.append(("%src", config.kiln_source_dir))
