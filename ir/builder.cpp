@@ -2,6 +2,8 @@
 // when added, with the same rules the verifier applies (check_op_types), so both agree.
 #include "ir/builder.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "ir/verifier.h"
@@ -58,6 +60,13 @@ ValueId Builder::param(const std::string& name, const Type& t) {
   return v;
 }
 
+std::string Builder::dead_code_message() const {
+  const std::string_view jump = op_name(frames_.back().terminator);
+  return fmt::format("this code comes after a '{}' in the same block and would never run; "
+                     "remove it or move it before the '{}'",
+                     jump, jump);
+}
+
 void Builder::set_cube_dim(uint32_t x, uint32_t y, uint32_t z) { k_.cube_dim = {x, y, z}; }
 
 bool Builder::check_operands(std::span<const ValueId> operands, SourceLoc at,
@@ -84,12 +93,11 @@ bool Builder::check_operands(std::span<const ValueId> operands, SourceLoc at,
 
 bool Builder::add_op(Op op) {
   if (top().terminated) {
-    fail(op.loc, fmt::format("'{}' comes after a break, continue or return in the same block "
-                             "and would never run; remove it or move it before the jump",
-                             op_name(op.kind)));
+    fail(op.loc, dead_code_message());
     return false;
   }
   current().ops.push_back(std::move(op));
+  ++ops_added_;
   return true;
 }
 
@@ -99,11 +107,10 @@ ValueId Builder::op(OpKind kind, std::span<const ValueId> operands, SourceLoc at
   const OpInfo& info = op_info(kind);
   KILN_CHECK(sig_region_count(info.sig) == 0, "use begin_if/begin_for/begin_loop for regions");
   if (!check_operands(operands, at, info.name)) return kNoValue;
-  std::vector<Type> types;
-  types.reserve(operands.size());
+  SmallVector<Type, 4> types;
   for (ValueId v : operands) types.push_back(k_.value_types[v]);
   Type result = sig_result_is_explicit(info.sig) ? type : Type::void_type();
-  const std::string e = check_op_types(kind, types, attr, result);
+  const std::string e = check_op_types(kind, {types.data(), types.size()}, attr, result);
   if (!e.empty()) {
     fail(at, e);
     return kNoValue;
@@ -129,7 +136,10 @@ ValueId Builder::op(OpKind kind, std::span<const ValueId> operands, SourceLoc at
   const ValueId r = o.result;
   if (!add_op(std::move(o))) return kNoValue;
   if (r != kNoValue) define(r);
-  if (has_flag(kind, op_flags::Terminator)) top().terminated = true;
+  if (has_flag(kind, op_flags::Terminator)) {
+    top().terminated = true;
+    top().terminator = kind;
+  }
   return r;
 }
 
@@ -173,8 +183,7 @@ void Builder::begin_if(ValueId cond, SourceLoc at) {
       fail(at, fmt::format("the condition of an if must be a bool scalar, got {}",
                            type_name(k_.value_types[cond])));
     else if (top().terminated)
-      fail(at, "this if comes after a break, continue or return in the same block and would "
-               "never run");
+      fail(at, dead_code_message());
     o.operands.push_back(cond);
   }
   push(std::move(o));  // pushed even after an error, so begin/end stay paired
@@ -209,6 +218,45 @@ void Builder::end_region_of(OpKind kind, const char* what) {
 
 void Builder::end_if() { end_region_of(OpKind::If, "if"); }
 
+bool Builder::reopen_else(uint64_t marker, bool take_trailing) {
+  if (!ok() || marker > ops_added_) return false;
+  const uint64_t trailing = ops_added_ - marker;
+  if (trailing != 0 && !take_trailing) return false;
+  Region& r = current();
+  if (r.ops.size() < trailing + 1) return false;
+  const size_t if_index = r.ops.size() - 1 - trailing;
+  Op& iff = r.ops[if_index];
+  if (iff.kind != OpKind::If || iff.regions.size() != 2 || !iff.regions[1].ops.empty())
+    return false;
+  for (size_t i = if_index + 1; i < r.ops.size(); ++i) {
+    const OpKind k = r.ops[i].kind;
+    const bool movable = has_flag(k, op_flags::Pure) || k == OpKind::Load || k == OpKind::VarRead;
+    if (!movable) return false;
+  }
+  // Take the if and the ops after it out of the region; the if becomes the open frame and the
+  // trailing ops (and the values they define) go into its else branch.
+  std::vector<Op> moved(std::make_move_iterator(r.ops.begin() + static_cast<long>(if_index) + 1),
+                        std::make_move_iterator(r.ops.end()));
+  Op o = std::move(iff);
+  r.ops.resize(if_index);
+  ops_added_ -= trailing + 1;
+  std::vector<ValueId> moved_values;
+  for (const Op& m : moved)
+    if (m.result != kNoValue) moved_values.push_back(m.result);
+  auto& parent_defined = top().defined;
+  std::erase_if(parent_defined, [&](ValueId v) {
+    return std::find(moved_values.begin(), moved_values.end(), v) != moved_values.end();
+  });
+  push(std::move(o));
+  top().region = 1;
+  for (Op& m : moved) {
+    current().ops.push_back(std::move(m));
+    ++ops_added_;
+  }
+  top().defined = std::move(moved_values);
+  return true;
+}
+
 ValueId Builder::begin_for(ValueId start, ValueId end, ValueId step, uint64_t unroll,
                            SourceLoc at) {
   Op o;
@@ -225,8 +273,7 @@ ValueId Builder::begin_for(ValueId start, ValueId end, ValueId step, uint64_t un
     if (!e.empty()) {
       fail(at, e);
     } else if (top().terminated) {
-      fail(at, "this loop comes after a break, continue or return in the same block and would "
-               "never run");
+      fail(at, dead_code_message());
     } else {
       o.operands = {start, end, step};
       iv = k_.new_value(types[0]);
@@ -245,9 +292,7 @@ void Builder::begin_loop(SourceLoc at) {
   o.kind = OpKind::Loop;
   o.loc = at;
   o.regions.resize(1);
-  if (ok() && top().terminated)
-    fail(at, "this loop comes after a break, continue or return in the same block and would "
-             "never run");
+  if (ok() && top().terminated) fail(at, dead_code_message());
   push(std::move(o));
 }
 

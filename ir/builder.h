@@ -43,6 +43,14 @@ class Builder {
   void begin_if(ValueId cond, SourceLoc at);
   void begin_else();  // between begin_if and end_if, at most once
   void end_if();
+  // Reopens the if just closed to add its else branch. `marker` is op_count() taken right
+  // after that if's end_if(). Ops added since then move into the else branch when
+  // `take_trailing` is set and they have no side effects (the condition of an else-if,
+  // evaluated before the call); otherwise any op added since, or an existing else, means
+  // nothing is reopened and the result is false.
+  bool reopen_else(uint64_t marker, bool take_trailing = false);
+  // How many ops were added so far (region ops count when closed).
+  uint64_t op_count() const { return ops_added_; }
   ValueId begin_for(ValueId start, ValueId end, ValueId step, uint64_t unroll, SourceLoc at);
   void end_for();
   void begin_loop(SourceLoc at);
@@ -72,6 +80,7 @@ class Builder {
     Op op;             // the region-owning op being built (unused for the kernel body)
     int region = 0;    // which of op.regions is being filled
     bool terminated = false;
+    OpKind terminator = OpKind::Return;  // the jump that ended the block, when terminated
     std::vector<ValueId> defined;  // values defined in the current region, hidden at its end
   };
   Region& current();
@@ -82,11 +91,13 @@ class Builder {
   void push(Op op);
   void end_region_of(OpKind kind, const char* what);
   void close_region();
+  std::string dead_code_message() const;
 
   Kernel k_;
   std::vector<Frame> frames_;
   std::vector<uint8_t> visible_;
   std::optional<Error> error_;
+  uint64_t ops_added_ = 0;
 };
 
 }  // namespace kiln::ir

@@ -6,6 +6,17 @@
 
 namespace kiln {
 
+// Host storage of the 16-bit float types (the bits, nothing more): element types of host
+// buffers and the tags of the DSL's f16 and bf16.
+struct f16_t {
+  uint16_t bits = 0;
+  friend bool operator==(f16_t, f16_t) = default;
+};
+struct bf16_t {
+  uint16_t bits = 0;
+  friend bool operator==(bf16_t, bf16_t) = default;
+};
+
 // Rounds v to the nearest value of a binary format with `mant_bits` stored mantissa bits and
 // `exp_bits` exponent bits (ties to even), keeping subnormals; overflow gives infinity.
 double round_to_format(double v, int mant_bits, int exp_bits);

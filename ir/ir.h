@@ -17,6 +17,7 @@
 //     absolute_pos = cube_pos*cube_dim + unit_pos;  absolute_pos x = cube_pos.x*cube_dim.x +
 //                    unit_pos.x (likewise y and z)
 //     plane_lane   = unit_pos % plane_dim
+//     plane_pos    = unit_pos / plane_dim (which plane of the cube the unit is in)
 //   All builtins are u32.
 // Values. A value is immutable and defined once; it is visible in the rest of its region and
 //   in regions nested there. Variables (var, var.read, var.write) are the only mutable state
@@ -82,6 +83,7 @@
 
 #include "ir/ops.h"
 #include "ir/result.h"
+#include "ir/small_vector.h"
 #include "ir/types.h"
 
 namespace kiln::ir {
@@ -117,7 +119,7 @@ struct Region {
 struct Op {
   OpKind kind = OpKind::Const;
   ValueId result = kNoValue;
-  std::vector<ValueId> operands;
+  SmallVector<ValueId, 4> operands;
   Attr attr;
   std::vector<Region> regions;
   SourceLoc loc;

@@ -43,8 +43,14 @@ class Analysis {
       changed_ = true;
     }
   }
+  Control& loop_div(const Op* loop) {
+    for (auto& [op, c] : loop_div_)
+      if (op == loop) return c;
+    loop_div_.emplace_back(loop, Control{});
+    return loop_div_.back().second;
+  }
   void raise_loop(const Op* loop, Control c) {
-    Control& d = loop_div_[loop];
+    Control& d = loop_div(loop);
     if (c.level > d.level) {
       d = c;
       changed_ = true;
@@ -62,10 +68,11 @@ class Analysis {
 
   void walk_op(const Op& op, Control ctl) {
     const Control eff = cmax(ctl, returned_);
-    info_.control[&op] = eff;
+    info_.control.push_back(eff);
     const OpInfo& info = op_info(op.kind);
     auto opnd = [&](size_t i) { return i < op.operands.size() ? op.operands[i] : kNoValue; };
     switch (op.kind) {
+      case OpKind::PlanePos:  // unit_pos / plane_dim: one value per plane
       case OpKind::PlaneSum:
       case OpKind::PlaneMin:
       case OpKind::PlaneMax:
@@ -108,7 +115,7 @@ class Analysis {
         Control inner = eff;
         const U b = operands_level(op);
         if (b > inner.level) inner = Control{b, &op};
-        inner = cmax(inner, loop_div_[&op]);
+        inner = cmax(inner, loop_div(&op));
         if (!op.regions.empty()) {
           for (ValueId a : op.regions[0].args) raise(a, b);
           loops_.push_back(&op);
@@ -137,7 +144,7 @@ class Analysis {
 
   const Kernel& k_;
   UniformityInfo info_;
-  std::unordered_map<const Op*, Control> loop_div_;
+  std::vector<std::pair<const Op*, Control>> loop_div_;  // few loops: a list is fastest
   std::vector<const Op*> loops_;
   Control returned_;
   bool changed_ = false;

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "ir/ir.h"
@@ -20,19 +19,15 @@ enum class Uniformity : uint8_t {
 
 struct UniformityInfo {
   std::vector<Uniformity> values;  // per ValueId
-  // Per op (by address): the uniformity of the control flow the op runs under, and for a
-  // varying one the op that made it so (an if, a for, or a jump).
+  // Per op, in pre-order (the order of ir::walk): the uniformity of the control flow the op
+  // runs under, and for a varying one the op that made it so (an if, a for, or a jump).
   struct Control {
     Uniformity level = Uniformity::Uniform;
     const Op* cause = nullptr;
   };
-  std::unordered_map<const Op*, Control> control;
+  std::vector<Control> control;
 
   Uniformity of(ValueId v) const { return v < values.size() ? values[v] : Uniformity::Varying; }
-  Control control_of(const Op& op) const {
-    auto it = control.find(&op);
-    return it == control.end() ? Control{} : it->second;
-  }
 };
 
 // Assumes a structurally valid kernel (the verifier checks structure first). Memory read at a

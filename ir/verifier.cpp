@@ -28,7 +28,6 @@ class Verifier {
  public:
   explicit Verifier(const Kernel& k)
       : k_(k),
-        names_(value_names(k)),
         defined_(k.value_types.size(), 0),
         visible_(k.value_types.size(), 0) {}
 
@@ -58,6 +57,7 @@ class Verifier {
   }
 
   std::string vname(ValueId v) const {
+    if (names_.empty()) names_ = value_names(k_);  // only on the error path
     if (v < names_.size() && !names_[v].empty()) return names_[v];
     return fmt::format("value #{}", v);
   }
@@ -165,7 +165,7 @@ class Verifier {
                                op.loc.file, k_.files.size(), k_.files.size() == 1 ? "" : "s"));
     // Operands: exist, defined, in scope.
     bool operands_ok = true;
-    std::vector<Type> types;
+    SmallVector<Type, 4> types;
     for (ValueId v : op.operands) {
       if (v >= k_.value_types.size()) {
         op_error(op, fmt::format("'{}' uses value #{}, which does not exist", info.name, v));
@@ -211,7 +211,7 @@ class Verifier {
     if (operands_ok) {
       Type result = op.result < k_.value_types.size() ? k_.type_of(op.result) : Type{};
       if (op.result != kNoValue && op.result >= k_.value_types.size()) return;  // define() reports
-      const std::string e = check_op_types(op.kind, types, op.attr, result);
+      const std::string e = check_op_types(op.kind, {types.data(), types.size()}, op.attr, result);
       if (!e.empty()) {
         std::string msg = e;
         // Name the parameter when a store or atomic hits read-only memory.
@@ -253,8 +253,9 @@ class Verifier {
 
   void check_uniformity() {
     const UniformityInfo u = analyze_uniformity(k_);
+    size_t index = 0;  // control is in pre-order, as walk visits
     walk(k_.body, [&](const Op& op) {
-      const auto ctl = u.control_of(op);
+      const auto ctl = u.control[index++];
       const std::string name(op_name(op.kind));
       if (has_flag(op.kind, op_flags::Barrier) && ctl.level != Uniformity::Uniform) {
         op_error(op, fmt::format("'{}' is under control flow that differs between the units of "
@@ -276,7 +277,7 @@ class Verifier {
   }
 
   const Kernel& k_;
-  std::vector<std::string> names_;
+  mutable std::vector<std::string> names_;
   std::vector<uint8_t> defined_, visible_;
   std::vector<std::string> errors_;
   bool truncated_ = false;

@@ -47,6 +47,7 @@ std::vector<Case> cases() {
       {OpKind::CubeCount, "  %0 = cube_count : bool\n", "'cube_count' produces u32"},
       {OpKind::PlaneDim, "  %0 = plane_dim : i32\n", "'plane_dim' produces u32"},
       {OpKind::PlaneLane, "  %0 = plane_lane : f16\n", "'plane_lane' produces u32"},
+      {OpKind::PlanePos, "  %0 = plane_pos x : u32\n", "parse error"},  // takes no axis
       {OpKind::Add, "  %0 = add %f, %i : f32\n", "the operands of 'add' must have the same type, got f32 and i32"},
       {OpKind::Sub, "  %0 = sub %b, %b : bool\n", "'sub' takes integers or floats, but its first operand is bool"},
       {OpKind::Mul, "  %0 = mul %u, %i : u32\n", "the operands of 'mul' must have the same type"},

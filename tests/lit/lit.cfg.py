@@ -16,3 +16,4 @@ config.environment["PATH"] = os.pathsep.join(
 config.environment["KILN_CACHE"] = "off"
 config.substitutions.append(("%kiln", os.path.join(config.kiln_bin_dir, "kiln")))
 config.substitutions.append(("%src", config.kiln_source_dir))
+config.substitutions.append(("%plugin", os.path.join(config.kiln_lib_dir, "libkiln_sample_plugin.so")))

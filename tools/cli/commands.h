@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -20,9 +21,19 @@ struct Command {
 Command add_ir_command(CLI::App& app);
 Command add_version_command(CLI::App& app);
 Command add_demo_command(CLI::App& app);
+Command add_list_command(CLI::App& app);
+Command add_show_command(CLI::App& app);
 
 // Reads a whole file, or standard input for "-".
 Result<std::string> read_input(const std::string& path);
+
+// Loads the plugins (shared libraries of kernels) and makes sure the built-in kernels are
+// registered.
+Status load_kernels(const std::vector<std::string>& plugins);
+
+// Splits NAME=VALUE options; `what` names the option in errors.
+Result<std::map<std::string, std::string>> parse_assignments(const std::vector<std::string>& items,
+                                                             const std::string& what);
 
 // Prints an error to stderr: messages that already carry a location stand as they are,
 // others get an "error: " prefix.

@@ -13,6 +13,8 @@ int main(int argc, char** argv) {
       kiln::cli::add_ir_command(app),
       kiln::cli::add_version_command(app),
       kiln::cli::add_demo_command(app),
+      kiln::cli::add_list_command(app),
+      kiln::cli::add_show_command(app),
   };
   try {
     app.parse(argc, argv);

@@ -1,0 +1,304 @@
+// Comptime parameters: kernel parameters of plain C++ types whose values are baked into the IR
+// and are part of the specialization key. Supported: integers, bool, float/double, enums
+// declared with KILN_COMPTIME_ENUM, and small structs of those declared with
+// KILN_COMPTIME_STRUCT. Each has a text form (for the CLI and `kiln list`) and a byte encoding
+// (for keys).
+#pragma once
+
+#include <array>
+#include <charconv>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include "ir/result.h"
+
+namespace kiln::dsl {
+
+// Appends key bytes into a caller's fixed buffer: no allocation on the launch path.
+class KeyWriter {
+ public:
+  KeyWriter(uint8_t* buf, size_t cap) : buf_(buf), cap_(cap) {}
+  void put(const void* p, size_t n) {
+    if (size_ + n > cap_) {
+      overflow_ = true;
+      return;
+    }
+    std::memcpy(buf_ + size_, p, n);
+    size_ += n;
+  }
+  template <class T>
+  void put_value(const T& v) {
+    put(&v, sizeof v);
+  }
+  size_t size() const { return size_; }
+  bool overflow() const { return overflow_; }
+
+ private:
+  uint8_t* buf_;
+  size_t cap_;
+  size_t size_ = 0;
+  bool overflow_ = false;
+};
+
+// ---- traits -------------------------------------------------------------------------------
+
+template <class T, class = void>
+struct ComptimeTraits;  // parse, format, encode, name
+
+namespace detail {
+std::string_view trim(std::string_view s);
+std::optional<bool> parse_bool(std::string_view s);
+std::optional<double> parse_double(std::string_view s);
+std::string format_double(double v);
+// Splits "{a, b, c}" into its top-level items; nullopt when not in braces.
+std::optional<std::vector<std::string_view>> split_braced(std::string_view s);
+}  // namespace detail
+
+template <>
+struct ComptimeTraits<bool> {
+  static std::string_view name() { return "bool"; }
+  static std::optional<bool> parse(std::string_view s) { return detail::parse_bool(s); }
+  static std::string format(bool v) { return v ? "true" : "false"; }
+  static void encode(bool v, KeyWriter& w) { w.put_value(static_cast<uint8_t>(v)); }
+};
+
+template <class T>
+struct ComptimeTraits<T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>>> {
+  static std::string_view name() {
+    if constexpr (std::is_signed_v<T>)
+      return sizeof(T) == 1 ? "int8" : sizeof(T) == 2 ? "int16" : sizeof(T) == 4 ? "int" : "int64";
+    else
+      return sizeof(T) == 1 ? "uint8" : sizeof(T) == 2 ? "uint16" : sizeof(T) == 4 ? "unsigned" : "uint64";
+  }
+  static std::optional<T> parse(std::string_view s) {
+    s = detail::trim(s);
+    T v{};
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (s.empty() || ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
+    return v;
+  }
+  static std::string format(T v) { return std::to_string(v); }
+  static void encode(T v, KeyWriter& w) { w.put_value(v); }
+};
+
+template <class T>
+struct ComptimeTraits<T, std::enable_if_t<std::is_floating_point_v<T>>> {
+  static std::string_view name() { return sizeof(T) == 4 ? "float" : "double"; }
+  static std::optional<T> parse(std::string_view s) {
+    auto d = detail::parse_double(s);
+    if (!d) return std::nullopt;
+    return static_cast<T>(*d);
+  }
+  static std::string format(T v) { return detail::format_double(v); }
+  static void encode(T v, KeyWriter& w) { w.put_value(v); }
+};
+
+// Enums: KILN_COMPTIME_ENUM(Mode, Fast, Precise) next to the enum (same namespace).
+template <class E>
+struct EnumInfo {
+  std::string_view type_name;
+  std::vector<std::pair<std::string_view, E>> values;
+};
+
+template <class E>
+struct ComptimeTraits<E, std::void_t<decltype(kiln_comptime_enum(static_cast<E*>(nullptr)))>> {
+  static const EnumInfo<E>& info() { return kiln_comptime_enum(static_cast<E*>(nullptr)); }
+  static std::string_view name() { return info().type_name; }
+  static std::optional<E> parse(std::string_view s) {
+    s = detail::trim(s);
+    const size_t colon = s.rfind("::");  // accept Mode::Fast as well as Fast
+    if (colon != std::string_view::npos) s = s.substr(colon + 2);
+    for (const auto& [n, v] : info().values)
+      if (n == s) return v;
+    return std::nullopt;
+  }
+  static std::string format(E v) {
+    for (const auto& [n, x] : info().values)
+      if (x == v) return std::string(n);
+    return std::to_string(static_cast<long long>(v));
+  }
+  static void encode(E v, KeyWriter& w) { w.put_value(v); }
+};
+
+// Structs: KILN_COMPTIME_STRUCT(Tile, m, n, k) next to the struct; text form {m=64, n=64, k=32}.
+template <class S>
+struct ComptimeTraits<S, std::void_t<decltype(kiln_comptime_fields(static_cast<S*>(nullptr)))>> {
+  static auto fields() { return kiln_comptime_fields(static_cast<S*>(nullptr)); }
+  static std::string_view name() { return kiln_comptime_struct_name(static_cast<S*>(nullptr)); }
+  static std::optional<S> parse(std::string_view s) {
+    auto items = detail::split_braced(s);
+    if (!items) return std::nullopt;
+    S out{};
+    bool ok = true;
+    size_t matched = 0;
+    std::apply(
+        [&](auto... f) {
+          auto one = [&](auto field) {
+            for (std::string_view item : *items) {
+              const size_t eq = item.find('=');
+              if (eq == std::string_view::npos) {
+                ok = false;
+                return;
+              }
+              if (detail::trim(item.substr(0, eq)) != field.first) continue;
+              using F = std::remove_cvref_t<decltype(out.*(field.second))>;
+              auto v = ComptimeTraits<F>::parse(item.substr(eq + 1));
+              if (!v) ok = false;
+              else {
+                out.*(field.second) = *v;
+                ++matched;
+              }
+              return;
+            }
+            ok = false;  // a field without a value
+          };
+          (one(f), ...);
+        },
+        fields());
+    if (!ok || matched != items->size()) return std::nullopt;
+    return out;
+  }
+  static std::string format(const S& v) {
+    std::string s = "{";
+    std::apply(
+        [&](auto... f) {
+          auto one = [&](auto field) {
+            using F = std::remove_cvref_t<decltype(v.*(field.second))>;
+            if (s.size() > 1) s += ", ";
+            s += std::string(field.first) + "=" + ComptimeTraits<F>::format(v.*(field.second));
+          };
+          (one(f), ...);
+        },
+        fields());
+    return s + "}";
+  }
+  static void encode(const S& v, KeyWriter& w) {
+    std::apply(
+        [&](auto... f) {
+          auto one = [&](auto field) {
+            using F = std::remove_cvref_t<decltype(v.*(field.second))>;
+            ComptimeTraits<F>::encode(v.*(field.second), w);
+          };
+          (one(f), ...);
+        },
+        fields());
+  }
+};
+
+template <class T>
+concept Comptime = requires(std::string_view s, const T& v, KeyWriter& w) {
+  { ComptimeTraits<T>::parse(s) } -> std::same_as<std::optional<T>>;
+  { ComptimeTraits<T>::format(v) } -> std::same_as<std::string>;
+  ComptimeTraits<T>::encode(v, w);
+  { ComptimeTraits<T>::name() } -> std::convertible_to<std::string_view>;
+};
+
+// ---- type-erased comptime values ------------------------------------------------------------
+
+// A comptime value of any supported type, held by value (comptime types are trivially copyable
+// and small).
+class ComptimeValue {
+ public:
+  static constexpr size_t kMaxSize = 64;
+
+  ComptimeValue() = default;
+  template <Comptime T>
+  static ComptimeValue of(const T& v) {
+    static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= kMaxSize,
+                  "kiln: comptime parameters must be small, trivially copyable types");
+    ComptimeValue c;
+    c.ops_ = &ops_for<T>;
+    std::memcpy(c.storage_.data(), &v, sizeof(T));
+    return c;
+  }
+  // The value if it holds a T.
+  template <class T>
+  const T* get() const {
+    if (ops_ != &ops_for<T>) return nullptr;
+    return reinterpret_cast<const T*>(storage_.data());
+  }
+  bool empty() const { return ops_ == nullptr; }
+  std::string format() const { return ops_ ? ops_->format(storage_.data()) : std::string(); }
+  void encode(KeyWriter& w) const {
+    if (ops_) ops_->encode(storage_.data(), w);
+  }
+  std::string_view type_name() const { return ops_ ? ops_->name() : std::string_view(); }
+
+ private:
+  struct Ops {
+    std::string (*format)(const void*);
+    void (*encode)(const void*, KeyWriter&);
+    std::string_view (*name)();
+  };
+  template <class T>
+  static inline const Ops ops_for = {
+      [](const void* p) { return ComptimeTraits<T>::format(*static_cast<const T*>(p)); },
+      [](const void* p, KeyWriter& w) { ComptimeTraits<T>::encode(*static_cast<const T*>(p), w); },
+      [] { return std::string_view(ComptimeTraits<T>::name()); },
+  };
+  const Ops* ops_ = nullptr;
+  alignas(8) std::array<unsigned char, kMaxSize> storage_{};
+};
+
+// Parses the text of a comptime value of type T.
+template <Comptime T>
+Result<ComptimeValue> parse_comptime(std::string_view text) {
+  auto v = ComptimeTraits<T>::parse(text);
+  if (!v)
+    return Error(ErrorKind::InvalidArgument,
+                 std::string("'") + std::string(text) + "' is not a valid " +
+                     std::string(ComptimeTraits<T>::name()));
+  return ComptimeValue::of(*v);
+}
+
+}  // namespace kiln::dsl
+
+// ---- declaring comptime enums and structs --------------------------------------------------------
+
+#define KILN_DSL_PP_NARG(...) KILN_DSL_PP_NARG_(__VA_ARGS__, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)
+#define KILN_DSL_PP_NARG_(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, _13, _14, _15, _16, N, ...) N
+#define KILN_DSL_PP_CAT(a, b) KILN_DSL_PP_CAT_(a, b)
+#define KILN_DSL_PP_CAT_(a, b) a##b
+#define KILN_DSL_FE_1(m, t, x) m(t, x)
+#define KILN_DSL_FE_2(m, t, x, ...) m(t, x), KILN_DSL_FE_1(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_3(m, t, x, ...) m(t, x), KILN_DSL_FE_2(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_4(m, t, x, ...) m(t, x), KILN_DSL_FE_3(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_5(m, t, x, ...) m(t, x), KILN_DSL_FE_4(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_6(m, t, x, ...) m(t, x), KILN_DSL_FE_5(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_7(m, t, x, ...) m(t, x), KILN_DSL_FE_6(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_8(m, t, x, ...) m(t, x), KILN_DSL_FE_7(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_9(m, t, x, ...) m(t, x), KILN_DSL_FE_8(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_10(m, t, x, ...) m(t, x), KILN_DSL_FE_9(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_11(m, t, x, ...) m(t, x), KILN_DSL_FE_10(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_12(m, t, x, ...) m(t, x), KILN_DSL_FE_11(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_13(m, t, x, ...) m(t, x), KILN_DSL_FE_12(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_14(m, t, x, ...) m(t, x), KILN_DSL_FE_13(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_15(m, t, x, ...) m(t, x), KILN_DSL_FE_14(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_16(m, t, x, ...) m(t, x), KILN_DSL_FE_15(m, t, __VA_ARGS__)
+#define KILN_DSL_FOR_EACH(m, t, ...) \
+  KILN_DSL_PP_CAT(KILN_DSL_FE_, KILN_DSL_PP_NARG(__VA_ARGS__))(m, t, __VA_ARGS__)
+
+#define KILN_DSL_ENUM_ITEM(E, v) std::pair<std::string_view, E>{#v, E::v}
+#define KILN_DSL_FIELD_ITEM(S, f) std::pair<std::string_view, decltype(&S::f)>{#f, &S::f}
+
+// Declares an enum as a comptime type, in the enum's namespace: KILN_COMPTIME_ENUM(Mode, A, B).
+#define KILN_COMPTIME_ENUM(E, ...)                                                   \
+  inline const ::kiln::dsl::EnumInfo<E>& kiln_comptime_enum(E*) {                    \
+    static const ::kiln::dsl::EnumInfo<E> info{                                      \
+        #E, {KILN_DSL_FOR_EACH(KILN_DSL_ENUM_ITEM, E, __VA_ARGS__)}};                \
+    return info;                                                                     \
+  }
+
+// Declares a struct of comptime fields as a comptime type, in the struct's namespace:
+// KILN_COMPTIME_STRUCT(Tile, m, n, k).
+#define KILN_COMPTIME_STRUCT(S, ...)                                                       \
+  inline auto kiln_comptime_fields(S*) {                                                   \
+    return std::make_tuple(KILN_DSL_FOR_EACH(KILN_DSL_FIELD_ITEM, S, __VA_ARGS__));        \
+  }                                                                                        \
+  inline std::string_view kiln_comptime_struct_name(S*) { return #S; }

@@ -1,0 +1,47 @@
+// The trace context: while a kernel is traced, DSL calls on this thread record IR into the
+// context's builder. One context per trace, installed for the trace's duration only.
+#pragma once
+
+#include <source_location>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ir/builder.h"
+
+namespace kiln::dsl {
+
+class TraceContext {
+ public:
+  explicit TraceContext(std::string kernel_name);
+  ~TraceContext();
+  TraceContext(const TraceContext&) = delete;
+  TraceContext& operator=(const TraceContext&) = delete;
+
+  // The context of the trace running on this thread. DSL calls outside a trace are a misuse
+  // of the API (not of a kernel) and stop the program with a message.
+  static TraceContext& current();
+  static TraceContext* active();
+
+  ir::Builder& builder() { return builder_; }
+
+  // The IR location of a DSL call site; remembered as the latest location.
+  ir::SourceLoc loc(const std::source_location& where);
+  // The latest location seen, for the few ops C++ gives no call site for (copy assignment).
+  ir::SourceLoc last_loc() const { return last_; }
+
+  // Records a trace error at a call site (the first error of a trace wins).
+  void fail(const std::source_location& where, const std::string& message);
+  void fail(ir::SourceLoc at, const std::string& message);
+  bool ok() const { return builder_.ok(); }
+
+ private:
+  ir::Builder builder_;
+  TraceContext* previous_;
+  ir::SourceLoc last_;
+  // file_name() pointers seen so far and their file index: source_location hands out the same
+  // pointer for every call in one file, so most lookups are one pointer comparison.
+  std::vector<std::pair<const char*, uint32_t>> files_;
+};
+
+}  // namespace kiln::dsl

@@ -1,0 +1,422 @@
+// The kernel registry, registration strings, the tracing entry point, selection of an
+// instantiation from text options, and plugin loading.
+#include "compiler/dsl/registry.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+#include "compiler/dsl/context.h"
+
+namespace kiln::dsl {
+
+// ---- small text helpers (declared in comptime.h) ---------------------------------------------
+
+namespace detail {
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+std::optional<bool> parse_bool(std::string_view s) {
+  s = trim(s);
+  if (s == "true" || s == "1") return true;
+  if (s == "false" || s == "0") return false;
+  return std::nullopt;
+}
+
+std::optional<double> parse_double(std::string_view s) {
+  const std::string t(trim(s));
+  if (t.empty()) return std::nullopt;
+  char* end = nullptr;
+  const double v = std::strtod(t.c_str(), &end);
+  if (end != t.c_str() + t.size()) return std::nullopt;
+  return v;
+}
+
+std::string format_double(double v) { return fmt::format("{}", v); }
+
+namespace {
+// Splits at top-level commas (not inside braces).
+std::vector<std::string_view> split_top(std::string_view s) {
+  std::vector<std::string_view> out;
+  int depth = 0;
+  size_t start = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '{') ++depth;
+    if (s[i] == '}') --depth;
+    if (s[i] == ',' && depth == 0) {
+      out.push_back(trim(s.substr(start, i - start)));
+      start = i + 1;
+    }
+  }
+  if (!trim(s.substr(start)).empty() || !out.empty()) out.push_back(trim(s.substr(start)));
+  return out;
+}
+}  // namespace
+
+std::optional<std::vector<std::string_view>> split_braced(std::string_view s) {
+  s = trim(s);
+  if (s.size() < 2 || s.front() != '{' || s.back() != '}') return std::nullopt;
+  return split_top(s.substr(1, s.size() - 2));
+}
+
+std::string describe_memory(ir::ValueId mem) {
+  auto* ctx = TraceContext::active();
+  if (!ctx) return "memory";
+  const ir::Kernel& k = ctx->builder().kernel();
+  const ir::Type& t = ctx->builder().type_of(mem);
+  for (const ir::Param& p : k.params)
+    if (p.value == mem)
+      return fmt::format("{} '{}'", t.kind == ir::TypeKind::Tensor ? "tensor" : "array", p.name);
+  return t.kind == ir::TypeKind::Shared ? "a shared array" : "a local array";
+}
+
+// ---- registration strings -------------------------------------------------------------------
+
+std::string apply_param_spec(std::string_view spec, std::vector<Instantiation>& insts) {
+  const std::vector<std::string_view> entries = split_top(spec);
+  std::string problem;
+  auto note = [&](const std::string& s) {
+    if (problem.empty()) problem = s;
+  };
+  for (Instantiation& inst : insts) {
+    if (entries.size() != inst.params.size()) {
+      note(fmt::format("the parameter string names {} parameters but the function has {}",
+                       entries.size(), inst.params.size()));
+      continue;
+    }
+    for (size_t i = 0; i < entries.size(); ++i) {
+      ParamInfo& p = inst.params[i];
+      std::string_view e = entries[i];
+      std::string_view attrs, def;
+      if (const size_t colon = e.find(':'); colon != std::string_view::npos) {
+        attrs = trim(e.substr(colon + 1));
+        e = trim(e.substr(0, colon));
+      } else if (const size_t eq = e.find('='); eq != std::string_view::npos) {
+        def = trim(e.substr(eq + 1));
+        e = trim(e.substr(0, eq));
+      }
+      p.name = std::string(e);
+      const bool ident = !e.empty() && (std::isalpha(static_cast<unsigned char>(e[0])) || e[0] == '_') &&
+                         std::all_of(e.begin(), e.end(), [](char c) {
+                           return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+                         });
+      if (!ident) note(fmt::format("parameter name '{}' is not an identifier", e));
+      if (p.runtime()) {
+        if (!def.empty())
+          note(fmt::format("'{}' is a runtime parameter ({}); only comptime parameters take "
+                           "defaults",
+                           p.name, param_kind_name(p.kind)));
+        // Attributes: rank=N line=N.
+        size_t pos = 0;
+        while (pos < attrs.size()) {
+          size_t end = attrs.find(' ', pos);
+          if (end == std::string_view::npos) end = attrs.size();
+          const std::string_view a = attrs.substr(pos, end - pos);
+          pos = end + 1;
+          if (a.empty()) continue;
+          const size_t eq = a.find('=');
+          const std::string_view key = a.substr(0, eq);
+          int v = 0;
+          const bool num = eq != std::string_view::npos &&
+                           std::from_chars(a.data() + eq + 1, a.data() + a.size(), v).ec == std::errc();
+          if (key == "rank" && num && v >= 1 && v <= 8 && p.kind == ParamKind::Tensor)
+            p.default_rank = v;
+          else if (key == "line" && num && ir::valid_lanes(v) && p.kind != ParamKind::Scalar)
+            p.default_line = v;
+          else
+            note(fmt::format("'{}': unknown or invalid attribute '{}' (tensors take rank=1..8 "
+                             "and line=1|2|4|8|16, arrays take line=...)",
+                             p.name, a));
+        }
+      } else {
+        if (!attrs.empty())
+          note(fmt::format("'{}' is a comptime parameter; write its default as '{} = VALUE'",
+                           p.name, p.name));
+        if (def.empty()) {
+          note(fmt::format("comptime parameter '{}' needs a default: write \"{} = VALUE\"",
+                           p.name, p.name));
+        } else {
+          auto v = p.parse(def);
+          if (!v)
+            note(fmt::format("default of '{}': {}", p.name, v.error().message));
+          else
+            p.default_value = *v;
+        }
+      }
+    }
+  }
+  return problem;
+}
+
+}  // namespace detail
+
+const char* param_kind_name(ParamKind k) {
+  switch (k) {
+    case ParamKind::Tensor: return "tensor";
+    case ParamKind::Array: return "array";
+    case ParamKind::Scalar: return "scalar";
+    case ParamKind::Comptime: return "comptime";
+  }
+  return "?";
+}
+
+size_t Instantiation::runtime_count() const {
+  return static_cast<size_t>(std::count_if(params.begin(), params.end(),
+                                           [](const ParamInfo& p) { return p.runtime(); }));
+}
+size_t Instantiation::comptime_count() const { return params.size() - runtime_count(); }
+
+std::string Instantiation::dtype_summary() const {
+  std::string s;
+  for (const ParamInfo& p : params)
+    if (p.runtime()) s += fmt::format("{}{}: {}", s.empty() ? "" : ", ", p.name, ir::elem_name(p.dtype));
+  return s;
+}
+
+// ---- registry -----------------------------------------------------------------------------------
+
+Registry& Registry::global() {
+  static Registry* r = new Registry;  // never destroyed: plugins may register during exit
+  return *r;
+}
+
+KernelRegistration& Registry::add(KernelDef def) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& d : defs_)
+    if (d->name == def.name && def.problem.empty())
+      def.problem = fmt::format("kernel '{}' is registered twice: at {}:{} and at {}:{}", def.name,
+                                d->file, d->line, def.file, def.line);
+  defs_.push_back(std::make_unique<KernelDef>(std::move(def)));
+  regs_.push_back(std::make_unique<KernelRegistration>(*defs_.back()));
+  return *regs_.back();
+}
+
+const KernelDef* Registry::find(std::string_view name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& d : defs_)
+    if (d->name == name) return d.get();
+  return nullptr;
+}
+
+std::vector<const KernelDef*> Registry::all() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<const KernelDef*> out;
+  for (const auto& d : defs_) out.push_back(d.get());
+  std::stable_sort(out.begin(), out.end(),
+                   [](const KernelDef* a, const KernelDef* b) { return a->name < b->name; });
+  return out;
+}
+
+std::vector<std::string> Registry::mark_origin_since(size_t first, const std::string& origin) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> names;
+  for (size_t i = first; i < defs_.size(); ++i) {
+    defs_[i]->origin = origin;
+    names.push_back(defs_[i]->name);
+  }
+  return names;
+}
+
+size_t Registry::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return defs_.size();
+}
+
+// ---- tracing ---------------------------------------------------------------------------------------
+
+Result<ir::Kernel> trace(const KernelDef& def, const Instantiation& inst, const TraceRequest& req) {
+  if (!def.problem.empty())
+    return Error(ErrorKind::InvalidArgument,
+                 fmt::format("{}:{}: error: kernel '{}' is not registered correctly: {}", def.file,
+                             def.line, def.name, def.problem));
+  const size_t nr = inst.runtime_count(), nc = inst.comptime_count();
+  if (req.args.size() != nr)
+    return Error(ErrorKind::InvalidArgument,
+                 fmt::format("kernel '{}' takes {} runtime argument{}, got {} descriptors",
+                             def.name, nr, nr == 1 ? "" : "s", req.args.size()));
+  if (req.comptime.size() != nc) {
+    std::string names;
+    for (const ParamInfo& p : inst.params)
+      if (!p.runtime()) names += (names.empty() ? "" : ", ") + p.name;
+    return Error(ErrorKind::InvalidArgument,
+                 fmt::format("kernel '{}' takes {} comptime value{}{}, got {}", def.name, nc,
+                             nc == 1 ? "" : "s", names.empty() ? "" : " (" + names + ")",
+                             req.comptime.size()));
+  }
+  size_t ri = 0, ci = 0;
+  for (const ParamInfo& p : inst.params) {
+    if (p.runtime()) {
+      const ArgDesc& d = req.args[ri++];
+      if (d.dtype != p.dtype)
+        return Error(ErrorKind::InvalidArgument,
+                     fmt::format("kernel '{}': argument '{}' is {}, but the kernel takes {}",
+                                 def.name, p.name, ir::elem_name(d.dtype), ir::elem_name(p.dtype)));
+      if (!ir::valid_lanes(d.line))
+        return Error(ErrorKind::InvalidArgument,
+                     fmt::format("kernel '{}': argument '{}' has line width {}; use 1, 2, 4, 8 "
+                                 "or 16",
+                                 def.name, p.name, d.line));
+      if (p.kind == ParamKind::Tensor && (d.rank < 1 || d.rank > 8))
+        return Error(ErrorKind::InvalidArgument,
+                     fmt::format("kernel '{}': tensor '{}' has rank {}; use 1 to 8", def.name,
+                                 p.name, d.rank));
+      if (p.kind == ParamKind::Scalar && d.line != 1)
+        return Error(ErrorKind::InvalidArgument,
+                     fmt::format("kernel '{}': scalar '{}' cannot have a line width", def.name,
+                                 p.name));
+    } else {
+      const ComptimeValue& v = req.comptime[ci++];
+      if (v.type_name() != p.comptime_type)
+        return Error(ErrorKind::InvalidArgument,
+                     fmt::format("kernel '{}': comptime parameter '{}' takes a {}, got {}",
+                                 def.name, p.name, p.comptime_type,
+                                 v.empty() ? std::string("nothing") : std::string(v.type_name())));
+    }
+  }
+  TraceContext ctx(def.name);
+  ctx.builder().set_cube_dim(req.cube_dim[0], req.cube_dim[1], req.cube_dim[2]);
+  inst.invoke(inst.fn, ctx, inst.params, req);
+  return std::move(ctx.builder()).finish();
+}
+
+// ---- selection from text options ------------------------------------------------------------------
+
+namespace {
+
+std::string param_names(const Instantiation& inst, bool runtime) {
+  std::string s;
+  for (const ParamInfo& p : inst.params)
+    if (p.runtime() == runtime) s += (s.empty() ? "" : ", ") + p.name;
+  return s.empty() ? "(none)" : s;
+}
+
+const ParamInfo* find_param(const Instantiation& inst, const std::string& name) {
+  for (const ParamInfo& p : inst.params)
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+}  // namespace
+
+Result<Selection> select(const KernelDef& def, const SpecOptions& opts) {
+  if (!def.problem.empty())
+    return Error(ErrorKind::InvalidArgument,
+                 fmt::format("{}:{}: error: kernel '{}' is not registered correctly: {}", def.file,
+                             def.line, def.name, def.problem));
+  const Instantiation& first = def.instantiations.front();
+  // Every named parameter must exist and be of the right kind.
+  auto check = [&](const auto& map, bool runtime, const char* option) -> Status {
+    for (const auto& [name, v] : map) {
+      const ParamInfo* p = find_param(first, name);
+      if (!p || p->runtime() != runtime)
+        return Error(ErrorKind::InvalidArgument,
+                     fmt::format("kernel '{}' has no {} parameter '{}' (for {}); its {} "
+                                 "parameters are: {}",
+                                 def.name, runtime ? "runtime" : "comptime", name, option,
+                                 runtime ? "runtime" : "comptime", param_names(first, runtime)));
+    }
+    return {};
+  };
+  KILN_TRY(check(opts.set, false, "--set"));
+  KILN_TRY(check(opts.dtype, true, "--dtype"));
+  KILN_TRY(check(opts.line, true, "--line"));
+  KILN_TRY(check(opts.rank, true, "--rank"));
+  KILN_TRY(check(opts.read_only, true, "--read-only"));
+  for (const auto& [name, r] : opts.rank)
+    if (find_param(first, name)->kind != ParamKind::Tensor)
+      return Error(ErrorKind::InvalidArgument,
+                   fmt::format("'{}' is not a tensor; only tensors have a rank", name));
+
+  // The instantiation whose dtypes match every --dtype.
+  const Instantiation* inst = nullptr;
+  for (const Instantiation& cand : def.instantiations) {
+    bool match = true;
+    for (const auto& [name, dt] : opts.dtype) {
+      auto want = ir::parse_elem_type(dt);
+      if (!want)
+        return Error(ErrorKind::InvalidArgument,
+                     fmt::format("unknown element type '{}' for '{}' (bool, i8..i64, u8..u64, "
+                                 "f16, bf16, f32, f64)",
+                                 dt, name));
+      if (find_param(cand, name)->dtype != *want) match = false;
+    }
+    if (match) {
+      inst = &cand;
+      break;
+    }
+  }
+  if (!inst) {
+    std::string avail;
+    for (const Instantiation& cand : def.instantiations)
+      avail += fmt::format("\n  ({})", cand.dtype_summary());
+    return Error(ErrorKind::InvalidArgument,
+                 fmt::format("kernel '{}' has no instantiation with those element types; it has:{}",
+                             def.name, avail));
+  }
+
+  Selection sel;
+  sel.inst = inst;
+  sel.request.cube_dim = opts.cube_dim.value_or(def.default_cube_dim);
+  for (const ParamInfo& p : inst->params) {
+    if (p.runtime()) {
+      ArgDesc d;
+      d.dtype = p.dtype;
+      d.rank = static_cast<uint8_t>(p.kind == ParamKind::Tensor ? p.default_rank : 0);
+      d.line = static_cast<uint8_t>(p.kind == ParamKind::Scalar ? 1 : p.default_line);
+      d.read_only = p.const_qualified;
+      if (auto it = opts.rank.find(p.name); it != opts.rank.end()) {
+        if (it->second < 1 || it->second > 8)
+          return Error(ErrorKind::InvalidArgument,
+                       fmt::format("rank {} for '{}' is out of range (1 to 8)", it->second, p.name));
+        d.rank = static_cast<uint8_t>(it->second);
+      }
+      if (auto it = opts.line.find(p.name); it != opts.line.end()) {
+        if (p.kind == ParamKind::Scalar)
+          return Error(ErrorKind::InvalidArgument,
+                       fmt::format("'{}' is a scalar; only tensors and arrays have lines", p.name));
+        if (!ir::valid_lanes(it->second))
+          return Error(ErrorKind::InvalidArgument,
+                       fmt::format("line width {} for '{}' is not 1, 2, 4, 8 or 16", it->second,
+                                   p.name));
+        d.line = static_cast<uint8_t>(it->second);
+      }
+      if (auto it = opts.read_only.find(p.name); it != opts.read_only.end())
+        d.read_only = it->second || p.const_qualified;
+      sel.request.args.push_back(d);
+    } else {
+      if (auto it = opts.set.find(p.name); it != opts.set.end()) {
+        auto v = p.parse(it->second);
+        if (!v)
+          return Error(ErrorKind::InvalidArgument,
+                       fmt::format("--set {}={}: {}", p.name, it->second, v.error().message));
+        sel.request.comptime.push_back(*v);
+      } else {
+        sel.request.comptime.push_back(*p.default_value);
+      }
+    }
+  }
+  return sel;
+}
+
+// ---- plugins --------------------------------------------------------------------------------------
+
+Result<std::vector<std::string>> load_plugin(const std::string& path) {
+  const size_t before = Registry::global().size();
+  // A path without a slash would be searched on the loader path; plugins are files.
+  const std::string file = path.find('/') == std::string::npos ? "./" + path : path;
+  void* lib = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!lib)
+    return Error(ErrorKind::NotFound, fmt::format("cannot load plugin '{}': {}", path, dlerror()));
+  // The library stays loaded: its kernels' code lives in it.
+  return Registry::global().mark_origin_since(before, path);
+}
+
+}  // namespace kiln::dsl

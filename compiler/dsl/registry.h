@@ -1,0 +1,345 @@
+// Kernel registration and the tracing entry point.
+//
+//   void axpy(Tensor<f32> x, Tensor<f32> y, f32 a) { ... }
+//   KILN_KERNEL(axpy, "x: line=4, y: line=4, a");
+//
+//   template <class T> void scale(Tensor<T> x, T factor) { ... }
+//   KILN_KERNEL_GENERIC(scale, "x, factor", f16, bf16, f32, f64);
+//
+// The string names every parameter in order. Runtime parameters (Tensor, Array, scalars) may
+// carry default descriptors for `kiln show` (`name: rank=2 line=4`); comptime parameters
+// (plain C++ types) carry their default value (`units = 256`). A registration problem (a
+// missing default, a malformed string) is kept with the kernel and reported when it is used.
+#pragma once
+
+#include <array>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+#include "compiler/dsl/comptime.h"
+#include "compiler/dsl/memory.h"
+#include "compiler/dsl/value.h"
+#include "ir/ir.h"
+
+namespace kiln::dsl {
+
+enum class ParamKind { Tensor, Array, Scalar, Comptime };
+const char* param_kind_name(ParamKind k);
+
+struct ParamInfo {
+  std::string name;
+  ParamKind kind = ParamKind::Scalar;
+  // Runtime parameters: the element type and whether the C++ type is const (read-only).
+  ir::ElemType dtype = ir::ElemType::F32;
+  bool const_qualified = false;
+  // Defaults used when a caller gives no descriptor.
+  int default_rank = 1;
+  int default_line = 1;
+  // Comptime parameters.
+  std::string comptime_type;
+  std::optional<ComptimeValue> default_value;
+  Result<ComptimeValue> (*parse)(std::string_view) = nullptr;
+
+  bool runtime() const { return kind != ParamKind::Comptime; }
+};
+
+// What a launch knows about one runtime argument; part of the specialization key.
+struct ArgDesc {
+  ir::ElemType dtype = ir::ElemType::F32;
+  uint8_t rank = 1;    // tensors; 0 for arrays and scalars
+  uint8_t line = 1;    // line width of tensors and arrays
+  bool read_only = false;
+  friend bool operator==(const ArgDesc&, const ArgDesc&) = default;
+};
+
+struct TraceRequest {
+  std::vector<ArgDesc> args;            // one per runtime parameter, in order
+  std::vector<ComptimeValue> comptime;  // one per comptime parameter, in order
+  std::array<uint32_t, 3> cube_dim{1, 1, 1};
+};
+
+class TraceContext;
+using GenericFn = void (*)();
+
+// One C++ function behind a kernel name (a generic kernel has one per element type).
+struct Instantiation {
+  std::vector<ParamInfo> params;
+  GenericFn fn = nullptr;
+  void (*invoke)(GenericFn, TraceContext&, const std::vector<ParamInfo>&,
+                 const TraceRequest&) = nullptr;
+  size_t runtime_count() const;
+  size_t comptime_count() const;
+  // "x: f32, y: f32" for messages.
+  std::string dtype_summary() const;
+};
+
+struct KernelDef {
+  std::string name;
+  std::string file;
+  int line = 0;
+  std::string description;
+  std::array<uint32_t, 3> default_cube_dim{64, 1, 1};
+  std::vector<Instantiation> instantiations;
+  std::string origin = "built in";  // or the plugin that registered it
+  std::string problem;              // a registration problem, empty when fine
+};
+
+// Returned by KILN_KERNEL for optional settings: KILN_KERNEL(k, "...").cube_dim(256).
+class KernelRegistration {
+ public:
+  explicit KernelRegistration(KernelDef& def) : def_(def) {}
+  KernelRegistration& cube_dim(uint32_t x, uint32_t y = 1, uint32_t z = 1) {
+    def_.default_cube_dim = {x, y, z};
+    return *this;
+  }
+  KernelRegistration& describe(std::string text) {
+    def_.description = std::move(text);
+    return *this;
+  }
+  KernelDef& def() { return def_; }
+
+ private:
+  KernelDef& def_;
+};
+
+// Every registered kernel of the process. Thread-safe; kernels are never removed, so the
+// references it hands out stay valid.
+class Registry {
+ public:
+  static Registry& global();
+  KernelRegistration& add(KernelDef def);
+  const KernelDef* find(std::string_view name) const;
+  std::vector<const KernelDef*> all() const;  // sorted by name
+  size_t size() const;
+  // Sets the origin of the kernels registered since the first `first` ones; returns their names.
+  std::vector<std::string> mark_origin_since(size_t first, const std::string& origin);
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<KernelDef>> defs_;
+  std::vector<std::unique_ptr<KernelRegistration>> regs_;
+};
+
+// Traces one instantiation into verified IR. The request must give one descriptor per runtime
+// parameter and one value per comptime parameter; mistakes come back as errors naming the
+// parameter, and misuse inside the kernel as errors naming the kernel's source line.
+Result<ir::Kernel> trace(const KernelDef& def, const Instantiation& inst, const TraceRequest& req);
+
+// Specialization options as text, the way the CLI takes them.
+struct SpecOptions {
+  std::map<std::string, std::string> set;    // comptime NAME=VALUE
+  std::map<std::string, std::string> dtype;  // NAME=TYPE
+  std::map<std::string, int> line;           // NAME=WIDTH
+  std::map<std::string, int> rank;           // NAME=RANK
+  std::map<std::string, bool> read_only;     // NAME=true|false
+  std::optional<std::array<uint32_t, 3>> cube_dim;
+};
+
+struct Selection {
+  const Instantiation* inst = nullptr;
+  TraceRequest request;
+};
+
+// Picks the instantiation and builds the request from defaults plus `opts`. Unknown names are
+// errors that list the valid ones.
+Result<Selection> select(const KernelDef& def, const SpecOptions& opts);
+
+// Loads a shared library of kernels (dlopen); its KILN_KERNELs register as it loads. Returns
+// the names it added.
+Result<std::vector<std::string>> load_plugin(const std::string& path);
+
+// ---- registration machinery --------------------------------------------------------------------
+
+template <size_t N>
+struct FixedString {
+  char text[N];
+  constexpr FixedString(const char (&s)[N]) {  // NOLINT: implicit for string literals
+    for (size_t i = 0; i < N; ++i) text[i] = s[i];
+  }
+};
+
+// Number of top-level comma-separated entries (commas inside braces do not count).
+template <size_t N>
+constexpr int count_entries(const FixedString<N>& s) {
+  int n = 0, depth = 0;
+  bool any = false;
+  for (size_t i = 0; i + 1 < N; ++i) {
+    const char c = s.text[i];
+    if (c == '{') ++depth;
+    if (c == '}') --depth;
+    if (c == ',' && depth == 0) ++n;
+    if (c != ' ' && c != ',') any = true;
+  }
+  return any ? n + 1 : 0;
+}
+
+namespace detail {
+
+template <class P>
+struct ParamTraits {
+  static constexpr bool is_runtime = false;
+};
+template <class V>
+struct ParamTraits<Tensor<V>> {
+  static constexpr bool is_runtime = true;
+  static constexpr ParamKind kind = ParamKind::Tensor;
+  using T = host_of_t<V>;
+  static constexpr bool is_const = std::is_const_v<V>;
+};
+template <class V>
+struct ParamTraits<Array<V>> {
+  static constexpr bool is_runtime = true;
+  static constexpr ParamKind kind = ParamKind::Array;
+  using T = host_of_t<V>;
+  static constexpr bool is_const = std::is_const_v<V>;
+};
+template <Element T0>
+struct ParamTraits<Val<T0>> {
+  static constexpr bool is_runtime = true;
+  static constexpr ParamKind kind = ParamKind::Scalar;
+  using T = T0;
+  static constexpr bool is_const = false;
+};
+
+template <class P>
+ParamInfo param_info() {
+  ParamInfo p;
+  if constexpr (ParamTraits<P>::is_runtime) {
+    p.kind = ParamTraits<P>::kind;
+    p.dtype = elem_v<typename ParamTraits<P>::T>;
+    p.const_qualified = ParamTraits<P>::is_const;
+  } else {
+    static_assert(Comptime<P>,
+                  "kiln: a kernel parameter is either a DSL type (Tensor<T>, Array<T>, f32, "
+                  "u32, ...) or a comptime type (integers, bool, float, enums declared with "
+                  "KILN_COMPTIME_ENUM, structs declared with KILN_COMPTIME_STRUCT)");
+    p.kind = ParamKind::Comptime;
+    p.comptime_type = std::string(ComptimeTraits<P>::name());
+    p.parse = &parse_comptime<P>;
+  }
+  return p;
+}
+
+// Creates the kernel argument for parameter `p` from the request.
+template <class P>
+P make_arg(TraceContext& ctx, const ParamInfo& p, const TraceRequest& req, size_t& ri, size_t& ci) {
+  auto& b = ctx.builder();
+  if constexpr (ParamTraits<P>::is_runtime) {
+    const ArgDesc& d = req.args[ri++];
+    using T = typename ParamTraits<P>::T;
+    if constexpr (ParamTraits<P>::kind == ParamKind::Tensor) {
+      const ir::ValueId id = b.param(
+          p.name, ir::Type::tensor(elem_v<T>, d.line, d.rank, d.read_only || p.const_qualified));
+      return P(id);
+    } else if constexpr (ParamTraits<P>::kind == ParamKind::Array) {
+      const ir::ValueId id =
+          b.param(p.name, ir::Type::array(elem_v<T>, d.line, d.read_only || p.const_qualified));
+      return P(id);
+    } else {
+      return P::from_id(b.param(p.name, ir::Type::value(elem_v<T>)));
+    }
+  } else {
+    const P* v = req.comptime[ci++].template get<P>();
+    if (!v) {
+      b.fail({}, fmt::format("comptime parameter '{}' needs a value of type {}", p.name,
+                             p.comptime_type),
+             ErrorKind::InvalidArgument);
+      return P{};
+    }
+    return *v;
+  }
+}
+
+template <class... Ps>
+struct Invoker {
+  static void run(GenericFn g, TraceContext& ctx, const std::vector<ParamInfo>& params,
+                  const TraceRequest& req) {
+    run_with(g, ctx, params, req, std::index_sequence_for<Ps...>{});
+  }
+  template <size_t... Is>
+  static void run_with(GenericFn g, TraceContext& ctx, const std::vector<ParamInfo>& params,
+                       const TraceRequest& req, std::index_sequence<Is...>) {
+    auto fn = reinterpret_cast<void (*)(Ps...)>(g);
+    size_t ri = 0, ci = 0;
+    // Braced initialization runs left to right: parameters are created in order.
+    std::tuple<std::decay_t<Ps>...> args{make_arg<std::decay_t<Ps>>(ctx, params[Is], req, ri, ci)...};
+    if (!ctx.ok()) return;
+    std::apply(fn, args);
+  }
+};
+
+template <class... Ps>
+Instantiation make_instantiation(void (*fn)(Ps...)) {
+  Instantiation inst;
+  inst.params = {param_info<std::decay_t<Ps>>()...};
+  inst.fn = reinterpret_cast<GenericFn>(fn);
+  inst.invoke = &Invoker<Ps...>::run;
+  return inst;
+}
+
+// Applies the registration string to every instantiation; returns a problem or "".
+std::string apply_param_spec(std::string_view spec, std::vector<Instantiation>& insts);
+
+template <class F>
+struct Arity;
+template <class... Ps>
+struct Arity<void (*)(Ps...)> {
+  static constexpr int value = sizeof...(Ps);
+};
+
+}  // namespace detail
+
+template <FixedString Spec, class... Ps>
+KernelRegistration& register_kernel(const char* name, void (*fn)(Ps...), const char* file, int line) {
+  static_assert(count_entries(Spec) == sizeof...(Ps),
+                "KILN_KERNEL: the parameter string must name every parameter of the kernel "
+                "function, in order (\"x, y, a\")");
+  KernelDef def;
+  def.name = name;
+  def.file = file;
+  def.line = line;
+  def.instantiations.push_back(detail::make_instantiation(fn));
+  def.problem = detail::apply_param_spec(Spec.text, def.instantiations);
+  return Registry::global().add(std::move(def));
+}
+
+template <FixedString Spec, class... Ts, class Get>
+KernelRegistration& register_generic(const char* name, Get get, const char* file, int line) {
+  static_assert(sizeof...(Ts) > 0, "KILN_KERNEL_GENERIC: list the element types to instantiate");
+  static_assert(((count_entries(Spec) ==
+                  detail::Arity<decltype(get.template operator()<Ts>())>::value) && ...),
+                "KILN_KERNEL_GENERIC: the parameter string must name every parameter of the "
+                "kernel function, in order");
+  KernelDef def;
+  def.name = name;
+  def.file = file;
+  def.line = line;
+  (def.instantiations.push_back(detail::make_instantiation(get.template operator()<Ts>())), ...);
+  def.problem = detail::apply_param_spec(Spec.text, def.instantiations);
+  return Registry::global().add(std::move(def));
+}
+
+}  // namespace kiln::dsl
+
+// Registers a kernel function under its own name.
+#define KILN_KERNEL(fn, params) KILN_KERNEL_AS(#fn, fn, params)
+
+// Registers a kernel function under another name (when the function's name is taken).
+#define KILN_KERNEL_AS(name, fn, params)                                                  \
+  [[maybe_unused]] static ::kiln::dsl::KernelRegistration& KILN_DSL_PP_CAT(kiln_kernel_,  \
+                                                                           __LINE__) =    \
+      ::kiln::dsl::register_kernel<params>(name, &fn, __FILE__, __LINE__)
+
+// Registers a function template once per listed element type, under one name; a launch (or
+// --dtype) picks the instantiation whose parameters have the requested types.
+#define KILN_KERNEL_GENERIC(fn, params, ...)                                              \
+  [[maybe_unused]] static ::kiln::dsl::KernelRegistration& KILN_DSL_PP_CAT(kiln_kernel_,  \
+                                                                           __LINE__) =    \
+      ::kiln::dsl::register_generic<params, __VA_ARGS__>(                                 \
+          #fn, []<class KilnT>() { return &fn<KilnT>; }, __FILE__, __LINE__)

@@ -1,0 +1,25 @@
+// row_sum: out[r] = sum of row r of a matrix; one cube per row. Shows shared memory and
+// barriers: each unit sums a strided part of the row, then the cube combines the partial sums
+// with a tree in shared memory. `units` is comptime, so the C++ loop over the tree runs at trace
+// time and the IR has one step per level. Launch with cube_dim == units.
+#include "compiler/dsl/dsl.h"
+
+using namespace kiln::dsl;
+
+void row_sum(Tensor<const f32> in, Tensor<f32> out, int units) {
+  auto partial = shared_array<f32>(static_cast<uint32_t>(units));
+  u32 row = cube_pos();
+  u32 lines = in.shape(1) / in.line_size();
+  Var<f32> acc = splat<f32>(0.0f, in.line_size());
+  for_range(unit_pos(), lines, units, [&](u32 j) { acc += in(row, j); });
+  partial[unit_pos()] = line_sum(acc);
+  sync_cube();
+  for (int s = units / 2; s > 0; s /= 2) {
+    if_(unit_pos() < s, [&] { partial[unit_pos()] += partial[unit_pos() + s]; });
+    sync_cube();
+  }
+  if_(unit_pos() == 0, [&] { out[row] = partial[0]; });
+}
+KILN_KERNEL(row_sum, "in: rank=2, out, units = 256")
+    .cube_dim(256)
+    .describe("sum of each row, a tree reduction in shared memory");

@@ -1,0 +1,182 @@
+// Registration strings, the registry, comptime value types, and deterministic tracing.
+#include <catch2/catch.hpp>
+
+#include "compiler/dsl/dsl.h"
+#include "kernels/kernels.h"
+#include "tests/compiler/dsl/dsl_test_util.h"
+
+using namespace kiln;
+using namespace kiln::dsl;
+using Catch::Contains;
+
+namespace {
+
+void r_missing_default(Tensor<f32> y, int n) { y[0] = cast<f32>(cast<u32>(n)); }
+KILN_KERNEL(r_missing_default, "y, n");
+
+void r_default_on_runtime(Tensor<f32> y) { y[0] = 1.0f; }
+KILN_KERNEL(r_default_on_runtime, "y = 3");
+
+void r_bad_attr(Tensor<f32> y) { y[0] = 1.0f; }
+KILN_KERNEL(r_bad_attr, "y: line=3");
+
+void r_bad_default(Tensor<f32> y, bool flag) { if_(flag, [&] { y[0] = 1.0f; }); }
+KILN_KERNEL(r_bad_default, "y, flag = maybe");
+
+void r_duplicate(Tensor<f32> y) { y[0] = 1.0f; }
+KILN_KERNEL(r_duplicate, "y");
+KILN_KERNEL_AS("r_duplicate", r_duplicate, "y");
+
+enum class Mode { Fast, Precise };
+KILN_COMPTIME_ENUM(Mode, Fast, Precise)
+struct Shape2 {
+  int rows = 0;
+  unsigned cols = 0;
+};
+KILN_COMPTIME_STRUCT(Shape2, rows, cols)
+
+}  // namespace
+
+TEST_CASE("registration problems are kept and reported when the kernel is used",
+          "[dsl][registry]") {
+  auto problem = [](const char* name) {
+    const KernelDef* d = Registry::global().find(name);
+    REQUIRE(d);
+    return d->problem;
+  };
+  CHECK(problem("r_missing_default") ==
+        "comptime parameter 'n' needs a default: write \"n = VALUE\"");
+  CHECK(problem("r_default_on_runtime") ==
+        "'y' is a runtime parameter (tensor); only comptime parameters take defaults");
+  CHECK_THAT(problem("r_bad_attr"), Contains("'y': unknown or invalid attribute 'line=3'"));
+  CHECK(problem("r_bad_default") == "default of 'flag': 'maybe' is not a valid bool");
+  CHECK_THAT(test::trace_error("r_missing_default"),
+             Contains("kernel 'r_missing_default' is not registered correctly: comptime "
+                      "parameter 'n' needs a default"));
+  // The second registration of a name carries the problem; the first still works.
+  std::vector<const KernelDef*> dups;
+  for (const KernelDef* d : Registry::global().all())
+    if (d->name == "r_duplicate") dups.push_back(d);
+  REQUIRE(dups.size() == 2);
+  CHECK(dups[0]->problem.empty());
+  CHECK_THAT(dups[1]->problem, Contains("kernel 'r_duplicate' is registered twice"));
+}
+
+TEST_CASE("the example kernels are registered with their parameters", "[dsl][registry]") {
+  const auto names = kernels::builtin_names();
+  for (const char* want : {"axpy", "row_sum", "plane_sum", "histogram", "stencil2d",
+                           "scale_generic", "poly_unrolled", "early_exit"}) {
+    INFO(want);
+    CHECK(std::find(names.begin(), names.end(), want) != names.end());
+    const KernelDef* d = Registry::global().find(want);
+    REQUIRE(d);
+    CHECK(d->problem.empty());
+    CHECK_FALSE(d->description.empty());
+  }
+  const KernelDef* rs = Registry::global().find("row_sum");
+  const auto& p = rs->instantiations[0].params;
+  REQUIRE(p.size() == 3);
+  CHECK(p[0].name == "in");
+  CHECK(p[0].kind == ParamKind::Tensor);
+  CHECK(p[0].const_qualified);
+  CHECK(p[0].default_rank == 2);
+  CHECK(p[2].kind == ParamKind::Comptime);
+  CHECK(p[2].comptime_type == "int");
+  CHECK(p[2].default_value->format() == "256");
+  CHECK(Registry::global().find("scale_generic")->instantiations.size() == 4);
+}
+
+TEST_CASE("comptime value types parse, format and encode", "[dsl][comptime]") {
+  CHECK(ComptimeTraits<int>::parse(" -12 ") == -12);
+  CHECK_FALSE(ComptimeTraits<int>::parse("12x").has_value());
+  CHECK_FALSE(ComptimeTraits<uint8_t>::parse("300").has_value());
+  CHECK(ComptimeTraits<bool>::parse("true") == true);
+  CHECK(ComptimeTraits<double>::parse("2.5") == 2.5);
+  CHECK(ComptimeTraits<Mode>::parse("Precise") == Mode::Precise);
+  CHECK(ComptimeTraits<Mode>::parse("Mode::Fast") == Mode::Fast);
+  CHECK_FALSE(ComptimeTraits<Mode>::parse("Slow").has_value());
+  CHECK(ComptimeTraits<Mode>::format(Mode::Precise) == "Precise");
+  auto s = ComptimeTraits<Shape2>::parse("{cols=4, rows=-2}");
+  REQUIRE(s.has_value());
+  CHECK(s->rows == -2);
+  CHECK(s->cols == 4u);
+  CHECK(ComptimeTraits<Shape2>::format(*s) == "{rows=-2, cols=4}");
+  CHECK_FALSE(ComptimeTraits<Shape2>::parse("{rows=1}").has_value());        // a field missing
+  CHECK_FALSE(ComptimeTraits<Shape2>::parse("{rows=1, cols=2, x=3}").has_value());
+  CHECK_FALSE(ComptimeTraits<Shape2>::parse("rows=1, cols=2").has_value());  // no braces
+
+  // Type-erased values keep their type and encode their bytes.
+  ComptimeValue v = ComptimeValue::of(*s);
+  CHECK(v.type_name() == "Shape2");
+  CHECK(v.get<Shape2>()->cols == 4u);
+  CHECK(v.get<int>() == nullptr);
+  uint8_t buf[16];
+  KeyWriter w(buf, sizeof buf);
+  v.encode(w);
+  CHECK(w.size() == sizeof(int) + sizeof(unsigned));
+  KeyWriter tiny(buf, 2);
+  v.encode(tiny);
+  CHECK(tiny.overflow());
+}
+
+TEST_CASE("tracing is deterministic", "[dsl][determinism]") {
+  for (const KernelDef* d : Registry::global().all()) {
+    if (!d->problem.empty()) continue;
+    auto sel = dsl::select(*d, {});
+    REQUIRE(sel.ok());
+    auto a = dsl::trace(*d, *sel->inst, sel->request);
+    auto b = dsl::trace(*d, *sel->inst, sel->request);
+    INFO(d->name);
+    REQUIRE(a.ok() == b.ok());
+    if (a.ok()) CHECK(ir::print(*a) == ir::print(*b));
+    else CHECK(a.error().message == b.error().message);
+  }
+}
+
+TEST_CASE("the example kernels trace for several comptime values and line widths",
+          "[dsl][examples]") {
+  struct Case {
+    const char* kernel;
+    std::vector<std::pair<std::string, std::string>> set;
+    std::vector<std::pair<std::string, int>> lines;
+  };
+  const std::vector<Case> cases = {
+      {"axpy", {}, {{"x", 1}, {"y", 1}}},
+      {"axpy", {}, {{"x", 8}, {"y", 8}}},
+      {"axpy", {}, {{"x", 16}, {"y", 16}}},
+      {"row_sum", {{"units", "32"}}, {}},
+      {"row_sum", {{"units", "128"}}, {{"in", 4}}},
+      {"row_sum", {{"units", "1024"}}, {{"in", 8}}},
+      {"plane_sum", {{"max_planes", "8"}}, {}},
+      {"histogram", {{"bins", "16"}}, {}},
+      {"histogram", {{"bins", "1000"}}, {}},
+      {"stencil2d", {}, {}},
+      {"scale_generic", {}, {{"x", 2}}},
+      {"poly_unrolled", {{"degree", "0"}}, {}},
+      {"poly_unrolled", {{"degree", "20"}}, {{"x", 8}, {"y", 8}}},
+      {"early_exit", {}, {{"x", 4}, {"y", 4}}},
+  };
+  for (const Case& c : cases) {
+    dsl::SpecOptions o;
+    for (const auto& [k, v] : c.set) o.set[k] = v;
+    for (const auto& [k, v] : c.lines) o.line[k] = v;
+    INFO(c.kernel);
+    const std::string ir = test::traced_ir(c.kernel, o);
+    CHECK_THAT(ir, Contains("kernel @" + std::string(c.kernel)));
+  }
+  // scale_generic in every element type it was instantiated for.
+  for (const char* t : {"f32", "f64", "f16", "bf16"}) {
+    dsl::SpecOptions o;
+    o.dtype["x"] = t;
+    CHECK_THAT(test::traced_ir("scale_generic", o),
+               Contains(std::string("%x: tensor<") + t + "x4, 1>, %factor: " + t));
+  }
+  // A comptime-unrolled loop: degree 20 gives 20 fmas and no loop.
+  dsl::SpecOptions o;
+  o.set["degree"] = "20";
+  const std::string poly = test::traced_ir("poly_unrolled", o);
+  size_t fmas = 0;
+  for (size_t p = poly.find("= fma "); p != std::string::npos; p = poly.find("= fma ", p + 1)) ++fmas;
+  CHECK(fmas == 20);
+  CHECK_THAT(poly, !Contains("for %"));
+}

@@ -1,0 +1,66 @@
+// `kiln list`: the registered kernels with their parameters and comptime defaults.
+#include <fmt/format.h>
+
+#include "compiler/dsl/registry.h"
+#include "tools/cli/commands.h"
+
+namespace kiln::cli {
+
+namespace {
+
+std::string describe_param(const dsl::ParamInfo& p) {
+  using dsl::ParamKind;
+  switch (p.kind) {
+    case ParamKind::Tensor:
+      return fmt::format("{}: tensor<{}>{}  (default rank {}, line {})", p.name,
+                         ir::elem_name(p.dtype), p.const_qualified ? " read-only" : "",
+                         p.default_rank, p.default_line);
+    case ParamKind::Array:
+      return fmt::format("{}: array<{}>{}  (default line {})", p.name, ir::elem_name(p.dtype),
+                         p.const_qualified ? " read-only" : "", p.default_line);
+    case ParamKind::Scalar: return fmt::format("{}: {}", p.name, ir::elem_name(p.dtype));
+    case ParamKind::Comptime:
+      return fmt::format("{}: {} = {}  (comptime)", p.name, p.comptime_type,
+                         p.default_value ? p.default_value->format() : "?");
+  }
+  return p.name;
+}
+
+}  // namespace
+
+Command add_list_command(CLI::App& app) {
+  auto* sub = app.add_subcommand("list", "List the registered kernels and their parameters");
+  auto names_only = std::make_shared<bool>(false);
+  auto plugins = std::make_shared<std::vector<std::string>>();
+  sub->add_flag("--names", *names_only, "Print only the kernel names, one per line");
+  sub->add_option("--plugin", *plugins, "Load kernels from a shared library first (repeatable)");
+  return {sub, [=]() -> int {
+            if (auto st = load_kernels(*plugins); !st) {
+              print_error(st.error());
+              return 1;
+            }
+            for (const dsl::KernelDef* d : dsl::Registry::global().all()) {
+              if (*names_only) {
+                fmt::print("{}\n", d->name);
+                continue;
+              }
+              std::string types;
+              if (d->instantiations.size() > 1) {
+                for (const auto& inst : d->instantiations)
+                  types += (types.empty() ? "" : " | ") + inst.dtype_summary();
+              }
+              fmt::print("{}{}{}\n", d->name, d->description.empty() ? "" : "  -  ",
+                         d->description);
+              fmt::print("  cube_dim {}x{}x{}, from {}:{}{}\n", d->default_cube_dim[0],
+                         d->default_cube_dim[1], d->default_cube_dim[2], d->file, d->line,
+                         d->origin == "built in" ? "" : " (plugin " + d->origin + ")");
+              if (!d->problem.empty()) fmt::print("  PROBLEM: {}\n", d->problem);
+              for (const auto& p : d->instantiations.front().params)
+                fmt::print("  {}\n", describe_param(p));
+              if (!types.empty()) fmt::print("  instantiations: {}\n", types);
+            }
+            return 0;
+          }};
+}
+
+}  // namespace kiln::cli

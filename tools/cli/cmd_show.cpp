@@ -1,0 +1,129 @@
+// `kiln show KERNEL`: every stage of code for a registered kernel, for any target.
+#include <fmt/format.h>
+
+#include "compiler/dsl/registry.h"
+#include "ir/printer.h"
+#include "tools/cli/commands.h"
+
+namespace kiln::cli {
+
+namespace {
+
+struct ShowOptions {
+  std::string kernel;
+  std::string emit = "ir";
+  std::vector<std::string> set, line, dtype, rank, read_only, plugins;
+  std::string cube_dim;
+};
+
+Result<std::array<uint32_t, 3>> parse_cube_dim(const std::string& s) {
+  std::array<uint32_t, 3> d{1, 1, 1};
+  size_t start = 0;
+  for (int i = 0; i < 3; ++i) {
+    const size_t comma = s.find(',', start);
+    const std::string part = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    unsigned long v = 0;
+    try {
+      size_t used = 0;
+      v = std::stoul(part, &used);
+      if (used != part.size()) throw std::invalid_argument("");
+    } catch (...) {
+      return Error(ErrorKind::InvalidArgument,
+                   fmt::format("--cube-dim takes X[,Y[,Z]] with positive integers, got '{}'", s));
+    }
+    if (v == 0 || v > 1024)
+      return Error(ErrorKind::InvalidArgument,
+                   fmt::format("--cube-dim: {} is out of range (1 to 1024)", v));
+    d[i] = static_cast<uint32_t>(v);
+    if (comma == std::string::npos) return d;
+    start = comma + 1;
+  }
+  return Error(ErrorKind::InvalidArgument, fmt::format("--cube-dim takes at most 3 values, got '{}'", s));
+}
+
+Result<std::map<std::string, int>> parse_int_map(const std::vector<std::string>& items,
+                                                 const std::string& what) {
+  KILN_ASSIGN(auto raw, parse_assignments(items, what));
+  std::map<std::string, int> out;
+  for (const auto& [k, v] : raw) {
+    try {
+      size_t used = 0;
+      out[k] = std::stoi(v, &used);
+      if (used != v.size()) throw std::invalid_argument("");
+    } catch (...) {
+      return Error(ErrorKind::InvalidArgument, fmt::format("{} {}={}: not an integer", what, k, v));
+    }
+  }
+  return out;
+}
+
+Result<const dsl::KernelDef*> find_kernel(const std::string& name) {
+  if (const dsl::KernelDef* d = dsl::Registry::global().find(name)) return d;
+  std::string names;
+  for (const dsl::KernelDef* d : dsl::Registry::global().all())
+    names += (names.empty() ? "" : ", ") + d->name;
+  return Error(ErrorKind::NotFound,
+               fmt::format("no kernel named '{}'; registered kernels: {}", name, names));
+}
+
+int run_show(const ShowOptions& o) {
+  auto fail = [](const Error& e) {
+    print_error(e);
+    return 1;
+  };
+  if (auto st = load_kernels(o.plugins); !st) return fail(st.error());
+  auto def = find_kernel(o.kernel);
+  if (!def) return fail(def.error());
+
+  dsl::SpecOptions spec;
+  auto set = parse_assignments(o.set, "--set");
+  if (!set) return fail(set.error());
+  spec.set = *set;
+  auto dtype = parse_assignments(o.dtype, "--dtype");
+  if (!dtype) return fail(dtype.error());
+  spec.dtype = *dtype;
+  auto line = parse_int_map(o.line, "--line");
+  if (!line) return fail(line.error());
+  spec.line = *line;
+  auto rank = parse_int_map(o.rank, "--rank");
+  if (!rank) return fail(rank.error());
+  spec.rank = *rank;
+  for (const std::string& n : o.read_only) spec.read_only[n] = true;
+  if (!o.cube_dim.empty()) {
+    auto cd = parse_cube_dim(o.cube_dim);
+    if (!cd) return fail(cd.error());
+    spec.cube_dim = *cd;
+  }
+  auto sel = dsl::select(**def, spec);
+  if (!sel) return fail(sel.error());
+  auto k = dsl::trace(**def, *sel->inst, sel->request);
+  if (!k) return fail(k.error());
+  if (o.emit == "ir") {
+    fmt::print("{}", ir::print(*k));
+    return 0;
+  }
+  return fail(Error(ErrorKind::InvalidArgument,
+                    fmt::format("unknown --emit '{}'; choose one of: ir", o.emit)));
+}
+
+}  // namespace
+
+Command add_show_command(CLI::App& app) {
+  auto* sub = app.add_subcommand("show", "Show the code of a registered kernel at any stage");
+  auto o = std::make_shared<ShowOptions>();
+  sub->add_option("KERNEL", o->kernel, "A registered kernel (see kiln list)")->required();
+  sub->add_option("--emit", o->emit, "What to print: ir")->capture_default_str();
+  sub->add_option("--set", o->set, "Comptime value NAME=VALUE (repeatable)");
+  sub->add_option("--line", o->line, "Line width NAME=WIDTH of a tensor or array (repeatable)");
+  sub->add_option("--dtype", o->dtype,
+                  "Element type NAME=TYPE, picking an instantiation of a generic kernel");
+  sub->add_option("--rank", o->rank, "Rank NAME=R of a tensor (repeatable)");
+  sub->add_option("--read-only", o->read_only, "Pass tensor or array NAME read-only (repeatable)");
+  sub->add_option("--cube-dim", o->cube_dim, "Units per cube X[,Y[,Z]]");
+  sub->add_option("--plugin", o->plugins, "Load kernels from a shared library first (repeatable)");
+  sub->footer("Without options the kernel's registered defaults are used. The IR printed by "
+              "--emit ir is valid input to `kiln ir`.");
+  return {sub, [o]() -> int { return run_show(*o); }};
+}
+
+}  // namespace kiln::cli
