@@ -69,6 +69,11 @@
 // Control flow. `for %i = %a to %b step %s` runs %i = a, a+s, ... while i < b (step > 0)
 //   or i > b (step < 0); step == 0 runs no iteration. `loop` repeats until `break`. break,
 //   continue and return are the last op of their region. return ends the unit's kernel.
+// Lowered kernels. The CPU backend rewrites a kernel so that its body runs once per cube:
+//   `units %u = %a to %b { ... }` runs its body for each unit index u in [a, b) in turn (u is
+//   the linear unit_pos). Such a kernel has no unit_pos/absolute_pos/plane_lane/plane_pos,
+//   barriers or plane ops left. Inside a units body, `continue` moves to the next unit and
+//   `return` ends the current unit's iteration; alloc.local may appear at the top of a body.
 // Debugging. print formats each `{}` with the next operand (lines as [a, b, ...]) and
 //   delivers lines to the host in order at sync; a failing assert stops nothing but is reported
 //   by sync as an error naming its source line.

@@ -122,7 +122,8 @@ int sig_operand_count(Sig sig) {
     case Sig::Insert:
     case Sig::Load:
     case Sig::VarWrite:
-    case Sig::PlaneLane: return 2;
+    case Sig::PlaneLane:
+    case Sig::Units: return 2;
     case Sig::Ternary:
     case Sig::Select:
     case Sig::Store:
@@ -142,6 +143,7 @@ bool sig_has_result(Sig sig) {
     case Sig::If:
     case Sig::For:
     case Sig::Loop:
+    case Sig::Units:
     case Sig::Jump:
     case Sig::Print:
     case Sig::Assert: return false;
@@ -165,7 +167,8 @@ int sig_region_count(Sig sig) {
   switch (sig) {
     case Sig::If: return 2;
     case Sig::For:
-    case Sig::Loop: return 1;
+    case Sig::Loop:
+    case Sig::Units: return 1;
     default: return 0;
   }
 }
@@ -439,6 +442,10 @@ std::string check_op_types(OpKind kind, std::span<const Type> ops, const Attr& a
         return fmt::format("the bounds of 'for' must be scalars, got {}", tn(ops[0]));
       if (attr.i > 1024 && attr.i != kUnrollFull)
         return fmt::format("unroll factor {} is too large (at most 1024, or 'full')", attr.i);
+      break;
+    case Sig::Units:
+      KILN_REQ(need_u32(0, "start"));
+      KILN_REQ(need_u32(1, "end"));
       break;
     case Sig::Print: {
       for (size_t i = 0; i < ops.size(); ++i)

@@ -58,6 +58,7 @@ enum class Sig : uint8_t {
   If,             // if %c { ... } [else { ... }]
   For,            // for %i = %a to %b step %s [unroll N|full] { ... }
   Loop,           // loop { ... }
+  Units,          // units %u = %a to %b { ... }          a, b: u32 (lowered kernels only)
   Jump,           // break | continue | return
   Print,          // print "FORMAT"[, %a]...
   Assert,         // assert %c, "MESSAGE"

@@ -485,6 +485,20 @@ class Parser {
         op.regions.resize(1);
         parse_block(op.regions[0], depth + 1);
         return op;
+      case Sig::Units: {
+        if (tok_.kind != Tok::Value) expected("the unit index such as %4");
+        const Token u_tok = tok_;
+        advance();
+        expect_punct('=');
+        op.operands.push_back(use_value());
+        expect_ident("to");
+        op.operands.push_back(use_value());
+        op.loc = parse_optional_loc();
+        op.regions.resize(1);
+        op.regions[0].args.push_back(define_value(u_tok, Type::value(ElemType::U32)));
+        parse_block(op.regions[0], depth + 1);
+        return op;
+      }
       case Sig::Const:
         if (tok_.kind != Tok::Number && tok_.kind != Tok::Ident) expected("a literal");
         literal = tok_.text;

@@ -140,6 +140,15 @@ class Printer {
         close_region(depth);
         return;
       }
+      case Sig::Units: {
+        const std::string u = !op.regions.empty() && !op.regions[0].args.empty()
+                                  ? name(op.regions[0].args[0])
+                                  : "%?";
+        open_region(fmt::format("units {} = {} to {}", u, opnd(0), opnd(1)), op, depth);
+        if (!op.regions.empty()) region(op.regions[0], depth + 1);
+        close_region(depth);
+        return;
+      }
       case Sig::Loop:
         open_region("loop", op, depth);
         if (!op.regions.empty()) region(op.regions[0], depth + 1);

@@ -110,6 +110,12 @@ class Analysis {
         returned_ = after;
         return;
       }
+      case OpKind::Units:  // a lowered kernel's loop over units: its index differs per unit
+        if (!op.regions.empty()) {
+          for (ValueId a : op.regions[0].args) raise(a, U::Varying);
+          walk_region(op.regions[0], Control{U::Varying, &op});
+        }
+        return;
       case OpKind::For:
       case OpKind::Loop: {
         Control inner = eff;

@@ -33,8 +33,12 @@ class Verifier {
 
   Status run() {
     check_kernel();
-    if (errors_.empty()) region(k_.body, 0, 0);
-    if (errors_.empty()) check_uniformity();
+    walk(k_.body, [&](const Op& op) {
+      if (op.kind == OpKind::Units) lowered_ = true;
+    });
+    if (errors_.empty()) region(k_.body, 0, 0, false);
+    // A lowered kernel has no barriers left to check.
+    if (errors_.empty() && !lowered_) check_uniformity();
     if (errors_.empty()) return {};
     std::string msg;
     for (size_t i = 0; i < errors_.size(); ++i) msg += (i ? "\n" : "") + errors_[i];
@@ -121,7 +125,9 @@ class Verifier {
     defined_[v] = visible_[v] = 1;
   }
 
-  void region(const Region& r, int depth, int loops) {
+  // `loops` counts enclosing loops; `in_units` says whether the innermost one is a units loop
+  // (a lowered kernel's loop over units, which `break` cannot leave).
+  void region(const Region& r, int depth, int loops, bool in_units, bool units_body = false) {
     if (depth > kMaxDepth) {
       error(kernel_where(), fmt::format("regions are nested deeper than {}", kMaxDepth));
       return;
@@ -129,20 +135,22 @@ class Verifier {
     std::vector<ValueId> defined_here;
     for (size_t i = 0; i < r.ops.size(); ++i) {
       const Op& op = r.ops[i];
-      check_op(op, depth, loops);
+      check_op(op, depth, loops, in_units, units_body);
       if (static_cast<int>(op.kind) >= kNumOpKinds) continue;
       if (has_flag(op.kind, op_flags::Terminator) && i + 1 != r.ops.size())
         op_error(r.ops[i + 1], fmt::format("this op follows '{}' in the same block and would "
                                            "never run; remove it",
                                            op_name(op.kind)));
-      const bool is_loop = op.kind == OpKind::For || op.kind == OpKind::Loop;
+      const bool is_loop =
+          op.kind == OpKind::For || op.kind == OpKind::Loop || op.kind == OpKind::Units;
       for (const Region& sub : op.regions) {
         std::vector<ValueId> args_here;
         for (ValueId a : sub.args) {
           define(a, op);
           if (a < visible_.size()) args_here.push_back(a);
         }
-        region(sub, depth + 1, loops + (is_loop ? 1 : 0));
+        region(sub, depth + 1, loops + (is_loop ? 1 : 0),
+               is_loop ? op.kind == OpKind::Units : in_units, op.kind == OpKind::Units);
         for (ValueId a : args_here) visible_[a] = 0;
       }
       if (op.result != kNoValue) {
@@ -153,7 +161,7 @@ class Verifier {
     for (ValueId v : defined_here) visible_[v] = 0;
   }
 
-  void check_op(const Op& op, int depth, int loops) {
+  void check_op(const Op& op, int depth, int loops, bool in_units, bool units_body) {
     if (static_cast<int>(op.kind) >= kNumOpKinds) {
       error(kernel_where(), "an op has an invalid kind");
       return;
@@ -200,7 +208,7 @@ class Verifier {
       return;
     }
     for (size_t i = 0; i < op.regions.size(); ++i) {
-      const size_t want_args = op.kind == OpKind::For ? 1 : 0;
+      const size_t want_args = op.kind == OpKind::For || op.kind == OpKind::Units ? 1 : 0;
       if (op.regions[i].args.size() != want_args) {
         op_error(op, fmt::format("a '{}' region must define {} value{}", info.name, want_args,
                                  want_args == 1 ? "" : "s"));
@@ -227,8 +235,27 @@ class Verifier {
         op_error(op, fmt::format("the induction variable of 'for' must have the bounds' type {}",
                                  type_name(types[0])));
     }
+    if (op.kind == OpKind::Units && op.regions[0].args[0] < k_.value_types.size() &&
+        !(k_.type_of(op.regions[0].args[0]) == Type::value(ElemType::U32)))
+      op_error(op, "the unit index of 'units' must be u32");
+    // Lowered kernels (with units loops) run their body once per cube: what refers to one
+    // unit must be inside a units loop, and barriers and plane ops are gone.
+    if (lowered_) {
+      if (op.kind == OpKind::Units && in_units)
+        op_error(op, "'units' loops do not nest");
+      if (op.kind == OpKind::UnitPos || op.kind == OpKind::AbsolutePos ||
+          op.kind == OpKind::PlaneLane || op.kind == OpKind::PlanePos ||
+          has_flag(op.kind, op_flags::Barrier) || has_flag(op.kind, op_flags::PlaneOp))
+        op_error(op, fmt::format("'{}' cannot appear in a lowered kernel (one with units "
+                                 "loops); compute it from the unit index",
+                                 info.name));
+      if (op.kind == OpKind::Break && in_units)
+        op_error(op, "'break' cannot leave a units loop");
+    }
     // Placement.
-    if ((op.kind == OpKind::AllocShared || op.kind == OpKind::AllocLocal) && depth != 0)
+    if (op.kind == OpKind::AllocLocal && units_body) {
+      // per-unit memory of a lowered kernel, allocated for each unit
+    } else if ((op.kind == OpKind::AllocShared || op.kind == OpKind::AllocLocal) && depth != 0)
       op_error(op, fmt::format("'{}' must be at the top level of the kernel, not inside control "
                                "flow: memory is allocated once per {}",
                                info.name, op.kind == OpKind::AllocShared ? "cube" : "unit"));
@@ -281,6 +308,7 @@ class Verifier {
   std::vector<uint8_t> defined_, visible_;
   std::vector<std::string> errors_;
   bool truncated_ = false;
+  bool lowered_ = false;
 };
 
 }  // namespace

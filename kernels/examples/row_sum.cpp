@@ -14,8 +14,12 @@ void row_sum(Tensor<const f32> in, Tensor<f32> out, int units) {
   for_range(unit_pos(), lines, units, [&](u32 j) { acc += in(row, j); });
   partial[unit_pos()] = line_sum(acc);
   sync_cube();
-  for (int s = units / 2; s > 0; s /= 2) {
-    if_(unit_pos() < s, [&] { partial[unit_pos()] += partial[unit_pos() + s]; });
+  // Halve the number of partial sums until one is left (any cube size, not only powers of 2).
+  int width = 1;
+  while (width < units) width *= 2;
+  for (int s = width / 2; s > 0; s /= 2) {
+    if_(unit_pos() < s && unit_pos() + s < units,
+        [&] { partial[unit_pos()] += partial[unit_pos() + s]; });
     sync_cube();
   }
   if_(unit_pos() == 0, [&] { out[row] = partial[0]; });

@@ -121,6 +121,7 @@ std::vector<Case> cases() {
       {OpKind::If, "  if %i {\n  }\n", "the condition of 'if' must be a bool scalar, got i32"},
       {OpKind::For, "  for %0 = %f to %f step %f {\n  }\n", "'for' takes integers, but its first operand is f32"},
       {OpKind::Loop, kVaryingIf.substr(0, kVaryingIf.size() - 10) + "  loop {\n    if %c {\n      break\n    }\n    sync_cube\n  }\n", "the 'break' at t.kir:6:7 runs for some units only"},
+      {OpKind::Units, "  units %0 = %f to %u {\n  }\n", "the start of 'units' must be u32, got f32"},
       {OpKind::Break, "  break\n", "t.kir:2:3: error: 'break' outside a loop; it must be inside a 'for' or 'loop'"},
       {OpKind::Continue, "  if %b {\n    continue\n  }\n", "t.kir:3:5: error: 'continue' outside a loop"},
       {OpKind::Return, "  return\n  %0 = unit_pos : u32\n", "t.kir:3:3: error: this op follows 'return' in the same block and would never run"},
@@ -153,6 +154,19 @@ TEST_CASE("values are scoped to their region", "[ir][verifier]") {
                          "  %3 = add %2, %1 : u32\n"),
              Catch::Contains("'add' uses %2 outside the region"));
   CHECK(verify_body("  %0 = neg %f : f32\n  if %b {\n    %1 = neg %0 : f32\n  }\n") == "(ok)");
+}
+
+TEST_CASE("lowered kernels keep unit-level ops inside units loops", "[ir][verifier]") {
+  CHECK_THAT(verify_body("  %0 = const 0 : u32\n  units %1 = %0 to %u {\n    %2 = unit_pos : u32\n  }\n"),
+             Catch::Contains("t.kir:4:5: error: 'unit_pos' cannot appear in a lowered kernel"));
+  CHECK_THAT(verify_body("  %0 = const 0 : u32\n  units %1 = %0 to %u {\n    units %2 = %0 to %u {\n    }\n  }\n"),
+             Catch::Contains("'units' loops do not nest"));
+  CHECK_THAT(verify_body("  %0 = const 0 : u32\n  units %1 = %0 to %u {\n    break\n  }\n"),
+             Catch::Contains("'break' cannot leave a units loop"));
+  CHECK_THAT(verify_body("  %0 = const 0 : u32\n  units %1 = %0 to %u {\n  }\n  sync_cube\n"),
+             Catch::Contains("'sync_cube' cannot appear in a lowered kernel"));
+  CHECK(verify_body("  %0 = const 0 : u32\n  units %1 = %0 to %u {\n    %2 = alloc.local : local<f32, 2>\n"
+                    "    continue\n  }\n") == "(ok)");
 }
 
 TEST_CASE("kernel-level rules", "[ir][verifier]") {

@@ -2,6 +2,8 @@
 #include <fmt/format.h>
 
 #include "compiler/dsl/registry.h"
+#include "compiler/cpu/backend.h"
+#include "compiler/passes/pipeline.h"
 #include "ir/printer.h"
 #include "tools/cli/commands.h"
 
@@ -12,6 +14,9 @@ namespace {
 struct ShowOptions {
   std::string kernel;
   std::string emit = "ir";
+  std::string target = "cpu";
+  std::string cpu;       // another x86 CPU, for inspection
+  std::string features;  // extra features, for inspection
   std::vector<std::string> set, line, dtype, rank, read_only, plugins;
   std::string cube_dim;
 };
@@ -102,8 +107,32 @@ int run_show(const ShowOptions& o) {
     fmt::print("{}", ir::print(*k));
     return 0;
   }
-  return fail(Error(ErrorKind::InvalidArgument,
-                    fmt::format("unknown --emit '{}'; choose one of: ir", o.emit)));
+  if (o.target != "cpu")
+    return fail(Error(ErrorKind::InvalidArgument,
+                      fmt::format("unknown --target '{}'; choose cpu", o.target)));
+  const bool known = o.emit == "ir-opt" || o.emit == "llvm" || o.emit == "llvm-opt" || o.emit == "asm";
+  if (!known)
+    return fail(Error(ErrorKind::InvalidArgument,
+                      fmt::format("unknown --emit '{}'; choose one of: ir, ir-opt, llvm, llvm-opt, "
+                                  "asm",
+                                  o.emit)));
+  auto lowered = passes::lower_for_cpu(std::move(*k));
+  if (!lowered) return fail(lowered.error());
+  if (o.emit == "ir-opt") {
+    fmt::print("{}", ir::print(*lowered));
+    return 0;
+  }
+  cpu::CompileOptions copts;
+  auto target = o.cpu.empty() && o.features.empty()
+                    ? cpu::host_target()
+                    : cpu::make_target(o.cpu.empty() ? "x86-64" : o.cpu, o.features);
+  if (!target) return fail(target.error());
+  copts.target = *target;
+  auto text = o.emit == "asm" ? cpu::emit_asm(*lowered, copts)
+                              : cpu::emit_llvm(*lowered, copts, o.emit == "llvm-opt");
+  if (!text) return fail(text.error());
+  fmt::print("{}", *text);
+  return 0;
 }
 
 }  // namespace
@@ -112,7 +141,13 @@ Command add_show_command(CLI::App& app) {
   auto* sub = app.add_subcommand("show", "Show the code of a registered kernel at any stage");
   auto o = std::make_shared<ShowOptions>();
   sub->add_option("KERNEL", o->kernel, "A registered kernel (see kiln list)")->required();
-  sub->add_option("--emit", o->emit, "What to print: ir")->capture_default_str();
+  sub->add_option("--emit", o->emit,
+                  "What to print: ir (traced), ir-opt (after the CPU passes), llvm (before LLVM "
+                  "optimization), llvm-opt, asm")
+      ->capture_default_str();
+  sub->add_option("--target", o->target, "cpu (the host)")->capture_default_str();
+  sub->add_option("--cpu", o->cpu, "Another x86 CPU for inspection (e.g. skylake, znver4, x86-64-v3)");
+  sub->add_option("--features", o->features, "CPU features for inspection (e.g. +avx2,-avx512f)");
   sub->add_option("--set", o->set, "Comptime value NAME=VALUE (repeatable)");
   sub->add_option("--line", o->line, "Line width NAME=WIDTH of a tensor or array (repeatable)");
   sub->add_option("--dtype", o->dtype,

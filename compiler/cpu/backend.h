@@ -1,0 +1,97 @@
+// The CPU backend: lowered kiln IR -> LLVM IR -> optimized for the host CPU -> object code ->
+// loaded into an ORC JIT. Also prints every stage for `kiln show --target cpu`. This header has
+// no LLVM types; everything LLVM lives in compiler/cpu/*.cpp.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compiler/cpu/abi.h"
+#include "ir/ir.h"
+
+namespace kiln::cpu {
+
+// A CPU to compile for: the host (the default), or another x86 CPU for inspection only.
+struct Target {
+  std::string triple;
+  std::string cpu;       // LLVM CPU name, e.g. "sapphirerapids"
+  std::string features;  // e.g. "+avx2,+fma,..."
+  int vector_bits = 128; // widest SIMD register: 512 with AVX-512, 256 with AVX, else 128
+  bool host = true;
+
+  // The widest useful line width for an element of `bytes` bytes (a power of two, <= 16).
+  int max_lanes(int bytes) const;
+  // A short description: "sapphirerapids (avx512, 512-bit vectors)".
+  std::string describe() const;
+};
+
+// The host CPU, from LLVM's host detection.
+Result<Target> host_target();
+// Another x86-64 CPU by LLVM name, with optional extra features ("+avx2,-avx512f").
+Result<Target> make_target(const std::string& cpu, const std::string& features);
+
+struct CompileOptions {
+  Target target;
+  bool fast_math = false;  // allow reassociation and approximate math
+};
+
+// Facts about a compiled kernel the runtime needs.
+struct KernelInfo {
+  std::string name;
+  std::string symbol;
+  std::array<uint32_t, 3> cube_dim{1, 1, 1};
+  uint32_t shared_bytes = 0;  // per-cube arena (shared memory and context arrays)
+  ArgLayout layout;
+  std::vector<PrintSite> prints;
+  std::vector<AssertSite> asserts;
+};
+
+// Milliseconds spent in each step of a compile.
+struct CompileTimings {
+  double codegen_ms = 0;   // kiln IR -> LLVM IR
+  double optimize_ms = 0;  // LLVM's O3 pipeline
+  double machine_ms = 0;   // LLVM code generation to object code
+  double link_ms = 0;      // loading the object into the JIT
+};
+
+// A kernel ready to run. Its code stays loaded as long as the object lives.
+class CompiledKernel {
+ public:
+  ~CompiledKernel();
+  EntryFn entry() const { return entry_; }
+  const KernelInfo& info() const { return info_; }
+  // The relocatable object code it was loaded from (what a disk cache stores).
+  const std::vector<char>& object() const { return object_; }
+
+ private:
+  friend class Jit;
+  CompiledKernel() = default;
+  EntryFn entry_ = nullptr;
+  KernelInfo info_;
+  std::vector<char> object_;
+  std::string dylib_;  // the JIT dylib holding the code
+};
+
+// Text of a stage for inspection. The kernel must be lowered (passes::lower_for_cpu).
+Result<std::string> emit_llvm(const ir::Kernel& lowered, const CompileOptions& opts, bool optimized);
+Result<std::string> emit_asm(const ir::Kernel& lowered, const CompileOptions& opts);
+
+// Object code for a lowered kernel, with the facts needed to load it again.
+struct ObjectCode {
+  std::vector<char> bytes;
+  KernelInfo info;
+};
+Result<ObjectCode> compile_object(const ir::Kernel& lowered, const CompileOptions& opts,
+                                  CompileTimings* timings = nullptr);
+
+// Loads object code into the JIT (no LLVM optimization or code generation). The target must
+// be the host.
+Result<std::unique_ptr<CompiledKernel>> load_object(ObjectCode obj, CompileTimings* timings = nullptr);
+
+// compile_object + load_object.
+Result<std::unique_ptr<CompiledKernel>> compile(const ir::Kernel& lowered, const CompileOptions& opts,
+                                                CompileTimings* timings = nullptr);
+
+}  // namespace kiln::cpu

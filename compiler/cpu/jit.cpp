@@ -1,0 +1,279 @@
+// Targets, LLVM's optimization pipeline, object code, and the process-wide ORC JIT.
+#include <algorithm>
+#include <chrono>
+#include <mutex>
+
+#include <fmt/format.h>
+#include <llvm/ExecutionEngine/Orc/AbsoluteSymbols.h>
+#include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/IR/LegacyPassManager.h>
+#include <llvm/MC/MCSubtargetInfo.h>
+#include <llvm/MC/TargetRegistry.h>
+#include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/Support/raw_ostream.h>
+#include <llvm/Target/TargetMachine.h>
+#include <llvm/TargetParser/Host.h>
+
+#include "compiler/cpu/backend.h"
+#include "compiler/cpu/codegen.h"
+
+namespace kiln::cpu {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+void init_llvm() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+    llvm::InitializeNativeTargetAsmParser();
+  });
+}
+
+std::string llvm_error(llvm::Error e) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << e;
+  return s;
+}
+
+Result<std::unique_ptr<llvm::TargetMachine>> target_machine(const Target& t) {
+  init_llvm();
+  std::string err;
+  const llvm::Target* target = llvm::TargetRegistry::lookupTarget(llvm::Triple(t.triple), err);
+  if (!target) return Error(ErrorKind::Unsupported, fmt::format("no LLVM target for {}: {}", t.triple, err));
+  llvm::TargetOptions to;
+  std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(
+      llvm::Triple(t.triple), t.cpu, t.features, to, llvm::Reloc::PIC_, std::nullopt,
+      llvm::CodeGenOptLevel::Aggressive));
+  if (!tm) return Error(ErrorKind::Unsupported, fmt::format("cannot target CPU '{}'", t.cpu));
+  return tm;
+}
+
+int vector_bits_of(const std::string& features) {
+  auto has = [&](const std::string& f) {
+    const std::string item = "+" + f;
+    size_t pos = 0;
+    while ((pos = features.find(item, pos)) != std::string::npos) {
+      const size_t end = pos + item.size();
+      if ((pos == 0 || features[pos - 1] == ',') && (end == features.size() || features[end] == ','))
+        return true;
+      pos = end;
+    }
+    return false;
+  };
+  if (has("avx512f")) return 512;
+  if (has("avx")) return 256;
+  return 128;
+}
+
+void optimize(llvm::Module& m, llvm::TargetMachine& tm) {
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  llvm::PipelineTuningOptions pto;
+  pto.LoopVectorization = true;
+  pto.SLPVectorization = true;
+  llvm::PassBuilder pb(&tm, pto);
+  pb.registerModuleAnalyses(mam);
+  pb.registerCGSCCAnalyses(cgam);
+  pb.registerFunctionAnalyses(fam);
+  pb.registerLoopAnalyses(lam);
+  pb.crossRegisterProxies(lam, fam, cgam, mam);
+  llvm::ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3);
+  mpm.run(m, mam);
+}
+
+Result<std::vector<char>> machine_code(llvm::Module& m, llvm::TargetMachine& tm,
+                                       llvm::CodeGenFileType kind) {
+  m.setDataLayout(tm.createDataLayout());
+  llvm::SmallVector<char, 0> buf;
+  llvm::raw_svector_ostream os(buf);
+  llvm::legacy::PassManager pm;
+  if (tm.addPassesToEmitFile(pm, os, nullptr, kind))
+    return Error(ErrorKind::Unsupported, "LLVM cannot emit code for this target");
+  pm.run(m);
+  return std::vector<char>(buf.begin(), buf.end());
+}
+
+// Generated and (optionally) optimized module for a kernel.
+struct Prepared {
+  std::unique_ptr<llvm::LLVMContext> ctx;
+  GeneratedModule gen;
+  std::unique_ptr<llvm::TargetMachine> tm;
+};
+
+Result<Prepared> prepare(const ir::Kernel& lowered, const CompileOptions& opts, bool optimized,
+                         CompileTimings* timings) {
+  Prepared p;
+  KILN_ASSIGN(p.tm, target_machine(opts.target));
+  p.ctx = std::make_unique<llvm::LLVMContext>();
+  auto t0 = Clock::now();
+  KILN_ASSIGN(p.gen, generate(*p.ctx, lowered, opts));
+  p.gen.module->setDataLayout(p.tm->createDataLayout());
+  if (timings) timings->codegen_ms = ms_since(t0);
+  if (optimized) {
+    t0 = Clock::now();
+    optimize(*p.gen.module, *p.tm);
+    if (timings) timings->optimize_ms = ms_since(t0);
+  }
+  return p;
+}
+
+}  // namespace
+
+// ---- targets -----------------------------------------------------------------------------------------
+
+int Target::max_lanes(int bytes) const {
+  int lanes = vector_bits / 8 / std::max(bytes, 1);
+  return std::clamp(lanes, 1, 16);
+}
+
+std::string Target::describe() const {
+  std::string isa = vector_bits >= 512 ? "AVX-512" : vector_bits >= 256 ? "AVX2/AVX" : "SSE";
+  return fmt::format("{} ({}, {}-bit vectors{})", cpu, isa, vector_bits, host ? ", host" : "");
+}
+
+Result<Target> host_target() {
+  init_llvm();
+  Target t;
+  t.triple = llvm::sys::getProcessTriple();
+  t.cpu = llvm::sys::getHostCPUName().str();
+  std::vector<std::string> feats;
+  for (const auto& f : llvm::sys::getHostCPUFeatures())
+    feats.push_back((f.getValue() ? "+" : "-") + f.getKey().str());
+  std::sort(feats.begin(), feats.end());  // deterministic: it is part of cache keys
+  for (const std::string& f : feats) t.features += (t.features.empty() ? "" : ",") + f;
+  t.vector_bits = vector_bits_of(t.features);
+  t.host = true;
+  return t;
+}
+
+Result<Target> make_target(const std::string& cpu, const std::string& features) {
+  init_llvm();
+  Target t;
+  t.triple = llvm::sys::getProcessTriple();
+  t.cpu = cpu;
+  t.features = features;
+  t.host = false;
+  KILN_ASSIGN(auto tm, target_machine(t));
+  const llvm::MCSubtargetInfo* sti = tm->getMCSubtargetInfo();
+  if (!sti->isCPUStringValid(cpu))
+    return Error(ErrorKind::InvalidArgument,
+                 fmt::format("unknown CPU '{}' (try x86-64, x86-64-v3, skylake, znver4, "
+                             "sapphirerapids, ...)",
+                             cpu));
+  t.vector_bits = sti->checkFeatures("+avx512f") ? 512 : sti->checkFeatures("+avx") ? 256 : 128;
+  return t;
+}
+
+// ---- stages --------------------------------------------------------------------------------------------
+
+Result<std::string> emit_llvm(const ir::Kernel& lowered, const CompileOptions& opts, bool optimized) {
+  KILN_ASSIGN(Prepared p, prepare(lowered, opts, optimized, nullptr));
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  p.gen.module->print(os, nullptr);
+  return s;
+}
+
+Result<std::string> emit_asm(const ir::Kernel& lowered, const CompileOptions& opts) {
+  KILN_ASSIGN(Prepared p, prepare(lowered, opts, true, nullptr));
+  KILN_ASSIGN(auto text, machine_code(*p.gen.module, *p.tm, llvm::CodeGenFileType::AssemblyFile));
+  return std::string(text.begin(), text.end());
+}
+
+Result<ObjectCode> compile_object(const ir::Kernel& lowered, const CompileOptions& opts,
+                                  CompileTimings* timings) {
+  KILN_ASSIGN(Prepared p, prepare(lowered, opts, true, timings));
+  const auto t0 = Clock::now();
+  KILN_ASSIGN(auto bytes, machine_code(*p.gen.module, *p.tm, llvm::CodeGenFileType::ObjectFile));
+  if (timings) timings->machine_ms = ms_since(t0);
+  return ObjectCode{std::move(bytes), std::move(p.gen.info)};
+}
+
+// ---- the JIT --------------------------------------------------------------------------------------------
+
+class Jit {
+ public:
+  static Result<Jit*> get() {
+    static std::once_flag once;
+    static Jit* jit = nullptr;
+    static std::string failure;
+    std::call_once(once, [] {
+      init_llvm();
+      auto j = llvm::orc::LLJITBuilder().create();
+      if (!j) {
+        failure = llvm_error(j.takeError());
+        return;
+      }
+      jit = new Jit;  // lives for the process: kernels' code must outlive every user
+      jit->jit_ = std::move(*j);
+    });
+    if (!jit) return Error(ErrorKind::Compile, "cannot start the LLVM JIT: " + failure);
+    return jit;
+  }
+
+  Result<std::unique_ptr<CompiledKernel>> load(ObjectCode obj) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string name = fmt::format("kiln.{}.{}", obj.info.name, counter_++);
+    auto jd = jit_->createJITDylib(name);
+    if (!jd) return Error(ErrorKind::Compile, "JIT: " + llvm_error(jd.takeError()));
+    llvm::orc::SymbolMap runtime;
+    runtime[jit_->mangleAndIntern("kiln_rt_print")] = {
+        llvm::orc::ExecutorAddr::fromPtr(&kiln_rt_print), llvm::JITSymbolFlags::Exported};
+    runtime[jit_->mangleAndIntern("kiln_rt_assert_failed")] = {
+        llvm::orc::ExecutorAddr::fromPtr(&kiln_rt_assert_failed), llvm::JITSymbolFlags::Exported};
+    if (auto e = jd->define(llvm::orc::absoluteSymbols(std::move(runtime))))
+      return Error(ErrorKind::Compile, "JIT: " + llvm_error(std::move(e)));
+    auto buffer = llvm::MemoryBuffer::getMemBufferCopy(
+        llvm::StringRef(obj.bytes.data(), obj.bytes.size()), name);
+    if (auto e = jit_->addObjectFile(*jd, std::move(buffer)))
+      return Error(ErrorKind::Compile, "JIT: cannot load the kernel's object code: " + llvm_error(std::move(e)));
+    auto sym = jit_->lookup(*jd, obj.info.symbol);
+    if (!sym)
+      return Error(ErrorKind::Compile, "JIT: cannot link kernel '" + obj.info.name + "': " + llvm_error(sym.takeError()));
+    std::unique_ptr<CompiledKernel> k(new CompiledKernel);
+    k->entry_ = sym->toPtr<EntryFn>();
+    k->info_ = std::move(obj.info);
+    k->object_ = std::move(obj.bytes);
+    k->dylib_ = name;
+    return k;
+  }
+
+ private:
+  std::unique_ptr<llvm::orc::LLJIT> jit_;
+  std::mutex mu_;
+  uint64_t counter_ = 0;
+};
+
+// The code stays in the JIT (kernels are few and small); the object just forgets it.
+CompiledKernel::~CompiledKernel() = default;
+
+Result<std::unique_ptr<CompiledKernel>> load_object(ObjectCode obj, CompileTimings* timings) {
+  const auto t0 = Clock::now();
+  KILN_ASSIGN(Jit * jit, Jit::get());
+  auto k = jit->load(std::move(obj));
+  if (timings) timings->link_ms = ms_since(t0);
+  return k;
+}
+
+Result<std::unique_ptr<CompiledKernel>> compile(const ir::Kernel& lowered, const CompileOptions& opts,
+                                                CompileTimings* timings) {
+  if (!opts.target.host)
+    return Error(ErrorKind::InvalidArgument,
+                 fmt::format("cannot run code for CPU '{}' here: only the host CPU can run kernels "
+                             "(other CPUs are for inspection with kiln show)",
+                             opts.target.cpu));
+  KILN_ASSIGN(ObjectCode obj, compile_object(lowered, opts, timings));
+  return load_object(std::move(obj), timings);
+}
+
+}  // namespace kiln::cpu

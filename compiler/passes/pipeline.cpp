@@ -1,0 +1,20 @@
+// The IR pipelines.
+#include "compiler/passes/pipeline.h"
+
+#include "compiler/passes/cse.h"
+#include "compiler/passes/unit_loops.h"
+
+namespace kiln::passes {
+
+Result<ir::Kernel> lower_for_cpu(ir::Kernel k, const DumpFn& dump) {
+  auto note = [&](const char* name, const ir::Kernel& kk, bool changed) {
+    if (dump) dump(name, kk, changed);
+  };
+  bool changed = cse(k);
+  note("cse", k, changed);
+  KILN_ASSIGN(ir::Kernel lowered, lower_unit_loops(k));
+  note("unit-loops", lowered, true);
+  return lowered;
+}
+
+}  // namespace kiln::passes

@@ -1,0 +1,19 @@
+// The IR pipelines, one readable list per target: each pass in order, with an optional dump
+// after each (what `kiln show --emit ir-opt` and KILN_DUMP print).
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "ir/ir.h"
+
+namespace kiln::passes {
+
+// Called after each pass with its name, the kernel, and whether the pass changed it.
+using DumpFn = std::function<void(const std::string& pass, const ir::Kernel& k, bool changed)>;
+
+// The CPU pipeline: cse, then unit-loop fission, then cse of the lowered kernel. Needs a
+// verified kernel; gives a verified lowered kernel.
+Result<ir::Kernel> lower_for_cpu(ir::Kernel k, const DumpFn& dump = {});
+
+}  // namespace kiln::passes

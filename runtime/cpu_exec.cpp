@@ -1,0 +1,189 @@
+// Argument packing and parallel execution of compiled CPU kernels.
+#include "runtime/cpu_exec.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+
+#include <fmt/format.h>
+
+namespace kiln {
+
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
+  std::vector<int64_t> s(shape.size(), 1);
+  for (size_t i = shape.size(); i-- > 1;) s[i - 1] = s[i] * shape[i];
+  return s;
+}
+
+TensorView::TensorView(void* d, std::span<const int64_t> shp, std::span<const int64_t> str)
+    : data(d), rank(static_cast<int>(std::min<size_t>(shp.size(), kMaxRank + 1))) {
+  // A rank above kMaxRank is kept as kMaxRank + 1 so that packing reports it.
+  for (int i = 0; i < std::min(rank, kMaxRank); ++i) shape[i] = shp[static_cast<size_t>(i)];
+  if (str.empty()) {
+    int64_t s = 1;
+    for (int i = std::min(rank, kMaxRank); i-- > 0;) {
+      strides[i] = s;
+      s *= shape[i];
+    }
+  } else {
+    for (int i = 0; i < std::min(rank, kMaxRank) && i < static_cast<int>(str.size()); ++i)
+      strides[i] = str[static_cast<size_t>(i)];
+    if (str.size() != shp.size()) rank = -1;  // mismatched strides: reported when packing
+  }
+}
+
+namespace {
+
+constexpr uint64_t kMaxIndex = 0xffffffffu;  // IR indices, shapes and strides are u32
+
+const char* kind_words(const ir::Type& t) {
+  switch (t.kind) {
+    case ir::TypeKind::Tensor: return "a tensor";
+    case ir::TypeKind::Array: return "an array";
+    default: return "a scalar";
+  }
+}
+
+Error arg_error(const cpu::KernelInfo& info, const cpu::ParamSlots& p, const std::string& what) {
+  return Error(ErrorKind::InvalidArgument,
+               fmt::format("kernel '{}', argument '{}': {}", info.name, p.name, what));
+}
+
+// A 64-byte aligned buffer per thread for the cubes' shared memory.
+uint8_t* thread_arena(size_t bytes) {
+  struct Arena {
+    std::unique_ptr<uint8_t[]> mem;
+    size_t size = 0;
+  };
+  static thread_local Arena arena;
+  if (arena.size < bytes + 64) {
+    arena.size = std::max<size_t>(bytes + 64, 4096);
+    arena.mem.reset(new uint8_t[arena.size]);
+  }
+  auto p = reinterpret_cast<uintptr_t>(arena.mem.get());
+  return reinterpret_cast<uint8_t*>((p + 63) & ~uintptr_t{63});
+}
+
+}  // namespace
+
+Result<std::vector<uint64_t>> pack_cpu_args(const cpu::CompiledKernel& k,
+                                            const std::array<uint32_t, 3>& cube_count,
+                                            std::span<const HostArg> args) {
+  const cpu::KernelInfo& info = k.info();
+  const auto& params = info.layout.params;
+  if (args.size() != params.size())
+    return Error(ErrorKind::InvalidArgument,
+                 fmt::format("kernel '{}' takes {} argument{}, got {}", info.name, params.size(),
+                             params.size() == 1 ? "" : "s", args.size()));
+  for (int d = 0; d < 3; ++d)
+    if (cube_count[d] == 0)
+      return Error(ErrorKind::InvalidArgument,
+                   fmt::format("kernel '{}': cube count {}x{}x{} has a zero dimension", info.name,
+                               cube_count[0], cube_count[1], cube_count[2]));
+  if (uint64_t{cube_count[0]} * cube_count[1] * cube_count[2] > kMaxIndex)
+    return Error(ErrorKind::InvalidArgument, fmt::format("kernel '{}': too many cubes", info.name));
+  std::vector<uint64_t> slots(info.layout.slot_count, 0);
+  slots[0] = cube_count[0];
+  slots[1] = cube_count[1];
+  slots[2] = cube_count[2];
+  for (size_t i = 0; i < params.size(); ++i) {
+    const cpu::ParamSlots& p = params[i];
+    const ir::Type& t = p.type;
+    const uint32_t s = p.first;
+    const int lanes = t.lanes;
+    const size_t esize = static_cast<size_t>(ir::elem_bytes(t.elem));
+    if (t.kind == ir::TypeKind::Tensor) {
+      const auto* v = std::get_if<TensorView>(&args[i]);
+      if (!v) return arg_error(info, p, fmt::format("the kernel takes {} here", kind_words(t)));
+      if (v->rank < 0)
+        return arg_error(info, p, "the shape and the strides have different lengths");
+      if (v->rank != t.rank)
+        return arg_error(info, p, fmt::format("the kernel was specialized for rank {}, got a tensor "
+                                              "of rank {}",
+                                              t.rank, v->rank));
+      if (!v->data) return arg_error(info, p, "null data pointer");
+      uint64_t elements = 1;
+      for (int d = 0; d < t.rank; ++d) {
+        if (v->shape[d] < 0 || v->strides[d] < 0)
+          return arg_error(info, p, "negative shapes and strides are not supported");
+        if (static_cast<uint64_t>(v->shape[d]) > kMaxIndex || static_cast<uint64_t>(v->strides[d]) > kMaxIndex)
+          return arg_error(info, p, "a dimension or stride does not fit in 32 bits");
+        elements *= static_cast<uint64_t>(v->shape[d]);
+      }
+      if (lanes > 1) {
+        const int last = t.rank - 1;
+        if (v->shape[last] % lanes != 0 || (v->shape[last] > 1 && v->strides[last] != 1))
+          return arg_error(info, p, fmt::format("line width {} needs a contiguous innermost "
+                                                "dimension whose size is a multiple of {} (shape[{}] "
+                                                "= {}, stride {})",
+                                                lanes, lanes, last, v->shape[last], v->strides[last]));
+        for (int d = 0; d < last; ++d)
+          if (v->strides[d] % lanes != 0)
+            return arg_error(info, p, fmt::format("line width {} needs outer strides that are "
+                                                  "multiples of {} (stride[{}] = {})",
+                                                  lanes, lanes, d, v->strides[d]));
+      }
+      if (reinterpret_cast<uintptr_t>(v->data) % esize != 0)
+        return arg_error(info, p, fmt::format("data is not aligned to its element size ({} bytes)", esize));
+      const uint64_t lines = elements / static_cast<uint64_t>(lanes);
+      if (lines > kMaxIndex) return arg_error(info, p, "more than 2^32 lines");
+      slots[s] = reinterpret_cast<uint64_t>(v->data);
+      slots[s + 1] = lines;
+      for (int d = 0; d < t.rank; ++d) {
+        slots[s + 2 + d] = static_cast<uint64_t>(v->shape[d]);
+        slots[s + 2 + t.rank + d] = static_cast<uint64_t>(v->strides[d]);
+      }
+    } else if (t.kind == ir::TypeKind::Array) {
+      const auto* v = std::get_if<ArrayView>(&args[i]);
+      if (!v) return arg_error(info, p, fmt::format("the kernel takes {} here", kind_words(t)));
+      if (!v->data && v->elements) return arg_error(info, p, "null data pointer");
+      if (v->elements % static_cast<uint64_t>(lanes) != 0)
+        return arg_error(info, p, fmt::format("{} elements are not a whole number of lines of {}",
+                                              v->elements, lanes));
+      if (v->elements / static_cast<uint64_t>(lanes) > kMaxIndex) return arg_error(info, p, "more than 2^32 lines");
+      slots[s] = reinterpret_cast<uint64_t>(v->data);
+      slots[s + 1] = v->elements / static_cast<uint64_t>(lanes);
+    } else {
+      const auto* v = std::get_if<ScalarBits>(&args[i]);
+      if (!v) return arg_error(info, p, fmt::format("the kernel takes {} here", kind_words(t)));
+      slots[s] = v->bits;
+    }
+  }
+  return slots;
+}
+
+Result<CpuRunReport> run_cpu_packed(const cpu::CompiledKernel& k, const uint64_t* packed,
+                                    uint32_t cubes, ThreadPool* pool) {
+  const cpu::KernelInfo& info = k.info();
+  const cpu::EntryFn entry = k.entry();
+  cpu::LaunchState state;
+  const uint32_t units = info.cube_dim[0] * info.cube_dim[1] * info.cube_dim[2];
+  if (!pool) pool = &ThreadPool::global();
+  // Small launches run on the caller: waking workers would cost more than the work.
+  if (cubes == 1 || uint64_t{cubes} * units <= 4096 || pool->threads() == 1) {
+    entry(packed, 0, cubes, thread_arena(info.shared_bytes), &state);
+  } else {
+    const uint32_t chunk = std::max<uint32_t>(1, cubes / (static_cast<uint32_t>(pool->threads()) * 8));
+    pool->parallel_for(cubes, chunk, [&](uint32_t b, uint32_t e) {
+      entry(packed, b, e, thread_arena(info.shared_bytes), &state);
+    });
+  }
+  CpuRunReport report;
+  if (!state.prints.empty()) report.prints = cpu::format_prints(state, info.prints);
+  if (state.assert_failed) {
+    const cpu::AssertSite& site = info.asserts.at(state.assert_site);
+    return Error(ErrorKind::KernelFault,
+                 fmt::format("{}: error: assertion failed in kernel '{}': {} (cube {}, unit {})",
+                             site.where.empty() ? info.name : site.where, info.name, site.message,
+                             state.assert_cube, state.assert_unit));
+  }
+  return report;
+}
+
+Result<CpuRunReport> run_cpu(const cpu::CompiledKernel& k, const std::array<uint32_t, 3>& cube_count,
+                             std::span<const HostArg> args, ThreadPool* pool) {
+  KILN_ASSIGN(auto packed, pack_cpu_args(k, cube_count, args));
+  return run_cpu_packed(k, packed.data(), cube_count[0] * cube_count[1] * cube_count[2], pool);
+}
+
+}  // namespace kiln

@@ -1,0 +1,65 @@
+// Running a compiled CPU kernel over host memory: argument checks and packing, per-thread
+// shared-memory arenas, and the cubes spread over the thread pool.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "compiler/cpu/backend.h"
+#include "runtime/thread_pool.h"
+
+namespace kiln {
+
+// Host views of a kernel's runtime arguments, in parameter order. Fixed-size, so building
+// them allocates nothing.
+inline constexpr int kMaxRank = 8;
+struct TensorView {
+  void* data = nullptr;
+  int rank = 0;
+  int64_t shape[kMaxRank] = {};
+  int64_t strides[kMaxRank] = {};  // in elements
+
+  TensorView() = default;
+  // A view with the given shape and strides (row-major contiguous when strides are empty).
+  TensorView(void* d, std::span<const int64_t> shp, std::span<const int64_t> str = {});
+  TensorView(void* d, std::initializer_list<int64_t> shp, std::initializer_list<int64_t> str = {})
+      : TensorView(d, std::span<const int64_t>(shp.begin(), shp.size()),
+                   std::span<const int64_t>(str.begin(), str.size())) {}
+};
+struct ArrayView {
+  void* data = nullptr;
+  uint64_t elements = 0;
+};
+struct ScalarBits {
+  uint64_t bits = 0;  // the value's bit pattern, zero-extended
+};
+using HostArg = std::variant<TensorView, ArrayView, ScalarBits>;
+
+// Row-major strides for a shape.
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape);
+
+// What a launch reported.
+struct CpuRunReport {
+  std::vector<std::string> prints;  // in order: by cube, then unit, then program order
+};
+
+// Checks the arguments against the kernel (count, kinds, ranks, shapes and strides compatible
+// with the line widths, sizes that fit the IR's u32 indices) and packs them (cpu/abi.h).
+Result<std::vector<uint64_t>> pack_cpu_args(const cpu::CompiledKernel& k,
+                                            const std::array<uint32_t, 3>& cube_count,
+                                            std::span<const HostArg> args);
+
+// Runs the kernel over a grid of cubes, spread over `pool` (the global pool when null). A
+// failed device-side assert comes back as an error naming its source line.
+Result<CpuRunReport> run_cpu(const cpu::CompiledKernel& k, const std::array<uint32_t, 3>& cube_count,
+                             std::span<const HostArg> args, ThreadPool* pool = nullptr);
+
+// Runs already-packed arguments (the launch fast path).
+Result<CpuRunReport> run_cpu_packed(const cpu::CompiledKernel& k, const uint64_t* packed,
+                                    uint32_t cubes, ThreadPool* pool = nullptr);
+
+}  // namespace kiln
