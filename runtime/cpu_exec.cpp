@@ -159,8 +159,10 @@ Result<CpuRunReport> run_cpu_packed(const cpu::CompiledKernel& k, const uint64_t
   cpu::LaunchState state;
   const uint32_t units = info.cube_dim[0] * info.cube_dim[1] * info.cube_dim[2];
   if (!pool) pool = &ThreadPool::global();
-  // Small launches run on the caller: waking workers would cost more than the work.
-  if (cubes == 1 || uint64_t{cubes} * units <= 4096 || pool->threads() == 1) {
+  // Small launches run on the caller: waking workers would cost more than the work. The work
+  // per unit is unknown (a unit may loop over a large block), so only a single cube or a
+  // handful of units in all counts as small.
+  if (cubes == 1 || uint64_t{cubes} * units < 256 || pool->threads() == 1) {
     entry(packed, 0, cubes, thread_arena(info.shared_bytes), &state);
   } else {
     const uint32_t chunk = std::max<uint32_t>(1, cubes / (static_cast<uint32_t>(pool->threads()) * 8));

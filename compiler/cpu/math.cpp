@@ -62,10 +62,13 @@ class MathGen {
   }
   Value* is_nan(Value* x) { return B.CreateFCmpUNO(x, x); }
   Value* sel(Value* c2, Value* a, Value* b) { return B.CreateSelect(c2, a, b); }
-  // Horner: coefficients from the constant term up.
+  // Horner: coefficients from the constant term up. fmuladd: fused where the CPU has FMA,
+  // a multiply and an add where it has not (fma proper would become a libm call per lane).
+  // The reductions, whose exactness needs the fused form, use fma().
   Value* poly(Value* x, const std::vector<double>& k) {
     Value* r = c(k.back());
-    for (size_t i = k.size() - 1; i-- > 0;) r = fma(r, x, c(k[i]));
+    for (size_t i = k.size() - 1; i-- > 0;)
+      r = B.CreateIntrinsic(llvm::Intrinsic::fmuladd, {T}, {r, x, c(k[i])});
     return r;
   }
   // (hi, lo) <- hi + lo exactly, with |lo| at most half an ulp of hi (needs |hi| >= |lo|).

@@ -26,6 +26,8 @@ class Var : public Ops<host_of_t<V>> {
   Var(const Var& other, SrcLoc where = SrcLoc::current()) {
     create(Arg<T>(other.read(where), where));
   }
+  // Moving a Var hands over the same variable (containers of Vars grow without new variables).
+  Var(Var&& other) noexcept : id_(other.id_), lanes_(other.lanes_) { other.id_ = ir::kNoValue; }
 
   Var& operator=(Arg<T> v) {
     write(v);

@@ -104,6 +104,11 @@ class Cse {
         continue;
       }
       for (Region& sub : op.regions) remove_unused(sub, uses, removed);
+      // A units loop with nothing left in it does nothing.
+      if (op.kind == OpKind::Units && op.regions[0].ops.empty()) {
+        removed = true;
+        continue;
+      }
       kept.push_back(std::move(op));
     }
     r.ops = std::move(kept);

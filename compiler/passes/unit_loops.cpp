@@ -336,6 +336,7 @@ class Lowering {
     Op loop;
     loop.kind = OpKind::For;
     loop.loc = at_;
+    loop.attr.i = 1;  // not unrolled: one copy of the plane's code is enough
     loop.operands = {cu32(s, 0), cu32(s, planes_), cu32(s, 1)};
     loop.regions.resize(1);
     const ValueId p = out_.new_value(Type::value(ElemType::U32));
@@ -455,6 +456,7 @@ class Lowering {
     Op loop;
     loop.kind = OpKind::For;
     loop.loc = at_;
+    loop.attr.i = 1;  // at most 31 iterations of a load and an add: not worth unrolling
     loop.operands = {emit(s, OpKind::Add, {s.plane_first, cu32(s, 1)}), s.plane_end, cu32(s, 1)};
     loop.regions.resize(1);
     const ValueId l = out_.new_value(Type::value(ElemType::U32));
@@ -471,6 +473,7 @@ class Lowering {
     if (plan_.ctx.count(op.result)) {  // needed after this plane loop: every unit gets it
       Op store_loop;
       store_loop.kind = OpKind::For;
+      store_loop.attr.i = 1;
       store_loop.operands = {s.plane_first, s.plane_end, cu32(s, 1)};
       store_loop.regions.resize(1);
       const ValueId w = out_.new_value(Type::value(ElemType::U32));

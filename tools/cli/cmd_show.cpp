@@ -76,6 +76,9 @@ int run_show(const ShowOptions& o) {
     print_error(e);
     return 1;
   };
+  if (o.target != "cpu")
+    return fail(Error(ErrorKind::InvalidArgument,
+                      fmt::format("unknown --target '{}'; choose cpu", o.target)));
   if (auto st = load_kernels(o.plugins); !st) return fail(st.error());
   auto def = find_kernel(o.kernel);
   if (!def) return fail(def.error());
@@ -107,9 +110,6 @@ int run_show(const ShowOptions& o) {
     fmt::print("{}", ir::print(*k));
     return 0;
   }
-  if (o.target != "cpu")
-    return fail(Error(ErrorKind::InvalidArgument,
-                      fmt::format("unknown --target '{}'; choose cpu", o.target)));
   const bool known = o.emit == "ir-opt" || o.emit == "llvm" || o.emit == "llvm-opt" || o.emit == "asm";
   if (!known)
     return fail(Error(ErrorKind::InvalidArgument,

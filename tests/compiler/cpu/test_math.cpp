@@ -132,13 +132,14 @@ TEST_CASE("math functions are accurate to a few ULP over their range", "[cpu][ma
     double bound_f32, bound_f64;
   };
   const Case cases[] = {
-      {OpKind::Exp, -110, 90, false, 2, 2},     {OpKind::Exp, -750, 710, false, 2, 2},
-      {OpKind::Exp2, -155, 130, false, 2, 2},   {OpKind::Exp2, -1080, 1025, false, 2, 2},
-      {OpKind::Log, 0, 0, true, 2, 2},          {OpKind::Log2, 0, 0, true, 3, 3},
-      {OpKind::Log, 0.5, 2, false, 2, 2},       {OpKind::Log2, 0.5, 2, false, 3, 3},
-      {OpKind::Sin, -10, 10, false, 1, 2.5},    {OpKind::Cos, -10, 10, false, 1, 2.5},
-      {OpKind::Sin, -1e6, 1e6, false, 1, 2.5},  {OpKind::Cos, -1e6, 1e6, false, 1, 2.5},
-      {OpKind::Tanh, -20, 20, false, 3, 4},     {OpKind::Tanh, -0.6, 0.6, false, 3, 4},
+      // Bounds leave margin over the worst errors seen in many runs (docs/backends.md).
+      {OpKind::Exp, -110, 90, false, 1.5, 1.5},   {OpKind::Exp, -750, 710, false, 1.5, 1.5},
+      {OpKind::Exp2, -155, 130, false, 1.5, 1.5}, {OpKind::Exp2, -1080, 1025, false, 1.5, 1.5},
+      {OpKind::Log, 0, 0, true, 2.5, 2.5},        {OpKind::Log2, 0, 0, true, 3.5, 3.5},
+      {OpKind::Log, 0.5, 2, false, 2.5, 2.5},     {OpKind::Log2, 0.5, 2, false, 3.5, 3.5},
+      {OpKind::Sin, -10, 10, false, 1, 3.5},      {OpKind::Cos, -10, 10, false, 1, 3.5},
+      {OpKind::Sin, -1e6, 1e6, false, 1, 3.5},    {OpKind::Cos, -1e6, 1e6, false, 1, 3.5},
+      {OpKind::Tanh, -20, 20, false, 3.5, 3.5},   {OpKind::Tanh, -0.6, 0.6, false, 3.5, 3.5},
   };
   std::map<std::string, double> worst;
   for (const Case& c : cases)
@@ -167,7 +168,7 @@ TEST_CASE("math functions are accurate to a few ULP over their range", "[cpu][ma
     const Measure m = measure(OpKind::Pow, t, xs, ys);
     worst[fmt::format("pow {}", ir::elem_name(t))] = m.max_ulp;
     INFO("pow " << ir::elem_name(t) << ": max " << m.max_ulp << " ULP at " << m.worst_x << ", " << m.worst_y);
-    CHECK(m.max_ulp <= (dbl ? 4 : 1));
+    CHECK(m.max_ulp <= (dbl ? 5 : 1));
   }
   for (const auto& [k, v] : worst) std::fprintf(stderr, "  max error %-12s %.3f ULP\n", k.c_str(), v);
 }
