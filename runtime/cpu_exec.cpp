@@ -69,7 +69,16 @@ uint8_t* thread_arena(size_t bytes) {
 Result<std::vector<uint64_t>> pack_cpu_args(const cpu::CompiledKernel& k,
                                             const std::array<uint32_t, 3>& cube_count,
                                             std::span<const HostArg> args) {
+  std::vector<uint64_t> slots(k.info().layout.slot_count, 0);
+  KILN_TRY(pack_cpu_args_into(k, cube_count, args, slots));
+  return slots;
+}
+
+Status pack_cpu_args_into(const cpu::CompiledKernel& k, const std::array<uint32_t, 3>& cube_count,
+                          std::span<const HostArg> args, std::span<uint64_t> slots) {
   const cpu::KernelInfo& info = k.info();
+  if (slots.size() < info.layout.slot_count)
+    return Error(ErrorKind::Unsupported, fmt::format("kernel '{}' needs {} argument slots", info.name, info.layout.slot_count));
   const auto& params = info.layout.params;
   if (args.size() != params.size())
     return Error(ErrorKind::InvalidArgument,
@@ -82,7 +91,6 @@ Result<std::vector<uint64_t>> pack_cpu_args(const cpu::CompiledKernel& k,
                                cube_count[0], cube_count[1], cube_count[2]));
   if (uint64_t{cube_count[0]} * cube_count[1] * cube_count[2] > kMaxIndex)
     return Error(ErrorKind::InvalidArgument, fmt::format("kernel '{}': too many cubes", info.name));
-  std::vector<uint64_t> slots(info.layout.slot_count, 0);
   slots[0] = cube_count[0];
   slots[1] = cube_count[1];
   slots[2] = cube_count[2];
@@ -126,12 +134,18 @@ Result<std::vector<uint64_t>> pack_cpu_args(const cpu::CompiledKernel& k,
       if (reinterpret_cast<uintptr_t>(v->data) % esize != 0)
         return arg_error(info, p, fmt::format("data is not aligned to its element size ({} bytes)", esize));
       const uint64_t lines = elements / static_cast<uint64_t>(lanes);
-      if (lines > kMaxIndex) return arg_error(info, p, "more than 2^32 lines");
+      // The view's footprint: 1 + the last element it reaches, in lines (0 when empty).
+      uint64_t last = 0;
+      for (int d = 0; d < t.rank; ++d)
+        last += static_cast<uint64_t>(std::max<int64_t>(v->shape[d] - 1, 0)) * static_cast<uint64_t>(v->strides[d]);
+      const uint64_t extent = elements == 0 ? 0 : last / static_cast<uint64_t>(lanes) + 1;
+      if (lines > kMaxIndex || extent > kMaxIndex) return arg_error(info, p, "more than 2^32 lines");
       slots[s] = reinterpret_cast<uint64_t>(v->data);
       slots[s + 1] = lines;
+      slots[s + 2] = extent;
       for (int d = 0; d < t.rank; ++d) {
-        slots[s + 2 + d] = static_cast<uint64_t>(v->shape[d]);
-        slots[s + 2 + t.rank + d] = static_cast<uint64_t>(v->strides[d]);
+        slots[s + 3 + d] = static_cast<uint64_t>(v->shape[d]);
+        slots[s + 3 + t.rank + d] = static_cast<uint64_t>(v->strides[d]);
       }
     } else if (t.kind == ir::TypeKind::Array) {
       const auto* v = std::get_if<ArrayView>(&args[i]);
@@ -149,11 +163,11 @@ Result<std::vector<uint64_t>> pack_cpu_args(const cpu::CompiledKernel& k,
       slots[s] = v->bits;
     }
   }
-  return slots;
+  return {};
 }
 
-Result<CpuRunReport> run_cpu_packed(const cpu::CompiledKernel& k, const uint64_t* packed,
-                                    uint32_t cubes, ThreadPool* pool) {
+CpuRunReport run_cpu_packed(const cpu::CompiledKernel& k, const uint64_t* packed, uint32_t cubes,
+                            ThreadPool* pool) {
   const cpu::KernelInfo& info = k.info();
   const cpu::EntryFn entry = k.entry();
   cpu::LaunchState state;
@@ -172,9 +186,18 @@ Result<CpuRunReport> run_cpu_packed(const cpu::CompiledKernel& k, const uint64_t
   }
   CpuRunReport report;
   if (!state.prints.empty()) report.prints = cpu::format_prints(state, info.prints);
-  if (state.assert_failed) {
+  if (state.fault) {
+    const cpu::AccessSite& site = info.accesses.at(state.fault_site);
+    report.fault = Error(ErrorKind::KernelFault,
+                 fmt::format("{}: error: out-of-bounds {} of {} in kernel '{}': line index {} is "
+                             "not below {} (cube {}, unit {}); the access was skipped",
+                             site.where.empty() ? info.name : site.where, site.access, site.memory,
+                             info.name, state.fault_index, state.fault_bound, state.fault_cube,
+                             state.fault_unit));
+  }
+  if (state.assert_failed && !report.fault) {
     const cpu::AssertSite& site = info.asserts.at(state.assert_site);
-    return Error(ErrorKind::KernelFault,
+    report.fault = Error(ErrorKind::KernelFault,
                  fmt::format("{}: error: assertion failed in kernel '{}': {} (cube {}, unit {})",
                              site.where.empty() ? info.name : site.where, info.name, site.message,
                              state.assert_cube, state.assert_unit));
@@ -185,7 +208,9 @@ Result<CpuRunReport> run_cpu_packed(const cpu::CompiledKernel& k, const uint64_t
 Result<CpuRunReport> run_cpu(const cpu::CompiledKernel& k, const std::array<uint32_t, 3>& cube_count,
                              std::span<const HostArg> args, ThreadPool* pool) {
   KILN_ASSIGN(auto packed, pack_cpu_args(k, cube_count, args));
-  return run_cpu_packed(k, packed.data(), cube_count[0] * cube_count[1] * cube_count[2], pool);
+  CpuRunReport r = run_cpu_packed(k, packed.data(), cube_count[0] * cube_count[1] * cube_count[2], pool);
+  if (r.fault) return *r.fault;
+  return r;
 }
 
 }  // namespace kiln

@@ -16,7 +16,7 @@ ArgLayout arg_layout(const ir::Kernel& k) {
     const ir::Type& t = k.type_of(p.value);
     l.params.push_back(ParamSlots{p.name, l.slot_count, t});
     switch (t.kind) {
-      case ir::TypeKind::Tensor: l.slot_count += 2 + 2 * t.rank; break;
+      case ir::TypeKind::Tensor: l.slot_count += 3 + 2 * t.rank; break;
       case ir::TypeKind::Array: l.slot_count += 2; break;
       default: l.slot_count += 1; break;
     }
@@ -126,4 +126,18 @@ extern "C" void kiln_rt_assert_failed(void* state, uint32_t site, uint32_t cube,
   s->assert_site = site;
   s->assert_cube = cube;
   s->assert_unit = unit;
+}
+
+extern "C" void kiln_rt_fault(void* state, uint32_t site, uint32_t index, uint32_t bound,
+                              uint32_t cube, uint32_t unit) {
+  auto* s = static_cast<kiln::cpu::LaunchState*>(state);
+  if (!s) return;
+  std::lock_guard<std::mutex> lock(s->mu);
+  if (s->fault && (s->fault_cube < cube || (s->fault_cube == cube && s->fault_unit <= unit))) return;
+  s->fault = true;
+  s->fault_site = site;
+  s->fault_index = index;
+  s->fault_bound = bound;
+  s->fault_cube = cube;
+  s->fault_unit = unit;
 }

@@ -35,6 +35,7 @@ Result<Target> make_target(const std::string& cpu, const std::string& features);
 struct CompileOptions {
   Target target;
   bool fast_math = false;  // allow reassociation and approximate math
+  bool checked = false;    // bounds-check every memory access (docs/runtime.md)
 };
 
 // Facts about a compiled kernel the runtime needs.
@@ -46,7 +47,13 @@ struct KernelInfo {
   ArgLayout layout;
   std::vector<PrintSite> prints;
   std::vector<AssertSite> asserts;
+  std::vector<AccessSite> accesses;  // checked mode
+  bool checked = false;
 };
+
+// KernelInfo as JSON and back (the disk cache stores it beside the object code).
+std::string info_to_json(const KernelInfo& info);
+Result<KernelInfo> info_from_json(const std::string& json);
 
 // Milliseconds spent in each step of a compile.
 struct CompileTimings {
@@ -89,6 +96,8 @@ Result<ObjectCode> compile_object(const ir::Kernel& lowered, const CompileOption
 // Loads object code into the JIT (no LLVM optimization or code generation). The target must
 // be the host.
 Result<std::unique_ptr<CompiledKernel>> load_object(ObjectCode obj, CompileTimings* timings = nullptr);
+// Starts the process's JIT now (about a millisecond, once) rather than at the first load.
+Status start_jit();
 
 // compile_object + load_object.
 Result<std::unique_ptr<CompiledKernel>> compile(const ir::Kernel& lowered, const CompileOptions& opts,

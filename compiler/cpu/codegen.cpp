@@ -173,8 +173,9 @@ class Gen {
   // ---- arguments and memory --------------------------------------------------------------------
 
   struct Mem {
-    Value* base = nullptr;  // pointer to element 0
-    Value* len = nullptr;   // lines (u32)
+    Value* base = nullptr;    // pointer to element 0
+    Value* len = nullptr;     // lines (u32)
+    Value* extent = nullptr;  // bound of valid line indices (checked mode)
     std::vector<Value*> shape, stride;
   };
 
@@ -195,10 +196,14 @@ class Gen {
         Mem m;
         m.base = B.CreateIntToPtr(slot(s, ""), B.getPtrTy(), p.name);
         m.len = B.CreateTrunc(slot(s + 1, ""), B.getInt32Ty(), p.name + ".len");
-        for (int d = 0; d < t.rank; ++d)
-          m.shape.push_back(B.CreateTrunc(slot(s + 2 + d, ""), B.getInt32Ty(), fmt::format("{}.shape{}", p.name, d)));
-        for (int d = 0; d < t.rank; ++d)
-          m.stride.push_back(B.CreateTrunc(slot(s + 2 + t.rank + d, ""), B.getInt32Ty(), fmt::format("{}.stride{}", p.name, d)));
+        m.extent = m.len;
+        if (t.kind == ir::TypeKind::Tensor) {
+          m.extent = B.CreateTrunc(slot(s + 2, ""), B.getInt32Ty(), p.name + ".extent");
+          for (int d = 0; d < t.rank; ++d)
+            m.shape.push_back(B.CreateTrunc(slot(s + 3 + d, ""), B.getInt32Ty(), fmt::format("{}.shape{}", p.name, d)));
+          for (int d = 0; d < t.rank; ++d)
+            m.stride.push_back(B.CreateTrunc(slot(s + 3 + t.rank + d, ""), B.getInt32Ty(), fmt::format("{}.stride{}", p.name, d)));
+        }
         mem_[p.value] = std::move(m);
       } else {
         Value* bits = slot(s, "");
@@ -220,7 +225,7 @@ class Gen {
     info_.shared_bytes = shared_bytes_;
     Mem m;
     m.base = B.CreateConstInBoundsGEP1_32(B.getInt8Ty(), shared_, offset, fmt::format("shared{}", op.result));
-    m.len = B.getInt32(t.count);
+    m.len = m.extent = B.getInt32(t.count);
     mem_[op.result] = std::move(m);
   }
 
@@ -244,6 +249,42 @@ class Gen {
     const ir::Type& t = type(mem);
     if (t.elem == ElemType::Bool) x = B.CreateZExt(x, mem_ty(t));
     B.CreateAlignedStore(x, element_ptr(mem, index), align_of(t));
+  }
+
+  // Checked mode: runs `access` only when index < the memory's extent; otherwise reports the
+  // fault (kiln_rt_fault) and gives `fallback` (zero) for the access's value.
+  template <class Access>
+  Value* checked(const ir::Op& op, ValueId mem, Value* index, llvm::Type* value_ty, Access&& access) {
+    if (!O.checked) return access();
+    const uint32_t site = static_cast<uint32_t>(info_.accesses.size());
+    std::string memory;
+    for (const ir::Param& p : K.params)
+      if (p.value == mem) memory = fmt::format("{} '{}'", type(mem).kind == ir::TypeKind::Tensor ? "tensor" : "array", p.name);
+    if (memory.empty())
+      memory = type(mem).kind == ir::TypeKind::Local ? "a local array" : "a shared array";
+    info_.accesses.push_back(AccessSite{std::string(ir::op_name(op.kind)), memory, K.loc_string(op.loc)});
+    Value* bound = mem_.at(mem).extent;
+    auto* ok_bb = llvm::BasicBlock::Create(C, "inbounds", F);
+    auto* bad_bb = llvm::BasicBlock::Create(C, "outofbounds", F);
+    auto* cont = llvm::BasicBlock::Create(C, "checked", F);
+    B.CreateCondBr(B.CreateICmpULT(index, bound), ok_bb, bad_bb);
+    B.SetInsertPoint(bad_bb);
+    auto callee = M.getOrInsertFunction(
+        "kiln_rt_fault", llvm::FunctionType::get(B.getVoidTy(), {B.getPtrTy(), B.getInt32Ty(), B.getInt32Ty(),
+                                                                 B.getInt32Ty(), B.getInt32Ty(), B.getInt32Ty()},
+                                                 false));
+    B.CreateCall(callee, {state_, B.getInt32(site), index, bound, cube_, unit_or_zero()});
+    B.CreateBr(cont);
+    B.SetInsertPoint(ok_bb);
+    Value* v = access();
+    auto* ok_end = B.GetInsertBlock();
+    B.CreateBr(cont);
+    B.SetInsertPoint(cont);
+    if (!value_ty) return nullptr;
+    auto* phi = B.CreatePHI(value_ty, 2);
+    phi->addIncoming(v, ok_end);
+    phi->addIncoming(llvm::Constant::getNullValue(value_ty), bad_bb);
+    return phi;
   }
 
   llvm::AllocaInst* entry_alloca(llvm::Type* t, Value* count, const std::string& name) {
@@ -678,6 +719,7 @@ class Gen {
 
   Value* atomic(const ir::Op& op) {
     const ir::Type& t = type(op.operands[0]);
+    if (t.kind == ir::TypeKind::Shared || t.kind == ir::TypeKind::Local) return plain_atomic(op);
     Value* p = element_ptr(op.operands[0], v(op.operands[1]));
     const auto order = llvm::AtomicOrdering::Monotonic;
     const llvm::MaybeAlign al = align_of(t);
@@ -695,6 +737,40 @@ class Gen {
       default: bop = Bin::Xchg; break;
     }
     return B.CreateAtomicRMW(bop, p, v(op.operands[2]), al, order);
+  }
+
+  // Shared and local memory belong to one cube, and a cube's units run one after another on
+  // one thread: their atomics need no atomic instructions.
+  Value* plain_atomic(const ir::Op& op) {
+    const ir::Type& t = type(op.operands[0]);
+    Value* p = element_ptr(op.operands[0], v(op.operands[1]));
+    llvm::Type* et = mem_ty(t);
+    Value* old = B.CreateAlignedLoad(et, p, align_of(t));
+    Value* x = v(op.operands[2]);
+    const bool fl = ir::is_float(t.elem), sgn = ir::is_signed(t.elem);
+    Value* now = nullptr;
+    switch (op.kind) {
+      case OpKind::AtomicAdd: now = fl ? B.CreateFAdd(old, x) : B.CreateAdd(old, x); break;
+      case OpKind::AtomicMin:
+        now = fl ? B.CreateMinNum(old, x)
+                 : B.CreateSelect(sgn ? B.CreateICmpSLT(x, old) : B.CreateICmpULT(x, old), x, old);
+        break;
+      case OpKind::AtomicMax:
+        now = fl ? B.CreateMaxNum(old, x)
+                 : B.CreateSelect(sgn ? B.CreateICmpSGT(x, old) : B.CreateICmpUGT(x, old), x, old);
+        break;
+      case OpKind::AtomicExchange: now = x; break;
+      case OpKind::AtomicCas: {
+        Value* same = fl ? B.CreateICmpEQ(B.CreateBitCast(old, B.getIntNTy(et->getPrimitiveSizeInBits())),
+                                          B.CreateBitCast(x, B.getIntNTy(et->getPrimitiveSizeInBits())))
+                         : B.CreateICmpEQ(old, x);
+        now = B.CreateSelect(same, v(op.operands[3]), old);
+        break;
+      }
+      default: KILN_CHECK(false, "not an atomic op");
+    }
+    B.CreateAlignedStore(now, p, align_of(t));
+    return old;
   }
 
   void emit(const ir::Op& op) {
@@ -795,15 +871,23 @@ class Gen {
         const ir::Type& t = type(op.result);
         Mem m;
         m.base = entry_alloca(mem_scalar_ty(t.elem), B.getInt32(t.count * t.lanes), fmt::format("local{}", op.result));
-        m.len = B.getInt32(t.count);
+        m.len = m.extent = B.getInt32(t.count);
         mem_[op.result] = std::move(m);
         return;
       }
       case OpKind::Len: set(op.result, mem_.at(op.operands[0]).len); return;
       case OpKind::Shape: set(op.result, mem_.at(op.operands[0]).shape.at(op.attr.i)); return;
       case OpKind::Stride: set(op.result, mem_.at(op.operands[0]).stride.at(op.attr.i)); return;
-      case OpKind::Load: set(op.result, load(op.operands[0], v(op.operands[1]))); return;
-      case OpKind::Store: store(op.operands[0], v(op.operands[1]), v(op.operands[2])); return;
+      case OpKind::Load:
+        set(op.result, checked(op, op.operands[0], v(op.operands[1]), ty(type(op.result)),
+                               [&] { return load(op.operands[0], v(op.operands[1])); }));
+        return;
+      case OpKind::Store:
+        checked(op, op.operands[0], v(op.operands[1]), nullptr, [&]() -> Value* {
+          store(op.operands[0], v(op.operands[1]), v(op.operands[2]));
+          return nullptr;
+        });
+        return;
       case OpKind::Var: {
         llvm::AllocaInst* a = entry_alloca(ty(type(op.operands[0])), nullptr, fmt::format("var{}", op.result));
         vars_[op.result] = a;
@@ -820,7 +904,10 @@ class Gen {
       case OpKind::AtomicMin:
       case OpKind::AtomicMax:
       case OpKind::AtomicExchange:
-      case OpKind::AtomicCas: set(op.result, atomic(op)); return;
+      case OpKind::AtomicCas:
+        set(op.result, checked(op, op.operands[0], v(op.operands[1]), ty(type(op.result)),
+                               [&] { return atomic(op); }));
+        return;
       case OpKind::If: emit_if(op); return;
       case OpKind::For: emit_for(op); return;
       case OpKind::Loop: emit_loop(op); return;
@@ -868,10 +955,12 @@ Result<GeneratedModule> generate(llvm::LLVMContext& ctx, const ir::Kernel& lower
   g.module->setTargetTriple(llvm::Triple(opts.target.triple));
   g.info.name = lowered.name;
   g.info.cube_dim = lowered.cube_dim;
+  g.info.checked = opts.checked;
   // A symbol unique per kernel text, so kernels of one name in different specializations never
   // collide in the JIT.
   const std::string text = ir::print(lowered);
-  g.info.symbol = fmt::format("kiln_{}_{:016x}", lowered.name, std::hash<std::string>{}(text));
+  g.info.symbol = fmt::format("kiln_{}_{:016x}{}", lowered.name, std::hash<std::string>{}(text),
+                              opts.checked ? "_checked" : "");
   Gen gen(ctx, *g.module, lowered, opts, g.info);
   KILN_TRY(gen.run());
   return g;

@@ -231,6 +231,8 @@ class Jit {
         llvm::orc::ExecutorAddr::fromPtr(&kiln_rt_print), llvm::JITSymbolFlags::Exported};
     runtime[jit_->mangleAndIntern("kiln_rt_assert_failed")] = {
         llvm::orc::ExecutorAddr::fromPtr(&kiln_rt_assert_failed), llvm::JITSymbolFlags::Exported};
+    runtime[jit_->mangleAndIntern("kiln_rt_fault")] = {
+        llvm::orc::ExecutorAddr::fromPtr(&kiln_rt_fault), llvm::JITSymbolFlags::Exported};
     if (auto e = jd->define(llvm::orc::absoluteSymbols(std::move(runtime))))
       return Error(ErrorKind::Compile, "JIT: " + llvm_error(std::move(e)));
     auto buffer = llvm::MemoryBuffer::getMemBufferCopy(
@@ -256,6 +258,11 @@ class Jit {
 
 // The code stays in the JIT (kernels are few and small); the object just forgets it.
 CompiledKernel::~CompiledKernel() = default;
+
+Status start_jit() {
+  KILN_TRY(Jit::get());
+  return {};
+}
 
 Result<std::unique_ptr<CompiledKernel>> load_object(ObjectCode obj, CompileTimings* timings) {
   const auto t0 = Clock::now();

@@ -127,13 +127,16 @@ std::string apply_param_spec(std::string_view spec, std::vector<Instantiation>& 
           int v = 0;
           const bool num = eq != std::string_view::npos &&
                            std::from_chars(a.data() + eq + 1, a.data() + a.size(), v).ec == std::errc();
+          const bool max = eq != std::string_view::npos && a.substr(eq + 1) == "max";
           if (key == "rank" && num && v >= 1 && v <= 8 && p.kind == ParamKind::Tensor)
             p.default_rank = v;
           else if (key == "line" && num && ir::valid_lanes(v) && p.kind != ParamKind::Scalar)
             p.default_line = v;
+          else if (key == "line" && max && p.kind != ParamKind::Scalar)
+            p.default_line = 0;
           else
             note(fmt::format("'{}': unknown or invalid attribute '{}' (tensors take rank=1..8 "
-                             "and line=1|2|4|8|16, arrays take line=...)",
+                             "and line=1|2|4|8|16|max, arrays take line=...)",
                              p.name, a));
         }
       } else {
@@ -370,7 +373,10 @@ Result<Selection> select(const KernelDef& def, const SpecOptions& opts) {
       ArgDesc d;
       d.dtype = p.dtype;
       d.rank = static_cast<uint8_t>(p.kind == ParamKind::Tensor ? p.default_rank : 0);
-      d.line = static_cast<uint8_t>(p.kind == ParamKind::Scalar ? 1 : p.default_line);
+      int line = p.kind == ParamKind::Scalar ? 1 : p.default_line;
+      if (line == 0)  // line=max: the widest line of the given vector width
+        line = std::clamp(opts.vector_bits / 8 / ir::elem_bytes(p.dtype), 1, 16);
+      d.line = static_cast<uint8_t>(line);
       d.read_only = p.const_qualified;
       if (auto it = opts.rank.find(p.name); it != opts.rank.end()) {
         if (it->second < 1 || it->second > 8)

@@ -7,7 +7,8 @@
 //   KILN_KERNEL_GENERIC(scale, "x, factor", f16, bf16, f32, f64);
 //
 // The string names every parameter in order. Runtime parameters (Tensor, Array, scalars) may
-// carry default descriptors for `kiln show` (`name: rank=2 line=4`); comptime parameters
+// carry default descriptors (`name: rank=2 line=4`; `line=max`: the widest line a launch
+// allows, the same for every such parameter); comptime parameters
 // (plain C++ types) carry their default value (`units = 256`). A registration problem (a
 // missing default, a malformed string) is kept with the kernel and reported when it is used.
 #pragma once
@@ -40,7 +41,7 @@ struct ParamInfo {
   bool const_qualified = false;
   // Defaults used when a caller gives no descriptor.
   int default_rank = 1;
-  int default_line = 1;
+  int default_line = 1;  // 0: line=max, the widest line the launch allows
   // Comptime parameters.
   std::string comptime_type;
   std::optional<ComptimeValue> default_value;
@@ -139,6 +140,9 @@ struct SpecOptions {
   std::map<std::string, int> rank;           // NAME=RANK
   std::map<std::string, bool> read_only;     // NAME=true|false
   std::optional<std::array<uint32_t, 3>> cube_dim;
+  // The SIMD width that line=max parameters fill (128 bits: 4 x f32, the same on every
+  // machine, unless a caller knows its target).
+  int vector_bits = 128;
 };
 
 struct Selection {

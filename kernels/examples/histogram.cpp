@@ -1,7 +1,12 @@
 // histogram: counts values of [0, 1) into `bins` buckets. Shows atomics: each cube counts into
 // a histogram in shared memory with atomic adds, then adds it into the global histogram with
 // atomic adds (values outside [0, 1) land in the first or last bucket; NaN in the first).
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
 #include "compiler/dsl/dsl.h"
+#include "kernels/run.h"
 
 using namespace kiln::dsl;
 
@@ -21,3 +26,19 @@ void histogram(Tensor<const f32> data, Tensor<u32> hist, int bins) {
 KILN_KERNEL(histogram, "data, hist, bins = 64")
     .cube_dim(256)
     .describe("histogram with shared and global atomics");
+
+KILN_RUN(histogram)
+    .shape("data", {1 << 22})
+    .values("data", 0.0, 1.0)
+    .shape("hist", [](const kiln::kernels::RunData& d) { return std::vector<int64_t>{d.comptime("bins")}; })
+    .zeros("hist")
+    .cubes([](const kiln::kernels::RunData& d) { return kiln::kernels::ceil_div(d.numel("data"), d.cube_dim.x); })
+    .reference([](kiln::kernels::RunData& d) {
+      // The bin as the kernel computes it, in f32.
+      const auto bins = static_cast<float>(d.comptime("bins"));
+      auto& hist = d["hist"];
+      for (double v : d["data"]) {
+        const float b = std::clamp(static_cast<float>(v) * bins, 0.0f, bins - 1);
+        hist[static_cast<size_t>(b)] += 1;
+      }
+    });

@@ -1,7 +1,12 @@
 // plane_sum: out[c] = sum of the cube_dim() elements of cube c. Shows plane (warp)
 // reductions: each plane sums its values with plane_sum, lane 0 of each plane writes the
 // plane's sum to shared memory, and the first plane reduces those partial sums the same way.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
 #include "compiler/dsl/dsl.h"
+#include "kernels/run.h"
 
 using namespace kiln::dsl;
 
@@ -24,3 +29,19 @@ void plane_sum_kernel(Tensor<const f32> in, Tensor<f32> out, int max_planes) {
 KILN_KERNEL_AS("plane_sum", plane_sum_kernel, "in, out, max_planes = 32")
     .cube_dim(256)
     .describe("per-cube sums with plane (warp) reductions");
+
+KILN_RUN(plane_sum)
+    .shape("in", {1 << 22})
+    .shape("out", [](const kiln::kernels::RunData& d) {
+      return std::vector<int64_t>{kiln::kernels::ceil_div(d.numel("in"), d.cube_dim.x)};
+    })
+    .cubes([](const kiln::kernels::RunData& d) { return kiln::kernels::ceil_div(d.numel("in"), d.cube_dim.x); })
+    .reference([](kiln::kernels::RunData& d) {
+      const size_t block = d.cube_dim.x;
+      const auto& in = d["in"];
+      for (size_t c = 0; c < d["out"].size(); ++c) {
+        double s = 0;
+        for (size_t i = c * block; i < std::min(in.size(), (c + 1) * block); ++i) s += in[i];
+        d["out"][c] = s;
+      }
+    });

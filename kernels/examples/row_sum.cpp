@@ -2,7 +2,12 @@
 // barriers: each unit sums a strided part of the row, then the cube combines the partial sums
 // with a tree in shared memory. `units` is comptime, so the C++ loop over the tree runs at trace
 // time and the IR has one step per level. Launch with cube_dim == units.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
 #include "compiler/dsl/dsl.h"
+#include "kernels/run.h"
 
 using namespace kiln::dsl;
 
@@ -27,3 +32,20 @@ void row_sum(Tensor<const f32> in, Tensor<f32> out, int units) {
 KILN_KERNEL(row_sum, "in: rank=2, out, units = 256")
     .cube_dim(256)
     .describe("sum of each row, a tree reduction in shared memory");
+
+KILN_RUN(row_sum)
+    .shape("in", {2048, 2048})
+    .shape("out", [](const kiln::kernels::RunData& d) { return std::vector<int64_t>{d.dim("in", 0)}; })
+    .cube_dim([](const kiln::kernels::RunData& d) { return kiln::Dim3(static_cast<uint32_t>(d.comptime("units"))); })
+    .cubes([](const kiln::kernels::RunData& d) { return kiln::Dim3(static_cast<uint32_t>(d.dim("in", 0))); })
+    .tolerance(1e-5, 1e-4)
+    .reference([](kiln::kernels::RunData& d) {
+      const auto cols = static_cast<size_t>(d.dim("in", 1));
+      const auto& in = d["in"];
+      auto& out = d["out"];
+      for (size_t r = 0; r < out.size(); ++r) {
+        double s = 0;
+        for (size_t c = 0; c < cols; ++c) s += in[r * cols + c];
+        out[r] = s;
+      }
+    });

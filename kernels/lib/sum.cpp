@@ -3,9 +3,11 @@
 // additions pipeline instead of waiting on each other; the units of a cube then combine their
 // sums in shared memory. Summing the per-cube partials is left to the caller (or a second
 // launch). Launch with cube_dim == units and ceil(len / (units * chunk)) cubes.
+#include <algorithm>
 #include <vector>
 
 #include "compiler/dsl/dsl.h"
+#include "kernels/run.h"
 
 using namespace kiln::dsl;
 
@@ -35,6 +37,26 @@ void sum(Tensor<const f32> x, Tensor<f32> partial, int units, int chunk, int acc
   }
   if_(unit_pos() == 0, [&] { partial[cube_pos()] = sums[0]; });
 }
-KILN_KERNEL(sum, "x: line=16, partial, units = 1, chunk = 4096, accumulators = 4")
+KILN_KERNEL(sum, "x: line=max, partial, units = 1, chunk = 4096, accumulators = 4")
     .cube_dim(1)
     .describe("per-cube sums of a tensor, several accumulators per unit");
+
+// Each cube sums units * chunk lines.
+KILN_RUN(sum)
+    .shape("x", {1 << 24})
+    .shape("partial", [](const kiln::kernels::RunData& d) {
+      const int64_t block = d.comptime("units") * d.comptime("chunk") * d.line("x");
+      return std::vector<int64_t>{kiln::kernels::ceil_div(d.numel("x"), block)};
+    })
+    .cube_dim([](const kiln::kernels::RunData& d) { return kiln::Dim3(static_cast<uint32_t>(d.comptime("units"))); })
+    .cubes([](const kiln::kernels::RunData& d) { return kiln::Dim3(static_cast<uint32_t>(d.numel("partial"))); })
+    .tolerance(1e-4, 1e-2)
+    .reference([](kiln::kernels::RunData& d) {
+      const auto block = static_cast<size_t>(d.comptime("units") * d.comptime("chunk") * d.line("x"));
+      const auto& x = d["x"];
+      for (size_t c = 0; c < d["partial"].size(); ++c) {
+        double s = 0;
+        for (size_t i = c * block; i < std::min(x.size(), (c + 1) * block); ++i) s += x[i];
+        d["partial"][c] = s;
+      }
+    });

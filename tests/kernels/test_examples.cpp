@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "kernels/kernels.h"
+#include "kernels/run.h"
 #include "tests/compiler/cpu/cpu_test_util.h"
 
 using namespace kiln;
@@ -215,4 +216,31 @@ TEST_CASE("early_exit", "[examples]") {
       for (size_t i = 0; i < n; ++i) REQUIRE(y[i] == (x[i] < 0 ? 0.0f : x[i]));
       for (size_t i = n; i < y.size(); ++i) REQUIRE(std::isnan(y[i]));
     }
+}
+
+// Every kernel that declares how to run it (KILN_RUN) passes its reference through the runtime,
+// in checked mode: no example reads or writes out of bounds at its declared sizes.
+TEST_CASE("every kernel with a run recipe passes its reference in checked mode", "[examples][runtime]") {
+  auto rt = Runtime::open("cpu");
+  REQUIRE(rt.ok());
+  int ran = 0;
+  for (const std::string& name : kernels::builtin_names()) {
+    if (!kernels::find_run_recipe(name)) continue;
+    INFO(name);
+    kernels::RunConfig config;
+    config.checked = true;
+    config.repeat = 0;
+    config.seed = test::rng()() % 1000000007 + 1;
+    auto r = kernels::run(*rt, name, config);
+    INFO((r.ok() ? std::string() : r.error().message));
+    REQUIRE(r.ok());
+    CHECK(r->has_reference);
+    for (const auto& c : r->checks) {
+      INFO(c.name << ": " << c.mismatches << " mismatches, first at " << c.first_bad << ": got " << c.got
+                  << ", expected " << c.want);
+      CHECK(c.mismatches == 0);
+    }
+    ++ran;
+  }
+  CHECK(ran >= 9);
 }

@@ -83,7 +83,7 @@ std::vector<uint64_t> pack(const cpu::CompiledKernel& k, std::array<uint32_t, 3>
 
 void launch(const cpu::CompiledKernel& k, const std::vector<uint64_t>& packed, uint32_t cubes) {
   auto r = run_cpu_packed(k, packed.data(), cubes);
-  if (!r) die(r.error().message);
+  if (r.fault) die(r.fault->message);
 }
 
 void bench_axpy(size_t n) {

@@ -8,16 +8,19 @@ namespace kiln::cli {
 
 namespace {
 
+// "max" means: the widest line the target and the launched tensor allow.
+std::string line_text(int line) { return line == 0 ? "max" : std::to_string(line); }
+
 std::string describe_param(const dsl::ParamInfo& p) {
   using dsl::ParamKind;
   switch (p.kind) {
     case ParamKind::Tensor:
       return fmt::format("{}: tensor<{}>{}  (default rank {}, line {})", p.name,
                          ir::elem_name(p.dtype), p.const_qualified ? " read-only" : "",
-                         p.default_rank, p.default_line);
+                         p.default_rank, line_text(p.default_line));
     case ParamKind::Array:
       return fmt::format("{}: array<{}>{}  (default line {})", p.name, ir::elem_name(p.dtype),
-                         p.const_qualified ? " read-only" : "", p.default_line);
+                         p.const_qualified ? " read-only" : "", line_text(p.default_line));
     case ParamKind::Scalar: return fmt::format("{}: {}", p.name, ir::elem_name(p.dtype));
     case ParamKind::Comptime:
       return fmt::format("{}: {} = {}  (comptime)", p.name, p.comptime_type,

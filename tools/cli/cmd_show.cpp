@@ -21,47 +21,6 @@ struct ShowOptions {
   std::string cube_dim;
 };
 
-Result<std::array<uint32_t, 3>> parse_cube_dim(const std::string& s) {
-  std::array<uint32_t, 3> d{1, 1, 1};
-  size_t start = 0;
-  for (int i = 0; i < 3; ++i) {
-    const size_t comma = s.find(',', start);
-    const std::string part = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    unsigned long v = 0;
-    try {
-      size_t used = 0;
-      v = std::stoul(part, &used);
-      if (used != part.size()) throw std::invalid_argument("");
-    } catch (...) {
-      return Error(ErrorKind::InvalidArgument,
-                   fmt::format("--cube-dim takes X[,Y[,Z]] with positive integers, got '{}'", s));
-    }
-    if (v == 0 || v > 1024)
-      return Error(ErrorKind::InvalidArgument,
-                   fmt::format("--cube-dim: {} is out of range (1 to 1024)", v));
-    d[i] = static_cast<uint32_t>(v);
-    if (comma == std::string::npos) return d;
-    start = comma + 1;
-  }
-  return Error(ErrorKind::InvalidArgument, fmt::format("--cube-dim takes at most 3 values, got '{}'", s));
-}
-
-Result<std::map<std::string, int>> parse_int_map(const std::vector<std::string>& items,
-                                                 const std::string& what) {
-  KILN_ASSIGN(auto raw, parse_assignments(items, what));
-  std::map<std::string, int> out;
-  for (const auto& [k, v] : raw) {
-    try {
-      size_t used = 0;
-      out[k] = std::stoi(v, &used);
-      if (used != v.size()) throw std::invalid_argument("");
-    } catch (...) {
-      return Error(ErrorKind::InvalidArgument, fmt::format("{} {}={}: not an integer", what, k, v));
-    }
-  }
-  return out;
-}
-
 Result<const dsl::KernelDef*> find_kernel(const std::string& name) {
   if (const dsl::KernelDef* d = dsl::Registry::global().find(name)) return d;
   std::string names;
@@ -98,7 +57,7 @@ int run_show(const ShowOptions& o) {
   spec.rank = *rank;
   for (const std::string& n : o.read_only) spec.read_only[n] = true;
   if (!o.cube_dim.empty()) {
-    auto cd = parse_cube_dim(o.cube_dim);
+    auto cd = parse_dims(o.cube_dim, "--cube-dim", 1024);
     if (!cd) return fail(cd.error());
     spec.cube_dim = *cd;
   }

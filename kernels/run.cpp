@@ -1,0 +1,518 @@
+// The kernel runner behind `kiln run` and `kiln demo`.
+#include "kernels/run.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "ir/float16.h"
+
+namespace kiln::kernels {
+
+namespace {
+
+using ir::ElemType;
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+std::map<std::string, RunRecipe, std::less<>>& recipes() {
+  static auto* r = new std::map<std::string, RunRecipe, std::less<>>;
+  return *r;
+}
+std::mutex& recipes_mu() {
+  static std::mutex mu;
+  return mu;
+}
+
+// ---- element conversions ---------------------------------------------------------------------
+
+void put_elem(ElemType t, double v, void* p) {
+  auto put = [&](auto x) { std::memcpy(p, &x, sizeof x); };
+  switch (t) {
+    case ElemType::Bool: put(static_cast<uint8_t>(v != 0)); break;
+    case ElemType::I8: put(static_cast<int8_t>(v)); break;
+    case ElemType::I16: put(static_cast<int16_t>(v)); break;
+    case ElemType::I32: put(static_cast<int32_t>(v)); break;
+    case ElemType::I64: put(static_cast<int64_t>(v)); break;
+    case ElemType::U8: put(static_cast<uint8_t>(v)); break;
+    case ElemType::U16: put(static_cast<uint16_t>(v)); break;
+    case ElemType::U32: put(static_cast<uint32_t>(v)); break;
+    case ElemType::U64: put(static_cast<uint64_t>(v)); break;
+    case ElemType::F16: put(f16_bits(v)); break;
+    case ElemType::BF16: put(bf16_bits(v)); break;
+    case ElemType::F32: put(static_cast<float>(v)); break;
+    case ElemType::F64: put(v); break;
+    default: KILN_CHECK(false, "kiln run: an element type tensors cannot hold");
+  }
+}
+
+double get_elem(ElemType t, const void* p) {
+  auto get = [&](auto x) {
+    std::memcpy(&x, p, sizeof x);
+    return static_cast<double>(x);
+  };
+  switch (t) {
+    case ElemType::Bool: return get(uint8_t{});
+    case ElemType::I8: return get(int8_t{});
+    case ElemType::I16: return get(int16_t{});
+    case ElemType::I32: return get(int32_t{});
+    case ElemType::I64: return get(int64_t{});
+    case ElemType::U8: return get(uint8_t{});
+    case ElemType::U16: return get(uint16_t{});
+    case ElemType::U32: return get(uint32_t{});
+    case ElemType::U64: return get(uint64_t{});
+    case ElemType::F16: {
+      uint16_t b;
+      std::memcpy(&b, p, 2);
+      return f16_value(b);
+    }
+    case ElemType::BF16: {
+      uint16_t b;
+      std::memcpy(&b, p, 2);
+      return bf16_value(b);
+    }
+    case ElemType::F32: return get(float{});
+    case ElemType::F64: return get(double{});
+    default: KILN_CHECK(false, "kiln run: an element type tensors cannot hold");
+  }
+  return 0;
+}
+
+// The value as the element type holds it.
+double round_to_elem(ElemType t, double v) {
+  if (t == ElemType::F64) return v;
+  if (t == ElemType::F32) return static_cast<double>(static_cast<float>(v));
+  unsigned char b[8];
+  put_elem(t, v, b);
+  return get_elem(t, b);
+}
+
+std::pair<double, double> default_range(ElemType t) {
+  if (t == ElemType::Bool) return {0, 1};
+  if (ir::is_float(t)) return {-1, 1};
+  if (ir::is_signed(t)) return {-100, 100};
+  return {0, 100};
+}
+
+// Tolerances by element type: a few units in the last place of a sum of a few thousand terms.
+std::pair<double, double> default_tolerance(ElemType t) {
+  switch (t) {
+    case ElemType::F64: return {1e-12, 1e-12};
+    case ElemType::F32: return {2e-5, 1e-5};
+    case ElemType::F16: return {4e-3, 2e-3};
+    case ElemType::BF16: return {3e-2, 1e-2};
+    default: return {0, 0};
+  }
+}
+
+std::vector<unsigned char> to_bytes(ElemType t, const std::vector<double>& v) {
+  const size_t es = static_cast<size_t>(ir::elem_bytes(t));
+  std::vector<unsigned char> bytes(v.size() * es);
+  if (t == ElemType::F32) {
+    auto* f = reinterpret_cast<float*>(bytes.data());
+    for (size_t i = 0; i < v.size(); ++i) f[i] = static_cast<float>(v[i]);
+  } else {
+    for (size_t i = 0; i < v.size(); ++i) put_elem(t, v[i], bytes.data() + i * es);
+  }
+  return bytes;
+}
+
+Result<std::vector<double>> download_values(const Tensor& t) {
+  std::vector<unsigned char> bytes(static_cast<size_t>(t.numel()) * t.element_bytes());
+  KILN_TRY(t.download(bytes.data(), bytes.size()));
+  std::vector<double> v(static_cast<size_t>(t.numel()));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = get_elem(t.dtype(), bytes.data() + i * t.element_bytes());
+  return v;
+}
+
+std::string dims_text(const std::vector<int64_t>& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) out += fmt::format("{}{}", i ? "x" : "", s[i]);
+  return out;
+}
+
+Error usage(std::string_view kernel, const std::string& what) {
+  return Error(ErrorKind::InvalidArgument, fmt::format("kernel '{}': {}", kernel, what));
+}
+
+}  // namespace
+
+// ---- RunData ---------------------------------------------------------------------------------
+
+std::vector<double>& RunData::operator[](std::string_view tensor) {
+  auto it = values.find(tensor);
+  KILN_CHECK(it != values.end(), "a run recipe names a tensor the kernel does not have");
+  return it->second;
+}
+const std::vector<double>& RunData::operator[](std::string_view tensor) const {
+  auto it = values.find(tensor);
+  KILN_CHECK(it != values.end(), "a run recipe names a tensor the kernel does not have");
+  return it->second;
+}
+const std::vector<int64_t>& RunData::shape(std::string_view tensor) const {
+  auto it = shapes.find(tensor);
+  KILN_CHECK(it != shapes.end(), "a run recipe uses the shape of a tensor before it has one");
+  return it->second;
+}
+int64_t RunData::numel(std::string_view tensor) const {
+  int64_t n = 1;
+  for (int64_t d : shape(tensor)) n *= d;
+  return n;
+}
+double RunData::scalar(std::string_view name) const {
+  auto it = scalars.find(name);
+  KILN_CHECK(it != scalars.end(), "a run recipe names a scalar the kernel does not have");
+  return it->second;
+}
+int64_t RunData::comptime(std::string_view name) const {
+  auto it = comptimes.find(name);
+  KILN_CHECK(it != comptimes.end(), "a run recipe names a comptime parameter the kernel does not have");
+  if (it->second == "true") return 1;
+  if (it->second == "false") return 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(it->second.c_str(), &end, 10);
+  KILN_CHECK(end != it->second.c_str() && *end == '\0', "a run recipe reads a non-integer comptime value as an integer");
+  return v;
+}
+int RunData::line(std::string_view tensor) const {
+  auto it = lines.find(tensor);
+  KILN_CHECK(it != lines.end(), "a run recipe names a tensor the kernel does not have");
+  return it->second;
+}
+
+// ---- recipes ---------------------------------------------------------------------------------
+
+RunRecipe& RunRecipe::shape(std::string tensor, std::vector<int64_t> dims) {
+  shapes_.push_back({std::move(tensor), std::move(dims), {}});
+  return *this;
+}
+RunRecipe& RunRecipe::shape(std::string tensor, ShapeFn fn) {
+  shapes_.push_back({std::move(tensor), std::nullopt, std::move(fn)});
+  return *this;
+}
+RunRecipe& RunRecipe::same_shape(std::string tensor, std::string as) {
+  return shape(std::move(tensor), [as](const RunData& d) { return d.shape(as); });
+}
+RunRecipe& RunRecipe::values(std::string tensor, double lo, double hi) {
+  ranges_[std::move(tensor)] = {lo, hi};
+  return *this;
+}
+RunRecipe& RunRecipe::zeros(std::string tensor) { return values(std::move(tensor), 0, 0); }
+RunRecipe& RunRecipe::scalar(std::string name, double value) {
+  scalars_[std::move(name)] = value;
+  return *this;
+}
+RunRecipe& RunRecipe::cubes(DimFn fn) {
+  cubes_ = std::move(fn);
+  return *this;
+}
+RunRecipe& RunRecipe::cube_dim(DimFn fn) {
+  cube_dim_ = std::move(fn);
+  return *this;
+}
+RunRecipe& RunRecipe::reference(std::function<void(RunData&)> fn) {
+  reference_ = std::move(fn);
+  return *this;
+}
+RunRecipe& RunRecipe::tolerance(double rel, double abs) {
+  tolerance_ = std::pair{rel, abs};
+  return *this;
+}
+
+RunRecipe& run_recipe(std::string_view kernel) {
+  std::lock_guard<std::mutex> lock(recipes_mu());
+  auto it = recipes().find(kernel);
+  if (it == recipes().end()) it = recipes().emplace(std::string(kernel), RunRecipe(std::string(kernel))).first;
+  return it->second;
+}
+
+const RunRecipe* find_run_recipe(std::string_view kernel) {
+  std::lock_guard<std::mutex> lock(recipes_mu());
+  auto it = recipes().find(kernel);
+  return it == recipes().end() ? nullptr : &it->second;
+}
+
+struct RunRecipeAccess {
+  static const auto& shapes(const RunRecipe& r) { return r.shapes_; }
+  static const auto& ranges(const RunRecipe& r) { return r.ranges_; }
+  static const auto& scalars(const RunRecipe& r) { return r.scalars_; }
+  static const auto& cubes(const RunRecipe& r) { return r.cubes_; }
+  static const auto& cube_dim(const RunRecipe& r) { return r.cube_dim_; }
+  static const auto& reference(const RunRecipe& r) { return r.reference_; }
+  static const auto& tolerance(const RunRecipe& r) { return r.tolerance_; }
+};
+
+// ---- the runner ------------------------------------------------------------------------------
+
+Result<RunResult> run(Runtime& rt, std::string_view name, const RunConfig& config) {
+  using A = RunRecipeAccess;
+  KILN_ASSIGN(Kernel kernel, rt.kernel(name));
+  const dsl::KernelDef& def = kernel.def();
+  if (!def.problem.empty()) return usage(name, def.problem);
+  const RunRecipe* recipe = find_run_recipe(name);
+
+  // The instantiation: the one whose tensor types match --dtype, else the first.
+  const dsl::Instantiation* inst = nullptr;
+  for (const auto& in : def.instantiations) {
+    bool match = true;
+    for (const auto& [pname, tname] : config.dtypes) {
+      auto t = ir::parse_elem_type(tname);
+      if (!t) return usage(name, fmt::format("'{}' is not an element type (--dtype {}={})", tname, pname, tname));
+      for (const auto& p : in.params)
+        if (p.name == pname && p.runtime() && p.dtype != *t) match = false;
+    }
+    if (match) {
+      inst = &in;
+      break;
+    }
+  }
+  if (!inst) {
+    std::string have;
+    for (const auto& in : def.instantiations) have += fmt::format("\n  ({})", in.dtype_summary());
+    return usage(name, fmt::format("no instantiation has the requested element types; it has:{}", have));
+  }
+  const auto& params = inst->params;
+  auto find_param = [&](std::string_view n) -> const dsl::ParamInfo* {
+    for (const auto& p : params)
+      if (p.name == n) return &p;
+    return nullptr;
+  };
+  std::string param_names;
+  for (const auto& p : params) param_names += (param_names.empty() ? "" : ", ") + p.name;
+  auto unknown = [&](const char* option, const std::string& n) {
+    return usage(name, fmt::format("{} names '{}', which is not a parameter (parameters: {})", option, n, param_names));
+  };
+  auto is_memory = [](const dsl::ParamInfo& p) {
+    return p.kind == dsl::ParamKind::Tensor || p.kind == dsl::ParamKind::Array;
+  };
+  for (const auto& [n, v] : config.set)
+    if (!find_param(n) || is_memory(*find_param(n))) return unknown("--set", n);
+  for (const auto& [n, v] : config.shapes)
+    if (!find_param(n) || !is_memory(*find_param(n))) return unknown("--shape", n);
+  for (const auto& [n, v] : config.lines)
+    if (!find_param(n) || !is_memory(*find_param(n))) return unknown("--line", n);
+  for (const auto& [n, v] : config.dtypes)
+    if (!find_param(n)) return unknown("--dtype", n);
+
+  RunData data;
+  std::vector<dsl::ComptimeValue> comptime_values(params.size());
+  // Comptime and scalar values.
+  for (size_t i = 0; i < params.size(); ++i) {
+    const dsl::ParamInfo& p = params[i];
+    auto given = config.set.find(p.name);
+    if (p.kind == dsl::ParamKind::Comptime) {
+      if (given != config.set.end()) {
+        auto v = p.parse(given->second);
+        if (!v) return usage(name, fmt::format("--set {}={}: {}", p.name, given->second, v.error().message));
+        comptime_values[i] = *v;
+      } else if (p.default_value) {
+        comptime_values[i] = *p.default_value;
+      } else {
+        return usage(name, fmt::format("comptime parameter '{}' has no default; pass --set {}=VALUE", p.name, p.name));
+      }
+      data.comptimes[p.name] = comptime_values[i].format();
+    } else if (p.kind == dsl::ParamKind::Scalar) {
+      double v = 0;
+      if (given != config.set.end()) {
+        const std::string& text = given->second;
+        char* end = nullptr;
+        v = text == "true" ? 1 : text == "false" ? 0 : std::strtod(text.c_str(), &end);
+        if (text != "true" && text != "false" && (end == text.c_str() || *end != '\0'))
+          return usage(name, fmt::format("--set {}={}: not a number", p.name, text));
+      } else if (recipe && A::scalars(*recipe).count(p.name)) {
+        v = A::scalars(*recipe).find(p.name)->second;
+      } else {
+        return usage(name, fmt::format("scalar parameter '{}' has no default; pass --set {}=VALUE", p.name, p.name));
+      }
+      data.scalars[p.name] = v;
+    }
+  }
+  // The cube size.
+  if (config.cube_dim) data.cube_dim = *config.cube_dim;
+  else if (recipe && A::cube_dim(*recipe)) data.cube_dim = A::cube_dim(*recipe)(data);
+  else data.cube_dim = Dim3(def.default_cube_dim[0], def.default_cube_dim[1], def.default_cube_dim[2]);
+  // Shapes: given, else declared (constants first, then computed in declaration order).
+  for (const auto& [n, dims] : config.shapes) data.shapes[n] = dims;
+  // Line widths follow from shapes: the runner's tensors start on 64-byte boundaries, so the
+  // widest line is the widest that divides the innermost dimension (a launch picks the same).
+  // A shape computed from a line width sees the widths of the shapes known before it.
+  auto resolve_lines = [&] {
+    int common = 16;
+    for (const auto& p : params)
+      if (is_memory(p) && p.default_line == 0 && !config.lines.count(p.name) && data.shapes.count(p.name)) {
+        const auto& shape = data.shapes[p.name];
+        int w = rt.max_lanes(p.dtype);
+        while (w > 1 && (shape.empty() || shape.back() % w != 0)) w /= 2;
+        common = std::min(common, w);
+      }
+    for (const auto& p : params) {
+      if (!is_memory(p) || !data.shapes.count(p.name)) continue;
+      int w = p.default_line == 0 ? common : p.default_line;
+      if (auto it = config.lines.find(p.name); it != config.lines.end()) w = it->second;
+      data.lines[p.name] = w;
+    }
+  };
+  if (recipe) {
+    for (const auto& decl : A::shapes(*recipe))
+      if (decl.dims && !data.shapes.count(decl.name)) data.shapes[decl.name] = *decl.dims;
+    for (const auto& decl : A::shapes(*recipe))
+      if (!decl.dims && !data.shapes.count(decl.name)) {
+        resolve_lines();
+        data.shapes[decl.name] = decl.fn(data);
+      }
+  }
+  for (const auto& p : params)
+    if (is_memory(p) && !data.shapes.count(p.name))
+      return usage(name, fmt::format("tensor '{}' has no shape; pass --shape {}=AxB", p.name, p.name));
+  resolve_lines();
+
+  // Tensors with random inputs.
+  RunResult result;
+  result.kernel = def.name;
+  result.device = rt.device().name;
+  result.seed = config.seed ? config.seed : (uint64_t{std::random_device{}()} << 20 | std::random_device{}()) % 1000000007 + 1;
+  result.cube_dim = data.cube_dim;
+  // splitmix64: fast, and the same sequence everywhere for a seed.
+  uint64_t rng_state = result.seed;
+  auto uniform01 = [&rng_state] {
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return static_cast<double>(z >> 11) * 0x1.0p-53;
+  };
+  std::map<std::string, Tensor, std::less<>> tensors;
+  std::map<std::string, std::vector<unsigned char>, std::less<>> initial;
+  for (const auto& p : params) {
+    if (!is_memory(p)) continue;
+    const auto& shape = data.shapes[p.name];
+    if (p.kind == dsl::ParamKind::Array && shape.size() != 1)
+      return usage(name, fmt::format("array '{}' takes a 1-D shape, got {}", p.name, dims_text(shape)));
+    KILN_ASSIGN(Tensor t, rt.empty(p.dtype, std::span<const int64_t>(shape)));
+    auto [lo, hi] = default_range(p.dtype);
+    if (recipe && A::ranges(*recipe).count(p.name)) std::tie(lo, hi) = A::ranges(*recipe).find(p.name)->second;
+    std::vector<double> v(static_cast<size_t>(t.numel()));
+    for (double& x : v) {
+      x = lo + (hi - lo) * uniform01();
+      if (!ir::is_float(p.dtype)) x = std::round(x);
+      x = round_to_elem(p.dtype, x);
+    }
+    std::vector<unsigned char> bytes = to_bytes(p.dtype, v);
+    KILN_TRY(t.upload(bytes.data(), bytes.size()));
+    if (!p.const_qualified) initial[p.name] = std::move(bytes);  // restored before each timed run
+    data.values[p.name] = std::move(v);
+    result.bytes += static_cast<uint64_t>(t.numel()) * t.element_bytes();
+    tensors.emplace(p.name, std::move(t));
+  }
+  LaunchOptions lo;
+  lo.checked = config.checked;
+  for (const auto& p : params)
+    if (is_memory(p)) lo.lines.emplace_back(p.name, data.lines[p.name]);
+  // The grid.
+  if (config.cubes) result.cubes = *config.cubes;
+  else if (recipe && A::cubes(*recipe)) result.cubes = A::cubes(*recipe)(data);
+  else return usage(name, "the kernel declares no cube count (KILN_RUN ... .cubes); pass --cubes X[xYxZ]");
+
+  // The arguments.
+  std::vector<LaunchArg> args(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    const dsl::ParamInfo& p = params[i];
+    LaunchArg& a = args[i];
+    if (is_memory(p)) {
+      a.kind = LaunchArg::Kind::Tensor;
+      a.tensor = &tensors.find(p.name)->second;
+      result.arguments += fmt::format("{}{}: {}[{}] line {}", result.arguments.empty() ? "" : ", ", p.name,
+                                      ir::elem_name(p.dtype), dims_text(data.shapes[p.name]), data.lines[p.name]);
+    } else if (p.kind == dsl::ParamKind::Scalar) {
+      const double v = data.scalars[p.name];
+      a.kind = LaunchArg::Kind::Number;
+      if (p.dtype == ElemType::Bool) {
+        a.num = LaunchArg::Num::Bool;
+        a.u = v != 0;
+      } else if (ir::is_float(p.dtype)) {
+        a.num = LaunchArg::Num::Float;
+        a.f = v;
+      } else if (ir::is_signed(p.dtype)) {
+        a.num = LaunchArg::Num::Int;
+        a.i = static_cast<int64_t>(v);
+      } else {
+        if (v < 0) return usage(name, fmt::format("scalar '{}' is {} and cannot be negative", p.name, ir::elem_name(p.dtype)));
+        a.num = LaunchArg::Num::UInt;
+        a.u = static_cast<uint64_t>(v);
+      }
+      if (!ir::is_float(p.dtype) && std::trunc(v) != v)
+        return usage(name, fmt::format("scalar '{}' is {} and takes an integer, got {}", p.name, ir::elem_name(p.dtype), v));
+      result.arguments += fmt::format("{}{} = {}", result.arguments.empty() ? "" : ", ", p.name, v);
+    } else {
+      a.kind = LaunchArg::Kind::Value;
+      a.comptime = comptime_values[i];
+      result.arguments += fmt::format("{}{} = {}", result.arguments.empty() ? "" : ", ", p.name, a.comptime.format());
+    }
+  }
+
+  // The first launch (compiling if needed), checked against the reference.
+  const CacheStats before = cache_stats();
+  auto t0 = Clock::now();
+  KILN_TRY(rt.launch_args(kernel, result.cubes, result.cube_dim, lo, args));
+  KILN_TRY(rt.sync());
+  result.first_ms = ms_since(t0);
+  const CacheStats after = cache_stats();
+  if (after.compiles + after.disk_hits > before.compiles + before.disk_hits) {
+    result.compiled = true;
+    result.compile = last_compile_report();
+  }
+  if (recipe && A::reference(*recipe)) {
+    result.has_reference = true;
+    RunData want = data;
+    A::reference(*recipe)(want);
+    for (const auto& p : params) {
+      if (!is_memory(p) || p.const_qualified) continue;
+      const Tensor& t = tensors.find(p.name)->second;
+      KILN_ASSIGN(std::vector<double> got, download_values(t));
+      const std::vector<double>& w = want[p.name];
+      TensorCheck c;
+      c.name = p.name;
+      std::tie(c.rel_tol, c.abs_tol) = A::tolerance(*recipe) ? *A::tolerance(*recipe) : default_tolerance(p.dtype);
+      for (size_t i = 0; i < got.size(); ++i) {
+        const double want_i = round_to_elem(p.dtype, w[i]);
+        const double err = std::fabs(got[i] - want_i);
+        const bool bad = !(err <= c.abs_tol + c.rel_tol * std::fabs(want_i)) && !(std::isnan(got[i]) && std::isnan(want_i));
+        c.max_abs_error = std::max(c.max_abs_error, std::isnan(err) ? INFINITY : err);
+        if (want_i != 0) c.max_rel_error = std::max(c.max_rel_error, err / std::fabs(want_i));
+        if (bad) {
+          if (c.mismatches++ == 0) {
+            c.first_bad = static_cast<int64_t>(i);
+            c.got = got[i];
+            c.want = want_i;
+          }
+        }
+      }
+      if (c.mismatches) result.passed = false;
+      result.checks.push_back(c);
+    }
+  }
+  // Timed launches, each from the same inputs.
+  for (int r = 0; r < config.repeat; ++r) {
+    for (const auto& [n, bytes] : initial) KILN_TRY(tensors.find(n)->second.upload(bytes.data(), bytes.size()));
+    t0 = Clock::now();
+    KILN_TRY(rt.launch_args(kernel, result.cubes, result.cube_dim, lo, args));
+    KILN_TRY(rt.sync());
+    result.times_ms.push_back(ms_since(t0));
+  }
+  if (!result.times_ms.empty()) {
+    std::vector<double> sorted = result.times_ms;
+    std::sort(sorted.begin(), sorted.end());
+    result.median_ms = sorted[sorted.size() / 2];
+    result.min_ms = sorted.front();
+  }
+  return result;
+}
+
+}  // namespace kiln::kernels

@@ -1,0 +1,149 @@
+// Running a registered kernel on generated inputs and checking it against a C++ reference:
+// what `kiln run`, `kiln demo` and the kernel tests use.
+//
+// A kernel declares how to run it next to its registration:
+//
+//   KILN_RUN(axpy)
+//       .shape("x", {1 << 22}).same_shape("y", "x")
+//       .scalar("a", 2.0)
+//       .cubes([](const RunData& d) { return ceil_div(d.numel("y") / d.line("y"), 256); })
+//       .reference([](RunData& d) {
+//         for (size_t i = 0; i < d["y"].size(); ++i) d["y"][i] += d.scalar("a") * d["x"][i];
+//       });
+//
+// The runner makes each tensor with its shape (the declared default, or --shape), fills it
+// with random values (uniform in [-1, 1] unless declared otherwise, rounded to the element
+// type), launches once, and compares every tensor the kernel may write with what the
+// reference computed from the same inputs, in double precision.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/runtime.h"
+
+namespace kiln::kernels {
+
+// The host side of one run: tensors as doubles in row-major order, shapes, scalar and comptime
+// values, and the line width of each tensor.
+class RunData {
+ public:
+  std::vector<double>& operator[](std::string_view tensor);
+  const std::vector<double>& operator[](std::string_view tensor) const;
+  const std::vector<int64_t>& shape(std::string_view tensor) const;
+  int64_t dim(std::string_view tensor, int d) const { return shape(tensor).at(static_cast<size_t>(d)); }
+  int64_t numel(std::string_view tensor) const;
+  double scalar(std::string_view name) const;
+  // An integer comptime parameter (or a bool, as 0 or 1).
+  int64_t comptime(std::string_view name) const;
+  int line(std::string_view tensor) const;
+
+  // Filled by the runner, in this order: comptime and scalar values, the cube size, shapes
+  // (so a shape may follow the cube size), the tensors' values and line widths.
+  Dim3 cube_dim;
+  std::map<std::string, std::vector<double>, std::less<>> values;
+  std::map<std::string, std::vector<int64_t>, std::less<>> shapes;
+  std::map<std::string, double, std::less<>> scalars;
+  std::map<std::string, std::string, std::less<>> comptimes;  // formatted values
+  std::map<std::string, int, std::less<>> lines;
+};
+
+inline uint32_t ceil_div(int64_t a, int64_t b) { return static_cast<uint32_t>((a + b - 1) / b); }
+
+class RunRecipe {
+ public:
+  using ShapeFn = std::function<std::vector<int64_t>(const RunData&)>;
+  using DimFn = std::function<Dim3(const RunData&)>;
+
+  explicit RunRecipe(std::string kernel) : kernel_(std::move(kernel)) {}
+  // The default shape of a tensor; or computed from the tensors declared before it.
+  RunRecipe& shape(std::string tensor, std::vector<int64_t> dims);
+  RunRecipe& shape(std::string tensor, ShapeFn fn);
+  RunRecipe& same_shape(std::string tensor, std::string as);
+  // Random inputs uniform in [lo, hi] (integers for integer types); zeros: all 0.
+  RunRecipe& values(std::string tensor, double lo, double hi);
+  RunRecipe& zeros(std::string tensor);
+  // The default of a scalar parameter.
+  RunRecipe& scalar(std::string name, double value);
+  RunRecipe& cubes(DimFn fn);
+  // The cube size, from comptime and scalar values; the registered one when not given.
+  RunRecipe& cube_dim(DimFn fn);
+  // Computes the expected contents of the written tensors from the inputs, in place.
+  RunRecipe& reference(std::function<void(RunData&)> fn);
+  // |got - want| <= abs + rel * |want|; by default from the element type.
+  RunRecipe& tolerance(double rel, double abs);
+
+  const std::string& kernel() const { return kernel_; }
+
+ private:
+  friend struct RunRecipeAccess;
+  struct TensorDecl {
+    std::string name;
+    std::optional<std::vector<int64_t>> dims;
+    ShapeFn fn;
+  };
+  std::string kernel_;
+  std::vector<TensorDecl> shapes_;
+  std::map<std::string, std::pair<double, double>, std::less<>> ranges_;
+  std::map<std::string, double, std::less<>> scalars_;
+  DimFn cubes_, cube_dim_;
+  std::function<void(RunData&)> reference_;
+  std::optional<std::pair<double, double>> tolerance_;
+};
+
+// The recipe registered for `kernel` (created on first use).
+RunRecipe& run_recipe(std::string_view kernel);
+const RunRecipe* find_run_recipe(std::string_view kernel);
+
+#define KILN_RUN_CAT2(a, b) a##b
+#define KILN_RUN_CAT(a, b) KILN_RUN_CAT2(a, b)
+#define KILN_RUN(kernel)                                                  \
+  [[maybe_unused]] static ::kiln::kernels::RunRecipe& KILN_RUN_CAT(kiln_run_, __LINE__) = \
+      ::kiln::kernels::run_recipe(#kernel)
+
+struct RunConfig {
+  std::map<std::string, std::string> set;                  // scalars and comptime values
+  std::map<std::string, std::vector<int64_t>> shapes;      // tensor shapes
+  std::map<std::string, std::string> dtypes;               // element types (generic kernels)
+  std::map<std::string, int> lines;                        // line widths
+  std::optional<Dim3> cubes, cube_dim;
+  bool checked = false;
+  int repeat = 10;     // timed launches after the first
+  uint64_t seed = 0;   // 0: a fresh seed
+};
+
+struct TensorCheck {
+  std::string name;
+  double max_abs_error = 0, max_rel_error = 0;
+  int64_t mismatches = 0;
+  int64_t first_bad = -1;
+  double got = 0, want = 0;  // at first_bad
+  double rel_tol = 0, abs_tol = 0;
+};
+
+struct RunResult {
+  std::string kernel, device;
+  Dim3 cubes, cube_dim;
+  uint64_t seed = 0;
+  std::string arguments;  // "x: f32[4194304] line 16, y: ..., a = 2"
+  double first_ms = 0;    // the first launch, compiling included
+  CompileReport compile;  // where the first launch's time went (when it compiled)
+  bool compiled = false;
+  bool has_reference = false;
+  std::vector<TensorCheck> checks;
+  bool passed = true;
+  std::vector<double> times_ms;  // the timed launches, each followed by sync
+  double median_ms = 0, min_ms = 0;
+  uint64_t bytes = 0;  // bytes of all tensor arguments (for an effective bandwidth)
+};
+
+// Runs `kernel` as its recipe (or only its registration, with --shape for every tensor) says.
+Result<RunResult> run(Runtime& rt, std::string_view kernel, const RunConfig& config);
+
+}  // namespace kiln::kernels

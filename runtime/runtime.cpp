@@ -1,0 +1,499 @@
+// Runtime: devices, streams, kernels and the launch path.
+#include "runtime/runtime.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "ir/float16.h"
+#include "ir/verifier.h"
+#include "runtime/cpu_exec.h"
+#include "runtime/specialization.h"
+
+namespace kiln {
+
+namespace detail {
+
+struct StreamState {
+  std::mutex mu;
+  std::optional<Error> pending;  // the first fault since the last sync
+  std::vector<std::string> prints;
+};
+
+struct RuntimeState {
+  std::shared_ptr<Device> device;
+  RuntimeOptions options;
+  uint16_t target_id = 0;
+  cpu::CompileOptions compile;  // CPU devices
+  Stream default_stream;
+};
+
+}  // namespace detail
+
+namespace {
+
+constexpr size_t kMaxParams = 32;
+
+// A small id per distinct target, for keys.
+uint16_t target_id_of(const std::string& target_key) {
+  static std::mutex mu;
+  static std::map<std::string, uint16_t> ids;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = ids.find(target_key);
+  if (it != ids.end()) return it->second;
+  const auto id = static_cast<uint16_t>(ids.size() + 1);
+  ids.emplace(target_key, id);
+  return id;
+}
+
+// ---- the CPU device ------------------------------------------------------------------------------
+
+class CpuDevice : public Device {
+ public:
+  explicit CpuDevice(const cpu::Target& target, uint64_t cap) : target_(target) {
+    pool_ = std::make_shared<MemoryPool>(make_host_allocator(), cap);
+    info_.name = "cpu";
+    info_.kind = DeviceKind::Cpu;
+    info_.description = target.describe();
+    info_.cores = ThreadPool::global().threads();
+    info_.vector_bits = target.vector_bits;
+    info_.arch = target.cpu;
+    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+    info_.memory_bytes = pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+    key_ = fmt::format("cpu:{}:{}", target.cpu, target.features);
+  }
+  const DeviceInfo& info() const override { return info_; }
+  bool host_accessible() const override { return true; }
+  Status upload(void* dst, const void* host, size_t bytes) override {
+    if (bytes) std::memcpy(dst, host, bytes);
+    return {};
+  }
+  Status download(void* host, const void* src, size_t bytes) override {
+    if (bytes) std::memcpy(host, src, bytes);
+    return {};
+  }
+  Status copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes) std::memmove(dst, src, bytes);
+    return {};
+  }
+  const std::string& target_key() const override { return key_; }
+  int max_lanes(int bytes) const override { return target_.max_lanes(bytes); }
+  const cpu::Target& target() const { return target_; }
+
+ private:
+  cpu::Target target_;
+  DeviceInfo info_;
+  std::string key_;
+};
+
+// Why CUDA is unavailable, probing the driver without linking it.
+std::string cuda_absence() {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) return fmt::format("no CUDA driver ({})", dlerror());
+  dlclose(lib);
+  return "a CUDA driver is installed, but this build of kiln runs kernels on the CPU only";
+}
+
+// ---- launch helpers ------------------------------------------------------------------------------
+
+Error arg_error(const dsl::KernelDef& def, const dsl::ParamInfo& p, const std::string& what) {
+  return Error(ErrorKind::InvalidArgument, fmt::format("kernel '{}', argument '{}': {}", def.name, p.name, what));
+}
+
+// Whether a tensor can be read in lines of `w` elements (and, with `aligned`, whether its
+// pointer is aligned to a whole line).
+bool lines_fit(const Tensor& t, int w, bool aligned) {
+  if (w == 1) return true;
+  const int r = t.rank();
+  if (r < 1) return false;
+  const int64_t last = t.shape(r - 1);
+  if (last % w != 0 || (last > 1 && t.stride(r - 1) != 1)) return false;
+  for (int d = 0; d + 1 < r; ++d)
+    if (t.stride(d) % w != 0) return false;
+  if (aligned && reinterpret_cast<uintptr_t>(t.data()) % (static_cast<uintptr_t>(w) * t.element_bytes()) != 0)
+    return false;
+  return true;
+}
+
+int widest_lines(const Device& dev, const Tensor& t) {
+  for (int w = dev.max_lanes(static_cast<int>(t.element_bytes())); w > 1; w /= 2)
+    if (lines_fit(t, w, true)) return w;
+  return 1;
+}
+
+// The bits of a numeric argument as the parameter's element type, or why it does not fit.
+Result<uint64_t> scalar_bits(const dsl::KernelDef& def, const dsl::ParamInfo& p, const LaunchArg& a) {
+  using ir::ElemType;
+  const ElemType t = p.dtype;
+  if (t == ElemType::Bool) {
+    if (a.num != LaunchArg::Num::Bool) return arg_error(def, p, "a Bool parameter takes true or false");
+    return a.u;
+  }
+  if (a.num == LaunchArg::Num::Bool)
+    return arg_error(def, p, fmt::format("it is {} and takes a number, not a bool", ir::elem_name(t)));
+  if (ir::is_float(t)) {
+    const double v = a.num == LaunchArg::Num::Float ? a.f
+                     : a.num == LaunchArg::Num::Int ? static_cast<double>(a.i)
+                                                    : static_cast<double>(a.u);
+    const double r = ir::round_float_literal(t, v);
+    if (std::isinf(r) && !std::isinf(v))
+      return arg_error(def, p, fmt::format("{} is out of range for {}", v, ir::elem_name(t)));
+    if (a.num != LaunchArg::Num::Float && (r != v || (a.num == LaunchArg::Num::Int ? static_cast<int64_t>(v) != a.i : static_cast<uint64_t>(v) != a.u)))
+      return arg_error(def, p, fmt::format("the integer {} is not exactly representable in {}; pass a float",
+                                           a.num == LaunchArg::Num::Int ? std::to_string(a.i) : std::to_string(a.u), ir::elem_name(t)));
+    switch (t) {
+      case ElemType::F16: return uint64_t{f16_bits(r)};
+      case ElemType::BF16: return uint64_t{bf16_bits(r)};
+      case ElemType::F32: {
+        const float f = static_cast<float>(r);
+        uint32_t b;
+        std::memcpy(&b, &f, 4);
+        return uint64_t{b};
+      }
+      default: {
+        uint64_t b;
+        std::memcpy(&b, &r, 8);
+        return b;
+      }
+    }
+  }
+  if (a.num == LaunchArg::Num::Float || a.num == LaunchArg::Num::Bool)
+    return arg_error(def, p, fmt::format("it is {} and takes an integer, not a floating-point number", ir::elem_name(t)));
+  const int bits = ir::elem_bits(t);
+  const bool neg = a.num == LaunchArg::Num::Int && a.i < 0;
+  const uint64_t mag = neg ? 0 - static_cast<uint64_t>(a.i) : a.num == LaunchArg::Num::Int ? static_cast<uint64_t>(a.i) : a.u;
+  bool fits;
+  if (ir::is_signed(t)) {
+    const uint64_t limit = uint64_t{1} << (bits - 1);
+    fits = neg ? mag <= limit : mag < limit;
+  } else {
+    fits = !neg && (bits == 64 || mag < (uint64_t{1} << bits));
+  }
+  if (!fits)
+    return arg_error(def, p, fmt::format("{} does not fit in {}",
+                                         a.num == LaunchArg::Num::Int ? std::to_string(a.i) : std::to_string(a.u),
+                                         ir::elem_name(t)));
+  const uint64_t raw = a.num == LaunchArg::Num::Int ? static_cast<uint64_t>(a.i) : a.u;
+  return bits == 64 ? raw : raw & ((uint64_t{1} << bits) - 1);
+}
+
+}  // namespace
+
+// ---- devices and runtimes ---------------------------------------------------------------------------
+
+std::vector<DeviceEntry> devices() {
+  std::vector<DeviceEntry> out;
+  DeviceEntry cpu_entry;
+  cpu_entry.name = "cpu";
+  if (auto t = cpu::host_target()) {
+    CpuDevice dev(*t, 0);
+    cpu_entry.available = true;
+    cpu_entry.info = dev.info();
+  } else {
+    cpu_entry.reason = t.error().message;
+  }
+  out.push_back(std::move(cpu_entry));
+  DeviceEntry cuda;
+  cuda.name = "cuda";
+  cuda.reason = cuda_absence();
+  out.push_back(std::move(cuda));
+  return out;
+}
+
+Result<Runtime> Runtime::open(std::string_view name, RuntimeOptions options) {
+  auto state = std::make_shared<detail::RuntimeState>();
+  state->options = std::move(options);
+  if (name == "cpu") {
+    KILN_ASSIGN(cpu::Target target, cpu::host_target());
+    KILN_TRY(cpu::start_jit());  // once per process, so that no launch pays for it
+    auto dev = std::make_shared<CpuDevice>(target, state->options.memory_cap);
+    state->compile.target = target;
+    state->device = dev;
+  } else if (name.rfind("cuda", 0) == 0) {
+    return Error(ErrorKind::NotFound, fmt::format("device '{}' is not available: {}", name, cuda_absence()));
+  } else {
+    return Error(ErrorKind::NotFound, fmt::format("unknown device '{}'; devices are 'cpu' and 'cuda:N' (see kiln devices)", name));
+  }
+  state->target_id = target_id_of(state->device->target_key());
+  state->default_stream.s_ = std::make_shared<detail::StreamState>();
+  Runtime rt;
+  rt.s_ = std::move(state);
+  return rt;
+}
+
+const DeviceInfo& Runtime::device() const { return s_->device->info(); }
+
+Result<Tensor> Runtime::empty(ir::ElemType dtype, std::span<const int64_t> shape) {
+  int64_t bytes = ir::elem_bytes(dtype);
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] < 0)
+      return Error(ErrorKind::InvalidArgument, fmt::format("empty: dimension {} is negative ({})", d, shape[d]));
+    if (__builtin_mul_overflow(bytes, shape[d], &bytes))
+      return Error(ErrorKind::OutOfMemory, "empty: the tensor's size in bytes overflows 64 bits");
+  }
+  KILN_ASSIGN(Buffer b, Buffer::allocate(s_->device->pool(), static_cast<size_t>(bytes)));
+  return Tensor::make(s_->device, std::move(b), dtype, shape);
+}
+
+Result<Tensor> Runtime::wrap(void* data, ir::ElemType dtype, std::span<const int64_t> shape,
+                             std::span<const int64_t> strides, std::function<void()> release) {
+  if (!s_->device->host_accessible())
+    return Error(ErrorKind::Unsupported, fmt::format("wrapping host memory needs a CPU runtime, not {}", device().name));
+  if (!data) return Error(ErrorKind::InvalidArgument, "wrap: null data pointer");
+  if (reinterpret_cast<uintptr_t>(data) % static_cast<uintptr_t>(ir::elem_bytes(dtype)) != 0)
+    return Error(ErrorKind::InvalidArgument, "wrap: the pointer is not aligned to the element size");
+  // The extent the view reaches bounds the wrapped size.
+  int64_t last = 0, n = 1;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    const int64_t st = strides.empty() ? 0 : strides[d];
+    n *= shape[d];
+    last += (shape[d] > 0 ? shape[d] - 1 : 0) * st;
+  }
+  const int64_t elems = strides.empty() ? n : (n == 0 ? 0 : last + 1);
+  Buffer b = Buffer::wrap(data, static_cast<size_t>(elems) * static_cast<size_t>(ir::elem_bytes(dtype)), std::move(release));
+  return Tensor::make(s_->device, std::move(b), dtype, shape, strides);
+}
+
+MemoryStats Runtime::memory_stats() const { return s_->device->pool()->stats(); }
+void Runtime::trim() { s_->device->pool()->trim(); }
+
+Stream Runtime::default_stream() const { return s_->default_stream; }
+
+Stream Runtime::new_stream() {
+  Stream s;
+  s.s_ = std::make_shared<detail::StreamState>();
+  return s;
+}
+
+Status Runtime::sync() { return sync(s_->default_stream); }
+
+Status Runtime::sync(const Stream& stream) {
+  if (!stream.valid()) return Error(ErrorKind::InvalidArgument, "sync of an empty stream handle");
+  std::vector<std::string> prints;
+  std::optional<Error> err;
+  {
+    std::lock_guard<std::mutex> lock(stream.s_->mu);
+    prints.swap(stream.s_->prints);
+    err.swap(stream.s_->pending);
+  }
+  for (const std::string& line : prints) {
+    if (s_->options.print)
+      s_->options.print(line);
+    else
+      std::printf("%s\n", line.c_str());
+  }
+  if (!prints.empty() && !s_->options.print) std::fflush(stdout);
+  if (err) return *err;
+  return {};
+}
+
+Event Runtime::record(const Stream&) {
+  // CPU launches have finished when launch() returns: the event is now.
+  Event e;
+  e.at_ = std::chrono::steady_clock::now();
+  return e;
+}
+
+void Runtime::wait(const Stream&, const Event&) {
+  // Nothing to wait for: CPU launches complete in order as they are issued.
+}
+
+double Event::elapsed_ms(const Event& a, const Event& b) {
+  return std::chrono::duration<double, std::milli>(b.at_ - a.at_).count();
+}
+
+Result<Kernel> Runtime::kernel(std::string_view name) const {
+  const dsl::KernelDef* def = dsl::Registry::global().find(name);
+  if (!def) {
+    std::string names;
+    for (const dsl::KernelDef* d : dsl::Registry::global().all()) names += (names.empty() ? "" : ", ") + d->name;
+    return Error(ErrorKind::NotFound, fmt::format("no kernel named '{}'; registered kernels: {}", name, names));
+  }
+  Kernel k;
+  k.def_ = def;
+  k.table_ = detail::table_for(def);
+  return k;
+}
+
+int Runtime::line_width(std::initializer_list<const Tensor*> tensors) const {
+  int w = 16;
+  for (const Tensor* t : tensors) w = std::min(w, widest_lines(*s_->device, *t));
+  return w;
+}
+
+int Runtime::max_lanes(ir::ElemType dtype) const { return s_->device->max_lanes(ir::elem_bytes(dtype)); }
+
+// ---- launch ------------------------------------------------------------------------------------------
+
+Status Runtime::launch_args(const Kernel& kernel, Dim3 cubes, Dim3 cube_dim, const LaunchOptions& o,
+                            std::span<const LaunchArg> args) {
+  if (!kernel.def_) return Error(ErrorKind::InvalidArgument, "launch of an empty Kernel handle");
+  const dsl::KernelDef& def = *kernel.def_;
+  if (!def.problem.empty())
+    return Error(ErrorKind::InvalidArgument,
+                 fmt::format("{}:{}: error: kernel '{}' is not registered correctly: {}", def.file, def.line, def.name, def.problem));
+  const std::vector<dsl::ParamInfo>& params0 = def.instantiations.front().params;
+  if (args.size() != params0.size()) {
+    std::string names;
+    for (const auto& p : params0) names += (names.empty() ? "" : ", ") + p.name;
+    return Error(ErrorKind::InvalidArgument,
+                 fmt::format("kernel '{}' takes {} arguments ({}), got {}", def.name, params0.size(), names, args.size()));
+  }
+  if (params0.size() > kMaxParams)
+    return Error(ErrorKind::Unsupported, fmt::format("kernel '{}' has more than {} parameters", def.name, kMaxParams));
+  const uint64_t units = uint64_t{cube_dim.x} * cube_dim.y * cube_dim.z;
+  if (units == 0 || units > ir::kMaxUnitsPerCube)
+    return Error(ErrorKind::InvalidArgument,
+                 fmt::format("kernel '{}': a cube of {}x{}x{} units; use 1 to {} units per cube", def.name,
+                             cube_dim.x, cube_dim.y, cube_dim.z, ir::kMaxUnitsPerCube));
+  if (cubes.x == 0 || cubes.y == 0 || cubes.z == 0 || uint64_t{cubes.x} * cubes.y * cubes.z > 0xffffffffu)
+    return Error(ErrorKind::InvalidArgument,
+                 fmt::format("kernel '{}': {}x{}x{} cubes; each count must be at least 1 and the total below 2^32",
+                             def.name, cubes.x, cubes.y, cubes.z));
+
+  // The instantiation whose element types match the tensors.
+  size_t inst_index = 0;
+  for (; inst_index < def.instantiations.size(); ++inst_index) {
+    const auto& ps = def.instantiations[inst_index].params;
+    bool match = true;
+    for (size_t i = 0; i < ps.size() && match; ++i)
+      if ((ps[i].kind == dsl::ParamKind::Tensor || ps[i].kind == dsl::ParamKind::Array) &&
+          args[i].kind == LaunchArg::Kind::Tensor && args[i].tensor->dtype() != ps[i].dtype)
+        match = false;
+    if (match) break;
+  }
+  if (inst_index == def.instantiations.size()) {
+    std::string have, want;
+    for (size_t i = 0; i < params0.size(); ++i)
+      if (args[i].kind == LaunchArg::Kind::Tensor)
+        have += fmt::format("{}{}: {}", have.empty() ? "" : ", ", params0[i].name, ir::elem_name(args[i].tensor->dtype()));
+    for (const auto& inst : def.instantiations) want += fmt::format("\n  ({})", inst.dtype_summary());
+    return Error(ErrorKind::InvalidArgument,
+                 fmt::format("kernel '{}' takes no tensors of these element types ({}); it takes:{}", def.name, have, want));
+  }
+  const dsl::Instantiation& inst = def.instantiations[inst_index];
+  const Device& dev = *s_->device;
+  const bool checked = o.checked.value_or(s_->options.checked);
+
+  // Descriptors and the key, on the stack.
+  detail::SpecKey key;
+  key.put(static_cast<uint8_t>(inst_index));
+  std::array<dsl::ArgDesc, kMaxParams> descs;
+  std::array<HostArg, kMaxParams> host;
+  std::array<dsl::ComptimeValue, kMaxParams> comptime;
+  size_t nr = 0, nc = 0;
+  int common_width = -1;  // for line=max parameters, found on first need
+  for (size_t i = 0; i < inst.params.size(); ++i) {
+    const dsl::ParamInfo& p = inst.params[i];
+    const LaunchArg& a = args[i];
+    if (p.kind == dsl::ParamKind::Tensor || p.kind == dsl::ParamKind::Array) {
+      if (a.kind != LaunchArg::Kind::Tensor || !a.tensor->valid())
+        return arg_error(def, p, fmt::format("the kernel takes a tensor here ({})", dsl::param_kind_name(p.kind)));
+      const Tensor& t = *a.tensor;
+      if (t.device() != &dev)
+        return arg_error(def, p, fmt::format("the tensor is on {}, the launch on {}", t.device()->info().name, dev.info().name));
+      if (t.rank() < 1) return arg_error(def, p, "tensors passed to kernels have at least one dimension");
+      if (p.kind == dsl::ParamKind::Array && !t.is_contiguous())
+        return arg_error(def, p, "an Array parameter takes a contiguous tensor; this view is strided");
+      // The line width: the launch's choice, else the registered one (0: the widest that fits).
+      int w = p.default_line;
+      for (const auto& [name, width] : o.lines)
+        if (name == p.name) w = width;
+      if (w == 0) {
+        if (common_width < 0) {
+          common_width = 16;
+          for (size_t j = 0; j < inst.params.size(); ++j)
+            if (inst.params[j].default_line == 0 && args[j].kind == LaunchArg::Kind::Tensor)
+              common_width = std::min(common_width, widest_lines(dev, *args[j].tensor));
+        }
+        w = common_width;
+      }
+      if (!ir::valid_lanes(w)) return arg_error(def, p, fmt::format("line width {} is not 1, 2, 4, 8 or 16", w));
+      if (!lines_fit(t, w, false))
+        return arg_error(def, p, fmt::format("{} cannot be read in lines of {}: its innermost dimension must be contiguous and "
+                                             "a multiple of {} (and outer strides multiples of {}); choose a width with "
+                                             "Runtime::line_width and LaunchOptions::lines",
+                                             t.describe(), w, w, w));
+      dsl::ArgDesc& d = descs[nr];
+      d.dtype = t.dtype();
+      d.rank = static_cast<uint8_t>(p.kind == dsl::ParamKind::Tensor ? t.rank() : 0);
+      d.line = static_cast<uint8_t>(w);
+      d.read_only = t.read_only() || p.const_qualified;
+      key.put(d.dtype);
+      key.put(d.rank);
+      key.put(d.line);
+      key.put(d.read_only);
+      if (p.kind == dsl::ParamKind::Tensor)
+        host[nr] = TensorView(t.data(), t.shape(), t.strides());
+      else
+        host[nr] = ArrayView{t.data(), static_cast<uint64_t>(t.numel())};
+      ++nr;
+    } else if (p.kind == dsl::ParamKind::Scalar) {
+      if (a.kind != LaunchArg::Kind::Number)
+        return arg_error(def, p, fmt::format("the kernel takes a number here ({})", ir::elem_name(p.dtype)));
+      KILN_ASSIGN(uint64_t bits, scalar_bits(def, p, a));
+      descs[nr] = dsl::ArgDesc{p.dtype, 0, 1, false};
+      host[nr] = ScalarBits{bits};
+      ++nr;
+    } else {
+      if (a.kind == LaunchArg::Kind::Tensor || a.comptime.empty())
+        return arg_error(def, p, fmt::format("the kernel takes a comptime {} here", p.comptime_type));
+      dsl::ComptimeValue v = a.comptime;
+      if (v.type_name() != p.comptime_type) {
+        // A number of another C++ type: converted when it fits (256 for an unsigned).
+        auto converted = a.kind == LaunchArg::Kind::Number ? p.parse(v.format()) : Result<dsl::ComptimeValue>(Error());
+        if (!converted)
+          return arg_error(def, p, fmt::format("the comptime parameter takes a {}, got a {} ({})", p.comptime_type,
+                                               v.type_name(), v.format()));
+        v = *converted;
+      }
+      uint8_t buf[dsl::ComptimeValue::kMaxSize];
+      dsl::KeyWriter w(buf, sizeof buf);
+      v.encode(w);
+      key.put_bytes(buf, w.size());
+      comptime[nc++] = v;
+    }
+  }
+  key.put(cube_dim.array());
+  key.put(s_->target_id);
+  key.put(checked);
+  key.finish();
+  if (key.overflow)
+    return Error(ErrorKind::Unsupported, fmt::format("kernel '{}': the comptime values are too large for a key", def.name));
+
+  const detail::Spec* spec = detail::find_ready(*kernel.table_, key);
+  if (!spec) {
+    detail::BuildRequest req;
+    req.def = &def;
+    req.inst = &inst;
+    req.trace.args.assign(descs.begin(), descs.begin() + static_cast<long>(nr));
+    req.trace.comptime.assign(comptime.begin(), comptime.begin() + static_cast<long>(nc));
+    req.trace.cube_dim = cube_dim.array();
+    req.options = s_->compile;
+    req.options.checked = checked;
+    req.target_key = dev.target_key();
+    KILN_ASSIGN(spec, detail::get_or_build(*kernel.table_, key, req));
+  }
+
+  // Pack and run.
+  const cpu::CompiledKernel& ck = *spec->code.cpu;
+  std::array<uint64_t, 256> packed;
+  KILN_TRY(pack_cpu_args_into(ck, cubes.array(), std::span<const HostArg>(host.data(), nr), packed));
+  const Stream& stream = o.stream ? *o.stream : s_->default_stream;
+  CpuRunReport r = run_cpu_packed(ck, packed.data(), cubes.x * cubes.y * cubes.z);
+  if (r.fault || !r.prints.empty()) {
+    std::lock_guard<std::mutex> lock(stream.s_->mu);
+    for (std::string& line : r.prints) stream.s_->prints.push_back(std::move(line));
+    if (r.fault && !stream.s_->pending) stream.s_->pending = std::move(r.fault);
+  }
+  return {};
+}
+
+}  // namespace kiln

@@ -1,0 +1,238 @@
+// The kiln runtime: open a device, allocate tensors, launch kernels, synchronize.
+//
+//   auto rt = kiln::Runtime::open("cpu").value();
+//   auto x = rt.empty(kiln::ir::ElemType::F32, {n}).value();
+//   x.upload(std::span<const float>(host)).ok();
+//   auto axpy = rt.kernel("axpy").value();
+//   const int w = rt.line_width({&x, &y});
+//   rt.launch(axpy, {n / w / 256}, {256}, x, y, 2.0f);   // Status: argument and compile errors
+//   rt.sync();                                          // Status: faults found while running
+//
+// Launches are asynchronous and in order per stream: their errors (a failed device assert, a
+// checked-mode fault) arrive at sync(). On the CPU a launch has finished when launch() returns;
+// code that relies on that does not port to GPUs. docs/runtime.md is the guide.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "compiler/dsl/registry.h"
+#include "runtime/device.h"
+#include "runtime/tensor.h"
+
+namespace kiln {
+
+// What this machine has: each device kiln can open, or why it is absent.
+struct DeviceEntry {
+  std::string name;  // "cpu", "cuda:0", or "cuda" when no CUDA device can be opened
+  bool available = false;
+  std::string reason;  // why it is absent
+  DeviceInfo info;
+};
+std::vector<DeviceEntry> devices();
+
+// Cube counts and cube sizes: {x}, {x, y} or {x, y, z}.
+struct Dim3 {
+  uint32_t x = 1, y = 1, z = 1;
+  Dim3() = default;
+  Dim3(uint32_t x_, uint32_t y_ = 1, uint32_t z_ = 1) : x(x_), y(y_), z(z_) {}  // NOLINT
+  std::array<uint32_t, 3> array() const { return {x, y, z}; }
+};
+
+// Counters of the specialization caches, for the whole process.
+struct CacheStats {
+  uint64_t memory_hits = 0;  // launches that found their compiled kernel in memory
+  uint64_t disk_hits = 0;    // specializations loaded from the disk cache
+  uint64_t compiles = 0;     // specializations compiled
+  uint64_t failures = 0;     // specializations that failed to trace or compile
+  double compile_ms = 0;     // time of the specializations that compiled (all stages)
+  double disk_load_ms = 0;   // time of the specializations loaded from disk (all stages)
+};
+CacheStats cache_stats();
+
+// Where the time of a launch that had to compile went (the latest one on this thread).
+struct CompileReport {
+  std::string kernel;
+  bool from_disk = false;
+  double trace_ms = 0, passes_ms = 0;
+  double hash_ms = 0;  // printing the canonical IR and hashing it (the disk cache's key)
+  double read_ms = 0;  // reading and checking the disk-cache entry (a hit or a miss)
+  double codegen_ms = 0, optimize_ms = 0, machine_ms = 0;  // LLVM IR, optimization, machine code
+  double load_ms = 0, total_ms = 0;                        // loading into the JIT; everything
+};
+const CompileReport& last_compile_report();
+
+struct RuntimeOptions {
+  bool checked = false;      // checked mode for every launch (LaunchOptions can override)
+  uint64_t memory_cap = 0;   // the memory pool's cap in bytes; 0: none
+  // Receives device prints at sync, one line each; stdout when empty.
+  std::function<void(const std::string&)> print;
+};
+
+namespace detail {
+struct RuntimeState;
+struct StreamState;
+struct SpecTable;
+}  // namespace detail
+
+// A queue of launches that run in order. Cheap to copy (shared).
+class Stream {
+ public:
+  Stream() = default;
+  bool valid() const { return s_ != nullptr; }
+
+ private:
+  friend class Runtime;
+  std::shared_ptr<detail::StreamState> s_;
+};
+
+// A point in a stream: when everything launched before it had finished.
+class Event {
+ public:
+  // Milliseconds from `a` to `b`.
+  static double elapsed_ms(const Event& a, const Event& b);
+
+ private:
+  friend class Runtime;
+  std::chrono::steady_clock::time_point at_;
+};
+
+// A registered kernel, ready to launch.
+class Kernel {
+ public:
+  Kernel() = default;
+  const dsl::KernelDef& def() const { return *def_; }
+  const std::string& name() const { return def_->name; }
+
+ private:
+  friend class Runtime;
+  const dsl::KernelDef* def_ = nullptr;
+  detail::SpecTable* table_ = nullptr;
+};
+
+struct LaunchOptions {
+  std::optional<bool> checked;                       // overrides RuntimeOptions::checked
+  std::vector<std::pair<std::string, int>> lines;    // line widths by parameter name
+  const Stream* stream = nullptr;                    // the runtime's default stream if null
+};
+
+// One launch argument, as the launch sees it (built from the C++ arguments).
+struct LaunchArg {
+  enum class Kind : uint8_t { Tensor, Number, Value };
+  enum class Num : uint8_t { Bool, Int, UInt, Float };
+  Kind kind = Kind::Value;
+  Num num = Num::Int;
+  const Tensor* tensor = nullptr;
+  int64_t i = 0;
+  uint64_t u = 0;
+  double f = 0;
+  dsl::ComptimeValue comptime;  // numbers and comptime values, for comptime parameters
+};
+
+template <class T>
+LaunchArg launch_arg(const T& v) {
+  LaunchArg a;
+  if constexpr (std::is_same_v<T, Tensor>) {
+    a.kind = LaunchArg::Kind::Tensor;
+    a.tensor = &v;
+  } else if constexpr (std::is_arithmetic_v<T>) {
+    a.kind = LaunchArg::Kind::Number;
+    if constexpr (std::is_same_v<T, bool>) {
+      a.num = LaunchArg::Num::Bool;
+      a.u = v;
+    } else if constexpr (std::is_floating_point_v<T>) {
+      a.num = LaunchArg::Num::Float;
+      a.f = static_cast<double>(v);
+    } else if constexpr (std::is_signed_v<T>) {
+      a.num = LaunchArg::Num::Int;
+      a.i = static_cast<int64_t>(v);
+    } else {
+      a.num = LaunchArg::Num::UInt;
+      a.u = static_cast<uint64_t>(v);
+    }
+    a.comptime = dsl::ComptimeValue::of(v);
+  } else {
+    static_assert(dsl::Comptime<T>,
+                  "kiln: launch arguments are kiln::Tensor, numbers, or comptime values (enums "
+                  "and structs declared with KILN_COMPTIME_ENUM / KILN_COMPTIME_STRUCT)");
+    a.kind = LaunchArg::Kind::Value;
+    a.comptime = dsl::ComptimeValue::of(v);
+  }
+  return a;
+}
+
+class Runtime {
+ public:
+  // Opens "cpu" or "cuda:N". An absent device is an error that says why.
+  static Result<Runtime> open(std::string_view device, RuntimeOptions options = {});
+
+  const DeviceInfo& device() const;
+
+  // ---- memory ----
+  Result<Tensor> empty(ir::ElemType dtype, std::span<const int64_t> shape);
+  Result<Tensor> empty(ir::ElemType dtype, std::initializer_list<int64_t> shape) {
+    return empty(dtype, std::span<const int64_t>(shape.begin(), shape.size()));
+  }
+  // Existing host memory as a tensor, without a copy (CPU only). `release` runs when the last
+  // tensor using it goes.
+  Result<Tensor> wrap(void* data, ir::ElemType dtype, std::span<const int64_t> shape,
+                      std::span<const int64_t> strides = {}, std::function<void()> release = {});
+  MemoryStats memory_stats() const;
+  // Returns cached memory to the device.
+  void trim();
+
+  // ---- streams ----
+  Stream default_stream() const;
+  Stream new_stream();
+  // Waits for the stream's launches; returns the first fault they reported (and delivers
+  // their prints).
+  Status sync();
+  Status sync(const Stream& stream);
+  Event record(const Stream& stream);
+  // Later launches on `stream` wait for `event`.
+  void wait(const Stream& stream, const Event& event);
+
+  // ---- kernels ----
+  Result<Kernel> kernel(std::string_view name) const;
+  // The line width a launch picks for parameters registered with line=max: the widest that
+  // divides every tensor's contiguous innermost dimension and its pointer alignment, capped
+  // by the device's vector width.
+  int line_width(std::initializer_list<const Tensor*> tensors) const;
+  int line_width(const Tensor& t) const { return line_width({&t}); }
+  // The widest line of `dtype` elements the device handles in one vector.
+  int max_lanes(ir::ElemType dtype) const;
+
+  // Launches `kernel` over `cubes` cubes of `cube_dim` units. The arguments follow the kernel
+  // function's parameters: kiln::Tensor for tensors and arrays, numbers for scalars, C++
+  // values for comptime parameters. Argument and compile errors come back here; faults
+  // while running come back from sync().
+  template <class... Args>
+  Status launch(const Kernel& kernel, Dim3 cubes, Dim3 cube_dim, const Args&... args) {
+    const LaunchArg list[] = {launch_arg(args)..., LaunchArg{}};
+    return launch_args(kernel, cubes, cube_dim, {}, std::span<const LaunchArg>(list, sizeof...(Args)));
+  }
+  template <class... Args>
+  Status launch_with(const LaunchOptions& options, const Kernel& kernel, Dim3 cubes, Dim3 cube_dim,
+                     const Args&... args) {
+    const LaunchArg list[] = {launch_arg(args)..., LaunchArg{}};
+    return launch_args(kernel, cubes, cube_dim, options, std::span<const LaunchArg>(list, sizeof...(Args)));
+  }
+  Status launch_args(const Kernel& kernel, Dim3 cubes, Dim3 cube_dim, const LaunchOptions& options,
+                     std::span<const LaunchArg> args);
+
+ private:
+  std::shared_ptr<detail::RuntimeState> s_;
+};
+
+}  // namespace kiln

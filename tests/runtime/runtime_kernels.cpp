@@ -1,0 +1,58 @@
+// Kernels the runtime tests launch. The marker comments name lines the tests expect in errors.
+#include "compiler/dsl/dsl.h"
+
+using namespace kiln::dsl;
+
+// Writes `value` to y[i] for i < n, with n chosen by the caller: n > len(y) writes out of
+// bounds, which checked mode reports and skips.
+void rt_fill_n(Tensor<f32> y, u32 n, f32 value) {
+  u32 i = absolute_pos();
+  if_(i < n, [&] { y[i] = value; });  // FILL_STORE
+}
+KILN_KERNEL(rt_fill_n, "y, n, value").cube_dim(64);
+
+// Reads x[i + shift]: out of bounds near the end for shift > 0.
+void rt_shifted_copy(Tensor<const f32> x, Tensor<f32> y, u32 shift) {
+  u32 i = absolute_pos();
+  if_(i < y.len(), [&] { y[i] = x[i + shift]; });  // SHIFT_LOAD
+}
+KILN_KERNEL(rt_shifted_copy, "x, y, shift").cube_dim(32);
+
+// Shared-memory index past the array for unit_pos() >= size.
+void rt_shared_oob(Tensor<f32> y, int size) {
+  auto s = shared_array<f32>(static_cast<uint32_t>(size));
+  s[unit_pos()] = 1.0f;  // SHARED_STORE
+  sync_cube();
+  y[absolute_pos()] = 2.0f;
+}
+KILN_KERNEL(rt_shared_oob, "y, size=16").cube_dim(32);
+
+// Prints from a few units and asserts x[i] >= 0.
+void rt_print_assert(Tensor<const f32> x) {
+  u32 i = absolute_pos();
+  if_(i < 3u, [&] { print("unit {} sees {}", i, x[i]); });
+  if_(i < x.len(), [&] { assert_(x[i] >= 0.0f, "x must not be negative"); });  // ASSERT_LINE
+}
+KILN_KERNEL(rt_print_assert, "x").cube_dim(4);
+
+// The tiny kernel of the launch-overhead benchmark, here for tests of the same shape.
+void rt_tiny(Tensor<f32> y, f32 a, u32 k) {
+  if_(absolute_pos() == 0u, [&] { y[k] = y[k] + a; });
+}
+KILN_KERNEL(rt_tiny, "y, a, k").cube_dim(1);
+
+// A generic kernel with a comptime parameter: y = x * factor + offset.
+template <class T>
+void rt_affine(Tensor<const T> x, Tensor<T> y, T factor, int offset) {
+  u32 i = absolute_pos();
+  if_(i < y.len(), [&] { y[i] = x[i] * factor + offset; });
+}
+KILN_KERNEL_GENERIC(rt_affine, "x: line=max, y: line=max, factor, offset=0", f32, f64, i32)
+    .cube_dim(64);
+
+// Row-major 2-D copy through tensor indexing, for strided views.
+void rt_copy2d(Tensor<const f32> x, Tensor<f32> y) {
+  u32 r = cube_pos();
+  for_range(unit_pos(), x.shape(1), cube_dim(), [&](u32 c) { y(r, c) = x(r, c); });
+}
+KILN_KERNEL(rt_copy2d, "x: rank=2, y: rank=2").cube_dim(32);

@@ -1,0 +1,329 @@
+// The disk cache: entries, damage, eviction, and whole programs sharing one cache folder.
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+
+#include "runtime/disk_cache.h"
+#include "runtime/log.h"
+#include "tests/runtime/runtime_test_util.h"
+#include "tests/test_util.h"
+
+extern char** environ;
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+using Catch::Contains;
+
+// ---- the DiskCache class ---------------------------------------------------------------------
+
+DiskCache make_cache(const std::string& dir, uint64_t max_bytes = uint64_t{1} << 30) {
+  DiskCache::Config c;
+  c.dir = dir;
+  c.max_bytes = max_bytes;
+  return DiskCache(c);
+}
+
+std::vector<char> blob_of(size_t n, char fill) { return std::vector<char>(n, fill); }
+
+TEST_CASE("entries round-trip and are named by their content hash", "[runtime][cache]") {
+  test::TempDir dir;
+  DiskCache cache = make_cache(dir.path());
+  const Hash128 key = strong_hash("kernel text");
+  CHECK(key == strong_hash("kernel text"));
+  CHECK_FALSE(key == strong_hash("kernel text "));
+  CHECK(key.hex().size() == 32);
+  CHECK_FALSE(cache.load("cpu", key));
+  KILN_REQUIRE_OK(cache.store("cpu", key, R"({"kernel":"k"})", blob_of(1000, 'x')));
+  auto e = cache.load("cpu", key);
+  REQUIRE(e);
+  CHECK(e->meta == R"({"kernel":"k"})");
+  CHECK(e->blob == blob_of(1000, 'x'));
+  CHECK_FALSE(cache.load("cuda", key));  // kinds are separate
+  const auto listing = cache.list(true);
+  REQUIRE(listing.size() == 1);
+  CHECK_THAT(listing[0].path, Contains(key.hex()));
+  CHECK(listing[0].problem.empty());
+  CHECK(cache.total_bytes() == listing[0].bytes);
+  KILN_REQUIRE_OK(cache.clear());
+  CHECK(cache.list(false).empty());
+}
+
+TEST_CASE("damaged entries are reported once, removed, and miss", "[runtime][cache]") {
+  test::TempDir dir;
+  DiskCache cache = make_cache(dir.path());
+  std::vector<std::string> warnings;
+  set_log_handler([&](std::string_view m) { warnings.emplace_back(m); });
+  struct Damage {
+    const char* name;
+    std::function<void(const std::string&)> apply;
+  };
+  const std::vector<Damage> damages = {
+      {"flipped byte", [](const std::string& p) {
+         std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+         f.seekp(100);
+         f.put('\x7f');
+       }},
+      {"truncated", [](const std::string& p) { fs::resize_file(p, fs::file_size(p) - 10); }},
+      {"header only", [](const std::string& p) { fs::resize_file(p, 20); }},
+      {"empty", [](const std::string& p) { fs::resize_file(p, 0); }},
+      {"other format version", [](const std::string& p) {
+         std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+         f.seekp(8);
+         f.put('\x63');
+       }},
+  };
+  for (const Damage& d : damages) {
+    INFO(d.name);
+    warnings.clear();
+    const Hash128 key = strong_hash(d.name);
+    KILN_REQUIRE_OK(cache.store("cpu", key, "{}", blob_of(500, 'y')));
+    const auto before = cache.list(true);
+    REQUIRE(before.size() == 1);
+    d.apply(before[0].path);
+    CHECK_FALSE(cache.list(true)[0].problem.empty());  // verify sees it
+    CHECK_FALSE(cache.load("cpu", key));
+    CHECK_FALSE(fs::exists(before[0].path));
+    REQUIRE(warnings.size() == 1);
+    CHECK_THAT(warnings[0], Contains("damaged") && Contains(key.hex()));
+    // Stored again, it loads again.
+    KILN_REQUIRE_OK(cache.store("cpu", key, "{}", blob_of(500, 'y')));
+    CHECK(cache.load("cpu", key));
+    KILN_REQUIRE_OK(cache.clear());
+  }
+  set_log_handler({});
+}
+
+TEST_CASE("past its cap the cache evicts the least recently used entries", "[runtime][cache]") {
+  test::TempDir dir;
+  DiskCache cache = make_cache(dir.path(), 10 * 1100);  // room for about 10 entries of ~1 KB
+  std::vector<Hash128> keys;
+  for (int i = 0; i < 8; ++i) {
+    keys.push_back(strong_hash("entry " + std::to_string(i)));
+    KILN_REQUIRE_OK(cache.store("cpu", keys.back(), "{}", blob_of(1000, static_cast<char>('a' + i))));
+  }
+  // Give the entries distinct ages: entry i was last used i minutes after entry 0.
+  const auto base = fs::file_time_type::clock::now() - std::chrono::hours(1);
+  for (const auto& l : cache.list(false))
+    for (int i = 0; i < 8; ++i)
+      if (l.path.find(keys[static_cast<size_t>(i)].hex()) != std::string::npos)
+        fs::last_write_time(l.path, base + std::chrono::minutes(i));
+  REQUIRE(cache.load("cpu", keys[0]));  // entry 0 becomes the most recently used
+  for (int i = 8; i < 12; ++i) {
+    keys.push_back(strong_hash("entry " + std::to_string(i)));
+    KILN_REQUIRE_OK(cache.store("cpu", keys.back(), "{}", blob_of(1000, 'z')));
+  }
+  CHECK(cache.total_bytes() <= 10 * 1100);
+  CHECK(cache.load("cpu", keys[0]));      // recently used: kept
+  CHECK_FALSE(cache.load("cpu", keys[1]));  // the oldest: evicted
+  CHECK(cache.load("cpu", keys[11]));     // the newest: kept
+}
+
+TEST_CASE("a cache that cannot be written is an error of store, not of the program", "[runtime][cache]") {
+  test::TempDir dir;
+  const std::string file = dir.path() + "/not-a-folder";
+  std::ofstream(file) << "x";
+  DiskCache cache = make_cache(file);
+  auto st = cache.store("cpu", strong_hash("k"), "{}", blob_of(10, 'a'));
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.error().kind == ErrorKind::Io);
+  CHECK_FALSE(cache.load("cpu", strong_hash("k")));
+}
+
+TEST_CASE("the cache location follows the environment", "[runtime][cache]") {
+  ::setenv("KILN_CACHE_DIR", "/tmp/kiln-a", 1);
+  ::setenv("KILN_CACHE_MAX", "64M", 1);
+  ::unsetenv("KILN_CACHE");
+  auto c = DiskCache::config_from_env();
+  CHECK(c.enabled);
+  CHECK(c.dir == "/tmp/kiln-a");
+  CHECK(c.max_bytes == (64u << 20));
+  ::unsetenv("KILN_CACHE_DIR");
+  ::setenv("XDG_CACHE_HOME", "/tmp/xdg", 1);
+  CHECK(DiskCache::config_from_env().dir == "/tmp/xdg/kiln");
+  ::unsetenv("XDG_CACHE_HOME");
+  ::setenv("HOME", "/tmp/home", 1);
+  CHECK(DiskCache::config_from_env().dir == "/tmp/home/.cache/kiln");
+  ::setenv("KILN_CACHE", "off", 1);
+  CHECK_FALSE(DiskCache::config_from_env().enabled);
+  ::unsetenv("KILN_CACHE");
+  ::unsetenv("KILN_CACHE_MAX");
+}
+
+// ---- whole programs sharing a cache folder ---------------------------------------------------
+
+struct ProbeRun {
+  int status = -1;
+  std::string out, err;
+  std::map<std::string, int> counters;  // compiles, disk_hits
+};
+
+// Starts cache_probe with extra environment variables; returns its pid.
+pid_t start_probe(const std::map<std::string, std::string>& env, const std::string& out,
+                  const std::string& err) {
+  std::vector<std::string> vars;
+  for (char** e = environ; *e; ++e) {
+    const std::string v = *e;
+    const std::string name = v.substr(0, v.find('='));
+    if (!env.count(name) && name.rfind("KILN_", 0) != 0) vars.push_back(v);
+  }
+  for (const auto& [k, v] : env) vars.push_back(k + "=" + v);
+  std::vector<char*> envp;
+  for (auto& v : vars) envp.push_back(v.data());
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  std::string exe = KILN_CACHE_PROBE;
+  char* argv[] = {exe.data(), nullptr};
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, exe.c_str(), &fa, nullptr, argv, envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  REQUIRE(rc == 0);
+  return pid;
+}
+
+ProbeRun finish_probe(pid_t pid, const std::string& out, const std::string& err) {
+  ProbeRun r;
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = test::read_file(out);
+  r.err = test::read_file(err);
+  std::istringstream in(r.out);
+  std::string item;
+  while (in >> item) {
+    const auto eq = item.find('=');
+    if (eq != std::string::npos) r.counters[item.substr(0, eq)] = std::stoi(item.substr(eq + 1));
+  }
+  return r;
+}
+
+ProbeRun run_probe(const test::TempDir& scratch, const std::map<std::string, std::string>& env) {
+  const std::string out = scratch.path() + "/out", err = scratch.path() + "/err";
+  ProbeRun r = finish_probe(start_probe(env, out, err), out, err);
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  CHECK(r.status == 0);
+  return r;
+}
+
+std::vector<std::string> entry_files(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator(); ++it)
+    if (it->is_regular_file()) out.push_back(it->path().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST_CASE("a second program loads every kernel from the disk cache", "[runtime][cache][process]") {
+  test::TempDir cache, scratch;
+  const std::map<std::string, std::string> env{{"KILN_CACHE_DIR", cache.path()}};
+  ProbeRun first = run_probe(scratch, env);
+  CHECK(first.counters["compiles"] == 3);
+  CHECK(first.counters["disk_hits"] == 0);
+  CHECK(entry_files(cache.path()).size() == 3);
+  ProbeRun second = run_probe(scratch, env);
+  CHECK(second.counters["compiles"] == 0);
+  CHECK(second.counters["disk_hits"] == 3);
+  CHECK(second.err.empty());
+}
+
+TEST_CASE("a corrupted cache entry is reported once and recompiled", "[runtime][cache][process]") {
+  test::TempDir cache, scratch;
+  const std::map<std::string, std::string> env{{"KILN_CACHE_DIR", cache.path()}};
+  run_probe(scratch, env);
+  const auto files = entry_files(cache.path());
+  REQUIRE(files.size() == 3);
+  {  // flip bytes in the middle of the object code of one entry, truncate another
+    std::fstream f(files[0], std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(files[0]) / 2));
+    f.write("\xde\xad\xbe\xef", 4);
+  }
+  fs::resize_file(files[1], fs::file_size(files[1]) / 3);
+  ProbeRun r = run_probe(scratch, env);
+  CHECK(r.counters["compiles"] == 2);
+  CHECK(r.counters["disk_hits"] == 1);
+  CHECK_THAT(r.err, Contains("checksum mismatch") && Contains("truncated"));
+  size_t reports = 0;
+  for (size_t p = r.err.find("damaged"); p != std::string::npos; p = r.err.find("damaged", p + 1)) ++reports;
+  CHECK(reports == 2);
+  ProbeRun after = run_probe(scratch, env);  // repaired: all hits, nothing to report
+  CHECK(after.counters["disk_hits"] == 3);
+  CHECK(after.err.empty());
+}
+
+TEST_CASE("several programs filling one cache at once all succeed", "[runtime][cache][process]") {
+  test::TempDir cache, scratch;
+  const std::map<std::string, std::string> env{{"KILN_CACHE_DIR", cache.path()}};
+  for (int round = 0; round < 3; ++round) {
+    KILN_REQUIRE_OK(DiskCache(DiskCache::Config{true, cache.path(), uint64_t{1} << 30}).clear());
+    std::vector<pid_t> pids;
+    for (int i = 0; i < 4; ++i)
+      pids.push_back(start_probe(env, fmt::format("{}/out{}", scratch.path(), i), fmt::format("{}/err{}", scratch.path(), i)));
+    for (int i = 0; i < 4; ++i) {
+      ProbeRun r = finish_probe(pids[static_cast<size_t>(i)], fmt::format("{}/out{}", scratch.path(), i),
+                                fmt::format("{}/err{}", scratch.path(), i));
+      INFO("stderr: " << r.err);
+      CHECK(r.status == 0);
+      CHECK(r.counters["compiles"] + r.counters["disk_hits"] == 3);
+      CHECK(r.err.empty());
+    }
+    // Exactly the three entries, all sound, no temporary files left.
+    const auto files = entry_files(cache.path());
+    CHECK(files.size() == 3);
+    for (const auto& f : files) CHECK_THAT(f, Catch::EndsWith(".kc"));
+    DiskCache view(DiskCache::Config{true, cache.path(), uint64_t{1} << 30});
+    for (const auto& l : view.list(true)) CHECK(l.problem.empty());
+  }
+}
+
+TEST_CASE("KILN_CACHE=off writes nothing", "[runtime][cache][process]") {
+  test::TempDir cache, scratch;
+  ProbeRun r = run_probe(scratch, {{"KILN_CACHE_DIR", cache.path()}, {"KILN_CACHE", "off"}});
+  CHECK(r.counters["compiles"] == 3);
+  CHECK(entry_files(cache.path()).empty());
+}
+
+TEST_CASE("KILN_DUMP writes every stage of every new specialization, cached or not",
+          "[runtime][cache][process]") {
+  test::TempDir cache, scratch, dump1, dump2;
+  for (const auto* d : {&dump1, &dump2}) {
+    ProbeRun r = run_probe(scratch, {{"KILN_CACHE_DIR", cache.path()},
+                                     {"KILN_DUMP", "ir,ir-opt,llvm,asm"},
+                                     {"KILN_DUMP_DIR", d->path()}});
+    const auto files = entry_files(d->path());
+    CHECK(files.size() == 12);  // 3 kernels x 4 stages
+    size_t axpy = 0;
+    for (const auto& f : files)
+      if (fs::path(f).filename().string().rfind("axpy-", 0) == 0) ++axpy;
+    CHECK(axpy == 4);
+    for (const auto& f : files) {
+      const std::string text = test::read_file(f);
+      if (f.find("axpy-") == std::string::npos) continue;
+      if (Catch::endsWith(f, ".opt.kir")) CHECK_THAT(text, Contains("units"));
+      else if (Catch::endsWith(f, ".kir")) CHECK_THAT(text, Contains("kernel @axpy"));
+      if (Catch::endsWith(f, ".ll")) CHECK_THAT(text, Contains("define"));
+      if (Catch::endsWith(f, ".s")) CHECK_THAT(text, Contains("axpy"));
+    }
+  }
+  // The second run loaded from the disk cache and still dumped the same names.
+  std::vector<std::string> a, b;
+  for (const auto& f : entry_files(dump1.path())) a.push_back(fs::path(f).filename().string());
+  for (const auto& f : entry_files(dump2.path())) b.push_back(fs::path(f).filename().string());
+  CHECK(a == b);
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,149 @@
+// `kiln cache stats|ls|verify|clear` and `kiln devices`.
+#include <ctime>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "runtime/disk_cache.h"
+#include "runtime/runtime.h"
+#include "tools/cli/commands.h"
+
+namespace kiln::cli {
+
+namespace {
+
+std::string human_bytes(uint64_t b) {
+  if (b >= (uint64_t{1} << 30)) return fmt::format("{:.2f} GiB", static_cast<double>(b) / (1 << 30));
+  if (b >= (uint64_t{1} << 20)) return fmt::format("{:.2f} MiB", static_cast<double>(b) / (1 << 20));
+  if (b >= (uint64_t{1} << 10)) return fmt::format("{:.1f} KiB", static_cast<double>(b) / (1 << 10));
+  return fmt::format("{} B", b);
+}
+
+std::string when(int64_t t) {
+  char buf[32];
+  const std::time_t tt = static_cast<std::time_t>(t);
+  std::tm tm{};
+  localtime_r(&tt, &tm);
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M", &tm);
+  return buf;
+}
+
+// "cpu" or "cuda": the folder under v1/.
+std::string kind_of(const std::string& path) {
+  const size_t v1 = path.rfind("/v1/");
+  if (v1 == std::string::npos) return "?";
+  const size_t end = path.find('/', v1 + 4);
+  return path.substr(v1 + 4, end == std::string::npos ? std::string::npos : end - v1 - 4);
+}
+
+int cache_stats_cmd() {
+  auto cache = DiskCache::global();
+  if (!cache->enabled()) {
+    fmt::print("the disk cache is off (KILN_CACHE=off, or no KILN_CACHE_DIR, XDG_CACHE_HOME or HOME)\n");
+    return 0;
+  }
+  const auto entries = cache->list(false);
+  std::map<std::string, std::pair<int, uint64_t>> by_kind;
+  uint64_t total = 0;
+  for (const auto& e : entries) {
+    auto& k = by_kind[kind_of(e.path)];
+    ++k.first;
+    k.second += e.bytes;
+    total += e.bytes;
+  }
+  fmt::print("cache    {}\n", cache->dir());
+  fmt::print("entries  {} ({} of a {} cap; least recently used entries go past it)\n", entries.size(),
+             human_bytes(total), human_bytes(cache->max_bytes()));
+  for (const auto& [kind, n] : by_kind) fmt::print("  {:<6} {} entries, {}\n", kind, n.first, human_bytes(n.second));
+  return 0;
+}
+
+int cache_ls_cmd() {
+  auto cache = DiskCache::global();
+  const auto entries = cache->list(false);
+  if (entries.empty()) {
+    fmt::print("the cache at {} is empty\n", cache->dir());
+    return 0;
+  }
+  fmt::print("{:<20} {:<5} {:>10}  {:<16}  {}\n", "kernel", "kind", "size", "last used", "key");
+  for (const auto& e : entries) {
+    auto meta = nlohmann::json::parse(e.meta, nullptr, false);
+    const std::string kernel = meta.is_object() ? meta.value("kernel", std::string("?")) : std::string("(unreadable)");
+    const std::string name = e.path.substr(e.path.rfind('/') + 1);
+    fmt::print("{:<20} {:<5} {:>10}  {:<16}  {}\n", kernel, kind_of(e.path), human_bytes(e.bytes), when(e.last_used),
+               name.substr(0, name.size() - 3));
+  }
+  return 0;
+}
+
+int cache_verify_cmd(bool remove) {
+  auto cache = DiskCache::global();
+  const auto entries = cache->list(true);
+  int damaged = 0;
+  for (const auto& e : entries) {
+    if (e.problem.empty()) continue;
+    ++damaged;
+    fmt::print("damaged: {} ({}){}\n", e.path, e.problem, remove ? "; removed" : "");
+    if (remove) std::remove(e.path.c_str());
+  }
+  fmt::print("{} entries checked, {} damaged{}\n", entries.size(), damaged,
+             damaged && !remove ? " (kiln recompiles them when used; --remove deletes them now)" : "");
+  return damaged && !remove ? 1 : 0;
+}
+
+int cache_clear_cmd() {
+  auto cache = DiskCache::global();
+  const auto entries = cache->list(false);
+  uint64_t total = 0;
+  for (const auto& e : entries) total += e.bytes;
+  if (auto st = cache->clear(); !st) {
+    print_error(st.error());
+    return 1;
+  }
+  fmt::print("removed {} entries ({}) from {}\n", entries.size(), human_bytes(total), cache->dir());
+  return 0;
+}
+
+}  // namespace
+
+Command add_cache_command(CLI::App& app) {
+  auto* sub = app.add_subcommand("cache", "Inspect, verify or clear the disk cache of compiled kernels");
+  sub->require_subcommand(1);
+  auto* stats = sub->add_subcommand("stats", "Where the cache is, its size and cap");
+  auto* ls = sub->add_subcommand("ls", "List the entries: kernel, kind, size, last use, key");
+  auto* verify = sub->add_subcommand("verify", "Check every entry's format and checksum");
+  auto remove = std::make_shared<bool>(false);
+  verify->add_flag("--remove", *remove, "Delete damaged entries");
+  auto* clear = sub->add_subcommand("clear", "Remove every entry");
+  sub->footer("The cache lives in $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln; "
+              "KILN_CACHE=off disables it and KILN_CACHE_MAX caps it (default 1G).");
+  return {sub, [=]() -> int {
+            if (stats->parsed()) return cache_stats_cmd();
+            if (ls->parsed()) return cache_ls_cmd();
+            if (verify->parsed()) return cache_verify_cmd(*remove);
+            if (clear->parsed()) return cache_clear_cmd();
+            return 2;
+          }};
+}
+
+Command add_devices_command(CLI::App& app) {
+  auto* sub = app.add_subcommand("devices", "List the devices kiln can run on, and why others are absent");
+  return {sub, []() -> int {
+            for (const DeviceEntry& d : devices()) {
+              if (!d.available) {
+                fmt::print("{:<8} absent: {}\n", d.name, d.reason);
+                continue;
+              }
+              const DeviceInfo& i = d.info;
+              if (i.kind == DeviceKind::Cpu)
+                fmt::print("{:<8} {}\n{:<8} {} threads, {}-bit vectors, {} memory\n", d.name, i.description, "",
+                           i.cores, i.vector_bits, human_bytes(i.memory_bytes));
+              else
+                fmt::print("{:<8} {}\n{:<8} {}, {} SMs, {} memory\n", d.name, i.description, "", i.arch, i.cores,
+                           human_bytes(i.memory_bytes));
+            }
+            return 0;
+          }};
+}
+
+}  // namespace kiln::cli
