@@ -44,7 +44,7 @@ const char* kind_words(const ir::Type& t) {
   }
 }
 
-Error arg_error(const cpu::KernelInfo& info, const cpu::ParamSlots& p, const std::string& what) {
+Error arg_error(const abi::KernelInfo& info, const abi::ParamSlots& p, const std::string& what) {
   return Error(ErrorKind::InvalidArgument,
                fmt::format("kernel '{}', argument '{}': {}", info.name, p.name, what));
 }
@@ -76,7 +76,7 @@ Result<std::vector<uint64_t>> pack_cpu_args(const cpu::CompiledKernel& k,
 
 Status pack_cpu_args_into(const cpu::CompiledKernel& k, const std::array<uint32_t, 3>& cube_count,
                           std::span<const HostArg> args, std::span<uint64_t> slots) {
-  const cpu::KernelInfo& info = k.info();
+  const abi::KernelInfo& info = k.info();
   if (slots.size() < info.layout.slot_count)
     return Error(ErrorKind::Unsupported, fmt::format("kernel '{}' needs {} argument slots", info.name, info.layout.slot_count));
   const auto& params = info.layout.params;
@@ -95,7 +95,7 @@ Status pack_cpu_args_into(const cpu::CompiledKernel& k, const std::array<uint32_
   slots[1] = cube_count[1];
   slots[2] = cube_count[2];
   for (size_t i = 0; i < params.size(); ++i) {
-    const cpu::ParamSlots& p = params[i];
+    const abi::ParamSlots& p = params[i];
     const ir::Type& t = p.type;
     const uint32_t s = p.first;
     const int lanes = t.lanes;
@@ -168,9 +168,9 @@ Status pack_cpu_args_into(const cpu::CompiledKernel& k, const std::array<uint32_
 
 CpuRunReport run_cpu_packed(const cpu::CompiledKernel& k, const uint64_t* packed, uint32_t cubes,
                             ThreadPool* pool) {
-  const cpu::KernelInfo& info = k.info();
+  const abi::KernelInfo& info = k.info();
   const cpu::EntryFn entry = k.entry();
-  cpu::LaunchState state;
+  abi::LaunchState state;
   const uint32_t units = info.cube_dim[0] * info.cube_dim[1] * info.cube_dim[2];
   if (!pool) pool = &ThreadPool::global();
   // Small launches run on the caller: waking workers would cost more than the work. The work
@@ -185,9 +185,9 @@ CpuRunReport run_cpu_packed(const cpu::CompiledKernel& k, const uint64_t* packed
     });
   }
   CpuRunReport report;
-  if (!state.prints.empty()) report.prints = cpu::format_prints(state, info.prints);
+  if (!state.prints.empty()) report.prints = abi::format_prints(state, info.prints);
   if (state.fault) {
-    const cpu::AccessSite& site = info.accesses.at(state.fault_site);
+    const abi::AccessSite& site = info.accesses.at(state.fault_site);
     report.fault = Error(ErrorKind::KernelFault,
                  fmt::format("{}: error: out-of-bounds {} of {} in kernel '{}': line index {} is "
                              "not below {} (cube {}, unit {}); the access was skipped",
@@ -196,7 +196,7 @@ CpuRunReport run_cpu_packed(const cpu::CompiledKernel& k, const uint64_t* packed
                              state.fault_unit));
   }
   if (state.assert_failed && !report.fault) {
-    const cpu::AssertSite& site = info.asserts.at(state.assert_site);
+    const abi::AssertSite& site = info.asserts.at(state.assert_site);
     report.fault = Error(ErrorKind::KernelFault,
                  fmt::format("{}: error: assertion failed in kernel '{}': {} (cube {}, unit {})",
                              site.where.empty() ? info.name : site.where, info.name, site.message,

@@ -120,7 +120,7 @@ Result<detail::CompiledSpec> build_cpu(const detail::BuildRequest& req) {
   auto entry = disk.load("cpu", hash);
   if (entry) {
     auto meta = nlohmann::json::parse(entry->meta, nullptr, false);
-    auto info = cpu::info_from_json(meta.is_object() ? meta.value("info", std::string()) : std::string());
+    auto info = abi::info_from_json(meta.is_object() ? meta.value("info", std::string()) : std::string());
     report.read_ms = ms_since(t);
     t = Clock::now();
     if (info) {
@@ -146,7 +146,7 @@ Result<detail::CompiledSpec> build_cpu(const detail::BuildRequest& req) {
     meta["kernel"] = req.def->name;
     meta["target"] = req.target_key;
     meta["versions"] = versions();
-    meta["info"] = cpu::info_to_json(obj.info);
+    meta["info"] = abi::info_to_json(obj.info);
     if (auto st = disk.store("cpu", hash, meta.dump(), obj.bytes); !st)
       log_warning(fmt::format("could not store '{}' in the disk cache: {}", req.def->name, st.error().message));
     t = Clock::now();

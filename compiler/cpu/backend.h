@@ -32,28 +32,13 @@ Result<Target> host_target();
 // Another x86-64 CPU by LLVM name, with optional extra features ("+avx2,-avx512f").
 Result<Target> make_target(const std::string& cpu, const std::string& features);
 
+using abi::KernelInfo;
+
 struct CompileOptions {
   Target target;
   bool fast_math = false;  // allow reassociation and approximate math
   bool checked = false;    // bounds-check every memory access (docs/runtime.md)
 };
-
-// Facts about a compiled kernel the runtime needs.
-struct KernelInfo {
-  std::string name;
-  std::string symbol;
-  std::array<uint32_t, 3> cube_dim{1, 1, 1};
-  uint32_t shared_bytes = 0;  // per-cube arena (shared memory and context arrays)
-  ArgLayout layout;
-  std::vector<PrintSite> prints;
-  std::vector<AssertSite> asserts;
-  std::vector<AccessSite> accesses;  // checked mode
-  bool checked = false;
-};
-
-// KernelInfo as JSON and back (the disk cache stores it beside the object code).
-std::string info_to_json(const KernelInfo& info);
-Result<KernelInfo> info_from_json(const std::string& json);
 
 // Milliseconds spent in each step of a compile.
 struct CompileTimings {

@@ -3,10 +3,14 @@
 
 #include <dlfcn.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <mutex>
+#include <regex>
 
 #include <fmt/format.h>
+
+#include "compiler/cuda/codegen.h"
 
 namespace kiln::cuda {
 
@@ -87,6 +91,97 @@ Result<std::vector<int>> nvrtc_supported_archs() {
   if (n > 0 && api->supported_archs(archs.data()) != 0)
     return Error(ErrorKind::Compile, "nvrtcGetSupportedArchs failed");
   return archs;
+}
+
+Result<std::vector<std::string>> supported_targets() {
+  KILN_ASSIGN(std::vector<int> archs, nvrtc_supported_archs());
+  KILN_ASSIGN(const NvrtcApi* api, nvrtc());
+  std::vector<std::string> out;
+  for (int sm : archs) {
+    out.push_back(fmt::format("sm_{}", sm));
+    if (sm < 90) continue;  // arch-specific variants start with Hopper
+    NvrtcApi::Program prog = nullptr;
+    if (api->create_program(&prog, "extern \"C\" __global__ void k() {}", "probe.cu", 0, nullptr, nullptr) != 0)
+      continue;
+    const std::string opt = fmt::format("--gpu-architecture=compute_{}a", sm);
+    const char* argv[] = {opt.c_str()};
+    if (api->compile_program(prog, 1, argv) == 0) out.push_back(fmt::format("sm_{}a", sm));
+    api->destroy_program(&prog);
+  }
+  return out;
+}
+
+Resources parse_resources(const std::string& log) {
+  Resources r;
+  std::smatch m;
+  auto find = [&](const char* pattern, int& out) {
+    if (std::regex_search(log, m, std::regex(pattern))) {
+      out = std::stoi(m[1].str());
+      return true;
+    }
+    return false;
+  };
+  r.known = find(R"(Used (\d+) registers)", r.registers);
+  find(R"(used (\d+) barriers)", r.barriers);
+  find(R"((\d+) bytes smem)", r.shared_bytes);
+  find(R"((\d+) bytes cmem\[0\])", r.constant_bytes);
+  find(R"((\d+) bytes stack frame)", r.stack_bytes);
+  find(R"((\d+) bytes spill stores)", r.spill_store_bytes);
+  find(R"((\d+) bytes spill loads)", r.spill_load_bytes);
+  return r;
+}
+
+Result<CompiledCuda> compile_cuda(const std::string& source, const std::string& name, const std::string& arch,
+                                  bool fast_math) {
+  KILN_ASSIGN(const NvrtcApi* api, nvrtc());
+  const auto t0 = std::chrono::steady_clock::now();
+  NvrtcApi::Program prog = nullptr;
+  const char* headers[] = {prelude().c_str()};
+  const char* header_names[] = {kPreludeName};
+  if (int rc = api->create_program(&prog, source.c_str(), name.c_str(), 1, headers, header_names); rc != 0)
+    return Error(ErrorKind::Compile, fmt::format("NVRTC cannot create a program: {}", api->get_error_string(rc)));
+  const bool real = arch.rfind("sm_", 0) == 0;
+  std::vector<std::string> opts = {"--gpu-architecture=" + arch, "-lineinfo", "-std=c++17", "-default-device"};
+  if (real) opts.push_back("-Xptxas=-v");
+  if (fast_math) opts.push_back("--use_fast_math");
+  std::vector<const char*> argv;
+  for (const std::string& o : opts) argv.push_back(o.c_str());
+  const int rc = api->compile_program(prog, static_cast<int>(argv.size()), argv.data());
+  CompiledCuda out;
+  size_t n = 0;
+  if (api->get_program_log_size(prog, &n) == 0 && n > 1) {
+    out.log.resize(n);
+    api->get_program_log(prog, out.log.data());
+    out.log.resize(n - 1);
+  }
+  if (rc != 0) {
+    api->destroy_program(&prog);
+    std::string numbered;
+    int line_no = 1;
+    size_t start = 0;
+    while (start < source.size()) {
+      const size_t end = source.find('\n', start);
+      numbered += fmt::format("{:4}  {}\n", line_no++, source.substr(start, end == std::string::npos ? end : end - start));
+      if (end == std::string::npos) break;
+      start = end + 1;
+    }
+    return Error(ErrorKind::Compile,
+                 fmt::format("NVRTC failed to compile {} for {} ({}):\n{}\n-- the generated CUDA C++ --\n{}", name,
+                             arch, api->get_error_string(rc), out.log, numbered));
+  }
+  if (api->get_ptx_size(prog, &n) == 0 && n > 0) {
+    out.ptx.resize(n);
+    api->get_ptx(prog, out.ptx.data());
+    if (!out.ptx.empty() && out.ptx.back() == '\0') out.ptx.pop_back();
+  }
+  if (real && api->get_cubin_size(prog, &n) == 0 && n > 0) {
+    out.cubin.resize(n);
+    api->get_cubin(prog, out.cubin.data());
+  }
+  api->destroy_program(&prog);
+  out.resources = parse_resources(out.log);
+  out.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return out;
 }
 
 }  // namespace kiln::cuda

@@ -17,4 +17,10 @@ Result<ir::Kernel> lower_for_cpu(ir::Kernel k, const DumpFn& dump) {
   return lowered;
 }
 
+Result<ir::Kernel> prepare_for_cuda(ir::Kernel k, const DumpFn& dump) {
+  const bool changed = cse(k);
+  if (dump) dump("cse", k, changed);
+  return k;
+}
+
 }  // namespace kiln::passes

@@ -16,4 +16,7 @@ using DumpFn = std::function<void(const std::string& pass, const ir::Kernel& k, 
 // verified kernel; gives a verified lowered kernel.
 Result<ir::Kernel> lower_for_cpu(ir::Kernel k, const DumpFn& dump = {});
 
+// The CUDA pipeline: cse. Units stay units (threads); needs and gives a verified kernel.
+Result<ir::Kernel> prepare_for_cuda(ir::Kernel k, const DumpFn& dump = {});
+
 }  // namespace kiln::passes

@@ -12,6 +12,9 @@ config.excludes = ["lit.cfg.py", "lit.site.cfg.py.in", "Inputs"]
 
 config.environment["PATH"] = os.pathsep.join(
     [config.kiln_bin_dir, config.llvm_tools_dir, config.environment.get("PATH", os.environ.get("PATH", ""))])
+# CUDA tests that need NVRTC (a toolkit, not a GPU) are reported UNSUPPORTED without it.
+if config.kiln_has_nvrtc:
+    config.available_features.add("nvrtc")
 # Tests must not share a disk cache with the user or with each other.
 config.environment["KILN_CACHE"] = "off"
 config.substitutions.append(("%kiln", os.path.join(config.kiln_bin_dir, "kiln")))

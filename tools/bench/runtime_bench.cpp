@@ -72,7 +72,7 @@ void bench_launch(bool quick) {
   const auto packed = must(pack_cpu_args(*compiled, {1, 1, 1}, args));
   const cpu::EntryFn entry = compiled->entry();
   alignas(64) static uint8_t arena[64];
-  cpu::LaunchState state;
+  abi::LaunchState state;
   volatile cpu::EntryFn call = entry;  // through a pointer the compiler cannot see through
 
   const int reps = quick ? 2000 : 20000, samples = quick ? 5 : 31;

@@ -28,6 +28,7 @@ Command add_show_command(CLI::App& app);
 Command add_run_command(CLI::App& app);
 Command add_cache_command(CLI::App& app);
 Command add_devices_command(CLI::App& app);
+Command add_targets_command(CLI::App& app);
 
 // Reads a whole file, or standard input for "-".
 Result<std::string> read_input(const std::string& path);

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
       kiln::cli::add_run_command(app),
       kiln::cli::add_cache_command(app),
       kiln::cli::add_devices_command(app),
+      kiln::cli::add_targets_command(app),
   };
   try {
     app.parse(argc, argv);

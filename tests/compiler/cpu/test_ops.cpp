@@ -9,9 +9,11 @@
 #include <limits>
 
 #include "ir/builder.h"
+#include "tests/compiler/op_kernels.h"
 #include "tests/compiler/cpu/cpu_test_util.h"
 
 using namespace kiln;
+using namespace kiln::test::ops;
 using ir::ElemType;
 using ir::OpKind;
 using ir::Type;
@@ -315,53 +317,6 @@ bool same(ElemType t, V want, V got, OpKind op) {
   return want.f == got.f && std::signbit(want.f) == std::signbit(got.f);
 }
 
-// ---- kernels -----------------------------------------------------------------------------------
-
-struct Case {
-  OpKind op;
-  ElemType result;
-  int arity;
-};
-
-constexpr uint32_t kCubeDim = 64;
-constexpr uint32_t kLines = kCubeDim * 8;
-
-// out_j[i] = op_j(a[i], b[i], c[i]) for every case j, each unit one line.
-ir::Kernel build(ElemType t, int lanes, const std::vector<Case>& cases) {
-  ir::Builder b(fmt::format("ops_{}", ir::elem_name(t)));
-  const ir::SourceLoc at = b.loc("test_ops", 1);
-  std::vector<ir::ValueId> in, out;
-  for (const char* n : {"a", "b", "c"}) in.push_back(b.param(n, Type::array(t, lanes, true)));
-  for (size_t j = 0; j < cases.size(); ++j)
-    out.push_back(b.param(fmt::format("out{}", j), Type::array(cases[j].result, lanes, false)));
-  b.set_cube_dim(kCubeDim, 1, 1);
-  const auto i = b.op(OpKind::AbsolutePos, {}, at);
-  b.begin_if(b.op(OpKind::Lt, {i, b.op(OpKind::Len, {in[0]}, at)}, at), at);
-  const auto x = b.op(OpKind::Load, {in[0], i}, at);
-  const auto y = b.op(OpKind::Load, {in[1], i}, at);
-  const auto z = b.op(OpKind::Load, {in[2], i}, at);
-  for (size_t j = 0; j < cases.size(); ++j) {
-    const Case& c = cases[j];
-    ir::ValueId r;
-    if (c.op == OpKind::Cast || c.op == OpKind::Bitcast)
-      r = b.op(c.op, {x}, at, Type::value(c.result, lanes));
-    else if (c.op == OpKind::Select)
-      r = b.op(OpKind::Select, {t == ElemType::Bool ? x : b.op(OpKind::Lt, {x, y}, at), y, z}, at);
-    else if (c.arity == 1)
-      r = b.op(c.op, {x}, at);
-    else if (c.arity == 2)
-      r = b.op(c.op, {x, y}, at);
-    else
-      r = b.op(c.op, {x, y, z}, at);
-    b.op(OpKind::Store, {out[j], i, r}, at);
-  }
-  b.end_if();
-  auto k = std::move(b).finish();
-  INFO((k.ok() ? std::string() : k.error().message));
-  REQUIRE(k.ok());
-  return std::move(*k);
-}
-
 void check(ElemType t, int lanes, const std::vector<Case>& cases) {
   INFO("type " << ir::elem_name(t) << ", line width " << lanes);
   const ir::Kernel k = build(t, lanes, cases);
@@ -417,39 +372,6 @@ void check(ElemType t, int lanes, const std::vector<Case>& cases) {
   }
 }
 
-const ElemType kAll[] = {ElemType::Bool, ElemType::I8,  ElemType::I16, ElemType::I32, ElemType::I64,
-                         ElemType::U8,   ElemType::U16, ElemType::U32, ElemType::U64, ElemType::F16,
-                         ElemType::BF16, ElemType::F32, ElemType::F64};
-
-std::vector<Case> cases_for(ElemType t) {
-  std::vector<Case> c;
-  auto add = [&](OpKind op, int arity, ElemType r) { c.push_back({op, r, arity}); };
-  const ElemType b = ElemType::Bool;
-  for (OpKind op : {OpKind::Eq, OpKind::Ne}) add(op, 2, b);
-  add(OpKind::Select, 3, t);
-  if (t == ElemType::Bool) {
-    for (OpKind op : {OpKind::And, OpKind::Or, OpKind::Xor}) add(op, 2, t);
-    add(OpKind::Not, 1, t);
-    return c;
-  }
-  for (OpKind op : {OpKind::Add, OpKind::Sub, OpKind::Mul, OpKind::Div, OpKind::Rem, OpKind::Min, OpKind::Max})
-    add(op, 2, t);
-  for (OpKind op : {OpKind::Neg, OpKind::Abs}) add(op, 1, t);
-  add(OpKind::Clamp, 3, t);
-  for (OpKind op : {OpKind::Lt, OpKind::Le, OpKind::Gt, OpKind::Ge}) add(op, 2, b);
-  if (ir::is_float(t)) {
-    add(OpKind::Fma, 3, t);
-    for (OpKind op : {OpKind::Sqrt, OpKind::Rsqrt, OpKind::Floor, OpKind::Ceil, OpKind::Round, OpKind::Trunc})
-      add(op, 1, t);
-    add(OpKind::IsNan, 1, b);
-    add(OpKind::IsInf, 1, b);
-  } else {
-    for (OpKind op : {OpKind::And, OpKind::Or, OpKind::Xor, OpKind::Shl, OpKind::Shr}) add(op, 2, t);
-    add(OpKind::Not, 1, t);
-  }
-  return c;
-}
-
 }  // namespace
 
 TEST_CASE("every arithmetic, bitwise, comparison and selection op on every type", "[cpu][ops]") {
@@ -467,11 +389,7 @@ TEST_CASE("casts between every pair of types", "[cpu][ops][cast]") {
 }
 
 TEST_CASE("bitcasts keep the bits", "[cpu][ops][cast]") {
-  const std::pair<ElemType, ElemType> pairs[] = {
-      {ElemType::F32, ElemType::U32}, {ElemType::I32, ElemType::F32}, {ElemType::F64, ElemType::I64},
-      {ElemType::F16, ElemType::U16}, {ElemType::BF16, ElemType::I16}, {ElemType::F16, ElemType::BF16},
-      {ElemType::U8, ElemType::I8}};
-  for (auto [from, to] : pairs) {
+  for (auto [from, to] : test::kBitcastPairs) {
     const ir::Kernel k = build(from, 4, {{OpKind::Bitcast, to, 1}});
     auto c = test::compile_ir(k);
     const size_t n = kLines * 4, es = static_cast<size_t>(ir::elem_bytes(from));

@@ -1,0 +1,51 @@
+// The CUDA backend's code generator: a verified kiln kernel (not lowered: units stay
+// threads) -> readable CUDA C++, one statement per IR op, with `#line` directives pointing at
+// the DSL source. The source includes "kiln_prelude.cuh" (compiler/cuda/prelude.cuh), which
+// gives every op its exact IR semantics; NVRTC compiles both (compiler/cuda/nvrtc.h).
+//
+// Launch ABI: the kernel takes one parameter, a struct of 64-bit slots laid out as on the CPU
+// (compiler/abi.h), followed by two more: the stream's report buffer (prints, asserts,
+// checked-mode faults) and the launch's sequence number in that buffer. Shared memory is
+// static up to 48 KiB per cube and dynamic above (KernelInfo::dynamic_shared_bytes).
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "compiler/abi.h"
+#include "ir/ir.h"
+
+namespace kiln::cuda {
+
+// An NVIDIA GPU architecture: sm_XY, or sm_XYa for the arch-specific features (wgmma, tcgen05).
+struct Target {
+  int sm = 80;                 // 80, 86, 89, 90, 100, 120, ...
+  bool arch_specific = false;  // the "a" suffix
+  std::string name() const;    // "sm_90a"
+  std::string compute() const; // "compute_90a": the virtual arch of its PTX
+  friend bool operator==(const Target&, const Target&) = default;
+};
+// Parses "sm_90a" (or "90a"); what NVRTC supports is checked when compiling.
+Result<Target> parse_target(std::string_view text);
+
+struct CodegenOptions {
+  bool checked = false;    // bounds-check every access (docs/runtime.md)
+  bool fast_math = false;  // NVRTC --use_fast_math
+};
+
+struct Source {
+  std::string text;      // the kernel's CUDA C++ (it includes kiln_prelude.cuh)
+  abi::KernelInfo info;  // symbol, layout, shared memory, report sites
+};
+
+// The slots after the parameters' (abi::ArgLayout::slot_count): the report buffer pointer and
+// the launch's sequence number.
+inline constexpr uint32_t kReportSlots = 2;
+
+Result<Source> generate(const ir::Kernel& k, const CodegenOptions& options);
+
+// The prelude's text and the name the generated source includes it by.
+const std::string& prelude();
+inline constexpr const char* kPreludeName = "kiln_prelude.cuh";
+
+}  // namespace kiln::cuda

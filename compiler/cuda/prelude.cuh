@@ -1,0 +1,654 @@
+// kiln's CUDA prelude: the types and functions generated kernels are written with. It gives
+// every op of kiln's IR exactly the semantics ir/ir.h promises (wrapping signed integers,
+// division by zero, saturating float->int casts, f16/bf16 computed in f32 and rounded once,
+// IEEE min/max, ...), lines of 1 to 16 lanes with 16-byte vector loads and stores, plane
+// (warp) operations on partial planes, and the report buffer through which prints, failed
+// asserts and checked-mode faults reach the host. NVRTC compiles it with each kernel; it
+// includes no header, so kernels build wherever libnvrtc is.
+#pragma once
+
+namespace kiln {
+
+typedef signed char i8;
+typedef short i16;
+typedef int i32;
+typedef long long i64;
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef float f32;
+typedef double f64;
+struct f16 { u16 bits; };
+struct bf16 { u16 bits; };
+
+// ---- traits ---------------------------------------------------------------------------------
+
+template <class T> struct traits;
+#define KILN_INT_TRAITS(T, U, S, BITS, LO, HI)                                     \
+  template <> struct traits<T> {                                                   \
+    typedef U uint;                                                                \
+    static const bool is_float = false, is_signed = S;                             \
+    static const int bits = BITS;                                                  \
+    __device__ static T lowest() { return LO; }                                    \
+    __device__ static T highest() { return HI; }                                   \
+  };
+KILN_INT_TRAITS(i8, u8, true, 8, (i8)-128, (i8)127)
+KILN_INT_TRAITS(i16, u16, true, 16, (i16)-32768, (i16)32767)
+KILN_INT_TRAITS(i32, u32, true, 32, (i32)(-2147483647 - 1), 2147483647)
+KILN_INT_TRAITS(i64, u64, true, 64, (i64)(-9223372036854775807LL - 1), 9223372036854775807LL)
+KILN_INT_TRAITS(u8, u8, false, 8, 0, 255)
+KILN_INT_TRAITS(u16, u16, false, 16, 0, 65535)
+KILN_INT_TRAITS(u32, u32, false, 32, 0u, 4294967295u)
+KILN_INT_TRAITS(u64, u64, false, 64, 0ull, 18446744073709551615ull)
+#undef KILN_INT_TRAITS
+template <> struct traits<bool> { static const bool is_float = false, is_signed = false; static const int bits = 1; };
+template <> struct traits<f16> { static const bool is_float = true, is_signed = true; static const int bits = 16; };
+template <> struct traits<bf16> { static const bool is_float = true, is_signed = true; static const int bits = 16; };
+template <> struct traits<f32> { static const bool is_float = true, is_signed = true; static const int bits = 32; };
+template <> struct traits<f64> { static const bool is_float = true, is_signed = true; static const int bits = 64; };
+
+template <bool B, class T = void> struct enable_if {};
+template <class T> struct enable_if<true, T> { typedef T type; };
+
+// ---- bits and half floats ---------------------------------------------------------------------
+
+// Reinterprets the bits of a value as another type of the same size.
+template <class To, class From>
+__device__ __forceinline__ To bitcast(const From& x) {
+  static_assert(sizeof(To) == sizeof(From), "bitcast needs types of the same size");
+  To r;
+  memcpy(&r, &x, sizeof(To));
+  return r;
+}
+
+__device__ __forceinline__ f32 to_f32(f16 h) {
+  f32 f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h.bits));
+  return f;
+}
+__device__ __forceinline__ f32 to_f32(bf16 b) { return __uint_as_float((u32)b.bits << 16); }
+__device__ __forceinline__ f16 f16_of(f32 f) {
+  f16 h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(f));
+  return h;
+}
+__device__ __forceinline__ bf16 bf16_of(f32 f) {
+  bf16 b;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(b.bits) : "f"(f));
+  return b;
+}
+// f64 -> f32 rounded to odd: rounding that again to f16 or bf16 gives the correctly rounded
+// result (a direct f64 -> f32 -> f16 would round twice).
+__device__ __forceinline__ f32 f32_round_odd(f64 x) {
+  f32 r = __double2float_rz(x);
+  if ((f64)r != x && x == x) r = __uint_as_float(__float_as_uint(r) | 1u);
+  return r;
+}
+
+// The type arithmetic runs in: f16 and bf16 compute in f32 and round once (ir/ir.h).
+template <class T> struct calc { typedef T type; };
+template <> struct calc<f16> { typedef f32 type; };
+template <> struct calc<bf16> { typedef f32 type; };
+template <class T> __device__ __forceinline__ T up(T x) { return x; }
+__device__ __forceinline__ f32 up(f16 x) { return to_f32(x); }
+__device__ __forceinline__ f32 up(bf16 x) { return to_f32(x); }
+template <class T> __device__ __forceinline__ T down(typename calc<T>::type x) { return x; }
+template <> __device__ __forceinline__ f16 down<f16>(f32 x) { return f16_of(x); }
+template <> __device__ __forceinline__ bf16 down<bf16>(f32 x) { return bf16_of(x); }
+
+// ---- lines ----------------------------------------------------------------------------------
+
+template <int B> struct line_align { static const int value = B >= 16 ? 16 : B; };
+
+// N lanes of T. Memory holds lines back to back; loads and stores move them in 16-, 8- or
+// 4-byte pieces, so an f32x4 is one 128-bit access.
+template <class T, int N>
+struct alignas(line_align<sizeof(T) * N>::value) line {
+  T v[N];
+  __device__ T& operator[](int i) { return v[i]; }
+  __device__ const T& operator[](int i) const { return v[i]; }
+};
+
+template <class T> struct lanes_of { static const int value = 1; typedef T elem; };
+template <class T, int N> struct lanes_of<line<T, N> > { static const int value = N; typedef T elem; };
+
+template <class L>
+__device__ __forceinline__ L load(const L* p, u32 i) {
+  if constexpr (sizeof(L) % 16 == 0) {
+    L r;
+    const uint4* s = reinterpret_cast<const uint4*>(p + i);
+    uint4* d = reinterpret_cast<uint4*>(&r);
+#pragma unroll
+    for (int k = 0; k < (int)(sizeof(L) / 16); ++k) d[k] = s[k];
+    return r;
+  } else if constexpr (sizeof(L) == 8) {
+    return bitcast<L>(*reinterpret_cast<const uint2*>(p + i));
+  } else {
+    return p[i];
+  }
+}
+template <class L>
+__device__ __forceinline__ void store(L* p, u32 i, const L& x) {
+  if constexpr (sizeof(L) % 16 == 0) {
+    const uint4* s = reinterpret_cast<const uint4*>(&x);
+    uint4* d = reinterpret_cast<uint4*>(p + i);
+#pragma unroll
+    for (int k = 0; k < (int)(sizeof(L) / 16); ++k) d[k] = s[k];
+  } else if constexpr (sizeof(L) == 8) {
+    *reinterpret_cast<uint2*>(p + i) = bitcast<uint2>(x);
+  } else {
+    p[i] = x;
+  }
+}
+// Bools live in memory as one byte each (0 or 1); any nonzero byte reads as true.
+struct mbool { u8 v; };
+__device__ __forceinline__ bool load(const mbool* p, u32 i) { return p[i].v != 0; }
+__device__ __forceinline__ void store(mbool* p, u32 i, bool x) { p[i].v = x ? 1 : 0; }
+template <int N>
+__device__ __forceinline__ line<bool, N> load(const line<mbool, N>* p, u32 i) {
+  const line<mbool, N> b = load<line<mbool, N> >(p, i);
+  line<bool, N> r;
+#pragma unroll
+  for (int k = 0; k < N; ++k) r[k] = b[k].v != 0;
+  return r;
+}
+template <int N>
+__device__ __forceinline__ void store(line<mbool, N>* p, u32 i, const line<bool, N>& x) {
+  line<mbool, N> b;
+#pragma unroll
+  for (int k = 0; k < N; ++k) b[k].v = x[k] ? 1 : 0;
+  store<line<mbool, N> >(p, i, b);
+}
+
+// Short names for lines: f32x4 is line<f32, 4>.
+#define KILN_LINE_NAMES(T) \
+  typedef line<T, 2> T##x2; typedef line<T, 4> T##x4; typedef line<T, 8> T##x8; typedef line<T, 16> T##x16;
+KILN_LINE_NAMES(i8) KILN_LINE_NAMES(i16) KILN_LINE_NAMES(i32) KILN_LINE_NAMES(i64)
+KILN_LINE_NAMES(u8) KILN_LINE_NAMES(u16) KILN_LINE_NAMES(u32) KILN_LINE_NAMES(u64)
+KILN_LINE_NAMES(f16) KILN_LINE_NAMES(bf16) KILN_LINE_NAMES(f32) KILN_LINE_NAMES(f64)
+KILN_LINE_NAMES(mbool)
+typedef line<bool, 2> boolx2; typedef line<bool, 4> boolx4; typedef line<bool, 8> boolx8;
+typedef line<bool, 16> boolx16;
+#undef KILN_LINE_NAMES
+
+template <class T, int N>
+__device__ __forceinline__ line<T, N> broadcast(T x) {
+  line<T, N> r;
+#pragma unroll
+  for (int k = 0; k < N; ++k) r[k] = x;
+  return r;
+}
+template <class T, int N>
+__device__ __forceinline__ T extract(const line<T, N>& x, int lane) { return x[lane]; }
+template <class T, int N>
+__device__ __forceinline__ line<T, N> insert(line<T, N> x, int lane, T v) {
+  x[lane] = v;
+  return x;
+}
+
+// Lane-by-lane versions of every scalar function below.
+#define KILN_LINE1(name)                                                            \
+  template <class T, int N>                                                         \
+  __device__ __forceinline__ line<T, N> name(const line<T, N>& a) {                 \
+    line<T, N> r;                                                                   \
+    _Pragma("unroll") for (int k = 0; k < N; ++k) r[k] = name(a[k]);                \
+    return r;                                                                       \
+  }
+#define KILN_LINE2(name)                                                            \
+  template <class T, int N>                                                         \
+  __device__ __forceinline__ line<T, N> name(const line<T, N>& a, const line<T, N>& b) { \
+    line<T, N> r;                                                                   \
+    _Pragma("unroll") for (int k = 0; k < N; ++k) r[k] = name(a[k], b[k]);          \
+    return r;                                                                       \
+  }
+#define KILN_LINE3(name)                                                            \
+  template <class T, int N>                                                         \
+  __device__ __forceinline__ line<T, N> name(const line<T, N>& a, const line<T, N>& b, \
+                                             const line<T, N>& c) {                 \
+    line<T, N> r;                                                                   \
+    _Pragma("unroll") for (int k = 0; k < N; ++k) r[k] = name(a[k], b[k], c[k]);    \
+    return r;                                                                       \
+  }
+#define KILN_LINE_CMP(name)                                                         \
+  template <class T, int N>                                                         \
+  __device__ __forceinline__ line<bool, N> name(const line<T, N>& a, const line<T, N>& b) { \
+    line<bool, N> r;                                                                \
+    _Pragma("unroll") for (int k = 0; k < N; ++k) r[k] = name(a[k], b[k]);          \
+    return r;                                                                       \
+  }
+#define KILN_LINE_TEST(name)                                                        \
+  template <class T, int N>                                                         \
+  __device__ __forceinline__ line<bool, N> name(const line<T, N>& a) {              \
+    line<bool, N> r;                                                                \
+    _Pragma("unroll") for (int k = 0; k < N; ++k) r[k] = name(a[k]);                \
+    return r;                                                                       \
+  }
+
+// ---- arithmetic ---------------------------------------------------------------------------------
+
+// Integers wrap: signed arithmetic runs in the unsigned type of the same width.
+#define KILN_INT_OP(name, expr)                                                      \
+  template <class T>                                                                 \
+  __device__ __forceinline__ typename enable_if<!traits<T>::is_float, T>::type name(T a, T b) { \
+    typedef typename traits<T>::uint U;                                              \
+    return (T)(U)(expr);                                                             \
+  }
+KILN_INT_OP(add, (U)a + (U)b)
+KILN_INT_OP(sub, (U)a - (U)b)
+KILN_INT_OP(mul, (U)a * (U)b)
+#undef KILN_INT_OP
+// Floats: in f32 for f16/bf16, rounded once.
+#define KILN_FLOAT_OP(name, expr)                                                    \
+  template <class T>                                                                 \
+  __device__ __forceinline__ typename enable_if<traits<T>::is_float, T>::type name(T a_, T b_) { \
+    const typename calc<T>::type a = up(a_), b = up(b_);                             \
+    return down<T>(expr);                                                            \
+  }
+KILN_FLOAT_OP(add, a + b)
+KILN_FLOAT_OP(sub, a - b)
+KILN_FLOAT_OP(mul, a * b)
+KILN_FLOAT_OP(div, a / b)
+KILN_FLOAT_OP(rem, ::fmod(a, b))
+KILN_FLOAT_OP(min, ::fmin(a, b))
+KILN_FLOAT_OP(max, ::fmax(a, b))
+KILN_FLOAT_OP(pow, ::pow(a, b))
+#undef KILN_FLOAT_OP
+
+// x / 0 == 0, x % 0 == x, MIN / -1 == MIN, MIN % -1 == 0; division rounds toward zero.
+template <class T>
+__device__ __forceinline__ typename enable_if<!traits<T>::is_float, T>::type div(T a, T b) {
+  if (b == 0) return 0;
+  if (traits<T>::is_signed && b == (T)-1) return (T)(0 - (typename traits<T>::uint)a);
+  return (T)(a / b);
+}
+template <class T>
+__device__ __forceinline__ typename enable_if<!traits<T>::is_float, T>::type rem(T a, T b) {
+  if (b == 0) return a;
+  if (traits<T>::is_signed && b == (T)-1) return 0;
+  return (T)(a % b);
+}
+template <class T>
+__device__ __forceinline__ typename enable_if<!traits<T>::is_float, T>::type min(T a, T b) { return b < a ? b : a; }
+template <class T>
+__device__ __forceinline__ typename enable_if<!traits<T>::is_float, T>::type max(T a, T b) { return a < b ? b : a; }
+template <class T>
+__device__ __forceinline__ typename enable_if<!traits<T>::is_float, T>::type neg(T a) {
+  return (T)(0 - (typename traits<T>::uint)a);
+}
+template <class T>
+__device__ __forceinline__ typename enable_if<traits<T>::is_float, T>::type neg(T a) { return down<T>(-up(a)); }
+template <class T>
+__device__ __forceinline__ typename enable_if<!traits<T>::is_float, T>::type abs(T a) {
+  return traits<T>::is_signed && a < (T)0 ? neg(a) : a;
+}
+template <class T>
+__device__ __forceinline__ typename enable_if<traits<T>::is_float, T>::type abs(T a) { return down<T>(::fabs(up(a))); }
+template <class T>
+__device__ __forceinline__ T clamp(T x, T lo, T hi) { return min(max(x, lo), hi); }
+// fma rounds once (for f16 and bf16: once to f32, then to the type).
+template <class T>
+__device__ __forceinline__ typename enable_if<traits<T>::is_float, T>::type fma(T a, T b, T c) {
+  return down<T>(::fma(up(a), up(b), up(c)));
+}
+
+// Shift amounts are taken modulo the bit width; shr is arithmetic for signed types.
+template <class T>
+__device__ __forceinline__ T shl(T a, T b) {
+  typedef typename traits<T>::uint U;
+  return (T)(U)((U)a << ((U)b & (U)(traits<T>::bits - 1)));
+}
+template <class T>
+__device__ __forceinline__ T shr(T a, T b) {
+  typedef typename traits<T>::uint U;
+  return (T)(a >> ((U)b & (U)(traits<T>::bits - 1)));
+}
+template <class T> __device__ __forceinline__ T band(T a, T b) { return (T)(a & b); }
+template <class T> __device__ __forceinline__ T bor(T a, T b) { return (T)(a | b); }
+template <class T> __device__ __forceinline__ T bxor(T a, T b) { return (T)(a ^ b); }
+template <class T> __device__ __forceinline__ T bnot(T a) { return (T)~a; }
+__device__ __forceinline__ bool band(bool a, bool b) { return a && b; }
+__device__ __forceinline__ bool bor(bool a, bool b) { return a || b; }
+__device__ __forceinline__ bool bxor(bool a, bool b) { return a != b; }
+__device__ __forceinline__ bool bnot(bool a) { return !a; }
+
+// Comparisons are ordered: false with NaN, except ne.
+template <class T> __device__ __forceinline__ bool eq(T a, T b) { return up(a) == up(b); }
+template <class T> __device__ __forceinline__ bool ne(T a, T b) { return !(up(a) == up(b)); }
+template <class T> __device__ __forceinline__ bool lt(T a, T b) { return up(a) < up(b); }
+template <class T> __device__ __forceinline__ bool le(T a, T b) { return up(a) <= up(b); }
+template <class T> __device__ __forceinline__ bool gt(T a, T b) { return up(a) > up(b); }
+template <class T> __device__ __forceinline__ bool ge(T a, T b) { return up(a) >= up(b); }
+
+template <class T> __device__ __forceinline__ T select(bool c, T a, T b) { return c ? a : b; }
+template <class T, int N>
+__device__ __forceinline__ line<T, N> select(const line<bool, N>& c, const line<T, N>& a, const line<T, N>& b) {
+  line<T, N> r;
+#pragma unroll
+  for (int k = 0; k < N; ++k) r[k] = c[k] ? a[k] : b[k];
+  return r;
+}
+
+// ---- math (floats) ------------------------------------------------------------------------------
+
+#define KILN_MATH1(name, expr)                                                       \
+  template <class T>                                                                 \
+  __device__ __forceinline__ typename enable_if<traits<T>::is_float, T>::type name(T a_) { \
+    const typename calc<T>::type a = up(a_);                                         \
+    return down<T>(expr);                                                            \
+  }
+KILN_MATH1(sqrt, ::sqrt(a))
+KILN_MATH1(rsqrt, ::rsqrt(a))
+KILN_MATH1(exp, ::exp(a))
+KILN_MATH1(exp2, ::exp2(a))
+KILN_MATH1(log, ::log(a))
+KILN_MATH1(log2, ::log2(a))
+KILN_MATH1(sin, ::sin(a))
+KILN_MATH1(cos, ::cos(a))
+KILN_MATH1(tanh, ::tanh(a))
+KILN_MATH1(floor, ::floor(a))
+KILN_MATH1(ceil, ::ceil(a))
+KILN_MATH1(round, ::round(a))
+KILN_MATH1(trunc, ::trunc(a))
+#undef KILN_MATH1
+template <class T> __device__ __forceinline__ bool is_nan(T a) { return ::isnan(up(a)); }
+template <class T> __device__ __forceinline__ bool is_inf(T a) { return ::isinf(up(a)); }
+
+KILN_LINE2(add) KILN_LINE2(sub) KILN_LINE2(mul) KILN_LINE2(div) KILN_LINE2(rem)
+KILN_LINE2(min) KILN_LINE2(max) KILN_LINE2(pow) KILN_LINE1(neg) KILN_LINE1(abs)
+KILN_LINE3(clamp) KILN_LINE3(fma) KILN_LINE2(shl) KILN_LINE2(shr) KILN_LINE2(band)
+KILN_LINE2(bor) KILN_LINE2(bxor) KILN_LINE1(bnot) KILN_LINE1(sqrt) KILN_LINE1(rsqrt)
+KILN_LINE1(exp) KILN_LINE1(exp2) KILN_LINE1(log) KILN_LINE1(log2) KILN_LINE1(sin)
+KILN_LINE1(cos) KILN_LINE1(tanh) KILN_LINE1(floor) KILN_LINE1(ceil) KILN_LINE1(round)
+KILN_LINE1(trunc)
+KILN_LINE_CMP(eq) KILN_LINE_CMP(ne) KILN_LINE_CMP(lt) KILN_LINE_CMP(le) KILN_LINE_CMP(gt)
+KILN_LINE_CMP(ge) KILN_LINE_TEST(is_nan) KILN_LINE_TEST(is_inf)
+
+// ---- conversions ---------------------------------------------------------------------------------
+
+// Float -> integer: toward zero, saturating, NaN -> 0. `x` is exact (f32 or f64).
+template <class I, class F>
+__device__ __forceinline__ I float_to_int(F x) {
+  if (x != x) return 0;
+  const F lo = traits<I>::is_signed ? -(F)((u64)1 << (traits<I>::bits - 1)) : (F)0;
+  const F hi = (F)((u64)1 << (traits<I>::bits - 1 - (traits<I>::is_signed ? 1 : 0))) * (F)2;  // 2^(bits-1) or 2^bits
+  if (x <= lo) return traits<I>::lowest();
+  if (x >= hi) return traits<I>::highest();
+  return (I)x;
+}
+// Integer -> bf16: toward zero into f32, the lost bits kept as a sticky lowest bit (rounding
+// to odd), then rounded once to bf16.
+template <class I>
+__device__ __forceinline__ bf16 int_to_bf16(I x) {
+  f32 r;
+  if (traits<I>::is_signed) r = __ll2float_rz((i64)x);
+  else r = __ull2float_rz((u64)x);
+  const bool exact = traits<I>::is_signed ? (i64)x == (i64)r || r >= 9.2233720368547758e18f
+                                          : (u64)x == (u64)r || r >= 1.8446744073709552e19f;
+  if (!exact) r = __uint_as_float(__float_as_uint(r) | 1u);
+  return bf16_of(r);
+}
+
+template <class To> struct convert;
+// To an integer type: from integers by truncation or extension (by the source's sign).
+template <class To> struct convert {
+  template <class From>
+  __device__ static To from(From x) { return (To)x; }
+  __device__ static To from(bool x) { return x ? 1 : 0; }
+  __device__ static To from(f16 x) { return float_to_int<To>(to_f32(x)); }
+  __device__ static To from(bf16 x) { return float_to_int<To>(to_f32(x)); }
+  __device__ static To from(f32 x) { return float_to_int<To>(x); }
+  __device__ static To from(f64 x) { return float_to_int<To>(x); }
+};
+template <> struct convert<bool> {
+  template <class From> __device__ static bool from(From x) { return !(up(x) == 0); }
+};
+template <> struct convert<f32> {
+  template <class From> __device__ static f32 from(From x) { return (f32)up(x); }
+  __device__ static f32 from(bool x) { return x ? 1.0f : 0.0f; }
+};
+template <> struct convert<f64> {
+  template <class From> __device__ static f64 from(From x) { return (f64)up(x); }
+  __device__ static f64 from(bool x) { return x ? 1.0 : 0.0; }
+};
+template <> struct convert<f16> {
+  // Integers: exact in f32 up to 2^24, and anything larger overflows f16 either way.
+  template <class From> __device__ static f16 from(From x) { return f16_of((f32)x); }
+  __device__ static f16 from(bool x) { return f16_of(x ? 1.0f : 0.0f); }
+  __device__ static f16 from(f16 x) { return x; }
+  __device__ static f16 from(bf16 x) { return f16_of(to_f32(x)); }
+  __device__ static f16 from(f32 x) { return f16_of(x); }
+  __device__ static f16 from(f64 x) { return f16_of(f32_round_odd(x)); }
+};
+template <> struct convert<bf16> {
+  template <class From> __device__ static bf16 from(From x) { return int_to_bf16(x); }
+  __device__ static bf16 from(bool x) { return bf16_of(x ? 1.0f : 0.0f); }
+  __device__ static bf16 from(f16 x) { return bf16_of(to_f32(x)); }
+  __device__ static bf16 from(bf16 x) { return x; }
+  __device__ static bf16 from(f32 x) { return bf16_of(x); }
+  __device__ static bf16 from(f64 x) { return bf16_of(f32_round_odd(x)); }
+};
+template <class To, class From>
+__device__ __forceinline__ To cast(From x) { return convert<To>::from(x); }
+template <class To, class From, int N>
+__device__ __forceinline__ line<To, N> cast(const line<From, N>& x) {
+  line<To, N> r;
+#pragma unroll
+  for (int k = 0; k < N; ++k) r[k] = convert<To>::from(x[k]);
+  return r;
+}
+
+// ---- builtins and planes -----------------------------------------------------------------------
+
+// Linear positions (ir/ir.h); the cube size is a constant of each kernel.
+__device__ __forceinline__ u32 cube_linear() {
+  return blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+}
+__device__ __forceinline__ u32 cube_count_linear() { return gridDim.x * gridDim.y * gridDim.z; }
+__device__ __forceinline__ u32 unit_linear() {
+  return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+}
+
+// The units of this unit's plane that exist (the last plane of a cube may be partial).
+__device__ __forceinline__ u32 plane_width(u32 units) {
+  const u32 first = unit_linear() & ~31u;
+  return units - first >= 32u ? 32u : units - first;
+}
+__device__ __forceinline__ u32 plane_mask(u32 units) {
+  const u32 w = plane_width(units);
+  return w == 32u ? 0xffffffffu : (1u << w) - 1u;
+}
+
+// Shuffles of any type, as 32- or 64-bit words.
+template <class T>
+__device__ __forceinline__ T shfl(u32 mask, T x, u32 src) {
+  if constexpr (sizeof(T) == 8) {
+    return bitcast<T>(__shfl_sync(mask, bitcast<u64>(x), (int)src));
+  } else if constexpr (sizeof(T) == 4) {
+    return bitcast<T>(__shfl_sync(mask, bitcast<u32>(x), (int)src));
+  } else {
+    u32 w = 0;
+    memcpy(&w, &x, sizeof(T));
+    w = __shfl_sync(mask, w, (int)src);
+    T r;
+    memcpy(&r, &w, sizeof(T));
+    return r;
+  }
+}
+template <class T, int N>
+__device__ __forceinline__ line<T, N> shfl(u32 mask, const line<T, N>& x, u32 src) {
+  line<T, N> r;
+#pragma unroll
+  for (int k = 0; k < N; ++k) r[k] = shfl(mask, x[k], src);
+  return r;
+}
+
+// plane.broadcast / plane.shuffle: the value of lane `src`; a lane that does not exist reads
+// the unit's own value.
+template <class T>
+__device__ __forceinline__ T plane_shuffle(u32 units, const T& x, u32 src) {
+  const u32 lane = unit_linear() & 31u;
+  return shfl(plane_mask(units), x, src < plane_width(units) ? src : lane);
+}
+template <class T>
+__device__ __forceinline__ T plane_shuffle_xor(u32 units, const T& x, u32 m) {
+  const u32 lane = unit_linear() & 31u;
+  const u32 src = lane ^ m;
+  return shfl(plane_mask(units), x, src < plane_width(units) ? src : lane);
+}
+
+// Tree reductions over the lanes that exist; every unit gets the result.
+struct op_add { template <class T> __device__ T operator()(T a, T b) const { return add(a, b); } };
+struct op_min { template <class T> __device__ T operator()(T a, T b) const { return min(a, b); } };
+struct op_max { template <class T> __device__ T operator()(T a, T b) const { return max(a, b); } };
+template <class T, class Op>
+__device__ __forceinline__ T plane_reduce(u32 units, T x, Op op) {
+  const u32 mask = plane_mask(units), w = plane_width(units), lane = unit_linear() & 31u;
+#pragma unroll
+  for (u32 off = 16; off > 0; off >>= 1) {
+    const T other = shfl(mask, x, lane + off < w ? lane + off : lane);
+    if (lane + off < w) x = op(x, other);
+  }
+  return shfl(mask, x, 0u);
+}
+template <class T> __device__ __forceinline__ T plane_sum(u32 units, T x) { return plane_reduce(units, x, op_add()); }
+template <class T> __device__ __forceinline__ T plane_min(u32 units, T x) { return plane_reduce(units, x, op_min()); }
+template <class T> __device__ __forceinline__ T plane_max(u32 units, T x) { return plane_reduce(units, x, op_max()); }
+__device__ __forceinline__ bool plane_any(u32 units, bool x) { return __any_sync(plane_mask(units), x) != 0; }
+__device__ __forceinline__ bool plane_all(u32 units, bool x) { return __all_sync(plane_mask(units), x) != 0; }
+template <int N>
+__device__ __forceinline__ line<bool, N> plane_any(u32 units, const line<bool, N>& x) {
+  line<bool, N> r;
+#pragma unroll
+  for (int k = 0; k < N; ++k) r[k] = plane_any(units, x[k]);
+  return r;
+}
+template <int N>
+__device__ __forceinline__ line<bool, N> plane_all(u32 units, const line<bool, N>& x) {
+  line<bool, N> r;
+#pragma unroll
+  for (int k = 0; k < N; ++k) r[k] = plane_all(units, x[k]);
+  return r;
+}
+__device__ __forceinline__ void sync_plane(u32 units) { __syncwarp(plane_mask(units)); }
+
+// ---- atomics (32- and 64-bit, relaxed) ------------------------------------------------------------
+
+__device__ __forceinline__ i32 atomic_add(i32* p, i32 v) { return atomicAdd(p, v); }
+__device__ __forceinline__ u32 atomic_add(u32* p, u32 v) { return atomicAdd(p, v); }
+__device__ __forceinline__ i64 atomic_add(i64* p, i64 v) { return (i64)atomicAdd((u64*)p, (u64)v); }
+__device__ __forceinline__ u64 atomic_add(u64* p, u64 v) { return atomicAdd(p, v); }
+__device__ __forceinline__ f32 atomic_add(f32* p, f32 v) { return atomicAdd(p, v); }
+__device__ __forceinline__ f64 atomic_add(f64* p, f64 v) { return atomicAdd(p, v); }
+__device__ __forceinline__ i32 atomic_min(i32* p, i32 v) { return atomicMin(p, v); }
+__device__ __forceinline__ u32 atomic_min(u32* p, u32 v) { return atomicMin(p, v); }
+__device__ __forceinline__ i64 atomic_min(i64* p, i64 v) { return atomicMin((long long*)p, (long long)v); }
+__device__ __forceinline__ u64 atomic_min(u64* p, u64 v) { return atomicMin(p, v); }
+__device__ __forceinline__ i32 atomic_max(i32* p, i32 v) { return atomicMax(p, v); }
+__device__ __forceinline__ u32 atomic_max(u32* p, u32 v) { return atomicMax(p, v); }
+__device__ __forceinline__ i64 atomic_max(i64* p, i64 v) { return atomicMax((long long*)p, (long long)v); }
+__device__ __forceinline__ u64 atomic_max(u64* p, u64 v) { return atomicMax(p, v); }
+__device__ __forceinline__ i32 atomic_exchange(i32* p, i32 v) { return atomicExch(p, v); }
+__device__ __forceinline__ u32 atomic_exchange(u32* p, u32 v) { return atomicExch(p, v); }
+__device__ __forceinline__ i64 atomic_exchange(i64* p, i64 v) { return (i64)atomicExch((u64*)p, (u64)v); }
+__device__ __forceinline__ u64 atomic_exchange(u64* p, u64 v) { return atomicExch(p, v); }
+__device__ __forceinline__ f32 atomic_exchange(f32* p, f32 v) { return atomicExch(p, v); }
+__device__ __forceinline__ f64 atomic_exchange(f64* p, f64 v) {
+  return __longlong_as_double((long long)atomicExch((u64*)p, (u64)__double_as_longlong(v)));
+}
+__device__ __forceinline__ i32 atomic_cas(i32* p, i32 c, i32 v) { return atomicCAS(p, c, v); }
+__device__ __forceinline__ u32 atomic_cas(u32* p, u32 c, u32 v) { return atomicCAS(p, c, v); }
+__device__ __forceinline__ i64 atomic_cas(i64* p, i64 c, i64 v) { return (i64)atomicCAS((u64*)p, (u64)c, (u64)v); }
+__device__ __forceinline__ u64 atomic_cas(u64* p, u64 c, u64 v) { return atomicCAS(p, c, v); }
+
+// ---- loops -----------------------------------------------------------------------------------------
+
+// `for i = a to b step s` runs i = a, a+s, ... while i < b (s > 0) or i > b (s < 0); s == 0
+// runs nothing. The trip count is found first, so the index never overflows.
+template <class T>
+__device__ __forceinline__ typename traits<T>::uint trip_count(T a, T b, T s) {
+  typedef typename traits<T>::uint U;
+  if (s > (T)0 && a < b) return (U)((U)((U)b - (U)a - 1u) / (U)s + 1u);
+  if (traits<T>::is_signed && s < (T)0 && b < a) return (U)((U)((U)a - (U)b - 1u) / (U)(0 - (U)s) + 1u);
+  return 0;
+}
+template <class T>
+__device__ __forceinline__ T for_index(T a, typename traits<T>::uint k, T s) {
+  typedef typename traits<T>::uint U;
+  return (T)(U)((U)a + k * (U)s);
+}
+
+// ---- reports: prints, failed asserts, checked-mode faults ------------------------------------------
+
+// The report buffer of a stream (runtime/cuda_report.h reads it at sync). Faults and asserts
+// keep the smallest key (launch, cube, unit) so the host reports the first one; prints are
+// records appended to an arena.
+struct fault_entry {
+  u64 key;
+  u32 site, index, bound, pad;
+};
+struct report {
+  u64 fault_key;   // the smallest key of a fault so far (~0: none)
+  u64 assert_key;
+  u32 fault_count, assert_count;
+  u32 print_bytes, prints_dropped;
+  u32 print_capacity, pad;
+  fault_entry faults[32];
+  fault_entry asserts[32];
+  // then print_capacity bytes of records: u32 size (bit 31: dropped), u32 site, u64 key, bits
+};
+
+__device__ __forceinline__ u64 report_key(u32 launch, u32 cube, u32 unit) {
+  return ((u64)launch << 42) | ((u64)cube << 10) | (u64)(unit & 1023u);
+}
+__device__ __forceinline__ void record(u64* min_key, u32* count, fault_entry* list, u64 key, u32 site,
+                                       u32 index, u32 bound) {
+  // Only a key that lowers the minimum is recorded, so the smallest is always among them.
+  if (atomicMin((unsigned long long*)min_key, (unsigned long long)key) <= key) return;
+  const u32 at = atomicAdd(count, 1u);
+  if (at < 32u) {
+    fault_entry e;
+    e.key = key;
+    e.site = site;
+    e.index = index;
+    e.bound = bound;
+    e.pad = 0;
+    list[at] = e;
+  }
+}
+template <class T>
+__device__ __noinline__ T fault(report* r, u64 key, u32 site, u32 index, u32 bound) {
+  record(&r->fault_key, &r->fault_count, r->faults, key, site, index, bound);
+  T zero;
+  memset(&zero, 0, sizeof zero);
+  return zero;
+}
+__device__ __noinline__ void fault_store(report* r, u64 key, u32 site, u32 index, u32 bound) {
+  record(&r->fault_key, &r->fault_count, r->faults, key, site, index, bound);
+}
+__device__ __noinline__ void assert_failed(report* r, u64 key, u32 site) {
+  record(&r->assert_key, &r->assert_count, r->asserts, key, site, 0, 0);
+}
+__device__ __noinline__ void print(report* r, u64 key, u32 site, const u64* bits, u32 count) {
+  const u32 size = 16u + 8u * count;
+  const u32 at = atomicAdd(&r->print_bytes, size);
+  unsigned char* arena = reinterpret_cast<unsigned char*>(r + 1);
+  if (at + size > r->print_capacity) {
+    atomicAdd(&r->prints_dropped, 1u);
+    if (at + 4u <= r->print_capacity) *reinterpret_cast<u32*>(arena + at) = 0x80000000u;
+    return;
+  }
+  u32* head = reinterpret_cast<u32*>(arena + at);
+  head[1] = site;
+  *reinterpret_cast<u64*>(arena + at + 8) = key;
+  for (u32 i = 0; i < count; ++i) *reinterpret_cast<u64*>(arena + at + 16 + 8 * i) = bits[i];
+  head[0] = size;
+}
+template <class T>
+__device__ __forceinline__ u64 print_bits(T x) {
+  u64 b = 0;
+  memcpy(&b, &x, sizeof(T));
+  return b;
+}
+
+}  // namespace kiln

@@ -1,0 +1,101 @@
+// Helpers for CUDA compile tests: generate and compile a kernel for a target, and assemble its
+// PTX with ptxas when the toolkit has it. No GPU needed.
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "compiler/cuda/codegen.h"
+#include "compiler/cuda/nvrtc.h"
+#include "compiler/dsl/registry.h"
+#include "compiler/passes/pipeline.h"
+
+namespace kiln::test {
+
+// The targets every kernel must compile for.
+inline const char* const kCudaTargets[] = {"sm_80", "sm_89", "sm_90a", "sm_100a", "sm_120a"};
+
+// ptxas from $CUDA_PATH or /usr/local/cuda, or empty.
+inline std::string ptxas_path() {
+  for (std::string dir : {std::string(std::getenv("CUDA_PATH") ? std::getenv("CUDA_PATH") : ""),
+                          std::string("/usr/local/cuda")}) {
+    if (dir.empty()) continue;
+    const std::string p = dir + "/bin/ptxas";
+    if (::access(p.c_str(), X_OK) == 0) return p;
+  }
+  return {};
+}
+
+// Runs ptxas on `ptx` for `arch`; returns its output, empty on success.
+inline std::string ptxas_problem(const std::string& ptx, const std::string& arch) {
+  static const std::string ptxas = ptxas_path();
+  if (ptxas.empty()) return {};
+  const auto dir = std::filesystem::temp_directory_path();
+  const std::string base = (dir / ("kiln-ptx-" + std::to_string(::getpid()))).string();
+  {
+    std::ofstream f(base + ".ptx");
+    f << ptx;
+  }
+  const std::string cmd = ptxas + " -arch=" + arch + " " + base + ".ptx -o " + base + ".cubin 2>&1";
+  std::string out;
+  if (FILE* p = ::popen(cmd.c_str(), "r")) {
+    char buf[512];
+    while (std::fgets(buf, sizeof buf, p)) out += buf;
+    if (::pclose(p) != 0 && out.empty()) out = "ptxas failed";
+  } else {
+    out = "cannot run ptxas";
+  }
+  std::remove((base + ".ptx").c_str());
+  std::remove((base + ".cubin").c_str());
+  return out;
+}
+
+struct CudaBuild {
+  cuda::Source source;
+  cuda::CompiledCuda compiled;
+};
+
+// Prepares, generates and compiles `k` for `arch`; fails the test with NVRTC's log on error.
+// With `assemble`, ptxas must accept the PTX too.
+inline CudaBuild cuda_build(const ir::Kernel& k, const std::string& arch, bool checked = false,
+                            bool assemble = true) {
+  auto prepared = passes::prepare_for_cuda(k);
+  REQUIRE(prepared.ok());
+  cuda::CodegenOptions o;
+  o.checked = checked;
+  auto src = cuda::generate(*prepared, o);
+  INFO((src.ok() ? std::string() : src.error().message));
+  REQUIRE(src.ok());
+  auto compiled = cuda::compile_cuda(src->text, k.name + ".cu", arch, false);
+  INFO((compiled.ok() ? std::string() : compiled.error().message));
+  REQUIRE(compiled.ok());
+  CHECK(!compiled->ptx.empty());
+  CHECK(!compiled->cubin.empty());
+  CHECK(compiled->resources.known);
+  if (assemble) {
+    const std::string problem = ptxas_problem(compiled->ptx, arch);
+    INFO(problem);
+    CHECK(problem.empty());
+  }
+  return CudaBuild{std::move(*src), std::move(*compiled)};
+}
+
+// Traces a registered kernel with options.
+inline ir::Kernel traced(const dsl::KernelDef& def, const dsl::SpecOptions& opts = {}) {
+  auto sel = dsl::select(def, opts);
+  INFO((sel.ok() ? std::string() : sel.error().message));
+  REQUIRE(sel.ok());
+  auto k = dsl::trace(def, *sel->inst, sel->request);
+  INFO((k.ok() ? std::string() : k.error().message));
+  REQUIRE(k.ok());
+  return std::move(*k);
+}
+
+}  // namespace kiln::test

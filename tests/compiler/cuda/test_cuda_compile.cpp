@@ -1,0 +1,161 @@
+// Every kernel kiln has (the examples, the standard library, the test kernels of the unit-loop
+// and runtime tests, and the op-kind kernels of every element type) compiles through NVRTC
+// for sm_80, sm_89, sm_90a, sm_100a and sm_120a, and ptxas assembles the PTX. No GPU needed.
+#include <catch2/catch.hpp>
+
+#include <set>
+
+#include "kernels/kernels.h"
+#include "tests/compiler/cuda/cuda_test_util.h"
+#include "tests/compiler/op_kernels.h"
+
+using namespace kiln;
+using Catch::Contains;
+
+namespace {
+
+std::vector<const dsl::KernelDef*> all_kernels() {
+  (void)kernels::builtin_names();
+  std::vector<const dsl::KernelDef*> out;
+  for (const dsl::KernelDef* d : dsl::Registry::global().all())
+    if (d->problem.empty()) out.push_back(d);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("every registered kernel compiles for every target and assembles", "[cuda][compile]") {
+  const auto kernels = all_kernels();
+  REQUIRE(kernels.size() >= 17);  // 9 shipped, 8 of the unit-loop tests, more from the runtime tests
+  for (const dsl::KernelDef* d : kernels) {
+    const ir::Kernel k = test::traced(*d);
+    for (const char* arch : test::kCudaTargets) {
+      INFO(d->name << " for " << arch);
+      test::cuda_build(k, arch);
+    }
+  }
+}
+
+TEST_CASE("every instantiation, line width and checked mode compiles", "[cuda][compile]") {
+  for (const dsl::KernelDef* d : all_kernels()) {
+    for (const auto& inst : d->instantiations) {
+      dsl::SpecOptions o;
+      for (const auto& p : inst.params)
+        if (p.kind == dsl::ParamKind::Tensor || p.kind == dsl::ParamKind::Array) o.dtype[p.name] = std::string(ir::elem_name(p.dtype));
+      INFO(d->name << " (" << inst.dtype_summary() << "), checked");
+      test::cuda_build(test::traced(*d, o), "sm_90a", /*checked=*/true);
+    }
+  }
+  // Wide lines: 16 f32 lanes are four 16-byte accesses; f16x8 is one.
+  const dsl::KernelDef* axpy = dsl::Registry::global().find("axpy");
+  dsl::SpecOptions wide;
+  wide.line = {{"x", 16}, {"y", 16}};
+  auto b = test::cuda_build(test::traced(*axpy, wide), "sm_89");
+  size_t v4 = 0;
+  for (size_t p = b.compiled.ptx.find("ld.global.v4"); p != std::string::npos; p = b.compiled.ptx.find("ld.global.v4", p + 1))
+    ++v4;
+  CHECK(v4 == 8);
+  const dsl::KernelDef* scale = dsl::Registry::global().find("scale_generic");
+  dsl::SpecOptions h;
+  h.dtype["x"] = "f16";
+  h.line["x"] = 8;
+  auto hb = test::cuda_build(test::traced(*scale, h), "sm_80");
+  CHECK_THAT(hb.compiled.ptx, Contains("ld.global.v4.u32"));
+}
+
+// One test case per target, so that ctest runs them in parallel.
+void compile_op_kernels(const char* arch) {
+  using namespace test::ops;
+  for (ElemType t : kAll)
+    for (int lanes : {1, 8}) {
+      INFO(arch << ", " << ir::elem_name(t) << "x" << lanes);
+      test::cuda_build(build(t, lanes, cases_for(t)), arch);
+    }
+  for (ElemType from : kAll) {
+    std::vector<Case> casts;
+    for (ElemType to : kAll)
+      if (to != from) casts.push_back({OpKind::Cast, to, 1});
+    INFO(arch << ", casts from " << ir::elem_name(from));
+    test::cuda_build(build(from, 4, casts), arch);
+  }
+  for (auto [from, to] : test::kBitcastPairs) test::cuda_build(build(from, 4, {{OpKind::Bitcast, to, 1}}), arch);
+}
+TEST_CASE("every op-kind kernel compiles for sm_80 and assembles", "[cuda][compile][ops]") { compile_op_kernels("sm_80"); }
+TEST_CASE("every op-kind kernel compiles for sm_89 and assembles", "[cuda][compile][ops]") { compile_op_kernels("sm_89"); }
+TEST_CASE("every op-kind kernel compiles for sm_90a and assembles", "[cuda][compile][ops]") { compile_op_kernels("sm_90a"); }
+TEST_CASE("every op-kind kernel compiles for sm_100a and assembles", "[cuda][compile][ops]") { compile_op_kernels("sm_100a"); }
+TEST_CASE("every op-kind kernel compiles for sm_120a and assembles", "[cuda][compile][ops]") { compile_op_kernels("sm_120a"); }
+
+TEST_CASE("resources come from the ptxas report", "[cuda][compile]") {
+  const std::string log =
+      "ptxas info    : Compiling entry function 'k' for 'sm_80'\n"
+      "ptxas info    : Function properties for k\n"
+      "ptxas         .     16 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads\n"
+      "ptxas info    : Used 40 registers, used 1 barriers, 2048 bytes smem, 424 bytes cmem[0]\n";
+  const cuda::Resources r = cuda::parse_resources(log);
+  CHECK(r.known);
+  CHECK(r.registers == 40);
+  CHECK(r.barriers == 1);
+  CHECK(r.shared_bytes == 2048);
+  CHECK(r.constant_bytes == 424);
+  CHECK(r.stack_bytes == 16);
+  CHECK(r.spill_store_bytes == 8);
+  CHECK(r.spill_load_bytes == 12);
+  CHECK_FALSE(cuda::parse_resources("nothing here").known);
+  // A real one: row_sum's shared array and barriers.
+  const dsl::KernelDef* row_sum = dsl::Registry::global().find("row_sum");
+  auto b = test::cuda_build(test::traced(*row_sum), "sm_90a");
+  CHECK(b.compiled.resources.shared_bytes == 256 * 4);
+  CHECK(b.compiled.resources.barriers >= 1);
+  CHECK(b.compiled.resources.registers > 0);
+  CHECK(b.source.info.shared_bytes == 256 * 4);
+  CHECK(b.source.info.dynamic_shared_bytes == 0);
+}
+
+TEST_CASE("shared memory above 48 KiB is dynamic", "[cuda][compile]") {
+  const dsl::KernelDef* row_sum = dsl::Registry::global().find("row_sum");
+  dsl::SpecOptions o;
+  o.set["units"] = "1024";
+  o.cube_dim = std::array<uint32_t, 3>{1024, 1, 1};
+  // 1024 f32 is 4 KiB: static. A histogram of 20000 u32 bins is 80 KiB: dynamic.
+  auto small = test::cuda_build(test::traced(*row_sum, o), "sm_90a");
+  CHECK(small.source.info.dynamic_shared_bytes == 0);
+  const dsl::KernelDef* hist = dsl::Registry::global().find("histogram");
+  dsl::SpecOptions big;
+  big.set["bins"] = "20000";
+  auto b = test::cuda_build(test::traced(*hist, big), "sm_90a");
+  CHECK(b.source.info.dynamic_shared_bytes == 80000);
+  CHECK_THAT(b.source.text, Contains("extern __shared__"));
+  CHECK(b.compiled.resources.shared_bytes == 0);  // none of it static
+}
+
+TEST_CASE("targets parse and errors name the fix", "[cuda][compile]") {
+  auto t = cuda::parse_target("sm_90a");
+  REQUIRE(t.ok());
+  CHECK(t->sm == 90);
+  CHECK(t->arch_specific);
+  CHECK(t->name() == "sm_90a");
+  CHECK(t->compute() == "compute_90a");
+  CHECK(cuda::parse_target("120a")->name() == "sm_120a");
+  CHECK(cuda::parse_target("sm_89")->name() == "sm_89");
+  for (const char* bad : {"sm_", "gfx90a", "sm_9x", "sm_12345", ""}) {
+    auto e = cuda::parse_target(bad);
+    REQUIRE_FALSE(e.ok());
+    CHECK_THAT(e.error().message, Contains("sm_XY"));
+  }
+  // NVRTC lists what it supports.
+  auto archs = cuda::nvrtc_supported_archs();
+  REQUIRE(archs.ok());
+  const std::set<int> have(archs->begin(), archs->end());
+  for (int sm : {80, 89, 90, 100, 120}) CHECK(have.count(sm));
+}
+
+TEST_CASE("an NVRTC failure carries the log and the generated source", "[cuda][compile]") {
+  auto r = cuda::compile_cuda("extern \"C\" __global__ void k() { undefined_thing(); }", "broken.cu", "sm_80", false);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().kind == ErrorKind::Compile);
+  CHECK_THAT(r.error().message, Contains("broken.cu for sm_80") && Contains("undefined_thing") &&
+                                    Contains("the generated CUDA C++") && Contains("   1  extern"));
+  auto bad_arch = cuda::compile_cuda("extern \"C\" __global__ void k() {}", "k.cu", "sm_1", false);
+  CHECK_FALSE(bad_arch.ok());
+}
