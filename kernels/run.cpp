@@ -468,6 +468,11 @@ Result<RunResult> run(Runtime& rt, std::string_view name, const RunConfig& confi
     result.compiled = true;
     result.compile = last_compile_report();
   }
+  if (config.keep_outputs)
+    for (const auto& p : params)
+      if (is_memory(p) && !p.const_qualified) {
+        KILN_ASSIGN(result.outputs[p.name], download_values(tensors.find(p.name)->second));
+      }
   if (recipe && A::reference(*recipe)) {
     result.has_reference = true;
     RunData want = data;

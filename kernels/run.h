@@ -116,6 +116,7 @@ struct RunConfig {
   bool checked = false;
   int repeat = 10;     // timed launches after the first
   uint64_t seed = 0;   // 0: a fresh seed
+  bool keep_outputs = false;  // RunResult::outputs (to compare devices)
 };
 
 struct TensorCheck {
@@ -141,6 +142,8 @@ struct RunResult {
   std::vector<double> times_ms;  // the timed launches, each followed by sync
   double median_ms = 0, min_ms = 0;
   uint64_t bytes = 0;  // bytes of all tensor arguments (for an effective bandwidth)
+  // With RunConfig::keep_outputs: what the first run wrote to each writable tensor.
+  std::map<std::string, std::vector<double>> outputs;
 };
 
 // Runs `kernel` as its recipe (or only its registration, with --shape for every tensor) says.

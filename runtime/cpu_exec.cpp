@@ -76,7 +76,11 @@ Result<std::vector<uint64_t>> pack_cpu_args(const cpu::CompiledKernel& k,
 
 Status pack_cpu_args_into(const cpu::CompiledKernel& k, const std::array<uint32_t, 3>& cube_count,
                           std::span<const HostArg> args, std::span<uint64_t> slots) {
-  const abi::KernelInfo& info = k.info();
+  return pack_args_into(k.info(), cube_count, args, slots);
+}
+
+Status pack_args_into(const abi::KernelInfo& info, const std::array<uint32_t, 3>& cube_count,
+                      std::span<const HostArg> args, std::span<uint64_t> slots) {
   if (slots.size() < info.layout.slot_count)
     return Error(ErrorKind::Unsupported, fmt::format("kernel '{}' needs {} argument slots", info.name, info.layout.slot_count));
   const auto& params = info.layout.params;

@@ -59,6 +59,9 @@ Result<std::vector<uint64_t>> pack_cpu_args(const cpu::CompiledKernel& k,
 // KernelInfo::layout.slot_count slots.
 Status pack_cpu_args_into(const cpu::CompiledKernel& k, const std::array<uint32_t, 3>& cube_count,
                           std::span<const HostArg> args, std::span<uint64_t> slots);
+// The same for any backend's kernel (CUDA packs device pointers the same way).
+Status pack_args_into(const abi::KernelInfo& info, const std::array<uint32_t, 3>& cube_count,
+                      std::span<const HostArg> args, std::span<uint64_t> slots);
 
 // Runs the kernel over a grid of cubes, spread over `pool` (the global pool when null). A
 // failed device-side assert comes back as an error naming its source line.

@@ -75,6 +75,10 @@ Result<MemoryPool::Block> MemoryPool::allocate(size_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.allocations;
   auto it = cache_.find(cls);
+  if ((it == cache_.end() || it->second.empty()) && !pending_.empty()) {
+    recycle_locked();  // waits for the device, then the released blocks are free to reuse
+    it = cache_.find(cls);
+  }
   if (it != cache_.end() && !it->second.empty()) {
     void* p = it->second.back();
     it->second.pop_back();
@@ -107,10 +111,27 @@ void MemoryPool::release(Block b) {
   if (!b.ptr) return;
   std::lock_guard<std::mutex> lock(mu_);
   stats_.in_use -= b.size;
-  cache_[b.size].push_back(b.ptr);
+  if (fence_)
+    pending_.push_back(b);
+  else
+    cache_[b.size].push_back(b.ptr);
+}
+
+void MemoryPool::recycle_locked() {
+  if (pending_.empty()) return;
+  if (fence_) fence_();
+  for (const Block& b : pending_) cache_[b.size].push_back(b.ptr);
+  pending_.clear();
+}
+
+void MemoryPool::set_reuse_fence(std::function<void()> fence) {
+  std::lock_guard<std::mutex> lock(mu_);
+  recycle_locked();
+  fence_ = std::move(fence);
 }
 
 void MemoryPool::trim_locked() {
+  recycle_locked();
   for (auto& [cls, blocks] : cache_) {
     for (void* p : blocks) {
       allocator_->free(p, cls);

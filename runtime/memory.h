@@ -52,6 +52,11 @@ class MemoryPool : public std::enable_shared_from_this<MemoryPool> {
   void set_cap(uint64_t cap);
   size_t alignment() const { return allocator_->alignment(); }
 
+  // For devices that run asynchronously: a released block is reused only after `fence` (which
+  // waits for all the device's work) has run since its release, so that a kernel still reading
+  // it cannot see it reused. The pool runs the fence when it would otherwise need new memory.
+  void set_reuse_fence(std::function<void()> fence);
+
   static size_t size_class(size_t bytes);
 
  private:
@@ -59,7 +64,10 @@ class MemoryPool : public std::enable_shared_from_this<MemoryPool> {
   std::unique_ptr<DeviceAllocator> allocator_;
   mutable std::mutex mu_;
   std::map<size_t, std::vector<void*>> cache_;
+  std::vector<Block> pending_;  // released, waiting for the fence
+  std::function<void()> fence_;
   MemoryStats stats_;
+  void recycle_locked();
 };
 
 // 64-byte aligned host memory: the CPU device's allocator.

@@ -1,7 +1,6 @@
 // Runtime: devices, streams, kernels and the launch path.
 #include "runtime/runtime.h"
 
-#include <dlfcn.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -15,9 +14,14 @@
 #include "ir/float16.h"
 #include "ir/verifier.h"
 #include "runtime/cpu_exec.h"
+#include "runtime/cuda_device.h"
+#include "runtime/cuda_driver.h"
 #include "runtime/specialization.h"
 
 namespace kiln {
+
+using detail::CudaDevice;
+using detail::CudaStream;
 
 namespace detail {
 
@@ -25,13 +29,15 @@ struct StreamState {
   std::mutex mu;
   std::optional<Error> pending;  // the first fault since the last sync
   std::vector<std::string> prints;
+  std::unique_ptr<CudaStream> cuda;  // GPU streams
 };
 
 struct RuntimeState {
   std::shared_ptr<Device> device;
+  std::shared_ptr<CudaDevice> cuda;  // when the device is a GPU
   RuntimeOptions options;
   uint16_t target_id = 0;
-  cpu::CompileOptions compile;  // CPU devices
+  cpu::CompileOptions compile;  // CPU devices (checked and fast_math apply to both)
   Stream default_stream;
 };
 
@@ -93,12 +99,16 @@ class CpuDevice : public Device {
   std::string key_;
 };
 
-// Why CUDA is unavailable, probing the driver without linking it.
-std::string cuda_absence() {
-  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!lib) return fmt::format("no CUDA driver ({})", dlerror());
-  dlclose(lib);
-  return "a CUDA driver is installed, but this build of kiln runs kernels on the CPU only";
+// "cuda:3" -> 3.
+std::optional<int> cuda_ordinal(std::string_view name) {
+  if (name == "cuda") return 0;
+  if (name.rfind("cuda:", 0) != 0 || name.size() == 5 || name.size() > 8) return std::nullopt;
+  int v = 0;
+  for (char c : name.substr(5)) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + (c - '0');
+  }
+  return v;
 }
 
 // ---- launch helpers ------------------------------------------------------------------------------
@@ -200,10 +210,25 @@ std::vector<DeviceEntry> devices() {
     cpu_entry.reason = t.error().message;
   }
   out.push_back(std::move(cpu_entry));
-  DeviceEntry cuda;
-  cuda.name = "cuda";
-  cuda.reason = cuda_absence();
-  out.push_back(std::move(cuda));
+  auto drv = cuda_driver::driver();
+  if (!drv) {
+    DeviceEntry cuda;
+    cuda.name = "cuda";
+    cuda.reason = drv.error().message;
+    out.push_back(std::move(cuda));
+    return out;
+  }
+  for (int i = 0; i < (*drv)->device_count; ++i) {
+    DeviceEntry e;
+    e.name = fmt::format("cuda:{}", i);
+    if (auto info = CudaDevice::describe(i)) {
+      e.available = true;
+      e.info = *info;
+    } else {
+      e.reason = info.error().message;
+    }
+    out.push_back(std::move(e));
+  }
   return out;
 }
 
@@ -216,13 +241,24 @@ Result<Runtime> Runtime::open(std::string_view name, RuntimeOptions options) {
     auto dev = std::make_shared<CpuDevice>(target, state->options.memory_cap);
     state->compile.target = target;
     state->device = dev;
+  } else if (auto ordinal = cuda_ordinal(name)) {
+    auto drv = cuda_driver::driver();
+    if (!drv) return Error(ErrorKind::NotFound, fmt::format("device '{}' is not available: {}", name, drv.error().message));
+    auto dev = CudaDevice::open(*ordinal, state->options.memory_cap);
+    if (!dev) return Error(dev.error().kind, fmt::format("device '{}' is not available: {}", name, dev.error().message));
+    state->cuda = *dev;
+    state->device = *dev;
   } else if (name.rfind("cuda", 0) == 0) {
-    return Error(ErrorKind::NotFound, fmt::format("device '{}' is not available: {}", name, cuda_absence()));
+    return Error(ErrorKind::NotFound, fmt::format("'{}' is not a device name; write cuda:N, like cuda:0", name));
   } else {
     return Error(ErrorKind::NotFound, fmt::format("unknown device '{}'; devices are 'cpu' and 'cuda:N' (see kiln devices)", name));
   }
-  state->target_id = target_id_of(state->device->target_key());
+  // The key of a specialization names the device instance: CUDA modules belong to a context.
+  state->target_id = target_id_of(fmt::format("{}@{}", state->device->target_key(), state->device->info().name));
   state->default_stream.s_ = std::make_shared<detail::StreamState>();
+  if (state->cuda) {
+    KILN_ASSIGN(state->default_stream.s_->cuda, CudaStream::create(*state->cuda));
+  }
   Runtime rt;
   rt.s_ = std::move(state);
   return rt;
@@ -244,8 +280,6 @@ Result<Tensor> Runtime::empty(ir::ElemType dtype, std::span<const int64_t> shape
 
 Result<Tensor> Runtime::wrap(void* data, ir::ElemType dtype, std::span<const int64_t> shape,
                              std::span<const int64_t> strides, std::function<void()> release) {
-  if (!s_->device->host_accessible())
-    return Error(ErrorKind::Unsupported, fmt::format("wrapping host memory needs a CPU runtime, not {}", device().name));
   if (!data) return Error(ErrorKind::InvalidArgument, "wrap: null data pointer");
   if (reinterpret_cast<uintptr_t>(data) % static_cast<uintptr_t>(ir::elem_bytes(dtype)) != 0)
     return Error(ErrorKind::InvalidArgument, "wrap: the pointer is not aligned to the element size");
@@ -266,9 +300,12 @@ void Runtime::trim() { s_->device->pool()->trim(); }
 
 Stream Runtime::default_stream() const { return s_->default_stream; }
 
-Stream Runtime::new_stream() {
+Result<Stream> Runtime::new_stream() {
   Stream s;
   s.s_ = std::make_shared<detail::StreamState>();
+  if (s_->cuda) {
+    KILN_ASSIGN(s.s_->cuda, CudaStream::create(*s_->cuda));
+  }
   return s;
 }
 
@@ -282,6 +319,10 @@ Status Runtime::sync(const Stream& stream) {
     std::lock_guard<std::mutex> lock(stream.s_->mu);
     prints.swap(stream.s_->prints);
     err.swap(stream.s_->pending);
+    if (stream.s_->cuda) {
+      // Waits for the GPU; its reports come after the errors found when launching.
+      if (auto st = stream.s_->cuda->sync(prints, err); !st && !err) err = st.error();
+    }
   }
   for (const std::string& line : prints) {
     if (s_->options.print)
@@ -294,18 +335,37 @@ Status Runtime::sync(const Stream& stream) {
   return {};
 }
 
-Event Runtime::record(const Stream&) {
-  // CPU launches have finished when launch() returns: the event is now.
+Result<Event> Runtime::record(const Stream& stream) {
+  if (!stream.valid()) return Error(ErrorKind::InvalidArgument, "record on an empty stream handle");
   Event e;
-  e.at_ = std::chrono::steady_clock::now();
+  e.at_ = std::chrono::steady_clock::now();  // CPU launches have finished when launch() returns
+  if (stream.s_->cuda) {
+    std::lock_guard<std::mutex> lock(stream.s_->mu);
+    KILN_ASSIGN(e.cuda_, record_event(*s_->cuda, stream.s_->cuda->handle()));
+  }
   return e;
 }
 
-void Runtime::wait(const Stream&, const Event&) {
-  // Nothing to wait for: CPU launches complete in order as they are issued.
+Status Runtime::wait(const Stream& stream, const Event& event) {
+  if (!stream.valid()) return Error(ErrorKind::InvalidArgument, "wait on an empty stream handle");
+  if (!stream.s_->cuda) return {};  // CPU launches complete in order as they are issued
+  if (!event.cuda_) return Error(ErrorKind::InvalidArgument, "wait: the event was not recorded on this GPU");
+  const auto& ctx = event.cuda_->ctx;
+  KILN_TRY(ctx->bind());
+  return ctx->check(ctx->api->cuStreamWaitEvent(stream.s_->cuda->handle(), event.cuda_->event, 0),
+                    "making a stream wait for an event");
 }
 
-double Event::elapsed_ms(const Event& a, const Event& b) {
+Result<double> Event::elapsed_ms(const Event& a, const Event& b) {
+  if (a.cuda_ && b.cuda_) {
+    const auto& ctx = b.cuda_->ctx;
+    KILN_TRY(ctx->bind());
+    KILN_TRY(ctx->check(ctx->api->cuEventSynchronize(b.cuda_->event), "waiting for an event"));
+    float ms = 0;
+    KILN_TRY(ctx->check(ctx->api->cuEventElapsedTime(&ms, a.cuda_->event, b.cuda_->event), "timing two events"));
+    return static_cast<double>(ms);
+  }
+  if (a.cuda_ || b.cuda_) return Error(ErrorKind::InvalidArgument, "elapsed_ms: the events come from different devices");
   return std::chrono::duration<double, std::milli>(b.at_ - a.at_).count();
 }
 
@@ -421,6 +481,15 @@ Status Runtime::launch_args(const Kernel& kernel, Dim3 cubes, Dim3 cube_dim, con
                                              "a multiple of {} (and outer strides multiples of {}); choose a width with "
                                              "Runtime::line_width and LaunchOptions::lines",
                                              t.describe(), w, w, w));
+      // GPUs read lines with vector loads, which need the pointer aligned to the line (up to 16 bytes).
+      if (s_->cuda) {
+        const uintptr_t align = std::min<uintptr_t>(16, static_cast<uintptr_t>(w) * t.element_bytes());
+        if (reinterpret_cast<uintptr_t>(t.data()) % align != 0)
+          return arg_error(def, p, fmt::format("{} starts {} bytes past a {}-byte boundary, but lines of {} need it "
+                                               "aligned on {}; use a narrower line (Runtime::line_width picks one)",
+                                               t.describe(), reinterpret_cast<uintptr_t>(t.data()) % align, align, w,
+                                               dev.info().name));
+      }
       dsl::ArgDesc& d = descs[nr];
       d.dtype = t.dtype();
       d.rank = static_cast<uint8_t>(p.kind == dsl::ParamKind::Tensor ? t.rank() : 0);
@@ -479,14 +548,29 @@ Status Runtime::launch_args(const Kernel& kernel, Dim3 cubes, Dim3 cube_dim, con
     req.options = s_->compile;
     req.options.checked = checked;
     req.target_key = dev.target_key();
+    req.cuda = s_->cuda;
     KILN_ASSIGN(spec, detail::get_or_build(*kernel.table_, key, req));
   }
 
-  // Pack and run.
-  const cpu::CompiledKernel& ck = *spec->code.cpu;
-  std::array<uint64_t, 256> packed;
-  KILN_TRY(pack_cpu_args_into(ck, cubes.array(), std::span<const HostArg>(host.data(), nr), packed));
   const Stream& stream = o.stream ? *o.stream : s_->default_stream;
+  if (!stream.valid()) return Error(ErrorKind::InvalidArgument, "launch on an empty stream handle");
+  std::array<uint64_t, 256> packed;
+  if (s_->cuda) {
+    const detail::CudaKernel& ck = *spec->code.cuda;
+    if (cubes.y > s_->cuda->max_grid_y() || cubes.z > s_->cuda->max_grid_z())
+      return Error(ErrorKind::InvalidArgument,
+                   fmt::format("kernel '{}': {}x{}x{} cubes; {} allows at most {} in y and {} in z (put the large count in x)",
+                               def.name, cubes.x, cubes.y, cubes.z, dev.info().name, s_->cuda->max_grid_y(),
+                               s_->cuda->max_grid_z()));
+    if (ck.info.layout.slot_count + cuda::kReportSlots > packed.size())
+      return Error(ErrorKind::Unsupported, fmt::format("kernel '{}' has too many argument slots", def.name));
+    KILN_TRY(pack_args_into(ck.info, cubes.array(), std::span<const HostArg>(host.data(), nr), packed));
+    if (!stream.s_->cuda) return Error(ErrorKind::InvalidArgument, "launch on a stream of another device");
+    std::lock_guard<std::mutex> lock(stream.s_->mu);
+    return stream.s_->cuda->launch(spec->code.cuda, cubes.array(), packed);
+  }
+  const cpu::CompiledKernel& ck = *spec->code.cpu;
+  KILN_TRY(pack_cpu_args_into(ck, cubes.array(), std::span<const HostArg>(host.data(), nr), packed));
   CpuRunReport r = run_cpu_packed(ck, packed.data(), cubes.x * cubes.y * cubes.z);
   if (r.fault || !r.prints.empty()) {
     std::lock_guard<std::mutex> lock(stream.s_->mu);

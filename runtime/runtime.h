@@ -10,7 +10,7 @@
 //
 // Launches are asynchronous and in order per stream: their errors (a failed device assert, a
 // checked-mode fault) arrive at sync(). On the CPU a launch has finished when launch() returns;
-// code that relies on that does not port to GPUs. docs/runtime.md is the guide.
+// on a GPU it has only been queued: read results after sync(). docs/runtime.md is the guide.
 #pragma once
 
 #include <array>
@@ -84,6 +84,7 @@ namespace detail {
 struct RuntimeState;
 struct StreamState;
 struct SpecTable;
+struct CudaEvent;
 }  // namespace detail
 
 // A queue of launches that run in order. Cheap to copy (shared).
@@ -100,12 +101,13 @@ class Stream {
 // A point in a stream: when everything launched before it had finished.
 class Event {
  public:
-  // Milliseconds from `a` to `b`.
-  static double elapsed_ms(const Event& a, const Event& b);
+  // Milliseconds from `a` to `b` (waits for `b` to be reached). Both from the same device.
+  static Result<double> elapsed_ms(const Event& a, const Event& b);
 
  private:
   friend class Runtime;
-  std::chrono::steady_clock::time_point at_;
+  std::chrono::steady_clock::time_point at_;   // CPU
+  std::shared_ptr<detail::CudaEvent> cuda_;    // CUDA
 };
 
 // A registered kernel, ready to launch.
@@ -184,8 +186,8 @@ class Runtime {
   Result<Tensor> empty(ir::ElemType dtype, std::initializer_list<int64_t> shape) {
     return empty(dtype, std::span<const int64_t>(shape.begin(), shape.size()));
   }
-  // Existing host memory as a tensor, without a copy (CPU only). `release` runs when the last
-  // tensor using it goes.
+  // Existing memory as a tensor, without a copy: host memory on the CPU, device memory (a
+  // CUdeviceptr) on a GPU. `release` runs when the last tensor using it goes.
   Result<Tensor> wrap(void* data, ir::ElemType dtype, std::span<const int64_t> shape,
                       std::span<const int64_t> strides = {}, std::function<void()> release = {});
   MemoryStats memory_stats() const;
@@ -194,14 +196,14 @@ class Runtime {
 
   // ---- streams ----
   Stream default_stream() const;
-  Stream new_stream();
+  Result<Stream> new_stream();
   // Waits for the stream's launches; returns the first fault they reported (and delivers
   // their prints).
   Status sync();
   Status sync(const Stream& stream);
-  Event record(const Stream& stream);
+  Result<Event> record(const Stream& stream);
   // Later launches on `stream` wait for `event`.
-  void wait(const Stream& stream, const Event& event);
+  Status wait(const Stream& stream, const Event& event);
 
   // ---- kernels ----
   Result<Kernel> kernel(std::string_view name) const;

@@ -13,6 +13,8 @@
 #include <xxhash.h>
 
 #include "compiler/cpu/llvm_info.h"
+#include "compiler/cuda/codegen.h"
+#include "compiler/cuda/nvrtc.h"
 #include "compiler/passes/pipeline.h"
 #include "ir/printer.h"
 #include "runtime/disk_cache.h"
@@ -93,6 +95,131 @@ void dump_stages(const std::string& kernel, const Hash128& hash, const ir::Kerne
 std::string versions() {
   static const std::string v = fmt::format("kiln {} / LLVM {} / cpu-abi 2", KILN_VERSION, cpu::llvm_version());
   return v;
+}
+
+std::string cuda_versions() {
+  static const std::string v = [] {
+    auto nv = cuda::nvrtc();
+    return fmt::format("kiln {} / NVRTC {} / cuda-abi 1 / prelude {:016x}", KILN_VERSION,
+                       nv ? fmt::format("{}.{}", (*nv)->major, (*nv)->minor) : std::string("none"),
+                       XXH3_64bits(cuda::prelude().data(), cuda::prelude().size()));
+  }();
+  return v;
+}
+
+void dump_cuda_stages(const std::string& kernel, const Hash128& hash, const ir::Kernel& traced,
+                      const ir::Kernel& prepared, const std::string& source, const std::string& ptx) {
+  const DumpConfig& d = dump_config();
+  if (d.stages.empty()) return;
+  std::error_code ec;
+  std::filesystem::create_directories(d.dir, ec);
+  const std::string base = fmt::format("{}/{}-{}", d.dir, kernel, hash.hex().substr(0, 16));
+  auto write = [&](const std::string& ext, const std::string& text) {
+    std::ofstream f(base + ext);
+    f << text;
+    if (!f) log_warning(fmt::format("KILN_DUMP: cannot write {}{}", base, ext));
+  };
+  if (d.stages.count("ir")) write(".kir", ir::print(traced));
+  if (d.stages.count("ir-opt")) write(".opt.kir", ir::print(prepared));
+  if (d.stages.count("cuda")) write(".cu", source);
+  if (d.stages.count("ptx") && !ptx.empty()) write(".ptx", ptx);
+}
+
+// The slow path for a CUDA device: CUDA C++ -> NVRTC -> CUBIN (or PTX) -> module.
+Result<detail::CompiledSpec> build_cuda(const detail::BuildRequest& req) {
+  const detail::CudaDevice& dev = *req.cuda;
+  CompileReport report;
+  report.kernel = req.def->name;
+  const auto t_all = Clock::now();
+  auto t = Clock::now();
+  KILN_ASSIGN(ir::Kernel traced, dsl::trace(*req.def, *req.inst, req.trace));
+  report.trace_ms = ms_since(t);
+  t = Clock::now();
+  KILN_ASSIGN(ir::Kernel prepared, passes::prepare_for_cuda(traced));
+  report.passes_ms = ms_since(t);
+  t = Clock::now();
+  cuda::CodegenOptions copts;
+  copts.checked = req.options.checked;
+  copts.fast_math = req.options.fast_math;
+  KILN_ASSIGN(cuda::Source src, cuda::generate(prepared, copts));
+  report.codegen_ms = ms_since(t);
+  t = Clock::now();
+  const std::string arch = dev.cubin() ? dev.compile_target().name() : dev.compile_target().compute();
+  const std::string material = fmt::format("{}\n--\n{}\n--\nchecked={} fast_math={}\n--\n{}", src.text, arch,
+                                           req.options.checked, req.options.fast_math, cuda_versions());
+  const Hash128 hash = strong_hash(material);
+  report.hash_ms = ms_since(t);
+  const std::shared_ptr<DiskCache> cache = DiskCache::global();
+  detail::CompiledSpec out;
+  std::string ptx;
+  t = Clock::now();
+  auto entry = cache->load("cuda", hash);
+  if (entry) {
+    auto meta = nlohmann::json::parse(entry->meta, nullptr, false);
+    auto info = abi::info_from_json(meta.is_object() ? meta.value("info", std::string()) : std::string());
+    report.read_ms = ms_since(t);
+    if (info) {
+      cuda::Resources res;
+      if (meta.contains("resources") && meta["resources"].is_object()) {
+        const auto& r = meta["resources"];
+        res.known = true;
+        res.registers = r.value("registers", 0);
+        res.shared_bytes = r.value("shared_bytes", 0);
+        res.stack_bytes = r.value("stack_bytes", 0);
+        res.spill_store_bytes = r.value("spill_stores", 0);
+        res.spill_load_bytes = r.value("spill_loads", 0);
+      }
+      t = Clock::now();
+      auto k = detail::load_cuda_kernel(dev, entry->blob, std::move(*info), res);
+      if (k) {
+        report.load_ms = ms_since(t);
+        report.from_disk = true;
+        out.cuda = std::move(*k);
+        counters().disk_hits++;
+        if (!dev.cubin()) ptx.assign(entry->blob.begin(), entry->blob.end());
+      } else {
+        log_warning(fmt::format("cache entry {} for '{}' could not be loaded ({}); recompiling", hash.hex(),
+                                req.def->name, k.error().message));
+      }
+    }
+  } else {
+    report.read_ms = ms_since(t);
+  }
+  if (!out.cuda) {
+    t = Clock::now();
+    KILN_ASSIGN(cuda::CompiledCuda compiled, cuda::compile_cuda(src.text, req.def->name + ".cu", arch, req.options.fast_math));
+    report.optimize_ms = ms_since(t);  // NVRTC: front end, optimization and ptxas
+    std::vector<char> image = dev.cubin() ? compiled.cubin : std::vector<char>(compiled.ptx.begin(), compiled.ptx.end());
+    nlohmann::json meta;
+    meta["kernel"] = req.def->name;
+    meta["target"] = arch;
+    meta["versions"] = cuda_versions();
+    meta["image"] = dev.cubin() ? "cubin" : "ptx";
+    meta["info"] = abi::info_to_json(src.info);
+    meta["resources"] = {{"registers", compiled.resources.registers},
+                         {"shared_bytes", compiled.resources.shared_bytes},
+                         {"stack_bytes", compiled.resources.stack_bytes},
+                         {"spill_stores", compiled.resources.spill_store_bytes},
+                         {"spill_loads", compiled.resources.spill_load_bytes}};
+    if (auto st = cache->store("cuda", hash, meta.dump(), image); !st)
+      log_warning(fmt::format("could not store '{}' in the disk cache: {}", req.def->name, st.error().message));
+    t = Clock::now();
+    KILN_ASSIGN(auto k, detail::load_cuda_kernel(dev, image, src.info, compiled.resources));
+    report.load_ms = ms_since(t);
+    out.cuda = std::move(k);
+    ptx = std::move(compiled.ptx);
+    counters().compiles++;
+  }
+  report.total_ms = ms_since(t_all);
+  (report.from_disk ? counters().disk_load_us : counters().compile_us) += static_cast<uint64_t>(report.total_ms * 1000);
+  if (!dump_config().stages.empty()) {
+    if (ptx.empty() && dump_config().stages.count("ptx"))
+      if (auto c = cuda::compile_cuda(src.text, req.def->name + ".cu", dev.compile_target().compute(), req.options.fast_math))
+        ptx = std::move(c->ptx);
+    dump_cuda_stages(req.def->name, hash, traced, prepared, src.text, ptx);
+  }
+  t_report = report;
+  return out;
 }
 
 // The slow path for a CPU target.
@@ -214,7 +341,7 @@ Result<const Spec*> get_or_build(SpecTable& table, const SpecKey& key, const Bui
   }
   if (mine) {
     // This thread builds it; others that arrive meanwhile wait below.
-    Result<CompiledSpec> built = build_cpu(req);
+    Result<CompiledSpec> built = req.cuda ? build_cuda(req) : build_cpu(req);
     std::lock_guard<std::mutex> lock(spec->mu);
     if (built) {
       spec->code = std::move(*built);

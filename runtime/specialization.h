@@ -19,6 +19,7 @@
 #include <unordered_map>
 
 #include "compiler/cpu/backend.h"
+#include "runtime/cuda_device.h"
 #include "compiler/dsl/registry.h"
 #include "runtime/runtime.h"
 
@@ -55,6 +56,7 @@ struct SpecKeyHash {
 // What a device runs for one specialization.
 struct CompiledSpec {
   std::shared_ptr<cpu::CompiledKernel> cpu;
+  std::shared_ptr<const CudaKernel> cuda;
 };
 
 struct Spec {
@@ -74,13 +76,15 @@ struct SpecTable {
 // The table of a registered kernel (one per kernel, for the whole process).
 SpecTable* table_for(const dsl::KernelDef* def);
 
-// Everything the slow path needs to build a specialization for a CPU target.
+// Everything the slow path needs to build a specialization: for the CPU (`cuda` null) or for
+// a CUDA device.
 struct BuildRequest {
   const dsl::KernelDef* def = nullptr;
   const dsl::Instantiation* inst = nullptr;
   dsl::TraceRequest trace;
-  cpu::CompileOptions options;
+  cpu::CompileOptions options;  // checked and fast_math apply to CUDA too
   std::string target_key;
+  std::shared_ptr<CudaDevice> cuda;
 };
 
 // The fast path: the ready specialization for `key`, or null.

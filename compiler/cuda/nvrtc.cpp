@@ -6,7 +6,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <mutex>
-#include <regex>
 
 #include <fmt/format.h>
 
@@ -111,23 +110,28 @@ Result<std::vector<std::string>> supported_targets() {
   return out;
 }
 
+// The integer just before `suffix` in `log` (as in "Used 40 registers"), if any.
+static bool number_before(const std::string& log, const std::string& suffix, int& out) {
+  const size_t at = log.find(suffix);
+  if (at == std::string::npos) return false;
+  size_t end = at;
+  while (end > 0 && log[end - 1] == ' ') --end;
+  size_t start = end;
+  while (start > 0 && log[start - 1] >= '0' && log[start - 1] <= '9') --start;
+  if (start == end) return false;
+  out = std::stoi(log.substr(start, end - start));
+  return true;
+}
+
 Resources parse_resources(const std::string& log) {
   Resources r;
-  std::smatch m;
-  auto find = [&](const char* pattern, int& out) {
-    if (std::regex_search(log, m, std::regex(pattern))) {
-      out = std::stoi(m[1].str());
-      return true;
-    }
-    return false;
-  };
-  r.known = find(R"(Used (\d+) registers)", r.registers);
-  find(R"(used (\d+) barriers)", r.barriers);
-  find(R"((\d+) bytes smem)", r.shared_bytes);
-  find(R"((\d+) bytes cmem\[0\])", r.constant_bytes);
-  find(R"((\d+) bytes stack frame)", r.stack_bytes);
-  find(R"((\d+) bytes spill stores)", r.spill_store_bytes);
-  find(R"((\d+) bytes spill loads)", r.spill_load_bytes);
+  r.known = number_before(log, " registers", r.registers);
+  number_before(log, " barriers", r.barriers);
+  number_before(log, " bytes smem", r.shared_bytes);
+  number_before(log, " bytes cmem[0]", r.constant_bytes);
+  number_before(log, " bytes stack frame", r.stack_bytes);
+  number_before(log, " bytes spill stores", r.spill_store_bytes);
+  number_before(log, " bytes spill loads", r.spill_load_bytes);
   return r;
 }
 

@@ -221,7 +221,7 @@ TEST_CASE("early_exit", "[examples]") {
 // Every kernel that declares how to run it (KILN_RUN) passes its reference through the runtime,
 // in checked mode: no example reads or writes out of bounds at its declared sizes.
 TEST_CASE("every kernel with a run recipe passes its reference in checked mode", "[examples][runtime]") {
-  auto rt = Runtime::open("cpu");
+  auto rt = Runtime::open(test::device_name());
   REQUIRE(rt.ok());
   int ran = 0;
   for (const std::string& name : kernels::builtin_names()) {

@@ -1,4 +1,6 @@
 // Helpers for CPU backend tests: compile IR or registered kernels for the host and run them.
+// Built with KILN_TEST_CUDA (the test_gpu program), the same tests compile for cuda:0 and run
+// there instead (tests/gpu/gpu_exec.h): the CPU's numeric tests, unchanged, on a GPU.
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -16,6 +18,9 @@
 #include "ir/float16.h"
 #include "ir/printer.h"
 #include "runtime/cpu_exec.h"
+#ifdef KILN_TEST_CUDA
+#include "tests/gpu/gpu_exec.h"
+#endif
 
 namespace kiln::test {
 
@@ -23,6 +28,14 @@ inline const cpu::Target& host() {
   static const cpu::Target t = *cpu::host_target();
   return t;
 }
+
+#ifdef KILN_TEST_CUDA
+using TestKernel = GpuKernel;
+inline const char* device_name() { return "cuda:0"; }
+inline std::unique_ptr<TestKernel> compile_ir(const ir::Kernel& k) { return compile_gpu(k); }
+#else
+using TestKernel = cpu::CompiledKernel;
+inline const char* device_name() { return "cpu"; }
 
 // Lowers and compiles a verified kernel for the host; fails the test on error.
 inline std::unique_ptr<cpu::CompiledKernel> compile_ir(const ir::Kernel& k) {
@@ -36,10 +49,10 @@ inline std::unique_ptr<cpu::CompiledKernel> compile_ir(const ir::Kernel& k) {
   REQUIRE(c.ok());
   return std::move(*c);
 }
+#endif
 
-// Traces, lowers and compiles a registered kernel.
-inline std::unique_ptr<cpu::CompiledKernel> compile_kernel(const std::string& name,
-                                                           const dsl::SpecOptions& opts = {}) {
+// Traces a registered kernel and compiles it for the test's device.
+inline std::unique_ptr<TestKernel> compile_kernel(const std::string& name, const dsl::SpecOptions& opts = {}) {
   const dsl::KernelDef* def = dsl::Registry::global().find(name);
   REQUIRE(def);
   auto sel = dsl::select(*def, opts);
@@ -51,10 +64,21 @@ inline std::unique_ptr<cpu::CompiledKernel> compile_kernel(const std::string& na
   return compile_ir(*k);
 }
 
+// Runs; a fault or a failed assert is an error (`pool`: the CPU's worker pool, or the global one).
+inline Result<CpuRunReport> try_run(const TestKernel& k, std::array<uint32_t, 3> cubes,
+                                    const std::vector<HostArg>& args, ThreadPool* pool = nullptr) {
+#ifdef KILN_TEST_CUDA
+  (void)pool;
+  return run_gpu(k, cubes, args);
+#else
+  return run_cpu(k, cubes, args, pool);
+#endif
+}
+
 // Runs and fails the test on error.
-inline CpuRunReport run(const cpu::CompiledKernel& k, std::array<uint32_t, 3> cubes,
-                        const std::vector<HostArg>& args, ThreadPool* pool = nullptr) {
-  auto r = run_cpu(k, cubes, args, pool);
+inline CpuRunReport run(const TestKernel& k, std::array<uint32_t, 3> cubes, const std::vector<HostArg>& args,
+                        ThreadPool* pool = nullptr) {
+  auto r = try_run(k, cubes, args, pool);
   INFO((r.ok() ? std::string() : r.error().message));
   REQUIRE(r.ok());
   return std::move(*r);

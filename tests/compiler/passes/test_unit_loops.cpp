@@ -213,7 +213,7 @@ TEST_CASE("print output arrives in order and a failed assert names its line", "[
   REQUIRE(report.prints == std::vector<std::string>{"cube 0 unit 0 x=5", "cube 0 unit 1 x=6",
                                                     "cube 1 unit 0 x=9", "cube 1 unit 1 x=10"});
   x[6] = -1;
-  auto r = run_cpu(*k, {2, 1, 1}, args);
+  auto r = test::try_run(*k, {2, 1, 1}, args);
   REQUIRE_FALSE(r.ok());
   CHECK(r.error().kind == ErrorKind::KernelFault);
   CHECK_THAT(r.error().message,
@@ -242,7 +242,7 @@ TEST_CASE("stress: barrier and atomic kernels many times on all threads", "[unit
     for (int it = 0; it < iterations; ++it) {
       std::vector<float> c(size_t(m * n), NAN);
       std::vector<HostArg> args{test::tensor(a, {m, kk}), test::tensor(b, {kk, n}), test::tensor(c, {m, n})};
-      if (!run_cpu(*mm, {div_up(n, 8), div_up(m, 8), 1}, args, &pool).ok()) ++failures;
+      if (!test::try_run(*mm, {div_up(n, 8), div_up(m, 8), 1}, args, &pool).ok()) ++failures;
       for (size_t i = 0; i < c.size(); ++i)
         if (!(std::fabs(c[i] - want[i]) <= 1e-4f)) {
           ++failures;
@@ -251,7 +251,7 @@ TEST_CASE("stress: barrier and atomic kernels many times on all threads", "[unit
       std::vector<uint32_t> counters{0, 0, 0xffffffffu, 0}, ticket{0};
       std::vector<double> sums{0};
       std::vector<HostArg> aargs{test::tensor(counters), test::tensor(sums), test::tensor(ticket), test::tensor(vals)};
-      if (!run_cpu(*at, {200, 1, 1}, aargs, &pool).ok()) ++failures;
+      if (!test::try_run(*at, {200, 1, 1}, aargs, &pool).ok()) ++failures;
       if (counters[0] != 200 * 96 || ticket[0] != 200 * 96 || sums[0] != 200 * 96 * 0.5) ++failures;
     }
   };

@@ -1,0 +1,129 @@
+// GPU tests of the runtime on cuda:0: every example kernel against its reference and against
+// the CPU's results for the same inputs, streams and events, device prints, asserts and
+// checked-mode faults, memory reuse. Built into test_gpu with the CPU's numeric tests.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "kernels/kernels.h"
+#include "kernels/run.h"
+#include "tests/compiler/dsl/dsl_test_util.h"
+#include "tests/runtime/runtime_test_util.h"
+
+namespace kiln {
+namespace {
+
+using Catch::Contains;
+
+TEST_CASE("every example kernel gives on the GPU what it gives on the CPU", "[gpu]") {
+  auto gpu = Runtime::open("cuda:0");
+  REQUIRE(gpu.ok());
+  auto cpu = Runtime::open("cpu");
+  REQUIRE(cpu.ok());
+  for (const std::string& name : kernels::builtin_names()) {
+    if (!kernels::find_run_recipe(name)) continue;
+    INFO(name);
+    kernels::RunConfig config;
+    config.repeat = 3;
+    config.seed = 12345;
+    config.keep_outputs = true;
+    auto g = kernels::run(*gpu, name, config);
+    INFO((g.ok() ? std::string() : g.error().message));
+    REQUIRE(g.ok());
+    for (const auto& c : g->checks) {
+      INFO(c.name << ": " << c.mismatches << " mismatches, first at " << c.first_bad << ": got " << c.got << ", want "
+                  << c.want);
+      CHECK(c.mismatches == 0);
+    }
+    // The CPU with the same inputs. Line widths differ (16 bytes on the GPU), so the sums
+    // that reduce in another order agree within the reference's tolerance.
+    auto c = kernels::run(*cpu, name, config);
+    REQUIRE(c.ok());
+    for (const auto& [tensor, got] : g->outputs) {
+      const auto& want = c->outputs.at(tensor);
+      REQUIRE(got.size() == want.size());
+      double tol_rel = 2e-5, tol_abs = 1e-4;
+      for (const auto& chk : g->checks)
+        if (chk.name == tensor) {
+          tol_rel = 2 * chk.rel_tol;
+          tol_abs = 2 * chk.abs_tol;
+        }
+      size_t bad = 0;
+      for (size_t i = 0; i < got.size(); ++i)
+        if (!(std::fabs(got[i] - want[i]) <= tol_abs + tol_rel * std::fabs(want[i]))) ++bad;
+      CHECK(bad == 0);
+    }
+    CHECK(g->median_ms > 0);
+  }
+}
+
+TEST_CASE("GPU prints, asserts and checked-mode faults arrive at sync", "[gpu]") {
+  std::vector<std::string> lines;
+  RuntimeOptions o;
+  o.print = [&](const std::string& s) { lines.push_back(s); };
+  auto rt = Runtime::open("cuda:0", o);
+  REQUIRE(rt.ok());
+  (void)kernels::builtin_names();
+  auto pa = test::kernel(*rt, "rt_print_assert");
+  Tensor x = test::f32_tensor(*rt, {1.5f, 2.5f, -3.5f, 4.5f});
+  KILN_REQUIRE_OK(rt->launch(pa, 1, 4, x));
+  const Status st = rt->sync();
+  REQUIRE_FALSE(st.ok());
+  CHECK_THAT(st.error().message, Contains("assertion failed in kernel 'rt_print_assert': x must not be negative (cube 0, unit 2)"));
+  CHECK(lines == std::vector<std::string>{"unit 0 sees 1.5", "unit 1 sees 2.5", "unit 2 sees -3.5"});
+  // Checked mode: the out-of-bounds stores are skipped, the memory around is intact.
+  Tensor whole = test::f32_tensor(*rt, std::vector<float>(128, -7.0f));
+  auto y = whole.slice(0, 32, 64);
+  REQUIRE(y.ok());
+  LaunchOptions lo;
+  lo.checked = true;
+  KILN_REQUIRE_OK(rt->launch_with(lo, test::kernel(*rt, "rt_fill_n"), 1, 64, *y, 64u, 1.0f));
+  const Status f = rt->sync();
+  REQUIRE_FALSE(f.ok());
+  CHECK_THAT(f.error().message,
+             Contains(test::marker_loc("tests/runtime/runtime_kernels.cpp", "FILL_STORE") +
+                      ": error: out-of-bounds store of tensor 'y'") &&
+                 Contains("line index 32 is not below 32 (cube 0, unit 32)"));
+  const auto all = test::to_host<float>(whole);
+  for (size_t i = 0; i < 128; ++i) REQUIRE(all[i] == (i >= 32 && i < 64 ? 1.0f : -7.0f));
+  KILN_REQUIRE_OK(rt->sync());
+}
+
+TEST_CASE("GPU streams run in order; events time them", "[gpu]") {
+  auto rt = Runtime::open("cuda:0");
+  REQUIRE(rt.ok());
+  (void)kernels::builtin_names();
+  auto s = rt->new_stream();
+  REQUIRE(s.ok());
+  const int64_t n = 1 << 22;
+  Tensor y = test::f32_tensor(*rt, std::vector<float>(n, 0.0f));
+  auto fill = test::kernel(*rt, "rt_fill_n");
+  LaunchOptions lo;
+  lo.stream = &*s;
+  auto a = rt->record(*s);
+  REQUIRE(a.ok());
+  for (int i = 1; i <= 20; ++i)
+    KILN_REQUIRE_OK(rt->launch_with(lo, fill, static_cast<uint32_t>(n / 64), 64, y, static_cast<uint32_t>(n),
+                                    static_cast<float>(i)));
+  auto b = rt->record(*s);
+  REQUIRE(b.ok());
+  KILN_REQUIRE_OK(rt->sync(*s));
+  auto ms = Event::elapsed_ms(*a, *b);
+  REQUIRE(ms.ok());
+  CHECK(*ms > 0);
+  CHECK(test::to_host<float>(y)[n - 1] == 20.0f);  // the last launch wrote last
+}
+
+TEST_CASE("GPU memory is reused after the device is idle", "[gpu]") {
+  auto rt = Runtime::open("cuda:0");
+  REQUIRE(rt.ok());
+  for (int i = 0; i < 10; ++i) {
+    auto t = rt->empty(ir::ElemType::F32, {1 << 20});
+    REQUIRE(t.ok());
+  }
+  CHECK(rt->memory_stats().reused >= 9);
+  CHECK(rt->memory_stats().in_use == 0);
+}
+
+}  // namespace
+}  // namespace kiln

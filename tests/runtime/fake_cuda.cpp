@@ -1,0 +1,243 @@
+// A fake CUDA driver (libcuda.so.1's C ABI) for testing kiln's driver path on machines with no
+// GPU: one "device" whose memory is host memory, streams and events that complete at once,
+// modules that accept CUBIN and PTX images, and launches that do not run code but record what
+// they were given (fake_cuda_last_launch) and can write a report the way a kernel would
+// (FAKE_CUDA_REPORT). Variants: FAKE_CUDA_NO_DEVICE (cuInit finds none), FAKE_CUDA_OLD (no
+// cuLaunchKernel). Loaded by the tests through KILN_CUDA_DRIVER.
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace {
+
+constexpr int kSuccess = 0, kInvalidValue = 1, kOutOfMemory = 2, kNoDevice = 100, kInvalidImage = 200,
+              kNotFound = 500;
+constexpr size_t kDeviceMemory = size_t{1} << 30;
+size_t g_used = 0;
+
+struct Launch {
+  unsigned grid[3], block[3], shared;
+  uint64_t slots[64];
+  int count;
+};
+Launch g_last{};
+
+}  // namespace
+
+extern "C" {
+
+using CUresult = int;
+
+// Inspection for the tests.
+const Launch* fake_cuda_last_launch() { return &g_last; }
+
+CUresult cuInit(unsigned) {
+#ifdef FAKE_CUDA_NO_DEVICE
+  return kNoDevice;
+#else
+  return kSuccess;
+#endif
+}
+CUresult cuDriverGetVersion(int* v) {
+  *v = 13000;
+  return kSuccess;
+}
+CUresult cuGetErrorName(CUresult e, const char** name) {
+  switch (e) {
+    case kSuccess: *name = "CUDA_SUCCESS"; break;
+    case kInvalidValue: *name = "CUDA_ERROR_INVALID_VALUE"; break;
+    case kOutOfMemory: *name = "CUDA_ERROR_OUT_OF_MEMORY"; break;
+    case kNoDevice: *name = "CUDA_ERROR_NO_DEVICE"; break;
+    case kInvalidImage: *name = "CUDA_ERROR_INVALID_IMAGE"; break;
+    case kNotFound: *name = "CUDA_ERROR_NOT_FOUND"; break;
+    default: *name = "CUDA_ERROR_UNKNOWN"; break;
+  }
+  return kSuccess;
+}
+CUresult cuGetErrorString(CUresult e, const char** text) {
+  switch (e) {
+    case kOutOfMemory: *text = "out of memory"; break;
+    case kInvalidImage: *text = "device kernel image is invalid"; break;
+    case kNotFound: *text = "named symbol not found"; break;
+    default: *text = "fake driver error"; break;
+  }
+  return kSuccess;
+}
+CUresult cuDeviceGetCount(int* n) {
+  *n = 1;
+  return kSuccess;
+}
+CUresult cuDeviceGet(int* d, int ordinal) {
+  if (ordinal != 0) return kInvalidValue;
+  *d = 0;
+  return kSuccess;
+}
+CUresult cuDeviceGetName(char* name, int len, int) {
+  std::strncpy(name, "kiln fake GPU", static_cast<size_t>(len));
+  return kSuccess;
+}
+CUresult cuDeviceGetAttribute(int* v, int attr, int) {
+  switch (attr) {
+    case 75: *v = 9; break;       // compute capability 9.0
+    case 76: *v = 0; break;
+    case 16: *v = 80; break;      // SMs
+    case 6: case 7: *v = 65535; break;
+    case 97: *v = 227 * 1024; break;
+    default: *v = 0; break;
+  }
+  return kSuccess;
+}
+CUresult cuDeviceTotalMem_v2(size_t* b, int) {
+  *b = kDeviceMemory;
+  return kSuccess;
+}
+CUresult cuDevicePrimaryCtxRetain(void** ctx, int) {
+  static int context;
+  *ctx = &context;
+  return kSuccess;
+}
+CUresult cuDevicePrimaryCtxRelease_v2(int) { return kSuccess; }
+CUresult cuCtxSetCurrent(void*) { return kSuccess; }
+CUresult cuCtxSynchronize() { return kSuccess; }
+CUresult cuMemAlloc_v2(unsigned long long* p, size_t bytes) {
+  if (g_used + bytes > kDeviceMemory) return kOutOfMemory;
+  void* m = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+  if (!m) return kOutOfMemory;
+  g_used += bytes;
+  *p = reinterpret_cast<unsigned long long>(m);
+  return kSuccess;
+}
+CUresult cuMemFree_v2(unsigned long long p) {
+  std::free(reinterpret_cast<void*>(p));
+  return kSuccess;
+}
+CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
+  *free = kDeviceMemory - g_used;
+  *total = kDeviceMemory;
+  return kSuccess;
+}
+CUresult cuMemcpyHtoD_v2(unsigned long long dst, const void* src, size_t n) {
+  std::memcpy(reinterpret_cast<void*>(dst), src, n);
+  return kSuccess;
+}
+CUresult cuMemcpyDtoH_v2(void* dst, unsigned long long src, size_t n) {
+  std::memcpy(dst, reinterpret_cast<const void*>(src), n);
+  return kSuccess;
+}
+CUresult cuMemcpyDtoD_v2(unsigned long long dst, unsigned long long src, size_t n) {
+  std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n);
+  return kSuccess;
+}
+CUresult cuMemcpyHtoDAsync_v2(unsigned long long dst, const void* src, size_t n, void*) {
+  return cuMemcpyHtoD_v2(dst, src, n);
+}
+CUresult cuMemsetD8_v2(unsigned long long dst, unsigned char v, size_t n) {
+  std::memset(reinterpret_cast<void*>(dst), v, n);
+  return kSuccess;
+}
+CUresult cuStreamCreate(void** s, unsigned) {
+  *s = std::malloc(1);
+  return kSuccess;
+}
+CUresult cuStreamDestroy_v2(void* s) {
+  std::free(s);
+  return kSuccess;
+}
+CUresult cuStreamSynchronize(void*) { return kSuccess; }
+CUresult cuStreamWaitEvent(void*, void*, unsigned) { return kSuccess; }
+CUresult cuEventCreate(void** e, unsigned) {
+  *e = std::malloc(1);
+  return kSuccess;
+}
+CUresult cuEventDestroy_v2(void* e) {
+  std::free(e);
+  return kSuccess;
+}
+CUresult cuEventRecord(void*, void*) { return kSuccess; }
+CUresult cuEventSynchronize(void*) { return kSuccess; }
+CUresult cuEventElapsedTime(float* ms, void*, void*) {
+  *ms = 0.25f;
+  return kSuccess;
+}
+
+// A module keeps its image, to find function names in it.
+struct Module {
+  std::string image;
+};
+CUresult cuModuleLoadData(void** m, const void* image) {
+  const auto* b = static_cast<const unsigned char*>(image);
+  const bool elf = b[0] == 0x7f && b[1] == 'E' && b[2] == 'L' && b[3] == 'F';
+  size_t size = 0;
+  if (elf) {
+    // An ELF64 file ends with its section headers: e_shoff + e_shnum * e_shentsize.
+    uint64_t shoff;
+    uint16_t shentsize, shnum;
+    std::memcpy(&shoff, b + 0x28, 8);
+    std::memcpy(&shentsize, b + 0x3a, 2);
+    std::memcpy(&shnum, b + 0x3c, 2);
+    size = shoff + uint64_t{shnum} * shentsize;
+  } else {
+    size = std::strlen(static_cast<const char*>(image));  // PTX is NUL-terminated text
+    if (std::string(static_cast<const char*>(image), size).find(".version") == std::string::npos) return kInvalidImage;
+  }
+  auto* mod = new Module;
+  mod->image.assign(static_cast<const char*>(image), size);
+  *m = mod;
+  return kSuccess;
+}
+CUresult cuModuleUnload(void* m) {
+  delete static_cast<Module*>(m);
+  return kSuccess;
+}
+CUresult cuModuleGetFunction(void** f, void* m, const char* name) {
+  auto* mod = static_cast<Module*>(m);
+  if (mod->image.find(name) == std::string::npos) return kNotFound;
+  *f = mod;
+  return kSuccess;
+}
+CUresult cuFuncSetAttribute(void*, int, int) { return kSuccess; }
+
+#ifndef FAKE_CUDA_OLD
+// Records the launch; with FAKE_CUDA_REPORT set, writes into the report buffer (the slot after
+// the parameters', given as FAKE_CUDA_REPORT=<slot>) a print of site 0 with one operand 42 from
+// cube 1 unit 2, and a checked-mode fault at site 0 (index 7, bound 5) from cube 3 unit 4.
+CUresult cuLaunchKernel(void*, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                        unsigned shared, void*, void** params, void**) {
+  g_last = Launch{{gx, gy, gz}, {bx, by, bz}, shared, {}, 0};
+  const auto* slots = static_cast<const uint64_t*>(params[0]);
+  const char* report_slot = std::getenv("FAKE_CUDA_REPORT");
+  const int n = report_slot ? std::atoi(report_slot) + 2 : 16;
+  for (int i = 0; i < n && i < 64; ++i) g_last.slots[i] = slots[i];
+  g_last.count = n;
+  if (report_slot) {
+    const int at = std::atoi(report_slot);
+    auto* report = reinterpret_cast<unsigned char*>(slots[at]);
+    const uint64_t seq = slots[at + 1];
+    auto key = [&](uint64_t cube, uint64_t unit) { return (seq << 42) | (cube << 10) | unit; };
+    // The fault: fault_key, fault_count, faults[0].
+    uint64_t k = key(3, 4);
+    std::memcpy(report + 0, &k, 8);
+    uint32_t one = 1;
+    std::memcpy(report + 16, &one, 4);
+    const uint32_t entry[4] = {0, 7, 5, 0};
+    std::memcpy(report + 40, &k, 8);
+    std::memcpy(report + 48, entry, 16);
+    // The print: a record in the arena after the 1576-byte header.
+    uint32_t bytes;
+    std::memcpy(&bytes, report + 24, 4);
+    unsigned char* rec = report + 1576 + bytes;
+    const uint32_t size = 24, site = 0;
+    const uint64_t pk = key(1, 2), value = 42;
+    std::memcpy(rec, &size, 4);
+    std::memcpy(rec + 4, &site, 4);
+    std::memcpy(rec + 8, &pk, 8);
+    std::memcpy(rec + 16, &value, 8);
+    bytes += size;
+    std::memcpy(report + 24, &bytes, 4);
+  }
+  return kSuccess;
+}
+#endif
+
+}  // extern "C"

@@ -1,0 +1,254 @@
+// The CUDA driver path on machines with no GPU, through fake drivers (fake_cuda.cpp) chosen
+// with KILN_CUDA_DRIVER: a fake device whose memory is host memory and whose launches record
+// their arguments; a driver that finds no device; a driver too old for kiln; no driver. Each
+// tag runs as its own ctest test with its driver (tests/CMakeLists.txt).
+#include <catch2/catch.hpp>
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <numeric>
+
+#include "runtime/cuda_device.h"
+#include "runtime/disk_cache.h"
+#include "tests/compiler/dsl/dsl_test_util.h"
+#include "tests/runtime/runtime_test_util.h"
+
+namespace kiln {
+namespace {
+
+using ir::ElemType;
+using Catch::Contains;
+
+struct FakeLaunch {
+  unsigned grid[3], block[3], shared;
+  uint64_t slots[64];
+  int count;
+};
+const FakeLaunch& last_launch() {
+  void* lib = dlopen(std::getenv("KILN_CUDA_DRIVER"), RTLD_NOW | RTLD_NOLOAD);
+  REQUIRE(lib);
+  auto fn = reinterpret_cast<const FakeLaunch* (*)()>(dlsym(lib, "fake_cuda_last_launch"));
+  REQUIRE(fn);
+  return *fn();
+}
+
+const DeviceEntry* cuda_entry(const std::vector<DeviceEntry>& list) {
+  for (const auto& d : list)
+    if (d.name.rfind("cuda", 0) == 0) return &d;
+  return nullptr;
+}
+
+Runtime open_gpu(RuntimeOptions o = {}) {
+  auto rt = Runtime::open("cuda:0", std::move(o));
+  INFO((rt.ok() ? std::string() : rt.error().message));
+  REQUIRE(rt.ok());
+  (void)kernels::builtin_names();
+  return std::move(*rt);
+}
+
+// ---- a fake device ------------------------------------------------------------------------------
+
+TEST_CASE("the fake GPU is listed with its properties", "[fake]") {
+  const auto list = devices();
+  const DeviceEntry* d = cuda_entry(list);
+  REQUIRE(d);
+  CHECK(d->name == "cuda:0");
+  CHECK(d->available);
+  CHECK(d->info.description == "kiln fake GPU");
+  CHECK(d->info.kind == DeviceKind::Cuda);
+  CHECK(d->info.arch == "sm_90a");
+  CHECK(d->info.cores == 80);
+  CHECK(d->info.memory_bytes == (uint64_t{1} << 30));
+  CHECK(list[0].name == "cpu");  // the CPU is unaffected
+}
+
+TEST_CASE("device names are checked", "[fake]") {
+  auto one = Runtime::open("cuda:1");
+  REQUIRE_FALSE(one.ok());
+  CHECK_THAT(one.error().message, Contains("there is no cuda:1; this machine has 1 CUDA device (cuda:0)"));
+  auto bad = Runtime::open("cuda:x");
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.error().message, Contains("write cuda:N"));
+  auto rt = open_gpu();
+  CHECK(rt.device().name == "cuda:0");
+  CHECK(rt.max_lanes(ElemType::F32) == 4);  // 16-byte vector accesses
+  CHECK(rt.max_lanes(ElemType::F16) == 8);
+}
+
+TEST_CASE("device memory: transfers, views, pool statistics and out-of-memory", "[fake]") {
+  auto rt = open_gpu();
+  std::vector<float> host(1000);
+  std::iota(host.begin(), host.end(), 0.0f);
+  Tensor t = test::f32_tensor(rt, host);
+  CHECK(reinterpret_cast<uintptr_t>(t.data()) % 256 == 0);
+  CHECK(test::to_host<float>(t) == host);
+  auto part = t.slice(0, 10, 20);
+  REQUIRE(part.ok());
+  CHECK(test::to_host<float>(*part)[0] == 10.0f);
+  auto strided = t.slice(0, 0, 1000, 2);
+  REQUIRE(strided.ok());
+  std::vector<float> half(500);
+  auto st = strided->download(std::span<float>(half));
+  REQUIRE_FALSE(st.ok());
+  CHECK_THAT(st.error().message, Contains("strided view on cuda:0"));
+  CHECK(rt.memory_stats().in_use >= 4000);
+  // The fake device has 1 GiB: 2 GiB is out of memory, reported with the driver's words.
+  auto big = rt.empty(ElemType::F32, {int64_t{1} << 29});
+  REQUIRE_FALSE(big.ok());
+  CHECK(big.error().kind == ErrorKind::OutOfMemory);
+  CHECK_THAT(big.error().message, Contains("CUDA_ERROR_OUT_OF_MEMORY") && Contains("cuda:0"));
+  Tensor after = test::f32_tensor(rt, {1.0f, 2.0f});  // still works
+  CHECK(test::to_host<float>(after) == std::vector<float>{1.0f, 2.0f});
+  // Freed memory is reused only after the device is idle (a fence), then without asking the driver.
+  const uint64_t reused = rt.memory_stats().reused;
+  { auto tmp = rt.empty(ElemType::F32, {4096}); REQUIRE(tmp.ok()); }
+  { auto tmp = rt.empty(ElemType::F32, {4096}); REQUIRE(tmp.ok()); }
+  CHECK(rt.memory_stats().reused == reused + 1);
+  rt.trim();
+}
+
+TEST_CASE("a launch compiles a CUBIN, loads it and passes its arguments in slots", "[fake][nvrtc]") {
+  test::ScopedCache cache;
+  auto rt = open_gpu();
+  const int64_t n = 4096;
+  Tensor x = test::f32_tensor(rt, std::vector<float>(n, 1.0f));
+  Tensor y = test::f32_tensor(rt, std::vector<float>(n, 2.0f));
+  const int w = rt.line_width({&x, &y});
+  CHECK(w == 4);
+  auto axpy = test::kernel(rt, "axpy");
+  KILN_REQUIRE_OK(rt.launch(axpy, static_cast<uint32_t>(n / w / 256), 256, x, y, 3.0f));
+  const FakeLaunch& l = last_launch();
+  CHECK(l.grid[0] == 4);
+  CHECK(l.block[0] == 256);
+  CHECK(l.shared == 0);
+  CHECK(l.slots[3] == reinterpret_cast<uint64_t>(x.data()));
+  CHECK(l.slots[4] == uint64_t(n / 4));  // x: lines
+  CHECK(l.slots[8] == reinterpret_cast<uint64_t>(y.data()));
+  float a;
+  const uint32_t bits = static_cast<uint32_t>(l.slots[13]);
+  std::memcpy(&a, &bits, 4);
+  CHECK(a == 3.0f);
+  CHECK(l.slots[14] != 0);  // the stream's report buffer
+  KILN_REQUIRE_OK(rt.sync());
+  const CompileReport& r = last_compile_report();
+  CHECK(r.kernel == "axpy");
+  CHECK_FALSE(r.from_disk);
+  // The CUBIN went into the disk cache, under its own kind.
+  bool cuda_entry_found = false;
+  for (const auto& e : DiskCache::global()->list(true)) {
+    if (e.path.find("/v1/cuda/") != std::string::npos) cuda_entry_found = e.problem.empty();
+  }
+  CHECK(cuda_entry_found);
+}
+
+TEST_CASE("GPU launch errors: alignment, grid limits, streams of another device", "[fake][nvrtc]") {
+  test::ScopedCache cache;
+  auto rt = open_gpu();
+  Tensor x = test::f32_tensor(rt, std::vector<float>(1028, 1.0f));
+  auto shifted = x.slice(0, 1, 1025);  // 4 bytes past a 16-byte boundary
+  REQUIRE(shifted.ok());
+  auto y = rt.empty(ElemType::F32, {1024});
+  REQUIRE(y.ok());
+  LaunchOptions o;
+  o.lines = {{"x", 4}, {"y", 4}};
+  auto st = rt.launch_with(o, test::kernel(rt, "axpy"), 1, 256, *shifted, *y, 1.0f);
+  REQUIRE_FALSE(st.ok());
+  CHECK_THAT(st.error().message, Contains("argument 'x'") && Contains("4 bytes past a 16-byte boundary"));
+  CHECK(rt.line_width({&*shifted, &*y}) == 1);  // the helper picks a width that works
+  auto grid = rt.launch(test::kernel(rt, "rt_fill_n"), Dim3(1, 70000, 1), 64, *y, 16u, 1.0f);
+  REQUIRE_FALSE(grid.ok());
+  CHECK_THAT(grid.error().message, Contains("at most 65535 in y"));
+  auto cpu = Runtime::open("cpu");
+  REQUIRE(cpu.ok());
+  LaunchOptions other;
+  Stream cpu_stream = cpu->default_stream();
+  other.stream = &cpu_stream;
+  auto wrong = rt.launch_with(other, test::kernel(rt, "rt_fill_n"), 1, 64, *y, 16u, 1.0f);
+  REQUIRE_FALSE(wrong.ok());
+  CHECK_THAT(wrong.error().message, Contains("stream of another device"));
+}
+
+TEST_CASE("prints and checked-mode faults written by the device arrive at sync", "[fake][nvrtc]") {
+  test::ScopedCache cache;
+  std::vector<std::string> lines;
+  RuntimeOptions ro;
+  ro.checked = true;
+  ro.print = [&](const std::string& s) { lines.push_back(s); };
+  auto rt = open_gpu(ro);
+  Tensor x = test::f32_tensor(rt, {1.0f, 2.0f, 3.0f, 4.0f});
+  ::setenv("FAKE_CUDA_REPORT", "8", 1);  // rt_print_assert's report slot: 3 + 5 for x
+  KILN_REQUIRE_OK(rt.launch(test::kernel(rt, "rt_print_assert"), 1, 4, x));
+  ::unsetenv("FAKE_CUDA_REPORT");
+  const Status st = rt.sync();
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.error().kind == ErrorKind::KernelFault);
+  CHECK_THAT(st.error().message,
+             Contains(test::marker_loc("tests/runtime/runtime_kernels.cpp", "PRINT_LOAD") +
+                      ": error: out-of-bounds load of tensor 'x' in kernel 'rt_print_assert': line index 7 is not "
+                      "below 5 (cube 3, unit 4); the access was skipped"));
+  CHECK(lines == std::vector<std::string>{"unit 42 sees 0"});
+  KILN_REQUIRE_OK(rt.sync());  // delivered once; the buffer was reset
+}
+
+TEST_CASE("events and streams on the GPU", "[fake]") {
+  auto rt = open_gpu();
+  auto s = rt.new_stream();
+  REQUIRE(s.ok());
+  auto a = rt.record(*s);
+  auto b = rt.record(*s);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  auto ms = Event::elapsed_ms(*a, *b);
+  REQUIRE(ms.ok());
+  CHECK(*ms == 0.25);  // what the fake driver measures
+  KILN_REQUIRE_OK(rt.wait(rt.default_stream(), *b));
+  KILN_REQUIRE_OK(rt.sync(*s));
+  auto cpu = Runtime::open("cpu");
+  REQUIRE(cpu.ok());
+  auto ce = cpu->record(cpu->default_stream());
+  REQUIRE(ce.ok());
+  CHECK_FALSE(Event::elapsed_ms(*a, *ce).ok());
+  CHECK_FALSE(rt.wait(*s, *ce).ok());
+}
+
+TEST_CASE("a module the driver rejects is an error naming the kernel and the CUDA error", "[fake]") {
+  auto dev = detail::CudaDevice::open(0, 0);
+  REQUIRE(dev.ok());
+  abi::KernelInfo info;
+  info.name = "broken";
+  info.symbol = "kiln_broken";
+  const std::vector<char> garbage(64, 'x');
+  auto k = detail::load_cuda_kernel(**dev, garbage, info, {});
+  REQUIRE_FALSE(k.ok());
+  CHECK(k.error().kind == ErrorKind::Device);
+  CHECK_THAT(k.error().message, Contains("loading kernel 'broken' (CUBIN) on cuda:0: CUDA_ERROR_INVALID_IMAGE"));
+  info.shared_bytes = 1 << 20;
+  auto big = detail::load_cuda_kernel(**dev, garbage, info, {});
+  REQUIRE_FALSE(big.ok());
+  CHECK_THAT(big.error().message, Contains("needs 1048576 bytes of shared memory per cube; cuda:0 allows 232448"));
+}
+
+// ---- no device, an old driver, no driver --------------------------------------------------------
+
+void check_absent(const std::string& reason) {
+  const auto list = devices();
+  const DeviceEntry* d = cuda_entry(list);
+  REQUIRE(d);
+  CHECK_FALSE(d->available);
+  CHECK_THAT(d->reason, Contains(reason));
+  auto rt = Runtime::open("cuda:0");
+  REQUIRE_FALSE(rt.ok());
+  CHECK_THAT(rt.error().message, Contains("device 'cuda:0' is not available") && Contains(reason));
+  auto cpu = Runtime::open("cpu");  // nothing else is affected
+  CHECK(cpu.ok());
+}
+
+TEST_CASE("a driver with no device makes CUDA absent", "[nodevice]") { check_absent("the CUDA driver found no device"); }
+TEST_CASE("a driver without a needed function makes CUDA absent", "[old]") {
+  check_absent("is too old: it lacks cuLaunchKernel");
+}
+TEST_CASE("no driver makes CUDA absent", "[absent]") { check_absent("no CUDA driver ("); }
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,143 @@
+// GPU benchmarks on cuda:0, each against a peer measured in the same run:
+//   axpy     2^26 f32 through kiln (f32x4 lines) against a device-to-device copy of the same
+//            data (cuMemcpyDtoD), both as bandwidth: bytes read and written per second
+//   launch   a cached tiny kernel (1 cube, 1 unit, 3 arguments) launched through kiln against
+//            a raw cuLaunchKernel of the same compiled function, per launch (enqueue), then sync
+// Without a GPU it says why and exits 77. Usage: gpu_bench [--quick]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "compiler/cuda/codegen.h"
+#include "compiler/cuda/nvrtc.h"
+#include "compiler/dsl/dsl.h"
+#include "compiler/passes/pipeline.h"
+#include "kernels/kernels.h"
+#include "runtime/cpu_exec.h"
+#include "runtime/cuda_device.h"
+#include "runtime/runtime.h"
+
+using namespace kiln;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+void gpu_tiny(dsl::Tensor<dsl::f32> y, dsl::f32 a, dsl::u32 k) {
+  dsl::if_(dsl::absolute_pos() == 0u, [&] { y[k] = y[k] + a; });
+}
+KILN_KERNEL(gpu_tiny, "y, a, k").cube_dim(1);
+
+[[noreturn]] void die(const std::string& what) {
+  std::fprintf(stderr, "gpu_bench: %s\n", what.c_str());
+  std::exit(1);
+}
+template <class T>
+T must(Result<T> r) {
+  if (!r) die(r.error().message);
+  return std::move(*r);
+}
+void must(Status s) {
+  if (!s) die(s.error().message);
+}
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+void bench_axpy(Runtime& rt, bool quick) {
+  const int64_t n = quick ? (1 << 22) : (1 << 26);
+  auto x = must(rt.empty(ir::ElemType::F32, {n}));
+  auto y = must(rt.empty(ir::ElemType::F32, {n}));
+  auto z = must(rt.empty(ir::ElemType::F32, {n}));
+  std::vector<float> host(static_cast<size_t>(n), 1.0f);
+  must(x.upload(std::span<const float>(host)));
+  must(y.upload(std::span<const float>(host)));
+  auto axpy = must(rt.kernel("axpy"));
+  const int w = rt.line_width({&x, &y});
+  const auto cubes = static_cast<uint32_t>((n / w + 255) / 256);
+  must(rt.launch(axpy, cubes, 256, x, y, 1e-7f));  // compiles
+  must(rt.sync());
+  std::vector<double> t_kiln, t_copy;
+  for (int r = 0; r < (quick ? 5 : 21); ++r) {
+    auto t = Clock::now();
+    must(rt.launch(axpy, cubes, 256, x, y, 1e-7f));
+    must(rt.sync());
+    t_kiln.push_back(seconds_since(t));
+    t = Clock::now();
+    must(x.device()->copy(z.data(), x.data(), static_cast<size_t>(n) * 4));
+    t_copy.push_back(seconds_since(t));
+  }
+  const double kiln_gbs = 12.0 * static_cast<double>(n) / median(t_kiln) / 1e9;  // read x, y; write y
+  const double copy_gbs = 8.0 * static_cast<double>(n) / median(t_copy) / 1e9;   // read and write
+  std::printf("axpy    n=%lld f32, lines of %d: kiln %.3f ms = %.0f GB/s; device-to-device copy %.3f ms = %.0f GB/s; "
+              "ratio %.2f\n",
+              static_cast<long long>(n), w, median(t_kiln) * 1e3, kiln_gbs, median(t_copy) * 1e3, copy_gbs,
+              kiln_gbs / copy_gbs);
+}
+
+void bench_launch(Runtime& rt, bool quick) {
+  auto k = must(rt.kernel("gpu_tiny"));
+  auto y = must(rt.empty(ir::ElemType::F32, {16}));
+  const std::vector<float> zeros(16, 0.0f);
+  must(y.upload(std::span<const float>(zeros)));
+  must(rt.launch(k, 1, 1, y, 1.0f, 3u));
+  must(rt.sync());
+  // The peer: the same kernel, compiled and loaded on its own, launched with cuLaunchKernel.
+  auto dev = must(detail::CudaDevice::open(0, 0));
+  const dsl::KernelDef* def = dsl::Registry::global().find("gpu_tiny");
+  auto sel = must(dsl::select(*def, {}));
+  auto traced = must(dsl::trace(*def, *sel.inst, sel.request));
+  auto src = must(cuda::generate(must(passes::prepare_for_cuda(traced)), {}));
+  const auto& target = dev->compile_target();
+  auto compiled = must(cuda::compile_cuda(src.text, "gpu_tiny.cu", dev->cubin() ? target.name() : target.compute(), false));
+  auto loaded = must(detail::load_cuda_kernel(
+      *dev, dev->cubin() ? compiled.cubin : std::vector<char>(compiled.ptx.begin(), compiled.ptx.end()), src.info,
+      compiled.resources));
+  auto stream = must(detail::CudaStream::create(*dev));
+  std::vector<uint64_t> slots(src.info.layout.slot_count + cuda::kReportSlots);
+  uint32_t one_bits;
+  const float one = 1.0f;
+  std::memcpy(&one_bits, &one, 4);
+  const std::vector<HostArg> args{TensorView(y.data(), {16}), ScalarBits{one_bits}, ScalarBits{3}};
+  must(pack_args_into(src.info, {1, 1, 1}, args, slots));
+  const auto& api = *dev->context()->api;
+  void* params[] = {slots.data()};
+  const int reps = quick ? 2000 : 20000;
+  std::vector<double> t_raw, t_kiln;
+  for (int r = 0; r < (quick ? 3 : 11); ++r) {
+    auto t = Clock::now();
+    for (int i = 0; i < reps; ++i)
+      api.cuLaunchKernel(loaded->function, 1, 1, 1, 1, 1, 1, 0, stream->handle(), params, nullptr);
+    api.cuStreamSynchronize(stream->handle());
+    t_raw.push_back(seconds_since(t) / reps);
+    t = Clock::now();
+    for (int i = 0; i < reps; ++i) (void)rt.launch(k, 1, 1, y, 1.0f, 3u);
+    must(rt.sync());
+    t_kiln.push_back(seconds_since(t) / reps);
+  }
+  std::printf("launch  1 cube, 1 unit, 3 arguments, %d launches then sync: kiln %.2f us per launch; raw "
+              "cuLaunchKernel %.2f us; ratio %.2f\n",
+              reps, median(t_kiln) * 1e6, median(t_raw) * 1e6, median(t_kiln) / median(t_raw));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  (void)kernels::builtin_names();
+  auto rt = Runtime::open("cuda:0");
+  if (!rt) {
+    std::printf("gpu_bench skipped: %s\n", rt.error().message.c_str());
+    return 77;
+  }
+  std::printf("gpu_bench on %s: %s (%s, %d SMs)\n", rt->device().name.c_str(), rt->device().description.c_str(),
+              rt->device().arch.c_str(), rt->device().cores);
+  bench_axpy(*rt, quick);
+  bench_launch(*rt, quick);
+  return 0;
+}
