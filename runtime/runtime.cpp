@@ -557,9 +557,10 @@ Status Runtime::launch_args(const Kernel& kernel, Dim3 cubes, Dim3 cube_dim, con
   std::array<uint64_t, 256> packed;
   if (s_->cuda) {
     const detail::CudaKernel& ck = *spec->code.cuda;
-    if (cubes.y > s_->cuda->max_grid_y() || cubes.z > s_->cuda->max_grid_z())
+    if (cubes.x > 0x7fffffffu || cubes.y > s_->cuda->max_grid_y() || cubes.z > s_->cuda->max_grid_z())
       return Error(ErrorKind::InvalidArgument,
-                   fmt::format("kernel '{}': {}x{}x{} cubes; {} allows at most {} in y and {} in z (put the large count in x)",
+                   fmt::format("kernel '{}': {}x{}x{} cubes; {} allows at most 2^31-1 in x, {} in y and {} in z (put the "
+                               "large count in x)",
                                def.name, cubes.x, cubes.y, cubes.z, dev.info().name, s_->cuda->max_grid_y(),
                                s_->cuda->max_grid_z()));
     if (ck.info.layout.slot_count + cuda::kReportSlots > packed.size())
@@ -569,6 +570,7 @@ Status Runtime::launch_args(const Kernel& kernel, Dim3 cubes, Dim3 cube_dim, con
     std::lock_guard<std::mutex> lock(stream.s_->mu);
     return stream.s_->cuda->launch(spec->code.cuda, cubes.array(), packed);
   }
+  if (stream.s_->cuda) return Error(ErrorKind::InvalidArgument, "launch on a stream of another device");
   const cpu::CompiledKernel& ck = *spec->code.cpu;
   KILN_TRY(pack_cpu_args_into(ck, cubes.array(), std::span<const HostArg>(host.data(), nr), packed));
   CpuRunReport r = run_cpu_packed(ck, packed.data(), cubes.x * cubes.y * cubes.z);

@@ -158,7 +158,7 @@ TEST_CASE("GPU launch errors: alignment, grid limits, streams of another device"
   CHECK(rt.line_width({&*shifted, &*y}) == 1);  // the helper picks a width that works
   auto grid = rt.launch(test::kernel(rt, "rt_fill_n"), Dim3(1, 70000, 1), 64, *y, 16u, 1.0f);
   REQUIRE_FALSE(grid.ok());
-  CHECK_THAT(grid.error().message, Contains("at most 65535 in y"));
+  CHECK_THAT(grid.error().message, Contains("1x70000x1 cubes") && Contains("65535 in y"));
   auto cpu = Runtime::open("cpu");
   REQUIRE(cpu.ok());
   LaunchOptions other;
@@ -167,6 +167,13 @@ TEST_CASE("GPU launch errors: alignment, grid limits, streams of another device"
   auto wrong = rt.launch_with(other, test::kernel(rt, "rt_fill_n"), 1, 64, *y, 16u, 1.0f);
   REQUIRE_FALSE(wrong.ok());
   CHECK_THAT(wrong.error().message, Contains("stream of another device"));
+  Stream gpu_stream = rt.default_stream();
+  other.stream = &gpu_stream;
+  auto cy = cpu->empty(ElemType::F32, {64});
+  REQUIRE(cy.ok());
+  auto wrong2 = cpu->launch_with(other, test::kernel(*cpu, "rt_fill_n"), 1, 64, *cy, 16u, 1.0f);
+  REQUIRE_FALSE(wrong2.ok());
+  CHECK_THAT(wrong2.error().message, Contains("stream of another device"));
 }
 
 TEST_CASE("prints and checked-mode faults written by the device arrive at sync", "[fake][nvrtc]") {
