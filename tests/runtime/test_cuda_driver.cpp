@@ -225,7 +225,8 @@ TEST_CASE("a module the driver rejects is an error naming the kernel and the CUD
   abi::KernelInfo info;
   info.name = "broken";
   info.symbol = "kiln_broken";
-  const std::vector<char> garbage(64, 'x');
+  std::vector<char> garbage(64, 'x');
+  garbage.back() = '\0';  // neither a CUBIN nor PTX
   auto k = detail::load_cuda_kernel(**dev, garbage, info, {});
   REQUIRE_FALSE(k.ok());
   CHECK(k.error().kind == ErrorKind::Device);
