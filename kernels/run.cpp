@@ -362,11 +362,19 @@ Result<RunResult> run(Runtime& rt, std::string_view name, const RunConfig& confi
   if (recipe) {
     for (const auto& decl : A::shapes(*recipe))
       if (decl.dims && !data.shapes.count(decl.name)) data.shapes[decl.name] = *decl.dims;
-    for (const auto& decl : A::shapes(*recipe))
-      if (!decl.dims && !data.shapes.count(decl.name)) {
-        resolve_lines();
-        data.shapes[decl.name] = decl.fn(data);
-      }
+    for (const auto& decl : A::shapes(*recipe)) {
+      if (decl.dims) continue;
+      resolve_lines();
+      std::vector<int64_t> derived = decl.fn(data);
+      auto given = data.shapes.find(decl.name);
+      // A shape that follows from the others cannot be chosen apart from them: the kernel
+      // would index past the tensor.
+      if (given != data.shapes.end() && given->second != derived)
+        return usage(name, fmt::format("tensor '{}' must be {} with these arguments (its shape follows from the "
+                                       "others); drop --shape {} or make it {}",
+                                       decl.name, dims_text(derived), decl.name, dims_text(derived)));
+      data.shapes[decl.name] = std::move(derived);
+    }
   }
   for (const auto& p : params)
     if (is_memory(p) && !data.shapes.count(p.name))
