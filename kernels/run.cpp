@@ -465,10 +465,15 @@ Result<RunResult> run(Runtime& rt, std::string_view name, const RunConfig& confi
     }
   }
 
-  // The first launch (compiling if needed), checked against the reference.
+  // The first launch (compiling if needed), checked against the reference. A grid the caller
+  // chose instead of the kernel's recipe runs it in checked mode, so that a grid too large for
+  // the tensors is reported instead of writing past them.
+  LaunchOptions first = lo;
+  result.validated = !config.checked && (config.cubes || config.cube_dim);
+  if (result.validated) first.checked = true;
   const CacheStats before = cache_stats();
   auto t0 = Clock::now();
-  KILN_TRY(rt.launch_args(kernel, result.cubes, result.cube_dim, lo, args));
+  KILN_TRY(rt.launch_args(kernel, result.cubes, result.cube_dim, first, args));
   KILN_TRY(rt.sync());
   result.first_ms = ms_since(t0);
   const CacheStats after = cache_stats();
@@ -511,7 +516,12 @@ Result<RunResult> run(Runtime& rt, std::string_view name, const RunConfig& confi
       result.checks.push_back(c);
     }
   }
-  // Timed launches, each from the same inputs.
+  // Timed launches, each from the same inputs (after an untimed one that compiles the
+  // unchecked code, when the first run was checked only to validate the grid).
+  if (result.validated && config.repeat > 0) {
+    KILN_TRY(rt.launch_args(kernel, result.cubes, result.cube_dim, lo, args));
+    KILN_TRY(rt.sync());
+  }
   for (int r = 0; r < config.repeat; ++r) {
     for (const auto& [n, bytes] : initial) KILN_TRY(tensors.find(n)->second.upload(bytes.data(), bytes.size()));
     t0 = Clock::now();

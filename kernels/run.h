@@ -134,6 +134,7 @@ struct RunResult {
   uint64_t seed = 0;
   std::string arguments;  // "x: f32[4194304] line 16, y: ..., a = 2"
   double first_ms = 0;    // the first launch, compiling included
+  bool validated = false; // the first launch ran checked because the caller chose the grid
   CompileReport compile;  // where the first launch's time went (when it compiled)
   bool compiled = false;
   bool has_reference = false;

@@ -115,7 +115,8 @@ int run_one(const RunOptions& o) {
              o.checked ? ", checked mode" : "");
   fmt::print("  arguments   {}\n", r->arguments);
   fmt::print("  inputs      random, seed {} (--seed {} repeats them)\n", r->seed, r->seed);
-  fmt::print("  first run   {:.2f} ms ({})\n", r->first_ms, compile_summary(*r));
+  fmt::print("  first run   {:.2f} ms ({}){}\n", r->first_ms, compile_summary(*r),
+             r->validated ? "; checked mode, since the grid was given" : "");
   if (!r->has_reference) {
     fmt::print("  reference   none declared: the results were not checked\n");
   } else {
@@ -187,7 +188,9 @@ Command add_run_command(CLI::App& app) {
   sub->add_option("--shape", o->shape, "Shape NAME=AxB... of a tensor (repeatable)");
   sub->add_option("--dtype", o->dtype, "Element type NAME=TYPE, picking an instantiation of a generic kernel");
   sub->add_option("--line", o->line, "Line width NAME=WIDTH of a tensor (repeatable)");
-  sub->add_option("--cubes", o->cubes, "Cube count X[,Y[,Z]] (default: what the kernel declares)");
+  sub->add_option("--cubes", o->cubes,
+                  "Cube count X[,Y[,Z]] (default: what the kernel declares; a given grid is validated by "
+                  "running the first launch in checked mode)");
   sub->add_option("--cube-dim", o->cube_dim, "Units per cube X[,Y[,Z]] (default: the registered size)");
   sub->add_flag("--checked", o->checked, "Bounds-check every memory access");
   sub->add_option("--repeat", o->repeat, "Timed runs after the first")->capture_default_str();
