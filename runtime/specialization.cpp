@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <tuple>
 #include <set>
 
 #include <fmt/format.h>
@@ -68,27 +70,20 @@ const DumpConfig& dump_config() {
   return c;
 }
 
-void dump_stages(const std::string& kernel, const Hash128& hash, const ir::Kernel& traced,
-                 const ir::Kernel& lowered, const cpu::CompileOptions& opts) {
+// Writes the asked-for stages of a specialization: `stages` pairs a KILN_DUMP stage with its
+// file extension and the function that makes its text (only called when asked for).
+void dump_stages(const std::string& kernel, const Hash128& hash,
+                 std::initializer_list<std::tuple<const char*, const char*, std::function<std::string()>>> stages) {
   const DumpConfig& d = dump_config();
   if (d.stages.empty()) return;
   std::error_code ec;
   std::filesystem::create_directories(d.dir, ec);
   const std::string base = fmt::format("{}/{}-{}", d.dir, kernel, hash.hex().substr(0, 16));
-  auto write = [&](const std::string& ext, const std::string& text) {
+  for (const auto& [stage, ext, text] : stages) {
+    if (!d.stages.count(stage)) continue;
     std::ofstream f(base + ext);
-    f << text;
+    f << text();
     if (!f) log_warning(fmt::format("KILN_DUMP: cannot write {}{}", base, ext));
-  };
-  if (d.stages.count("ir")) write(".kir", ir::print(traced));
-  if (d.stages.count("ir-opt")) write(".opt.kir", ir::print(lowered));
-  if (d.stages.count("llvm")) {
-    auto t = cpu::emit_llvm(lowered, opts, true);
-    write(".ll", t ? *t : t.error().message);
-  }
-  if (d.stages.count("asm")) {
-    auto t = cpu::emit_asm(lowered, opts);
-    write(".s", t ? *t : t.error().message);
   }
 }
 
@@ -105,24 +100,6 @@ std::string cuda_versions() {
                        XXH3_64bits(cuda::prelude().data(), cuda::prelude().size()));
   }();
   return v;
-}
-
-void dump_cuda_stages(const std::string& kernel, const Hash128& hash, const ir::Kernel& traced,
-                      const ir::Kernel& prepared, const std::string& source, const std::string& ptx) {
-  const DumpConfig& d = dump_config();
-  if (d.stages.empty()) return;
-  std::error_code ec;
-  std::filesystem::create_directories(d.dir, ec);
-  const std::string base = fmt::format("{}/{}-{}", d.dir, kernel, hash.hex().substr(0, 16));
-  auto write = [&](const std::string& ext, const std::string& text) {
-    std::ofstream f(base + ext);
-    f << text;
-    if (!f) log_warning(fmt::format("KILN_DUMP: cannot write {}{}", base, ext));
-  };
-  if (d.stages.count("ir")) write(".kir", ir::print(traced));
-  if (d.stages.count("ir-opt")) write(".opt.kir", ir::print(prepared));
-  if (d.stages.count("cuda")) write(".cu", source);
-  if (d.stages.count("ptx") && !ptx.empty()) write(".ptx", ptx);
 }
 
 // The slow path for a CUDA device: CUDA C++ -> NVRTC -> CUBIN (or PTX) -> module.
@@ -212,12 +189,16 @@ Result<detail::CompiledSpec> build_cuda(const detail::BuildRequest& req) {
   }
   report.total_ms = ms_since(t_all);
   (report.from_disk ? counters().disk_load_us : counters().compile_us) += static_cast<uint64_t>(report.total_ms * 1000);
-  if (!dump_config().stages.empty()) {
-    if (ptx.empty() && dump_config().stages.count("ptx"))
-      if (auto c = cuda::compile_cuda(src.text, req.def->name + ".cu", dev.compile_target().compute(), req.options.fast_math))
-        ptx = std::move(c->ptx);
-    dump_cuda_stages(req.def->name, hash, traced, prepared, src.text, ptx);
-  }
+  dump_stages(req.def->name, hash,
+              {{"ir", ".kir", [&] { return ir::print(traced); }},
+               {"ir-opt", ".opt.kir", [&] { return ir::print(prepared); }},
+               {"cuda", ".cu", [&] { return src.text; }},
+               {"ptx", ".ptx", [&] {
+                  if (!ptx.empty()) return ptx;  // a CUBIN from the disk cache: compile the PTX to show
+                  auto c = cuda::compile_cuda(src.text, req.def->name + ".cu", dev.compile_target().compute(),
+                                              req.options.fast_math);
+                  return c ? c->ptx : c.error().message;
+                }}});
   t_report = report;
   return out;
 }
@@ -284,7 +265,17 @@ Result<detail::CompiledSpec> build_cpu(const detail::BuildRequest& req) {
   }
   report.total_ms = ms_since(t_all);
   (report.from_disk ? counters().disk_load_us : counters().compile_us) += static_cast<uint64_t>(report.total_ms * 1000);
-  dump_stages(req.def->name, hash, traced, lowered, req.options);
+  dump_stages(req.def->name, hash,
+              {{"ir", ".kir", [&] { return ir::print(traced); }},
+               {"ir-opt", ".opt.kir", [&] { return ir::print(lowered); }},
+               {"llvm", ".ll", [&] {
+                  auto t = cpu::emit_llvm(lowered, req.options, true);
+                  return t ? *t : t.error().message;
+                }},
+               {"asm", ".s", [&] {
+                  auto t = cpu::emit_asm(lowered, req.options);
+                  return t ? *t : t.error().message;
+                }}});
   t_report = report;
   return out;
 }

@@ -250,29 +250,27 @@ Val<typename E::elem_type> insert(const E& x, int lane, Arg<typename E::elem_typ
 }
 
 // Reductions across the lanes of one line (helpers built from extract).
+namespace detail {
 template <DslExpr E>
-Val<typename E::elem_type> line_sum(const E& x, SrcLoc w = SrcLoc::current()) {
+Val<typename E::elem_type> line_reduce(ir::OpKind op, const char* name, const E& x, SrcLoc w) {
   using T = typename E::elem_type;
   const Val<T> v = x.read(w);
   Val<T> acc = extract(v, 0, w);
-  for (int i = 1; i < v.line_size(); ++i) acc = detail::call<T, T>(ir::OpKind::Add, "line_sum", w, acc, extract(v, i, w));
+  for (int i = 1; i < v.line_size(); ++i) acc = call<T, T>(op, name, w, acc, extract(v, i, w));
   return acc;
+}
+}  // namespace detail
+template <DslExpr E>
+Val<typename E::elem_type> line_sum(const E& x, SrcLoc w = SrcLoc::current()) {
+  return detail::line_reduce(ir::OpKind::Add, "line_sum", x, w);
 }
 template <DslExpr E>
 Val<typename E::elem_type> line_max(const E& x, SrcLoc w = SrcLoc::current()) {
-  using T = typename E::elem_type;
-  const Val<T> v = x.read(w);
-  Val<T> acc = extract(v, 0, w);
-  for (int i = 1; i < v.line_size(); ++i) acc = detail::call<T, T>(ir::OpKind::Max, "line_max", w, acc, extract(v, i, w));
-  return acc;
+  return detail::line_reduce(ir::OpKind::Max, "line_max", x, w);
 }
 template <DslExpr E>
 Val<typename E::elem_type> line_min(const E& x, SrcLoc w = SrcLoc::current()) {
-  using T = typename E::elem_type;
-  const Val<T> v = x.read(w);
-  Val<T> acc = extract(v, 0, w);
-  for (int i = 1; i < v.line_size(); ++i) acc = detail::call<T, T>(ir::OpKind::Min, "line_min", w, acc, extract(v, i, w));
-  return acc;
+  return detail::line_reduce(ir::OpKind::Min, "line_min", x, w);
 }
 // Whether any / every lane of a Bool line is true.
 inline Val<bool> any(Arg<bool> c) {

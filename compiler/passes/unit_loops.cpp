@@ -333,18 +333,9 @@ class Lowering {
       return;
     }
     // One iteration per plane: first = p * 32, end = min(first + 32, units).
-    Op loop;
-    loop.kind = OpKind::For;
-    loop.loc = at_;
-    loop.attr.i = 1;  // not unrolled: one copy of the plane's code is enough
-    loop.operands = {cu32(s, 0), cu32(s, planes_), cu32(s, 1)};
-    loop.regions.resize(1);
-    const ValueId p = out_.new_value(Type::value(ElemType::U32));
-    loop.regions[0].args.push_back(p);
-    Scope ps;
-    ps.level = Level::Plane;
-    ps.parent = &s;
-    ps.target = &loop.regions[0];
+    Op loop = counted_loop(s, cu32(s, 0), cu32(s, planes_));
+    const ValueId p = loop.regions[0].args[0];
+    Scope ps = plane_body(s, loop);
     ps.plane = p;
     ps.plane_first = emit(ps, OpKind::Mul, {p, cu32(ps, kCpuPlaneDim)});
     ps.plane_end = emit(ps, OpKind::Min, {emit(ps, OpKind::Add, {ps.plane_first, cu32(ps, kCpuPlaneDim)}),
@@ -453,38 +444,42 @@ class Lowering {
                                                          : OpKind::And;
     const ValueId shared = lookup(&s, x);
     const ValueId acc = emit(s, OpKind::Var, {value_of_unit(s, x, s.plane_first)});
-    Op loop;
-    loop.kind = OpKind::For;
-    loop.loc = at_;
-    loop.attr.i = 1;  // at most 31 iterations of a load and an add: not worth unrolling
-    loop.operands = {emit(s, OpKind::Add, {s.plane_first, cu32(s, 1)}), s.plane_end, cu32(s, 1)};
-    loop.regions.resize(1);
-    const ValueId l = out_.new_value(Type::value(ElemType::U32));
-    loop.regions[0].args.push_back(l);
-    Scope body;
-    body.level = Level::Plane;
-    body.parent = &s;
-    body.target = &loop.regions[0];
+    Op loop = counted_loop(s, emit(s, OpKind::Add, {s.plane_first, cu32(s, 1)}), s.plane_end);
+    const ValueId l = loop.regions[0].args[0];
+    Scope body = plane_body(s, loop);
     const ValueId xv = shared != kNoValue ? shared : emit(body, OpKind::Load, {ctx_array(x), l});
     emit(body, OpKind::VarWrite, {acc, emit(body, combine, {emit(body, OpKind::VarRead, {acc}), xv})});
     s.target->ops.push_back(std::move(loop));
     const ValueId r = emit(s, OpKind::VarRead, {acc});
     s.map[op.result] = r;
     if (plan_.ctx.count(op.result)) {  // needed after this plane loop: every unit gets it
-      Op store_loop;
-      store_loop.kind = OpKind::For;
-      store_loop.attr.i = 1;
-      store_loop.operands = {s.plane_first, s.plane_end, cu32(s, 1)};
-      store_loop.regions.resize(1);
-      const ValueId w = out_.new_value(Type::value(ElemType::U32));
-      store_loop.regions[0].args.push_back(w);
-      Scope sb;
-      sb.level = Level::Plane;
-      sb.parent = &s;
-      sb.target = &store_loop.regions[0];
+      Op store_loop = counted_loop(s, s.plane_first, s.plane_end);
+      const ValueId w = store_loop.regions[0].args[0];
+      Scope sb = plane_body(s, store_loop);
       emit(sb, OpKind::Store, {ctx_array(op.result), w, r});
       s.target->ops.push_back(std::move(store_loop));
     }
+  }
+
+  // `for i = start to end step 1`, not unrolled (one copy of a plane's code, or a few dozen
+  // iterations of a load and an add, gain nothing from it); its index is regions[0].args[0].
+  Op counted_loop(Scope& s, ValueId start, ValueId end) {
+    Op loop;
+    loop.kind = OpKind::For;
+    loop.loc = at_;
+    loop.attr.i = 1;
+    loop.operands = {start, end, cu32(s, 1)};
+    loop.regions.resize(1);
+    loop.regions[0].args.push_back(out_.new_value(Type::value(ElemType::U32)));
+    return loop;
+  }
+  // The plane-level scope of a loop's body.
+  static Scope plane_body(Scope& parent, Op& loop) {
+    Scope b;
+    b.level = Level::Plane;
+    b.parent = &parent;
+    b.target = &loop.regions[0];
+    return b;
   }
 
   // ---- unit level ------------------------------------------------------------------------------
