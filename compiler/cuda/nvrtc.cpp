@@ -92,7 +92,8 @@ Result<std::vector<int>> nvrtc_supported_archs() {
   return archs;
 }
 
-Result<std::vector<std::string>> supported_targets() {
+namespace {
+Result<std::vector<std::string>> probe_targets() {
   KILN_ASSIGN(std::vector<int> archs, nvrtc_supported_archs());
   KILN_ASSIGN(const NvrtcApi* api, nvrtc());
   std::vector<std::string> out;
@@ -108,6 +109,15 @@ Result<std::vector<std::string>> supported_targets() {
     api->destroy_program(&prog);
   }
   return out;
+}
+}  // namespace
+
+Result<std::vector<std::string>> supported_targets() {
+  // Probing compiles a dozen tiny programs: once per process, not per runtime opened.
+  static std::once_flag once;
+  static Result<std::vector<std::string>>* targets = nullptr;
+  std::call_once(once, [] { targets = new Result<std::vector<std::string>>(probe_targets()); });
+  return *targets;
 }
 
 // The integer just before `suffix` in `log` (as in "Used 40 registers"), if any.

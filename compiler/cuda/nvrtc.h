@@ -39,7 +39,7 @@ Result<const NvrtcApi*> nvrtc();
 Result<std::vector<int>> nvrtc_supported_archs();
 
 // The targets the loaded NVRTC compiles for: sm_XY for each supported arch, and the
-// arch-specific sm_XYa it accepts (probed with a tiny program).
+// arch-specific sm_XYa it accepts (probed with a tiny program, once per process).
 Result<std::vector<std::string>> supported_targets();
 
 // What ptxas reports for a kernel (NVRTC's log with -Xptxas=-v).

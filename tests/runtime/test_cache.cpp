@@ -303,6 +303,7 @@ TEST_CASE("KILN_DUMP writes every stage of every new specialization, cached or n
     ProbeRun r = run_probe(scratch, {{"KILN_CACHE_DIR", cache.path()},
                                      {"KILN_DUMP", "ir,ir-opt,llvm,asm"},
                                      {"KILN_DUMP_DIR", d->path()}});
+    CHECK(r.counters["disk_hits"] == (d == &dump1 ? 0 : 3));  // the second run compiles nothing
     const auto files = entry_files(d->path());
     CHECK(files.size() == 12);  // 3 kernels x 4 stages
     size_t axpy = 0;

@@ -109,17 +109,19 @@ void bench_launch(Runtime& rt, bool quick) {
   void* params[] = {slots.data()};
   const int reps = quick ? 2000 : 20000;
   std::vector<double> t_raw, t_kiln;
+  int failures = 0;  // counted, so the loops time only the launches
   for (int r = 0; r < (quick ? 3 : 11); ++r) {
     auto t = Clock::now();
     for (int i = 0; i < reps; ++i)
-      api.cuLaunchKernel(loaded->function, 1, 1, 1, 1, 1, 1, 0, stream->handle(), params, nullptr);
-    api.cuStreamSynchronize(stream->handle());
+      failures += api.cuLaunchKernel(loaded->function, 1, 1, 1, 1, 1, 1, 0, stream->handle(), params, nullptr) != 0;
+    failures += api.cuStreamSynchronize(stream->handle()) != 0;
     t_raw.push_back(seconds_since(t) / reps);
     t = Clock::now();
-    for (int i = 0; i < reps; ++i) (void)rt.launch(k, 1, 1, y, 1.0f, 3u);
+    for (int i = 0; i < reps; ++i) failures += !rt.launch(k, 1, 1, y, 1.0f, 3u).ok();
     must(rt.sync());
     t_kiln.push_back(seconds_since(t) / reps);
   }
+  if (failures) die(std::to_string(failures) + " launches failed");
   std::printf("launch  1 cube, 1 unit, 3 arguments, %d launches then sync: kiln %.2f us per launch; raw "
               "cuLaunchKernel %.2f us; ratio %.2f\n",
               reps, median(t_kiln) * 1e6, median(t_raw) * 1e6, median(t_kiln) / median(t_raw));

@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "compiler/cpu/backend.h"
 #include "compiler/dsl/dsl.h"
 #include "compiler/passes/pipeline.h"
@@ -77,13 +79,17 @@ void bench_launch(bool quick) {
 
   const int reps = quick ? 2000 : 20000, samples = quick ? 5 : 31;
   const double t_direct = bench::median_seconds([&] { call(packed.data(), 0, 1, arena, &state); }, reps, samples);
-  const double t_launch = bench::median_seconds([&] { (void)rt.launch(k, 1, 1, y, 1.0f, 3u); }, reps, samples);
+  // Failures are counted, not checked one by one, so the loop times only the launch.
+  int failures = 0;
+  const double t_launch =
+      bench::median_seconds([&] { failures += !rt.launch(k, 1, 1, y, 1.0f, 3u).ok(); }, reps, samples);
   const double t_sync = bench::median_seconds(
       [&] {
-        (void)rt.launch(k, 1, 1, y, 1.0f, 3u);
-        (void)rt.sync();
+        failures += !rt.launch(k, 1, 1, y, 1.0f, 3u).ok();
+        failures += !rt.sync().ok();
       },
       reps, samples);
+  if (failures) die(fmt::format("{} launches failed", failures));
   std::printf("launch overhead: 1 cube, 1 unit, 3 arguments; median of %d batches of %d\n", samples, reps);
   std::printf("  direct call of the compiled function   %7.3f us\n", t_direct * 1e6);
   std::printf("  kiln launch (to completion)            %7.3f us   %.1fx the direct call\n", t_launch * 1e6,
