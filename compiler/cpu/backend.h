@@ -81,7 +81,7 @@ Result<ObjectCode> compile_object(const ir::Kernel& lowered, const CompileOption
 // Loads object code into the JIT (no LLVM optimization or code generation). The target must
 // be the host.
 Result<std::unique_ptr<CompiledKernel>> load_object(ObjectCode obj, CompileTimings* timings = nullptr);
-// Starts the process's JIT now (about a millisecond, once) rather than at the first load.
+// Starts the process's JIT now (once) rather than at the first load.
 Status start_jit();
 
 // compile_object + load_object.
