@@ -1,4 +1,7 @@
 // `kiln cache stats|ls|verify|clear` and `kiln devices`.
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <ctime>
 
 #include <fmt/format.h>
@@ -79,16 +82,24 @@ int cache_ls_cmd() {
 int cache_verify_cmd(bool remove) {
   auto cache = DiskCache::global();
   const auto entries = cache->list(true);
-  int damaged = 0;
+  int damaged = 0, kept = 0;
   for (const auto& e : entries) {
     if (e.problem.empty()) continue;
     ++damaged;
-    fmt::print("damaged: {} ({}){}\n", e.path, e.problem, remove ? "; removed" : "");
-    if (remove) std::remove(e.path.c_str());
+    std::string fate;
+    if (remove) {
+      if (std::remove(e.path.c_str()) == 0) {
+        fate = "; removed";
+      } else {
+        fate = fmt::format("; cannot remove it: {}", std::strerror(errno));
+        ++kept;
+      }
+    }
+    fmt::print("damaged: {} ({}){}\n", e.path, e.problem, fate);
   }
   fmt::print("{} entries checked, {} damaged{}\n", entries.size(), damaged,
              damaged && !remove ? " (kiln recompiles them when used; --remove deletes them now)" : "");
-  return damaged && !remove ? 1 : 0;
+  return (damaged && !remove) || kept ? 1 : 0;
 }
 
 int cache_clear_cmd() {
