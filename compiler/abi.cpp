@@ -17,9 +17,15 @@ ArgLayout arg_layout(const ir::Kernel& k) {
     const ir::Type& t = k.type_of(p.value);
     l.params.push_back(ParamSlots{p.name, l.slot_count, t});
     switch (t.kind) {
-      case ir::TypeKind::Tensor: l.slot_count += 3 + 2 * t.rank; break;
-      case ir::TypeKind::Array: l.slot_count += 2; break;
-      default: l.slot_count += 1; break;
+      case ir::TypeKind::Tensor:
+        l.slot_count += 3 + 2 * t.rank;
+        break;
+      case ir::TypeKind::Array:
+        l.slot_count += 2;
+        break;
+      default:
+        l.slot_count += 1;
+        break;
     }
   }
   return l;
@@ -30,17 +36,25 @@ namespace {
 std::string format_scalar(ir::ElemType e, uint64_t bits) {
   using ir::ElemType;
   switch (e) {
-    case ElemType::Bool: return bits ? "true" : "false";
-    case ElemType::I8: return fmt::format("{}", static_cast<int8_t>(bits));
-    case ElemType::I16: return fmt::format("{}", static_cast<int16_t>(bits));
-    case ElemType::I32: return fmt::format("{}", static_cast<int32_t>(bits));
-    case ElemType::I64: return fmt::format("{}", static_cast<int64_t>(bits));
+    case ElemType::Bool:
+      return bits ? "true" : "false";
+    case ElemType::I8:
+      return fmt::format("{}", static_cast<int8_t>(bits));
+    case ElemType::I16:
+      return fmt::format("{}", static_cast<int16_t>(bits));
+    case ElemType::I32:
+      return fmt::format("{}", static_cast<int32_t>(bits));
+    case ElemType::I64:
+      return fmt::format("{}", static_cast<int64_t>(bits));
     case ElemType::U8:
     case ElemType::U16:
     case ElemType::U32:
-    case ElemType::U64: return fmt::format("{}", bits);
-    case ElemType::F16: return fmt::format("{}", f16_value(static_cast<uint16_t>(bits)));
-    case ElemType::BF16: return fmt::format("{}", bf16_value(static_cast<uint16_t>(bits)));
+    case ElemType::U64:
+      return fmt::format("{}", bits);
+    case ElemType::F16:
+      return fmt::format("{}", f16_value(static_cast<uint16_t>(bits)));
+    case ElemType::BF16:
+      return fmt::format("{}", bf16_value(static_cast<uint16_t>(bits)));
     case ElemType::F32: {
       float f;
       const auto b = static_cast<uint32_t>(bits);
@@ -113,8 +127,12 @@ namespace {
 using nlohmann::json;
 
 json type_json(const ir::Type& t) {
-  return json{{"kind", static_cast<int>(t.kind)}, {"elem", static_cast<int>(t.elem)}, {"lanes", t.lanes},
-              {"rank", t.rank}, {"ro", t.read_only}, {"count", t.count}};
+  return json{{"kind", static_cast<int>(t.kind)},
+              {"elem", static_cast<int>(t.elem)},
+              {"lanes", t.lanes},
+              {"rank", t.rank},
+              {"ro", t.read_only},
+              {"count", t.count}};
 }
 
 ir::Type type_from(const json& j) {
@@ -149,7 +167,8 @@ std::string info_to_json(const KernelInfo& info) {
     for (const ir::Type& t : p.operands) ops.push_back(type_json(t));
     j["prints"].push_back(json{{"format", p.format}, {"where", p.where}, {"operands", ops}});
   }
-  for (const AssertSite& a : info.asserts) j["asserts"].push_back(json{{"message", a.message}, {"where", a.where}});
+  for (const AssertSite& a : info.asserts)
+    j["asserts"].push_back(json{{"message", a.message}, {"where", a.where}});
   for (const AccessSite& a : info.accesses)
     j["accesses"].push_back(json{{"access", a.access}, {"memory", a.memory}, {"where", a.where}});
   return j.dump();
@@ -168,7 +187,8 @@ Result<KernelInfo> info_from_json(const std::string& text) {
     info.layout.slot_count = j.at("slot_count").get<uint32_t>();
     if (j.contains("params"))
       for (const json& p : j["params"])
-        info.layout.params.push_back(ParamSlots{p.at("name").get<std::string>(), p.at("first").get<uint32_t>(),
+        info.layout.params.push_back(ParamSlots{p.at("name").get<std::string>(),
+                                                p.at("first").get<uint32_t>(),
                                                 type_from(p.at("type"))});
     if (j.contains("prints"))
       for (const json& p : j["prints"]) {
@@ -178,10 +198,12 @@ Result<KernelInfo> info_from_json(const std::string& text) {
       }
     if (j.contains("asserts"))
       for (const json& a : j["asserts"])
-        info.asserts.push_back(AssertSite{a.at("message").get<std::string>(), a.at("where").get<std::string>()});
+        info.asserts.push_back(
+            AssertSite{a.at("message").get<std::string>(), a.at("where").get<std::string>()});
     if (j.contains("accesses"))
       for (const json& a : j["accesses"])
-        info.accesses.push_back(AccessSite{a.at("access").get<std::string>(), a.at("memory").get<std::string>(),
+        info.accesses.push_back(AccessSite{a.at("access").get<std::string>(),
+                                           a.at("memory").get<std::string>(),
                                            a.at("where").get<std::string>()});
     return info;
   } catch (const std::exception& e) {

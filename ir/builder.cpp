@@ -22,9 +22,9 @@ SourceLoc Builder::loc(const std::string& file, uint32_t line) {
 void Builder::fail(SourceLoc at, const std::string& message, ErrorKind kind) {
   if (error_) return;
   const std::string where = k_.loc_string(at);
-  error_ = Error(kind, fmt::format("{}: error: {}",
-                                   where.empty() ? fmt::format("kernel '{}'", k_.name) : where,
-                                   message));
+  error_ = Error(kind,
+                 fmt::format("{}: error: {}",
+                             where.empty() ? fmt::format("kernel '{}'", k_.name) : where, message));
 }
 
 const Type& Builder::type_of(ValueId v) const {
@@ -44,7 +44,9 @@ int Builder::loop_depth() const {
   return n;
 }
 
-bool Builder::block_terminated() const { return frames_.back().terminated; }
+bool Builder::block_terminated() const {
+  return frames_.back().terminated;
+}
 
 void Builder::define(ValueId v) {
   if (v >= visible_.size()) visible_.resize(v + 1, 0);
@@ -62,12 +64,15 @@ ValueId Builder::param(const std::string& name, const Type& t) {
 
 std::string Builder::dead_code_message() const {
   const std::string_view jump = op_name(frames_.back().terminator);
-  return fmt::format("this code comes after a '{}' in the same block and would never run; "
-                     "remove it or move it before the '{}'",
-                     jump, jump);
+  return fmt::format(
+      "this code comes after a '{}' in the same block and would never run; "
+      "remove it or move it before the '{}'",
+      jump, jump);
 }
 
-void Builder::set_cube_dim(uint32_t x, uint32_t y, uint32_t z) { k_.cube_dim = {x, y, z}; }
+void Builder::set_cube_dim(uint32_t x, uint32_t y, uint32_t z) {
+  k_.cube_dim = {x, y, z};
+}
 
 bool Builder::check_operands(std::span<const ValueId> operands, SourceLoc at,
                              std::string_view what) {
@@ -101,8 +106,8 @@ bool Builder::add_op(Op op) {
   return true;
 }
 
-ValueId Builder::op(OpKind kind, std::span<const ValueId> operands, SourceLoc at,
-                    const Type& type, Attr attr) {
+ValueId Builder::op(OpKind kind, std::span<const ValueId> operands, SourceLoc at, const Type& type,
+                    Attr attr) {
   if (!ok()) return kNoValue;
   const OpInfo& info = op_info(kind);
   KILN_CHECK(sig_region_count(info.sig) == 0, "use begin_if/begin_for/begin_loop for regions");
@@ -216,7 +221,9 @@ void Builder::end_region_of(OpKind kind, const char* what) {
   add_op(std::move(o));
 }
 
-void Builder::end_if() { end_region_of(OpKind::If, "if"); }
+void Builder::end_if() {
+  end_region_of(OpKind::If, "if");
+}
 
 bool Builder::reopen_else(uint64_t marker, bool take_trailing) {
   if (!ok() || marker > ops_added_) return false;
@@ -285,7 +292,9 @@ ValueId Builder::begin_for(ValueId start, ValueId end, ValueId step, uint64_t un
   return iv;
 }
 
-void Builder::end_for() { end_region_of(OpKind::For, "for"); }
+void Builder::end_for() {
+  end_region_of(OpKind::For, "for");
+}
 
 void Builder::begin_loop(SourceLoc at) {
   Op o;
@@ -296,7 +305,9 @@ void Builder::begin_loop(SourceLoc at) {
   push(std::move(o));
 }
 
-void Builder::end_loop() { end_region_of(OpKind::Loop, "loop"); }
+void Builder::end_loop() {
+  end_region_of(OpKind::Loop, "loop");
+}
 
 Result<Kernel> Builder::finish() && {
   if (error_) return *error_;

@@ -77,11 +77,11 @@ class Builder {
 
  private:
   struct Frame {
-    Op op;             // the region-owning op being built (unused for the kernel body)
-    int region = 0;    // which of op.regions is being filled
+    Op op;           // the region-owning op being built (unused for the kernel body)
+    int region = 0;  // which of op.regions is being filled
     bool terminated = false;
     OpKind terminator = OpKind::Return;  // the jump that ended the block, when terminated
-    std::vector<ValueId> defined;  // values defined in the current region, hidden at its end
+    std::vector<ValueId> defined;        // values defined in the current region, hidden at its end
   };
   Region& current();
   Frame& top() { return frames_.back(); }

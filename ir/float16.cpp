@@ -69,17 +69,29 @@ double decode(uint32_t bits, int mant_bits, int exp_bits) {
 
 }  // namespace
 
-uint16_t f16_bits(double v) { return static_cast<uint16_t>(encode(round_to_f16(v), 10, 5)); }
-double f16_value(uint16_t bits) { return decode(bits, 10, 5); }
-uint16_t bf16_bits(double v) { return static_cast<uint16_t>(encode(round_to_bf16(v), 7, 8)); }
-double bf16_value(uint16_t bits) { return decode(bits, 7, 8); }
+uint16_t f16_bits(double v) {
+  return static_cast<uint16_t>(encode(round_to_f16(v), 10, 5));
+}
+double f16_value(uint16_t bits) {
+  return decode(bits, 10, 5);
+}
+uint16_t bf16_bits(double v) {
+  return static_cast<uint16_t>(encode(round_to_bf16(v), 7, 8));
+}
+double bf16_value(uint16_t bits) {
+  return decode(bits, 7, 8);
+}
 
 double round_to(FloatFormat f, double v) {
   switch (f) {
-    case FloatFormat::F16: return round_to_f16(v);
-    case FloatFormat::BF16: return round_to_bf16(v);
-    case FloatFormat::F32: return static_cast<double>(static_cast<float>(v));
-    case FloatFormat::F64: return v;
+    case FloatFormat::F16:
+      return round_to_f16(v);
+    case FloatFormat::BF16:
+      return round_to_bf16(v);
+    case FloatFormat::F32:
+      return static_cast<double>(static_cast<float>(v));
+    case FloatFormat::F64:
+      return v;
   }
   return v;
 }

@@ -21,8 +21,12 @@ struct bf16_t {
 // `exp_bits` exponent bits (ties to even), keeping subnormals; overflow gives infinity.
 double round_to_format(double v, int mant_bits, int exp_bits);
 
-inline double round_to_f16(double v) { return round_to_format(v, 10, 5); }
-inline double round_to_bf16(double v) { return round_to_format(v, 7, 8); }
+inline double round_to_f16(double v) {
+  return round_to_format(v, 10, 5);
+}
+inline double round_to_bf16(double v) {
+  return round_to_format(v, 7, 8);
+}
 
 uint16_t f16_bits(double v);  // rounds, then encodes
 double f16_value(uint16_t bits);

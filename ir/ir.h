@@ -140,7 +140,7 @@ struct Kernel {
   std::string name;
   std::vector<Param> params;
   std::array<uint32_t, 3> cube_dim{1, 1, 1};
-  std::vector<Type> value_types;  // indexed by ValueId
+  std::vector<Type> value_types;   // indexed by ValueId
   std::vector<std::string> files;  // file table: loc file index i names files[i - 1]
   Region body;
   // Name of the text the kernel was parsed from, for error positions; not printed.

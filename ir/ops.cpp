@@ -23,30 +23,46 @@ constexpr OpInfo kOpInfo[] = {
 bool class_accepts(OperandClass c, ElemType t) {
   const bool is32or64 = elem_bits(t) == 32 || elem_bits(t) == 64;
   switch (c) {
-    case OperandClass::Any: return true;
-    case OperandClass::Numeric: return !is_bool(t);
-    case OperandClass::Int: return is_int(t);
-    case OperandClass::Float: return is_float(t);
-    case OperandClass::IntOrBool: return !is_float(t);
-    case OperandClass::Bool: return is_bool(t);
+    case OperandClass::Any:
+      return true;
+    case OperandClass::Numeric:
+      return !is_bool(t);
+    case OperandClass::Int:
+      return is_int(t);
+    case OperandClass::Float:
+      return is_float(t);
+    case OperandClass::IntOrBool:
+      return !is_float(t);
+    case OperandClass::Bool:
+      return is_bool(t);
     case OperandClass::AtomicAdd:
-    case OperandClass::AtomicAny: return is32or64 && !is_bool(t);
-    case OperandClass::AtomicInt: return is32or64 && is_int(t);
+    case OperandClass::AtomicAny:
+      return is32or64 && !is_bool(t);
+    case OperandClass::AtomicInt:
+      return is32or64 && is_int(t);
   }
   return false;
 }
 
 std::string_view class_words(OperandClass c) {
   switch (c) {
-    case OperandClass::Any: return "any type";
-    case OperandClass::Numeric: return "integers or floats";
-    case OperandClass::Int: return "integers";
-    case OperandClass::Float: return "floats (f16, bf16, f32, f64)";
-    case OperandClass::IntOrBool: return "integers or bool";
-    case OperandClass::Bool: return "bool";
+    case OperandClass::Any:
+      return "any type";
+    case OperandClass::Numeric:
+      return "integers or floats";
+    case OperandClass::Int:
+      return "integers";
+    case OperandClass::Float:
+      return "floats (f16, bf16, f32, f64)";
+    case OperandClass::IntOrBool:
+      return "integers or bool";
+    case OperandClass::Bool:
+      return "bool";
     case OperandClass::AtomicAdd:
-    case OperandClass::AtomicAny: return "32- or 64-bit integers or floats";
-    case OperandClass::AtomicInt: return "32- or 64-bit integers";
+    case OperandClass::AtomicAny:
+      return "32- or 64-bit integers or floats";
+    case OperandClass::AtomicInt:
+      return "32- or 64-bit integers";
   }
   return "?";
 }
@@ -86,7 +102,9 @@ int count_placeholders(std::string_view f) {
 
 }  // namespace
 
-const OpInfo& op_info(OpKind kind) { return kOpInfo[static_cast<int>(kind)]; }
+const OpInfo& op_info(OpKind kind) {
+  return kOpInfo[static_cast<int>(kind)];
+}
 
 std::optional<OpKind> parse_op_name(std::string_view name) {
   for (int i = 0; i < kNumOpKinds; ++i)
@@ -103,7 +121,8 @@ int sig_operand_count(Sig sig) {
     case Sig::AllocLocal:
     case Sig::Nullary:
     case Sig::Loop:
-    case Sig::Jump: return 0;
+    case Sig::Jump:
+      return 0;
     case Sig::Unary:
     case Sig::Cast:
     case Sig::Bitcast:
@@ -116,21 +135,26 @@ int sig_operand_count(Sig sig) {
     case Sig::VarRead:
     case Sig::PlaneReduce:
     case Sig::If:
-    case Sig::Assert: return 1;
+    case Sig::Assert:
+      return 1;
     case Sig::Binary:
     case Sig::Compare:
     case Sig::Insert:
     case Sig::Load:
     case Sig::VarWrite:
     case Sig::PlaneLane:
-    case Sig::Units: return 2;
+    case Sig::Units:
+      return 2;
     case Sig::Ternary:
     case Sig::Select:
     case Sig::Store:
     case Sig::Atomic:
-    case Sig::For: return 3;
-    case Sig::AtomicCas: return 4;
-    case Sig::Print: return -1;
+    case Sig::For:
+      return 3;
+    case Sig::AtomicCas:
+      return 4;
+    case Sig::Print:
+      return -1;
   }
   return 0;
 }
@@ -146,8 +170,10 @@ bool sig_has_result(Sig sig) {
     case Sig::Units:
     case Sig::Jump:
     case Sig::Print:
-    case Sig::Assert: return false;
-    default: return true;
+    case Sig::Assert:
+      return false;
+    default:
+      return true;
   }
 }
 
@@ -158,18 +184,23 @@ bool sig_result_is_explicit(Sig sig) {
     case Sig::Bitcast:
     case Sig::Broadcast:
     case Sig::AllocShared:
-    case Sig::AllocLocal: return true;
-    default: return false;
+    case Sig::AllocLocal:
+      return true;
+    default:
+      return false;
   }
 }
 
 int sig_region_count(Sig sig) {
   switch (sig) {
-    case Sig::If: return 2;
+    case Sig::If:
+      return 2;
     case Sig::For:
     case Sig::Loop:
-    case Sig::Units: return 1;
-    default: return 0;
+    case Sig::Units:
+      return 1;
+    default:
+      return 0;
   }
 }
 
@@ -187,15 +218,18 @@ bool int_literal_fits(ElemType t, uint64_t bits) {
 
 double round_float_literal(ElemType t, double v) {
   switch (t) {
-    case ElemType::F16: return round_to(FloatFormat::F16, v);
-    case ElemType::BF16: return round_to(FloatFormat::BF16, v);
-    case ElemType::F32: return round_to(FloatFormat::F32, v);
-    default: return v;
+    case ElemType::F16:
+      return round_to(FloatFormat::F16, v);
+    case ElemType::BF16:
+      return round_to(FloatFormat::BF16, v);
+    case ElemType::F32:
+      return round_to(FloatFormat::F32, v);
+    default:
+      return v;
   }
 }
 
-std::string check_op_types(OpKind kind, std::span<const Type> ops, const Attr& attr,
-                           Type& result) {
+std::string check_op_types(OpKind kind, std::span<const Type> ops, const Attr& attr, Type& result) {
   const OpInfo& info = op_info(kind);
   const std::string name(info.name);
   const int want = sig_operand_count(info.sig);
@@ -231,10 +265,10 @@ std::string check_op_types(OpKind kind, std::span<const Type> ops, const Attr& a
       return fmt::format("the {} of '{}' must be u32, got {}", what, name, tn(ops[i]));
     return {};
   };
-#define KILN_REQ(expr)             \
-  do {                             \
-    std::string e_ = (expr);       \
-    if (!e_.empty()) return e_;    \
+#define KILN_REQ(expr)          \
+  do {                          \
+    std::string e_ = (expr);    \
+    if (!e_.empty()) return e_; \
   } while (0)
 
   Type out = Type::void_type();
@@ -292,8 +326,8 @@ std::string check_op_types(OpKind kind, std::span<const Type> ops, const Attr& a
         return fmt::format("the two choices of 'select' must have the same type, got {} and {}",
                            tn(ops[1]), tn(ops[2]));
       if (ops[0].lanes != 1 && ops[0].lanes != ops[1].lanes)
-        return fmt::format("the condition of 'select' is {} but the choices are {}",
-                           tn(ops[0]), tn(ops[1]));
+        return fmt::format("the condition of 'select' is {} but the choices are {}", tn(ops[0]),
+                           tn(ops[1]));
       out = ops[1];
       break;
     case Sig::Cast:
@@ -304,18 +338,17 @@ std::string check_op_types(OpKind kind, std::span<const Type> ops, const Attr& a
       if (declared.lanes != ops[0].lanes)
         return fmt::format("'{}' keeps the line width: {} cannot become {}", name, tn(ops[0]),
                            tn(declared));
-      if (info.sig == Sig::Bitcast &&
-          (is_bool(ops[0].elem) || is_bool(declared.elem) ||
-           elem_bits(ops[0].elem) != elem_bits(declared.elem)))
-        return fmt::format("'bitcast' needs element types of the same bit width, not bool: {} "
-                           "to {}",
-                           tn(ops[0]), tn(declared));
+      if (info.sig == Sig::Bitcast && (is_bool(ops[0].elem) || is_bool(declared.elem) ||
+                                       elem_bits(ops[0].elem) != elem_bits(declared.elem)))
+        return fmt::format(
+            "'bitcast' needs element types of the same bit width, not bool: {} "
+            "to {}",
+            tn(ops[0]), tn(declared));
       out = declared;
       break;
     case Sig::Broadcast:
       KILN_REQ(need_value(0, OperandClass::Any));
-      if (ops[0].lanes != 1)
-        return fmt::format("'broadcast' takes a scalar, got {}", tn(ops[0]));
+      if (ops[0].lanes != 1) return fmt::format("'broadcast' takes a scalar, got {}", tn(ops[0]));
       if (!declared.is_value() || declared.elem != ops[0].elem)
         return fmt::format("'broadcast' of {} must produce a line of {}, not {}", tn(ops[0]),
                            tn(ops[0]), tn(declared));
@@ -348,8 +381,8 @@ std::string check_op_types(OpKind kind, std::span<const Type> ops, const Attr& a
         return fmt::format("'{}' must produce a {} type, not {}", name,
                            k == TypeKind::Shared ? "shared<...>" : "local<...>", tn(declared));
       if (declared.count == 0) return fmt::format("'{}' needs at least one line", name);
-      const uint64_t bytes =
-          uint64_t{declared.count} * declared.lanes * static_cast<uint64_t>(elem_bytes(declared.elem));
+      const uint64_t bytes = uint64_t{declared.count} * declared.lanes *
+                             static_cast<uint64_t>(elem_bytes(declared.elem));
       if (bytes > (uint64_t{1} << 30))
         return fmt::format("'{}' of {} bytes is too large", name, bytes);
       out = declared;
@@ -382,22 +415,21 @@ std::string check_op_types(OpKind kind, std::span<const Type> ops, const Attr& a
                            tn(ops[0]));
       KILN_REQ(need_u32(1, "index"));
       if (!(ops[2] == ops[0].line()))
-        return fmt::format("storing {} into memory of {}: the value must have the memory's "
-                           "line type",
-                           tn(ops[2]), tn(ops[0].line()));
+        return fmt::format(
+            "storing {} into memory of {}: the value must have the memory's "
+            "line type",
+            tn(ops[2]), tn(ops[0].line()));
       break;
     case Sig::Var:
       KILN_REQ(need_value(0, OperandClass::Any));
       out = Type::var(ops[0].elem, ops[0].lanes);
       break;
     case Sig::VarRead:
-      if (!ops[0].is_var())
-        return fmt::format("'var.read' takes a variable, got {}", tn(ops[0]));
+      if (!ops[0].is_var()) return fmt::format("'var.read' takes a variable, got {}", tn(ops[0]));
       out = ops[0].line();
       break;
     case Sig::VarWrite:
-      if (!ops[0].is_var())
-        return fmt::format("'var.write' takes a variable, got {}", tn(ops[0]));
+      if (!ops[0].is_var()) return fmt::format("'var.write' takes a variable, got {}", tn(ops[0]));
       if (!(ops[1] == ops[0].line()))
         return fmt::format("writing {} into {}: types differ", tn(ops[1]), tn(ops[0]));
       break;
@@ -406,12 +438,12 @@ std::string check_op_types(OpKind kind, std::span<const Type> ops, const Attr& a
       const Type& m = ops[0];
       if (!(m.is_global() || m.kind == TypeKind::Shared))
         return fmt::format("'{}' needs global or shared memory, got {}", name, tn(m));
-      if (m.read_only)
-        return fmt::format("'{}' cannot modify read-only memory {}", name, tn(m));
+      if (m.read_only) return fmt::format("'{}' cannot modify read-only memory {}", name, tn(m));
       if (m.lanes != 1)
-        return fmt::format("'{}' works on single elements: the memory's line width must be 1, "
-                           "got {}",
-                           name, tn(m));
+        return fmt::format(
+            "'{}' works on single elements: the memory's line width must be 1, "
+            "got {}",
+            name, tn(m));
       if (!class_accepts(info.operand_class, m.elem))
         return fmt::format("'{}' supports {}, not {}", name, class_words(info.operand_class),
                            elem_name(m.elem));
@@ -425,7 +457,8 @@ std::string check_op_types(OpKind kind, std::span<const Type> ops, const Attr& a
     }
     case Sig::Nullary:
     case Sig::Loop:
-    case Sig::Jump: break;
+    case Sig::Jump:
+      break;
     case Sig::PlaneLane:
       KILN_REQ(need_value(0, OperandClass::Any));
       KILN_REQ(need_u32(1, "lane"));

@@ -99,9 +99,13 @@ struct OpInfo {
 };
 
 const OpInfo& op_info(OpKind kind);
-inline std::string_view op_name(OpKind kind) { return op_info(kind).name; }
+inline std::string_view op_name(OpKind kind) {
+  return op_info(kind).name;
+}
 std::optional<OpKind> parse_op_name(std::string_view name);
-inline bool has_flag(OpKind kind, uint32_t flag) { return (op_info(kind).flags & flag) != 0; }
+inline bool has_flag(OpKind kind, uint32_t flag) {
+  return (op_info(kind).flags & flag) != 0;
+}
 
 // Number of value operands an op of this signature takes, or -1 for variadic (print).
 int sig_operand_count(Sig sig);

@@ -27,8 +27,12 @@ struct Token {
 bool ident_start(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
 }
-bool ident_char(char c) { return ident_start(c) || (c >= '0' && c <= '9') || c == '.'; }
-bool digit(char c) { return c >= '0' && c <= '9'; }
+bool ident_char(char c) {
+  return ident_start(c) || (c >= '0' && c <= '9') || c == '.';
+}
+bool digit(char c) {
+  return c >= '0' && c <= '9';
+}
 
 struct ParseError {
   Error error;
@@ -51,19 +55,25 @@ class Parser {
  private:
   // ---- errors ----
   [[noreturn]] void fail_at(uint32_t line, uint32_t col, const std::string& msg) {
-    throw ParseError{Error(ErrorKind::Parse,
-                           fmt::format("{}:{}:{}: error: {}", name_, line, col, msg))};
+    throw ParseError{
+        Error(ErrorKind::Parse, fmt::format("{}:{}:{}: error: {}", name_, line, col, msg))};
   }
   [[noreturn]] void fail(const std::string& msg) { fail_at(tok_.line, tok_.col, msg); }
 
   static std::string describe(const Token& t) {
     switch (t.kind) {
-      case Tok::Eof: return "end of input";
-      case Tok::String: return fmt::format("string \"{}\"", t.text.substr(0, 40));
-      case Tok::Value: return fmt::format("'%{}'", t.text);
-      case Tok::Global: return fmt::format("'@{}'", t.text);
-      case Tok::FileRef: return fmt::format("'#{}'", t.text);
-      default: return fmt::format("'{}'", t.text.substr(0, 40));
+      case Tok::Eof:
+        return "end of input";
+      case Tok::String:
+        return fmt::format("string \"{}\"", t.text.substr(0, 40));
+      case Tok::Value:
+        return fmt::format("'%{}'", t.text);
+      case Tok::Global:
+        return fmt::format("'@{}'", t.text);
+      case Tok::FileRef:
+        return fmt::format("'#{}'", t.text);
+      default:
+        return fmt::format("'{}'", t.text.substr(0, 40));
     }
   }
   [[noreturn]] void expected(const std::string& what) {
@@ -165,15 +175,23 @@ class Parser {
           if (pos_ >= src_.size()) fail_at(el, ec, "unterminated escape in string");
           bump();
           switch (e) {
-            case 'n': s += '\n'; break;
-            case 't': s += '\t'; break;
-            case '"': s += '"'; break;
-            case '\\': s += '\\'; break;
+            case 'n':
+              s += '\n';
+              break;
+            case 't':
+              s += '\t';
+              break;
+            case '"':
+              s += '"';
+              break;
+            case '\\':
+              s += '\\';
+              break;
             case 'x': {
               int v = 0;
               for (int i = 0; i < 2; ++i) {
                 const char h = peek();
-                int hv = digit(h) ? h - '0'
+                int hv = digit(h)                 ? h - '0'
                          : (h >= 'a' && h <= 'f') ? h - 'a' + 10
                          : (h >= 'A' && h <= 'F') ? h - 'A' + 10
                                                   : -1;
@@ -316,9 +334,9 @@ class Parser {
 
   ValueId define_value(const Token& name_tok, const Type& t) {
     if (names_.count(name_tok.text))
-      fail_at(name_tok.line, name_tok.col,
-              fmt::format("value %{} is defined twice; every value is defined once",
-                          name_tok.text));
+      fail_at(
+          name_tok.line, name_tok.col,
+          fmt::format("value %{} is defined twice; every value is defined once", name_tok.text));
     const ValueId v = k_.new_value(t);
     names_.emplace(name_tok.text, v);
     return v;
@@ -559,7 +577,8 @@ class Parser {
     auto bad = [&](const std::string& msg) { fail_at(at.line, at.col, msg); };
     if (!t.is_value()) return;  // the verifier reports a constant of a non-value type
     if (t.elem == ElemType::Bool) {
-      if (lit != "true" && lit != "false") bad(fmt::format("expected true or false, found '{}'", lit));
+      if (lit != "true" && lit != "false")
+        bad(fmt::format("expected true or false, found '{}'", lit));
       op.attr.i = lit == "true";
       return;
     }
@@ -578,8 +597,10 @@ class Parser {
         bad(fmt::format("expected an integer literal for {}, found '{}'", type_name(t), lit));
       if (ec != std::errc()) bad(fmt::format("integer literal {} does not fit in 64 bits", lit));
       if (neg) {
-        if (!is_signed(t.elem)) bad(fmt::format("constant {} is negative but {} is unsigned", lit, type_name(t)));
-        if (mag > (uint64_t{1} << 63)) bad(fmt::format("integer literal {} does not fit in 64 bits", lit));
+        if (!is_signed(t.elem))
+          bad(fmt::format("constant {} is negative but {} is unsigned", lit, type_name(t)));
+        if (mag > (uint64_t{1} << 63))
+          bad(fmt::format("integer literal {} does not fit in 64 bits", lit));
         op.attr.i = ~mag + 1;  // two's complement negation
       } else {
         if (is_signed(t.elem) && mag > static_cast<uint64_t>(INT64_MAX))

@@ -22,10 +22,14 @@ constexpr size_t kLocColumn = 56;
 
 FloatFormat float_format(ElemType t) {
   switch (t) {
-    case ElemType::F16: return FloatFormat::F16;
-    case ElemType::BF16: return FloatFormat::BF16;
-    case ElemType::F32: return FloatFormat::F32;
-    default: return FloatFormat::F64;
+    case ElemType::F16:
+      return FloatFormat::F16;
+    case ElemType::BF16:
+      return FloatFormat::BF16;
+    case ElemType::F32:
+      return FloatFormat::F32;
+    default:
+      return FloatFormat::F64;
   }
 }
 
@@ -50,8 +54,8 @@ class Printer {
       out_ += fmt::format("{}%{}: {}", i ? ", " : "", p.name,
                           p.value < k_.value_types.size() ? type_name(k_.type_of(p.value)) : "?");
     }
-    out_ += fmt::format(") cube_dim({}, {}, {}) {{\n", k_.cube_dim[0], k_.cube_dim[1],
-                        k_.cube_dim[2]);
+    out_ +=
+        fmt::format(") cube_dim({}, {}, {}) {{\n", k_.cube_dim[0], k_.cube_dim[1], k_.cube_dim[2]);
     region(k_.body, 1);
     out_ += "}\n";
     return std::move(out_);
@@ -126,11 +130,9 @@ class Printer {
         close_region(depth);
         return;
       case Sig::For: {
-        const std::string iv = !op.regions.empty() && !op.regions[0].args.empty()
-                                   ? name(op.regions[0].args[0])
-                                   : "%?";
-        std::string head =
-            fmt::format("for {} = {} to {} step {}", iv, opnd(0), opnd(1), opnd(2));
+        const std::string iv =
+            !op.regions.empty() && !op.regions[0].args.empty() ? name(op.regions[0].args[0]) : "%?";
+        std::string head = fmt::format("for {} = {} to {} step {}", iv, opnd(0), opnd(1), opnd(2));
         if (op.attr.i == kUnrollFull)
           head += " unroll full";
         else if (op.attr.i != 0)
@@ -141,9 +143,8 @@ class Printer {
         return;
       }
       case Sig::Units: {
-        const std::string u = !op.regions.empty() && !op.regions[0].args.empty()
-                                  ? name(op.regions[0].args[0])
-                                  : "%?";
+        const std::string u =
+            !op.regions.empty() && !op.regions[0].args.empty() ? name(op.regions[0].args[0]) : "%?";
         open_region(fmt::format("units {} = {} to {}", u, opnd(0), opnd(1)), op, depth);
         if (!op.regions.empty()) region(op.regions[0], depth + 1);
         close_region(depth);
@@ -154,7 +155,8 @@ class Printer {
         if (!op.regions.empty()) region(op.regions[0], depth + 1);
         close_region(depth);
         return;
-      default: break;
+      default:
+        break;
     }
 
     std::string s;
@@ -189,8 +191,7 @@ class Printer {
       s += parts[i];
     }
     if (op.result != kNoValue)
-      s += " : " +
-           (op.result < k_.value_types.size() ? type_name(k_.type_of(op.result)) : "?");
+      s += " : " + (op.result < k_.value_types.size() ? type_name(k_.type_of(op.result)) : "?");
     line_with_loc(std::move(s), op.loc, depth);
   }
 
@@ -225,10 +226,18 @@ std::string quote(std::string_view s) {
   std::string out = "\"";
   for (unsigned char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20 || c >= 0x7f)
           out += fmt::format("\\x{:02x}", c);
@@ -239,8 +248,12 @@ std::string quote(std::string_view s) {
   return out + "\"";
 }
 
-std::string print(const Kernel& k) { return Printer(k).run(); }
+std::string print(const Kernel& k) {
+  return Printer(k).run();
+}
 
-std::vector<std::string> value_names(const Kernel& k) { return Printer(k).names(); }
+std::vector<std::string> value_names(const Kernel& k) {
+  return Printer(k).names();
+}
 
 }  // namespace kiln::ir

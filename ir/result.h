@@ -39,7 +39,7 @@ struct Error {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}      // NOLINT: implicit by design
   Result(Error error) : v_(std::move(error)) {}  // NOLINT
 
   bool ok() const { return v_.index() == 0; }
@@ -94,19 +94,19 @@ class [[nodiscard]] Result<void> {
 using Status = Result<void>;
 
 // Aborts with file:line when an internal invariant is broken. Never for user input.
-#define KILN_CHECK(cond, msg)                                                                 \
-  do {                                                                                        \
-    if (!(cond)) {                                                                            \
+#define KILN_CHECK(cond, msg)                                                                  \
+  do {                                                                                         \
+    if (!(cond)) {                                                                             \
       std::fprintf(stderr, "kiln internal error at %s:%d: %s (%s)\n", __FILE__, __LINE__, msg, \
-                   #cond);                                                                    \
-      std::abort();                                                                           \
-    }                                                                                         \
+                   #cond);                                                                     \
+      std::abort();                                                                            \
+    }                                                                                          \
   } while (0)
 
 // Propagates an error from an expression returning Result<...>.
-#define KILN_TRY(expr)                                          \
-  do {                                                          \
-    auto kiln_try_result_ = (expr);                             \
+#define KILN_TRY(expr)                                                           \
+  do {                                                                           \
+    auto kiln_try_result_ = (expr);                                              \
     if (!kiln_try_result_.ok()) return std::move(kiln_try_result_).take_error(); \
   } while (0)
 
@@ -114,9 +114,9 @@ using Status = Result<void>;
 #define KILN_CONCAT(a, b) KILN_CONCAT_INNER(a, b)
 // KILN_ASSIGN(auto x, expr): binds the value or returns the error.
 #define KILN_ASSIGN(decl, expr) KILN_ASSIGN_IMPL(KILN_CONCAT(kiln_assign_, __LINE__), decl, expr)
-#define KILN_ASSIGN_IMPL(tmp, decl, expr)                      \
-  auto tmp = (expr);                                           \
-  if (!tmp.ok()) return std::move(tmp).take_error();           \
+#define KILN_ASSIGN_IMPL(tmp, decl, expr)            \
+  auto tmp = (expr);                                 \
+  if (!tmp.ok()) return std::move(tmp).take_error(); \
   decl = std::move(tmp).value()
 
 }  // namespace kiln

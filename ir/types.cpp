@@ -23,7 +23,9 @@ constexpr ElemInfo kElemInfo[] = {
 
 }  // namespace
 
-std::string_view elem_name(ElemType t) { return kElemInfo[static_cast<int>(t)].name; }
+std::string_view elem_name(ElemType t) {
+  return kElemInfo[static_cast<int>(t)].name;
+}
 
 std::optional<ElemType> parse_elem_type(std::string_view name) {
   for (int i = 0; i < kNumElemTypes; ++i)
@@ -31,9 +33,15 @@ std::optional<ElemType> parse_elem_type(std::string_view name) {
   return std::nullopt;
 }
 
-int elem_bits(ElemType t) { return kElemInfo[static_cast<int>(t)].bits; }
-int elem_bytes(ElemType t) { return t == ElemType::Bool ? 1 : elem_bits(t) / 8; }
-ElemClass elem_class(ElemType t) { return kElemInfo[static_cast<int>(t)].cls; }
+int elem_bits(ElemType t) {
+  return kElemInfo[static_cast<int>(t)].bits;
+}
+int elem_bytes(ElemType t) {
+  return t == ElemType::Bool ? 1 : elem_bits(t) / 8;
+}
+ElemClass elem_class(ElemType t) {
+  return kElemInfo[static_cast<int>(t)].cls;
+}
 
 namespace {
 std::string line_name(const Type& t) {
@@ -44,14 +52,20 @@ std::string line_name(const Type& t) {
 
 std::string type_name(const Type& t) {
   switch (t.kind) {
-    case TypeKind::Void: return "void";
-    case TypeKind::Value: return line_name(t);
+    case TypeKind::Void:
+      return "void";
+    case TypeKind::Value:
+      return line_name(t);
     case TypeKind::Tensor:
       return fmt::format("tensor<{}, {}{}>", line_name(t), t.rank, t.read_only ? ", ro" : "");
-    case TypeKind::Array: return fmt::format("array<{}{}>", line_name(t), t.read_only ? ", ro" : "");
-    case TypeKind::Shared: return fmt::format("shared<{}, {}>", line_name(t), t.count);
-    case TypeKind::Local: return fmt::format("local<{}, {}>", line_name(t), t.count);
-    case TypeKind::Var: return fmt::format("var<{}>", line_name(t));
+    case TypeKind::Array:
+      return fmt::format("array<{}{}>", line_name(t), t.read_only ? ", ro" : "");
+    case TypeKind::Shared:
+      return fmt::format("shared<{}, {}>", line_name(t), t.count);
+    case TypeKind::Local:
+      return fmt::format("local<{}, {}>", line_name(t), t.count);
+    case TypeKind::Var:
+      return fmt::format("var<{}>", line_name(t));
   }
   KILN_CHECK(false, "unknown type kind");
   return {};

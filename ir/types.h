@@ -35,15 +35,21 @@ enum class ElemClass : uint8_t { Bool, Signed, Unsigned, Float };
 
 std::string_view elem_name(ElemType t);
 std::optional<ElemType> parse_elem_type(std::string_view name);
-int elem_bits(ElemType t);          // bool counts as 1
-int elem_bytes(ElemType t);         // storage size; bool is 1 byte in memory
+int elem_bits(ElemType t);   // bool counts as 1
+int elem_bytes(ElemType t);  // storage size; bool is 1 byte in memory
 ElemClass elem_class(ElemType t);
-inline bool is_float(ElemType t) { return elem_class(t) == ElemClass::Float; }
+inline bool is_float(ElemType t) {
+  return elem_class(t) == ElemClass::Float;
+}
 inline bool is_int(ElemType t) {
   return elem_class(t) == ElemClass::Signed || elem_class(t) == ElemClass::Unsigned;
 }
-inline bool is_signed(ElemType t) { return elem_class(t) == ElemClass::Signed; }
-inline bool is_bool(ElemType t) { return t == ElemType::Bool; }
+inline bool is_signed(ElemType t) {
+  return elem_class(t) == ElemClass::Signed;
+}
+inline bool is_bool(ElemType t) {
+  return t == ElemType::Bool;
+}
 
 // The widest line is 16 lanes (a 512-bit vector of f32); widths are powers of two.
 inline constexpr int kMaxLanes = 16;

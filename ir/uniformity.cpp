@@ -13,13 +13,19 @@ namespace {
 using U = Uniformity;
 using Control = UniformityInfo::Control;
 
-U umax(U a, U b) { return a > b ? a : b; }
+U umax(U a, U b) {
+  return a > b ? a : b;
+}
 
-Control cmax(Control a, Control b) { return b.level > a.level ? b : a; }
+Control cmax(Control a, Control b) {
+  return b.level > a.level ? b : a;
+}
 
 class Analysis {
  public:
-  explicit Analysis(const Kernel& k) : k_(k) { info_.values.assign(k.value_types.size(), U::Uniform); }
+  explicit Analysis(const Kernel& k) : k_(k) {
+    info_.values.assign(k.value_types.size(), U::Uniform);
+  }
 
   UniformityInfo run() {
     // Each pass can only raise levels, and there are finitely many; the bound is a safety net.
@@ -78,7 +84,9 @@ class Analysis {
       case OpKind::PlaneMax:
       case OpKind::PlaneAny:
       case OpKind::PlaneAll:
-      case OpKind::PlaneBroadcast: raise(op.result, U::Plane); return;
+      case OpKind::PlaneBroadcast:
+        raise(op.result, U::Plane);
+        return;
       case OpKind::Load: {
         U u = get(opnd(1));
         const ValueId m = opnd(0);
@@ -92,9 +100,15 @@ class Analysis {
           raise(m, umax(eff.level, operands_level(op, 1)));
         return;
       }
-      case OpKind::Var: raise(op.result, umax(get(opnd(0)), eff.level)); return;
-      case OpKind::VarRead: raise(op.result, get(opnd(0))); return;
-      case OpKind::VarWrite: raise(opnd(0), umax(get(opnd(1)), eff.level)); return;
+      case OpKind::Var:
+        raise(op.result, umax(get(opnd(0)), eff.level));
+        return;
+      case OpKind::VarRead:
+        raise(op.result, get(opnd(0)));
+        return;
+      case OpKind::VarWrite:
+        raise(opnd(0), umax(get(opnd(1)), eff.level));
+        return;
       case OpKind::If: {
         Control inner = eff;
         const U c = get(opnd(0));
@@ -138,7 +152,8 @@ class Analysis {
         for (const Op* l : loops_) raise_loop(l, Control{eff.level, &op});
         if (eff.level > returned_.level) returned_ = Control{eff.level, &op};
         return;
-      default: break;
+      default:
+        break;
     }
     if (op.result == kNoValue) return;
     if (info.flags & op_flags::Varying) {
@@ -158,6 +173,8 @@ class Analysis {
 
 }  // namespace
 
-UniformityInfo analyze_uniformity(const Kernel& k) { return Analysis(k).run(); }
+UniformityInfo analyze_uniformity(const Kernel& k) {
+  return Analysis(k).run();
+}
 
 }  // namespace kiln::ir

@@ -27,9 +27,7 @@ bool is_identifier(const std::string& s) {
 class Verifier {
  public:
   explicit Verifier(const Kernel& k)
-      : k_(k),
-        defined_(k.value_types.size(), 0),
-        visible_(k.value_types.size(), 0) {}
+      : k_(k), defined_(k.value_types.size(), 0), visible_(k.value_types.size(), 0) {}
 
   Status run() {
     check_kernel();
@@ -115,7 +113,8 @@ class Verifier {
 
   void define(ValueId v, const Op& op) {
     if (v >= k_.value_types.size()) {
-      op_error(op, fmt::format("'{}' defines value #{}, which does not exist", op_name(op.kind), v));
+      op_error(op,
+               fmt::format("'{}' defines value #{}, which does not exist", op_name(op.kind), v));
       return;
     }
     if (defined_[v]) {
@@ -241,16 +240,14 @@ class Verifier {
     // Lowered kernels (with units loops) run their body once per cube: what refers to one
     // unit must be inside a units loop, and barriers and plane ops are gone.
     if (lowered_) {
-      if (op.kind == OpKind::Units && in_units)
-        op_error(op, "'units' loops do not nest");
+      if (op.kind == OpKind::Units && in_units) op_error(op, "'units' loops do not nest");
       if (op.kind == OpKind::UnitPos || op.kind == OpKind::AbsolutePos ||
           op.kind == OpKind::PlaneLane || op.kind == OpKind::PlanePos ||
           has_flag(op.kind, op_flags::Barrier) || has_flag(op.kind, op_flags::PlaneOp))
         op_error(op, fmt::format("'{}' cannot appear in a lowered kernel (one with units "
                                  "loops); compute it from the unit index",
                                  info.name));
-      if (op.kind == OpKind::Break && in_units)
-        op_error(op, "'break' cannot leave a units loop");
+      if (op.kind == OpKind::Break && in_units) op_error(op, "'break' cannot leave a units loop");
     }
     // Placement.
     if (op.kind == OpKind::AllocLocal && units_body) {
@@ -260,15 +257,16 @@ class Verifier {
                                "flow: memory is allocated once per {}",
                                info.name, op.kind == OpKind::AllocShared ? "cube" : "unit"));
     if ((op.kind == OpKind::Break || op.kind == OpKind::Continue) && loops == 0)
-      op_error(op, fmt::format("'{}' outside a loop; it must be inside a 'for' or 'loop'",
-                               info.name));
+      op_error(op,
+               fmt::format("'{}' outside a loop; it must be inside a 'for' or 'loop'", info.name));
   }
 
   std::string cause_words(const Op* cause) const {
     if (!cause) return "control flow that depends on the unit";
     const std::string at = k_.where(*cause);
     switch (cause->kind) {
-      case OpKind::If: return fmt::format("the condition of the 'if' at {} depends on the unit", at);
+      case OpKind::If:
+        return fmt::format("the condition of the 'if' at {} depends on the unit", at);
       case OpKind::For:
         return fmt::format("the bounds of the 'for' at {} depend on the unit", at);
       case OpKind::Return:
@@ -298,8 +296,9 @@ class Verifier {
       }
       if (op.kind == OpKind::PlaneBroadcast && op.operands.size() == 2 &&
           u.of(op.operands[1]) == Uniformity::Varying)
-        op_error(op, "the lane of 'plane.broadcast' differs between units; it must be the same "
-                     "for the whole plane (use 'plane.shuffle' for a per-unit lane)");
+        op_error(op,
+                 "the lane of 'plane.broadcast' differs between units; it must be the same "
+                 "for the whole plane (use 'plane.shuffle' for a per-unit lane)");
     });
   }
 
@@ -313,6 +312,8 @@ class Verifier {
 
 }  // namespace
 
-Status verify(const Kernel& k) { return Verifier(k).run(); }
+Status verify(const Kernel& k) {
+  return Verifier(k).run();
+}
 
 }  // namespace kiln::ir

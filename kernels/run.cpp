@@ -20,7 +20,9 @@ namespace {
 using ir::ElemType;
 using Clock = std::chrono::steady_clock;
 
-double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
 
 std::map<std::string, RunRecipe, std::less<>>& recipes() {
   static auto* r = new std::map<std::string, RunRecipe, std::less<>>;
@@ -36,20 +38,47 @@ std::mutex& recipes_mu() {
 void put_elem(ElemType t, double v, void* p) {
   auto put = [&](auto x) { std::memcpy(p, &x, sizeof x); };
   switch (t) {
-    case ElemType::Bool: put(static_cast<uint8_t>(v != 0)); break;
-    case ElemType::I8: put(static_cast<int8_t>(v)); break;
-    case ElemType::I16: put(static_cast<int16_t>(v)); break;
-    case ElemType::I32: put(static_cast<int32_t>(v)); break;
-    case ElemType::I64: put(static_cast<int64_t>(v)); break;
-    case ElemType::U8: put(static_cast<uint8_t>(v)); break;
-    case ElemType::U16: put(static_cast<uint16_t>(v)); break;
-    case ElemType::U32: put(static_cast<uint32_t>(v)); break;
-    case ElemType::U64: put(static_cast<uint64_t>(v)); break;
-    case ElemType::F16: put(f16_bits(v)); break;
-    case ElemType::BF16: put(bf16_bits(v)); break;
-    case ElemType::F32: put(static_cast<float>(v)); break;
-    case ElemType::F64: put(v); break;
-    default: KILN_CHECK(false, "kiln run: an element type tensors cannot hold");
+    case ElemType::Bool:
+      put(static_cast<uint8_t>(v != 0));
+      break;
+    case ElemType::I8:
+      put(static_cast<int8_t>(v));
+      break;
+    case ElemType::I16:
+      put(static_cast<int16_t>(v));
+      break;
+    case ElemType::I32:
+      put(static_cast<int32_t>(v));
+      break;
+    case ElemType::I64:
+      put(static_cast<int64_t>(v));
+      break;
+    case ElemType::U8:
+      put(static_cast<uint8_t>(v));
+      break;
+    case ElemType::U16:
+      put(static_cast<uint16_t>(v));
+      break;
+    case ElemType::U32:
+      put(static_cast<uint32_t>(v));
+      break;
+    case ElemType::U64:
+      put(static_cast<uint64_t>(v));
+      break;
+    case ElemType::F16:
+      put(f16_bits(v));
+      break;
+    case ElemType::BF16:
+      put(bf16_bits(v));
+      break;
+    case ElemType::F32:
+      put(static_cast<float>(v));
+      break;
+    case ElemType::F64:
+      put(v);
+      break;
+    default:
+      KILN_CHECK(false, "kiln run: an element type tensors cannot hold");
   }
 }
 
@@ -59,15 +88,24 @@ double get_elem(ElemType t, const void* p) {
     return static_cast<double>(x);
   };
   switch (t) {
-    case ElemType::Bool: return get(uint8_t{});
-    case ElemType::I8: return get(int8_t{});
-    case ElemType::I16: return get(int16_t{});
-    case ElemType::I32: return get(int32_t{});
-    case ElemType::I64: return get(int64_t{});
-    case ElemType::U8: return get(uint8_t{});
-    case ElemType::U16: return get(uint16_t{});
-    case ElemType::U32: return get(uint32_t{});
-    case ElemType::U64: return get(uint64_t{});
+    case ElemType::Bool:
+      return get(uint8_t{});
+    case ElemType::I8:
+      return get(int8_t{});
+    case ElemType::I16:
+      return get(int16_t{});
+    case ElemType::I32:
+      return get(int32_t{});
+    case ElemType::I64:
+      return get(int64_t{});
+    case ElemType::U8:
+      return get(uint8_t{});
+    case ElemType::U16:
+      return get(uint16_t{});
+    case ElemType::U32:
+      return get(uint32_t{});
+    case ElemType::U64:
+      return get(uint64_t{});
     case ElemType::F16: {
       uint16_t b;
       std::memcpy(&b, p, 2);
@@ -78,9 +116,12 @@ double get_elem(ElemType t, const void* p) {
       std::memcpy(&b, p, 2);
       return bf16_value(b);
     }
-    case ElemType::F32: return get(float{});
-    case ElemType::F64: return get(double{});
-    default: KILN_CHECK(false, "kiln run: an element type tensors cannot hold");
+    case ElemType::F32:
+      return get(float{});
+    case ElemType::F64:
+      return get(double{});
+    default:
+      KILN_CHECK(false, "kiln run: an element type tensors cannot hold");
   }
   return 0;
 }
@@ -104,11 +145,16 @@ std::pair<double, double> default_range(ElemType t) {
 // Tolerances by element type: a few units in the last place of a sum of a few thousand terms.
 std::pair<double, double> default_tolerance(ElemType t) {
   switch (t) {
-    case ElemType::F64: return {1e-12, 1e-12};
-    case ElemType::F32: return {2e-5, 1e-5};
-    case ElemType::F16: return {4e-3, 2e-3};
-    case ElemType::BF16: return {3e-2, 1e-2};
-    default: return {0, 0};
+    case ElemType::F64:
+      return {1e-12, 1e-12};
+    case ElemType::F32:
+      return {2e-5, 1e-5};
+    case ElemType::F16:
+      return {4e-3, 2e-3};
+    case ElemType::BF16:
+      return {3e-2, 1e-2};
+    default:
+      return {0, 0};
   }
 }
 
@@ -128,7 +174,8 @@ Result<std::vector<double>> download_values(const Tensor& t) {
   std::vector<unsigned char> bytes(static_cast<size_t>(t.numel()) * t.element_bytes());
   KILN_TRY(t.download(bytes.data(), bytes.size()));
   std::vector<double> v(static_cast<size_t>(t.numel()));
-  for (size_t i = 0; i < v.size(); ++i) v[i] = get_elem(t.dtype(), bytes.data() + i * t.element_bytes());
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = get_elem(t.dtype(), bytes.data() + i * t.element_bytes());
   return v;
 }
 
@@ -173,12 +220,14 @@ double RunData::scalar(std::string_view name) const {
 }
 int64_t RunData::comptime(std::string_view name) const {
   auto it = comptimes.find(name);
-  KILN_CHECK(it != comptimes.end(), "a run recipe names a comptime parameter the kernel does not have");
+  KILN_CHECK(it != comptimes.end(),
+             "a run recipe names a comptime parameter the kernel does not have");
   if (it->second == "true") return 1;
   if (it->second == "false") return 0;
   char* end = nullptr;
   const long long v = std::strtoll(it->second.c_str(), &end, 10);
-  KILN_CHECK(end != it->second.c_str() && *end == '\0', "a run recipe reads a non-integer comptime value as an integer");
+  KILN_CHECK(end != it->second.c_str() && *end == '\0',
+             "a run recipe reads a non-integer comptime value as an integer");
   return v;
 }
 int RunData::line(std::string_view tensor) const {
@@ -204,7 +253,9 @@ RunRecipe& RunRecipe::values(std::string tensor, double lo, double hi) {
   ranges_[std::move(tensor)] = {lo, hi};
   return *this;
 }
-RunRecipe& RunRecipe::zeros(std::string tensor) { return values(std::move(tensor), 0, 0); }
+RunRecipe& RunRecipe::zeros(std::string tensor) {
+  return values(std::move(tensor), 0, 0);
+}
 RunRecipe& RunRecipe::scalar(std::string name, double value) {
   scalars_[std::move(name)] = value;
   return *this;
@@ -229,7 +280,8 @@ RunRecipe& RunRecipe::tolerance(double rel, double abs) {
 RunRecipe& run_recipe(std::string_view kernel) {
   std::lock_guard<std::mutex> lock(recipes_mu());
   auto it = recipes().find(kernel);
-  if (it == recipes().end()) it = recipes().emplace(std::string(kernel), RunRecipe(std::string(kernel))).first;
+  if (it == recipes().end())
+    it = recipes().emplace(std::string(kernel), RunRecipe(std::string(kernel))).first;
   return it->second;
 }
 
@@ -264,7 +316,9 @@ Result<RunResult> run(Runtime& rt, std::string_view name, const RunConfig& confi
     bool match = true;
     for (const auto& [pname, tname] : config.dtypes) {
       auto t = ir::parse_elem_type(tname);
-      if (!t) return usage(name, fmt::format("'{}' is not an element type (--dtype {}={})", tname, pname, tname));
+      if (!t)
+        return usage(
+            name, fmt::format("'{}' is not an element type (--dtype {}={})", tname, pname, tname));
       for (const auto& p : in.params)
         if (p.name == pname && p.runtime() && p.dtype != *t) match = false;
     }
@@ -276,7 +330,8 @@ Result<RunResult> run(Runtime& rt, std::string_view name, const RunConfig& confi
   if (!inst) {
     std::string have;
     for (const auto& in : def.instantiations) have += fmt::format("\n  ({})", in.dtype_summary());
-    return usage(name, fmt::format("no instantiation has the requested element types; it has:{}", have));
+    return usage(name,
+                 fmt::format("no instantiation has the requested element types; it has:{}", have));
   }
   const auto& params = inst->params;
   auto find_param = [&](std::string_view n) -> const dsl::ParamInfo* {
@@ -287,7 +342,8 @@ Result<RunResult> run(Runtime& rt, std::string_view name, const RunConfig& confi
   std::string param_names;
   for (const auto& p : params) param_names += (param_names.empty() ? "" : ", ") + p.name;
   auto unknown = [&](const char* option, const std::string& n) {
-    return usage(name, fmt::format("{} names '{}', which is not a parameter (parameters: {})", option, n, param_names));
+    return usage(name, fmt::format("{} names '{}', which is not a parameter (parameters: {})",
+                                   option, n, param_names));
   };
   auto is_memory = [](const dsl::ParamInfo& p) {
     return p.kind == dsl::ParamKind::Tensor || p.kind == dsl::ParamKind::Array;
@@ -310,12 +366,16 @@ Result<RunResult> run(Runtime& rt, std::string_view name, const RunConfig& confi
     if (p.kind == dsl::ParamKind::Comptime) {
       if (given != config.set.end()) {
         auto v = p.parse(given->second);
-        if (!v) return usage(name, fmt::format("--set {}={}: {}", p.name, given->second, v.error().message));
+        if (!v)
+          return usage(name,
+                       fmt::format("--set {}={}: {}", p.name, given->second, v.error().message));
         comptime_values[i] = *v;
       } else if (p.default_value) {
         comptime_values[i] = *p.default_value;
       } else {
-        return usage(name, fmt::format("comptime parameter '{}' has no default; pass --set {}=VALUE", p.name, p.name));
+        return usage(
+            name, fmt::format("comptime parameter '{}' has no default; pass --set {}=VALUE", p.name,
+                              p.name));
       }
       data.comptimes[p.name] = comptime_values[i].format();
     } else if (p.kind == dsl::ParamKind::Scalar) {
@@ -329,15 +389,19 @@ Result<RunResult> run(Runtime& rt, std::string_view name, const RunConfig& confi
       } else if (recipe && A::scalars(*recipe).count(p.name)) {
         v = A::scalars(*recipe).find(p.name)->second;
       } else {
-        return usage(name, fmt::format("scalar parameter '{}' has no default; pass --set {}=VALUE", p.name, p.name));
+        return usage(name, fmt::format("scalar parameter '{}' has no default; pass --set {}=VALUE",
+                                       p.name, p.name));
       }
       data.scalars[p.name] = v;
     }
   }
   // The cube size.
-  if (config.cube_dim) data.cube_dim = *config.cube_dim;
-  else if (recipe && A::cube_dim(*recipe)) data.cube_dim = A::cube_dim(*recipe)(data);
-  else data.cube_dim = Dim3(def.default_cube_dim[0], def.default_cube_dim[1], def.default_cube_dim[2]);
+  if (config.cube_dim)
+    data.cube_dim = *config.cube_dim;
+  else if (recipe && A::cube_dim(*recipe))
+    data.cube_dim = A::cube_dim(*recipe)(data);
+  else
+    data.cube_dim = Dim3(def.default_cube_dim[0], def.default_cube_dim[1], def.default_cube_dim[2]);
   // Shapes: given, else declared (constants first, then computed in declaration order).
   for (const auto& [n, dims] : config.shapes) data.shapes[n] = dims;
   // Line widths follow from shapes: the runner's tensors start on 64-byte boundaries, so the
@@ -346,7 +410,8 @@ Result<RunResult> run(Runtime& rt, std::string_view name, const RunConfig& confi
   auto resolve_lines = [&] {
     int common = 16;
     for (const auto& p : params)
-      if (is_memory(p) && p.default_line == 0 && !config.lines.count(p.name) && data.shapes.count(p.name)) {
+      if (is_memory(p) && p.default_line == 0 && !config.lines.count(p.name) &&
+          data.shapes.count(p.name)) {
         const auto& shape = data.shapes[p.name];
         int w = rt.max_lanes(p.dtype);
         while (w > 1 && (shape.empty() || shape.back() % w != 0)) w /= 2;
@@ -370,22 +435,28 @@ Result<RunResult> run(Runtime& rt, std::string_view name, const RunConfig& confi
       // A shape that follows from the others cannot be chosen apart from them: the kernel
       // would index past the tensor.
       if (given != data.shapes.end() && given->second != derived)
-        return usage(name, fmt::format("tensor '{}' must be {} with these arguments (its shape follows from the "
-                                       "others); drop --shape {} or make it {}",
-                                       decl.name, dims_text(derived), decl.name, dims_text(derived)));
+        return usage(
+            name,
+            fmt::format("tensor '{}' must be {} with these arguments (its shape follows from the "
+                        "others); drop --shape {} or make it {}",
+                        decl.name, dims_text(derived), decl.name, dims_text(derived)));
       data.shapes[decl.name] = std::move(derived);
     }
   }
   for (const auto& p : params)
     if (is_memory(p) && !data.shapes.count(p.name))
-      return usage(name, fmt::format("tensor '{}' has no shape; pass --shape {}=AxB", p.name, p.name));
+      return usage(name,
+                   fmt::format("tensor '{}' has no shape; pass --shape {}=AxB", p.name, p.name));
   resolve_lines();
 
   // Tensors with random inputs.
   RunResult result;
   result.kernel = def.name;
   result.device = rt.device().name;
-  result.seed = config.seed ? config.seed : (uint64_t{std::random_device{}()} << 20 | std::random_device{}()) % 1000000007 + 1;
+  result.seed =
+      config.seed
+          ? config.seed
+          : (uint64_t{std::random_device{}()} << 20 | std::random_device{}()) % 1000000007 + 1;
   result.cube_dim = data.cube_dim;
   // splitmix64: fast, and the same sequence everywhere for a seed.
   uint64_t rng_state = result.seed;
@@ -402,10 +473,12 @@ Result<RunResult> run(Runtime& rt, std::string_view name, const RunConfig& confi
     if (!is_memory(p)) continue;
     const auto& shape = data.shapes[p.name];
     if (p.kind == dsl::ParamKind::Array && shape.size() != 1)
-      return usage(name, fmt::format("array '{}' takes a 1-D shape, got {}", p.name, dims_text(shape)));
+      return usage(name,
+                   fmt::format("array '{}' takes a 1-D shape, got {}", p.name, dims_text(shape)));
     KILN_ASSIGN(Tensor t, rt.empty(p.dtype, std::span<const int64_t>(shape)));
     auto [lo, hi] = default_range(p.dtype);
-    if (recipe && A::ranges(*recipe).count(p.name)) std::tie(lo, hi) = A::ranges(*recipe).find(p.name)->second;
+    if (recipe && A::ranges(*recipe).count(p.name))
+      std::tie(lo, hi) = A::ranges(*recipe).find(p.name)->second;
     std::vector<double> v(static_cast<size_t>(t.numel()));
     for (double& x : v) {
       x = lo + (hi - lo) * uniform01();
@@ -424,9 +497,13 @@ Result<RunResult> run(Runtime& rt, std::string_view name, const RunConfig& confi
   for (const auto& p : params)
     if (is_memory(p)) lo.lines.emplace_back(p.name, data.lines[p.name]);
   // The grid.
-  if (config.cubes) result.cubes = *config.cubes;
-  else if (recipe && A::cubes(*recipe)) result.cubes = A::cubes(*recipe)(data);
-  else return usage(name, "the kernel declares no cube count (KILN_RUN ... .cubes); pass --cubes X[xYxZ]");
+  if (config.cubes)
+    result.cubes = *config.cubes;
+  else if (recipe && A::cubes(*recipe))
+    result.cubes = A::cubes(*recipe)(data);
+  else
+    return usage(name,
+                 "the kernel declares no cube count (KILN_RUN ... .cubes); pass --cubes X[xYxZ]");
 
   // The arguments.
   std::vector<LaunchArg> args(params.size());
@@ -436,8 +513,9 @@ Result<RunResult> run(Runtime& rt, std::string_view name, const RunConfig& confi
     if (is_memory(p)) {
       a.kind = LaunchArg::Kind::Tensor;
       a.tensor = &tensors.find(p.name)->second;
-      result.arguments += fmt::format("{}{}: {}[{}] line {}", result.arguments.empty() ? "" : ", ", p.name,
-                                      ir::elem_name(p.dtype), dims_text(data.shapes[p.name]), data.lines[p.name]);
+      result.arguments +=
+          fmt::format("{}{}: {}[{}] line {}", result.arguments.empty() ? "" : ", ", p.name,
+                      ir::elem_name(p.dtype), dims_text(data.shapes[p.name]), data.lines[p.name]);
     } else if (p.kind == dsl::ParamKind::Scalar) {
       const double v = data.scalars[p.name];
       a.kind = LaunchArg::Kind::Number;
@@ -451,17 +529,21 @@ Result<RunResult> run(Runtime& rt, std::string_view name, const RunConfig& confi
         a.num = LaunchArg::Num::Int;
         a.i = static_cast<int64_t>(v);
       } else {
-        if (v < 0) return usage(name, fmt::format("scalar '{}' is {} and cannot be negative", p.name, ir::elem_name(p.dtype)));
+        if (v < 0)
+          return usage(name, fmt::format("scalar '{}' is {} and cannot be negative", p.name,
+                                         ir::elem_name(p.dtype)));
         a.num = LaunchArg::Num::UInt;
         a.u = static_cast<uint64_t>(v);
       }
       if (!ir::is_float(p.dtype) && std::trunc(v) != v)
-        return usage(name, fmt::format("scalar '{}' is {} and takes an integer, got {}", p.name, ir::elem_name(p.dtype), v));
+        return usage(name, fmt::format("scalar '{}' is {} and takes an integer, got {}", p.name,
+                                       ir::elem_name(p.dtype), v));
       result.arguments += fmt::format("{}{} = {}", result.arguments.empty() ? "" : ", ", p.name, v);
     } else {
       a.kind = LaunchArg::Kind::Value;
       a.comptime = comptime_values[i];
-      result.arguments += fmt::format("{}{} = {}", result.arguments.empty() ? "" : ", ", p.name, a.comptime.format());
+      result.arguments += fmt::format("{}{} = {}", result.arguments.empty() ? "" : ", ", p.name,
+                                      a.comptime.format());
     }
   }
 
@@ -489,7 +571,7 @@ Result<RunResult> run(Runtime& rt, std::string_view name, const RunConfig& confi
   if (recipe && A::reference(*recipe)) {
     result.has_reference = true;
     RunData want = data;
-    A::reference(*recipe)(want);
+    A::reference (*recipe)(want);
     for (const auto& p : params) {
       if (!is_memory(p) || p.const_qualified) continue;
       const Tensor& t = tensors.find(p.name)->second;
@@ -497,11 +579,13 @@ Result<RunResult> run(Runtime& rt, std::string_view name, const RunConfig& confi
       const std::vector<double>& w = want[p.name];
       TensorCheck c;
       c.name = p.name;
-      std::tie(c.rel_tol, c.abs_tol) = A::tolerance(*recipe) ? *A::tolerance(*recipe) : default_tolerance(p.dtype);
+      std::tie(c.rel_tol, c.abs_tol) =
+          A::tolerance(*recipe) ? *A::tolerance(*recipe) : default_tolerance(p.dtype);
       for (size_t i = 0; i < got.size(); ++i) {
         const double want_i = round_to_elem(p.dtype, w[i]);
         const double err = std::fabs(got[i] - want_i);
-        const bool bad = !(err <= c.abs_tol + c.rel_tol * std::fabs(want_i)) && !(std::isnan(got[i]) && std::isnan(want_i));
+        const bool bad = !(err <= c.abs_tol + c.rel_tol * std::fabs(want_i)) &&
+                         !(std::isnan(got[i]) && std::isnan(want_i));
         c.max_abs_error = std::max(c.max_abs_error, std::isnan(err) ? INFINITY : err);
         if (want_i != 0) c.max_rel_error = std::max(c.max_rel_error, err / std::fabs(want_i));
         if (bad) {
@@ -523,7 +607,8 @@ Result<RunResult> run(Runtime& rt, std::string_view name, const RunConfig& confi
     KILN_TRY(rt.sync());
   }
   for (int r = 0; r < config.repeat; ++r) {
-    for (const auto& [n, bytes] : initial) KILN_TRY(tensors.find(n)->second.upload(bytes.data(), bytes.size()));
+    for (const auto& [n, bytes] : initial)
+      KILN_TRY(tensors.find(n)->second.upload(bytes.data(), bytes.size()));
     t0 = Clock::now();
     KILN_TRY(rt.launch_args(kernel, result.cubes, result.cube_dim, lo, args));
     KILN_TRY(rt.sync());

@@ -37,7 +37,9 @@ class RunData {
   std::vector<double>& operator[](std::string_view tensor);
   const std::vector<double>& operator[](std::string_view tensor) const;
   const std::vector<int64_t>& shape(std::string_view tensor) const;
-  int64_t dim(std::string_view tensor, int d) const { return shape(tensor).at(static_cast<size_t>(d)); }
+  int64_t dim(std::string_view tensor, int d) const {
+    return shape(tensor).at(static_cast<size_t>(d));
+  }
   int64_t numel(std::string_view tensor) const;
   double scalar(std::string_view name) const;
   // An integer comptime parameter (or a bool, as 0 or 1).
@@ -54,7 +56,9 @@ class RunData {
   std::map<std::string, int, std::less<>> lines;
 };
 
-inline uint32_t ceil_div(int64_t a, int64_t b) { return static_cast<uint32_t>((a + b - 1) / b); }
+inline uint32_t ceil_div(int64_t a, int64_t b) {
+  return static_cast<uint32_t>((a + b - 1) / b);
+}
 
 class RunRecipe {
  public:
@@ -103,19 +107,19 @@ const RunRecipe* find_run_recipe(std::string_view kernel);
 
 #define KILN_RUN_CAT2(a, b) a##b
 #define KILN_RUN_CAT(a, b) KILN_RUN_CAT2(a, b)
-#define KILN_RUN(kernel)                                                  \
+#define KILN_RUN(kernel)                                                                  \
   [[maybe_unused]] static ::kiln::kernels::RunRecipe& KILN_RUN_CAT(kiln_run_, __LINE__) = \
       ::kiln::kernels::run_recipe(#kernel)
 
 struct RunConfig {
-  std::map<std::string, std::string> set;                  // scalars and comptime values
-  std::map<std::string, std::vector<int64_t>> shapes;      // tensor shapes
-  std::map<std::string, std::string> dtypes;               // element types (generic kernels)
-  std::map<std::string, int> lines;                        // line widths
+  std::map<std::string, std::string> set;              // scalars and comptime values
+  std::map<std::string, std::vector<int64_t>> shapes;  // tensor shapes
+  std::map<std::string, std::string> dtypes;           // element types (generic kernels)
+  std::map<std::string, int> lines;                    // line widths
   std::optional<Dim3> cubes, cube_dim;
   bool checked = false;
-  int repeat = 10;     // timed launches after the first
-  uint64_t seed = 0;   // 0: a fresh seed
+  int repeat = 10;            // timed launches after the first
+  uint64_t seed = 0;          // 0: a fresh seed
   bool keep_outputs = false;  // RunResult::outputs (to compare devices)
 };
 
@@ -132,10 +136,10 @@ struct RunResult {
   std::string kernel, device;
   Dim3 cubes, cube_dim;
   uint64_t seed = 0;
-  std::string arguments;  // "x: f32[4194304] line 16, y: ..., a = 2"
-  double first_ms = 0;    // the first launch, compiling included
-  bool validated = false; // the first launch ran checked because the caller chose the grid
-  CompileReport compile;  // where the first launch's time went (when it compiled)
+  std::string arguments;   // "x: f32[4194304] line 16, y: ..., a = 2"
+  double first_ms = 0;     // the first launch, compiling included
+  bool validated = false;  // the first launch ran checked because the caller chose the grid
+  CompileReport compile;   // where the first launch's time went (when it compiled)
   bool compiled = false;
   bool has_reference = false;
   std::vector<TensorCheck> checks;

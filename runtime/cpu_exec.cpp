@@ -38,9 +38,12 @@ constexpr uint64_t kMaxIndex = 0xffffffffu;  // IR indices, shapes and strides a
 
 const char* kind_words(const ir::Type& t) {
   switch (t.kind) {
-    case ir::TypeKind::Tensor: return "a tensor";
-    case ir::TypeKind::Array: return "an array";
-    default: return "a scalar";
+    case ir::TypeKind::Tensor:
+      return "a tensor";
+    case ir::TypeKind::Array:
+      return "an array";
+    default:
+      return "a scalar";
   }
 }
 
@@ -82,7 +85,8 @@ Status pack_cpu_args_into(const cpu::CompiledKernel& k, const std::array<uint32_
 Status pack_args_into(const abi::KernelInfo& info, const std::array<uint32_t, 3>& cube_count,
                       std::span<const HostArg> args, std::span<uint64_t> slots) {
   if (slots.size() < info.layout.slot_count)
-    return Error(ErrorKind::Unsupported, fmt::format("kernel '{}' needs {} argument slots", info.name, info.layout.slot_count));
+    return Error(ErrorKind::Unsupported, fmt::format("kernel '{}' needs {} argument slots",
+                                                     info.name, info.layout.slot_count));
   const auto& params = info.layout.params;
   if (args.size() != params.size())
     return Error(ErrorKind::InvalidArgument,
@@ -110,40 +114,47 @@ Status pack_args_into(const abi::KernelInfo& info, const std::array<uint32_t, 3>
       if (v->rank < 0)
         return arg_error(info, p, "the shape and the strides have different lengths");
       if (v->rank != t.rank)
-        return arg_error(info, p, fmt::format("the kernel was specialized for rank {}, got a tensor "
-                                              "of rank {}",
-                                              t.rank, v->rank));
+        return arg_error(info, p,
+                         fmt::format("the kernel was specialized for rank {}, got a tensor "
+                                     "of rank {}",
+                                     t.rank, v->rank));
       if (!v->data) return arg_error(info, p, "null data pointer");
       uint64_t elements = 1;
       for (int d = 0; d < t.rank; ++d) {
         if (v->shape[d] < 0 || v->strides[d] < 0)
           return arg_error(info, p, "negative shapes and strides are not supported");
-        if (static_cast<uint64_t>(v->shape[d]) > kMaxIndex || static_cast<uint64_t>(v->strides[d]) > kMaxIndex)
+        if (static_cast<uint64_t>(v->shape[d]) > kMaxIndex ||
+            static_cast<uint64_t>(v->strides[d]) > kMaxIndex)
           return arg_error(info, p, "a dimension or stride does not fit in 32 bits");
         elements *= static_cast<uint64_t>(v->shape[d]);
       }
       if (lanes > 1) {
         const int last = t.rank - 1;
         if (v->shape[last] % lanes != 0 || (v->shape[last] > 1 && v->strides[last] != 1))
-          return arg_error(info, p, fmt::format("line width {} needs a contiguous innermost "
-                                                "dimension whose size is a multiple of {} (shape[{}] "
-                                                "= {}, stride {})",
-                                                lanes, lanes, last, v->shape[last], v->strides[last]));
+          return arg_error(info, p,
+                           fmt::format("line width {} needs a contiguous innermost "
+                                       "dimension whose size is a multiple of {} (shape[{}] "
+                                       "= {}, stride {})",
+                                       lanes, lanes, last, v->shape[last], v->strides[last]));
         for (int d = 0; d < last; ++d)
           if (v->strides[d] % lanes != 0)
-            return arg_error(info, p, fmt::format("line width {} needs outer strides that are "
-                                                  "multiples of {} (stride[{}] = {})",
-                                                  lanes, lanes, d, v->strides[d]));
+            return arg_error(info, p,
+                             fmt::format("line width {} needs outer strides that are "
+                                         "multiples of {} (stride[{}] = {})",
+                                         lanes, lanes, d, v->strides[d]));
       }
       if (reinterpret_cast<uintptr_t>(v->data) % esize != 0)
-        return arg_error(info, p, fmt::format("data is not aligned to its element size ({} bytes)", esize));
+        return arg_error(info, p,
+                         fmt::format("data is not aligned to its element size ({} bytes)", esize));
       const uint64_t lines = elements / static_cast<uint64_t>(lanes);
       // The view's footprint: 1 + the last element it reaches, in lines (0 when empty).
       uint64_t last = 0;
       for (int d = 0; d < t.rank; ++d)
-        last += static_cast<uint64_t>(std::max<int64_t>(v->shape[d] - 1, 0)) * static_cast<uint64_t>(v->strides[d]);
+        last += static_cast<uint64_t>(std::max<int64_t>(v->shape[d] - 1, 0)) *
+                static_cast<uint64_t>(v->strides[d]);
       const uint64_t extent = elements == 0 ? 0 : last / static_cast<uint64_t>(lanes) + 1;
-      if (lines > kMaxIndex || extent > kMaxIndex) return arg_error(info, p, "more than 2^32 lines");
+      if (lines > kMaxIndex || extent > kMaxIndex)
+        return arg_error(info, p, "more than 2^32 lines");
       slots[s] = reinterpret_cast<uint64_t>(v->data);
       slots[s + 1] = lines;
       slots[s + 2] = extent;
@@ -156,9 +167,11 @@ Status pack_args_into(const abi::KernelInfo& info, const std::array<uint32_t, 3>
       if (!v) return arg_error(info, p, fmt::format("the kernel takes {} here", kind_words(t)));
       if (!v->data && v->elements) return arg_error(info, p, "null data pointer");
       if (v->elements % static_cast<uint64_t>(lanes) != 0)
-        return arg_error(info, p, fmt::format("{} elements are not a whole number of lines of {}",
-                                              v->elements, lanes));
-      if (v->elements / static_cast<uint64_t>(lanes) > kMaxIndex) return arg_error(info, p, "more than 2^32 lines");
+        return arg_error(
+            info, p,
+            fmt::format("{} elements are not a whole number of lines of {}", v->elements, lanes));
+      if (v->elements / static_cast<uint64_t>(lanes) > kMaxIndex)
+        return arg_error(info, p, "more than 2^32 lines");
       slots[s] = reinterpret_cast<uint64_t>(v->data);
       slots[s + 1] = v->elements / static_cast<uint64_t>(lanes);
     } else {
@@ -183,7 +196,8 @@ CpuRunReport run_cpu_packed(const cpu::CompiledKernel& k, const uint64_t* packed
   if (cubes == 1 || uint64_t{cubes} * units < 256 || pool->threads() == 1) {
     entry(packed, 0, cubes, thread_arena(info.shared_bytes), &state);
   } else {
-    const uint32_t chunk = std::max<uint32_t>(1, cubes / (static_cast<uint32_t>(pool->threads()) * 8));
+    const uint32_t chunk =
+        std::max<uint32_t>(1, cubes / (static_cast<uint32_t>(pool->threads()) * 8));
     pool->parallel_for(cubes, chunk, [&](uint32_t b, uint32_t e) {
       entry(packed, b, e, thread_arena(info.shared_bytes), &state);
     });
@@ -192,27 +206,31 @@ CpuRunReport run_cpu_packed(const cpu::CompiledKernel& k, const uint64_t* packed
   if (!state.prints.empty()) report.prints = abi::format_prints(state, info.prints);
   if (state.fault) {
     const abi::AccessSite& site = info.accesses.at(state.fault_site);
-    report.fault = Error(ErrorKind::KernelFault,
-                 fmt::format("{}: error: out-of-bounds {} of {} in kernel '{}': line index {} is "
-                             "not below {} (cube {}, unit {}); the access was skipped",
-                             site.where.empty() ? info.name : site.where, site.access, site.memory,
-                             info.name, state.fault_index, state.fault_bound, state.fault_cube,
-                             state.fault_unit));
+    report.fault =
+        Error(ErrorKind::KernelFault,
+              fmt::format("{}: error: out-of-bounds {} of {} in kernel '{}': line index {} is "
+                          "not below {} (cube {}, unit {}); the access was skipped",
+                          site.where.empty() ? info.name : site.where, site.access, site.memory,
+                          info.name, state.fault_index, state.fault_bound, state.fault_cube,
+                          state.fault_unit));
   }
   if (state.assert_failed && !report.fault) {
     const abi::AssertSite& site = info.asserts.at(state.assert_site);
-    report.fault = Error(ErrorKind::KernelFault,
-                 fmt::format("{}: error: assertion failed in kernel '{}': {} (cube {}, unit {})",
-                             site.where.empty() ? info.name : site.where, info.name, site.message,
-                             state.assert_cube, state.assert_unit));
+    report.fault =
+        Error(ErrorKind::KernelFault,
+              fmt::format("{}: error: assertion failed in kernel '{}': {} (cube {}, unit {})",
+                          site.where.empty() ? info.name : site.where, info.name, site.message,
+                          state.assert_cube, state.assert_unit));
   }
   return report;
 }
 
-Result<CpuRunReport> run_cpu(const cpu::CompiledKernel& k, const std::array<uint32_t, 3>& cube_count,
+Result<CpuRunReport> run_cpu(const cpu::CompiledKernel& k,
+                             const std::array<uint32_t, 3>& cube_count,
                              std::span<const HostArg> args, ThreadPool* pool) {
   KILN_ASSIGN(auto packed, pack_cpu_args(k, cube_count, args));
-  CpuRunReport r = run_cpu_packed(k, packed.data(), cube_count[0] * cube_count[1] * cube_count[2], pool);
+  CpuRunReport r =
+      run_cpu_packed(k, packed.data(), cube_count[0] * cube_count[1] * cube_count[2], pool);
   if (r.fault) return *r.fault;
   return r;
 }

@@ -3,8 +3,8 @@
 #pragma once
 
 #include <array>
-#include <optional>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <variant>
@@ -65,7 +65,8 @@ Status pack_args_into(const abi::KernelInfo& info, const std::array<uint32_t, 3>
 
 // Runs the kernel over a grid of cubes, spread over `pool` (the global pool when null). A
 // failed device-side assert comes back as an error naming its source line.
-Result<CpuRunReport> run_cpu(const cpu::CompiledKernel& k, const std::array<uint32_t, 3>& cube_count,
+Result<CpuRunReport> run_cpu(const cpu::CompiledKernel& k,
+                             const std::array<uint32_t, 3>& cube_count,
                              std::span<const HostArg> args, ThreadPool* pool = nullptr);
 
 // Runs already-packed arguments (the launch fast path). Faults come back in the report, with

@@ -66,7 +66,8 @@ CudaContext::~CudaContext() {
 Status CudaContext::bind() const {
   thread_local CUcontext current = nullptr;
   if (current == ctx) return {};
-  KILN_TRY(check(api->cuCtxSetCurrent(ctx), fmt::format("making the context of cuda:{} current", ordinal)));
+  KILN_TRY(check(api->cuCtxSetCurrent(ctx),
+                 fmt::format("making the context of cuda:{} current", ordinal)));
   current = ctx;
   return {};
 }
@@ -74,17 +75,24 @@ Status CudaContext::bind() const {
 Result<DeviceInfo> CudaDevice::describe(int ordinal) {
   KILN_ASSIGN(const Api* api, driver());
   if (ordinal < 0 || ordinal >= api->device_count)
-    return Error(ErrorKind::NotFound, fmt::format("there is no cuda:{}; this machine has {} CUDA device{} (cuda:0{})",
-                                                  ordinal, api->device_count, api->device_count == 1 ? "" : "s",
-                                                  api->device_count > 1 ? fmt::format(" to cuda:{}", api->device_count - 1) : ""));
+    return Error(
+        ErrorKind::NotFound,
+        fmt::format(
+            "there is no cuda:{}; this machine has {} CUDA device{} (cuda:0{})", ordinal,
+            api->device_count, api->device_count == 1 ? "" : "s",
+            api->device_count > 1 ? fmt::format(" to cuda:{}", api->device_count - 1) : ""));
   CUdevice dev = 0;
   KILN_TRY(check(*api, api->cuDeviceGet(&dev, ordinal), fmt::format("opening cuda:{}", ordinal)));
   char name[256] = {};
-  KILN_TRY(check(*api, api->cuDeviceGetName(name, sizeof name - 1, dev), "reading the device name"));
+  KILN_TRY(
+      check(*api, api->cuDeviceGetName(name, sizeof name - 1, dev), "reading the device name"));
   int major = 0, minor = 0, sms = 0;
-  KILN_TRY(check(*api, api->cuDeviceGetAttribute(&major, ATTR_COMPUTE_CAPABILITY_MAJOR, dev), "reading the compute capability"));
-  KILN_TRY(check(*api, api->cuDeviceGetAttribute(&minor, ATTR_COMPUTE_CAPABILITY_MINOR, dev), "reading the compute capability"));
-  KILN_TRY(check(*api, api->cuDeviceGetAttribute(&sms, ATTR_MULTIPROCESSOR_COUNT, dev), "reading the SM count"));
+  KILN_TRY(check(*api, api->cuDeviceGetAttribute(&major, ATTR_COMPUTE_CAPABILITY_MAJOR, dev),
+                 "reading the compute capability"));
+  KILN_TRY(check(*api, api->cuDeviceGetAttribute(&minor, ATTR_COMPUTE_CAPABILITY_MINOR, dev),
+                 "reading the compute capability"));
+  KILN_TRY(check(*api, api->cuDeviceGetAttribute(&sms, ATTR_MULTIPROCESSOR_COUNT, dev),
+                 "reading the SM count"));
   size_t mem = 0;
   KILN_TRY(check(*api, api->cuDeviceTotalMem_v2(&mem, dev), "reading the device memory"));
   DeviceInfo info;
@@ -105,34 +113,42 @@ Result<std::shared_ptr<CudaDevice>> CudaDevice::open(int ordinal, uint64_t memor
   auto ctx = std::make_shared<CudaContext>();
   ctx->api = api;
   ctx->ordinal = ordinal;
-  KILN_TRY(ctx->check(api->cuDeviceGet(&ctx->device, ordinal), fmt::format("opening cuda:{}", ordinal)));
+  KILN_TRY(
+      ctx->check(api->cuDeviceGet(&ctx->device, ordinal), fmt::format("opening cuda:{}", ordinal)));
   CUcontext c = nullptr;
-  KILN_TRY(ctx->check(api->cuDevicePrimaryCtxRetain(&c, ctx->device), fmt::format("creating a context on cuda:{}", ordinal)));
+  KILN_TRY(ctx->check(api->cuDevicePrimaryCtxRetain(&c, ctx->device),
+                      fmt::format("creating a context on cuda:{}", ordinal)));
   ctx->ctx = c;
   KILN_TRY(ctx->bind());
   auto dev = std::shared_ptr<CudaDevice>(new CudaDevice);
   dev->ctx_ = ctx;
   dev->info_ = info;
   int v = 0;
-  if (api->cuDeviceGetAttribute(&v, ATTR_MAX_GRID_DIM_Y, ctx->device) == CUDA_SUCCESS && v > 0) dev->max_grid_y_ = static_cast<uint32_t>(v);
-  if (api->cuDeviceGetAttribute(&v, ATTR_MAX_GRID_DIM_Z, ctx->device) == CUDA_SUCCESS && v > 0) dev->max_grid_z_ = static_cast<uint32_t>(v);
-  if (api->cuDeviceGetAttribute(&v, ATTR_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, ctx->device) == CUDA_SUCCESS && v > 0)
+  if (api->cuDeviceGetAttribute(&v, ATTR_MAX_GRID_DIM_Y, ctx->device) == CUDA_SUCCESS && v > 0)
+    dev->max_grid_y_ = static_cast<uint32_t>(v);
+  if (api->cuDeviceGetAttribute(&v, ATTR_MAX_GRID_DIM_Z, ctx->device) == CUDA_SUCCESS && v > 0)
+    dev->max_grid_z_ = static_cast<uint32_t>(v);
+  if (api->cuDeviceGetAttribute(&v, ATTR_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, ctx->device) ==
+          CUDA_SUCCESS &&
+      v > 0)
     dev->max_shared_ = static_cast<uint32_t>(v);
   // The compile target: the device's own arch when NVRTC has it, else PTX for the newest
   // virtual arch NVRTC has that the device can run.
   KILN_ASSIGN(dev->target_, cuda::parse_target(info.arch));
   auto supported = cuda::supported_targets();
   if (!supported)
-    return Error(ErrorKind::NotFound,
-                 fmt::format("cuda:{} needs NVRTC to compile kernels: {}", ordinal, supported.error().message));
+    return Error(ErrorKind::NotFound, fmt::format("cuda:{} needs NVRTC to compile kernels: {}",
+                                                  ordinal, supported.error().message));
   if (std::find(supported->begin(), supported->end(), dev->target_.name()) == supported->end()) {
     dev->cubin_ = false;
     int best = 0;
     for (const std::string& t : *supported)
-      if (auto p = cuda::parse_target(t); p && !p->arch_specific && p->sm <= dev->target_.sm) best = std::max(best, p->sm);
+      if (auto p = cuda::parse_target(t); p && !p->arch_specific && p->sm <= dev->target_.sm)
+        best = std::max(best, p->sm);
     if (best == 0)
-      return Error(ErrorKind::Unsupported, fmt::format("cuda:{} is {}, older than anything this NVRTC compiles for",
-                                                       ordinal, info.arch));
+      return Error(ErrorKind::Unsupported,
+                   fmt::format("cuda:{} is {}, older than anything this NVRTC compiles for",
+                               ordinal, info.arch));
     dev->target_ = cuda::Target{best, false};
   }
   dev->key_ = fmt::format("cuda:{}:{}", dev->target_.name(), dev->cubin_ ? "cubin" : "ptx");
@@ -158,53 +174,64 @@ Status CudaDevice::download(void* host, const void* src, size_t bytes) {
 Status CudaDevice::copy(void* dst, const void* src, size_t bytes) {
   if (!bytes) return {};
   KILN_TRY(ctx_->bind());
-  return ctx_->check(ctx_->api->cuMemcpyDtoD_v2(reinterpret_cast<CUdeviceptr>(dst), reinterpret_cast<CUdeviceptr>(src), bytes),
+  return ctx_->check(ctx_->api->cuMemcpyDtoD_v2(reinterpret_cast<CUdeviceptr>(dst),
+                                                reinterpret_cast<CUdeviceptr>(src), bytes),
                      fmt::format("copying {} bytes on {}", bytes, info_.name));
 }
 
-// ---- kernels --------------------------------------------------------------------------------------
+// ---- kernels
+// --------------------------------------------------------------------------------------
 
 CudaKernel::~CudaKernel() {
   if (module && ctx && ctx->bind()) ctx->api->cuModuleUnload(module);
 }
 
-Result<std::shared_ptr<CudaKernel>> load_cuda_kernel(const CudaDevice& dev, const std::vector<char>& image,
-                                                     abi::KernelInfo info, cuda::Resources resources) {
+Result<std::shared_ptr<CudaKernel>> load_cuda_kernel(const CudaDevice& dev,
+                                                     const std::vector<char>& image,
+                                                     abi::KernelInfo info,
+                                                     cuda::Resources resources) {
   const auto& ctx = dev.context();
   KILN_TRY(ctx->bind());
   if (info.shared_bytes > dev.max_shared_bytes())
-    return Error(ErrorKind::Unsupported,
-                 fmt::format("kernel '{}' needs {} bytes of shared memory per cube; {} allows {}", info.name,
-                             info.shared_bytes, dev.info().name, dev.max_shared_bytes()));
+    return Error(
+        ErrorKind::Unsupported,
+        fmt::format("kernel '{}' needs {} bytes of shared memory per cube; {} allows {}", info.name,
+                    info.shared_bytes, dev.info().name, dev.max_shared_bytes()));
   auto k = std::make_shared<CudaKernel>();
   k->ctx = ctx;
   // PTX must end with a NUL for the driver; a CUBIN is used as it is.
   std::vector<char> img = image;
   if (!dev.cubin() && (img.empty() || img.back() != '\0')) img.push_back('\0');
   KILN_TRY(ctx->check(ctx->api->cuModuleLoadData(&k->module, img.data()),
-                      fmt::format("loading kernel '{}' ({}) on {}", info.name, dev.cubin() ? "CUBIN" : "PTX", dev.info().name)));
+                      fmt::format("loading kernel '{}' ({}) on {}", info.name,
+                                  dev.cubin() ? "CUBIN" : "PTX", dev.info().name)));
   KILN_TRY(ctx->check(ctx->api->cuModuleGetFunction(&k->function, k->module, info.symbol.c_str()),
                       fmt::format("finding {} in its module", info.symbol)));
   if (info.dynamic_shared_bytes)
-    KILN_TRY(ctx->check(ctx->api->cuFuncSetAttribute(k->function, FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                     static_cast<int>(info.dynamic_shared_bytes)),
-                        fmt::format("allowing kernel '{}' {} bytes of shared memory", info.name, info.dynamic_shared_bytes)));
+    KILN_TRY(ctx->check(
+        ctx->api->cuFuncSetAttribute(k->function, FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                     static_cast<int>(info.dynamic_shared_bytes)),
+        fmt::format("allowing kernel '{}' {} bytes of shared memory", info.name,
+                    info.dynamic_shared_bytes)));
   k->has_reports = info.checked || !info.prints.empty() || !info.asserts.empty();
   k->info = std::move(info);
   k->resources = resources;
   return k;
 }
 
-// ---- streams and reports -----------------------------------------------------------------------------
+// ---- streams and reports
+// -----------------------------------------------------------------------------
 
 Result<std::unique_ptr<CudaStream>> CudaStream::create(const CudaDevice& dev) {
   std::unique_ptr<CudaStream> s(new CudaStream);
   s->ctx_ = dev.context();
   KILN_TRY(s->ctx_->bind());
   const Api& api = *s->ctx_->api;
-  KILN_TRY(s->ctx_->check(api.cuStreamCreate(&s->stream_, STREAM_DEFAULT), fmt::format("creating a stream on {}", dev.info().name)));
-  KILN_TRY(s->ctx_->check(api.cuMemAlloc_v2(&s->report_, sizeof(ReportHeader) + kPrintCapacity),
-                          fmt::format("allocating a stream's report buffer on {}", dev.info().name)));
+  KILN_TRY(s->ctx_->check(api.cuStreamCreate(&s->stream_, STREAM_DEFAULT),
+                          fmt::format("creating a stream on {}", dev.info().name)));
+  KILN_TRY(
+      s->ctx_->check(api.cuMemAlloc_v2(&s->report_, sizeof(ReportHeader) + kPrintCapacity),
+                     fmt::format("allocating a stream's report buffer on {}", dev.info().name)));
   KILN_TRY(s->reset_report());
   return s;
 }
@@ -223,15 +250,16 @@ Status CudaStream::reset_report() {
   std::memset(&h, 0, sizeof h);
   h.fault_key = h.assert_key = ~uint64_t{0};
   h.print_capacity = kPrintCapacity;
-  KILN_TRY(ctx_->check(ctx_->api->cuMemcpyHtoD_v2(report_, &h, sizeof h), "resetting a stream's report buffer"));
+  KILN_TRY(ctx_->check(ctx_->api->cuMemcpyHtoD_v2(report_, &h, sizeof h),
+                       "resetting a stream's report buffer"));
   seq_ = 0;
   launched_.clear();
   reports_pending_ = false;
   return {};
 }
 
-Status CudaStream::launch(const std::shared_ptr<const CudaKernel>& k, const std::array<uint32_t, 3>& cubes,
-                          std::span<uint64_t> slots) {
+Status CudaStream::launch(const std::shared_ptr<const CudaKernel>& k,
+                          const std::array<uint32_t, 3>& cubes, std::span<uint64_t> slots) {
   KILN_TRY(ctx_->bind());
   const abi::KernelInfo& info = k->info;
   const uint32_t n = info.layout.slot_count;
@@ -239,10 +267,11 @@ Status CudaStream::launch(const std::shared_ptr<const CudaKernel>& k, const std:
   slots[n] = report_;
   slots[n + 1] = seq_;
   void* params[] = {slots.data()};
-  KILN_TRY(ctx_->check(ctx_->api->cuLaunchKernel(k->function, cubes[0], cubes[1], cubes[2], info.cube_dim[0],
-                                                 info.cube_dim[1], info.cube_dim[2], info.dynamic_shared_bytes,
-                                                 stream_, params, nullptr),
-                       fmt::format("launching kernel '{}' on cuda:{}", info.name, ctx_->ordinal)));
+  KILN_TRY(
+      ctx_->check(ctx_->api->cuLaunchKernel(k->function, cubes[0], cubes[1], cubes[2],
+                                            info.cube_dim[0], info.cube_dim[1], info.cube_dim[2],
+                                            info.dynamic_shared_bytes, stream_, params, nullptr),
+                  fmt::format("launching kernel '{}' on cuda:{}", info.name, ctx_->ordinal)));
   if (k->has_reports) {
     reports_pending_ = true;
     launched_.emplace_back(seq_, k);
@@ -254,14 +283,16 @@ Status CudaStream::launch(const std::shared_ptr<const CudaKernel>& k, const std:
 Status CudaStream::sync(std::vector<std::string>& prints, std::optional<Error>& fault) {
   KILN_TRY(ctx_->bind());
   const Api& api = *ctx_->api;
-  KILN_TRY(ctx_->check(api.cuStreamSynchronize(stream_), fmt::format("running kernels on cuda:{}", ctx_->ordinal)));
+  KILN_TRY(ctx_->check(api.cuStreamSynchronize(stream_),
+                       fmt::format("running kernels on cuda:{}", ctx_->ordinal)));
   if (!reports_pending_) {
     seq_ = 0;
     launched_.clear();
     return {};
   }
   ReportHeader h;
-  KILN_TRY(ctx_->check(api.cuMemcpyDtoH_v2(&h, report_, sizeof h), "reading a stream's report buffer"));
+  KILN_TRY(
+      ctx_->check(api.cuMemcpyDtoH_v2(&h, report_, sizeof h), "reading a stream's report buffer"));
   auto kernel_of = [&](uint32_t seq) -> const CudaKernel* {
     auto it = std::lower_bound(launched_.begin(), launched_.end(), seq,
                                [](const auto& e, uint32_t s) { return e.first < s; });
@@ -284,32 +315,37 @@ Status CudaStream::sync(std::vector<std::string>& prints, std::optional<Error>& 
     decode_key(best->key, seq, cube, unit);
     const CudaKernel* k = kernel_of(seq);
     if (!k) {
-      fault = Error(ErrorKind::KernelFault, "a kernel reported a fault kiln cannot attribute (report buffer damaged?)");
+      fault = Error(ErrorKind::KernelFault,
+                    "a kernel reported a fault kiln cannot attribute (report buffer damaged?)");
     } else if (best_is_fault && best->site < k->info.accesses.size()) {
       const abi::AccessSite& site = k->info.accesses[best->site];
       fault = Error(ErrorKind::KernelFault,
-                    fmt::format("{}: error: out-of-bounds {} of {} in kernel '{}': line index {} is not below {} (cube "
+                    fmt::format("{}: error: out-of-bounds {} of {} in kernel '{}': line index {} "
+                                "is not below {} (cube "
                                 "{}, unit {}); the access was skipped",
-                                site.where.empty() ? k->info.name : site.where, site.access, site.memory, k->info.name,
-                                best->index, best->bound, cube, unit));
+                                site.where.empty() ? k->info.name : site.where, site.access,
+                                site.memory, k->info.name, best->index, best->bound, cube, unit));
     } else if (!best_is_fault && best->site < k->info.asserts.size()) {
       const abi::AssertSite& site = k->info.asserts[best->site];
       fault = Error(ErrorKind::KernelFault,
                     fmt::format("{}: error: assertion failed in kernel '{}': {} (cube {}, unit {})",
-                                site.where.empty() ? k->info.name : site.where, k->info.name, site.message, cube, unit));
+                                site.where.empty() ? k->info.name : site.where, k->info.name,
+                                site.message, cube, unit));
     }
   }
   // Prints, launch by launch in order, each by cube, unit and program order.
   if (h.print_bytes > 0) {
     const uint32_t bytes = std::min(h.print_bytes, kPrintCapacity);
     std::vector<unsigned char> arena(bytes);
-    KILN_TRY(ctx_->check(api.cuMemcpyDtoH_v2(arena.data(), report_ + sizeof(ReportHeader), bytes), "reading device prints"));
+    KILN_TRY(ctx_->check(api.cuMemcpyDtoH_v2(arena.data(), report_ + sizeof(ReportHeader), bytes),
+                         "reading device prints"));
     std::map<uint32_t, abi::LaunchState> by_launch;
     for (uint32_t at = 0; at + 16 <= bytes;) {
       uint32_t size, site;
       uint64_t key;
       std::memcpy(&size, arena.data() + at, 4);
-      if (size & 0x80000000u || size < 16 || at + size > bytes) break;  // the record that did not fit
+      if (size & 0x80000000u || size < 16 || at + size > bytes)
+        break;  // the record that did not fit
       std::memcpy(&site, arena.data() + at + 4, 4);
       std::memcpy(&key, arena.data() + at + 8, 8);
       uint32_t seq, cube, unit;
@@ -321,16 +357,19 @@ Status CudaStream::sync(std::vector<std::string>& prints, std::optional<Error>& 
     }
     for (auto& [seq, state] : by_launch)
       if (const CudaKernel* k = kernel_of(seq))
-        for (std::string& line : abi::format_prints(state, k->info.prints)) prints.push_back(std::move(line));
+        for (std::string& line : abi::format_prints(state, k->info.prints))
+          prints.push_back(std::move(line));
     if (h.prints_dropped)
-      prints.push_back(fmt::format("kiln: {} device prints were dropped: the report buffer holds {} bytes per stream "
-                                   "between syncs; sync more often",
-                                   h.prints_dropped, kPrintCapacity));
+      prints.push_back(fmt::format(
+          "kiln: {} device prints were dropped: the report buffer holds {} bytes per stream "
+          "between syncs; sync more often",
+          h.prints_dropped, kPrintCapacity));
   }
   return reset_report();
 }
 
-// ---- events -----------------------------------------------------------------------------------------
+// ---- events
+// -----------------------------------------------------------------------------------------
 
 CudaEvent::~CudaEvent() {
   if (event && ctx && ctx->bind()) ctx->api->cuEventDestroy_v2(event);

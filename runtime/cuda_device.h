@@ -29,7 +29,9 @@ struct CudaContext {
   ~CudaContext();
   // Makes the context current on the calling thread (cheap when it already is).
   Status bind() const;
-  Status check(cuda_driver::CUresult r, const std::string& what) const { return cuda_driver::check(*api, r, what); }
+  Status check(cuda_driver::CUresult r, const std::string& what) const {
+    return cuda_driver::check(*api, r, what);
+  }
 };
 
 class CudaDevice : public Device {
@@ -76,8 +78,10 @@ struct CudaKernel {
 };
 
 // Loads a CUBIN or PTX image; sets the kernel's dynamic shared memory when it needs it.
-Result<std::shared_ptr<CudaKernel>> load_cuda_kernel(const CudaDevice& dev, const std::vector<char>& image,
-                                                     abi::KernelInfo info, cuda::Resources resources);
+Result<std::shared_ptr<CudaKernel>> load_cuda_kernel(const CudaDevice& dev,
+                                                     const std::vector<char>& image,
+                                                     abi::KernelInfo info,
+                                                     cuda::Resources resources);
 
 // A stream and its report buffer (prints, failed asserts and checked-mode faults of the
 // launches since the last sync).
@@ -112,6 +116,7 @@ struct CudaEvent {
   cuda_driver::CUevent event = nullptr;
   ~CudaEvent();
 };
-Result<std::shared_ptr<CudaEvent>> record_event(const CudaDevice& dev, cuda_driver::CUstream stream);
+Result<std::shared_ptr<CudaEvent>> record_event(const CudaDevice& dev,
+                                                cuda_driver::CUstream stream);
 
 }  // namespace kiln::detail

@@ -65,16 +65,21 @@ Result<Api> load() {
   KILN_BIND(cuLaunchKernel);
 #undef KILN_BIND
   if (!missing.empty())
-    return Error(ErrorKind::Unsupported,
-                 fmt::format("the CUDA driver {} is too old: it lacks {} (kiln needs a driver for CUDA 12 or newer)",
-                             path, missing));
+    return Error(
+        ErrorKind::Unsupported,
+        fmt::format(
+            "the CUDA driver {} is too old: it lacks {} (kiln needs a driver for CUDA 12 or newer)",
+            path, missing));
   if (CUresult r = api.cuInit(0); r != CUDA_SUCCESS) {
-    if (r == CUDA_ERROR_NO_DEVICE) return Error(ErrorKind::NotFound, "the CUDA driver found no device");
-    return Error(ErrorKind::Device, fmt::format("the CUDA driver failed to start: {}", error_text(api, r)));
+    if (r == CUDA_ERROR_NO_DEVICE)
+      return Error(ErrorKind::NotFound, "the CUDA driver found no device");
+    return Error(ErrorKind::Device,
+                 fmt::format("the CUDA driver failed to start: {}", error_text(api, r)));
   }
   api.cuDriverGetVersion(&api.driver_version);
   if (CUresult r = api.cuDeviceGetCount(&api.device_count); r != CUDA_SUCCESS)
-    return Error(ErrorKind::Device, fmt::format("cannot count CUDA devices: {}", error_text(api, r)));
+    return Error(ErrorKind::Device,
+                 fmt::format("cannot count CUDA devices: {}", error_text(api, r)));
   if (api.device_count == 0) return Error(ErrorKind::NotFound, "the CUDA driver found no device");
   // The library stays loaded for the life of the process.
   return api;

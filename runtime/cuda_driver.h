@@ -74,8 +74,9 @@ struct Api {
   CUresult (*cuModuleUnload)(CUmodule module);
   CUresult (*cuModuleGetFunction)(CUfunction* fn, CUmodule module, const char* name);
   CUresult (*cuFuncSetAttribute)(CUfunction fn, int attribute, int value);
-  CUresult (*cuLaunchKernel)(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                             unsigned bz, unsigned shared_bytes, CUstream stream, void** params, void** extra);
+  CUresult (*cuLaunchKernel)(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                             unsigned by, unsigned bz, unsigned shared_bytes, CUstream stream,
+                             void** params, void** extra);
 
   std::string path;        // the library loaded
   int driver_version = 0;  // e.g. 13000

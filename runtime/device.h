@@ -16,7 +16,7 @@ namespace kiln {
 enum class DeviceKind { Cpu, Cuda };
 
 struct DeviceInfo {
-  std::string name;         // "cpu", "cuda:0"
+  std::string name;  // "cpu", "cuda:0"
   DeviceKind kind = DeviceKind::Cpu;
   std::string description;  // the processor or GPU model
   int cores = 0;            // CPU threads kiln uses, or streaming multiprocessors

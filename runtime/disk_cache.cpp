@@ -50,11 +50,22 @@ uint64_t parse_size(const char* s, uint64_t fallback) {
   if (end == s || v < 0) return fallback;
   uint64_t mult = 1;
   switch (*end) {
-    case 'k': case 'K': mult = uint64_t{1} << 10; break;
-    case 'm': case 'M': mult = uint64_t{1} << 20; break;
-    case 'g': case 'G': mult = uint64_t{1} << 30; break;
-    case '\0': break;
-    default: return fallback;
+    case 'k':
+    case 'K':
+      mult = uint64_t{1} << 10;
+      break;
+    case 'm':
+    case 'M':
+      mult = uint64_t{1} << 20;
+      break;
+    case 'g':
+    case 'G':
+      mult = uint64_t{1} << 30;
+      break;
+    case '\0':
+      break;
+    default:
+      return fallback;
   }
   return static_cast<uint64_t>(v * static_cast<double>(mult));
 }
@@ -65,7 +76,8 @@ void report_damage(const std::string& path, const std::string& why) {
   static std::set<std::string> seen;
   std::lock_guard<std::mutex> lock(mu);
   if (!seen.insert(path).second) return;
-  log_warning(fmt::format("cache entry {} is damaged ({}); removed, the kernel is recompiled", path, why));
+  log_warning(
+      fmt::format("cache entry {} is damaged ({}); removed, the kernel is recompiled", path, why));
 }
 
 // Checks a whole entry file; on success fills `entry`.
@@ -78,9 +90,11 @@ std::string check_entry(const std::vector<char>& data, DiskCache::Entry* entry) 
   std::memcpy(&meta_bytes, data.data() + 12, 4);
   std::memcpy(&blob_bytes, data.data() + 16, 8);
   std::memcpy(&checksum, data.data() + 24, 8);
-  if (version != kFormatVersion) return fmt::format("format version {}, expected {}", version, kFormatVersion);
+  if (version != kFormatVersion)
+    return fmt::format("format version {}, expected {}", version, kFormatVersion);
   if (kHeader + uint64_t{meta_bytes} + blob_bytes != data.size())
-    return fmt::format("truncated: {} bytes, expected {}", data.size(), kHeader + uint64_t{meta_bytes} + blob_bytes);
+    return fmt::format("truncated: {} bytes, expected {}", data.size(),
+                       kHeader + uint64_t{meta_bytes} + blob_bytes);
   if (XXH3_64bits_withSeed(data.data() + kHeader, data.size() - kHeader, kChecksumSeed) != checksum)
     return "checksum mismatch";
   if (entry) {
@@ -114,7 +128,9 @@ bool read_file(const std::string& path, std::vector<char>& out) {
 
 }  // namespace
 
-std::string Hash128::hex() const { return fmt::format("{:016x}{:016x}", hi, lo); }
+std::string Hash128::hex() const {
+  return fmt::format("{:016x}{:016x}", hi, lo);
+}
 
 Hash128 strong_hash(std::string_view data) {
   const XXH128_hash_t h = XXH3_128bits(data.data(), data.size());
@@ -123,7 +139,8 @@ Hash128 strong_hash(std::string_view data) {
 
 DiskCache::Config DiskCache::config_from_env() {
   Config c;
-  if (const char* off = std::getenv("KILN_CACHE"); off && (std::string(off) == "off" || std::string(off) == "0"))
+  if (const char* off = std::getenv("KILN_CACHE");
+      off && (std::string(off) == "off" || std::string(off) == "0"))
     c.enabled = false;
   if (const char* d = std::getenv("KILN_CACHE_DIR"); d && *d) {
     c.dir = d;
@@ -189,7 +206,9 @@ Status DiskCache::store(std::string_view kind, const Hash128& key, std::string_v
   const std::string path = path_of(kind, key);
   std::error_code ec;
   fs::create_directories(fs::path(path).parent_path(), ec);
-  if (ec) return Error(ErrorKind::Io, fmt::format("cannot create the cache directory for {}: {}", path, ec.message()));
+  if (ec)
+    return Error(ErrorKind::Io,
+                 fmt::format("cannot create the cache directory for {}: {}", path, ec.message()));
   std::vector<char> data(kHeader + meta.size() + blob.size());
   const uint32_t version = kFormatVersion, meta_bytes = static_cast<uint32_t>(meta.size());
   const uint64_t blob_bytes = blob.size();
@@ -199,7 +218,8 @@ Status DiskCache::store(std::string_view kind, const Hash128& key, std::string_v
   std::memcpy(data.data() + 16, &blob_bytes, 8);
   std::memcpy(data.data() + kHeader, meta.data(), meta.size());
   if (!blob.empty()) std::memcpy(data.data() + kHeader + meta.size(), blob.data(), blob.size());
-  const uint64_t checksum = XXH3_64bits_withSeed(data.data() + kHeader, data.size() - kHeader, kChecksumSeed);
+  const uint64_t checksum =
+      XXH3_64bits_withSeed(data.data() + kHeader, data.size() - kHeader, kChecksumSeed);
   std::memcpy(data.data() + 24, &checksum, 8);
   // A name no other writer uses, then an atomic rename over the final name.
   static std::atomic<uint64_t> counter{0};
@@ -224,7 +244,8 @@ Status DiskCache::store(std::string_view kind, const Hash128& key, std::string_v
     estimate = static_cast<int64_t>(total_bytes());
     estimate_.store(estimate);
   } else {
-    estimate = estimate_.fetch_add(static_cast<int64_t>(data.size())) + static_cast<int64_t>(data.size());
+    estimate =
+        estimate_.fetch_add(static_cast<int64_t>(data.size())) + static_cast<int64_t>(data.size());
   }
   if (static_cast<uint64_t>(estimate) > config_.max_bytes) evict();
   return {};
@@ -235,8 +256,8 @@ std::vector<DiskCache::Listing> DiskCache::list(bool verify) const {
   std::error_code ec;
   const fs::path root = fs::path(config_.dir) / "v1";
   if (!fs::exists(root, ec)) return out;
-  for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::recursive_directory_iterator();
-       it.increment(ec)) {
+  for (auto it = fs::recursive_directory_iterator(root, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
     if (!it->is_regular_file(ec) || it->path().extension() != ".kc") continue;
     Listing l;
     l.path = it->path().string();
@@ -258,7 +279,8 @@ std::vector<DiskCache::Listing> DiskCache::list(bool verify) const {
     }
     out.push_back(std::move(l));
   }
-  std::sort(out.begin(), out.end(), [](const Listing& a, const Listing& b) { return a.path < b.path; });
+  std::sort(out.begin(), out.end(),
+            [](const Listing& a, const Listing& b) { return a.path < b.path; });
   return out;
 }
 
@@ -267,8 +289,8 @@ uint64_t DiskCache::total_bytes() const {
   std::error_code ec;
   const fs::path root = fs::path(config_.dir) / "v1";
   if (!fs::exists(root, ec)) return 0;
-  for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::recursive_directory_iterator();
-       it.increment(ec))
+  for (auto it = fs::recursive_directory_iterator(root, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
     if (it->is_regular_file(ec) && it->path().extension() == ".kc") total += it->file_size(ec);
   return total;
 }
@@ -278,15 +300,17 @@ void DiskCache::evict() {
   std::error_code ec;
   const auto stale = fs::file_time_type::clock::now() - std::chrono::hours(1);
   const fs::path root = fs::path(config_.dir) / "v1";
-  for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::recursive_directory_iterator();
-       it.increment(ec)) {
+  for (auto it = fs::recursive_directory_iterator(root, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
     std::error_code e2;
-    if (it->is_regular_file(e2) && it->path().filename().string().find(".kc.tmp.") != std::string::npos &&
+    if (it->is_regular_file(e2) &&
+        it->path().filename().string().find(".kc.tmp.") != std::string::npos &&
         it->last_write_time(e2) < stale)
       fs::remove(it->path(), e2);
   }
   std::vector<Listing> all = list(false);
-  std::sort(all.begin(), all.end(), [](const Listing& a, const Listing& b) { return a.last_used < b.last_used; });
+  std::sort(all.begin(), all.end(),
+            [](const Listing& a, const Listing& b) { return a.last_used < b.last_used; });
   uint64_t total = 0;
   for (const Listing& l : all) total += l.bytes;
   const uint64_t target = config_.max_bytes / 10 * 9;  // leave room: evict in batches
@@ -301,7 +325,8 @@ Status DiskCache::clear() {
   std::error_code ec;
   fs::remove_all(fs::path(config_.dir) / "v1", ec);
   estimate_.store(0);
-  if (ec) return Error(ErrorKind::Io, fmt::format("cannot clear {}: {}", config_.dir, ec.message()));
+  if (ec)
+    return Error(ErrorKind::Io, fmt::format("cannot clear {}: {}", config_.dir, ec.message()));
   return {};
 }
 

@@ -48,8 +48,8 @@ class DiskCache {
   uint64_t max_bytes() const { return config_.max_bytes; }
 
   struct Entry {
-    std::string meta;       // JSON describing the entry
-    std::vector<char> blob; // object code, PTX, ...
+    std::string meta;        // JSON describing the entry
+    std::vector<char> blob;  // object code, PTX, ...
   };
   // The entry for `key` of a kind ("cpu", "cuda"), or nothing. A damaged or truncated entry is
   // reported (once per process), removed, and counts as a miss. A hit marks the entry used.
@@ -63,7 +63,7 @@ class DiskCache {
     uint64_t bytes = 0;
     int64_t last_used = 0;  // seconds since the epoch
     std::string meta;
-    std::string problem;    // empty when the entry is sound (with verify)
+    std::string problem;  // empty when the entry is sound (with verify)
   };
   std::vector<Listing> list(bool verify) const;
   uint64_t total_bytes() const;

@@ -18,15 +18,18 @@ constexpr size_t kLargeClass = size_t{32} << 20;
 constexpr size_t kLargeStep = size_t{2} << 20;
 
 std::string human(uint64_t bytes) {
-  if (bytes >= (uint64_t{1} << 30)) return fmt::format("{:.2f} GiB", bytes / double(uint64_t{1} << 30));
-  if (bytes >= (uint64_t{1} << 20)) return fmt::format("{:.2f} MiB", bytes / double(uint64_t{1} << 20));
+  if (bytes >= (uint64_t{1} << 30))
+    return fmt::format("{:.2f} GiB", bytes / double(uint64_t{1} << 30));
+  if (bytes >= (uint64_t{1} << 20))
+    return fmt::format("{:.2f} MiB", bytes / double(uint64_t{1} << 20));
   if (bytes >= 1024) return fmt::format("{:.2f} KiB", bytes / 1024.0);
   return fmt::format("{} bytes", bytes);
 }
 
 uint64_t host_memory_bytes() {
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : UINT64_MAX;
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page)
+                               : UINT64_MAX;
 }
 
 class HostAllocator : public DeviceAllocator {
@@ -35,8 +38,9 @@ class HostAllocator : public DeviceAllocator {
     // More than the machine has cannot succeed; asking would only trouble the system allocator.
     static const uint64_t total = host_memory_bytes();
     if (bytes > total)
-      return Error(ErrorKind::OutOfMemory,
-                   fmt::format("out of memory: {} requested, the host has {}", human(bytes), human(total)));
+      return Error(
+          ErrorKind::OutOfMemory,
+          fmt::format("out of memory: {} requested, the host has {}", human(bytes), human(total)));
     void* p = std::aligned_alloc(64, bytes);  // bytes is a multiple of 64: a size class
     if (!p)
       return Error(ErrorKind::OutOfMemory,
@@ -49,11 +53,14 @@ class HostAllocator : public DeviceAllocator {
 
 }  // namespace
 
-std::unique_ptr<DeviceAllocator> make_host_allocator() { return std::make_unique<HostAllocator>(); }
+std::unique_ptr<DeviceAllocator> make_host_allocator() {
+  return std::make_unique<HostAllocator>();
+}
 
 size_t MemoryPool::size_class(size_t bytes) {
   if (bytes <= kMinClass) return kMinClass;
-  if (bytes > SIZE_MAX - kLargeStep) return SIZE_MAX / kLargeStep * kLargeStep;  // fails to allocate
+  if (bytes > SIZE_MAX - kLargeStep)
+    return SIZE_MAX / kLargeStep * kLargeStep;  // fails to allocate
   if (bytes > kLargeClass) return (bytes + kLargeStep - 1) / kLargeStep * kLargeStep;
   size_t c = kMinClass;
   while (c < bytes) c *= 2;

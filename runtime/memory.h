@@ -14,10 +14,10 @@
 namespace kiln {
 
 struct MemoryStats {
-  uint64_t in_use = 0;    // bytes in live buffers (rounded to their size class)
-  uint64_t reserved = 0;  // bytes held from the device: in use plus cached for reuse
-  uint64_t peak = 0;      // the most ever in use
-  uint64_t cap = 0;       // the pool's limit on `reserved`; 0 when unlimited
+  uint64_t in_use = 0;       // bytes in live buffers (rounded to their size class)
+  uint64_t reserved = 0;     // bytes held from the device: in use plus cached for reuse
+  uint64_t peak = 0;         // the most ever in use
+  uint64_t cap = 0;          // the pool's limit on `reserved`; 0 when unlimited
   uint64_t allocations = 0;  // buffers handed out
   uint64_t reused = 0;       // ... of which came from the cache
 };

@@ -59,7 +59,8 @@ uint16_t target_id_of(const std::string& target_key) {
   return id;
 }
 
-// ---- the CPU device ------------------------------------------------------------------------------
+// ---- the CPU device
+// ------------------------------------------------------------------------------
 
 class CpuDevice : public Device {
  public:
@@ -72,7 +73,8 @@ class CpuDevice : public Device {
     info_.vector_bits = target.vector_bits;
     info_.arch = target.cpu;
     const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
-    info_.memory_bytes = pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+    info_.memory_bytes =
+        pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
     key_ = fmt::format("cpu:{}:{}", target.cpu, target.features);
   }
   const DeviceInfo& info() const override { return info_; }
@@ -111,10 +113,12 @@ std::optional<int> cuda_ordinal(std::string_view name) {
   return v;
 }
 
-// ---- launch helpers ------------------------------------------------------------------------------
+// ---- launch helpers
+// ------------------------------------------------------------------------------
 
 Error arg_error(const dsl::KernelDef& def, const dsl::ParamInfo& p, const std::string& what) {
-  return Error(ErrorKind::InvalidArgument, fmt::format("kernel '{}', argument '{}': {}", def.name, p.name, what));
+  return Error(ErrorKind::InvalidArgument,
+               fmt::format("kernel '{}', argument '{}': {}", def.name, p.name, what));
 }
 
 // Whether a tensor can be read in lines of `w` elements (and, with `aligned`, whether its
@@ -127,7 +131,8 @@ bool lines_fit(const Tensor& t, int w, bool aligned) {
   if (last % w != 0 || (last > 1 && t.stride(r - 1) != 1)) return false;
   for (int d = 0; d + 1 < r; ++d)
     if (t.stride(d) % w != 0) return false;
-  if (aligned && reinterpret_cast<uintptr_t>(t.data()) % (static_cast<uintptr_t>(w) * t.element_bytes()) != 0)
+  if (aligned &&
+      reinterpret_cast<uintptr_t>(t.data()) % (static_cast<uintptr_t>(w) * t.element_bytes()) != 0)
     return false;
   return true;
 }
@@ -139,15 +144,18 @@ int widest_lines(const Device& dev, const Tensor& t) {
 }
 
 // The bits of a numeric argument as the parameter's element type, or why it does not fit.
-Result<uint64_t> scalar_bits(const dsl::KernelDef& def, const dsl::ParamInfo& p, const LaunchArg& a) {
+Result<uint64_t> scalar_bits(const dsl::KernelDef& def, const dsl::ParamInfo& p,
+                             const LaunchArg& a) {
   using ir::ElemType;
   const ElemType t = p.dtype;
   if (t == ElemType::Bool) {
-    if (a.num != LaunchArg::Num::Bool) return arg_error(def, p, "a Bool parameter takes true or false");
+    if (a.num != LaunchArg::Num::Bool)
+      return arg_error(def, p, "a Bool parameter takes true or false");
     return a.u;
   }
   if (a.num == LaunchArg::Num::Bool)
-    return arg_error(def, p, fmt::format("it is {} and takes a number, not a bool", ir::elem_name(t)));
+    return arg_error(def, p,
+                     fmt::format("it is {} and takes a number, not a bool", ir::elem_name(t)));
   if (ir::is_float(t)) {
     const double v = a.num == LaunchArg::Num::Float ? a.f
                      : a.num == LaunchArg::Num::Int ? static_cast<double>(a.i)
@@ -155,12 +163,19 @@ Result<uint64_t> scalar_bits(const dsl::KernelDef& def, const dsl::ParamInfo& p,
     const double r = ir::round_float_literal(t, v);
     if (std::isinf(r) && !std::isinf(v))
       return arg_error(def, p, fmt::format("{} is out of range for {}", v, ir::elem_name(t)));
-    if (a.num != LaunchArg::Num::Float && (r != v || (a.num == LaunchArg::Num::Int ? static_cast<int64_t>(v) != a.i : static_cast<uint64_t>(v) != a.u)))
-      return arg_error(def, p, fmt::format("the integer {} is not exactly representable in {}; pass a float",
-                                           a.num == LaunchArg::Num::Int ? std::to_string(a.i) : std::to_string(a.u), ir::elem_name(t)));
+    if (a.num != LaunchArg::Num::Float &&
+        (r != v || (a.num == LaunchArg::Num::Int ? static_cast<int64_t>(v) != a.i
+                                                 : static_cast<uint64_t>(v) != a.u)))
+      return arg_error(
+          def, p,
+          fmt::format("the integer {} is not exactly representable in {}; pass a float",
+                      a.num == LaunchArg::Num::Int ? std::to_string(a.i) : std::to_string(a.u),
+                      ir::elem_name(t)));
     switch (t) {
-      case ElemType::F16: return uint64_t{f16_bits(r)};
-      case ElemType::BF16: return uint64_t{bf16_bits(r)};
+      case ElemType::F16:
+        return uint64_t{f16_bits(r)};
+      case ElemType::BF16:
+        return uint64_t{bf16_bits(r)};
       case ElemType::F32: {
         const float f = static_cast<float>(r);
         uint32_t b;
@@ -175,10 +190,14 @@ Result<uint64_t> scalar_bits(const dsl::KernelDef& def, const dsl::ParamInfo& p,
     }
   }
   if (a.num == LaunchArg::Num::Float || a.num == LaunchArg::Num::Bool)
-    return arg_error(def, p, fmt::format("it is {} and takes an integer, not a floating-point number", ir::elem_name(t)));
+    return arg_error(def, p,
+                     fmt::format("it is {} and takes an integer, not a floating-point number",
+                                 ir::elem_name(t)));
   const int bits = ir::elem_bits(t);
   const bool neg = a.num == LaunchArg::Num::Int && a.i < 0;
-  const uint64_t mag = neg ? 0 - static_cast<uint64_t>(a.i) : a.num == LaunchArg::Num::Int ? static_cast<uint64_t>(a.i) : a.u;
+  const uint64_t mag = neg                            ? 0 - static_cast<uint64_t>(a.i)
+                       : a.num == LaunchArg::Num::Int ? static_cast<uint64_t>(a.i)
+                                                      : a.u;
   bool fits;
   if (ir::is_signed(t)) {
     const uint64_t limit = uint64_t{1} << (bits - 1);
@@ -187,16 +206,19 @@ Result<uint64_t> scalar_bits(const dsl::KernelDef& def, const dsl::ParamInfo& p,
     fits = !neg && (bits == 64 || mag < (uint64_t{1} << bits));
   }
   if (!fits)
-    return arg_error(def, p, fmt::format("{} does not fit in {}",
-                                         a.num == LaunchArg::Num::Int ? std::to_string(a.i) : std::to_string(a.u),
-                                         ir::elem_name(t)));
+    return arg_error(
+        def, p,
+        fmt::format("{} does not fit in {}",
+                    a.num == LaunchArg::Num::Int ? std::to_string(a.i) : std::to_string(a.u),
+                    ir::elem_name(t)));
   const uint64_t raw = a.num == LaunchArg::Num::Int ? static_cast<uint64_t>(a.i) : a.u;
   return bits == 64 ? raw : raw & ((uint64_t{1} << bits) - 1);
 }
 
 }  // namespace
 
-// ---- devices and runtimes ---------------------------------------------------------------------------
+// ---- devices and runtimes
+// ---------------------------------------------------------------------------
 
 std::vector<DeviceEntry> devices() {
   std::vector<DeviceEntry> out;
@@ -243,18 +265,27 @@ Result<Runtime> Runtime::open(std::string_view name, RuntimeOptions options) {
     state->device = dev;
   } else if (auto ordinal = cuda_ordinal(name)) {
     auto drv = cuda_driver::driver();
-    if (!drv) return Error(ErrorKind::NotFound, fmt::format("device '{}' is not available: {}", name, drv.error().message));
+    if (!drv)
+      return Error(ErrorKind::NotFound,
+                   fmt::format("device '{}' is not available: {}", name, drv.error().message));
     auto dev = CudaDevice::open(*ordinal, state->options.memory_cap);
-    if (!dev) return Error(dev.error().kind, fmt::format("device '{}' is not available: {}", name, dev.error().message));
+    if (!dev)
+      return Error(dev.error().kind,
+                   fmt::format("device '{}' is not available: {}", name, dev.error().message));
     state->cuda = *dev;
     state->device = *dev;
   } else if (name.rfind("cuda", 0) == 0) {
-    return Error(ErrorKind::NotFound, fmt::format("'{}' is not a device name; write cuda:N, like cuda:0", name));
+    return Error(ErrorKind::NotFound,
+                 fmt::format("'{}' is not a device name; write cuda:N, like cuda:0", name));
   } else {
-    return Error(ErrorKind::NotFound, fmt::format("unknown device '{}'; devices are 'cpu' and 'cuda:N' (see kiln devices)", name));
+    return Error(
+        ErrorKind::NotFound,
+        fmt::format("unknown device '{}'; devices are 'cpu' and 'cuda:N' (see kiln devices)",
+                    name));
   }
   // The key of a specialization names the device instance: CUDA modules belong to a context.
-  state->target_id = target_id_of(fmt::format("{}@{}", state->device->target_key(), state->device->info().name));
+  state->target_id =
+      target_id_of(fmt::format("{}@{}", state->device->target_key(), state->device->info().name));
   state->default_stream.s_ = std::make_shared<detail::StreamState>();
   if (state->cuda) {
     KILN_ASSIGN(state->default_stream.s_->cuda, CudaStream::create(*state->cuda));
@@ -264,13 +295,16 @@ Result<Runtime> Runtime::open(std::string_view name, RuntimeOptions options) {
   return rt;
 }
 
-const DeviceInfo& Runtime::device() const { return s_->device->info(); }
+const DeviceInfo& Runtime::device() const {
+  return s_->device->info();
+}
 
 Result<Tensor> Runtime::empty(ir::ElemType dtype, std::span<const int64_t> shape) {
   int64_t bytes = ir::elem_bytes(dtype);
   for (size_t d = 0; d < shape.size(); ++d) {
     if (shape[d] < 0)
-      return Error(ErrorKind::InvalidArgument, fmt::format("empty: dimension {} is negative ({})", d, shape[d]));
+      return Error(ErrorKind::InvalidArgument,
+                   fmt::format("empty: dimension {} is negative ({})", d, shape[d]));
     if (__builtin_mul_overflow(bytes, shape[d], &bytes))
       return Error(ErrorKind::OutOfMemory, "empty: the tensor's size in bytes overflows 64 bits");
   }
@@ -282,7 +316,8 @@ Result<Tensor> Runtime::wrap(void* data, ir::ElemType dtype, std::span<const int
                              std::span<const int64_t> strides, std::function<void()> release) {
   if (!data) return Error(ErrorKind::InvalidArgument, "wrap: null data pointer");
   if (reinterpret_cast<uintptr_t>(data) % static_cast<uintptr_t>(ir::elem_bytes(dtype)) != 0)
-    return Error(ErrorKind::InvalidArgument, "wrap: the pointer is not aligned to the element size");
+    return Error(ErrorKind::InvalidArgument,
+                 "wrap: the pointer is not aligned to the element size");
   // The extent the view reaches bounds the wrapped size.
   int64_t last = 0, n = 1;
   for (size_t d = 0; d < shape.size(); ++d) {
@@ -291,14 +326,22 @@ Result<Tensor> Runtime::wrap(void* data, ir::ElemType dtype, std::span<const int
     last += (shape[d] > 0 ? shape[d] - 1 : 0) * st;
   }
   const int64_t elems = strides.empty() ? n : (n == 0 ? 0 : last + 1);
-  Buffer b = Buffer::wrap(data, static_cast<size_t>(elems) * static_cast<size_t>(ir::elem_bytes(dtype)), std::move(release));
+  Buffer b =
+      Buffer::wrap(data, static_cast<size_t>(elems) * static_cast<size_t>(ir::elem_bytes(dtype)),
+                   std::move(release));
   return Tensor::make(s_->device, std::move(b), dtype, shape, strides);
 }
 
-MemoryStats Runtime::memory_stats() const { return s_->device->pool()->stats(); }
-void Runtime::trim() { s_->device->pool()->trim(); }
+MemoryStats Runtime::memory_stats() const {
+  return s_->device->pool()->stats();
+}
+void Runtime::trim() {
+  s_->device->pool()->trim();
+}
 
-Stream Runtime::default_stream() const { return s_->default_stream; }
+Stream Runtime::default_stream() const {
+  return s_->default_stream;
+}
 
 Result<Stream> Runtime::new_stream() {
   Stream s;
@@ -309,7 +352,9 @@ Result<Stream> Runtime::new_stream() {
   return s;
 }
 
-Status Runtime::sync() { return sync(s_->default_stream); }
+Status Runtime::sync() {
+  return sync(s_->default_stream);
+}
 
 Status Runtime::sync(const Stream& stream) {
   if (!stream.valid()) return Error(ErrorKind::InvalidArgument, "sync of an empty stream handle");
@@ -349,7 +394,8 @@ Result<Event> Runtime::record(const Stream& stream) {
 Status Runtime::wait(const Stream& stream, const Event& event) {
   if (!stream.valid()) return Error(ErrorKind::InvalidArgument, "wait on an empty stream handle");
   if (!stream.s_->cuda) return {};  // CPU launches complete in order as they are issued
-  if (!event.cuda_) return Error(ErrorKind::InvalidArgument, "wait: the event was not recorded on this GPU");
+  if (!event.cuda_)
+    return Error(ErrorKind::InvalidArgument, "wait: the event was not recorded on this GPU");
   const auto& ctx = event.cuda_->ctx;
   KILN_TRY(ctx->bind());
   return ctx->check(ctx->api->cuStreamWaitEvent(stream.s_->cuda->handle(), event.cuda_->event, 0),
@@ -362,10 +408,12 @@ Result<double> Event::elapsed_ms(const Event& a, const Event& b) {
     KILN_TRY(ctx->bind());
     KILN_TRY(ctx->check(ctx->api->cuEventSynchronize(b.cuda_->event), "waiting for an event"));
     float ms = 0;
-    KILN_TRY(ctx->check(ctx->api->cuEventElapsedTime(&ms, a.cuda_->event, b.cuda_->event), "timing two events"));
+    KILN_TRY(ctx->check(ctx->api->cuEventElapsedTime(&ms, a.cuda_->event, b.cuda_->event),
+                        "timing two events"));
     return static_cast<double>(ms);
   }
-  if (a.cuda_ || b.cuda_) return Error(ErrorKind::InvalidArgument, "elapsed_ms: the events come from different devices");
+  if (a.cuda_ || b.cuda_)
+    return Error(ErrorKind::InvalidArgument, "elapsed_ms: the events come from different devices");
   return std::chrono::duration<double, std::milli>(b.at_ - a.at_).count();
 }
 
@@ -373,8 +421,10 @@ Result<Kernel> Runtime::kernel(std::string_view name) const {
   const dsl::KernelDef* def = dsl::Registry::global().find(name);
   if (!def) {
     std::string names;
-    for (const dsl::KernelDef* d : dsl::Registry::global().all()) names += (names.empty() ? "" : ", ") + d->name;
-    return Error(ErrorKind::NotFound, fmt::format("no kernel named '{}'; registered kernels: {}", name, names));
+    for (const dsl::KernelDef* d : dsl::Registry::global().all())
+      names += (names.empty() ? "" : ", ") + d->name;
+    return Error(ErrorKind::NotFound,
+                 fmt::format("no kernel named '{}'; registered kernels: {}", name, names));
   }
   Kernel k;
   k.def_ = def;
@@ -388,9 +438,12 @@ int Runtime::line_width(std::initializer_list<const Tensor*> tensors) const {
   return w;
 }
 
-int Runtime::max_lanes(ir::ElemType dtype) const { return s_->device->max_lanes(ir::elem_bytes(dtype)); }
+int Runtime::max_lanes(ir::ElemType dtype) const {
+  return s_->device->max_lanes(ir::elem_bytes(dtype));
+}
 
-// ---- launch ------------------------------------------------------------------------------------------
+// ---- launch
+// ------------------------------------------------------------------------------------------
 
 Status Runtime::launch_args(const Kernel& kernel, Dim3 cubes, Dim3 cube_dim, const LaunchOptions& o,
                             std::span<const LaunchArg> args) {
@@ -398,25 +451,31 @@ Status Runtime::launch_args(const Kernel& kernel, Dim3 cubes, Dim3 cube_dim, con
   const dsl::KernelDef& def = *kernel.def_;
   if (!def.problem.empty())
     return Error(ErrorKind::InvalidArgument,
-                 fmt::format("{}:{}: error: kernel '{}' is not registered correctly: {}", def.file, def.line, def.name, def.problem));
+                 fmt::format("{}:{}: error: kernel '{}' is not registered correctly: {}", def.file,
+                             def.line, def.name, def.problem));
   const std::vector<dsl::ParamInfo>& params0 = def.instantiations.front().params;
   if (args.size() != params0.size()) {
     std::string names;
     for (const auto& p : params0) names += (names.empty() ? "" : ", ") + p.name;
     return Error(ErrorKind::InvalidArgument,
-                 fmt::format("kernel '{}' takes {} arguments ({}), got {}", def.name, params0.size(), names, args.size()));
+                 fmt::format("kernel '{}' takes {} arguments ({}), got {}", def.name,
+                             params0.size(), names, args.size()));
   }
   if (params0.size() > kMaxParams)
-    return Error(ErrorKind::Unsupported, fmt::format("kernel '{}' has more than {} parameters", def.name, kMaxParams));
+    return Error(ErrorKind::Unsupported,
+                 fmt::format("kernel '{}' has more than {} parameters", def.name, kMaxParams));
   const uint64_t units = uint64_t{cube_dim.x} * cube_dim.y * cube_dim.z;
   if (units == 0 || units > ir::kMaxUnitsPerCube)
     return Error(ErrorKind::InvalidArgument,
-                 fmt::format("kernel '{}': a cube of {}x{}x{} units; use 1 to {} units per cube", def.name,
-                             cube_dim.x, cube_dim.y, cube_dim.z, ir::kMaxUnitsPerCube));
-  if (cubes.x == 0 || cubes.y == 0 || cubes.z == 0 || uint64_t{cubes.x} * cubes.y * cubes.z > 0xffffffffu)
-    return Error(ErrorKind::InvalidArgument,
-                 fmt::format("kernel '{}': {}x{}x{} cubes; each count must be at least 1 and the total below 2^32",
-                             def.name, cubes.x, cubes.y, cubes.z));
+                 fmt::format("kernel '{}': a cube of {}x{}x{} units; use 1 to {} units per cube",
+                             def.name, cube_dim.x, cube_dim.y, cube_dim.z, ir::kMaxUnitsPerCube));
+  if (cubes.x == 0 || cubes.y == 0 || cubes.z == 0 ||
+      uint64_t{cubes.x} * cubes.y * cubes.z > 0xffffffffu)
+    return Error(
+        ErrorKind::InvalidArgument,
+        fmt::format(
+            "kernel '{}': {}x{}x{} cubes; each count must be at least 1 and the total below 2^32",
+            def.name, cubes.x, cubes.y, cubes.z));
 
   // The instantiation whose element types match the tensors.
   size_t inst_index = 0;
@@ -433,10 +492,14 @@ Status Runtime::launch_args(const Kernel& kernel, Dim3 cubes, Dim3 cube_dim, con
     std::string have, want;
     for (size_t i = 0; i < params0.size(); ++i)
       if (args[i].kind == LaunchArg::Kind::Tensor)
-        have += fmt::format("{}{}: {}", have.empty() ? "" : ", ", params0[i].name, ir::elem_name(args[i].tensor->dtype()));
-    for (const auto& inst : def.instantiations) want += fmt::format("\n  ({})", inst.dtype_summary());
-    return Error(ErrorKind::InvalidArgument,
-                 fmt::format("kernel '{}' takes no tensors of these element types ({}); it takes:{}", def.name, have, want));
+        have += fmt::format("{}{}: {}", have.empty() ? "" : ", ", params0[i].name,
+                            ir::elem_name(args[i].tensor->dtype()));
+    for (const auto& inst : def.instantiations)
+      want += fmt::format("\n  ({})", inst.dtype_summary());
+    return Error(
+        ErrorKind::InvalidArgument,
+        fmt::format("kernel '{}' takes no tensors of these element types ({}); it takes:{}",
+                    def.name, have, want));
   }
   const dsl::Instantiation& inst = def.instantiations[inst_index];
   const Device& dev = *s_->device;
@@ -455,13 +518,19 @@ Status Runtime::launch_args(const Kernel& kernel, Dim3 cubes, Dim3 cube_dim, con
     const LaunchArg& a = args[i];
     if (p.kind == dsl::ParamKind::Tensor || p.kind == dsl::ParamKind::Array) {
       if (a.kind != LaunchArg::Kind::Tensor || !a.tensor->valid())
-        return arg_error(def, p, fmt::format("the kernel takes a tensor here ({})", dsl::param_kind_name(p.kind)));
+        return arg_error(
+            def, p,
+            fmt::format("the kernel takes a tensor here ({})", dsl::param_kind_name(p.kind)));
       const Tensor& t = *a.tensor;
       if (t.device() != &dev)
-        return arg_error(def, p, fmt::format("the tensor is on {}, the launch on {}", t.device()->info().name, dev.info().name));
-      if (t.rank() < 1) return arg_error(def, p, "tensors passed to kernels have at least one dimension");
+        return arg_error(def, p,
+                         fmt::format("the tensor is on {}, the launch on {}",
+                                     t.device()->info().name, dev.info().name));
+      if (t.rank() < 1)
+        return arg_error(def, p, "tensors passed to kernels have at least one dimension");
       if (p.kind == dsl::ParamKind::Array && !t.is_contiguous())
-        return arg_error(def, p, "an Array parameter takes a contiguous tensor; this view is strided");
+        return arg_error(def, p,
+                         "an Array parameter takes a contiguous tensor; this view is strided");
       // The line width: the launch's choice, else the registered one (0: the widest that fits).
       int w = p.default_line;
       for (const auto& [name, width] : o.lines)
@@ -475,20 +544,28 @@ Status Runtime::launch_args(const Kernel& kernel, Dim3 cubes, Dim3 cube_dim, con
         }
         w = common_width;
       }
-      if (!ir::valid_lanes(w)) return arg_error(def, p, fmt::format("line width {} is not 1, 2, 4, 8 or 16", w));
+      if (!ir::valid_lanes(w))
+        return arg_error(def, p, fmt::format("line width {} is not 1, 2, 4, 8 or 16", w));
       if (!lines_fit(t, w, false))
-        return arg_error(def, p, fmt::format("{} cannot be read in lines of {}: its innermost dimension must be contiguous and "
-                                             "a multiple of {} (and outer strides multiples of {}); choose a width with "
-                                             "Runtime::line_width and LaunchOptions::lines",
-                                             t.describe(), w, w, w));
-      // GPUs read lines with vector loads, which need the pointer aligned to the line (up to 16 bytes).
+        return arg_error(
+            def, p,
+            fmt::format(
+                "{} cannot be read in lines of {}: its innermost dimension must be contiguous and "
+                "a multiple of {} (and outer strides multiples of {}); choose a width with "
+                "Runtime::line_width and LaunchOptions::lines",
+                t.describe(), w, w, w));
+      // GPUs read lines with vector loads, which need the pointer aligned to the line (up to 16
+      // bytes).
       if (s_->cuda) {
-        const uintptr_t align = std::min<uintptr_t>(16, static_cast<uintptr_t>(w) * t.element_bytes());
+        const uintptr_t align =
+            std::min<uintptr_t>(16, static_cast<uintptr_t>(w) * t.element_bytes());
         if (reinterpret_cast<uintptr_t>(t.data()) % align != 0)
-          return arg_error(def, p, fmt::format("{} starts {} bytes past a {}-byte boundary, but lines of {} need it "
-                                               "aligned on {}; use a narrower line (Runtime::line_width picks one)",
-                                               t.describe(), reinterpret_cast<uintptr_t>(t.data()) % align, align, w,
-                                               dev.info().name));
+          return arg_error(
+              def, p,
+              fmt::format("{} starts {} bytes past a {}-byte boundary, but lines of {} need it "
+                          "aligned on {}; use a narrower line (Runtime::line_width picks one)",
+                          t.describe(), reinterpret_cast<uintptr_t>(t.data()) % align, align, w,
+                          dev.info().name));
       }
       dsl::ArgDesc& d = descs[nr];
       d.dtype = t.dtype();
@@ -506,21 +583,25 @@ Status Runtime::launch_args(const Kernel& kernel, Dim3 cubes, Dim3 cube_dim, con
       ++nr;
     } else if (p.kind == dsl::ParamKind::Scalar) {
       if (a.kind != LaunchArg::Kind::Number)
-        return arg_error(def, p, fmt::format("the kernel takes a number here ({})", ir::elem_name(p.dtype)));
+        return arg_error(
+            def, p, fmt::format("the kernel takes a number here ({})", ir::elem_name(p.dtype)));
       KILN_ASSIGN(uint64_t bits, scalar_bits(def, p, a));
       descs[nr] = dsl::ArgDesc{p.dtype, 0, 1, false};
       host[nr] = ScalarBits{bits};
       ++nr;
     } else {
       if (a.kind == LaunchArg::Kind::Tensor || a.comptime.empty())
-        return arg_error(def, p, fmt::format("the kernel takes a comptime {} here", p.comptime_type));
+        return arg_error(def, p,
+                         fmt::format("the kernel takes a comptime {} here", p.comptime_type));
       dsl::ComptimeValue v = a.comptime;
       if (v.type_name() != p.comptime_type) {
         // A number of another C++ type: converted when it fits (256 for an unsigned).
-        auto converted = a.kind == LaunchArg::Kind::Number ? p.parse(v.format()) : Result<dsl::ComptimeValue>(Error());
+        auto converted = a.kind == LaunchArg::Kind::Number ? p.parse(v.format())
+                                                           : Result<dsl::ComptimeValue>(Error());
         if (!converted)
-          return arg_error(def, p, fmt::format("the comptime parameter takes a {}, got a {} ({})", p.comptime_type,
-                                               v.type_name(), v.format()));
+          return arg_error(def, p,
+                           fmt::format("the comptime parameter takes a {}, got a {} ({})",
+                                       p.comptime_type, v.type_name(), v.format()));
         v = *converted;
       }
       uint8_t buf[dsl::ComptimeValue::kMaxSize];
@@ -535,7 +616,8 @@ Status Runtime::launch_args(const Kernel& kernel, Dim3 cubes, Dim3 cube_dim, con
   key.put(checked);
   key.finish();
   if (key.overflow)
-    return Error(ErrorKind::Unsupported, fmt::format("kernel '{}': the comptime values are too large for a key", def.name));
+    return Error(ErrorKind::Unsupported,
+                 fmt::format("kernel '{}': the comptime values are too large for a key", def.name));
 
   const detail::Spec* spec = detail::find_ready(*kernel.table_, key);
   if (!spec) {
@@ -557,22 +639,29 @@ Status Runtime::launch_args(const Kernel& kernel, Dim3 cubes, Dim3 cube_dim, con
   std::array<uint64_t, 256> packed;
   if (s_->cuda) {
     const detail::CudaKernel& ck = *spec->code.cuda;
-    if (cubes.x > 0x7fffffffu || cubes.y > s_->cuda->max_grid_y() || cubes.z > s_->cuda->max_grid_z())
+    if (cubes.x > 0x7fffffffu || cubes.y > s_->cuda->max_grid_y() ||
+        cubes.z > s_->cuda->max_grid_z())
       return Error(ErrorKind::InvalidArgument,
-                   fmt::format("kernel '{}': {}x{}x{} cubes; {} allows at most 2^31-1 in x, {} in y and {} in z (put the "
+                   fmt::format("kernel '{}': {}x{}x{} cubes; {} allows at most 2^31-1 in x, {} in "
+                               "y and {} in z (put the "
                                "large count in x)",
-                               def.name, cubes.x, cubes.y, cubes.z, dev.info().name, s_->cuda->max_grid_y(),
-                               s_->cuda->max_grid_z()));
+                               def.name, cubes.x, cubes.y, cubes.z, dev.info().name,
+                               s_->cuda->max_grid_y(), s_->cuda->max_grid_z()));
     if (ck.info.layout.slot_count + cuda::kReportSlots > packed.size())
-      return Error(ErrorKind::Unsupported, fmt::format("kernel '{}' has too many argument slots", def.name));
-    KILN_TRY(pack_args_into(ck.info, cubes.array(), std::span<const HostArg>(host.data(), nr), packed));
-    if (!stream.s_->cuda) return Error(ErrorKind::InvalidArgument, "launch on a stream of another device");
+      return Error(ErrorKind::Unsupported,
+                   fmt::format("kernel '{}' has too many argument slots", def.name));
+    KILN_TRY(
+        pack_args_into(ck.info, cubes.array(), std::span<const HostArg>(host.data(), nr), packed));
+    if (!stream.s_->cuda)
+      return Error(ErrorKind::InvalidArgument, "launch on a stream of another device");
     std::lock_guard<std::mutex> lock(stream.s_->mu);
     return stream.s_->cuda->launch(spec->code.cuda, cubes.array(), packed);
   }
-  if (stream.s_->cuda) return Error(ErrorKind::InvalidArgument, "launch on a stream of another device");
+  if (stream.s_->cuda)
+    return Error(ErrorKind::InvalidArgument, "launch on a stream of another device");
   const cpu::CompiledKernel& ck = *spec->code.cpu;
-  KILN_TRY(pack_cpu_args_into(ck, cubes.array(), std::span<const HostArg>(host.data(), nr), packed));
+  KILN_TRY(
+      pack_cpu_args_into(ck, cubes.array(), std::span<const HostArg>(host.data(), nr), packed));
   CpuRunReport r = run_cpu_packed(ck, packed.data(), cubes.x * cubes.y * cubes.z);
   if (r.fault || !r.prints.empty()) {
     std::lock_guard<std::mutex> lock(stream.s_->mu);

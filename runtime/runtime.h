@@ -74,8 +74,8 @@ struct CompileReport {
 const CompileReport& last_compile_report();
 
 struct RuntimeOptions {
-  bool checked = false;      // checked mode for every launch (LaunchOptions can override)
-  uint64_t memory_cap = 0;   // the memory pool's cap in bytes; 0: none
+  bool checked = false;     // checked mode for every launch (LaunchOptions can override)
+  uint64_t memory_cap = 0;  // the memory pool's cap in bytes; 0: none
   // Receives device prints at sync, one line each; stdout when empty.
   std::function<void(const std::string&)> print;
 };
@@ -106,8 +106,8 @@ class Event {
 
  private:
   friend class Runtime;
-  std::chrono::steady_clock::time_point at_;   // CPU
-  std::shared_ptr<detail::CudaEvent> cuda_;    // CUDA
+  std::chrono::steady_clock::time_point at_;  // CPU
+  std::shared_ptr<detail::CudaEvent> cuda_;   // CUDA
 };
 
 // A registered kernel, ready to launch.
@@ -124,9 +124,9 @@ class Kernel {
 };
 
 struct LaunchOptions {
-  std::optional<bool> checked;                       // overrides RuntimeOptions::checked
-  std::vector<std::pair<std::string, int>> lines;    // line widths by parameter name
-  const Stream* stream = nullptr;                    // the runtime's default stream if null
+  std::optional<bool> checked;                     // overrides RuntimeOptions::checked
+  std::vector<std::pair<std::string, int>> lines;  // line widths by parameter name
+  const Stream* stream = nullptr;                  // the runtime's default stream if null
 };
 
 // One launch argument, as the launch sees it (built from the C++ arguments).
@@ -222,13 +222,15 @@ class Runtime {
   template <class... Args>
   Status launch(const Kernel& kernel, Dim3 cubes, Dim3 cube_dim, const Args&... args) {
     const LaunchArg list[] = {launch_arg(args)..., LaunchArg{}};
-    return launch_args(kernel, cubes, cube_dim, {}, std::span<const LaunchArg>(list, sizeof...(Args)));
+    return launch_args(kernel, cubes, cube_dim, {},
+                       std::span<const LaunchArg>(list, sizeof...(Args)));
   }
   template <class... Args>
   Status launch_with(const LaunchOptions& options, const Kernel& kernel, Dim3 cubes, Dim3 cube_dim,
                      const Args&... args) {
     const LaunchArg list[] = {launch_arg(args)..., LaunchArg{}};
-    return launch_args(kernel, cubes, cube_dim, options, std::span<const LaunchArg>(list, sizeof...(Args)));
+    return launch_args(kernel, cubes, cube_dim, options,
+                       std::span<const LaunchArg>(list, sizeof...(Args)));
   }
   Status launch_args(const Kernel& kernel, Dim3 cubes, Dim3 cube_dim, const LaunchOptions& options,
                      std::span<const LaunchArg> args);

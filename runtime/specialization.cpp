@@ -7,12 +7,12 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <tuple>
 #include <set>
+#include <tuple>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <xxhash.h>
+#include <nlohmann/json.hpp>
 
 #include "compiler/cpu/llvm_info.h"
 #include "compiler/cuda/codegen.h"
@@ -31,7 +31,9 @@ namespace kiln {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
 
 struct Counters {
   std::atomic<uint64_t> memory_hits{0}, disk_hits{0}, compiles{0}, failures{0};
@@ -57,7 +59,8 @@ const DumpConfig& dump_config() {
       size_t start = 0;
       while (start <= v.size()) {
         const size_t comma = v.find(',', start);
-        const std::string item = v.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+        const std::string item =
+            v.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
         if (!item.empty()) d.stages.insert(item);
         if (comma == std::string::npos) break;
         start = comma + 1;
@@ -72,8 +75,10 @@ const DumpConfig& dump_config() {
 
 // Writes the asked-for stages of a specialization: `stages` pairs a KILN_DUMP stage with its
 // file extension and the function that makes its text (only called when asked for).
-void dump_stages(const std::string& kernel, const Hash128& hash,
-                 std::initializer_list<std::tuple<const char*, const char*, std::function<std::string()>>> stages) {
+void dump_stages(
+    const std::string& kernel, const Hash128& hash,
+    std::initializer_list<std::tuple<const char*, const char*, std::function<std::string()>>>
+        stages) {
   const DumpConfig& d = dump_config();
   if (d.stages.empty()) return;
   std::error_code ec;
@@ -88,7 +93,8 @@ void dump_stages(const std::string& kernel, const Hash128& hash,
 }
 
 std::string versions() {
-  static const std::string v = fmt::format("kiln {} / LLVM {} / cpu-abi 2", KILN_VERSION, cpu::llvm_version());
+  static const std::string v =
+      fmt::format("kiln {} / LLVM {} / cpu-abi 2", KILN_VERSION, cpu::llvm_version());
   return v;
 }
 
@@ -121,9 +127,11 @@ Result<detail::CompiledSpec> build_cuda(const detail::BuildRequest& req) {
   KILN_ASSIGN(cuda::Source src, cuda::generate(prepared, copts));
   report.codegen_ms = ms_since(t);
   t = Clock::now();
-  const std::string arch = dev.cubin() ? dev.compile_target().name() : dev.compile_target().compute();
-  const std::string material = fmt::format("{}\n--\n{}\n--\nchecked={} fast_math={}\n--\n{}", src.text, arch,
-                                           req.options.checked, req.options.fast_math, cuda_versions());
+  const std::string arch =
+      dev.cubin() ? dev.compile_target().name() : dev.compile_target().compute();
+  const std::string material =
+      fmt::format("{}\n--\n{}\n--\nchecked={} fast_math={}\n--\n{}", src.text, arch,
+                  req.options.checked, req.options.fast_math, cuda_versions());
   const Hash128 hash = strong_hash(material);
   report.hash_ms = ms_since(t);
   const std::shared_ptr<DiskCache> cache = DiskCache::global();
@@ -133,7 +141,8 @@ Result<detail::CompiledSpec> build_cuda(const detail::BuildRequest& req) {
   auto entry = cache->load("cuda", hash);
   if (entry) {
     auto meta = nlohmann::json::parse(entry->meta, nullptr, false);
-    auto info = abi::info_from_json(meta.is_object() ? meta.value("info", std::string()) : std::string());
+    auto info =
+        abi::info_from_json(meta.is_object() ? meta.value("info", std::string()) : std::string());
     report.read_ms = ms_since(t);
     if (info) {
       cuda::Resources res;
@@ -155,8 +164,8 @@ Result<detail::CompiledSpec> build_cuda(const detail::BuildRequest& req) {
         counters().disk_hits++;
         if (!dev.cubin()) ptx.assign(entry->blob.begin(), entry->blob.end());
       } else {
-        log_warning(fmt::format("cache entry {} for '{}' could not be loaded ({}); recompiling", hash.hex(),
-                                req.def->name, k.error().message));
+        log_warning(fmt::format("cache entry {} for '{}' could not be loaded ({}); recompiling",
+                                hash.hex(), req.def->name, k.error().message));
       }
     }
   } else {
@@ -164,9 +173,11 @@ Result<detail::CompiledSpec> build_cuda(const detail::BuildRequest& req) {
   }
   if (!out.cuda) {
     t = Clock::now();
-    KILN_ASSIGN(cuda::CompiledCuda compiled, cuda::compile_cuda(src.text, req.def->name + ".cu", arch, req.options.fast_math));
+    KILN_ASSIGN(cuda::CompiledCuda compiled,
+                cuda::compile_cuda(src.text, req.def->name + ".cu", arch, req.options.fast_math));
     report.optimize_ms = ms_since(t);  // NVRTC: front end, optimization and ptxas
-    std::vector<char> image = dev.cubin() ? compiled.cubin : std::vector<char>(compiled.ptx.begin(), compiled.ptx.end());
+    std::vector<char> image =
+        dev.cubin() ? compiled.cubin : std::vector<char>(compiled.ptx.begin(), compiled.ptx.end());
     nlohmann::json meta;
     meta["kernel"] = req.def->name;
     meta["target"] = arch;
@@ -179,7 +190,8 @@ Result<detail::CompiledSpec> build_cuda(const detail::BuildRequest& req) {
                          {"spill_stores", compiled.resources.spill_store_bytes},
                          {"spill_loads", compiled.resources.spill_load_bytes}};
     if (auto st = cache->store("cuda", hash, meta.dump(), image); !st)
-      log_warning(fmt::format("could not store '{}' in the disk cache: {}", req.def->name, st.error().message));
+      log_warning(fmt::format("could not store '{}' in the disk cache: {}", req.def->name,
+                              st.error().message));
     t = Clock::now();
     KILN_ASSIGN(auto k, detail::load_cuda_kernel(dev, image, src.info, compiled.resources));
     report.load_ms = ms_since(t);
@@ -188,15 +200,18 @@ Result<detail::CompiledSpec> build_cuda(const detail::BuildRequest& req) {
     counters().compiles++;
   }
   report.total_ms = ms_since(t_all);
-  (report.from_disk ? counters().disk_load_us : counters().compile_us) += static_cast<uint64_t>(report.total_ms * 1000);
+  (report.from_disk ? counters().disk_load_us : counters().compile_us) +=
+      static_cast<uint64_t>(report.total_ms * 1000);
   dump_stages(req.def->name, hash,
               {{"ir", ".kir", [&] { return ir::print(traced); }},
                {"ir-opt", ".opt.kir", [&] { return ir::print(prepared); }},
                {"cuda", ".cu", [&] { return src.text; }},
                {"ptx", ".ptx", [&] {
-                  if (!ptx.empty()) return ptx;  // a CUBIN from the disk cache: compile the PTX to show
-                  auto c = cuda::compile_cuda(src.text, req.def->name + ".cu", dev.compile_target().compute(),
-                                              req.options.fast_math);
+                  if (!ptx.empty())
+                    return ptx;  // a CUBIN from the disk cache: compile the PTX to show
+                  auto c =
+                      cuda::compile_cuda(src.text, req.def->name + ".cu",
+                                         dev.compile_target().compute(), req.options.fast_math);
                   return c ? c->ptx : c.error().message;
                 }}});
   t_report = report;
@@ -228,12 +243,14 @@ Result<detail::CompiledSpec> build_cpu(const detail::BuildRequest& req) {
   auto entry = disk.load("cpu", hash);
   if (entry) {
     auto meta = nlohmann::json::parse(entry->meta, nullptr, false);
-    auto info = abi::info_from_json(meta.is_object() ? meta.value("info", std::string()) : std::string());
+    auto info =
+        abi::info_from_json(meta.is_object() ? meta.value("info", std::string()) : std::string());
     report.read_ms = ms_since(t);
     t = Clock::now();
     if (info) {
       cpu::CompileTimings timings;
-      auto k = cpu::load_object(cpu::ObjectCode{std::move(entry->blob), std::move(*info)}, &timings);
+      auto k =
+          cpu::load_object(cpu::ObjectCode{std::move(entry->blob), std::move(*info)}, &timings);
       if (k) {
         report.load_ms = ms_since(t);
         report.from_disk = true;
@@ -241,7 +258,9 @@ Result<detail::CompiledSpec> build_cpu(const detail::BuildRequest& req) {
         counters().disk_hits++;
       }
     }
-    if (!out.cpu) log_warning(fmt::format("cache entry {} for '{}' could not be loaded; recompiling", hash.hex(), req.def->name));
+    if (!out.cpu)
+      log_warning(fmt::format("cache entry {} for '{}' could not be loaded; recompiling",
+                              hash.hex(), req.def->name));
   }
   if (!entry) report.read_ms = ms_since(t);
   if (!out.cpu) {
@@ -256,7 +275,8 @@ Result<detail::CompiledSpec> build_cpu(const detail::BuildRequest& req) {
     meta["versions"] = versions();
     meta["info"] = abi::info_to_json(obj.info);
     if (auto st = disk.store("cpu", hash, meta.dump(), obj.bytes); !st)
-      log_warning(fmt::format("could not store '{}' in the disk cache: {}", req.def->name, st.error().message));
+      log_warning(fmt::format("could not store '{}' in the disk cache: {}", req.def->name,
+                              st.error().message));
     t = Clock::now();
     KILN_ASSIGN(auto k, cpu::load_object(std::move(obj), &timings));
     report.load_ms = ms_since(t);
@@ -264,11 +284,13 @@ Result<detail::CompiledSpec> build_cpu(const detail::BuildRequest& req) {
     counters().compiles++;
   }
   report.total_ms = ms_since(t_all);
-  (report.from_disk ? counters().disk_load_us : counters().compile_us) += static_cast<uint64_t>(report.total_ms * 1000);
+  (report.from_disk ? counters().disk_load_us : counters().compile_us) +=
+      static_cast<uint64_t>(report.total_ms * 1000);
   dump_stages(req.def->name, hash,
               {{"ir", ".kir", [&] { return ir::print(traced); }},
                {"ir-opt", ".opt.kir", [&] { return ir::print(lowered); }},
-               {"llvm", ".ll", [&] {
+               {"llvm", ".ll",
+                [&] {
                   auto t = cpu::emit_llvm(lowered, req.options, true);
                   return t ? *t : t.error().message;
                 }},
@@ -294,11 +316,15 @@ CacheStats cache_stats() {
   return s;
 }
 
-const CompileReport& last_compile_report() { return t_report; }
+const CompileReport& last_compile_report() {
+  return t_report;
+}
 
 namespace detail {
 
-void SpecKey::finish() { hash = XXH3_64bits(bytes.data(), size); }
+void SpecKey::finish() {
+  hash = XXH3_64bits(bytes.data(), size);
+}
 
 SpecTable* table_for(const dsl::KernelDef* def) {
   static std::mutex mu;
@@ -312,7 +338,8 @@ SpecTable* table_for(const dsl::KernelDef* def) {
 const Spec* find_ready(SpecTable& table, const SpecKey& key) {
   std::shared_lock<std::shared_mutex> lock(table.mu);
   auto it = table.map.find(key);
-  if (it == table.map.end() || it->second->state.load(std::memory_order_acquire) != Spec::State::Ready)
+  if (it == table.map.end() ||
+      it->second->state.load(std::memory_order_acquire) != Spec::State::Ready)
     return nullptr;
   counters().memory_hits.fetch_add(1, std::memory_order_relaxed);
   return it->second.get();

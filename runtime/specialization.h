@@ -19,8 +19,8 @@
 #include <unordered_map>
 
 #include "compiler/cpu/backend.h"
-#include "runtime/cuda_device.h"
 #include "compiler/dsl/registry.h"
+#include "runtime/cuda_device.h"
 #include "runtime/runtime.h"
 
 namespace kiln::detail {

@@ -10,7 +10,9 @@ namespace kiln {
 
 namespace {
 
-Error bad(const std::string& what) { return Error(ErrorKind::InvalidArgument, what); }
+Error bad(const std::string& what) {
+  return Error(ErrorKind::InvalidArgument, what);
+}
 
 }  // namespace
 
@@ -18,7 +20,8 @@ Result<Tensor> Tensor::make(std::shared_ptr<Device> device, Buffer buffer, ir::E
                             std::span<const int64_t> shape, std::span<const int64_t> strides,
                             int64_t offset) {
   if (shape.size() > kMaxTensorRank)
-    return bad(fmt::format("a tensor has at most {} dimensions, got {}", kMaxTensorRank, shape.size()));
+    return bad(
+        fmt::format("a tensor has at most {} dimensions, got {}", kMaxTensorRank, shape.size()));
   if (!strides.empty() && strides.size() != shape.size())
     return bad(fmt::format("{} strides for {} dimensions", strides.size(), shape.size()));
   if (offset < 0) return bad("a negative offset");
@@ -43,10 +46,12 @@ Result<Tensor> Tensor::make(std::shared_ptr<Device> device, Buffer buffer, ir::E
   // Every element the view reaches must lie inside the buffer.
   if (t.numel() > 0) {
     int64_t last = offset;
-    for (int d = 0; d < t.rank_; ++d) last += (t.shape_[static_cast<size_t>(d)] - 1) * t.strides_[static_cast<size_t>(d)];
+    for (int d = 0; d < t.rank_; ++d)
+      last += (t.shape_[static_cast<size_t>(d)] - 1) * t.strides_[static_cast<size_t>(d)];
     const int64_t capacity = static_cast<int64_t>(t.buffer_.size() / t.element_bytes());
     if (last >= capacity)
-      return bad(fmt::format("the view reaches element {} but the buffer holds {} elements", last, capacity));
+      return bad(fmt::format("the view reaches element {} but the buffer holds {} elements", last,
+                             capacity));
   }
   return t;
 }
@@ -72,15 +77,18 @@ void* Tensor::data() const {
 
 std::string Tensor::describe() const {
   std::string s = fmt::format("{}[", ir::elem_name(dtype_));
-  for (int d = 0; d < rank_; ++d) s += fmt::format("{}{}", d ? ", " : "", shape_[static_cast<size_t>(d)]);
+  for (int d = 0; d < rank_; ++d)
+    s += fmt::format("{}{}", d ? ", " : "", shape_[static_cast<size_t>(d)]);
   return s + "]";
 }
 
 Result<Tensor> Tensor::slice(int dim, int64_t begin, int64_t end, int64_t step) const {
-  if (dim < 0 || dim >= rank_) return bad(fmt::format("slice: dimension {} of a rank-{} tensor", dim, rank_));
+  if (dim < 0 || dim >= rank_)
+    return bad(fmt::format("slice: dimension {} of a rank-{} tensor", dim, rank_));
   const int64_t n = shape_[static_cast<size_t>(dim)];
   if (begin < 0 || end > n || begin > end || step < 1)
-    return bad(fmt::format("slice [{}, {}) step {} of a dimension of size {}", begin, end, step, n));
+    return bad(
+        fmt::format("slice [{}, {}) step {} of a dimension of size {}", begin, end, step, n));
   Tensor t = *this;
   t.offset_ += begin * strides_[static_cast<size_t>(dim)];
   t.shape_[static_cast<size_t>(dim)] = (end - begin + step - 1) / step;
@@ -90,7 +98,8 @@ Result<Tensor> Tensor::slice(int dim, int64_t begin, int64_t end, int64_t step) 
 
 Result<Tensor> Tensor::permute(std::span<const int> dims) const {
   if (static_cast<int>(dims.size()) != rank_)
-    return bad(fmt::format("permute of a rank-{} tensor needs {} dimensions, got {}", rank_, rank_, dims.size()));
+    return bad(fmt::format("permute of a rank-{} tensor needs {} dimensions, got {}", rank_, rank_,
+                           dims.size()));
   std::array<bool, kMaxTensorRank> seen{};
   Tensor t = *this;
   for (int i = 0; i < rank_; ++i) {
@@ -164,7 +173,8 @@ Status Tensor::upload(const void* host, size_t bytes) {
   KILN_TRY(check_host_size(bytes, "upload"));
   if (is_contiguous()) return device_->upload(data(), host, bytes);
   if (!device_->host_accessible())
-    return bad(fmt::format("upload to a strided view on {}: upload to a contiguous tensor", device_->info().name));
+    return bad(fmt::format("upload to a strided view on {}: upload to a contiguous tensor",
+                           device_->info().name));
   const size_t es = element_bytes();
   const char* src = static_cast<const char*>(host);
   char* base = static_cast<char*>(data());
@@ -180,7 +190,8 @@ Status Tensor::download(void* host, size_t bytes) const {
   KILN_TRY(check_host_size(bytes, "download"));
   if (is_contiguous()) return device_->download(host, data(), bytes);
   if (!device_->host_accessible())
-    return bad(fmt::format("download of a strided view on {}: copy it to a contiguous tensor first", device_->info().name));
+    return bad(fmt::format("download of a strided view on {}: copy it to a contiguous tensor first",
+                           device_->info().name));
   const size_t es = element_bytes();
   char* dst = static_cast<char*>(host);
   const char* base = static_cast<const char*>(data());

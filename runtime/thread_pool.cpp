@@ -58,7 +58,8 @@ void ThreadPool::run_chunks(Job& job) {
   for (;;) {
     const uint32_t begin = job.next.fetch_add(job.chunk, std::memory_order_relaxed);
     if (begin >= job.n) break;
-    const uint32_t end = begin + job.chunk < job.n && begin + job.chunk > begin ? begin + job.chunk : job.n;
+    const uint32_t end =
+        begin + job.chunk < job.n && begin + job.chunk > begin ? begin + job.chunk : job.n;
     (*job.fn)(begin, end);
   }
 }

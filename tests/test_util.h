@@ -10,7 +10,9 @@
 
 namespace kiln::test {
 
-inline std::string source_path(const std::string& rel) { return std::string(KILN_SOURCE_DIR) + "/" + rel; }
+inline std::string source_path(const std::string& rel) {
+  return std::string(KILN_SOURCE_DIR) + "/" + rel;
+}
 
 inline std::string read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);

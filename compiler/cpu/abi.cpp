@@ -16,7 +16,8 @@ extern "C" void kiln_rt_assert_failed(void* state, uint32_t site, uint32_t cube,
   if (!s) return;
   std::lock_guard<std::mutex> lock(s->mu);
   // Cubes run in parallel; reporting the failure of the lowest (cube, unit) keeps it repeatable.
-  if (s->assert_failed && (s->assert_cube < cube || (s->assert_cube == cube && s->assert_unit <= unit)))
+  if (s->assert_failed &&
+      (s->assert_cube < cube || (s->assert_cube == cube && s->assert_unit <= unit)))
     return;
   s->assert_failed = true;
   s->assert_site = site;
@@ -29,7 +30,8 @@ extern "C" void kiln_rt_fault(void* state, uint32_t site, uint32_t index, uint32
   auto* s = static_cast<kiln::abi::LaunchState*>(state);
   if (!s) return;
   std::lock_guard<std::mutex> lock(s->mu);
-  if (s->fault && (s->fault_cube < cube || (s->fault_cube == cube && s->fault_unit <= unit))) return;
+  if (s->fault && (s->fault_cube < cube || (s->fault_cube == cube && s->fault_unit <= unit)))
+    return;
   s->fault = true;
   s->fault_site = site;
   s->fault_index = index;

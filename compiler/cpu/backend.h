@@ -16,9 +16,9 @@ namespace kiln::cpu {
 // A CPU to compile for: the host (the default), or another x86 CPU for inspection only.
 struct Target {
   std::string triple;
-  std::string cpu;       // LLVM CPU name, e.g. "sapphirerapids"
-  std::string features;  // e.g. "+avx2,+fma,..."
-  int vector_bits = 128; // widest SIMD register: 512 with AVX-512, 256 with AVX, else 128
+  std::string cpu;        // LLVM CPU name, e.g. "sapphirerapids"
+  std::string features;   // e.g. "+avx2,+fma,..."
+  int vector_bits = 128;  // widest SIMD register: 512 with AVX-512, 256 with AVX, else 128
   bool host = true;
 
   // The widest useful line width for an element of `bytes` bytes (a power of two, <= 16).
@@ -67,7 +67,8 @@ class CompiledKernel {
 };
 
 // Text of a stage for inspection. The kernel must be lowered (passes::lower_for_cpu).
-Result<std::string> emit_llvm(const ir::Kernel& lowered, const CompileOptions& opts, bool optimized);
+Result<std::string> emit_llvm(const ir::Kernel& lowered, const CompileOptions& opts,
+                              bool optimized);
 Result<std::string> emit_asm(const ir::Kernel& lowered, const CompileOptions& opts);
 
 // Object code for a lowered kernel, with the facts needed to load it again.
@@ -80,12 +81,14 @@ Result<ObjectCode> compile_object(const ir::Kernel& lowered, const CompileOption
 
 // Loads object code into the JIT (no LLVM optimization or code generation). The target must
 // be the host.
-Result<std::unique_ptr<CompiledKernel>> load_object(ObjectCode obj, CompileTimings* timings = nullptr);
+Result<std::unique_ptr<CompiledKernel>> load_object(ObjectCode obj,
+                                                    CompileTimings* timings = nullptr);
 // Starts the process's JIT now (once) rather than at the first load.
 Status start_jit();
 
 // compile_object + load_object.
-Result<std::unique_ptr<CompiledKernel>> compile(const ir::Kernel& lowered, const CompileOptions& opts,
+Result<std::unique_ptr<CompiledKernel>> compile(const ir::Kernel& lowered,
+                                                const CompileOptions& opts,
                                                 CompileTimings* timings = nullptr);
 
 }  // namespace kiln::cpu

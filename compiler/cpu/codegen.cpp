@@ -107,19 +107,28 @@ class Gen {
 
   llvm::Type* scalar_ty(ElemType e) const {
     switch (e) {
-      case ElemType::Bool: return llvm::Type::getInt1Ty(C);
+      case ElemType::Bool:
+        return llvm::Type::getInt1Ty(C);
       case ElemType::I8:
-      case ElemType::U8: return llvm::Type::getInt8Ty(C);
+      case ElemType::U8:
+        return llvm::Type::getInt8Ty(C);
       case ElemType::I16:
-      case ElemType::U16: return llvm::Type::getInt16Ty(C);
+      case ElemType::U16:
+        return llvm::Type::getInt16Ty(C);
       case ElemType::I32:
-      case ElemType::U32: return llvm::Type::getInt32Ty(C);
+      case ElemType::U32:
+        return llvm::Type::getInt32Ty(C);
       case ElemType::I64:
-      case ElemType::U64: return llvm::Type::getInt64Ty(C);
-      case ElemType::F16: return llvm::Type::getHalfTy(C);
-      case ElemType::BF16: return llvm::Type::getBFloatTy(C);
-      case ElemType::F32: return llvm::Type::getFloatTy(C);
-      case ElemType::F64: return llvm::Type::getDoubleTy(C);
+      case ElemType::U64:
+        return llvm::Type::getInt64Ty(C);
+      case ElemType::F16:
+        return llvm::Type::getHalfTy(C);
+      case ElemType::BF16:
+        return llvm::Type::getBFloatTy(C);
+      case ElemType::F32:
+        return llvm::Type::getFloatTy(C);
+      case ElemType::F64:
+        return llvm::Type::getDoubleTy(C);
     }
     return nullptr;
   }
@@ -137,7 +146,8 @@ class Gen {
     return is_half(t.elem) ? vec(llvm::Type::getFloatTy(C), t.lanes) : ty(t);
   }
 
-  // ---- values ------------------------------------------------------------------------------------
+  // ---- values
+  // ------------------------------------------------------------------------------------
 
   Value* v(ValueId id) const {
     KILN_CHECK(id < vals_.size() && vals_[id], "use of a value with no LLVM counterpart");
@@ -167,7 +177,8 @@ class Gen {
     Value* rounded = B.CreateLShr(B.CreateAdd(bits, B.CreateAdd(k(0x7FFF), lsb)), k(16));
     Value* quiet_nan = B.CreateOr(B.CreateLShr(bits, k(16)), k(0x40));
     Value* r = B.CreateSelect(B.CreateFCmpUNO(x, x), quiet_nan, rounded);
-    return B.CreateBitCast(B.CreateTrunc(r, vec(B.getInt16Ty(), lanes)), vec(B.getBFloatTy(), lanes));
+    return B.CreateBitCast(B.CreateTrunc(r, vec(B.getInt16Ty(), lanes)),
+                           vec(B.getBFloatTy(), lanes));
   }
 
   // ---- arguments and memory --------------------------------------------------------------------
@@ -187,7 +198,8 @@ class Gen {
   void load_arguments() {
     for (int a = 1; a <= 3; ++a)
       cube_count_[a] = B.CreateTrunc(slot(static_cast<uint32_t>(a - 1), "count"), B.getInt32Ty());
-    cube_count_[0] = B.CreateMul(B.CreateMul(cube_count_[1], cube_count_[2]), cube_count_[3], "cubes");
+    cube_count_[0] =
+        B.CreateMul(B.CreateMul(cube_count_[1], cube_count_[2]), cube_count_[3], "cubes");
     for (size_t i = 0; i < K.params.size(); ++i) {
       const ir::Param& p = K.params[i];
       const ir::Type& t = type(p.value);
@@ -200,9 +212,11 @@ class Gen {
         if (t.kind == ir::TypeKind::Tensor) {
           m.extent = B.CreateTrunc(slot(s + 2, ""), B.getInt32Ty(), p.name + ".extent");
           for (int d = 0; d < t.rank; ++d)
-            m.shape.push_back(B.CreateTrunc(slot(s + 3 + d, ""), B.getInt32Ty(), fmt::format("{}.shape{}", p.name, d)));
+            m.shape.push_back(B.CreateTrunc(slot(s + 3 + d, ""), B.getInt32Ty(),
+                                            fmt::format("{}.shape{}", p.name, d)));
           for (int d = 0; d < t.rank; ++d)
-            m.stride.push_back(B.CreateTrunc(slot(s + 3 + t.rank + d, ""), B.getInt32Ty(), fmt::format("{}.stride{}", p.name, d)));
+            m.stride.push_back(B.CreateTrunc(slot(s + 3 + t.rank + d, ""), B.getInt32Ty(),
+                                             fmt::format("{}.stride{}", p.name, d)));
         }
         mem_[p.value] = std::move(m);
       } else {
@@ -224,7 +238,8 @@ class Gen {
     shared_bytes_ += static_cast<uint32_t>((bytes + 63) / 64 * 64);
     info_.shared_bytes = shared_bytes_;
     Mem m;
-    m.base = B.CreateConstInBoundsGEP1_32(B.getInt8Ty(), shared_, offset, fmt::format("shared{}", op.result));
+    m.base = B.CreateConstInBoundsGEP1_32(B.getInt8Ty(), shared_, offset,
+                                          fmt::format("shared{}", op.result));
     m.len = m.extent = B.getInt32(t.count);
     mem_[op.result] = std::move(m);
   }
@@ -254,15 +269,19 @@ class Gen {
   // Checked mode: runs `access` only when index < the memory's extent; otherwise reports the
   // fault (kiln_rt_fault) and gives `fallback` (zero) for the access's value.
   template <class Access>
-  Value* checked(const ir::Op& op, ValueId mem, Value* index, llvm::Type* value_ty, Access&& access) {
+  Value* checked(const ir::Op& op, ValueId mem, Value* index, llvm::Type* value_ty,
+                 Access&& access) {
     if (!O.checked) return access();
     const uint32_t site = static_cast<uint32_t>(info_.accesses.size());
     std::string memory;
     for (const ir::Param& p : K.params)
-      if (p.value == mem) memory = fmt::format("{} '{}'", type(mem).kind == ir::TypeKind::Tensor ? "tensor" : "array", p.name);
+      if (p.value == mem)
+        memory = fmt::format("{} '{}'", type(mem).kind == ir::TypeKind::Tensor ? "tensor" : "array",
+                             p.name);
     if (memory.empty())
       memory = type(mem).kind == ir::TypeKind::Local ? "a local array" : "a shared array";
-    info_.accesses.push_back(AccessSite{std::string(ir::op_name(op.kind)), memory, K.loc_string(op.loc)});
+    info_.accesses.push_back(
+        AccessSite{std::string(ir::op_name(op.kind)), memory, K.loc_string(op.loc)});
     Value* bound = mem_.at(mem).extent;
     auto* ok_bb = llvm::BasicBlock::Create(C, "inbounds", F);
     auto* bad_bb = llvm::BasicBlock::Create(C, "outofbounds", F);
@@ -270,8 +289,9 @@ class Gen {
     B.CreateCondBr(B.CreateICmpULT(index, bound), ok_bb, bad_bb);
     B.SetInsertPoint(bad_bb);
     auto callee = M.getOrInsertFunction(
-        "kiln_rt_fault", llvm::FunctionType::get(B.getVoidTy(), {B.getPtrTy(), B.getInt32Ty(), B.getInt32Ty(),
-                                                                 B.getInt32Ty(), B.getInt32Ty(), B.getInt32Ty()},
+        "kiln_rt_fault", llvm::FunctionType::get(B.getVoidTy(),
+                                                 {B.getPtrTy(), B.getInt32Ty(), B.getInt32Ty(),
+                                                  B.getInt32Ty(), B.getInt32Ty(), B.getInt32Ty()},
                                                  false));
     B.CreateCall(callee, {state_, B.getInt32(site), index, bound, cube_, unit_or_zero()});
     B.CreateBr(cont);
@@ -292,7 +312,8 @@ class Gen {
     return eb.CreateAlloca(t, count, name);
   }
 
-  // ---- control flow -------------------------------------------------------------------------------
+  // ---- control flow
+  // -------------------------------------------------------------------------------
 
   struct LoopCtx {
     llvm::BasicBlock* cont;
@@ -360,7 +381,8 @@ class Gen {
     auto count_up = [&](Value* lo, Value* hi, Value* s) {  // (hi - lo - 1) / s + 1 if lo < hi
       Value* safe = B.CreateSelect(B.CreateICmpEQ(s, zero), one, s);
       Value* n = B.CreateAdd(B.CreateUDiv(B.CreateSub(B.CreateSub(hi, lo), one), safe), one);
-      return B.CreateSelect(B.CreateICmp(sgn ? llvm::CmpInst::ICMP_SLT : llvm::CmpInst::ICMP_ULT, lo, hi), n, zero);
+      return B.CreateSelect(
+          B.CreateICmp(sgn ? llvm::CmpInst::ICMP_SLT : llvm::CmpInst::ICMP_ULT, lo, hi), n, zero);
     };
     Value* trips;
     if (sgn) {
@@ -451,7 +473,8 @@ class Gen {
     B.CreateBr(op.kind == OpKind::Break ? loops_.back().brk : loops_.back().cont);
   }
 
-  // ---- arithmetic -----------------------------------------------------------------------------------
+  // ---- arithmetic
+  // -----------------------------------------------------------------------------------
 
   Value* int_div(bool sgn, Value* a, Value* b, bool rem) {
     llvm::Type* t = a->getType();
@@ -481,8 +504,9 @@ class Gen {
 
   Value* minmax(bool is_max, const ir::Type& t, Value* a, Value* b) {
     if (ir::is_float(t.elem)) {
-      Value* r = B.CreateBinaryIntrinsic(is_max ? llvm::Intrinsic::maximumnum : llvm::Intrinsic::minimumnum,
-                                         promote(a, t), promote(b, t));
+      Value* r = B.CreateBinaryIntrinsic(
+          is_max ? llvm::Intrinsic::maximumnum : llvm::Intrinsic::minimumnum, promote(a, t),
+          promote(b, t));
       return demote(r, t);
     }
     const bool sgn = ir::is_signed(t.elem);
@@ -503,28 +527,52 @@ class Gen {
       Value* y = promote(b, t);
       Value* r = nullptr;
       switch (op.kind) {
-        case OpKind::Add: r = B.CreateFAdd(x, y); break;
-        case OpKind::Sub: r = B.CreateFSub(x, y); break;
-        case OpKind::Mul: r = B.CreateFMul(x, y); break;
-        case OpKind::Div: r = B.CreateFDiv(x, y); break;
-        case OpKind::Rem: r = B.CreateFRem(x, y); break;
-        case OpKind::Pow: r = emit_math(B, M, OpKind::Pow, x, y); break;
-        default: KILN_CHECK(false, "not a float binary op");
+        case OpKind::Add:
+          r = B.CreateFAdd(x, y);
+          break;
+        case OpKind::Sub:
+          r = B.CreateFSub(x, y);
+          break;
+        case OpKind::Mul:
+          r = B.CreateFMul(x, y);
+          break;
+        case OpKind::Div:
+          r = B.CreateFDiv(x, y);
+          break;
+        case OpKind::Rem:
+          r = B.CreateFRem(x, y);
+          break;
+        case OpKind::Pow:
+          r = emit_math(B, M, OpKind::Pow, x, y);
+          break;
+        default:
+          KILN_CHECK(false, "not a float binary op");
       }
       return demote(r, t);
     }
     switch (op.kind) {
-      case OpKind::Add: return B.CreateAdd(a, b);
-      case OpKind::Sub: return B.CreateSub(a, b);
-      case OpKind::Mul: return B.CreateMul(a, b);
-      case OpKind::Div: return int_div(sgn, a, b, false);
-      case OpKind::Rem: return int_div(sgn, a, b, true);
-      case OpKind::And: return B.CreateAnd(a, b);
-      case OpKind::Or: return B.CreateOr(a, b);
-      case OpKind::Xor: return B.CreateXor(a, b);
-      case OpKind::Shl: return shift(true, sgn, a, b);
-      case OpKind::Shr: return shift(false, sgn, a, b);
-      default: KILN_CHECK(false, "not an integer binary op");
+      case OpKind::Add:
+        return B.CreateAdd(a, b);
+      case OpKind::Sub:
+        return B.CreateSub(a, b);
+      case OpKind::Mul:
+        return B.CreateMul(a, b);
+      case OpKind::Div:
+        return int_div(sgn, a, b, false);
+      case OpKind::Rem:
+        return int_div(sgn, a, b, true);
+      case OpKind::And:
+        return B.CreateAnd(a, b);
+      case OpKind::Or:
+        return B.CreateOr(a, b);
+      case OpKind::Xor:
+        return B.CreateXor(a, b);
+      case OpKind::Shl:
+        return shift(true, sgn, a, b);
+      case OpKind::Shr:
+        return shift(false, sgn, a, b);
+      default:
+        KILN_CHECK(false, "not an integer binary op");
     }
     return nullptr;
   }
@@ -539,24 +587,48 @@ class Gen {
       b = promote(b, t);
       P p = P::FCMP_OEQ;
       switch (op.kind) {
-        case OpKind::Eq: p = P::FCMP_OEQ; break;
-        case OpKind::Ne: p = P::FCMP_UNE; break;  // true when either is NaN
-        case OpKind::Lt: p = P::FCMP_OLT; break;
-        case OpKind::Le: p = P::FCMP_OLE; break;
-        case OpKind::Gt: p = P::FCMP_OGT; break;
-        default: p = P::FCMP_OGE; break;
+        case OpKind::Eq:
+          p = P::FCMP_OEQ;
+          break;
+        case OpKind::Ne:
+          p = P::FCMP_UNE;
+          break;  // true when either is NaN
+        case OpKind::Lt:
+          p = P::FCMP_OLT;
+          break;
+        case OpKind::Le:
+          p = P::FCMP_OLE;
+          break;
+        case OpKind::Gt:
+          p = P::FCMP_OGT;
+          break;
+        default:
+          p = P::FCMP_OGE;
+          break;
       }
       return B.CreateFCmp(p, a, b);
     }
     const bool sgn = ir::is_signed(t.elem);
     P p = P::ICMP_EQ;
     switch (op.kind) {
-      case OpKind::Eq: p = P::ICMP_EQ; break;
-      case OpKind::Ne: p = P::ICMP_NE; break;
-      case OpKind::Lt: p = sgn ? P::ICMP_SLT : P::ICMP_ULT; break;
-      case OpKind::Le: p = sgn ? P::ICMP_SLE : P::ICMP_ULE; break;
-      case OpKind::Gt: p = sgn ? P::ICMP_SGT : P::ICMP_UGT; break;
-      default: p = sgn ? P::ICMP_SGE : P::ICMP_UGE; break;
+      case OpKind::Eq:
+        p = P::ICMP_EQ;
+        break;
+      case OpKind::Ne:
+        p = P::ICMP_NE;
+        break;
+      case OpKind::Lt:
+        p = sgn ? P::ICMP_SLT : P::ICMP_ULT;
+        break;
+      case OpKind::Le:
+        p = sgn ? P::ICMP_SLE : P::ICMP_ULE;
+        break;
+      case OpKind::Gt:
+        p = sgn ? P::ICMP_SGT : P::ICMP_UGT;
+        break;
+      default:
+        p = sgn ? P::ICMP_SGE : P::ICMP_UGE;
+        break;
     }
     return B.CreateICmp(p, a, b);
   }
@@ -568,27 +640,48 @@ class Gen {
       Value* x = promote(a, t);
       Value* r = nullptr;
       switch (op.kind) {
-        case OpKind::Neg: r = B.CreateFNeg(x); break;
-        case OpKind::Abs: r = B.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x); break;
-        case OpKind::Sqrt: r = B.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, x); break;
+        case OpKind::Neg:
+          r = B.CreateFNeg(x);
+          break;
+        case OpKind::Abs:
+          r = B.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x);
+          break;
+        case OpKind::Sqrt:
+          r = B.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, x);
+          break;
         case OpKind::Rsqrt:
           r = B.CreateFDiv(llvm::ConstantFP::get(x->getType(), 1.0),
                            B.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, x));
           break;
-        case OpKind::Floor: r = B.CreateUnaryIntrinsic(llvm::Intrinsic::floor, x); break;
-        case OpKind::Ceil: r = B.CreateUnaryIntrinsic(llvm::Intrinsic::ceil, x); break;
-        case OpKind::Round: r = B.CreateUnaryIntrinsic(llvm::Intrinsic::round, x); break;
-        case OpKind::Trunc: r = B.CreateUnaryIntrinsic(llvm::Intrinsic::trunc, x); break;
-        default: r = emit_math(B, M, op.kind, x, nullptr); break;  // exp, log, sin, ...
+        case OpKind::Floor:
+          r = B.CreateUnaryIntrinsic(llvm::Intrinsic::floor, x);
+          break;
+        case OpKind::Ceil:
+          r = B.CreateUnaryIntrinsic(llvm::Intrinsic::ceil, x);
+          break;
+        case OpKind::Round:
+          r = B.CreateUnaryIntrinsic(llvm::Intrinsic::round, x);
+          break;
+        case OpKind::Trunc:
+          r = B.CreateUnaryIntrinsic(llvm::Intrinsic::trunc, x);
+          break;
+        default:
+          r = emit_math(B, M, op.kind, x, nullptr);
+          break;  // exp, log, sin, ...
       }
       return demote(r, t);
     }
     switch (op.kind) {
-      case OpKind::Neg: return B.CreateNeg(a);
+      case OpKind::Neg:
+        return B.CreateNeg(a);
       case OpKind::Abs:  // unsigned values are their own absolute value
-        return ir::is_signed(t.elem) ? B.CreateBinaryIntrinsic(llvm::Intrinsic::abs, a, B.getFalse()) : a;
-      case OpKind::Not: return B.CreateNot(a);
-      default: KILN_CHECK(false, "not an integer unary op");
+        return ir::is_signed(t.elem)
+                   ? B.CreateBinaryIntrinsic(llvm::Intrinsic::abs, a, B.getFalse())
+                   : a;
+      case OpKind::Not:
+        return B.CreateNot(a);
+      default:
+        KILN_CHECK(false, "not an integer unary op");
     }
     return nullptr;
   }
@@ -603,7 +696,8 @@ class Gen {
     Value* ax = B.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x);
     Value* ay = B.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, B.CreateFPExt(y, x->getType()));
     Value* bits = B.CreateBitCast(y, i32);
-    bits = B.CreateSelect(B.CreateFCmpOGT(ay, ax), B.CreateSub(bits, llvm::ConstantInt::get(i32, 1)), bits);
+    bits = B.CreateSelect(B.CreateFCmpOGT(ay, ax),
+                          B.CreateSub(bits, llvm::ConstantInt::get(i32, 1)), bits);
     Value* back = B.CreateFPExt(B.CreateBitCast(bits, f32), x->getType());
     Value* inexact = B.CreateZExt(B.CreateFCmpUNE(back, x), i32);
     return B.CreateBitCast(B.CreateOr(bits, inexact), f32);
@@ -631,8 +725,9 @@ class Gen {
     }
     if (ff) {  // float -> int: round toward zero, saturate, NaN -> 0
       Value* x = promote(a, from);
-      return B.CreateIntrinsic(ir::is_signed(to.elem) ? llvm::Intrinsic::fptosi_sat : llvm::Intrinsic::fptoui_sat,
-                               {dst, x->getType()}, {x});
+      return B.CreateIntrinsic(
+          ir::is_signed(to.elem) ? llvm::Intrinsic::fptosi_sat : llvm::Intrinsic::fptoui_sat,
+          {dst, x->getType()}, {x});
     }
     if (tf) {  // int -> float, rounded once
       const bool sgn = ir::is_signed(from.elem);
@@ -653,7 +748,8 @@ class Gen {
     return B.CreateIntCast(a, dst, ir::is_signed(from.elem));  // int -> int
   }
 
-  // ---- print and assert ---------------------------------------------------------------------------
+  // ---- print and assert
+  // ---------------------------------------------------------------------------
 
   Value* unit_or_zero() { return unit_ ? unit_ : B.getInt32(0); }
 
@@ -675,21 +771,23 @@ class Gen {
     }
     const uint32_t id = static_cast<uint32_t>(info_.prints.size());
     info_.prints.push_back(std::move(site));
-    llvm::AllocaInst* buf = entry_alloca(B.getInt64Ty(), B.getInt32(std::max<uint32_t>(total, 1)), "print.buf");
+    llvm::AllocaInst* buf =
+        entry_alloca(B.getInt64Ty(), B.getInt32(std::max<uint32_t>(total, 1)), "print.buf");
     uint32_t at = 0;
     for (ValueId x : op.operands) {
       const ir::Type& t = type(x);
       Value* val = v(x);
       for (int l = 0; l < t.lanes; ++l, ++at) {
         Value* lane = t.lanes == 1 ? val : B.CreateExtractElement(val, static_cast<uint64_t>(l));
-        B.CreateStore(lane_bits(lane, t.elem), B.CreateConstInBoundsGEP1_32(B.getInt64Ty(), buf, at));
+        B.CreateStore(lane_bits(lane, t.elem),
+                      B.CreateConstInBoundsGEP1_32(B.getInt64Ty(), buf, at));
       }
     }
     auto callee = M.getOrInsertFunction(
         "kiln_rt_print", llvm::FunctionType::get(B.getVoidTy(),
-                                                  {B.getPtrTy(), B.getInt32Ty(), B.getInt32Ty(),
-                                                   B.getInt32Ty(), B.getPtrTy(), B.getInt32Ty()},
-                                                  false));
+                                                 {B.getPtrTy(), B.getInt32Ty(), B.getInt32Ty(),
+                                                  B.getInt32Ty(), B.getPtrTy(), B.getInt32Ty()},
+                                                 false));
     B.CreateCall(callee, {state_, B.getInt32(id), cube_, unit_or_zero(), buf, B.getInt32(total)});
   }
 
@@ -702,13 +800,15 @@ class Gen {
     B.SetInsertPoint(fail);
     auto callee = M.getOrInsertFunction(
         "kiln_rt_assert_failed",
-        llvm::FunctionType::get(B.getVoidTy(), {B.getPtrTy(), B.getInt32Ty(), B.getInt32Ty(), B.getInt32Ty()}, false));
+        llvm::FunctionType::get(
+            B.getVoidTy(), {B.getPtrTy(), B.getInt32Ty(), B.getInt32Ty(), B.getInt32Ty()}, false));
     B.CreateCall(callee, {state_, B.getInt32(id), cube_, unit_or_zero()});
     B.CreateBr(cont);
     B.SetInsertPoint(cont);
   }
 
-  // ---- ops ------------------------------------------------------------------------------------------
+  // ---- ops
+  // ------------------------------------------------------------------------------------------
 
   Value* constant(const ir::Op& op) {
     const ir::Type& t = type(op.result);
@@ -731,10 +831,18 @@ class Gen {
     const bool fl = ir::is_float(t.elem), sgn = ir::is_signed(t.elem);
     Bin bop = Bin::Xchg;
     switch (op.kind) {
-      case OpKind::AtomicAdd: bop = fl ? Bin::FAdd : Bin::Add; break;
-      case OpKind::AtomicMin: bop = sgn ? Bin::Min : Bin::UMin; break;
-      case OpKind::AtomicMax: bop = sgn ? Bin::Max : Bin::UMax; break;
-      default: bop = Bin::Xchg; break;
+      case OpKind::AtomicAdd:
+        bop = fl ? Bin::FAdd : Bin::Add;
+        break;
+      case OpKind::AtomicMin:
+        bop = sgn ? Bin::Min : Bin::UMin;
+        break;
+      case OpKind::AtomicMax:
+        bop = sgn ? Bin::Max : Bin::UMax;
+        break;
+      default:
+        bop = Bin::Xchg;
+        break;
     }
     return B.CreateAtomicRMW(bop, p, v(op.operands[2]), al, order);
   }
@@ -750,7 +858,9 @@ class Gen {
     const bool fl = ir::is_float(t.elem), sgn = ir::is_signed(t.elem);
     Value* now = nullptr;
     switch (op.kind) {
-      case OpKind::AtomicAdd: now = fl ? B.CreateFAdd(old, x) : B.CreateAdd(old, x); break;
+      case OpKind::AtomicAdd:
+        now = fl ? B.CreateFAdd(old, x) : B.CreateAdd(old, x);
+        break;
       case OpKind::AtomicMin:
         now = fl ? B.CreateMinNum(old, x)
                  : B.CreateSelect(sgn ? B.CreateICmpSLT(x, old) : B.CreateICmpULT(x, old), x, old);
@@ -759,15 +869,19 @@ class Gen {
         now = fl ? B.CreateMaxNum(old, x)
                  : B.CreateSelect(sgn ? B.CreateICmpSGT(x, old) : B.CreateICmpUGT(x, old), x, old);
         break;
-      case OpKind::AtomicExchange: now = x; break;
+      case OpKind::AtomicExchange:
+        now = x;
+        break;
       case OpKind::AtomicCas: {
-        Value* same = fl ? B.CreateICmpEQ(B.CreateBitCast(old, B.getIntNTy(et->getPrimitiveSizeInBits())),
-                                          B.CreateBitCast(x, B.getIntNTy(et->getPrimitiveSizeInBits())))
-                         : B.CreateICmpEQ(old, x);
+        Value* same =
+            fl ? B.CreateICmpEQ(B.CreateBitCast(old, B.getIntNTy(et->getPrimitiveSizeInBits())),
+                                B.CreateBitCast(x, B.getIntNTy(et->getPrimitiveSizeInBits())))
+               : B.CreateICmpEQ(old, x);
         now = B.CreateSelect(same, v(op.operands[3]), old);
         break;
       }
-      default: KILN_CHECK(false, "not an atomic op");
+      default:
+        KILN_CHECK(false, "not an atomic op");
     }
     B.CreateAlignedStore(now, p, align_of(t));
     return old;
@@ -775,15 +889,23 @@ class Gen {
 
   void emit(const ir::Op& op) {
     switch (op.kind) {
-      case OpKind::Const: set(op.result, constant(op)); return;
-      case OpKind::CubePos: set(op.result, cube_pos_[op.attr.i]); return;
-      case OpKind::CubeCount: set(op.result, cube_count_[op.attr.i]); return;
+      case OpKind::Const:
+        set(op.result, constant(op));
+        return;
+      case OpKind::CubePos:
+        set(op.result, cube_pos_[op.attr.i]);
+        return;
+      case OpKind::CubeCount:
+        set(op.result, cube_count_[op.attr.i]);
+        return;
       case OpKind::CubeDim: {
         const uint32_t d = op.attr.i == 0 ? K.units_per_cube() : K.cube_dim[op.attr.i - 1];
         set(op.result, B.getInt32(d));
         return;
       }
-      case OpKind::PlaneDim: set(op.result, B.getInt32(32)); return;
+      case OpKind::PlaneDim:
+        set(op.result, B.getInt32(32));
+        return;
       case OpKind::Add:
       case OpKind::Sub:
       case OpKind::Mul:
@@ -794,10 +916,13 @@ class Gen {
       case OpKind::Xor:
       case OpKind::Shl:
       case OpKind::Shr:
-      case OpKind::Pow: set(op.result, binary(op)); return;
+      case OpKind::Pow:
+        set(op.result, binary(op));
+        return;
       case OpKind::Min:
       case OpKind::Max:
-        set(op.result, minmax(op.kind == OpKind::Max, type(op.result), v(op.operands[0]), v(op.operands[1])));
+        set(op.result,
+            minmax(op.kind == OpKind::Max, type(op.result), v(op.operands[0]), v(op.operands[1])));
         return;
       case OpKind::Clamp: {
         const ir::Type& t = type(op.result);
@@ -818,12 +943,18 @@ class Gen {
       case OpKind::Lt:
       case OpKind::Le:
       case OpKind::Gt:
-      case OpKind::Ge: set(op.result, compare(op)); return;
+      case OpKind::Ge:
+        set(op.result, compare(op));
+        return;
       case OpKind::Select:
         set(op.result, B.CreateSelect(v(op.operands[0]), v(op.operands[1]), v(op.operands[2])));
         return;
-      case OpKind::Cast: set(op.result, cast(op)); return;
-      case OpKind::Bitcast: set(op.result, B.CreateBitCast(v(op.operands[0]), ty(type(op.result)))); return;
+      case OpKind::Cast:
+        set(op.result, cast(op));
+        return;
+      case OpKind::Bitcast:
+        set(op.result, B.CreateBitCast(v(op.operands[0]), ty(type(op.result))));
+        return;
       case OpKind::Broadcast:
         set(op.result, B.CreateVectorSplat(type(op.result).lanes, v(op.operands[0])));
         return;
@@ -834,8 +965,9 @@ class Gen {
       }
       case OpKind::Insert: {
         Value* x = v(op.operands[0]);
-        set(op.result, type(op.operands[0]).lanes == 1 ? v(op.operands[1])
-                                                       : B.CreateInsertElement(x, v(op.operands[1]), op.attr.i));
+        set(op.result, type(op.operands[0]).lanes == 1
+                           ? v(op.operands[1])
+                           : B.CreateInsertElement(x, v(op.operands[1]), op.attr.i));
         return;
       }
       case OpKind::IsNan: {
@@ -865,19 +997,29 @@ class Gen {
       case OpKind::Floor:
       case OpKind::Ceil:
       case OpKind::Round:
-      case OpKind::Trunc: set(op.result, unary(op)); return;
-      case OpKind::AllocShared: return;  // placed up front
+      case OpKind::Trunc:
+        set(op.result, unary(op));
+        return;
+      case OpKind::AllocShared:
+        return;  // placed up front
       case OpKind::AllocLocal: {
         const ir::Type& t = type(op.result);
         Mem m;
-        m.base = entry_alloca(mem_scalar_ty(t.elem), B.getInt32(t.count * t.lanes), fmt::format("local{}", op.result));
+        m.base = entry_alloca(mem_scalar_ty(t.elem), B.getInt32(t.count * t.lanes),
+                              fmt::format("local{}", op.result));
         m.len = m.extent = B.getInt32(t.count);
         mem_[op.result] = std::move(m);
         return;
       }
-      case OpKind::Len: set(op.result, mem_.at(op.operands[0]).len); return;
-      case OpKind::Shape: set(op.result, mem_.at(op.operands[0]).shape.at(op.attr.i)); return;
-      case OpKind::Stride: set(op.result, mem_.at(op.operands[0]).stride.at(op.attr.i)); return;
+      case OpKind::Len:
+        set(op.result, mem_.at(op.operands[0]).len);
+        return;
+      case OpKind::Shape:
+        set(op.result, mem_.at(op.operands[0]).shape.at(op.attr.i));
+        return;
+      case OpKind::Stride:
+        set(op.result, mem_.at(op.operands[0]).stride.at(op.attr.i));
+        return;
       case OpKind::Load:
         set(op.result, checked(op, op.operands[0], v(op.operands[1]), ty(type(op.result)),
                                [&] { return load(op.operands[0], v(op.operands[1])); }));
@@ -889,7 +1031,8 @@ class Gen {
         });
         return;
       case OpKind::Var: {
-        llvm::AllocaInst* a = entry_alloca(ty(type(op.operands[0])), nullptr, fmt::format("var{}", op.result));
+        llvm::AllocaInst* a =
+            entry_alloca(ty(type(op.operands[0])), nullptr, fmt::format("var{}", op.result));
         vars_[op.result] = a;
         B.CreateStore(v(op.operands[0]), a);
         return;
@@ -899,7 +1042,9 @@ class Gen {
         set(op.result, B.CreateLoad(a->getAllocatedType(), a));
         return;
       }
-      case OpKind::VarWrite: B.CreateStore(v(op.operands[1]), vars_.at(op.operands[0])); return;
+      case OpKind::VarWrite:
+        B.CreateStore(v(op.operands[1]), vars_.at(op.operands[0]));
+        return;
       case OpKind::AtomicAdd:
       case OpKind::AtomicMin:
       case OpKind::AtomicMax:
@@ -908,18 +1053,33 @@ class Gen {
         set(op.result, checked(op, op.operands[0], v(op.operands[1]), ty(type(op.result)),
                                [&] { return atomic(op); }));
         return;
-      case OpKind::If: emit_if(op); return;
-      case OpKind::For: emit_for(op); return;
-      case OpKind::Loop: emit_loop(op); return;
-      case OpKind::Units: emit_units(op); return;
+      case OpKind::If:
+        emit_if(op);
+        return;
+      case OpKind::For:
+        emit_for(op);
+        return;
+      case OpKind::Loop:
+        emit_loop(op);
+        return;
+      case OpKind::Units:
+        emit_units(op);
+        return;
       case OpKind::Break:
       case OpKind::Continue:
-      case OpKind::Return: emit_jump(op); return;
-      case OpKind::Print: emit_print(op); return;
-      case OpKind::Assert: emit_assert(op); return;
+      case OpKind::Return:
+        emit_jump(op);
+        return;
+      case OpKind::Print:
+        emit_print(op);
+        return;
+      case OpKind::Assert:
+        emit_assert(op);
+        return;
       default:
-        KILN_CHECK(false, "op kind not lowered for the CPU (unit_pos, barriers and plane ops "
-                          "must be gone after unit-loop lowering)");
+        KILN_CHECK(false,
+                   "op kind not lowered for the CPU (unit_pos, barriers and plane ops "
+                   "must be gone after unit-loop lowering)");
     }
   }
 

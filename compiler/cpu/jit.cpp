@@ -47,11 +47,12 @@ Result<std::unique_ptr<llvm::TargetMachine>> target_machine(const Target& t) {
   init_llvm();
   std::string err;
   const llvm::Target* target = llvm::TargetRegistry::lookupTarget(llvm::Triple(t.triple), err);
-  if (!target) return Error(ErrorKind::Unsupported, fmt::format("no LLVM target for {}: {}", t.triple, err));
+  if (!target)
+    return Error(ErrorKind::Unsupported, fmt::format("no LLVM target for {}: {}", t.triple, err));
   llvm::TargetOptions to;
-  std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(
-      llvm::Triple(t.triple), t.cpu, t.features, to, llvm::Reloc::PIC_, std::nullopt,
-      llvm::CodeGenOptLevel::Aggressive));
+  std::unique_ptr<llvm::TargetMachine> tm(
+      target->createTargetMachine(llvm::Triple(t.triple), t.cpu, t.features, to, llvm::Reloc::PIC_,
+                                  std::nullopt, llvm::CodeGenOptLevel::Aggressive));
   if (!tm) return Error(ErrorKind::Unsupported, fmt::format("cannot target CPU '{}'", t.cpu));
   return tm;
 }
@@ -62,7 +63,8 @@ int vector_bits_of(const std::string& features) {
     size_t pos = 0;
     while ((pos = features.find(item, pos)) != std::string::npos) {
       const size_t end = pos + item.size();
-      if ((pos == 0 || features[pos - 1] == ',') && (end == features.size() || features[end] == ','))
+      if ((pos == 0 || features[pos - 1] == ',') &&
+          (end == features.size() || features[end] == ','))
         return true;
       pos = end;
     }
@@ -129,7 +131,8 @@ Result<Prepared> prepare(const ir::Kernel& lowered, const CompileOptions& opts, 
 
 }  // namespace
 
-// ---- targets -----------------------------------------------------------------------------------------
+// ---- targets
+// -----------------------------------------------------------------------------------------
 
 int Target::max_lanes(int bytes) const {
   int lanes = vector_bits / 8 / std::max(bytes, 1);
@@ -174,9 +177,11 @@ Result<Target> make_target(const std::string& cpu, const std::string& features) 
   return t;
 }
 
-// ---- stages --------------------------------------------------------------------------------------------
+// ---- stages
+// --------------------------------------------------------------------------------------------
 
-Result<std::string> emit_llvm(const ir::Kernel& lowered, const CompileOptions& opts, bool optimized) {
+Result<std::string> emit_llvm(const ir::Kernel& lowered, const CompileOptions& opts,
+                              bool optimized) {
   KILN_ASSIGN(Prepared p, prepare(lowered, opts, optimized, nullptr));
   std::string s;
   llvm::raw_string_ostream os(s);
@@ -199,7 +204,8 @@ Result<ObjectCode> compile_object(const ir::Kernel& lowered, const CompileOption
   return ObjectCode{std::move(bytes), std::move(p.gen.info)};
 }
 
-// ---- the JIT --------------------------------------------------------------------------------------------
+// ---- the JIT
+// --------------------------------------------------------------------------------------------
 
 class Jit {
  public:
@@ -238,10 +244,12 @@ class Jit {
     auto buffer = llvm::MemoryBuffer::getMemBufferCopy(
         llvm::StringRef(obj.bytes.data(), obj.bytes.size()), name);
     if (auto e = jit_->addObjectFile(*jd, std::move(buffer)))
-      return Error(ErrorKind::Compile, "JIT: cannot load the kernel's object code: " + llvm_error(std::move(e)));
+      return Error(ErrorKind::Compile,
+                   "JIT: cannot load the kernel's object code: " + llvm_error(std::move(e)));
     auto sym = jit_->lookup(*jd, obj.info.symbol);
     if (!sym)
-      return Error(ErrorKind::Compile, "JIT: cannot link kernel '" + obj.info.name + "': " + llvm_error(sym.takeError()));
+      return Error(ErrorKind::Compile, "JIT: cannot link kernel '" + obj.info.name +
+                                           "': " + llvm_error(sym.takeError()));
     std::unique_ptr<CompiledKernel> k(new CompiledKernel);
     k->entry_ = sym->toPtr<EntryFn>();
     k->info_ = std::move(obj.info);
@@ -272,7 +280,8 @@ Result<std::unique_ptr<CompiledKernel>> load_object(ObjectCode obj, CompileTimin
   return k;
 }
 
-Result<std::unique_ptr<CompiledKernel>> compile(const ir::Kernel& lowered, const CompileOptions& opts,
+Result<std::unique_ptr<CompiledKernel>> compile(const ir::Kernel& lowered,
+                                                const CompileOptions& opts,
                                                 CompileTimings* timings) {
   if (!opts.target.host)
     return Error(ErrorKind::InvalidArgument,

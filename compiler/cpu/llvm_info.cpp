@@ -5,6 +5,8 @@
 
 namespace kiln::cpu {
 
-std::string llvm_version() { return LLVM_VERSION_STRING; }
+std::string llvm_version() {
+  return LLVM_VERSION_STRING;
+}
 
 }  // namespace kiln::cpu

@@ -134,7 +134,8 @@ class MathGen {
     Value* adj = sel(small, c(-up), c(0.0));
     Value* ib = B.CreateBitCast(xs, IT);
     Value* e = B.CreateSub(B.CreateLShr(ib, ci(mant)), ci(bias));
-    Value* mb = B.CreateOr(B.CreateAnd(ib, ci((int64_t{1} << mant) - 1)), ci(int64_t{bias} << mant));
+    Value* mb =
+        B.CreateOr(B.CreateAnd(ib, ci((int64_t{1} << mant) - 1)), ci(int64_t{bias} << mant));
     Value* m = B.CreateBitCast(mb, T);
     Value* big = B.CreateFCmpOGT(m, c(M_SQRT2));
     m = sel(big, B.CreateFMul(m, c(0.5)), m);
@@ -247,12 +248,15 @@ class MathGen {
     core = sel(B.CreateFCmpOGT(w_hi, c(1024.0)), c(INFINITY), core);
     core = sel(B.CreateFCmpOLT(w_hi, c(-1080.0)), c(0.0), core);
     // log2 of 0 and inf.
-    core = sel(B.CreateFCmpOEQ(a, c(0.0)), sel(B.CreateFCmpOLT(y, c(0.0)), c(INFINITY), c(0.0)), core);
-    core = sel(B.CreateFCmpOEQ(a, c(INFINITY)), sel(B.CreateFCmpOLT(y, c(0.0)), c(0.0), c(INFINITY)), core);
+    core =
+        sel(B.CreateFCmpOEQ(a, c(0.0)), sel(B.CreateFCmpOLT(y, c(0.0)), c(INFINITY), c(0.0)), core);
+    core = sel(B.CreateFCmpOEQ(a, c(INFINITY)),
+               sel(B.CreateFCmpOLT(y, c(0.0)), c(0.0), c(INFINITY)), core);
     Value* inf_y = B.CreateFCmpOEQ(fabs(y), c(INFINITY));
-    core = sel(inf_y, sel(B.CreateFCmpOEQ(a, c(1.0)), c(1.0),
-                          sel(B.CreateXor(B.CreateFCmpOLT(a, c(1.0)), B.CreateFCmpOLT(y, c(0.0))),
-                              c(0.0), c(INFINITY))),
+    core = sel(inf_y,
+               sel(B.CreateFCmpOEQ(a, c(1.0)), c(1.0),
+                   sel(B.CreateXor(B.CreateFCmpOLT(a, c(1.0)), B.CreateFCmpOLT(y, c(0.0))), c(0.0),
+                       c(INFINITY))),
                core);
     // The sign of x: odd integer powers keep it; non-integer powers of negatives are NaN.
     Value* finite_y = B.CreateFCmpONE(fabs(y), c(INFINITY));
@@ -278,7 +282,8 @@ class MathGen {
 
 std::string type_suffix(llvm::Type* t) {
   std::string s = t->getScalarType()->isDoubleTy() ? "f64" : "f32";
-  if (auto* v = llvm::dyn_cast<llvm::FixedVectorType>(t)) s = fmt::format("v{}{}", v->getNumElements(), s);
+  if (auto* v = llvm::dyn_cast<llvm::FixedVectorType>(t))
+    s = fmt::format("v{}{}", v->getNumElements(), s);
   return s;
 }
 
@@ -299,7 +304,8 @@ llvm::Value* emit_math(llvm::IRBuilder<>& b, llvm::Module& m, ir::OpKind op, llv
     f->setDoesNotAccessMemory();
     // Same target attributes as the kernel, so the inliner accepts it.
     if (llvm::Function* caller = b.GetInsertBlock()->getParent()) {
-      for (const char* a : {"target-cpu", "target-features", "prefer-vector-width", "min-legal-vector-width"})
+      for (const char* a :
+           {"target-cpu", "target-features", "prefer-vector-width", "min-legal-vector-width"})
         if (caller->hasFnAttribute(a)) f->addFnAttr(caller->getFnAttribute(a));
     }
     auto* bb = llvm::BasicBlock::Create(m.getContext(), "entry", f);
@@ -313,10 +319,11 @@ llvm::Value* emit_math(llvm::IRBuilder<>& b, llvm::Module& m, ir::OpKind op, llv
         MathGen g(fb, t);
         return fn(g, a, binary ? f->getArg(1) : nullptr);
       }
-      llvm::Type* dt = t->isVectorTy()
-                           ? static_cast<llvm::Type*>(llvm::VectorType::get(
-                                 fb.getDoubleTy(), llvm::cast<llvm::VectorType>(t)->getElementCount()))
-                           : fb.getDoubleTy();
+      llvm::Type* dt =
+          t->isVectorTy()
+              ? static_cast<llvm::Type*>(llvm::VectorType::get(
+                    fb.getDoubleTy(), llvm::cast<llvm::VectorType>(t)->getElementCount()))
+              : fb.getDoubleTy();
       MathGen g(fb, dt);
       llvm::Value* da = fb.CreateFPExt(a, dt);
       llvm::Value* db = binary ? fb.CreateFPExt(f->getArg(1), dt) : nullptr;
@@ -324,21 +331,34 @@ llvm::Value* emit_math(llvm::IRBuilder<>& b, llvm::Module& m, ir::OpKind op, llv
     };
     MathGen g(fb, t);
     switch (op) {
-      case ir::OpKind::Exp: r = g.exp(a); break;
-      case ir::OpKind::Exp2: r = g.exp2(a); break;
-      case ir::OpKind::Log: r = g.log(a); break;
-      case ir::OpKind::Log2: r = g.log2(a); break;
-      case ir::OpKind::Tanh: r = g.tanh(a); break;
+      case ir::OpKind::Exp:
+        r = g.exp(a);
+        break;
+      case ir::OpKind::Exp2:
+        r = g.exp2(a);
+        break;
+      case ir::OpKind::Log:
+        r = g.log(a);
+        break;
+      case ir::OpKind::Log2:
+        r = g.log2(a);
+        break;
+      case ir::OpKind::Tanh:
+        r = g.tanh(a);
+        break;
       case ir::OpKind::Sin:
-        r = via_double([](MathGen& mg, llvm::Value* p, llvm::Value*) { return mg.sincos(p, false); });
+        r = via_double(
+            [](MathGen& mg, llvm::Value* p, llvm::Value*) { return mg.sincos(p, false); });
         break;
       case ir::OpKind::Cos:
-        r = via_double([](MathGen& mg, llvm::Value* p, llvm::Value*) { return mg.sincos(p, true); });
+        r = via_double(
+            [](MathGen& mg, llvm::Value* p, llvm::Value*) { return mg.sincos(p, true); });
         break;
       case ir::OpKind::Pow:
         r = via_double([](MathGen& mg, llvm::Value* p, llvm::Value* q) { return mg.pow(p, q); });
         break;
-      default: KILN_CHECK(false, "emit_math: not a math function");
+      default:
+        KILN_CHECK(false, "emit_math: not a math function");
     }
     fb.CreateRet(r);
   }

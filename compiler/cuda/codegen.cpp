@@ -14,8 +14,12 @@ namespace kiln::cuda {
 
 extern const char* const kPreludeText;  // prelude.cuh, embedded by the build
 
-std::string Target::name() const { return fmt::format("sm_{}{}", sm, arch_specific ? "a" : ""); }
-std::string Target::compute() const { return fmt::format("compute_{}{}", sm, arch_specific ? "a" : ""); }
+std::string Target::name() const {
+  return fmt::format("sm_{}{}", sm, arch_specific ? "a" : "");
+}
+std::string Target::compute() const {
+  return fmt::format("compute_{}{}", sm, arch_specific ? "a" : "");
+}
 
 Result<Target> parse_target(std::string_view text) {
   std::string_view s = text;
@@ -32,10 +36,11 @@ Result<Target> parse_target(std::string_view text) {
     v = v * 10 + (c - '0');
   }
   if (!ok || v < 50)
-    return Error(ErrorKind::InvalidArgument,
-                 fmt::format("'{}' is not a CUDA target; write sm_XY or sm_XYa, like sm_80, sm_89, sm_90a, "
-                             "sm_100a or sm_120a (see kiln targets)",
-                             text));
+    return Error(
+        ErrorKind::InvalidArgument,
+        fmt::format("'{}' is not a CUDA target; write sm_XY or sm_XYa, like sm_80, sm_89, sm_90a, "
+                    "sm_100a or sm_120a (see kiln targets)",
+                    text));
   t.sm = v;
   return t;
 }
@@ -62,7 +67,9 @@ std::string elem_c(ElemType e) {
 // A value's C++ type: kiln::f32, kiln::f32x4, bool, kiln::boolx4.
 std::string value_c(const Type& t) {
   if (t.lanes == 1) return elem_c(t.elem);
-  return fmt::format("kiln::{}x{}", t.elem == ElemType::Bool ? "bool" : std::string(ir::elem_name(t.elem)), t.lanes);
+  return fmt::format("kiln::{}x{}",
+                     t.elem == ElemType::Bool ? "bool" : std::string(ir::elem_name(t.elem)),
+                     t.lanes);
 }
 // What memory holds per line: bools as kiln::mbool bytes.
 std::string mem_line_c(const Type& t) {
@@ -71,32 +78,42 @@ std::string mem_line_c(const Type& t) {
 }
 std::string uint_c(ElemType e) {
   switch (ir::elem_bits(e)) {
-    case 8: return "kiln::u8";
-    case 16: return "kiln::u16";
-    case 64: return "kiln::u64";
-    default: return "kiln::u32";
+    case 8:
+      return "kiln::u8";
+    case 16:
+      return "kiln::u16";
+    case 64:
+      return "kiln::u64";
+    default:
+      return "kiln::u32";
   }
 }
 
 bool is_keyword(const std::string& s) {
   static const std::set<std::string> k = {
-      "alignas", "alignof", "and", "asm", "auto", "bool", "break", "case", "catch", "char", "class", "const",
-      "constexpr", "continue", "decltype", "default", "delete", "do", "double", "else", "enum", "explicit",
-      "export", "extern", "false", "float", "for", "friend", "goto", "if", "inline", "int", "long", "mutable",
-      "namespace", "new", "noexcept", "not", "nullptr", "operator", "or", "private", "protected", "public",
-      "register", "return", "short", "signed", "sizeof", "static", "struct", "switch", "template", "this",
-      "throw", "true", "try", "typedef", "typeid", "typename", "union", "unsigned", "using", "virtual",
-      "void", "volatile", "while", "xor", "threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize",
-      "kiln", "args", "bits", "main"};
+      "alignas",   "alignof",  "and",      "asm",      "auto",     "bool",      "break",
+      "case",      "catch",    "char",     "class",    "const",    "constexpr", "continue",
+      "decltype",  "default",  "delete",   "do",       "double",   "else",      "enum",
+      "explicit",  "export",   "extern",   "false",    "float",    "for",       "friend",
+      "goto",      "if",       "inline",   "int",      "long",     "mutable",   "namespace",
+      "new",       "noexcept", "not",      "nullptr",  "operator", "or",        "private",
+      "protected", "public",   "register", "return",   "short",    "signed",    "sizeof",
+      "static",    "struct",   "switch",   "template", "this",     "throw",     "true",
+      "try",       "typedef",  "typeid",   "typename", "union",    "unsigned",  "using",
+      "virtual",   "void",     "volatile", "while",    "xor",      "threadIdx", "blockIdx",
+      "blockDim",  "gridDim",  "warpSize", "kiln",     "args",     "bits",      "main"};
   return k.count(s) > 0;
 }
 
 // A C++ literal for a constant of element type `e`.
 std::string literal(ElemType e, const ir::Attr& a) {
   switch (e) {
-    case ElemType::Bool: return a.i ? "true" : "false";
-    case ElemType::I8: return fmt::format("(kiln::i8){}", static_cast<int8_t>(a.i));
-    case ElemType::I16: return fmt::format("(kiln::i16){}", static_cast<int16_t>(a.i));
+    case ElemType::Bool:
+      return a.i ? "true" : "false";
+    case ElemType::I8:
+      return fmt::format("(kiln::i8){}", static_cast<int8_t>(a.i));
+    case ElemType::I16:
+      return fmt::format("(kiln::i16){}", static_cast<int16_t>(a.i));
     case ElemType::I32: {
       const auto v = static_cast<int32_t>(a.i);
       return v == INT32_MIN ? "(-2147483647 - 1)" : fmt::format("{}", v);
@@ -105,12 +122,18 @@ std::string literal(ElemType e, const ir::Attr& a) {
       const auto v = static_cast<int64_t>(a.i);
       return v == INT64_MIN ? "(-9223372036854775807LL - 1)" : fmt::format("{}LL", v);
     }
-    case ElemType::U8: return fmt::format("(kiln::u8){}u", static_cast<uint8_t>(a.i));
-    case ElemType::U16: return fmt::format("(kiln::u16){}u", static_cast<uint16_t>(a.i));
-    case ElemType::U32: return fmt::format("{}u", static_cast<uint32_t>(a.i));
-    case ElemType::U64: return fmt::format("{}ull", a.i);
-    case ElemType::F16: return fmt::format("kiln::f16{{0x{:04x}}} /* {} */", f16_bits(a.f), a.f);
-    case ElemType::BF16: return fmt::format("kiln::bf16{{0x{:04x}}} /* {} */", bf16_bits(a.f), a.f);
+    case ElemType::U8:
+      return fmt::format("(kiln::u8){}u", static_cast<uint8_t>(a.i));
+    case ElemType::U16:
+      return fmt::format("(kiln::u16){}u", static_cast<uint16_t>(a.i));
+    case ElemType::U32:
+      return fmt::format("{}u", static_cast<uint32_t>(a.i));
+    case ElemType::U64:
+      return fmt::format("{}ull", a.i);
+    case ElemType::F16:
+      return fmt::format("kiln::f16{{0x{:04x}}} /* {} */", f16_bits(a.f), a.f);
+    case ElemType::BF16:
+      return fmt::format("kiln::bf16{{0x{:04x}}} /* {} */", bf16_bits(a.f), a.f);
     case ElemType::F32: {
       const auto f = static_cast<float>(a.f);
       uint32_t bits;
@@ -123,7 +146,8 @@ std::string literal(ElemType e, const ir::Attr& a) {
     case ElemType::F64: {
       uint64_t bits;
       std::memcpy(&bits, &a.f, 8);
-      if (!std::isfinite(a.f)) return fmt::format("__longlong_as_double(0x{:016x}LL) /* {} */", bits, a.f);
+      if (!std::isfinite(a.f))
+        return fmt::format("__longlong_as_double(0x{:016x}LL) /* {} */", bits, a.f);
       std::string s = fmt::format("{}", a.f);
       if (s.find_first_of(".en") == std::string::npos) s += ".0";
       return s;
@@ -134,57 +158,108 @@ std::string literal(ElemType e, const ir::Attr& a) {
 
 const char* func_name(OpKind k) {
   switch (k) {
-    case OpKind::Add: return "add";
-    case OpKind::Sub: return "sub";
-    case OpKind::Mul: return "mul";
-    case OpKind::Div: return "div";
-    case OpKind::Rem: return "rem";
-    case OpKind::Min: return "min";
-    case OpKind::Max: return "max";
-    case OpKind::Neg: return "neg";
-    case OpKind::Abs: return "abs";
-    case OpKind::Fma: return "fma";
-    case OpKind::Clamp: return "clamp";
-    case OpKind::And: return "band";
-    case OpKind::Or: return "bor";
-    case OpKind::Xor: return "bxor";
-    case OpKind::Not: return "bnot";
-    case OpKind::Shl: return "shl";
-    case OpKind::Shr: return "shr";
-    case OpKind::Eq: return "eq";
-    case OpKind::Ne: return "ne";
-    case OpKind::Lt: return "lt";
-    case OpKind::Le: return "le";
-    case OpKind::Gt: return "gt";
-    case OpKind::Ge: return "ge";
-    case OpKind::Select: return "select";
-    case OpKind::Sqrt: return "sqrt";
-    case OpKind::Rsqrt: return "rsqrt";
-    case OpKind::Exp: return "exp";
-    case OpKind::Exp2: return "exp2";
-    case OpKind::Log: return "log";
-    case OpKind::Log2: return "log2";
-    case OpKind::Sin: return "sin";
-    case OpKind::Cos: return "cos";
-    case OpKind::Tanh: return "tanh";
-    case OpKind::Pow: return "pow";
-    case OpKind::Floor: return "floor";
-    case OpKind::Ceil: return "ceil";
-    case OpKind::Round: return "round";
-    case OpKind::Trunc: return "trunc";
-    case OpKind::IsNan: return "is_nan";
-    case OpKind::IsInf: return "is_inf";
-    case OpKind::PlaneSum: return "plane_sum";
-    case OpKind::PlaneMin: return "plane_min";
-    case OpKind::PlaneMax: return "plane_max";
-    case OpKind::PlaneAny: return "plane_any";
-    case OpKind::PlaneAll: return "plane_all";
-    case OpKind::AtomicAdd: return "atomic_add";
-    case OpKind::AtomicMin: return "atomic_min";
-    case OpKind::AtomicMax: return "atomic_max";
-    case OpKind::AtomicExchange: return "atomic_exchange";
-    case OpKind::AtomicCas: return "atomic_cas";
-    default: return nullptr;
+    case OpKind::Add:
+      return "add";
+    case OpKind::Sub:
+      return "sub";
+    case OpKind::Mul:
+      return "mul";
+    case OpKind::Div:
+      return "div";
+    case OpKind::Rem:
+      return "rem";
+    case OpKind::Min:
+      return "min";
+    case OpKind::Max:
+      return "max";
+    case OpKind::Neg:
+      return "neg";
+    case OpKind::Abs:
+      return "abs";
+    case OpKind::Fma:
+      return "fma";
+    case OpKind::Clamp:
+      return "clamp";
+    case OpKind::And:
+      return "band";
+    case OpKind::Or:
+      return "bor";
+    case OpKind::Xor:
+      return "bxor";
+    case OpKind::Not:
+      return "bnot";
+    case OpKind::Shl:
+      return "shl";
+    case OpKind::Shr:
+      return "shr";
+    case OpKind::Eq:
+      return "eq";
+    case OpKind::Ne:
+      return "ne";
+    case OpKind::Lt:
+      return "lt";
+    case OpKind::Le:
+      return "le";
+    case OpKind::Gt:
+      return "gt";
+    case OpKind::Ge:
+      return "ge";
+    case OpKind::Select:
+      return "select";
+    case OpKind::Sqrt:
+      return "sqrt";
+    case OpKind::Rsqrt:
+      return "rsqrt";
+    case OpKind::Exp:
+      return "exp";
+    case OpKind::Exp2:
+      return "exp2";
+    case OpKind::Log:
+      return "log";
+    case OpKind::Log2:
+      return "log2";
+    case OpKind::Sin:
+      return "sin";
+    case OpKind::Cos:
+      return "cos";
+    case OpKind::Tanh:
+      return "tanh";
+    case OpKind::Pow:
+      return "pow";
+    case OpKind::Floor:
+      return "floor";
+    case OpKind::Ceil:
+      return "ceil";
+    case OpKind::Round:
+      return "round";
+    case OpKind::Trunc:
+      return "trunc";
+    case OpKind::IsNan:
+      return "is_nan";
+    case OpKind::IsInf:
+      return "is_inf";
+    case OpKind::PlaneSum:
+      return "plane_sum";
+    case OpKind::PlaneMin:
+      return "plane_min";
+    case OpKind::PlaneMax:
+      return "plane_max";
+    case OpKind::PlaneAny:
+      return "plane_any";
+    case OpKind::PlaneAll:
+      return "plane_all";
+    case OpKind::AtomicAdd:
+      return "atomic_add";
+    case OpKind::AtomicMin:
+      return "atomic_min";
+    case OpKind::AtomicMax:
+      return "atomic_max";
+    case OpKind::AtomicExchange:
+      return "atomic_exchange";
+    case OpKind::AtomicCas:
+      return "atomic_cas";
+    default:
+      return nullptr;
   }
 }
 
@@ -209,19 +284,23 @@ class Gen {
     indent_ = 1;
     KILN_TRY(region(K.body));
     std::string out;
-    out += fmt::format("// kernel '{}', generated by kiln from {}; cube {}x{}x{}{}.\n", K.name,
-                       K.files.empty() ? std::string("(unknown source)") : K.files[0], K.cube_dim[0], K.cube_dim[1],
-                       K.cube_dim[2], O.checked ? ", checked mode" : "");
+    out +=
+        fmt::format("// kernel '{}', generated by kiln from {}; cube {}x{}x{}{}.\n", K.name,
+                    K.files.empty() ? std::string("(unknown source)") : K.files[0], K.cube_dim[0],
+                    K.cube_dim[1], K.cube_dim[2], O.checked ? ", checked mode" : "");
     out += fmt::format("#include \"{}\"\n\n", kPreludeName);
     const uint32_t slots = info_.layout.slot_count + kReportSlots;
     out += fmt::format("struct {}_args {{ kiln::u64 slot[{}]; }};\n\n", info_.symbol, slots);
-    out += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}(const {}_args args) {{\n", units_,
-                       info_.symbol, info_.symbol);
+    out += fmt::format(
+        "extern \"C\" __global__ void __launch_bounds__({}) {}(const {}_args args) {{\n", units_,
+        info_.symbol, info_.symbol);
     out += params_text();
     if (needs_report_) {
-      out += fmt::format("  kiln::report* const kiln_report = (kiln::report*)args.slot[{}];\n", info_.layout.slot_count);
+      out += fmt::format("  kiln::report* const kiln_report = (kiln::report*)args.slot[{}];\n",
+                         info_.layout.slot_count);
       out += fmt::format(
-          "  const kiln::u64 kiln_key = kiln::report_key((kiln::u32)args.slot[{}], kiln::cube_linear(), "
+          "  const kiln::u64 kiln_key = kiln::report_key((kiln::u32)args.slot[{}], "
+          "kiln::cube_linear(), "
           "kiln::unit_linear());\n",
           info_.layout.slot_count + 1);
     }
@@ -261,10 +340,12 @@ class Gen {
   Status check_supported(const ir::Region& r) {
     for (const ir::Op& op : r.ops) {
       if (op.kind == OpKind::Units)
-        return Error(ErrorKind::InvalidArgument,
-                     fmt::format("kernel '{}' is lowered for the CPU (it has 'units' loops); the CUDA backend "
-                                 "takes the kernel before CPU lowering",
-                                 K.name));
+        return Error(
+            ErrorKind::InvalidArgument,
+            fmt::format(
+                "kernel '{}' is lowered for the CPU (it has 'units' loops); the CUDA backend "
+                "takes the kernel before CPU lowering",
+                K.name));
       for (const ir::Region& sub : op.regions) KILN_TRY(check_supported(sub));
     }
     return {};
@@ -282,12 +363,17 @@ class Gen {
   void find_used_metadata() {
     ir::walk(K.body, [&](const ir::Op& op) {
       if (op.kind == OpKind::Len) used_.insert({op.operands[0], "len"});
-      if (op.kind == OpKind::Shape) used_.insert({op.operands[0], fmt::format("shape{}", op.attr.i)});
-      if (op.kind == OpKind::Stride) used_.insert({op.operands[0], fmt::format("stride{}", op.attr.i)});
-      const bool access = op.kind == OpKind::Load || op.kind == OpKind::Store || op.kind == OpKind::AtomicAdd ||
-                          op.kind == OpKind::AtomicMin || op.kind == OpKind::AtomicMax ||
-                          op.kind == OpKind::AtomicExchange || op.kind == OpKind::AtomicCas;
-      if (access && O.checked) used_.insert({op.operands[0], type(op.operands[0]).kind == TypeKind::Tensor ? "ext" : "len"});
+      if (op.kind == OpKind::Shape)
+        used_.insert({op.operands[0], fmt::format("shape{}", op.attr.i)});
+      if (op.kind == OpKind::Stride)
+        used_.insert({op.operands[0], fmt::format("stride{}", op.attr.i)});
+      const bool access = op.kind == OpKind::Load || op.kind == OpKind::Store ||
+                          op.kind == OpKind::AtomicAdd || op.kind == OpKind::AtomicMin ||
+                          op.kind == OpKind::AtomicMax || op.kind == OpKind::AtomicExchange ||
+                          op.kind == OpKind::AtomicCas;
+      if (access && O.checked)
+        used_.insert(
+            {op.operands[0], type(op.operands[0]).kind == TypeKind::Tensor ? "ext" : "len"});
     });
   }
   bool used(ValueId mem, const std::string& what) const { return used_.count({mem, what}) > 0; }
@@ -297,7 +383,8 @@ class Gen {
     ir::walk(K.body, [&](const ir::Op& op) {
       if (op.kind != OpKind::AllocShared) return;
       const Type& t = type(op.result);
-      const uint64_t bytes = uint64_t{t.count} * t.lanes * static_cast<uint64_t>(ir::elem_bytes(t.elem));
+      const uint64_t bytes =
+          uint64_t{t.count} * t.lanes * static_cast<uint64_t>(ir::elem_bytes(t.elem));
       shared_offset_[op.result] = shared_total_;
       shared_total_ += static_cast<uint32_t>((bytes + 15) / 16 * 16);
     });
@@ -336,29 +423,42 @@ class Gen {
       const std::string& n = param_name_[p.name];
       if (t.kind == TypeKind::Tensor || t.kind == TypeKind::Array) {
         const std::string ty = mem_line_c(t);
-        out += fmt::format("  {}{}* const {} = ({}{}*)args.slot[{}];\n", t.read_only ? "const " : "", ty, n,
-                           t.read_only ? "const " : "", ty, s);
-        if (used(p.value, "len")) out += fmt::format("  const kiln::u32 {}_len = (kiln::u32)args.slot[{}];\n", n, s + 1);
+        out += fmt::format("  {}{}* const {} = ({}{}*)args.slot[{}];\n",
+                           t.read_only ? "const " : "", ty, n, t.read_only ? "const " : "", ty, s);
+        if (used(p.value, "len"))
+          out += fmt::format("  const kiln::u32 {}_len = (kiln::u32)args.slot[{}];\n", n, s + 1);
         if (t.kind == TypeKind::Tensor) {
-          if (used(p.value, "ext")) out += fmt::format("  const kiln::u32 {}_ext = (kiln::u32)args.slot[{}];\n", n, s + 2);
+          if (used(p.value, "ext"))
+            out += fmt::format("  const kiln::u32 {}_ext = (kiln::u32)args.slot[{}];\n", n, s + 2);
           for (int d = 0; d < t.rank; ++d)
             if (used(p.value, fmt::format("shape{}", d)))
-              out += fmt::format("  const kiln::u32 {}_shape{} = (kiln::u32)args.slot[{}];\n", n, d, s + 3 + d);
+              out += fmt::format("  const kiln::u32 {}_shape{} = (kiln::u32)args.slot[{}];\n", n, d,
+                                 s + 3 + d);
           for (int d = 0; d < t.rank; ++d)
             if (used(p.value, fmt::format("stride{}", d)))
-              out += fmt::format("  const kiln::u32 {}_stride{} = (kiln::u32)args.slot[{}];\n", n, d,
-                                 s + 3 + t.rank + d);
+              out += fmt::format("  const kiln::u32 {}_stride{} = (kiln::u32)args.slot[{}];\n", n,
+                                 d, s + 3 + t.rank + d);
         }
       } else {
         const std::string ty = elem_c(t.elem);
         std::string value;
         switch (t.elem) {
-          case ElemType::Bool: value = fmt::format("args.slot[{}] != 0", s); break;
+          case ElemType::Bool:
+            value = fmt::format("args.slot[{}] != 0", s);
+            break;
           case ElemType::F16:
-          case ElemType::BF16: value = fmt::format("{}{{(kiln::u16)args.slot[{}]}}", ty, s); break;
-          case ElemType::F32: value = fmt::format("__uint_as_float((kiln::u32)args.slot[{}])", s); break;
-          case ElemType::F64: value = fmt::format("__longlong_as_double((long long)args.slot[{}])", s); break;
-          default: value = fmt::format("({})args.slot[{}]", ty, s); break;
+          case ElemType::BF16:
+            value = fmt::format("{}{{(kiln::u16)args.slot[{}]}}", ty, s);
+            break;
+          case ElemType::F32:
+            value = fmt::format("__uint_as_float((kiln::u32)args.slot[{}])", s);
+            break;
+          case ElemType::F64:
+            value = fmt::format("__longlong_as_double((long long)args.slot[{}])", s);
+            break;
+          default:
+            value = fmt::format("({})args.slot[{}]", ty, s);
+            break;
         }
         out += fmt::format("  const {} {} = {};\n", ty, n, value);
       }
@@ -394,7 +494,9 @@ class Gen {
 
   std::string memory_words(ValueId mem) const {
     for (const ir::Param& p : K.params)
-      if (p.value == mem) return fmt::format("{} '{}'", type(mem).kind == TypeKind::Tensor ? "tensor" : "array", p.name);
+      if (p.value == mem)
+        return fmt::format("{} '{}'", type(mem).kind == TypeKind::Tensor ? "tensor" : "array",
+                           p.name);
     return type(mem).kind == TypeKind::Local ? "a local array" : "a shared array";
   }
   // The bound of checked mode for a memory object, in lines.
@@ -408,8 +510,8 @@ class Gen {
   }
   uint32_t access_site(const ir::Op& op) {
     const auto id = static_cast<uint32_t>(info_.accesses.size());
-    info_.accesses.push_back(abi::AccessSite{std::string(ir::op_name(op.kind)), memory_words(op.operands[0]),
-                                             K.loc_string(op.loc)});
+    info_.accesses.push_back(abi::AccessSite{std::string(ir::op_name(op.kind)),
+                                             memory_words(op.operands[0]), K.loc_string(op.loc)});
     return id;
   }
 
@@ -417,17 +519,26 @@ class Gen {
     static const char* axes[] = {"", "x", "y", "z"};
     const uint64_t a = op.attr.i;
     switch (op.kind) {
-      case OpKind::UnitPos: return a == 0 ? "kiln::unit_linear()" : fmt::format("threadIdx.{}", axes[a]);
-      case OpKind::CubePos: return a == 0 ? "kiln::cube_linear()" : fmt::format("blockIdx.{}", axes[a]);
+      case OpKind::UnitPos:
+        return a == 0 ? "kiln::unit_linear()" : fmt::format("threadIdx.{}", axes[a]);
+      case OpKind::CubePos:
+        return a == 0 ? "kiln::cube_linear()" : fmt::format("blockIdx.{}", axes[a]);
       case OpKind::AbsolutePos:
         return a == 0 ? fmt::format("kiln::cube_linear() * {}u + kiln::unit_linear()", units_)
-                      : fmt::format("blockIdx.{} * {}u + threadIdx.{}", axes[a], K.cube_dim[a - 1], axes[a]);
-      case OpKind::CubeDim: return fmt::format("{}u", a == 0 ? units_ : K.cube_dim[a - 1]);
-      case OpKind::CubeCount: return a == 0 ? "kiln::cube_count_linear()" : fmt::format("gridDim.{}", axes[a]);
-      case OpKind::PlaneDim: return "32u";
-      case OpKind::PlaneLane: return "kiln::unit_linear() & 31u";
-      case OpKind::PlanePos: return "kiln::unit_linear() >> 5";
-      default: return "0u";
+                      : fmt::format("blockIdx.{} * {}u + threadIdx.{}", axes[a], K.cube_dim[a - 1],
+                                    axes[a]);
+      case OpKind::CubeDim:
+        return fmt::format("{}u", a == 0 ? units_ : K.cube_dim[a - 1]);
+      case OpKind::CubeCount:
+        return a == 0 ? "kiln::cube_count_linear()" : fmt::format("gridDim.{}", axes[a]);
+      case OpKind::PlaneDim:
+        return "32u";
+      case OpKind::PlaneLane:
+        return "kiln::unit_linear() & 31u";
+      case OpKind::PlanePos:
+        return "kiln::unit_linear() >> 5";
+      default:
+        return "0u";
     }
   }
 
@@ -437,7 +548,9 @@ class Gen {
       case OpKind::Const: {
         const Type& t = type(op.result);
         const std::string lit = literal(t.elem, op.attr);
-        def(op, t.lanes == 1 ? lit : fmt::format("kiln::broadcast<{}, {}>({})", elem_c(t.elem), t.lanes, lit));
+        def(op, t.lanes == 1
+                    ? lit
+                    : fmt::format("kiln::broadcast<{}, {}>({})", elem_c(t.elem), t.lanes, lit));
         return {};
       }
       case OpKind::UnitPos:
@@ -447,7 +560,9 @@ class Gen {
       case OpKind::CubeCount:
       case OpKind::PlaneDim:
       case OpKind::PlaneLane:
-      case OpKind::PlanePos: def(op, builtin(op)); return {};
+      case OpKind::PlanePos:
+        def(op, builtin(op));
+        return {};
       case OpKind::Add:
       case OpKind::Sub:
       case OpKind::Mul:
@@ -487,7 +602,9 @@ class Gen {
       case OpKind::Round:
       case OpKind::Trunc:
       case OpKind::IsNan:
-      case OpKind::IsInf: def(op, fmt::format("kiln::{}({})", func_name(op.kind), args(op))); return {};
+      case OpKind::IsInf:
+        def(op, fmt::format("kiln::{}({})", func_name(op.kind), args(op)));
+        return {};
       case OpKind::Cast:
         def(op, fmt::format("kiln::cast<{}>({})", elem_c(type(op.result).elem), v(op.operands[0])));
         return {};
@@ -496,25 +613,28 @@ class Gen {
         return {};
       case OpKind::Broadcast: {
         const Type& t = type(op.result);
-        def(op, fmt::format("kiln::broadcast<{}, {}>({})", elem_c(t.elem), t.lanes, v(op.operands[0])));
+        def(op,
+            fmt::format("kiln::broadcast<{}, {}>({})", elem_c(t.elem), t.lanes, v(op.operands[0])));
         return {};
       }
       case OpKind::Extract:  // a 1-lane line is its scalar
-        def(op, type(op.operands[0]).lanes == 1 ? v(op.operands[0])
-                                                : fmt::format("{}[{}]", v(op.operands[0]), op.attr.i));
+        def(op, type(op.operands[0]).lanes == 1
+                    ? v(op.operands[0])
+                    : fmt::format("{}[{}]", v(op.operands[0]), op.attr.i));
         return {};
       case OpKind::Insert:
         def(op, type(op.operands[0]).lanes == 1
                     ? v(op.operands[1])
-                    : fmt::format("kiln::insert({}, {}, {})", v(op.operands[0]), op.attr.i, v(op.operands[1])));
+                    : fmt::format("kiln::insert({}, {}, {})", v(op.operands[0]), op.attr.i,
+                                  v(op.operands[1])));
         return {};
       case OpKind::AllocShared: {
         const Type& t = type(op.result);
         const std::string name = fmt::format("shared{}", op.result);
         mem_name_[op.result] = name;
         if (info_.dynamic_shared_bytes)
-          line(fmt::format("{0}* const {1} = reinterpret_cast<{0}*>(kiln_dynamic_shared + {2});", mem_line_c(t), name,
-                           shared_offset_.at(op.result)));
+          line(fmt::format("{0}* const {1} = reinterpret_cast<{0}*>(kiln_dynamic_shared + {2});",
+                           mem_line_c(t), name, shared_offset_.at(op.result)));
         else
           line(fmt::format("__shared__ {} {}[{}];", mem_line_c(t), name, t.count));
         return {};
@@ -539,40 +659,48 @@ class Gen {
       case OpKind::Stride: {
         for (const ir::Param& p : K.params)
           if (p.value == op.operands[0])
-            def(op, fmt::format("{}_{}{}", param_name_.at(p.name), op.kind == OpKind::Shape ? "shape" : "stride",
-                                op.attr.i));
+            def(op, fmt::format("{}_{}{}", param_name_.at(p.name),
+                                op.kind == OpKind::Shape ? "shape" : "stride", op.attr.i));
         return {};
       }
       case OpKind::Load: {
-        const std::string load = fmt::format("kiln::load({}, {})", v(op.operands[0]), v(op.operands[1]));
+        const std::string load =
+            fmt::format("kiln::load({}, {})", v(op.operands[0]), v(op.operands[1]));
         if (!O.checked) {
           def(op, load);
         } else {
           const uint32_t site = access_site(op);
           const std::string b = bound(op.operands[0]);
-          def(op, fmt::format("{} < {} ? {} : kiln::fault<{}>(kiln_report, kiln_key, {}, {}, {})", v(op.operands[1]),
-                              b, load, value_c(type(op.result)), site, v(op.operands[1]), b));
+          def(op, fmt::format("{} < {} ? {} : kiln::fault<{}>(kiln_report, kiln_key, {}, {}, {})",
+                              v(op.operands[1]), b, load, value_c(type(op.result)), site,
+                              v(op.operands[1]), b));
         }
         return {};
       }
       case OpKind::Store: {
-        const std::string store =
-            fmt::format("kiln::store({}, {}, {});", v(op.operands[0]), v(op.operands[1]), v(op.operands[2]));
+        const std::string store = fmt::format("kiln::store({}, {}, {});", v(op.operands[0]),
+                                              v(op.operands[1]), v(op.operands[2]));
         if (!O.checked) {
           line(store);
         } else {
           const uint32_t site = access_site(op);
           const std::string b = bound(op.operands[0]);
-          line(fmt::format("if ({} < {}) {} else kiln::fault_store(kiln_report, kiln_key, {}, {}, {});",
-                           v(op.operands[1]), b, store, site, v(op.operands[1]), b));
+          line(fmt::format(
+              "if ({} < {}) {} else kiln::fault_store(kiln_report, kiln_key, {}, {}, {});",
+              v(op.operands[1]), b, store, site, v(op.operands[1]), b));
         }
         return {};
       }
       case OpKind::Var:
-        line(fmt::format("{} v{} = {};", value_c(type(op.operands[0])), op.result, v(op.operands[0])));
+        line(fmt::format("{} v{} = {};", value_c(type(op.operands[0])), op.result,
+                         v(op.operands[0])));
         return {};
-      case OpKind::VarRead: def(op, v(op.operands[0])); return {};
-      case OpKind::VarWrite: line(fmt::format("{} = {};", v(op.operands[0]), v(op.operands[1]))); return {};
+      case OpKind::VarRead:
+        def(op, v(op.operands[0]));
+        return {};
+      case OpKind::VarWrite:
+        line(fmt::format("{} = {};", v(op.operands[0]), v(op.operands[1])));
+        return {};
       case OpKind::AtomicAdd:
       case OpKind::AtomicMin:
       case OpKind::AtomicMax:
@@ -580,20 +708,25 @@ class Gen {
       case OpKind::AtomicCas: {
         std::string rest;
         for (size_t i = 2; i < op.operands.size(); ++i) rest += ", " + v(op.operands[i]);
-        const std::string call =
-            fmt::format("kiln::{}(&{}[{}]{})", func_name(op.kind), v(op.operands[0]), v(op.operands[1]), rest);
+        const std::string call = fmt::format("kiln::{}(&{}[{}]{})", func_name(op.kind),
+                                             v(op.operands[0]), v(op.operands[1]), rest);
         if (!O.checked) {
           def(op, call);
         } else {
           const uint32_t site = access_site(op);
           const std::string b = bound(op.operands[0]);
-          def(op, fmt::format("{} < {} ? {} : kiln::fault<{}>(kiln_report, kiln_key, {}, {}, {})", v(op.operands[1]),
-                              b, call, value_c(type(op.result)), site, v(op.operands[1]), b));
+          def(op, fmt::format("{} < {} ? {} : kiln::fault<{}>(kiln_report, kiln_key, {}, {}, {})",
+                              v(op.operands[1]), b, call, value_c(type(op.result)), site,
+                              v(op.operands[1]), b));
         }
         return {};
       }
-      case OpKind::SyncCube: line("__syncthreads();"); return {};
-      case OpKind::SyncPlane: line(fmt::format("kiln::sync_plane({}u);", units_)); return {};
+      case OpKind::SyncCube:
+        line("__syncthreads();");
+        return {};
+      case OpKind::SyncPlane:
+        line(fmt::format("kiln::sync_plane({}u);", units_));
+        return {};
       case OpKind::PlaneSum:
       case OpKind::PlaneMin:
       case OpKind::PlaneMax:
@@ -603,10 +736,12 @@ class Gen {
         return {};
       case OpKind::PlaneBroadcast:
       case OpKind::PlaneShuffle:
-        def(op, fmt::format("kiln::plane_shuffle({}u, {}, {})", units_, v(op.operands[0]), v(op.operands[1])));
+        def(op, fmt::format("kiln::plane_shuffle({}u, {}, {})", units_, v(op.operands[0]),
+                            v(op.operands[1])));
         return {};
       case OpKind::PlaneShuffleXor:
-        def(op, fmt::format("kiln::plane_shuffle_xor({}u, {}, {})", units_, v(op.operands[0]), v(op.operands[1])));
+        def(op, fmt::format("kiln::plane_shuffle_xor({}u, {}, {})", units_, v(op.operands[0]),
+                            v(op.operands[1])));
         return {};
       case OpKind::If: {
         line(fmt::format("if ({}) {{", v(op.operands[0])));
@@ -622,13 +757,16 @@ class Gen {
         const Type& t = type(op.operands[0]);
         const ValueId i = op.regions[0].args[0];
         const std::string u = uint_c(t.elem);
-        if (op.attr.i == ir::kUnrollFull) line("#pragma unroll");
-        else if (op.attr.i > 0) line(fmt::format("#pragma unroll {}", op.attr.i));
-        line(fmt::format("for ({} k{} = 0, n{} = kiln::trip_count({}, {}, {}); k{} < n{}; ++k{}) {{", u, i, i,
-                         v(op.operands[0]), v(op.operands[1]), v(op.operands[2]), i, i, i));
+        if (op.attr.i == ir::kUnrollFull)
+          line("#pragma unroll");
+        else if (op.attr.i > 0)
+          line(fmt::format("#pragma unroll {}", op.attr.i));
+        line(
+            fmt::format("for ({} k{} = 0, n{} = kiln::trip_count({}, {}, {}); k{} < n{}; ++k{}) {{",
+                        u, i, i, v(op.operands[0]), v(op.operands[1]), v(op.operands[2]), i, i, i));
         ++indent_;
-        line(fmt::format("const {} v{} = kiln::for_index({}, k{}, {});", value_c(t), i, v(op.operands[0]), i,
-                         v(op.operands[2])));
+        line(fmt::format("const {} v{} = kiln::for_index({}, k{}, {});", value_c(t), i,
+                         v(op.operands[0]), i, v(op.operands[2])));
         KILN_TRY(region(op.regions[0]));
         --indent_;
         line("}");
@@ -639,9 +777,15 @@ class Gen {
         KILN_TRY(nested(op.regions[0]));
         line("}");
         return {};
-      case OpKind::Break: line("break;"); return {};
-      case OpKind::Continue: line("continue;"); return {};
-      case OpKind::Return: line("return;"); return {};
+      case OpKind::Break:
+        line("break;");
+        return {};
+      case OpKind::Continue:
+        line("continue;");
+        return {};
+      case OpKind::Return:
+        line("return;");
+        return {};
       case OpKind::Print: {
         abi::PrintSite site;
         site.format = op.attr.s;
@@ -660,21 +804,24 @@ class Gen {
         if (total == 0)
           line(fmt::format("kiln::print(kiln_report, kiln_key, {}, nullptr, 0u);", id));
         else
-          line(fmt::format("{{ const kiln::u64 bits[] = {{{}}}; kiln::print(kiln_report, kiln_key, {}, bits, {}u); }}",
-                           bits, id, total));
+          line(
+              fmt::format("{{ const kiln::u64 bits[] = {{{}}}; kiln::print(kiln_report, kiln_key, "
+                          "{}, bits, {}u); }}",
+                          bits, id, total));
         return {};
       }
       case OpKind::Assert: {
         const auto id = static_cast<uint32_t>(info_.asserts.size());
         info_.asserts.push_back(abi::AssertSite{op.attr.s, K.loc_string(op.loc)});
-        line(fmt::format("if (!{}) kiln::assert_failed(kiln_report, kiln_key, {});", v(op.operands[0]), id));
+        line(fmt::format("if (!{}) kiln::assert_failed(kiln_report, kiln_key, {});",
+                         v(op.operands[0]), id));
         return {};
       }
       case OpKind::Units:
         break;
     }
-    return Error(ErrorKind::Unsupported,
-                 fmt::format("{}: the CUDA backend cannot generate '{}'", K.where(op), ir::op_name(op.kind)));
+    return Error(ErrorKind::Unsupported, fmt::format("{}: the CUDA backend cannot generate '{}'",
+                                                     K.where(op), ir::op_name(op.kind)));
   }
 
   Status nested(const ir::Region& r) {
@@ -687,6 +834,8 @@ class Gen {
 
 }  // namespace
 
-Result<Source> generate(const ir::Kernel& k, const CodegenOptions& options) { return Gen(k, options).run(); }
+Result<Source> generate(const ir::Kernel& k, const CodegenOptions& options) {
+  return Gen(k, options).run();
+}
 
 }  // namespace kiln::cuda

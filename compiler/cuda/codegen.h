@@ -19,10 +19,10 @@ namespace kiln::cuda {
 
 // An NVIDIA GPU architecture: sm_XY, or sm_XYa for the arch-specific features (wgmma, tcgen05).
 struct Target {
-  int sm = 80;                 // 80, 86, 89, 90, 100, 120, ...
-  bool arch_specific = false;  // the "a" suffix
-  std::string name() const;    // "sm_90a"
-  std::string compute() const; // "compute_90a": the virtual arch of its PTX
+  int sm = 80;                  // 80, 86, 89, 90, 100, 120, ...
+  bool arch_specific = false;   // the "a" suffix
+  std::string name() const;     // "sm_90a"
+  std::string compute() const;  // "compute_90a": the virtual arch of its PTX
   friend bool operator==(const Target&, const Target&) = default;
 };
 // Parses "sm_90a" (or "90a"); what NVRTC supports is checked when compiling.

@@ -22,7 +22,8 @@ std::vector<std::string> candidate_paths() {
     paths.push_back(fmt::format("{}/lib/libnvrtc.so", p));
   }
   paths.push_back("/usr/local/cuda/lib64/libnvrtc.so");
-  for (const char* name : {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"}) paths.push_back(name);
+  for (const char* name : {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"})
+    paths.push_back(name);
   return paths;
 }
 
@@ -101,7 +102,8 @@ Result<std::vector<std::string>> probe_targets() {
     out.push_back(fmt::format("sm_{}", sm));
     if (sm < 90) continue;  // arch-specific variants start with Hopper
     NvrtcApi::Program prog = nullptr;
-    if (api->create_program(&prog, "extern \"C\" __global__ void k() {}", "probe.cu", 0, nullptr, nullptr) != 0)
+    if (api->create_program(&prog, "extern \"C\" __global__ void k() {}", "probe.cu", 0, nullptr,
+                            nullptr) != 0)
       continue;
     const std::string opt = fmt::format("--gpu-architecture=compute_{}a", sm);
     const char* argv[] = {opt.c_str()};
@@ -145,17 +147,20 @@ Resources parse_resources(const std::string& log) {
   return r;
 }
 
-Result<CompiledCuda> compile_cuda(const std::string& source, const std::string& name, const std::string& arch,
-                                  bool fast_math) {
+Result<CompiledCuda> compile_cuda(const std::string& source, const std::string& name,
+                                  const std::string& arch, bool fast_math) {
   KILN_ASSIGN(const NvrtcApi* api, nvrtc());
   const auto t0 = std::chrono::steady_clock::now();
   NvrtcApi::Program prog = nullptr;
   const char* headers[] = {prelude().c_str()};
   const char* header_names[] = {kPreludeName};
-  if (int rc = api->create_program(&prog, source.c_str(), name.c_str(), 1, headers, header_names); rc != 0)
-    return Error(ErrorKind::Compile, fmt::format("NVRTC cannot create a program: {}", api->get_error_string(rc)));
+  if (int rc = api->create_program(&prog, source.c_str(), name.c_str(), 1, headers, header_names);
+      rc != 0)
+    return Error(ErrorKind::Compile,
+                 fmt::format("NVRTC cannot create a program: {}", api->get_error_string(rc)));
   const bool real = arch.rfind("sm_", 0) == 0;
-  std::vector<std::string> opts = {"--gpu-architecture=" + arch, "-lineinfo", "-std=c++17", "-default-device"};
+  std::vector<std::string> opts = {"--gpu-architecture=" + arch, "-lineinfo", "-std=c++17",
+                                   "-default-device"};
   if (real) opts.push_back("-Xptxas=-v");
   if (fast_math) opts.push_back("--use_fast_math");
   std::vector<const char*> argv;
@@ -175,13 +180,15 @@ Result<CompiledCuda> compile_cuda(const std::string& source, const std::string& 
     size_t start = 0;
     while (start < source.size()) {
       const size_t end = source.find('\n', start);
-      numbered += fmt::format("{:4}  {}\n", line_no++, source.substr(start, end == std::string::npos ? end : end - start));
+      numbered += fmt::format("{:4}  {}\n", line_no++,
+                              source.substr(start, end == std::string::npos ? end : end - start));
       if (end == std::string::npos) break;
       start = end + 1;
     }
-    return Error(ErrorKind::Compile,
-                 fmt::format("NVRTC failed to compile {} for {} ({}):\n{}\n-- the generated CUDA C++ --\n{}", name,
-                             arch, api->get_error_string(rc), out.log, numbered));
+    return Error(
+        ErrorKind::Compile,
+        fmt::format("NVRTC failed to compile {} for {} ({}):\n{}\n-- the generated CUDA C++ --\n{}",
+                    name, arch, api->get_error_string(rc), out.log, numbered));
   }
   if (api->get_ptx_size(prog, &n) == 0 && n > 0) {
     out.ptx.resize(n);
@@ -194,7 +201,8 @@ Result<CompiledCuda> compile_cuda(const std::string& source, const std::string& 
   }
   api->destroy_program(&prog);
   out.resources = parse_resources(out.log);
-  out.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  out.compile_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }
 

@@ -44,14 +44,14 @@ Result<std::vector<std::string>> supported_targets();
 
 // What ptxas reports for a kernel (NVRTC's log with -Xptxas=-v).
 struct Resources {
-  bool known = false;        // the report was found and parsed
-  int registers = 0;         // per thread
+  bool known = false;  // the report was found and parsed
+  int registers = 0;   // per thread
   int barriers = 0;
-  int shared_bytes = 0;      // static shared memory per cube
-  int stack_bytes = 0;       // stack frame per thread
+  int shared_bytes = 0;  // static shared memory per cube
+  int stack_bytes = 0;   // stack frame per thread
   int spill_store_bytes = 0;
   int spill_load_bytes = 0;
-  int constant_bytes = 0;    // cmem[0]: parameters and constants
+  int constant_bytes = 0;  // cmem[0]: parameters and constants
 };
 // Parses the ptxas report in an NVRTC log.
 Resources parse_resources(const std::string& log);
@@ -67,7 +67,7 @@ struct CompiledCuda {
 // Compiles CUDA C++ (with the kiln prelude available to #include) for `arch` ("sm_90a" gives
 // PTX and CUBIN; "compute_90a" only PTX), with -lineinfo and, if asked, fast math. A failure
 // is an error holding the compiler's log and the source it compiled.
-Result<CompiledCuda> compile_cuda(const std::string& source, const std::string& name, const std::string& arch,
-                                  bool fast_math);
+Result<CompiledCuda> compile_cuda(const std::string& source, const std::string& name,
+                                  const std::string& arch, bool fast_math);
 
 }  // namespace kiln::cuda

@@ -19,11 +19,19 @@ inline Val<uint32_t> builtin(ir::OpKind kind, uint64_t axis, const SrcLoc& where
 }
 }  // namespace detail
 
-#define KILN_DSL_POSITION(name, kind)                                                              \
-  inline Val<uint32_t> name(SrcLoc w = SrcLoc::current()) { return detail::builtin(ir::OpKind::kind, 0, w); } \
-  inline Val<uint32_t> name##_x(SrcLoc w = SrcLoc::current()) { return detail::builtin(ir::OpKind::kind, 1, w); } \
-  inline Val<uint32_t> name##_y(SrcLoc w = SrcLoc::current()) { return detail::builtin(ir::OpKind::kind, 2, w); } \
-  inline Val<uint32_t> name##_z(SrcLoc w = SrcLoc::current()) { return detail::builtin(ir::OpKind::kind, 3, w); }
+#define KILN_DSL_POSITION(name, kind)                           \
+  inline Val<uint32_t> name(SrcLoc w = SrcLoc::current()) {     \
+    return detail::builtin(ir::OpKind::kind, 0, w);             \
+  }                                                             \
+  inline Val<uint32_t> name##_x(SrcLoc w = SrcLoc::current()) { \
+    return detail::builtin(ir::OpKind::kind, 1, w);             \
+  }                                                             \
+  inline Val<uint32_t> name##_y(SrcLoc w = SrcLoc::current()) { \
+    return detail::builtin(ir::OpKind::kind, 2, w);             \
+  }                                                             \
+  inline Val<uint32_t> name##_z(SrcLoc w = SrcLoc::current()) { \
+    return detail::builtin(ir::OpKind::kind, 3, w);             \
+  }
 KILN_DSL_POSITION(unit_pos, UnitPos)
 KILN_DSL_POSITION(cube_pos, CubePos)
 KILN_DSL_POSITION(absolute_pos, AbsolutePos)
@@ -71,12 +79,12 @@ Val<R> call(ir::OpKind kind, const char* what, const SrcLoc& w, const As&... as)
 
 // ---- math -------------------------------------------------------------------------------------
 
-#define KILN_DSL_FLOAT_UNARY(name, kind)                                                      \
-  template <DslExpr E>                                                                        \
-  Val<typename E::elem_type> name(const E& x, SrcLoc w = SrcLoc::current()) {                 \
-    using T = typename E::elem_type;                                                          \
+#define KILN_DSL_FLOAT_UNARY(name, kind)                                                        \
+  template <DslExpr E>                                                                          \
+  Val<typename E::elem_type> name(const E& x, SrcLoc w = SrcLoc::current()) {                   \
+    using T = typename E::elem_type;                                                            \
     static_assert(is_float_elem_v<T>, "kiln: " #name "() takes a float (f16, bf16, f32, f64)"); \
-    return detail::call<T, T>(ir::OpKind::kind, #name, w, x);                                 \
+    return detail::call<T, T>(ir::OpKind::kind, #name, w, x);                                   \
   }
 KILN_DSL_FLOAT_UNARY(sqrt, Sqrt)
 KILN_DSL_FLOAT_UNARY(rsqrt, Rsqrt)
@@ -113,13 +121,13 @@ Val<bool> is_inf(const E& x, SrcLoc w = SrcLoc::current()) {
   return detail::call<bool, T>(ir::OpKind::IsInf, "is_inf", w, x);
 }
 
-#define KILN_DSL_BINARY_FN(name, kind, check, msg)                                 \
-  template <class A, class B>                                                      \
-    requires detail::AnyExpr<A, B>                                                 \
-  Val<common_elem_t<A, B>> name(const A& a, const B& b, SrcLoc w = SrcLoc::current()) { \
-    using T = common_elem_t<A, B>;                                                 \
-    static_assert(check, "kiln: " msg);                                            \
-    return detail::call<T, T>(ir::OpKind::kind, #name, w, a, b);                   \
+#define KILN_DSL_BINARY_FN(name, kind, check, msg)                                             \
+  template <class A, class B>                                                                  \
+  requires detail::AnyExpr<A, B> Val<common_elem_t<A, B>> name(const A& a, const B& b,         \
+                                                               SrcLoc w = SrcLoc::current()) { \
+    using T = common_elem_t<A, B>;                                                             \
+    static_assert(check, "kiln: " msg);                                                        \
+    return detail::call<T, T>(ir::OpKind::kind, #name, w, a, b);                               \
   }
 KILN_DSL_BINARY_FN(min, Min, (!std::is_same_v<T, bool>), "min() takes numbers")
 KILN_DSL_BINARY_FN(max, Max, (!std::is_same_v<T, bool>), "max() takes numbers")
@@ -128,8 +136,9 @@ KILN_DSL_BINARY_FN(pow, Pow, is_float_elem_v<T>, "pow() takes floats")
 
 // a * b + c, rounded once.
 template <class A, class B, class C>
-  requires detail::AnyExpr<A, B, C>
-Val<common_elem_t<A, B, C>> fma(const A& a, const B& b, const C& c, SrcLoc w = SrcLoc::current()) {
+requires detail::AnyExpr<A, B, C> Val<common_elem_t<A, B, C>> fma(const A& a, const B& b,
+                                                                  const C& c,
+                                                                  SrcLoc w = SrcLoc::current()) {
   using T = common_elem_t<A, B, C>;
   static_assert(is_float_elem_v<T>, "kiln: fma() takes floats");
   return detail::call<T, T>(ir::OpKind::Fma, "fma", w, a, b, c);
@@ -137,8 +146,9 @@ Val<common_elem_t<A, B, C>> fma(const A& a, const B& b, const C& c, SrcLoc w = S
 
 // min(max(x, lo), hi).
 template <class A, class B, class C>
-  requires detail::AnyExpr<A, B, C>
-Val<common_elem_t<A, B, C>> clamp(const A& x, const B& lo, const C& hi, SrcLoc w = SrcLoc::current()) {
+requires detail::AnyExpr<A, B, C> Val<common_elem_t<A, B, C>> clamp(const A& x, const B& lo,
+                                                                    const C& hi,
+                                                                    SrcLoc w = SrcLoc::current()) {
   using T = common_elem_t<A, B, C>;
   static_assert(!std::is_same_v<T, bool>, "kiln: clamp() takes numbers");
   return detail::call<T, T>(ir::OpKind::Clamp, "clamp", w, x, lo, hi);
@@ -146,8 +156,8 @@ Val<common_elem_t<A, B, C>> clamp(const A& x, const B& lo, const C& hi, SrcLoc w
 
 // cond ? a : b, lane by lane (cond may be a single Bool or a line of the same width).
 template <class A, class B>
-  requires detail::AnyExpr<A, B>
-Val<common_elem_t<A, B>> select(Arg<bool> cond, const A& a, const B& b) {
+requires detail::AnyExpr<A, B> Val<common_elem_t<A, B>> select(Arg<bool> cond, const A& a,
+                                                               const B& b) {
   using T = common_elem_t<A, B>;
   const SrcLoc& w = cond.where();
   const Arg<T> x(a, w), y(b, w);
@@ -181,11 +191,13 @@ Val<host_of_t<U>> cast(const E& x, SrcLoc w = SrcLoc::current()) {
 namespace detail {
 // The DSL element type a C++ literal has on its own (int -> i32, double -> f64, ...).
 template <Literal L>
-using natural_elem_t =
-    std::conditional_t<std::is_same_v<L, bool>, bool,
-    std::conditional_t<std::is_floating_point_v<L>, std::conditional_t<sizeof(L) == 4, float, double>,
-    std::conditional_t<std::is_signed_v<L>, std::conditional_t<sizeof(L) <= 4, int32_t, int64_t>,
-                       std::conditional_t<sizeof(L) <= 4, uint32_t, uint64_t>>>>;
+using natural_elem_t = std::conditional_t<
+    std::is_same_v<L, bool>, bool,
+    std::conditional_t<std::is_floating_point_v<L>,
+                       std::conditional_t<sizeof(L) == 4, float, double>,
+                       std::conditional_t<std::is_signed_v<L>,
+                                          std::conditional_t<sizeof(L) <= 4, int32_t, int64_t>,
+                                          std::conditional_t<sizeof(L) <= 4, uint32_t, uint64_t>>>>;
 }  // namespace detail
 
 // cast<T> of a C++ value (a comptime parameter, say): the value as its own type, converted
@@ -246,7 +258,8 @@ Val<typename E::elem_type> insert(const E& x, int lane, Arg<typename E::elem_typ
   const Arg<T> a(x, w);
   ir::Attr at;
   at.i = static_cast<uint64_t>(lane < 0 ? 64 : lane);
-  return Val<T>::from_id(ctx.builder().op(ir::OpKind::Insert, {a.value(), s.value(1)}, a.at(), {}, at));
+  return Val<T>::from_id(
+      ctx.builder().op(ir::OpKind::Insert, {a.value(), s.value(1)}, a.at(), {}, at));
 }
 
 // Reductions across the lanes of one line (helpers built from extract).
@@ -276,13 +289,16 @@ Val<typename E::elem_type> line_min(const E& x, SrcLoc w = SrcLoc::current()) {
 inline Val<bool> any(Arg<bool> c) {
   const Val<bool> v = Val<bool>::from_id(c.value());
   Val<bool> acc = extract(v, 0, c.where());
-  for (int i = 1; i < v.line_size(); ++i) acc = detail::call<bool, bool>(ir::OpKind::Or, "any", c.where(), acc, extract(v, i, c.where()));
+  for (int i = 1; i < v.line_size(); ++i)
+    acc = detail::call<bool, bool>(ir::OpKind::Or, "any", c.where(), acc, extract(v, i, c.where()));
   return acc;
 }
 inline Val<bool> all(Arg<bool> c) {
   const Val<bool> v = Val<bool>::from_id(c.value());
   Val<bool> acc = extract(v, 0, c.where());
-  for (int i = 1; i < v.line_size(); ++i) acc = detail::call<bool, bool>(ir::OpKind::And, "all", c.where(), acc, extract(v, i, c.where()));
+  for (int i = 1; i < v.line_size(); ++i)
+    acc =
+        detail::call<bool, bool>(ir::OpKind::And, "all", c.where(), acc, extract(v, i, c.where()));
   return acc;
 }
 
@@ -302,13 +318,14 @@ KILN_DSL_PLANE_REDUCE(plane_any, PlaneAny, (std::is_same_v<T, bool>), "plane_any
 KILN_DSL_PLANE_REDUCE(plane_all, PlaneAll, (std::is_same_v<T, bool>), "plane_all() takes a Bool")
 #undef KILN_DSL_PLANE_REDUCE
 
-#define KILN_DSL_PLANE_LANE(name, kind)                                                        \
-  template <DslExpr E>                                                                         \
+#define KILN_DSL_PLANE_LANE(name, kind)                                                           \
+  template <DslExpr E>                                                                            \
   Val<typename E::elem_type> name(const E& x, Arg<uint32_t> lane, SrcLoc w = SrcLoc::current()) { \
-    using T = typename E::elem_type;                                                           \
-    auto& ctx = TraceContext::current();                                                       \
-    const Arg<T> a(x, w);                                                                      \
-    return Val<T>::from_id(ctx.builder().op(ir::OpKind::kind, {a.value(), lane.value(1)}, a.at())); \
+    using T = typename E::elem_type;                                                              \
+    auto& ctx = TraceContext::current();                                                          \
+    const Arg<T> a(x, w);                                                                         \
+    return Val<T>::from_id(                                                                       \
+        ctx.builder().op(ir::OpKind::kind, {a.value(), lane.value(1)}, a.at()));                  \
   }
 // The value of lane `lane` (the same for the whole plane) in every unit.
 KILN_DSL_PLANE_LANE(plane_broadcast, PlaneBroadcast)
@@ -377,9 +394,11 @@ ir::ValueId print_operand(const A& a, const SrcLoc& w) {
     return a.read(w).id();
   } else {
     static_assert(Literal<A>, "kiln: print() takes DSL values and C++ numbers");
-    using H = std::conditional_t<std::is_same_v<A, bool>, bool,
-              std::conditional_t<std::is_floating_point_v<A>, std::conditional_t<sizeof(A) == 4, float, double>,
-              std::conditional_t<std::is_signed_v<A>, int64_t, uint64_t>>>;
+    using H = std::conditional_t<
+        std::is_same_v<A, bool>, bool,
+        std::conditional_t<std::is_floating_point_v<A>,
+                           std::conditional_t<sizeof(A) == 4, float, double>,
+                           std::conditional_t<std::is_signed_v<A>, int64_t, uint64_t>>>;
     return Arg<H>(static_cast<H>(a), w).value(1);
   }
 }

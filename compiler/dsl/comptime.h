@@ -74,7 +74,10 @@ struct ComptimeTraits<T, std::enable_if_t<std::is_integral_v<T> && !std::is_same
     if constexpr (std::is_signed_v<T>)
       return sizeof(T) == 1 ? "int8" : sizeof(T) == 2 ? "int16" : sizeof(T) == 4 ? "int" : "int64";
     else
-      return sizeof(T) == 1 ? "uint8" : sizeof(T) == 2 ? "uint16" : sizeof(T) == 4 ? "unsigned" : "uint64";
+      return sizeof(T) == 1   ? "uint8"
+             : sizeof(T) == 2 ? "uint16"
+             : sizeof(T) == 4 ? "unsigned"
+                              : "uint64";
   }
   static std::optional<T> parse(std::string_view s) {
     s = detail::trim(s);
@@ -149,7 +152,8 @@ struct ComptimeTraits<S, std::void_t<decltype(kiln_comptime_fields(static_cast<S
               if (detail::trim(item.substr(0, eq)) != field.first) continue;
               using F = std::remove_cvref_t<decltype(out.*(field.second))>;
               auto v = ComptimeTraits<F>::parse(item.substr(eq + 1));
-              if (!v) ok = false;
+              if (!v)
+                ok = false;
               else {
                 out.*(field.second) = *v;
                 ++matched;
@@ -251,18 +255,22 @@ template <Comptime T>
 Result<ComptimeValue> parse_comptime(std::string_view text) {
   auto v = ComptimeTraits<T>::parse(text);
   if (!v)
-    return Error(ErrorKind::InvalidArgument,
-                 std::string("'") + std::string(text) + "' is not a valid " +
-                     std::string(ComptimeTraits<T>::name()));
+    return Error(ErrorKind::InvalidArgument, std::string("'") + std::string(text) +
+                                                 "' is not a valid " +
+                                                 std::string(ComptimeTraits<T>::name()));
   return ComptimeValue::of(*v);
 }
 
 }  // namespace kiln::dsl
 
-// ---- declaring comptime enums and structs --------------------------------------------------------
+// ---- declaring comptime enums and structs
+// --------------------------------------------------------
 
-#define KILN_DSL_PP_NARG(...) KILN_DSL_PP_NARG_(__VA_ARGS__, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)
-#define KILN_DSL_PP_NARG_(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, _13, _14, _15, _16, N, ...) N
+#define KILN_DSL_PP_NARG(...) \
+  KILN_DSL_PP_NARG_(__VA_ARGS__, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)
+#define KILN_DSL_PP_NARG_(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, _13, _14, _15, _16, \
+                          N, ...)                                                                \
+  N
 #define KILN_DSL_PP_CAT(a, b) KILN_DSL_PP_CAT_(a, b)
 #define KILN_DSL_PP_CAT_(a, b) a##b
 #define KILN_DSL_FE_1(m, t, x) m(t, x)
@@ -284,21 +292,29 @@ Result<ComptimeValue> parse_comptime(std::string_view text) {
 #define KILN_DSL_FOR_EACH(m, t, ...) \
   KILN_DSL_PP_CAT(KILN_DSL_FE_, KILN_DSL_PP_NARG(__VA_ARGS__))(m, t, __VA_ARGS__)
 
-#define KILN_DSL_ENUM_ITEM(E, v) std::pair<std::string_view, E>{#v, E::v}
-#define KILN_DSL_FIELD_ITEM(S, f) std::pair<std::string_view, decltype(&S::f)>{#f, &S::f}
+#define KILN_DSL_ENUM_ITEM(E, v)   \
+  std::pair<std::string_view, E> { \
+#v, E::v                       \
+  }
+#define KILN_DSL_FIELD_ITEM(S, f)                \
+  std::pair<std::string_view, decltype(&S::f)> { \
+#f, &S::f                                    \
+  }
 
 // Declares an enum as a comptime type, in the enum's namespace: KILN_COMPTIME_ENUM(Mode, A, B).
-#define KILN_COMPTIME_ENUM(E, ...)                                                   \
-  inline const ::kiln::dsl::EnumInfo<E>& kiln_comptime_enum(E*) {                    \
-    static const ::kiln::dsl::EnumInfo<E> info{                                      \
-        #E, {KILN_DSL_FOR_EACH(KILN_DSL_ENUM_ITEM, E, __VA_ARGS__)}};                \
-    return info;                                                                     \
+#define KILN_COMPTIME_ENUM(E, ...)                                    \
+  inline const ::kiln::dsl::EnumInfo<E>& kiln_comptime_enum(E*) {     \
+    static const ::kiln::dsl::EnumInfo<E> info{                       \
+        #E, {KILN_DSL_FOR_EACH(KILN_DSL_ENUM_ITEM, E, __VA_ARGS__)}}; \
+    return info;                                                      \
   }
 
 // Declares a struct of comptime fields as a comptime type, in the struct's namespace:
 // KILN_COMPTIME_STRUCT(Tile, m, n, k).
-#define KILN_COMPTIME_STRUCT(S, ...)                                                       \
-  inline auto kiln_comptime_fields(S*) {                                                   \
-    return std::make_tuple(KILN_DSL_FOR_EACH(KILN_DSL_FIELD_ITEM, S, __VA_ARGS__));        \
-  }                                                                                        \
-  inline std::string_view kiln_comptime_struct_name(S*) { return #S; }
+#define KILN_COMPTIME_STRUCT(S, ...)                                                \
+  inline auto kiln_comptime_fields(S*) {                                            \
+    return std::make_tuple(KILN_DSL_FOR_EACH(KILN_DSL_FIELD_ITEM, S, __VA_ARGS__)); \
+  }                                                                                 \
+  inline std::string_view kiln_comptime_struct_name(S*) {                           \
+    return #S;                                                                      \
+  }

@@ -17,9 +17,13 @@ TraceContext::TraceContext(std::string kernel_name)
   t_active = this;
 }
 
-TraceContext::~TraceContext() { t_active = previous_; }
+TraceContext::~TraceContext() {
+  t_active = previous_;
+}
 
-TraceContext* TraceContext::active() { return t_active; }
+TraceContext* TraceContext::active() {
+  return t_active;
+}
 
 TraceContext& TraceContext::current() {
   if (!t_active) {

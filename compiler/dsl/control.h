@@ -92,7 +92,9 @@ ElseChain ElseChain::else_if_(Arg<bool> cond, F&& body) {
 struct Unroll {
   uint64_t factor;
 };
-constexpr Unroll unroll(uint32_t n) { return Unroll{n}; }
+constexpr Unroll unroll(uint32_t n) {
+  return Unroll{n};
+}
 inline constexpr Unroll unroll_full{ir::kUnrollFull};
 
 namespace detail {
@@ -106,15 +108,19 @@ A first_param(R (C::*)(A) const);
 template <class C, class R, class A>
 A first_param(R (C::*)(A));
 template <class F>
-  requires requires { &std::remove_cvref_t<F>::operator(); }
+requires requires {
+  &std::remove_cvref_t<F>::operator();
+}
 struct LoopIndex<F> {
-  using type = host_of_t<std::remove_cvref_t<decltype(first_param(&std::remove_cvref_t<F>::operator()))>>;
+  using type =
+      host_of_t<std::remove_cvref_t<decltype(first_param(&std::remove_cvref_t<F>::operator()))>>;
 };
 template <class F>
 using loop_index_t = typename LoopIndex<F>::type;
 
 template <Element I, class F>
-void for_loop(const Arg<I>& start, const Arg<I>& end, const Arg<I>& step, uint64_t unroll, F&& body) {
+void for_loop(const Arg<I>& start, const Arg<I>& end, const Arg<I>& step, uint64_t unroll,
+              F&& body) {
   static_assert(is_int_elem_v<I>, "kiln: for_range counts with an integer type");
   auto& b = TraceContext::current().builder();
   const ir::SourceLoc at = start.at();

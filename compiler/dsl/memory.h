@@ -44,19 +44,19 @@ class MemElem : public Ops<T> {
     return *this;
   }
   template <Element U, bool R>
-    requires(!std::same_as<U, T>)
-  MemElem& operator=(const MemElem<U, R>&) {
+  requires(!std::same_as<U, T>) MemElem& operator=(const MemElem<U, R>&) {
     static_assert(dependent_false<U>,
                   "kiln: cannot store a value of another element type; use cast<T>(x)");
     return *this;
   }
 
-#define KILN_DSL_COMPOUND(op, kind)                                                          \
-  MemElem& operator op##=(Arg<T> v) {                                                        \
-    store(Arg<T>(detail::emit<T>(ir::OpKind::kind, #op "=", Arg<T>(read(v.where()), v.where()), v), \
-                 v.where()),                                                                 \
-          v.at());                                                                           \
-    return *this;                                                                            \
+#define KILN_DSL_COMPOUND(op, kind)                                                               \
+  MemElem& operator op##=(Arg<T> v) {                                                             \
+    store(                                                                                        \
+        Arg<T>(detail::emit<T>(ir::OpKind::kind, #op "=", Arg<T>(read(v.where()), v.where()), v), \
+               v.where()),                                                                        \
+        v.at());                                                                                  \
+    return *this;                                                                                 \
   }
   KILN_DSL_COMPOUND(+, Add)
   KILN_DSL_COMPOUND(-, Sub)
@@ -70,8 +70,12 @@ class MemElem : public Ops<T> {
   KILN_DSL_COMPOUND(>>, Shr)
 #undef KILN_DSL_COMPOUND
 
-  ir::ValueId memory() const { return mem_; }
-  ir::ValueId index() const { return index_; }
+  ir::ValueId memory() const {
+    return mem_;
+  }
+  ir::ValueId index() const {
+    return index_;
+  }
 
  private:
   void store(const Arg<T>& v, ir::SourceLoc at) {
@@ -90,9 +94,8 @@ class MemElem : public Ops<T> {
     }
     const int l = v.lanes();
     if (l > 1 && l != mt.lanes) {
-      ctx.fail(at, fmt::format("storing a line of {} lanes into {}, whose lines have {} lane{}",
-                               l, detail::describe_memory(mem_), mt.lanes,
-                               mt.lanes == 1 ? "" : "s"));
+      ctx.fail(at, fmt::format("storing a line of {} lanes into {}, whose lines have {} lane{}", l,
+                               detail::describe_memory(mem_), mt.lanes, mt.lanes == 1 ? "" : "s"));
       return;
     }
     b.op(ir::OpKind::Store, {mem_, index_, v.value(mt.lanes)}, at);
@@ -118,8 +121,7 @@ class MemoryBase {
   // Line i (a line index: element i * line_size()).
   Elem operator[](Arg<uint32_t> i) const { return Elem(id_, i.value(1)); }
   template <DslExpr E>
-    requires(!std::same_as<typename E::elem_type, uint32_t>)
-  Elem operator[](const E&) const {
+  requires(!std::same_as<typename E::elem_type, uint32_t>) Elem operator[](const E&) const {
     static_assert(dependent_false<E>, "kiln: indices are u32; convert with cast<u32>(i)");
     return Elem(ir::kNoValue, ir::kNoValue);
   }
@@ -152,7 +154,8 @@ class Tensor : public detail::MemoryBase<V> {
   using typename Base::T;
 
   int rank() const {
-    return this->id_ == ir::kNoValue ? 0 : TraceContext::current().builder().type_of(this->id_).rank;
+    return this->id_ == ir::kNoValue ? 0
+                                     : TraceContext::current().builder().type_of(this->id_).rank;
   }
   Val<uint32_t> shape(int dim, SrcLoc where = SrcLoc::current()) const {
     return meta(ir::OpKind::Shape, dim, where);

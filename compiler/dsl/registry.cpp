@@ -40,7 +40,9 @@ std::optional<double> parse_double(std::string_view s) {
   return v;
 }
 
-std::string format_double(double v) { return fmt::format("{}", v); }
+std::string format_double(double v) {
+  return fmt::format("{}", v);
+}
 
 namespace {
 // Splits at top-level commas (not inside braces).
@@ -104,16 +106,18 @@ std::string apply_param_spec(std::string_view spec, std::vector<Instantiation>& 
         e = trim(e.substr(0, eq));
       }
       p.name = std::string(e);
-      const bool ident = !e.empty() && (std::isalpha(static_cast<unsigned char>(e[0])) || e[0] == '_') &&
+      const bool ident = !e.empty() &&
+                         (std::isalpha(static_cast<unsigned char>(e[0])) || e[0] == '_') &&
                          std::all_of(e.begin(), e.end(), [](char c) {
                            return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
                          });
       if (!ident) note(fmt::format("parameter name '{}' is not an identifier", e));
       if (p.runtime()) {
         if (!def.empty())
-          note(fmt::format("'{}' is a runtime parameter ({}); only comptime parameters take "
-                           "defaults",
-                           p.name, param_kind_name(p.kind)));
+          note(
+              fmt::format("'{}' is a runtime parameter ({}); only comptime parameters take "
+                          "defaults",
+                          p.name, param_kind_name(p.kind)));
         // Attributes: rank=N line=N.
         size_t pos = 0;
         while (pos < attrs.size()) {
@@ -125,8 +129,9 @@ std::string apply_param_spec(std::string_view spec, std::vector<Instantiation>& 
           const size_t eq = a.find('=');
           const std::string_view key = a.substr(0, eq);
           int v = 0;
-          const bool num = eq != std::string_view::npos &&
-                           std::from_chars(a.data() + eq + 1, a.data() + a.size(), v).ec == std::errc();
+          const bool num =
+              eq != std::string_view::npos &&
+              std::from_chars(a.data() + eq + 1, a.data() + a.size(), v).ec == std::errc();
           const bool max = eq != std::string_view::npos && a.substr(eq + 1) == "max";
           if (key == "rank" && num && v >= 1 && v <= 8 && p.kind == ParamKind::Tensor)
             p.default_rank = v;
@@ -135,17 +140,18 @@ std::string apply_param_spec(std::string_view spec, std::vector<Instantiation>& 
           else if (key == "line" && max && p.kind != ParamKind::Scalar)
             p.default_line = 0;
           else
-            note(fmt::format("'{}': unknown or invalid attribute '{}' (tensors take rank=1..8 "
-                             "and line=1|2|4|8|16|max, arrays take line=...)",
-                             p.name, a));
+            note(
+                fmt::format("'{}': unknown or invalid attribute '{}' (tensors take rank=1..8 "
+                            "and line=1|2|4|8|16|max, arrays take line=...)",
+                            p.name, a));
         }
       } else {
         if (!attrs.empty())
           note(fmt::format("'{}' is a comptime parameter; write its default as '{} = VALUE'",
                            p.name, p.name));
         if (def.empty()) {
-          note(fmt::format("comptime parameter '{}' needs a default: write \"{} = VALUE\"",
-                           p.name, p.name));
+          note(fmt::format("comptime parameter '{}' needs a default: write \"{} = VALUE\"", p.name,
+                           p.name));
         } else {
           auto v = p.parse(def);
           if (!v)
@@ -163,24 +169,31 @@ std::string apply_param_spec(std::string_view spec, std::vector<Instantiation>& 
 
 const char* param_kind_name(ParamKind k) {
   switch (k) {
-    case ParamKind::Tensor: return "tensor";
-    case ParamKind::Array: return "array";
-    case ParamKind::Scalar: return "scalar";
-    case ParamKind::Comptime: return "comptime";
+    case ParamKind::Tensor:
+      return "tensor";
+    case ParamKind::Array:
+      return "array";
+    case ParamKind::Scalar:
+      return "scalar";
+    case ParamKind::Comptime:
+      return "comptime";
   }
   return "?";
 }
 
 size_t Instantiation::runtime_count() const {
-  return static_cast<size_t>(std::count_if(params.begin(), params.end(),
-                                           [](const ParamInfo& p) { return p.runtime(); }));
+  return static_cast<size_t>(
+      std::count_if(params.begin(), params.end(), [](const ParamInfo& p) { return p.runtime(); }));
 }
-size_t Instantiation::comptime_count() const { return params.size() - runtime_count(); }
+size_t Instantiation::comptime_count() const {
+  return params.size() - runtime_count();
+}
 
 std::string Instantiation::dtype_summary() const {
   std::string s;
   for (const ParamInfo& p : params)
-    if (p.runtime()) s += fmt::format("{}{}: {}", s.empty() ? "" : ", ", p.name, ir::elem_name(p.dtype));
+    if (p.runtime())
+      s += fmt::format("{}{}: {}", s.empty() ? "" : ", ", p.name, ir::elem_name(p.dtype));
   return s;
 }
 
@@ -233,7 +246,8 @@ size_t Registry::size() const {
   return defs_.size();
 }
 
-// ---- tracing ---------------------------------------------------------------------------------------
+// ---- tracing
+// ---------------------------------------------------------------------------------------
 
 Result<ir::Kernel> trace(const KernelDef& def, const Instantiation& inst, const TraceRequest& req) {
   if (!def.problem.empty())
@@ -272,9 +286,9 @@ Result<ir::Kernel> trace(const KernelDef& def, const Instantiation& inst, const 
                      fmt::format("kernel '{}': tensor '{}' has rank {}; use 1 to 8", def.name,
                                  p.name, d.rank));
       if (p.kind == ParamKind::Scalar && d.line != 1)
-        return Error(ErrorKind::InvalidArgument,
-                     fmt::format("kernel '{}': scalar '{}' cannot have a line width", def.name,
-                                 p.name));
+        return Error(
+            ErrorKind::InvalidArgument,
+            fmt::format("kernel '{}': scalar '{}' cannot have a line width", def.name, p.name));
     } else {
       const ComptimeValue& v = req.comptime[ci++];
       if (v.type_name() != p.comptime_type)
@@ -290,7 +304,8 @@ Result<ir::Kernel> trace(const KernelDef& def, const Instantiation& inst, const 
   return std::move(ctx.builder()).finish();
 }
 
-// ---- selection from text options ------------------------------------------------------------------
+// ---- selection from text options
+// ------------------------------------------------------------------
 
 namespace {
 
@@ -380,8 +395,9 @@ Result<Selection> select(const KernelDef& def, const SpecOptions& opts) {
       d.read_only = p.const_qualified;
       if (auto it = opts.rank.find(p.name); it != opts.rank.end()) {
         if (it->second < 1 || it->second > 8)
-          return Error(ErrorKind::InvalidArgument,
-                       fmt::format("rank {} for '{}' is out of range (1 to 8)", it->second, p.name));
+          return Error(
+              ErrorKind::InvalidArgument,
+              fmt::format("rank {} for '{}' is out of range (1 to 8)", it->second, p.name));
         d.rank = static_cast<uint8_t>(it->second);
       }
       if (auto it = opts.line.find(p.name); it != opts.line.end()) {
@@ -389,9 +405,9 @@ Result<Selection> select(const KernelDef& def, const SpecOptions& opts) {
           return Error(ErrorKind::InvalidArgument,
                        fmt::format("'{}' is a scalar; only tensors and arrays have lines", p.name));
         if (!ir::valid_lanes(it->second))
-          return Error(ErrorKind::InvalidArgument,
-                       fmt::format("line width {} for '{}' is not 1, 2, 4, 8 or 16", it->second,
-                                   p.name));
+          return Error(
+              ErrorKind::InvalidArgument,
+              fmt::format("line width {} for '{}' is not 1, 2, 4, 8 or 16", it->second, p.name));
         d.line = static_cast<uint8_t>(it->second);
       }
       if (auto it = opts.read_only.find(p.name); it != opts.read_only.end())
@@ -412,7 +428,8 @@ Result<Selection> select(const KernelDef& def, const SpecOptions& opts) {
   return sel;
 }
 
-// ---- plugins --------------------------------------------------------------------------------------
+// ---- plugins
+// --------------------------------------------------------------------------------------
 
 Result<std::vector<std::string>> load_plugin(const std::string& path) {
   const size_t before = Registry::global().size();

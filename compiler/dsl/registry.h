@@ -53,8 +53,8 @@ struct ParamInfo {
 // What a launch knows about one runtime argument; part of the specialization key.
 struct ArgDesc {
   ir::ElemType dtype = ir::ElemType::F32;
-  uint8_t rank = 1;    // tensors; 0 for arrays and scalars
-  uint8_t line = 1;    // line width of tensors and arrays
+  uint8_t rank = 1;  // tensors; 0 for arrays and scalars
+  uint8_t line = 1;  // line width of tensors and arrays
   bool read_only = false;
   friend bool operator==(const ArgDesc&, const ArgDesc&) = default;
 };
@@ -251,9 +251,10 @@ P make_arg(TraceContext& ctx, const ParamInfo& p, const TraceRequest& req, size_
   } else {
     const P* v = req.comptime[ci++].template get<P>();
     if (!v) {
-      b.fail({}, fmt::format("comptime parameter '{}' needs a value of type {}", p.name,
-                             p.comptime_type),
-             ErrorKind::InvalidArgument);
+      b.fail(
+          {},
+          fmt::format("comptime parameter '{}' needs a value of type {}", p.name, p.comptime_type),
+          ErrorKind::InvalidArgument);
       return P{};
     }
     return *v;
@@ -272,7 +273,8 @@ struct Invoker {
     auto fn = reinterpret_cast<void (*)(Ps...)>(g);
     size_t ri = 0, ci = 0;
     // Braced initialization runs left to right: parameters are created in order.
-    std::tuple<std::decay_t<Ps>...> args{make_arg<std::decay_t<Ps>>(ctx, params[Is], req, ri, ci)...};
+    std::tuple<std::decay_t<Ps>...> args{
+        make_arg<std::decay_t<Ps>>(ctx, params[Is], req, ri, ci)...};
     if (!ctx.ok()) return;
     std::apply(fn, args);
   }
@@ -300,7 +302,8 @@ struct Arity<void (*)(Ps...)> {
 }  // namespace detail
 
 template <FixedString Spec, class... Ps>
-KernelRegistration& register_kernel(const char* name, void (*fn)(Ps...), const char* file, int line) {
+KernelRegistration& register_kernel(const char* name, void (*fn)(Ps...), const char* file,
+                                    int line) {
   static_assert(count_entries(Spec) == sizeof...(Ps),
                 "KILN_KERNEL: the parameter string must name every parameter of the kernel "
                 "function, in order (\"x, y, a\")");
@@ -316,10 +319,11 @@ KernelRegistration& register_kernel(const char* name, void (*fn)(Ps...), const c
 template <FixedString Spec, class... Ts, class Get>
 KernelRegistration& register_generic(const char* name, Get get, const char* file, int line) {
   static_assert(sizeof...(Ts) > 0, "KILN_KERNEL_GENERIC: list the element types to instantiate");
-  static_assert(((count_entries(Spec) ==
-                  detail::Arity<decltype(get.template operator()<Ts>())>::value) && ...),
-                "KILN_KERNEL_GENERIC: the parameter string must name every parameter of the "
-                "kernel function, in order");
+  static_assert(
+      ((count_entries(Spec) == detail::Arity<decltype(get.template operator()<Ts>())>::value) &&
+       ...),
+      "KILN_KERNEL_GENERIC: the parameter string must name every parameter of the "
+      "kernel function, in order");
   KernelDef def;
   def.name = name;
   def.file = file;
@@ -335,15 +339,15 @@ KernelRegistration& register_generic(const char* name, Get get, const char* file
 #define KILN_KERNEL(fn, params) KILN_KERNEL_AS(#fn, fn, params)
 
 // Registers a kernel function under another name (when the function's name is taken).
-#define KILN_KERNEL_AS(name, fn, params)                                                  \
-  [[maybe_unused]] static ::kiln::dsl::KernelRegistration& KILN_DSL_PP_CAT(kiln_kernel_,  \
-                                                                           __LINE__) =    \
+#define KILN_KERNEL_AS(name, fn, params)                                                 \
+  [[maybe_unused]] static ::kiln::dsl::KernelRegistration& KILN_DSL_PP_CAT(kiln_kernel_, \
+                                                                           __LINE__) =   \
       ::kiln::dsl::register_kernel<params>(name, &fn, __FILE__, __LINE__)
 
 // Registers a function template once per listed element type, under one name; a launch (or
 // --dtype) picks the instantiation whose parameters have the requested types.
-#define KILN_KERNEL_GENERIC(fn, params, ...)                                              \
-  [[maybe_unused]] static ::kiln::dsl::KernelRegistration& KILN_DSL_PP_CAT(kiln_kernel_,  \
-                                                                           __LINE__) =    \
-      ::kiln::dsl::register_generic<params, __VA_ARGS__>(                                 \
+#define KILN_KERNEL_GENERIC(fn, params, ...)                                             \
+  [[maybe_unused]] static ::kiln::dsl::KernelRegistration& KILN_DSL_PP_CAT(kiln_kernel_, \
+                                                                           __LINE__) =   \
+      ::kiln::dsl::register_generic<params, __VA_ARGS__>(                                \
           #fn, []<class KilnT>() { return &fn<KilnT>; }, __FILE__, __LINE__)

@@ -33,9 +33,9 @@ using SrcLoc = std::source_location;
 
 template <class T>
 struct ElemOf;
-#define KILN_DSL_ELEM(host, e) \
-  template <>                  \
-  struct ElemOf<host> {        \
+#define KILN_DSL_ELEM(host, e)                             \
+  template <>                                              \
+  struct ElemOf<host> {                                    \
     static constexpr ir::ElemType value = ir::ElemType::e; \
   };
 KILN_DSL_ELEM(bool, Bool)
@@ -54,14 +54,16 @@ KILN_DSL_ELEM(double, F64)
 #undef KILN_DSL_ELEM
 
 template <class T>
-concept Element = requires { ElemOf<T>::value; };
+concept Element = requires {
+  ElemOf<T>::value;
+};
 template <Element T>
 inline constexpr ir::ElemType elem_v = ElemOf<T>::value;
 
 template <class T>
-inline constexpr bool is_float_elem_v = std::is_floating_point_v<T> ||
-                                        std::is_same_v<T, kiln::f16_t> ||
-                                        std::is_same_v<T, kiln::bf16_t>;
+inline constexpr bool is_float_elem_v =
+    std::is_floating_point_v<T> || std::is_same_v<T, kiln::f16_t> ||
+    std::is_same_v<T, kiln::bf16_t>;
 template <class T>
 inline constexpr bool is_int_elem_v = std::is_integral_v<T> && !std::is_same_v<T, bool>;
 
@@ -138,8 +140,8 @@ bool literal_attr(L lit, ir::Attr& out, std::string& why) {
     bool fits;
     if constexpr (std::is_signed_v<L>)
       fits = static_cast<long long>(lit) >= static_cast<long long>(Lim::min()) &&
-             (lit < 0 || static_cast<unsigned long long>(lit) <=
-                             static_cast<unsigned long long>(Lim::max()));
+             (lit < 0 ||
+              static_cast<unsigned long long>(lit) <= static_cast<unsigned long long>(Lim::max()));
     else
       fits = static_cast<unsigned long long>(lit) <= static_cast<unsigned long long>(Lim::max());
     if (!fits) {
@@ -158,9 +160,10 @@ bool literal_attr(L lit, ir::Attr& out, std::string& why) {
     }
     if constexpr (std::is_integral_v<L>) {
       if (r != v || static_cast<L>(v) != lit) {
-        why = fmt::format("integer literal {} is not exactly representable in {}; write a "
-                          "floating-point literal if rounding is intended",
-                          lit, elem_name_of<T>());
+        why = fmt::format(
+            "integer literal {} is not exactly representable in {}; write a "
+            "floating-point literal if rounding is intended",
+            lit, elem_name_of<T>());
         return false;
       }
     }
@@ -182,8 +185,9 @@ class Arg {
  public:
   Arg(const Val<T>& v, SrcLoc where = SrcLoc::current());
   template <DslExpr E>
-    requires std::same_as<typename E::elem_type, T> && (!std::same_as<E, Val<T>>)
-  Arg(const E& e, SrcLoc where = SrcLoc::current()) : where_(where) {
+  requires std::same_as<typename E::elem_type, T> &&
+      (!std::same_as<E, Val<T>>)Arg(const E& e, SrcLoc where = SrcLoc::current())
+      : where_(where) {
     set_value(e.read(where));
   }
   template <Literal L>
@@ -270,9 +274,9 @@ Val<R> emit(ir::OpKind kind, const char* what, const Arg<T>& first, const Args&.
 // finds these operators for values, variables and memory elements alike.
 template <Element T>
 struct Ops {
-#define KILN_DSL_BINARY(op, kind, name)                                                \
-  friend auto operator op(Arg<T> a, Arg<T> b) {                                      \
-    return detail::emit<T>(ir::OpKind::kind, name, a, b);                              \
+#define KILN_DSL_BINARY(op, kind, name)                   \
+  friend auto operator op(Arg<T> a, Arg<T> b) {           \
+    return detail::emit<T>(ir::OpKind::kind, name, a, b); \
   }
   KILN_DSL_BINARY(+, Add, "+")
   KILN_DSL_BINARY(-, Sub, "-")
@@ -284,30 +288,30 @@ struct Ops {
     return detail::emit<T>(ir::OpKind::Rem, "%", a, b);
   }
 
-#define KILN_DSL_BITWISE(op, kind, name)                                                      \
-  friend auto operator op(Arg<T> a, Arg<T> b) {                                             \
-    static_assert(!is_float_elem_v<T>,                                                        \
+#define KILN_DSL_BITWISE(op, kind, name)                                                        \
+  friend auto operator op(Arg<T> a, Arg<T> b) {                                                 \
+    static_assert(!is_float_elem_v<T>,                                                          \
                   "kiln: bitwise operators need integers (or Bool for & | ^); cast or bitcast " \
-                  "floats first");                                                            \
-    return detail::emit<T>(ir::OpKind::kind, name, a, b);                                     \
+                  "floats first");                                                              \
+    return detail::emit<T>(ir::OpKind::kind, name, a, b);                                       \
   }
   KILN_DSL_BITWISE(&, And, "&")
   KILN_DSL_BITWISE(|, Or, "|")
   KILN_DSL_BITWISE(^, Xor, "^")
 #undef KILN_DSL_BITWISE
 
-#define KILN_DSL_SHIFT(op, kind, name)                                                \
-  friend auto operator op(Arg<T> a, Arg<T> b) {                                     \
-    static_assert(is_int_elem_v<T>, "kiln: shifts need integer operands");            \
-    return detail::emit<T>(ir::OpKind::kind, name, a, b);                             \
+#define KILN_DSL_SHIFT(op, kind, name)                                     \
+  friend auto operator op(Arg<T> a, Arg<T> b) {                            \
+    static_assert(is_int_elem_v<T>, "kiln: shifts need integer operands"); \
+    return detail::emit<T>(ir::OpKind::kind, name, a, b);                  \
   }
   KILN_DSL_SHIFT(<<, Shl, "<<")
   KILN_DSL_SHIFT(>>, Shr, ">>")
 #undef KILN_DSL_SHIFT
 
-#define KILN_DSL_COMPARE(op, kind, name)                                              \
-  friend auto operator op(Arg<T> a, Arg<T> b) {                                  \
-    return detail::emit<bool>(ir::OpKind::kind, name, a, b);                          \
+#define KILN_DSL_COMPARE(op, kind, name)                     \
+  friend auto operator op(Arg<T> a, Arg<T> b) {              \
+    return detail::emit<bool>(ir::OpKind::kind, name, a, b); \
   }
   KILN_DSL_COMPARE(==, Eq, "==")
   KILN_DSL_COMPARE(!=, Ne, "!=")
@@ -340,13 +344,13 @@ struct Ops {
 };
 
 // Operands of two different element types: a compile error that says what to do.
-#define KILN_DSL_MIXED(op)                                                                   \
-  template <DslExpr A, DslExpr B>                                                            \
-    requires(!std::same_as<typename A::elem_type, typename B::elem_type>)                    \
-  void operator op(const A&, const B&) {                                                     \
-    static_assert(dependent_false<A>,                                                        \
-                  "kiln: the two operands have different element types; convert one with "   \
-                  "cast<T>(x) (kiln never converts between DSL types implicitly)");          \
+#define KILN_DSL_MIXED(op)                                                                 \
+  template <DslExpr A, DslExpr B>                                                          \
+  requires(!std::same_as<typename A::elem_type, typename B::elem_type>) void operator op(  \
+      const A&, const B&) {                                                                \
+    static_assert(dependent_false<A>,                                                      \
+                  "kiln: the two operands have different element types; convert one with " \
+                  "cast<T>(x) (kiln never converts between DSL types implicitly)");        \
   }
 KILN_DSL_MIXED(+)
 KILN_DSL_MIXED(-)
@@ -384,11 +388,11 @@ class Val : public Ops<T> {
     id_ = Arg<T>(lit, where).value(1);
   }
   template <DslExpr E>
-    requires std::same_as<typename E::elem_type, T> && (!std::same_as<E, Val<T>>)
-  Val(const E& e, SrcLoc where = SrcLoc::current()) : id_(e.read(where).id()) {}
+  requires std::same_as<typename E::elem_type, T> &&
+      (!std::same_as<E, Val<T>>)Val(const E& e, SrcLoc where = SrcLoc::current())
+      : id_(e.read(where).id()) {}
   template <DslExpr E>
-    requires(!std::same_as<typename E::elem_type, T>)
-  Val(const E&) {
+  requires(!std::same_as<typename E::elem_type, T>) Val(const E&) {
     static_assert(dependent_false<E>,
                   "kiln: cannot convert between DSL element types implicitly; use cast<T>(x)");
   }

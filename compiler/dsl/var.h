@@ -18,8 +18,8 @@ class Var : public Ops<host_of_t<V>> {
   }
   Var(const Val<T>& init, SrcLoc where = SrcLoc::current()) { create(Arg<T>(init, where)); }
   template <DslExpr E>
-    requires std::same_as<typename E::elem_type, T> && (!std::same_as<E, Val<T>>)
-  Var(const E& init, SrcLoc where = SrcLoc::current()) {
+  requires std::same_as<typename E::elem_type, T> &&
+      (!std::same_as<E, Val<T>>)Var(const E& init, SrcLoc where = SrcLoc::current()) {
     create(Arg<T>(init, where));
   }
   // Copying a Var makes a new variable holding the other's current value.
@@ -43,11 +43,12 @@ class Var : public Ops<host_of_t<V>> {
     return *this;
   }
 
-#define KILN_DSL_COMPOUND(op, kind)                                                   \
-  Var& operator op##=(Arg<T> v) {                                                     \
-    write(Arg<T>(detail::emit<T>(ir::OpKind::kind, #op "=", Arg<T>(read(v.where()), v.where()), v), \
-                 v.where()));                                                         \
-    return *this;                                                                     \
+#define KILN_DSL_COMPOUND(op, kind)                                                               \
+  Var& operator op##=(Arg<T> v) {                                                                 \
+    write(                                                                                        \
+        Arg<T>(detail::emit<T>(ir::OpKind::kind, #op "=", Arg<T>(read(v.where()), v.where()), v), \
+               v.where()));                                                                       \
+    return *this;                                                                                 \
   }
   KILN_DSL_COMPOUND(+, Add)
   KILN_DSL_COMPOUND(-, Sub)
@@ -67,9 +68,15 @@ class Var : public Ops<host_of_t<V>> {
     return Val<T>::from_id(ctx.builder().op(ir::OpKind::VarRead, {id_}, ctx.loc(where)));
   }
   // The current value, read here.
-  Val<T> get(SrcLoc where = SrcLoc::current()) const { return read(where); }
-  int line_size() const { return lanes_; }
-  ir::ValueId id() const { return id_; }
+  Val<T> get(SrcLoc where = SrcLoc::current()) const {
+    return read(where);
+  }
+  int line_size() const {
+    return lanes_;
+  }
+  ir::ValueId id() const {
+    return id_;
+  }
 
  private:
   void create(const Arg<T>& init) {
@@ -78,7 +85,9 @@ class Var : public Ops<host_of_t<V>> {
     lanes_ = std::max(init.lanes(), 1);
     id_ = ctx.builder().op(ir::OpKind::Var, {v}, init.at());
   }
-  void write(const Arg<T>& v) { write_at(v, v.at()); }
+  void write(const Arg<T>& v) {
+    write_at(v, v.at());
+  }
   void write_at(const Arg<T>& v, ir::SourceLoc at) {
     auto& ctx = TraceContext::current();
     if (id_ == ir::kNoValue) return;

@@ -58,7 +58,10 @@ class Cse {
       if (cse_candidate(op)) {
         uint64_t fb;
         std::memcpy(&fb, &op.attr.f, sizeof fb);
-        Key key{op.kind, {op.operands.begin(), op.operands.end()}, op.attr.i, fb,
+        Key key{op.kind,
+                {op.operands.begin(), op.operands.end()},
+                op.attr.i,
+                fb,
                 k_.type_of(op.result)};
         ValueId found = kNoValue;
         for (auto s = scopes.rbegin(); s != scopes.rend() && found == kNoValue; ++s) {
@@ -121,6 +124,8 @@ class Cse {
 
 }  // namespace
 
-bool cse(ir::Kernel& k) { return Cse(k).run(); }
+bool cse(ir::Kernel& k) {
+  return Cse(k).run();
+}
 
 }  // namespace kiln::passes

@@ -54,9 +54,15 @@ struct OpFacts {
   bool returns = false;   // a return inside
 };
 
-bool is_plane_op(OpKind k) { return has_flag(k, op_flags::PlaneOp); }
-bool is_jump(OpKind k) { return k == OpKind::Break || k == OpKind::Continue || k == OpKind::Return; }
-bool is_control(OpKind k) { return k == OpKind::If || k == OpKind::For || k == OpKind::Loop; }
+bool is_plane_op(OpKind k) {
+  return has_flag(k, op_flags::PlaneOp);
+}
+bool is_jump(OpKind k) {
+  return k == OpKind::Break || k == OpKind::Continue || k == OpKind::Return;
+}
+bool is_control(OpKind k) {
+  return k == OpKind::If || k == OpKind::For || k == OpKind::Loop;
+}
 
 struct Scope {
   Level level = Level::Cube;
@@ -72,8 +78,8 @@ struct Scope {
 
 class Lowering {
  public:
-  Lowering(const Kernel& in, const UniformityInfo& u, const std::unordered_map<const Op*, OpFacts>& of,
-           const Plan& plan, Facts& facts)
+  Lowering(const Kernel& in, const UniformityInfo& u,
+           const std::unordered_map<const Op*, OpFacts>& of, const Plan& plan, Facts& facts)
       : in_(in), u_(u), of_(of), plan_(plan), facts_(facts) {
     units_ = in.units_per_cube();
     planes_ = (units_ + kCpuPlaneDim - 1) / kCpuPlaneDim;
@@ -187,8 +193,8 @@ class Lowering {
                               op.kind == OpKind::PlaneLane;
     if (unit_builtin && unit_of(&s) == kNoValue) return false;
     if (op.kind == OpKind::PlanePos && unit_of(&s) == kNoValue && s.plane == kNoValue) return false;
-    const bool costly = op_info(op.kind).operand_class == OperandClass::Float &&
-                        op_info(op.kind).sig == Sig::Unary;
+    const bool costly =
+        op_info(op.kind).operand_class == OperandClass::Float && op_info(op.kind).sig == Sig::Unary;
     budget -= costly ? 8 : 1;
     if (budget < 0) return false;
     for (ValueId o : op.operands)
@@ -257,14 +263,17 @@ class Lowering {
   ValueId unit_axis(Scope& s, ValueId u, int axis) {
     const uint32_t dx = in_.cube_dim[0], dy = in_.cube_dim[1], dz = in_.cube_dim[2];
     switch (axis) {
-      case 0: return u;
-      case 1: return dx == units_ ? u : emit(s, OpKind::Rem, {u, cu32(s, dx)});
+      case 0:
+        return u;
+      case 1:
+        return dx == units_ ? u : emit(s, OpKind::Rem, {u, cu32(s, dx)});
       case 2: {
         if (dy == 1) return cu32(s, 0);
         const ValueId q = emit(s, OpKind::Div, {u, cu32(s, dx)});
         return dz == 1 ? q : emit(s, OpKind::Rem, {q, cu32(s, dy)});
       }
-      default: return dz == 1 ? cu32(s, 0) : emit(s, OpKind::Div, {u, cu32(s, dx * dy)});
+      default:
+        return dz == 1 ? cu32(s, 0) : emit(s, OpKind::Div, {u, cu32(s, dx * dy)});
     }
   }
 
@@ -272,18 +281,22 @@ class Lowering {
     const int axis = static_cast<int>(op.attr.i);
     const ValueId u = unit_of(&s);
     switch (op.kind) {
-      case OpKind::UnitPos: return unit_axis(s, u, axis);
+      case OpKind::UnitPos:
+        return unit_axis(s, u, axis);
       case OpKind::AbsolutePos: {
         Attr a;
         a.i = op.attr.i;
         const ValueId cube = emit(s, OpKind::CubePos, {}, {}, a);
         const uint32_t dim = axis == 0 ? units_ : in_.cube_dim[axis - 1];
-        return emit(s, OpKind::Add, {emit(s, OpKind::Mul, {cube, cu32(s, dim)}), unit_axis(s, u, axis)});
+        return emit(s, OpKind::Add,
+                    {emit(s, OpKind::Mul, {cube, cu32(s, dim)}), unit_axis(s, u, axis)});
       }
-      case OpKind::PlaneLane: return emit(s, OpKind::Rem, {u, cu32(s, kCpuPlaneDim)});
+      case OpKind::PlaneLane:
+        return emit(s, OpKind::Rem, {u, cu32(s, kCpuPlaneDim)});
       case OpKind::PlanePos:
         return u != kNoValue ? emit(s, OpKind::Div, {u, cu32(s, kCpuPlaneDim)}) : s.plane;
-      case OpKind::PlaneDim: return cu32(s, kCpuPlaneDim);
+      case OpKind::PlaneDim:
+        return cu32(s, kCpuPlaneDim);
       default: {  // cube_pos, cube_dim, cube_count: cube-level builtins, kept
         Attr a;
         a.i = op.attr.i;
@@ -326,7 +339,8 @@ class Lowering {
     pending_.erase(&s);
     if (seg.empty()) return;
     bool planes = false;
-    for (const Op* op : seg) planes = planes || is_plane_op(op->kind) || op->kind == OpKind::SyncPlane || of_.at(op).plane;
+    for (const Op* op : seg)
+      planes = planes || is_plane_op(op->kind) || op->kind == OpKind::SyncPlane || of_.at(op).plane;
     at_ = seg.front()->loc;
     if (!planes) {
       units_loop(s, seg, cu32(s, 0), cu32(s, units_));
@@ -338,8 +352,9 @@ class Lowering {
     Scope ps = plane_body(s, loop);
     ps.plane = p;
     ps.plane_first = emit(ps, OpKind::Mul, {p, cu32(ps, kCpuPlaneDim)});
-    ps.plane_end = emit(ps, OpKind::Min, {emit(ps, OpKind::Add, {ps.plane_first, cu32(ps, kCpuPlaneDim)}),
-                                           cu32(ps, units_)});
+    ps.plane_end =
+        emit(ps, OpKind::Min,
+             {emit(ps, OpKind::Add, {ps.plane_first, cu32(ps, kCpuPlaneDim)}), cu32(ps, units_)});
     ps.in_lifted_loop = false;  // jumps here target loops inside the plane block
     plane_depth_++;
     lower_plane_ops(seg, ps);
@@ -386,7 +401,8 @@ class Lowering {
     s.target->ops.push_back(std::move(c));
   }
 
-  // ---- plane level --------------------------------------------------------------------------------
+  // ---- plane level
+  // --------------------------------------------------------------------------------
 
   bool lift_at_plane(const Op& op, const Scope& s) const {
     if (!is_control(op.kind)) return false;
@@ -448,7 +464,8 @@ class Lowering {
     const ValueId l = loop.regions[0].args[0];
     Scope body = plane_body(s, loop);
     const ValueId xv = shared != kNoValue ? shared : emit(body, OpKind::Load, {ctx_array(x), l});
-    emit(body, OpKind::VarWrite, {acc, emit(body, combine, {emit(body, OpKind::VarRead, {acc}), xv})});
+    emit(body, OpKind::VarWrite,
+         {acc, emit(body, combine, {emit(body, OpKind::VarRead, {acc}), xv})});
     s.target->ops.push_back(std::move(loop));
     const ValueId r = emit(s, OpKind::VarRead, {acc});
     s.map[op.result] = r;
@@ -671,7 +688,8 @@ class Lowering {
       }
       case OpKind::Return:
         facts_.unit_return = true;
-        if (plan_.done_flags) emit(s, OpKind::Store, {done_, unit_of(&s), emit_const_bool(s, true)});
+        if (plan_.done_flags)
+          emit(s, OpKind::Store, {done_, unit_of(&s), emit_const_bool(s, true)});
         emit(s, OpKind::Return, {});
         break;
       case OpKind::PlaneBroadcast:
@@ -703,7 +721,8 @@ class Lowering {
                           ? emit(s, OpKind::Xor, {emit(s, OpKind::Sub, {u, s.plane_first}), lane})
                           : lane;
     const ValueId inside = emit(s, OpKind::Lt, {l, count});
-    const ValueId index = emit(s, OpKind::Select, {inside, emit(s, OpKind::Add, {s.plane_first, l}), u});
+    const ValueId index =
+        emit(s, OpKind::Select, {inside, emit(s, OpKind::Add, {s.plane_first, l}), u});
     return emit(s, OpKind::Load, {arr, index});
   }
 
@@ -765,8 +784,8 @@ Result<ir::Kernel> lower_unit_loops(const ir::Kernel& k) {
     next.ctx.insert(facts.ctx.begin(), facts.ctx.end());
     for (const auto& [v, segs] : facts.segments)
       if (segs.size() > 1) next.ctx_vars.insert(v);
-    next.done_flags = plan.done_flags ||
-                      (facts.unit_return && (facts.units_loops > 1 || facts.loop_in_loop));
+    next.done_flags =
+        plan.done_flags || (facts.unit_return && (facts.units_loops > 1 || facts.loop_in_loop));
     stable = next.ctx == plan.ctx && next.ctx_vars == plan.ctx_vars &&
              next.done_flags == plan.done_flags;
     plan = std::move(next);

@@ -27,6 +27,6 @@ KILN_RUN(axpy)
       auto& y = d["y"];
       const auto& x = d["x"];
       for (size_t i = 0; i < y.size(); ++i)
-        y[i] = static_cast<double>(std::fma(static_cast<float>(d.scalar("a")), static_cast<float>(x[i]),
-                                            static_cast<float>(y[i])));
+        y[i] = static_cast<double>(std::fma(static_cast<float>(d.scalar("a")),
+                                            static_cast<float>(x[i]), static_cast<float>(y[i])));
     });

@@ -16,7 +16,9 @@ KILN_KERNEL(early_exit, "x, y").cube_dim(256).describe("ReLU with an early retur
 KILN_RUN(early_exit)
     .shape("x", {1 << 22})
     .same_shape("y", "x")
-    .cubes([](const kiln::kernels::RunData& d) { return kiln::kernels::ceil_div(d.numel("x"), d.cube_dim.x); })
+    .cubes([](const kiln::kernels::RunData& d) {
+      return kiln::kernels::ceil_div(d.numel("x"), d.cube_dim.x);
+    })
     .reference([](kiln::kernels::RunData& d) {
       const auto& x = d["x"];
       auto& y = d["y"];

@@ -30,9 +30,12 @@ KILN_KERNEL(histogram, "data, hist, bins = 64")
 KILN_RUN(histogram)
     .shape("data", {1 << 22})
     .values("data", 0.0, 1.0)
-    .shape("hist", [](const kiln::kernels::RunData& d) { return std::vector<int64_t>{d.comptime("bins")}; })
+    .shape("hist",
+           [](const kiln::kernels::RunData& d) { return std::vector<int64_t>{d.comptime("bins")}; })
     .zeros("hist")
-    .cubes([](const kiln::kernels::RunData& d) { return kiln::kernels::ceil_div(d.numel("data"), d.cube_dim.x); })
+    .cubes([](const kiln::kernels::RunData& d) {
+      return kiln::kernels::ceil_div(d.numel("data"), d.cube_dim.x);
+    })
     .reference([](kiln::kernels::RunData& d) {
       // The bin as the kernel computes it, in f32.
       const auto bins = static_cast<float>(d.comptime("bins"));

@@ -32,10 +32,13 @@ KILN_KERNEL_AS("plane_sum", plane_sum_kernel, "in, out, max_planes = 32")
 
 KILN_RUN(plane_sum)
     .shape("in", {1 << 22})
-    .shape("out", [](const kiln::kernels::RunData& d) {
-      return std::vector<int64_t>{kiln::kernels::ceil_div(d.numel("in"), d.cube_dim.x)};
+    .shape("out",
+           [](const kiln::kernels::RunData& d) {
+             return std::vector<int64_t>{kiln::kernels::ceil_div(d.numel("in"), d.cube_dim.x)};
+           })
+    .cubes([](const kiln::kernels::RunData& d) {
+      return kiln::kernels::ceil_div(d.numel("in"), d.cube_dim.x);
     })
-    .cubes([](const kiln::kernels::RunData& d) { return kiln::kernels::ceil_div(d.numel("in"), d.cube_dim.x); })
     .reference([](kiln::kernels::RunData& d) {
       const size_t block = d.cube_dim.x;
       const auto& in = d["in"];

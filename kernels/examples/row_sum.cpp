@@ -35,9 +35,14 @@ KILN_KERNEL(row_sum, "in: rank=2, out, units = 256")
 
 KILN_RUN(row_sum)
     .shape("in", {2048, 2048})
-    .shape("out", [](const kiln::kernels::RunData& d) { return std::vector<int64_t>{d.dim("in", 0)}; })
-    .cube_dim([](const kiln::kernels::RunData& d) { return kiln::Dim3(static_cast<uint32_t>(d.comptime("units"))); })
-    .cubes([](const kiln::kernels::RunData& d) { return kiln::Dim3(static_cast<uint32_t>(d.dim("in", 0))); })
+    .shape("out",
+           [](const kiln::kernels::RunData& d) { return std::vector<int64_t>{d.dim("in", 0)}; })
+    .cube_dim([](const kiln::kernels::RunData& d) {
+      return kiln::Dim3(static_cast<uint32_t>(d.comptime("units")));
+    })
+    .cubes([](const kiln::kernels::RunData& d) {
+      return kiln::Dim3(static_cast<uint32_t>(d.dim("in", 0)));
+    })
     .tolerance(1e-5, 1e-4)
     .reference([](kiln::kernels::RunData& d) {
       const auto cols = static_cast<size_t>(d.dim("in", 1));

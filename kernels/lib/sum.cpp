@@ -32,7 +32,8 @@ void sum(Tensor<const f32> x, Tensor<f32> partial, int units, int chunk, int acc
   int width = 1;
   while (width < units) width *= 2;
   for (int s = width / 2; s > 0; s /= 2) {
-    if_(unit_pos() < s && unit_pos() + s < units, [&] { sums[unit_pos()] += sums[unit_pos() + s]; });
+    if_(unit_pos() < s && unit_pos() + s < units,
+        [&] { sums[unit_pos()] += sums[unit_pos() + s]; });
     sync_cube();
   }
   if_(unit_pos() == 0, [&] { partial[cube_pos()] = sums[0]; });
@@ -44,15 +45,21 @@ KILN_KERNEL(sum, "x: line=max, partial, units = 1, chunk = 4096, accumulators = 
 // Each cube sums units * chunk lines.
 KILN_RUN(sum)
     .shape("x", {1 << 24})
-    .shape("partial", [](const kiln::kernels::RunData& d) {
-      const int64_t block = d.comptime("units") * d.comptime("chunk") * d.line("x");
-      return std::vector<int64_t>{kiln::kernels::ceil_div(d.numel("x"), block)};
+    .shape("partial",
+           [](const kiln::kernels::RunData& d) {
+             const int64_t block = d.comptime("units") * d.comptime("chunk") * d.line("x");
+             return std::vector<int64_t>{kiln::kernels::ceil_div(d.numel("x"), block)};
+           })
+    .cube_dim([](const kiln::kernels::RunData& d) {
+      return kiln::Dim3(static_cast<uint32_t>(d.comptime("units")));
     })
-    .cube_dim([](const kiln::kernels::RunData& d) { return kiln::Dim3(static_cast<uint32_t>(d.comptime("units"))); })
-    .cubes([](const kiln::kernels::RunData& d) { return kiln::Dim3(static_cast<uint32_t>(d.numel("partial"))); })
+    .cubes([](const kiln::kernels::RunData& d) {
+      return kiln::Dim3(static_cast<uint32_t>(d.numel("partial")));
+    })
     .tolerance(1e-4, 1e-2)
     .reference([](kiln::kernels::RunData& d) {
-      const auto block = static_cast<size_t>(d.comptime("units") * d.comptime("chunk") * d.line("x"));
+      const auto block =
+          static_cast<size_t>(d.comptime("units") * d.comptime("chunk") * d.line("x"));
       const auto& x = d["x"];
       for (size_t c = 0; c < d["partial"].size(); ++c) {
         double s = 0;

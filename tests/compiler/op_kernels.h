@@ -65,9 +65,10 @@ inline ir::Kernel build(ElemType t, int lanes, const std::vector<Case>& cases) {
   return std::move(*k);
 }
 
-inline const ElemType kAll[] = {ElemType::Bool, ElemType::I8,  ElemType::I16, ElemType::I32, ElemType::I64,
-                         ElemType::U8,   ElemType::U16, ElemType::U32, ElemType::U64, ElemType::F16,
-                         ElemType::BF16, ElemType::F32, ElemType::F64};
+inline const ElemType kAll[] = {ElemType::Bool, ElemType::I8,  ElemType::I16,  ElemType::I32,
+                                ElemType::I64,  ElemType::U8,  ElemType::U16,  ElemType::U32,
+                                ElemType::U64,  ElemType::F16, ElemType::BF16, ElemType::F32,
+                                ElemType::F64};
 
 inline std::vector<Case> cases_for(ElemType t) {
   std::vector<Case> c;
@@ -80,31 +81,33 @@ inline std::vector<Case> cases_for(ElemType t) {
     add(OpKind::Not, 1, t);
     return c;
   }
-  for (OpKind op : {OpKind::Add, OpKind::Sub, OpKind::Mul, OpKind::Div, OpKind::Rem, OpKind::Min, OpKind::Max})
+  for (OpKind op :
+       {OpKind::Add, OpKind::Sub, OpKind::Mul, OpKind::Div, OpKind::Rem, OpKind::Min, OpKind::Max})
     add(op, 2, t);
   for (OpKind op : {OpKind::Neg, OpKind::Abs}) add(op, 1, t);
   add(OpKind::Clamp, 3, t);
   for (OpKind op : {OpKind::Lt, OpKind::Le, OpKind::Gt, OpKind::Ge}) add(op, 2, b);
   if (ir::is_float(t)) {
     add(OpKind::Fma, 3, t);
-    for (OpKind op : {OpKind::Sqrt, OpKind::Rsqrt, OpKind::Floor, OpKind::Ceil, OpKind::Round, OpKind::Trunc})
+    for (OpKind op :
+         {OpKind::Sqrt, OpKind::Rsqrt, OpKind::Floor, OpKind::Ceil, OpKind::Round, OpKind::Trunc})
       add(op, 1, t);
     add(OpKind::IsNan, 1, b);
     add(OpKind::IsInf, 1, b);
   } else {
-    for (OpKind op : {OpKind::And, OpKind::Or, OpKind::Xor, OpKind::Shl, OpKind::Shr}) add(op, 2, t);
+    for (OpKind op : {OpKind::And, OpKind::Or, OpKind::Xor, OpKind::Shl, OpKind::Shr})
+      add(op, 2, t);
     add(OpKind::Not, 1, t);
   }
   return c;
 }
 
-
 }  // namespace kiln::test::ops
 
 namespace kiln::test {
 inline const std::pair<ir::ElemType, ir::ElemType> kBitcastPairs[] = {
-    {ir::ElemType::F32, ir::ElemType::U32}, {ir::ElemType::I32, ir::ElemType::F32},
-    {ir::ElemType::F64, ir::ElemType::I64}, {ir::ElemType::F16, ir::ElemType::U16},
+    {ir::ElemType::F32, ir::ElemType::U32},  {ir::ElemType::I32, ir::ElemType::F32},
+    {ir::ElemType::F64, ir::ElemType::I64},  {ir::ElemType::F16, ir::ElemType::U16},
     {ir::ElemType::BF16, ir::ElemType::I16}, {ir::ElemType::F16, ir::ElemType::BF16},
     {ir::ElemType::U8, ir::ElemType::I8}};
 }  // namespace kiln::test

@@ -62,11 +62,13 @@ inline std::unique_ptr<GpuKernel> compile_gpu(const ir::Kernel& k) {
   INFO((src.ok() ? std::string() : src.error().message));
   REQUIRE(src.ok());
   const auto& t = g->device->compile_target();
-  auto compiled = cuda::compile_cuda(src->text, k.name + ".cu", g->device->cubin() ? t.name() : t.compute(), false);
+  auto compiled = cuda::compile_cuda(src->text, k.name + ".cu",
+                                     g->device->cubin() ? t.name() : t.compute(), false);
   INFO((compiled.ok() ? std::string() : compiled.error().message));
   REQUIRE(compiled.ok());
-  std::vector<char> image = g->device->cubin() ? compiled->cubin
-                                              : std::vector<char>(compiled->ptx.begin(), compiled->ptx.end());
+  std::vector<char> image = g->device->cubin()
+                                ? compiled->cubin
+                                : std::vector<char>(compiled->ptx.begin(), compiled->ptx.end());
   auto loaded = detail::load_cuda_kernel(*g->device, image, src->info, compiled->resources);
   INFO((loaded.ok() ? std::string() : loaded.error().message));
   REQUIRE(loaded.ok());
@@ -97,7 +99,8 @@ inline Result<CpuRunReport> run_gpu(const GpuKernel& k, const std::array<uint32_
       uint64_t last = 0, n = 1;
       for (int d = 0; d < v->rank; ++d) {
         n *= static_cast<uint64_t>(v->shape[d]);
-        last += static_cast<uint64_t>(std::max<int64_t>(v->shape[d] - 1, 0)) * static_cast<uint64_t>(v->strides[d]);
+        last += static_cast<uint64_t>(std::max<int64_t>(v->shape[d] - 1, 0)) *
+                static_cast<uint64_t>(v->strides[d]);
       }
       host = v->data;
       elements = n == 0 ? 0 : last + 1;

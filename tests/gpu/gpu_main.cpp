@@ -14,7 +14,7 @@ int main(int argc, char** argv) {
     return 77;
   }
   const auto& info = kiln::test::gpu()->device->info();
-  std::printf("running on %s: %s, %s, %d SMs\n", info.name.c_str(), info.description.c_str(), info.arch.c_str(),
-              info.cores);
+  std::printf("running on %s: %s, %s, %d SMs\n", info.name.c_str(), info.description.c_str(),
+              info.arch.c_str(), info.cores);
   return Catch::Session().run(argc, argv);
 }

@@ -31,8 +31,8 @@ TEST_CASE("every example kernel gives on the GPU what it gives on the CPU", "[gp
     INFO((g.ok() ? std::string() : g.error().message));
     REQUIRE(g.ok());
     for (const auto& c : g->checks) {
-      INFO(c.name << ": " << c.mismatches << " mismatches, first at " << c.first_bad << ": got " << c.got << ", want "
-                  << c.want);
+      INFO(c.name << ": " << c.mismatches << " mismatches, first at " << c.first_bad << ": got "
+                  << c.got << ", want " << c.want);
       CHECK(c.mismatches == 0);
     }
     // The CPU with the same inputs. Line widths differ (16 bytes on the GPU), so the sums
@@ -69,8 +69,12 @@ TEST_CASE("GPU prints, asserts and checked-mode faults arrive at sync", "[gpu]")
   KILN_REQUIRE_OK(rt->launch(pa, 1, 4, x));
   const Status st = rt->sync();
   REQUIRE_FALSE(st.ok());
-  CHECK_THAT(st.error().message, Contains("assertion failed in kernel 'rt_print_assert': x must not be negative (cube 0, unit 2)"));
-  CHECK(lines == std::vector<std::string>{"unit 0 sees 1.5", "unit 1 sees 2.5", "unit 2 sees -3.5"});
+  CHECK_THAT(
+      st.error().message,
+      Contains(
+          "assertion failed in kernel 'rt_print_assert': x must not be negative (cube 0, unit 2)"));
+  CHECK(lines ==
+        std::vector<std::string>{"unit 0 sees 1.5", "unit 1 sees 2.5", "unit 2 sees -3.5"});
   // Checked mode: the out-of-bounds stores are skipped, the memory around is intact.
   Tensor whole = test::f32_tensor(*rt, std::vector<float>(128, -7.0f));
   auto y = whole.slice(0, 32, 64);
@@ -103,8 +107,8 @@ TEST_CASE("GPU streams run in order; events time them", "[gpu]") {
   auto a = rt->record(*s);
   REQUIRE(a.ok());
   for (int i = 1; i <= 20; ++i)
-    KILN_REQUIRE_OK(rt->launch_with(lo, fill, static_cast<uint32_t>(n / 64), 64, y, static_cast<uint32_t>(n),
-                                    static_cast<float>(i)));
+    KILN_REQUIRE_OK(rt->launch_with(lo, fill, static_cast<uint32_t>(n / 64), 64, y,
+                                    static_cast<uint32_t>(n), static_cast<float>(i)));
   auto b = rt->record(*s);
   REQUIRE(b.ok());
   KILN_REQUIRE_OK(rt->sync(*s));

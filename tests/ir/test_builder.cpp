@@ -26,20 +26,21 @@ TEST_CASE("build axpy and print it", "[ir][builder]") {
   b.end_if();
   auto k = std::move(b).finish();
   REQUIRE(k.ok());
-  CHECK(print(*k) ==
-        "file #1 \"axpy.cpp\"\n"
-        "kernel @axpy(%x: tensor<f32x4, 1, ro>, %y: tensor<f32x4, 1>, %a: f32) cube_dim(64, 1, 1) {\n"
-        "  %0 = absolute_pos : u32                               loc(#1:3)\n"
-        "  %1 = len %y : u32                                     loc(#1:3)\n"
-        "  %2 = lt %0, %1 : bool                                 loc(#1:3)\n"
-        "  if %2 loc(#1:4) {\n"
-        "    %3 = load %x, %0 : f32x4                            loc(#1:3)\n"
-        "    %4 = load %y, %0 : f32x4                            loc(#1:3)\n"
-        "    %5 = broadcast %a : f32x4                           loc(#1:3)\n"
-        "    %6 = fma %5, %3, %4 : f32x4                         loc(#1:3)\n"
-        "    store %y, %0, %6                                    loc(#1:3)\n"
-        "  }\n"
-        "}\n");
+  CHECK(
+      print(*k) ==
+      "file #1 \"axpy.cpp\"\n"
+      "kernel @axpy(%x: tensor<f32x4, 1, ro>, %y: tensor<f32x4, 1>, %a: f32) cube_dim(64, 1, 1) {\n"
+      "  %0 = absolute_pos : u32                               loc(#1:3)\n"
+      "  %1 = len %y : u32                                     loc(#1:3)\n"
+      "  %2 = lt %0, %1 : bool                                 loc(#1:3)\n"
+      "  if %2 loc(#1:4) {\n"
+      "    %3 = load %x, %0 : f32x4                            loc(#1:3)\n"
+      "    %4 = load %y, %0 : f32x4                            loc(#1:3)\n"
+      "    %5 = broadcast %a : f32x4                           loc(#1:3)\n"
+      "    %6 = fma %5, %3, %4 : f32x4                         loc(#1:3)\n"
+      "    store %y, %0, %6                                    loc(#1:3)\n"
+      "  }\n"
+      "}\n");
 }
 
 TEST_CASE("builder errors name the source line", "[ir][builder]") {
@@ -77,9 +78,10 @@ TEST_CASE("builder errors name the source line", "[ir][builder]") {
     b.end_loop();
     auto k = std::move(b).finish();
     REQUIRE_FALSE(k.ok());
-    CHECK(k.error().message == "k.cpp:3: error: this code comes after a 'break' in the same "
-                               "block and would never run; remove it or move it before the "
-                               "'break'");
+    CHECK(k.error().message ==
+          "k.cpp:3: error: this code comes after a 'break' in the same "
+          "block and would never run; remove it or move it before the "
+          "'break'");
   }
   SECTION("break outside a loop") {
     Builder b("k");

@@ -32,10 +32,13 @@ void exercise(const std::string& text) {
   }
 }
 
-const char* kTokens[] = {"%0", "%1", "{", "}", "(", ")", ",", ":", "=", "if", "for", "loop",
-                         "break", "return", "sync_cube", "f32x4", "u32", "tensor<", ">", "\"",
-                         "loc(#1:2)", "-", "1e999", "0x", "99999999999999999999", "nan",
-                         "%x", "@k", "#9", "\\", "\n", "//"};
+const char* kTokens[] = {"%0",        "%1",   "{",       "}",      "(",
+                         ")",         ",",    ":",       "=",      "if",
+                         "for",       "loop", "break",   "return", "sync_cube",
+                         "f32x4",     "u32",  "tensor<", ">",      "\"",
+                         "loc(#1:2)", "-",    "1e999",   "0x",     "99999999999999999999",
+                         "nan",       "%x",   "@k",      "#9",     "\\",
+                         "\n",        "//"};
 
 }  // namespace
 
@@ -54,11 +57,21 @@ TEST_CASE("truncated and mutated inputs never crash the parser or verifier",
       for (int e = 0; e < edits && !t.empty(); ++e) {
         const size_t pos = rng() % t.size();
         switch (rng() % 5) {
-          case 0: t[pos] = static_cast<char>(rng() % 256); break;
-          case 1: t.erase(pos, 1 + rng() % 8); break;
-          case 2: t.insert(pos, kTokens[rng() % std::size(kTokens)]); break;
-          case 3: t.insert(pos, t.substr(rng() % t.size(), rng() % 40)); break;
-          case 4: std::swap(t[pos], t[rng() % t.size()]); break;
+          case 0:
+            t[pos] = static_cast<char>(rng() % 256);
+            break;
+          case 1:
+            t.erase(pos, 1 + rng() % 8);
+            break;
+          case 2:
+            t.insert(pos, kTokens[rng() % std::size(kTokens)]);
+            break;
+          case 3:
+            t.insert(pos, t.substr(rng() % t.size(), rng() % 40));
+            break;
+          case 4:
+            std::swap(t[pos], t[rng() % t.size()]);
+            break;
         }
       }
       exercise(t);

@@ -61,8 +61,7 @@ TEST_CASE("literals are parsed by the declared type", "[ir][parser]") {
   CHECK(k->body.ops[4].attr.f == 7.0);
 }
 
-TEST_CASE("parse errors name line, column, what was expected and what was found",
-          "[ir][parser]") {
+TEST_CASE("parse errors name line, column, what was expected and what was found", "[ir][parser]") {
   CHECK(parse_error("") == "t.kir:1:1: error: expected 'kernel', found end of input");
   CHECK(parse_error("kernel @k() {\n  %0 = frobnicate : u32\n}") ==
         "t.kir:2:8: error: unknown op 'frobnicate'");
@@ -107,8 +106,7 @@ TEST_CASE("parse errors name line, column, what was expected and what was found"
   CHECK(parse_error("kernel @k() {\n  store %x : u32\n}") ==
         "t.kir:2:9: error: use of undefined value %x");
   CHECK(parse_error("kernel @k(%m: array<f32>) {\n  %0 = unit_pos : u32\n  store %m, %0, %0 : "
-                    "f32\n}") ==
-        "t.kir:3:20: error: 'store' produces no value, so it has no type");
+                    "f32\n}") == "t.kir:3:20: error: 'store' produces no value, so it has no type");
 }
 
 TEST_CASE("deep nesting is rejected with an error, not a crash", "[ir][parser]") {

@@ -42,8 +42,8 @@ TEST_CASE("f16 rounding and encoding", "[ir][float16]") {
   CHECK(f16_bits(1.0) == 0x3C00);
   CHECK(f16_bits(-2.0) == 0xC000);
   CHECK(f16_bits(65504.0) == 0x7BFF);
-  CHECK(f16_bits(65520.0) == 0x7C00);   // rounds up to infinity
-  CHECK(f16_bits(65519.0) == 0x7BFF);   // rounds down to the largest finite
+  CHECK(f16_bits(65520.0) == 0x7C00);               // rounds up to infinity
+  CHECK(f16_bits(65519.0) == 0x7BFF);               // rounds down to the largest finite
   CHECK(f16_bits(std::ldexp(1.0, -24)) == 0x0001);  // smallest subnormal
   CHECK(f16_bits(std::ldexp(1.0, -25)) == 0x0000);  // tie to even: rounds to zero
   CHECK(f16_bits(std::ldexp(3.0, -25)) == 0x0002);  // 1.5 quanta: tie to even (2)

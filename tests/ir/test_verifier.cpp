@@ -39,8 +39,10 @@ const std::string kVaryingIf = "  %p = unit_pos : u32\n  %c = lt %p, %u : bool\n
 
 std::vector<Case> cases() {
   return {
-      {OpKind::Const, "  %0 = const 256 : u8\n", "t.kir:2:3: error: constant 256 is out of range for u8"},
-      {OpKind::UnitPos, "  %0 = unit_pos : f32\n", "'unit_pos' produces u32, but its type is written as f32"},
+      {OpKind::Const, "  %0 = const 256 : u8\n",
+       "t.kir:2:3: error: constant 256 is out of range for u8"},
+      {OpKind::UnitPos, "  %0 = unit_pos : f32\n",
+       "'unit_pos' produces u32, but its type is written as f32"},
       {OpKind::CubePos, "  %0 = cube_pos x : i32\n", "'cube_pos' produces u32"},
       {OpKind::AbsolutePos, "  %0 = absolute_pos : u64\n", "'absolute_pos' produces u32"},
       {OpKind::CubeDim, "  %0 = cube_dim z : u32x2\n", "'cube_dim' produces u32"},
@@ -48,17 +50,24 @@ std::vector<Case> cases() {
       {OpKind::PlaneDim, "  %0 = plane_dim : i32\n", "'plane_dim' produces u32"},
       {OpKind::PlaneLane, "  %0 = plane_lane : f16\n", "'plane_lane' produces u32"},
       {OpKind::PlanePos, "  %0 = plane_pos x : u32\n", "parse error"},  // takes no axis
-      {OpKind::Add, "  %0 = add %f, %i : f32\n", "the operands of 'add' must have the same type, got f32 and i32"},
-      {OpKind::Sub, "  %0 = sub %b, %b : bool\n", "'sub' takes integers or floats, but its first operand is bool"},
+      {OpKind::Add, "  %0 = add %f, %i : f32\n",
+       "the operands of 'add' must have the same type, got f32 and i32"},
+      {OpKind::Sub, "  %0 = sub %b, %b : bool\n",
+       "'sub' takes integers or floats, but its first operand is bool"},
       {OpKind::Mul, "  %0 = mul %u, %i : u32\n", "the operands of 'mul' must have the same type"},
-      {OpKind::Div, "  %0 = div %i, %i : u32\n", "'div' produces i32, but its type is written as u32"},
-      {OpKind::Rem, "  %0 = rem %t, %t : f32\n", "the first operand of 'rem' must be a value, not tensor<f32, 2>"},
+      {OpKind::Div, "  %0 = div %i, %i : u32\n",
+       "'div' produces i32, but its type is written as u32"},
+      {OpKind::Rem, "  %0 = rem %t, %t : f32\n",
+       "the first operand of 'rem' must be a value, not tensor<f32, 2>"},
       {OpKind::Min, "  %0 = min %f : f32\n", "parse error"},  // operand count is syntax
       {OpKind::Max, "  %0 = max %b, %b : bool\n", "'max' takes integers or floats"},
-      {OpKind::Neg, "  %0 = neg %b : bool\n", "'neg' takes integers or floats, but its first operand is bool"},
+      {OpKind::Neg, "  %0 = neg %b : bool\n",
+       "'neg' takes integers or floats, but its first operand is bool"},
       {OpKind::Abs, "  %0 = abs %a : u32\n", "must be a value, not array<u32>"},
-      {OpKind::Fma, "  %0 = fma %i, %i, %i : i32\n", "'fma' takes floats (f16, bf16, f32, f64), but its first operand is i32"},
-      {OpKind::Clamp, "  %0 = clamp %f, %f, %i : f32\n", "the operands of 'clamp' must have the same type"},
+      {OpKind::Fma, "  %0 = fma %i, %i, %i : i32\n",
+       "'fma' takes floats (f16, bf16, f32, f64), but its first operand is i32"},
+      {OpKind::Clamp, "  %0 = clamp %f, %f, %i : f32\n",
+       "the operands of 'clamp' must have the same type"},
       {OpKind::And, "  %0 = and %f, %f : f32\n", "'and' takes integers or bool"},
       {OpKind::Or, "  %0 = or %b, %i : bool\n", "must have the same type"},
       {OpKind::Xor, "  %0 = xor %f, %f : f32\n", "'xor' takes integers or bool"},
@@ -66,17 +75,24 @@ std::vector<Case> cases() {
       {OpKind::Shl, "  %0 = shl %f, %f : f32\n", "'shl' takes integers"},
       {OpKind::Shr, "  %0 = shr %b, %b : bool\n", "'shr' takes integers"},
       {OpKind::Eq, "  %0 = eq %f, %i : bool\n", "the operands of 'eq' must have the same type"},
-      {OpKind::Ne, "  %0 = ne %f, %f : f32\n", "'ne' produces bool, but its type is written as f32"},
+      {OpKind::Ne, "  %0 = ne %f, %f : f32\n",
+       "'ne' produces bool, but its type is written as f32"},
       {OpKind::Lt, "  %0 = lt %b, %b : bool\n", "'lt' takes integers or floats"},
       {OpKind::Le, "  %0 = le %u, %i : bool\n", "must have the same type"},
       {OpKind::Gt, "  %0 = gt %b, %b : bool\n", "'gt' takes integers or floats"},
       {OpKind::Ge, "  %0 = ge %f, %u : bool\n", "must have the same type"},
-      {OpKind::Select, "  %0 = select %f, %i, %i : i32\n", "'select' takes bool, but its first operand is f32"},
-      {OpKind::Cast, "  %0 = cast %f : f32x4\n", "'cast' keeps the line width: f32 cannot become f32x4"},
-      {OpKind::Bitcast, "  %0 = bitcast %f : f64\n", "'bitcast' needs element types of the same bit width"},
-      {OpKind::Broadcast, "  %0 = broadcast %f : i32x4\n", "'broadcast' of f32 must produce a line of f32, not i32x4"},
-      {OpKind::Extract, "  %0 = broadcast %f : f32x4\n  %1 = extract %0, 4 : f32\n", "t.kir:3:3: error: lane 4 is out of range for f32x4"},
-      {OpKind::Insert, "  %0 = broadcast %f : f32x4\n  %1 = insert %0, %i, 0 : f32x4\n", "'insert' into f32x4 needs a f32 scalar, got i32"},
+      {OpKind::Select, "  %0 = select %f, %i, %i : i32\n",
+       "'select' takes bool, but its first operand is f32"},
+      {OpKind::Cast, "  %0 = cast %f : f32x4\n",
+       "'cast' keeps the line width: f32 cannot become f32x4"},
+      {OpKind::Bitcast, "  %0 = bitcast %f : f64\n",
+       "'bitcast' needs element types of the same bit width"},
+      {OpKind::Broadcast, "  %0 = broadcast %f : i32x4\n",
+       "'broadcast' of f32 must produce a line of f32, not i32x4"},
+      {OpKind::Extract, "  %0 = broadcast %f : f32x4\n  %1 = extract %0, 4 : f32\n",
+       "t.kir:3:3: error: lane 4 is out of range for f32x4"},
+      {OpKind::Insert, "  %0 = broadcast %f : f32x4\n  %1 = insert %0, %i, 0 : f32x4\n",
+       "'insert' into f32x4 needs a f32 scalar, got i32"},
       {OpKind::Sqrt, "  %0 = sqrt %i : i32\n", "'sqrt' takes floats"},
       {OpKind::Rsqrt, "  %0 = rsqrt %u : u32\n", "'rsqrt' takes floats"},
       {OpKind::Exp, "  %0 = exp %i : i32\n", "'exp' takes floats"},
@@ -86,47 +102,81 @@ std::vector<Case> cases() {
       {OpKind::Sin, "  %0 = sin %i : i32\n", "'sin' takes floats"},
       {OpKind::Cos, "  %0 = cos %i : i32\n", "'cos' takes floats"},
       {OpKind::Tanh, "  %0 = tanh %i : i32\n", "'tanh' takes floats"},
-      {OpKind::Pow, "  %0 = pow %f, %i : f32\n", "'pow' takes floats (f16, bf16, f32, f64), but its second operand is i32"},
+      {OpKind::Pow, "  %0 = pow %f, %i : f32\n",
+       "'pow' takes floats (f16, bf16, f32, f64), but its second operand is i32"},
       {OpKind::Floor, "  %0 = floor %i : i32\n", "'floor' takes floats"},
       {OpKind::Ceil, "  %0 = ceil %i : i32\n", "'ceil' takes floats"},
       {OpKind::Round, "  %0 = round %i : i32\n", "'round' takes floats"},
       {OpKind::Trunc, "  %0 = trunc %i : i32\n", "'trunc' takes floats"},
       {OpKind::IsNan, "  %0 = is_nan %i : bool\n", "'is_nan' takes floats"},
-      {OpKind::IsInf, "  %0 = is_inf %f : f32\n", "'is_inf' produces bool, but its type is written as f32"},
-      {OpKind::AllocShared, "  if %b {\n    %0 = alloc.shared : shared<f32, 4>\n  }\n", "t.kir:3:5: error: 'alloc.shared' must be at the top level of the kernel"},
-      {OpKind::AllocLocal, "  %0 = alloc.local : local<f32, 0>\n", "'alloc.local' needs at least one line"},
+      {OpKind::IsInf, "  %0 = is_inf %f : f32\n",
+       "'is_inf' produces bool, but its type is written as f32"},
+      {OpKind::AllocShared, "  if %b {\n    %0 = alloc.shared : shared<f32, 4>\n  }\n",
+       "t.kir:3:5: error: 'alloc.shared' must be at the top level of the kernel"},
+      {OpKind::AllocLocal, "  %0 = alloc.local : local<f32, 0>\n",
+       "'alloc.local' needs at least one line"},
       {OpKind::Len, "  %0 = len %f : u32\n", "'len' takes a memory object, got f32"},
-      {OpKind::Shape, "  %0 = shape %t, 2 : u32\n", "dimension 2 is out of range for a tensor of rank 2"},
+      {OpKind::Shape, "  %0 = shape %t, 2 : u32\n",
+       "dimension 2 is out of range for a tensor of rank 2"},
       {OpKind::Stride, "  %0 = stride %a, 0 : u32\n", "'stride' takes a tensor, got array<u32>"},
       {OpKind::Load, "  %0 = load %t, %f : f32\n", "the index of 'load' must be u32, got f32"},
-      {OpKind::Store, "  store %ro, %u, %f\n", "'store' writes to %ro, which is read-only (tensor<f32, 1, ro>); declare it writable"},
-      {OpKind::Var, "  %0 = var %t : var<f32>\n", "the first operand of 'var' must be a value, not tensor<f32, 2>"},
+      {OpKind::Store, "  store %ro, %u, %f\n",
+       "'store' writes to %ro, which is read-only (tensor<f32, 1, ro>); declare it writable"},
+      {OpKind::Var, "  %0 = var %t : var<f32>\n",
+       "the first operand of 'var' must be a value, not tensor<f32, 2>"},
       {OpKind::VarRead, "  %0 = var.read %f : f32\n", "'var.read' takes a variable, got f32"},
-      {OpKind::VarWrite, "  %0 = var %f : var<f32>\n  var.write %0, %i\n", "writing i32 into var<f32>: types differ"},
-      {OpKind::AtomicAdd, "  %0 = broadcast %f : f32x4\n  %1 = atomic.add %af, %u, %0 : f32x4\n", "the memory's line width must be 1, got array<f32x4>"},
-      {OpKind::AtomicMin, "  %0 = atomic.min %t, %u, %f : f32\n", "'atomic.min' supports 32- or 64-bit integers, not f32"},
-      {OpKind::AtomicMax, "  %0 = atomic.max %ai, %u, %i : i32\n", "'atomic.max' writes to %ai, which is read-only"},
-      {OpKind::AtomicExchange, "  %0 = alloc.local : local<u32, 4>\n  %1 = atomic.exchange %0, %u, %u : u32\n", "'atomic.exchange' needs global or shared memory, got local<u32, 4>"},
-      {OpKind::AtomicCas, "  %0 = atomic.cas %a, %u, %i, %u : u32\n", "the third operand of 'atomic.cas' must be u32, got i32"},
-      {OpKind::SyncCube, kVaryingIf + "    sync_cube\n  }\n", "t.kir:5:5: error: 'sync_cube' is under control flow that differs between the units of the cube: the condition of the 'if' at t.kir:4:3 depends on the unit"},
-      {OpKind::SyncPlane, kVaryingIf + "    sync_plane\n  }\n", "t.kir:5:5: error: 'sync_plane' is under control flow that differs between the units of a plane"},
-      {OpKind::PlaneSum, kVaryingIf + "    %0 = plane.sum %f : f32\n  }\n", "'plane.sum' is under control flow that differs"},
-      {OpKind::PlaneMin, kVaryingIf + "    %0 = plane.min %f : f32\n  }\n", "'plane.min' is under control flow that differs"},
+      {OpKind::VarWrite, "  %0 = var %f : var<f32>\n  var.write %0, %i\n",
+       "writing i32 into var<f32>: types differ"},
+      {OpKind::AtomicAdd, "  %0 = broadcast %f : f32x4\n  %1 = atomic.add %af, %u, %0 : f32x4\n",
+       "the memory's line width must be 1, got array<f32x4>"},
+      {OpKind::AtomicMin, "  %0 = atomic.min %t, %u, %f : f32\n",
+       "'atomic.min' supports 32- or 64-bit integers, not f32"},
+      {OpKind::AtomicMax, "  %0 = atomic.max %ai, %u, %i : i32\n",
+       "'atomic.max' writes to %ai, which is read-only"},
+      {OpKind::AtomicExchange,
+       "  %0 = alloc.local : local<u32, 4>\n  %1 = atomic.exchange %0, %u, %u : u32\n",
+       "'atomic.exchange' needs global or shared memory, got local<u32, 4>"},
+      {OpKind::AtomicCas, "  %0 = atomic.cas %a, %u, %i, %u : u32\n",
+       "the third operand of 'atomic.cas' must be u32, got i32"},
+      {OpKind::SyncCube, kVaryingIf + "    sync_cube\n  }\n",
+       "t.kir:5:5: error: 'sync_cube' is under control flow that differs between the units of the "
+       "cube: the condition of the 'if' at t.kir:4:3 depends on the unit"},
+      {OpKind::SyncPlane, kVaryingIf + "    sync_plane\n  }\n",
+       "t.kir:5:5: error: 'sync_plane' is under control flow that differs between the units of a "
+       "plane"},
+      {OpKind::PlaneSum, kVaryingIf + "    %0 = plane.sum %f : f32\n  }\n",
+       "'plane.sum' is under control flow that differs"},
+      {OpKind::PlaneMin, kVaryingIf + "    %0 = plane.min %f : f32\n  }\n",
+       "'plane.min' is under control flow that differs"},
       {OpKind::PlaneMax, "  %0 = plane.max %b : bool\n", "'plane.max' takes integers or floats"},
       {OpKind::PlaneAny, "  %0 = plane.any %f : f32\n", "'plane.any' takes bool"},
-      {OpKind::PlaneAll, kVaryingIf + "    %0 = plane.all %b : bool\n  }\n", "'plane.all' is under control flow that differs"},
-      {OpKind::PlaneBroadcast, "  %0 = plane_lane : u32\n  %1 = plane.broadcast %f, %0 : f32\n", "the lane of 'plane.broadcast' differs between units"},
-      {OpKind::PlaneShuffle, "  %0 = plane.shuffle %f, %f : f32\n", "the lane of 'plane.shuffle' must be u32, got f32"},
-      {OpKind::PlaneShuffleXor, kVaryingIf + "    %0 = plane.shuffle_xor %f, %u : f32\n  }\n", "'plane.shuffle_xor' is under control flow"},
+      {OpKind::PlaneAll, kVaryingIf + "    %0 = plane.all %b : bool\n  }\n",
+       "'plane.all' is under control flow that differs"},
+      {OpKind::PlaneBroadcast, "  %0 = plane_lane : u32\n  %1 = plane.broadcast %f, %0 : f32\n",
+       "the lane of 'plane.broadcast' differs between units"},
+      {OpKind::PlaneShuffle, "  %0 = plane.shuffle %f, %f : f32\n",
+       "the lane of 'plane.shuffle' must be u32, got f32"},
+      {OpKind::PlaneShuffleXor, kVaryingIf + "    %0 = plane.shuffle_xor %f, %u : f32\n  }\n",
+       "'plane.shuffle_xor' is under control flow"},
       {OpKind::If, "  if %i {\n  }\n", "the condition of 'if' must be a bool scalar, got i32"},
-      {OpKind::For, "  for %0 = %f to %f step %f {\n  }\n", "'for' takes integers, but its first operand is f32"},
-      {OpKind::Loop, kVaryingIf.substr(0, kVaryingIf.size() - 10) + "  loop {\n    if %c {\n      break\n    }\n    sync_cube\n  }\n", "the 'break' at t.kir:6:7 runs for some units only"},
-      {OpKind::Units, "  units %0 = %f to %u {\n  }\n", "the start of 'units' must be u32, got f32"},
-      {OpKind::Break, "  break\n", "t.kir:2:3: error: 'break' outside a loop; it must be inside a 'for' or 'loop'"},
-      {OpKind::Continue, "  if %b {\n    continue\n  }\n", "t.kir:3:5: error: 'continue' outside a loop"},
-      {OpKind::Return, "  return\n  %0 = unit_pos : u32\n", "t.kir:3:3: error: this op follows 'return' in the same block and would never run"},
-      {OpKind::Print, "  print \"{} and {}\", %f\n", "the 'print' format has 2 placeholders but 1 value is given"},
-      {OpKind::Assert, "  assert %f, \"positive\"\n", "the condition of 'assert' must be a bool scalar, got f32"},
+      {OpKind::For, "  for %0 = %f to %f step %f {\n  }\n",
+       "'for' takes integers, but its first operand is f32"},
+      {OpKind::Loop,
+       kVaryingIf.substr(0, kVaryingIf.size() - 10) +
+           "  loop {\n    if %c {\n      break\n    }\n    sync_cube\n  }\n",
+       "the 'break' at t.kir:6:7 runs for some units only"},
+      {OpKind::Units, "  units %0 = %f to %u {\n  }\n",
+       "the start of 'units' must be u32, got f32"},
+      {OpKind::Break, "  break\n",
+       "t.kir:2:3: error: 'break' outside a loop; it must be inside a 'for' or 'loop'"},
+      {OpKind::Continue, "  if %b {\n    continue\n  }\n",
+       "t.kir:3:5: error: 'continue' outside a loop"},
+      {OpKind::Return, "  return\n  %0 = unit_pos : u32\n",
+       "t.kir:3:3: error: this op follows 'return' in the same block and would never run"},
+      {OpKind::Print, "  print \"{} and {}\", %f\n",
+       "the 'print' format has 2 placeholders but 1 value is given"},
+      {OpKind::Assert, "  assert %f, \"positive\"\n",
+       "the condition of 'assert' must be a bool scalar, got f32"},
   };
 }
 
@@ -150,23 +200,28 @@ TEST_CASE("the verifier rejects a wrong use of every op kind", "[ir][verifier]")
 TEST_CASE("values are scoped to their region", "[ir][verifier]") {
   CHECK_THAT(verify_body("  if %b {\n    %0 = neg %f : f32\n  }\n  %1 = neg %0 : f32\n"),
              Catch::Contains("t.kir:5:3: error: 'neg' uses %0 outside the region that defines it"));
-  CHECK_THAT(verify_body("  %0 = const 0 : u32\n  %1 = const 1 : u32\n  for %2 = %0 to %u step %1 {\n  }\n"
-                         "  %3 = add %2, %1 : u32\n"),
-             Catch::Contains("'add' uses %2 outside the region"));
+  CHECK_THAT(
+      verify_body("  %0 = const 0 : u32\n  %1 = const 1 : u32\n  for %2 = %0 to %u step %1 {\n  }\n"
+                  "  %3 = add %2, %1 : u32\n"),
+      Catch::Contains("'add' uses %2 outside the region"));
   CHECK(verify_body("  %0 = neg %f : f32\n  if %b {\n    %1 = neg %0 : f32\n  }\n") == "(ok)");
 }
 
 TEST_CASE("lowered kernels keep unit-level ops inside units loops", "[ir][verifier]") {
-  CHECK_THAT(verify_body("  %0 = const 0 : u32\n  units %1 = %0 to %u {\n    %2 = unit_pos : u32\n  }\n"),
-             Catch::Contains("t.kir:4:5: error: 'unit_pos' cannot appear in a lowered kernel"));
-  CHECK_THAT(verify_body("  %0 = const 0 : u32\n  units %1 = %0 to %u {\n    units %2 = %0 to %u {\n    }\n  }\n"),
-             Catch::Contains("'units' loops do not nest"));
+  CHECK_THAT(
+      verify_body("  %0 = const 0 : u32\n  units %1 = %0 to %u {\n    %2 = unit_pos : u32\n  }\n"),
+      Catch::Contains("t.kir:4:5: error: 'unit_pos' cannot appear in a lowered kernel"));
+  CHECK_THAT(
+      verify_body(
+          "  %0 = const 0 : u32\n  units %1 = %0 to %u {\n    units %2 = %0 to %u {\n    }\n  }\n"),
+      Catch::Contains("'units' loops do not nest"));
   CHECK_THAT(verify_body("  %0 = const 0 : u32\n  units %1 = %0 to %u {\n    break\n  }\n"),
              Catch::Contains("'break' cannot leave a units loop"));
   CHECK_THAT(verify_body("  %0 = const 0 : u32\n  units %1 = %0 to %u {\n  }\n  sync_cube\n"),
              Catch::Contains("'sync_cube' cannot appear in a lowered kernel"));
-  CHECK(verify_body("  %0 = const 0 : u32\n  units %1 = %0 to %u {\n    %2 = alloc.local : local<f32, 2>\n"
-                    "    continue\n  }\n") == "(ok)");
+  CHECK(verify_body(
+            "  %0 = const 0 : u32\n  units %1 = %0 to %u {\n    %2 = alloc.local : local<f32, 2>\n"
+            "    continue\n  }\n") == "(ok)");
 }
 
 TEST_CASE("kernel-level rules", "[ir][verifier]") {
@@ -181,20 +236,25 @@ TEST_CASE("kernel-level rules", "[ir][verifier]") {
   CHECK_THAT(msg("kernel @k() cube_dim(0, 1, 1) {\n}\n"),
              Catch::Contains("every cube dimension must be at least 1"));
   CHECK_THAT(msg("kernel @k(%v: var<f32>) {\n}\n"),
-             Catch::Contains("parameter 'v' has type var<f32>: parameters are tensors, arrays or scalars"));
+             Catch::Contains(
+                 "parameter 'v' has type var<f32>: parameters are tensors, arrays or scalars"));
   CHECK_THAT(msg("kernel @k(%v: f32x4) {\n}\n"), Catch::Contains("parameters are tensors"));
   // Every problem is reported, each on its own line.
-  const std::string two = msg("kernel @k(%f: f32) {\n  %0 = not %f : f32\n  %1 = sqrt %0 : bool\n}\n");
+  const std::string two =
+      msg("kernel @k(%f: f32) {\n  %0 = not %f : f32\n  %1 = sqrt %0 : bool\n}\n");
   CHECK_THAT(two, Catch::Contains("t.kir:2:3: error:"));
   CHECK_THAT(two, Catch::Contains("\nt.kir:3:3: error:"));
 }
 
 TEST_CASE("uniformity: barriers and plane ops", "[ir][verifier][uniformity]") {
   // Control flow over the cube position, parameters and constants is uniform.
-  CHECK(verify_body("  %0 = cube_pos : u32\n  %1 = lt %0, %u : bool\n  if %1 {\n    sync_cube\n  }\n") == "(ok)");
+  CHECK(verify_body(
+            "  %0 = cube_pos : u32\n  %1 = lt %0, %u : bool\n  if %1 {\n    sync_cube\n  }\n") ==
+        "(ok)");
   // A loop with uniform bounds may hold barriers (the tiled-matmul shape).
   CHECK(verify_body("  %0 = const 0 : u32\n  %1 = const 1 : u32\n  for %2 = %0 to %u step %1 {\n"
-                    "    sync_cube\n    %3 = unit_pos : u32\n    %4 = load %t, %3 : f32\n    sync_cube\n  }\n") == "(ok)");
+                    "    sync_cube\n    %3 = unit_pos : u32\n    %4 = load %t, %3 : f32\n    "
+                    "sync_cube\n  }\n") == "(ok)");
   // Loop bounds that depend on the unit are not.
   CHECK_THAT(verify_body("  %0 = const 0 : u32\n  %1 = const 1 : u32\n  %2 = unit_pos : u32\n"
                          "  for %3 = %0 to %2 step %1 {\n    sync_cube\n  }\n"),
@@ -205,27 +265,38 @@ TEST_CASE("uniformity: barriers and plane ops", "[ir][verifier][uniformity]") {
                              "between the units of the cube: the 'return' at t.kir:5:5 ends the "
                              "kernel for some units only"));
   // ...but a return in one branch does not affect the other branch.
-  CHECK(verify_body("  %0 = unit_pos : u32\n  %1 = lt %0, %u : bool\n  if %b {\n    if %1 {\n      return\n"
-                    "    }\n  } else {\n    sync_cube\n  }\n") == "(ok)");
+  CHECK(verify_body(
+            "  %0 = unit_pos : u32\n  %1 = lt %0, %u : bool\n  if %b {\n    if %1 {\n      return\n"
+            "    }\n  } else {\n    sync_cube\n  }\n") == "(ok)");
   // A variable written under unit-dependent control flow is unit-dependent.
-  CHECK_THAT(verify_body("  %0 = var %b : var<bool>\n" + kVaryingIf +
-                         "    var.write %0, %b\n  }\n  %1 = var.read %0 : bool\n  if %1 {\n    sync_cube\n  }\n"),
-             Catch::Contains("'sync_cube' is under control flow"));
+  CHECK_THAT(
+      verify_body(
+          "  %0 = var %b : var<bool>\n" + kVaryingIf +
+          "    var.write %0, %b\n  }\n  %1 = var.read %0 : bool\n  if %1 {\n    sync_cube\n  }\n"),
+      Catch::Contains("'sync_cube' is under control flow"));
   // A variable carried around a loop becomes unit-dependent on the second iteration.
-  CHECK_THAT(verify_body("  %v = var %u : var<u32>\n  %0 = const 0 : u32\n  %1 = const 1 : u32\n"
-                         "  for %2 = %0 to %u step %1 {\n    %3 = var.read %v : u32\n    %4 = gt %3, %1 : bool\n"
-                         "    if %4 {\n      sync_cube\n    }\n    %5 = unit_pos : u32\n    var.write %v, %5\n  }\n"),
-             Catch::Contains("'sync_cube' is under control flow"));
+  CHECK_THAT(
+      verify_body(
+          "  %v = var %u : var<u32>\n  %0 = const 0 : u32\n  %1 = const 1 : u32\n"
+          "  for %2 = %0 to %u step %1 {\n    %3 = var.read %v : u32\n    %4 = gt %3, %1 : bool\n"
+          "    if %4 {\n      sync_cube\n    }\n    %5 = unit_pos : u32\n    var.write %v, %5\n  "
+          "}\n"),
+      Catch::Contains("'sync_cube' is under control flow"));
   // Local memory written with unit-dependent values is unit-dependent when read.
-  CHECK_THAT(verify_body("  %l = alloc.local : local<u32, 2>\n  %0 = const 0 : u32\n  %1 = unit_pos : u32\n"
-                         "  store %l, %0, %1\n  %2 = load %l, %0 : u32\n  %3 = eq %2, %0 : bool\n  if %3 {\n    sync_cube\n  }\n"),
+  CHECK_THAT(verify_body(
+                 "  %l = alloc.local : local<u32, 2>\n  %0 = const 0 : u32\n  %1 = unit_pos : u32\n"
+                 "  store %l, %0, %1\n  %2 = load %l, %0 : u32\n  %3 = eq %2, %0 : bool\n  if %3 "
+                 "{\n    sync_cube\n  }\n"),
              Catch::Contains("'sync_cube' is under control flow"));
   // A plane reduction is uniform within a plane: plane ops may depend on it, barriers may not.
-  CHECK(verify_body("  %0 = plane.any %b : bool\n  if %0 {\n    %1 = plane.sum %f : f32\n  }\n") == "(ok)");
+  CHECK(verify_body("  %0 = plane.any %b : bool\n  if %0 {\n    %1 = plane.sum %f : f32\n  }\n") ==
+        "(ok)");
   CHECK_THAT(verify_body("  %0 = plane.any %b : bool\n  if %0 {\n    sync_cube\n  }\n"),
              Catch::Contains("'sync_cube' is under control flow"));
   // Atomic results differ per unit.
-  CHECK_THAT(verify_body("  %0 = const 0 : u32\n  %1 = atomic.add %a, %0, %u : u32\n  %2 = eq %1, %0 : bool\n"
-                         "  if %2 {\n    sync_cube\n  }\n"),
-             Catch::Contains("'sync_cube' is under control flow"));
+  CHECK_THAT(
+      verify_body(
+          "  %0 = const 0 : u32\n  %1 = atomic.add %a, %0, %u : u32\n  %2 = eq %1, %0 : bool\n"
+          "  if %2 {\n    sync_cube\n  }\n"),
+      Catch::Contains("'sync_cube' is under control flow"));
 }

@@ -19,7 +19,9 @@ namespace {
 const uint32_t kCubeDims[] = {1, 7, 32, 256, 1024};
 constexpr float kPoison = std::numeric_limits<float>::quiet_NaN();
 
-uint32_t div_up(uint64_t a, uint64_t b) { return static_cast<uint32_t>((a + b - 1) / b); }
+uint32_t div_up(uint64_t a, uint64_t b) {
+  return static_cast<uint32_t>((a + b - 1) / b);
+}
 
 dsl::SpecOptions opts(std::initializer_list<std::pair<const char*, int>> lines,
                       std::initializer_list<std::pair<const char*, std::string>> set,
@@ -53,7 +55,8 @@ TEST_CASE("row_sum", "[examples]") {
   for (int line : {1, 4})
     for (uint32_t cd : kCubeDims) {
       INFO("line " << line << ", units " << cd);
-      auto k = compile_kernel("row_sum", opts({{"in", line}}, {{"units", std::to_string(cd)}}, {cd, 1, 1}));
+      auto k = compile_kernel("row_sum",
+                              opts({{"in", line}}, {{"units", std::to_string(cd)}}, {cd, 1, 1}));
       const int64_t rows = 37, cols = 1000;
       auto in = test::random_floats(static_cast<size_t>(rows * cols));
       std::vector<float> out(rows, kPoison);
@@ -113,7 +116,8 @@ TEST_CASE("histogram", "[examples]") {
 }
 
 TEST_CASE("stencil2d", "[examples]") {
-  const std::array<uint32_t, 3> cubes[] = {{1, 1, 1}, {7, 1, 1}, {32, 1, 1}, {16, 16, 1}, {32, 32, 1}, {1, 7, 1}};
+  const std::array<uint32_t, 3> cubes[] = {{1, 1, 1},   {7, 1, 1},   {32, 1, 1},
+                                           {16, 16, 1}, {32, 32, 1}, {1, 7, 1}};
   for (auto cd : cubes) {
     INFO("cube_dim " << cd[0] << "x" << cd[1]);
     auto k = compile_kernel("stencil2d", opts({}, {}, cd));
@@ -126,8 +130,9 @@ TEST_CASE("stencil2d", "[examples]") {
       for (int64_t x = 0; x < w; ++x) {
         auto at = [&](int64_t yy, int64_t xx) { return in[static_cast<size_t>(yy * w + xx)]; };
         const bool interior = x > 0 && y > 0 && x + 1 < w && y + 1 < h;
-        const float want = interior ? at(y - 1, x) + at(y + 1, x) + at(y, x - 1) + at(y, x + 1) - 4.0f * at(y, x)
-                                    : at(y, x);
+        const float want =
+            interior ? at(y - 1, x) + at(y + 1, x) + at(y, x - 1) + at(y, x + 1) - 4.0f * at(y, x)
+                     : at(y, x);
         REQUIRE(std::fabs(out[static_cast<size_t>(y * w + x)] - want) <= 1e-5f);
       }
   }
@@ -173,7 +178,8 @@ TEST_CASE("scale_generic in every element type", "[examples]") {
           x0[i] = is_f16 ? f16_value(x[i]) : bf16_value(x[i]);
         }
         const double factor = 3.0;
-        std::vector<HostArg> args{test::tensor(x), ScalarBits{is_f16 ? f16_bits(factor) : bf16_bits(factor)}};
+        std::vector<HostArg> args{test::tensor(x),
+                                  ScalarBits{is_f16 ? f16_bits(factor) : bf16_bits(factor)}};
         test::run(*k, {div_up(lines, cd), 1, 1}, args);
         for (size_t i = 0; i < n; ++i) {
           const double want = is_f16 ? round_to_f16(static_cast<float>(x0[i] * factor))
@@ -188,7 +194,9 @@ TEST_CASE("poly_unrolled", "[examples]") {
   for (int degree : {0, 3, 12})
     for (int line : {1, 4, 16}) {
       INFO("degree " << degree << ", line " << line);
-      auto k = compile_kernel("poly_unrolled", opts({{"x", line}, {"y", line}}, {{"degree", std::to_string(degree)}}, {256, 1, 1}));
+      auto k = compile_kernel(
+          "poly_unrolled",
+          opts({{"x", line}, {"y", line}}, {{"degree", std::to_string(degree)}}, {256, 1, 1}));
       const size_t lines = 777, n = lines * static_cast<size_t>(line);
       auto x = test::random_floats(n);
       std::vector<float> y(n, kPoison);
@@ -196,7 +204,8 @@ TEST_CASE("poly_unrolled", "[examples]") {
       test::run(*k, {div_up(lines, 256), 1, 1}, args);
       for (size_t i = 0; i < n; ++i) {
         float acc = 1.0f / static_cast<float>(degree + 1);
-        for (int d = degree - 1; d >= 0; --d) acc = std::fma(acc, x[i], 1.0f / static_cast<float>(d + 1));
+        for (int d = degree - 1; d >= 0; --d)
+          acc = std::fma(acc, x[i], 1.0f / static_cast<float>(d + 1));
         REQUIRE(y[i] == acc);
       }
     }
@@ -220,7 +229,8 @@ TEST_CASE("early_exit", "[examples]") {
 
 // Every kernel that declares how to run it (KILN_RUN) passes its reference through the runtime,
 // in checked mode: no example reads or writes out of bounds at its declared sizes.
-TEST_CASE("every kernel with a run recipe passes its reference in checked mode", "[examples][runtime]") {
+TEST_CASE("every kernel with a run recipe passes its reference in checked mode",
+          "[examples][runtime]") {
   auto rt = Runtime::open(test::device_name());
   REQUIRE(rt.ok());
   int ran = 0;
@@ -236,8 +246,8 @@ TEST_CASE("every kernel with a run recipe passes its reference in checked mode",
     REQUIRE(r.ok());
     CHECK(r->has_reference);
     for (const auto& c : r->checks) {
-      INFO(c.name << ": " << c.mismatches << " mismatches, first at " << c.first_bad << ": got " << c.got
-                  << ", expected " << c.want);
+      INFO(c.name << ": " << c.mismatches << " mismatches, first at " << c.first_bad << ": got "
+                  << c.got << ", expected " << c.want);
       CHECK(c.mismatches == 0);
     }
     ++ran;

@@ -47,7 +47,8 @@ int main() {
   for (int i = 0; i < n; ++i) {
     const float want = std::max(2.0f * hx[static_cast<size_t>(i)] + 1.0f, 0.0f) * 0.5f;
     if (out[static_cast<size_t>(i)] != want) {
-      std::fprintf(stderr, "cache_probe: y[%d] = %g, expected %g\n", i, out[static_cast<size_t>(i)], want);
+      std::fprintf(stderr, "cache_probe: y[%d] = %g, expected %g\n", i, out[static_cast<size_t>(i)],
+                   want);
       return 1;
     }
   }

@@ -11,8 +11,8 @@
 
 namespace {
 
-constexpr int kSuccess = 0, kInvalidValue = 1, kOutOfMemory = 2, kNoDevice = 100, kInvalidImage = 200,
-              kNotFound = 500;
+constexpr int kSuccess = 0, kInvalidValue = 1, kOutOfMemory = 2, kNoDevice = 100,
+              kInvalidImage = 200, kNotFound = 500;
 constexpr size_t kDeviceMemory = size_t{1} << 30;
 size_t g_used = 0;
 
@@ -30,7 +30,9 @@ extern "C" {
 using CUresult = int;
 
 // Inspection for the tests.
-const Launch* fake_cuda_last_launch() { return &g_last; }
+const Launch* fake_cuda_last_launch() {
+  return &g_last;
+}
 
 CUresult cuInit(unsigned) {
 #ifdef FAKE_CUDA_NO_DEVICE
@@ -45,22 +47,44 @@ CUresult cuDriverGetVersion(int* v) {
 }
 CUresult cuGetErrorName(CUresult e, const char** name) {
   switch (e) {
-    case kSuccess: *name = "CUDA_SUCCESS"; break;
-    case kInvalidValue: *name = "CUDA_ERROR_INVALID_VALUE"; break;
-    case kOutOfMemory: *name = "CUDA_ERROR_OUT_OF_MEMORY"; break;
-    case kNoDevice: *name = "CUDA_ERROR_NO_DEVICE"; break;
-    case kInvalidImage: *name = "CUDA_ERROR_INVALID_IMAGE"; break;
-    case kNotFound: *name = "CUDA_ERROR_NOT_FOUND"; break;
-    default: *name = "CUDA_ERROR_UNKNOWN"; break;
+    case kSuccess:
+      *name = "CUDA_SUCCESS";
+      break;
+    case kInvalidValue:
+      *name = "CUDA_ERROR_INVALID_VALUE";
+      break;
+    case kOutOfMemory:
+      *name = "CUDA_ERROR_OUT_OF_MEMORY";
+      break;
+    case kNoDevice:
+      *name = "CUDA_ERROR_NO_DEVICE";
+      break;
+    case kInvalidImage:
+      *name = "CUDA_ERROR_INVALID_IMAGE";
+      break;
+    case kNotFound:
+      *name = "CUDA_ERROR_NOT_FOUND";
+      break;
+    default:
+      *name = "CUDA_ERROR_UNKNOWN";
+      break;
   }
   return kSuccess;
 }
 CUresult cuGetErrorString(CUresult e, const char** text) {
   switch (e) {
-    case kOutOfMemory: *text = "out of memory"; break;
-    case kInvalidImage: *text = "device kernel image is invalid"; break;
-    case kNotFound: *text = "named symbol not found"; break;
-    default: *text = "fake driver error"; break;
+    case kOutOfMemory:
+      *text = "out of memory";
+      break;
+    case kInvalidImage:
+      *text = "device kernel image is invalid";
+      break;
+    case kNotFound:
+      *text = "named symbol not found";
+      break;
+    default:
+      *text = "fake driver error";
+      break;
   }
   return kSuccess;
 }
@@ -79,12 +103,25 @@ CUresult cuDeviceGetName(char* name, int len, int) {
 }
 CUresult cuDeviceGetAttribute(int* v, int attr, int) {
   switch (attr) {
-    case 75: *v = 9; break;       // compute capability 9.0
-    case 76: *v = 0; break;
-    case 16: *v = 80; break;      // SMs
-    case 6: case 7: *v = 65535; break;
-    case 97: *v = 227 * 1024; break;
-    default: *v = 0; break;
+    case 75:
+      *v = 9;
+      break;  // compute capability 9.0
+    case 76:
+      *v = 0;
+      break;
+    case 16:
+      *v = 80;
+      break;  // SMs
+    case 6:
+    case 7:
+      *v = 65535;
+      break;
+    case 97:
+      *v = 227 * 1024;
+      break;
+    default:
+      *v = 0;
+      break;
   }
   return kSuccess;
 }
@@ -97,9 +134,15 @@ CUresult cuDevicePrimaryCtxRetain(void** ctx, int) {
   *ctx = &context;
   return kSuccess;
 }
-CUresult cuDevicePrimaryCtxRelease_v2(int) { return kSuccess; }
-CUresult cuCtxSetCurrent(void*) { return kSuccess; }
-CUresult cuCtxSynchronize() { return kSuccess; }
+CUresult cuDevicePrimaryCtxRelease_v2(int) {
+  return kSuccess;
+}
+CUresult cuCtxSetCurrent(void*) {
+  return kSuccess;
+}
+CUresult cuCtxSynchronize() {
+  return kSuccess;
+}
 CUresult cuMemAlloc_v2(unsigned long long* p, size_t bytes) {
   if (g_used + bytes > kDeviceMemory) return kOutOfMemory;
   void* m = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
@@ -144,8 +187,12 @@ CUresult cuStreamDestroy_v2(void* s) {
   std::free(s);
   return kSuccess;
 }
-CUresult cuStreamSynchronize(void*) { return kSuccess; }
-CUresult cuStreamWaitEvent(void*, void*, unsigned) { return kSuccess; }
+CUresult cuStreamSynchronize(void*) {
+  return kSuccess;
+}
+CUresult cuStreamWaitEvent(void*, void*, unsigned) {
+  return kSuccess;
+}
 CUresult cuEventCreate(void** e, unsigned) {
   *e = std::malloc(1);
   return kSuccess;
@@ -154,8 +201,12 @@ CUresult cuEventDestroy_v2(void* e) {
   std::free(e);
   return kSuccess;
 }
-CUresult cuEventRecord(void*, void*) { return kSuccess; }
-CUresult cuEventSynchronize(void*) { return kSuccess; }
+CUresult cuEventRecord(void*, void*) {
+  return kSuccess;
+}
+CUresult cuEventSynchronize(void*) {
+  return kSuccess;
+}
 CUresult cuEventElapsedTime(float* ms, void*, void*) {
   *ms = 0.25f;
   return kSuccess;
@@ -179,7 +230,8 @@ CUresult cuModuleLoadData(void** m, const void* image) {
     size = shoff + uint64_t{shnum} * shentsize;
   } else {
     size = std::strlen(static_cast<const char*>(image));  // PTX is NUL-terminated text
-    if (std::string(static_cast<const char*>(image), size).find(".version") == std::string::npos) return kInvalidImage;
+    if (std::string(static_cast<const char*>(image), size).find(".version") == std::string::npos)
+      return kInvalidImage;
   }
   auto* mod = new Module;
   mod->image.assign(static_cast<const char*>(image), size);
@@ -196,14 +248,16 @@ CUresult cuModuleGetFunction(void** f, void* m, const char* name) {
   *f = mod;
   return kSuccess;
 }
-CUresult cuFuncSetAttribute(void*, int, int) { return kSuccess; }
+CUresult cuFuncSetAttribute(void*, int, int) {
+  return kSuccess;
+}
 
 #ifndef FAKE_CUDA_OLD
 // Records the launch; with FAKE_CUDA_REPORT set, writes into the report buffer (the slot after
 // the parameters', given as FAKE_CUDA_REPORT=<slot>) a print of site 0 with one operand 42 from
 // cube 1 unit 2, and a checked-mode fault at site 0 (index 7, bound 5) from cube 3 unit 4.
-CUresult cuLaunchKernel(void*, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                        unsigned shared, void*, void** params, void**) {
+CUresult cuLaunchKernel(void*, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                        unsigned bz, unsigned shared, void*, void** params, void**) {
   g_last = Launch{{gx, gy, gz}, {bx, by, bz}, shared, {}, 0};
   const auto* slots = static_cast<const uint64_t*>(params[0]);
   const char* report_slot = std::getenv("FAKE_CUDA_REPORT");

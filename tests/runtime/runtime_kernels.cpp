@@ -30,7 +30,7 @@ KILN_KERNEL(rt_shared_oob, "y, size=16").cube_dim(32);
 // Prints from a few units and asserts x[i] >= 0.
 void rt_print_assert(Tensor<const f32> x) {
   u32 i = absolute_pos();
-  if_(i < 3u, [&] { print("unit {} sees {}", i, x[i]); });  // PRINT_LOAD
+  if_(i < 3u, [&] { print("unit {} sees {}", i, x[i]); });                     // PRINT_LOAD
   if_(i < x.len(), [&] { assert_(x[i] >= 0.0f, "x must not be negative"); });  // ASSERT_LINE
 }
 KILN_KERNEL(rt_print_assert, "x").cube_dim(4);

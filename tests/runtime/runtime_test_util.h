@@ -89,11 +89,11 @@ std::vector<T> to_host(const Tensor& t) {
 }
 
 // Fails the test with the error's message when `s` is an error.
-#define KILN_REQUIRE_OK(expr)                                                   \
-  do {                                                                          \
-    const auto& kiln_st_ = (expr);                                              \
-    INFO((kiln_st_.ok() ? std::string() : kiln_st_.error().message));           \
-    REQUIRE(kiln_st_.ok());                                                     \
+#define KILN_REQUIRE_OK(expr)                                         \
+  do {                                                                \
+    const auto& kiln_st_ = (expr);                                    \
+    INFO((kiln_st_.ok() ? std::string() : kiln_st_.error().message)); \
+    REQUIRE(kiln_st_.ok());                                           \
   } while (0)
 
 }  // namespace kiln::test

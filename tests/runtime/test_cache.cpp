@@ -34,7 +34,9 @@ DiskCache make_cache(const std::string& dir, uint64_t max_bytes = uint64_t{1} <<
   return DiskCache(c);
 }
 
-std::vector<char> blob_of(size_t n, char fill) { return std::vector<char>(n, fill); }
+std::vector<char> blob_of(size_t n, char fill) {
+  return std::vector<char>(n, fill);
+}
 
 TEST_CASE("entries round-trip and are named by their content hash", "[runtime][cache]") {
   test::TempDir dir;
@@ -69,7 +71,8 @@ TEST_CASE("damaged entries are reported once, removed, and miss", "[runtime][cac
     std::function<void(const std::string&)> apply;
   };
   const std::vector<Damage> damages = {
-      {"flipped byte", [](const std::string& p) {
+      {"flipped byte",
+       [](const std::string& p) {
          std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
          f.seekp(100);
          f.put('\x7f');
@@ -77,7 +80,8 @@ TEST_CASE("damaged entries are reported once, removed, and miss", "[runtime][cac
       {"truncated", [](const std::string& p) { fs::resize_file(p, fs::file_size(p) - 10); }},
       {"header only", [](const std::string& p) { fs::resize_file(p, 20); }},
       {"empty", [](const std::string& p) { fs::resize_file(p, 0); }},
-      {"other format version", [](const std::string& p) {
+      {"other format version",
+       [](const std::string& p) {
          std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
          f.seekp(8);
          f.put('\x63');
@@ -110,7 +114,8 @@ TEST_CASE("past its cap the cache evicts the least recently used entries", "[run
   std::vector<Hash128> keys;
   for (int i = 0; i < 8; ++i) {
     keys.push_back(strong_hash("entry " + std::to_string(i)));
-    KILN_REQUIRE_OK(cache.store("cpu", keys.back(), "{}", blob_of(1000, static_cast<char>('a' + i))));
+    KILN_REQUIRE_OK(
+        cache.store("cpu", keys.back(), "{}", blob_of(1000, static_cast<char>('a' + i))));
   }
   // Give the entries distinct ages: entry i was last used i minutes after entry 0.
   const auto base = fs::file_time_type::clock::now() - std::chrono::hours(1);
@@ -124,12 +129,13 @@ TEST_CASE("past its cap the cache evicts the least recently used entries", "[run
     KILN_REQUIRE_OK(cache.store("cpu", keys.back(), "{}", blob_of(1000, 'z')));
   }
   CHECK(cache.total_bytes() <= 10 * 1100);
-  CHECK(cache.load("cpu", keys[0]));      // recently used: kept
+  CHECK(cache.load("cpu", keys[0]));        // recently used: kept
   CHECK_FALSE(cache.load("cpu", keys[1]));  // the oldest: evicted
-  CHECK(cache.load("cpu", keys[11]));     // the newest: kept
+  CHECK(cache.load("cpu", keys[11]));       // the newest: kept
 }
 
-TEST_CASE("a cache that cannot be written is an error of store, not of the program", "[runtime][cache]") {
+TEST_CASE("a cache that cannot be written is an error of store, not of the program",
+          "[runtime][cache]") {
   test::TempDir dir;
   const std::string file = dir.path() + "/not-a-folder";
   std::ofstream(file) << "x";
@@ -221,7 +227,8 @@ ProbeRun run_probe(const test::TempDir& scratch, const std::map<std::string, std
 std::vector<std::string> entry_files(const std::string& dir) {
   std::vector<std::string> out;
   std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator(); ++it)
+  for (auto it = fs::recursive_directory_iterator(dir, ec);
+       !ec && it != fs::recursive_directory_iterator(); ++it)
     if (it->is_regular_file()) out.push_back(it->path().string());
   std::sort(out.begin(), out.end());
   return out;
@@ -257,7 +264,8 @@ TEST_CASE("a corrupted cache entry is reported once and recompiled", "[runtime][
   CHECK(r.counters["disk_hits"] == 1);
   CHECK_THAT(r.err, Contains("checksum mismatch") && Contains("truncated"));
   size_t reports = 0;
-  for (size_t p = r.err.find("damaged"); p != std::string::npos; p = r.err.find("damaged", p + 1)) ++reports;
+  for (size_t p = r.err.find("damaged"); p != std::string::npos; p = r.err.find("damaged", p + 1))
+    ++reports;
   CHECK(reports == 2);
   ProbeRun after = run_probe(scratch, env);  // repaired: all hits, nothing to report
   CHECK(after.counters["disk_hits"] == 3);
@@ -271,10 +279,12 @@ TEST_CASE("several programs filling one cache at once all succeed", "[runtime][c
     KILN_REQUIRE_OK(DiskCache(DiskCache::Config{true, cache.path(), uint64_t{1} << 30}).clear());
     std::vector<pid_t> pids;
     for (int i = 0; i < 4; ++i)
-      pids.push_back(start_probe(env, fmt::format("{}/out{}", scratch.path(), i), fmt::format("{}/err{}", scratch.path(), i)));
+      pids.push_back(start_probe(env, fmt::format("{}/out{}", scratch.path(), i),
+                                 fmt::format("{}/err{}", scratch.path(), i)));
     for (int i = 0; i < 4; ++i) {
-      ProbeRun r = finish_probe(pids[static_cast<size_t>(i)], fmt::format("{}/out{}", scratch.path(), i),
-                                fmt::format("{}/err{}", scratch.path(), i));
+      ProbeRun r =
+          finish_probe(pids[static_cast<size_t>(i)], fmt::format("{}/out{}", scratch.path(), i),
+                       fmt::format("{}/err{}", scratch.path(), i));
       INFO("stderr: " << r.err);
       CHECK(r.status == 0);
       CHECK(r.counters["compiles"] + r.counters["disk_hits"] == 3);
@@ -313,8 +323,10 @@ TEST_CASE("KILN_DUMP writes every stage of every new specialization, cached or n
     for (const auto& f : files) {
       const std::string text = test::read_file(f);
       if (f.find("axpy-") == std::string::npos) continue;
-      if (Catch::endsWith(f, ".opt.kir")) CHECK_THAT(text, Contains("units"));
-      else if (Catch::endsWith(f, ".kir")) CHECK_THAT(text, Contains("kernel @axpy"));
+      if (Catch::endsWith(f, ".opt.kir"))
+        CHECK_THAT(text, Contains("units"));
+      else if (Catch::endsWith(f, ".kir"))
+        CHECK_THAT(text, Contains("kernel @axpy"));
       if (Catch::endsWith(f, ".ll")) CHECK_THAT(text, Contains("define"));
       if (Catch::endsWith(f, ".s")) CHECK_THAT(text, Contains("axpy"));
     }

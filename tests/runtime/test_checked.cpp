@@ -8,11 +8,11 @@
 namespace kiln {
 namespace {
 
+using Catch::Contains;
 using ir::ElemType;
 using test::kernel;
 using test::open_cpu;
 using test::to_host;
-using Catch::Contains;
 
 const char* kKernels = "tests/runtime/runtime_kernels.cpp";
 
@@ -26,12 +26,14 @@ TEST_CASE("an out-of-bounds write is reported with its DSL line; memory around i
   Tensor whole = test::f32_tensor(rt, std::vector<float>(128, -7.0f));
   auto y = whole.slice(0, 32, 64);
   REQUIRE(y.ok());
-  KILN_REQUIRE_OK(rt.launch(kernel(rt, "rt_fill_n"), 1, 64, *y, 64u, 1.0f));  // 32 units write past y
+  KILN_REQUIRE_OK(
+      rt.launch(kernel(rt, "rt_fill_n"), 1, 64, *y, 64u, 1.0f));  // 32 units write past y
   const Status st = rt.sync();
   REQUIRE_FALSE(st.ok());
   CHECK(st.error().kind == ErrorKind::KernelFault);
   const std::string& m = st.error().message;
-  CHECK_THAT(m, Contains(test::marker_loc(kKernels, "FILL_STORE") + ": error: out-of-bounds store of tensor 'y'"));
+  CHECK_THAT(m, Contains(test::marker_loc(kKernels, "FILL_STORE") +
+                         ": error: out-of-bounds store of tensor 'y'"));
   CHECK_THAT(m, Contains("in kernel 'rt_fill_n'") && Contains("line index 32 is not below 32") &&
                     Contains("(cube 0, unit 32)") && Contains("skipped"));
   const auto all = to_host<float>(whole);
@@ -70,9 +72,9 @@ TEST_CASE("out-of-bounds reads give zero and are reported", "[runtime][checked]"
   KILN_REQUIRE_OK(rt.launch_with(lo, kernel(rt, "rt_shifted_copy"), 1, 32, x, y, 4u));
   const Status st = rt.sync();
   REQUIRE_FALSE(st.ok());
-  CHECK_THAT(st.error().message,
-             Contains(test::marker_loc(kKernels, "SHIFT_LOAD") + ": error: out-of-bounds load of tensor 'x'") &&
-                 Contains("line index 32 is not below 32 (cube 0, unit 28)"));
+  CHECK_THAT(st.error().message, Contains(test::marker_loc(kKernels, "SHIFT_LOAD") +
+                                          ": error: out-of-bounds load of tensor 'x'") &&
+                                     Contains("line index 32 is not below 32 (cube 0, unit 28)"));
   const auto out = to_host<float>(y);
   for (size_t i = 0; i < 32; ++i) REQUIRE(out[i] == (i < 28 ? static_cast<float>(i + 5) : 0.0f));
 }
@@ -86,9 +88,9 @@ TEST_CASE("shared-memory accesses are checked too", "[runtime][checked]") {
   KILN_REQUIRE_OK(rt.launch_with(lo, kernel(rt, "rt_shared_oob"), 1, 32, y, 16));
   const Status st = rt.sync();
   REQUIRE_FALSE(st.ok());
-  CHECK_THAT(st.error().message,
-             Contains(test::marker_loc(kKernels, "SHARED_STORE") + ": error: out-of-bounds store of a shared array") &&
-                 Contains("line index 16 is not below 16 (cube 0, unit 16)"));
+  CHECK_THAT(st.error().message, Contains(test::marker_loc(kKernels, "SHARED_STORE") +
+                                          ": error: out-of-bounds store of a shared array") &&
+                                     Contains("line index 16 is not below 16 (cube 0, unit 16)"));
   CHECK(to_host<float>(y) == std::vector<float>(32, 2.0f));  // the rest of the kernel ran
 }
 

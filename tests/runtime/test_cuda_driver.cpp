@@ -17,8 +17,8 @@
 namespace kiln {
 namespace {
 
-using ir::ElemType;
 using Catch::Contains;
+using ir::ElemType;
 
 struct FakeLaunch {
   unsigned grid[3], block[3], shared;
@@ -66,7 +66,8 @@ TEST_CASE("the fake GPU is listed with its properties", "[fake]") {
 TEST_CASE("device names are checked", "[fake]") {
   auto one = Runtime::open("cuda:1");
   REQUIRE_FALSE(one.ok());
-  CHECK_THAT(one.error().message, Contains("there is no cuda:1; this machine has 1 CUDA device (cuda:0)"));
+  CHECK_THAT(one.error().message,
+             Contains("there is no cuda:1; this machine has 1 CUDA device (cuda:0)"));
   auto bad = Runtime::open("cuda:x");
   REQUIRE_FALSE(bad.ok());
   CHECK_THAT(bad.error().message, Contains("write cuda:N"));
@@ -102,13 +103,20 @@ TEST_CASE("device memory: transfers, views, pool statistics and out-of-memory", 
   CHECK(test::to_host<float>(after) == std::vector<float>{1.0f, 2.0f});
   // Freed memory is reused only after the device is idle (a fence), then without asking the driver.
   const uint64_t reused = rt.memory_stats().reused;
-  { auto tmp = rt.empty(ElemType::F32, {4096}); REQUIRE(tmp.ok()); }
-  { auto tmp = rt.empty(ElemType::F32, {4096}); REQUIRE(tmp.ok()); }
+  {
+    auto tmp = rt.empty(ElemType::F32, {4096});
+    REQUIRE(tmp.ok());
+  }
+  {
+    auto tmp = rt.empty(ElemType::F32, {4096});
+    REQUIRE(tmp.ok());
+  }
   CHECK(rt.memory_stats().reused == reused + 1);
   rt.trim();
 }
 
-TEST_CASE("a launch compiles a CUBIN, loads it and passes its arguments in slots", "[fake][nvrtc]") {
+TEST_CASE("a launch compiles a CUBIN, loads it and passes its arguments in slots",
+          "[fake][nvrtc]") {
   test::ScopedCache cache;
   auto rt = open_gpu();
   const int64_t n = 4096;
@@ -154,7 +162,8 @@ TEST_CASE("GPU launch errors: alignment, grid limits, streams of another device"
   o.lines = {{"x", 4}, {"y", 4}};
   auto st = rt.launch_with(o, test::kernel(rt, "axpy"), 1, 256, *shifted, *y, 1.0f);
   REQUIRE_FALSE(st.ok());
-  CHECK_THAT(st.error().message, Contains("argument 'x'") && Contains("4 bytes past a 16-byte boundary"));
+  CHECK_THAT(st.error().message,
+             Contains("argument 'x'") && Contains("4 bytes past a 16-byte boundary"));
   CHECK(rt.line_width({&*shifted, &*y}) == 1);  // the helper picks a width that works
   auto grid = rt.launch(test::kernel(rt, "rt_fill_n"), Dim3(1, 70000, 1), 64, *y, 16u, 1.0f);
   REQUIRE_FALSE(grid.ok());
@@ -192,7 +201,8 @@ TEST_CASE("prints and checked-mode faults written by the device arrive at sync",
   CHECK(st.error().kind == ErrorKind::KernelFault);
   CHECK_THAT(st.error().message,
              Contains(test::marker_loc("tests/runtime/runtime_kernels.cpp", "PRINT_LOAD") +
-                      ": error: out-of-bounds load of tensor 'x' in kernel 'rt_print_assert': line index 7 is not "
+                      ": error: out-of-bounds load of tensor 'x' in kernel 'rt_print_assert': line "
+                      "index 7 is not "
                       "below 5 (cube 3, unit 4); the access was skipped"));
   CHECK(lines == std::vector<std::string>{"unit 42 sees 0"});
   KILN_REQUIRE_OK(rt.sync());  // delivered once; the buffer was reset
@@ -219,7 +229,8 @@ TEST_CASE("events and streams on the GPU", "[fake]") {
   CHECK_FALSE(rt.wait(*s, *ce).ok());
 }
 
-TEST_CASE("a module the driver rejects is an error naming the kernel and the CUDA error", "[fake]") {
+TEST_CASE("a module the driver rejects is an error naming the kernel and the CUDA error",
+          "[fake]") {
   auto dev = detail::CudaDevice::open(0, 0);
   REQUIRE(dev.ok());
   abi::KernelInfo info;
@@ -230,11 +241,13 @@ TEST_CASE("a module the driver rejects is an error naming the kernel and the CUD
   auto k = detail::load_cuda_kernel(**dev, garbage, info, {});
   REQUIRE_FALSE(k.ok());
   CHECK(k.error().kind == ErrorKind::Device);
-  CHECK_THAT(k.error().message, Contains("loading kernel 'broken' (CUBIN) on cuda:0: CUDA_ERROR_INVALID_IMAGE"));
+  CHECK_THAT(k.error().message,
+             Contains("loading kernel 'broken' (CUBIN) on cuda:0: CUDA_ERROR_INVALID_IMAGE"));
   info.shared_bytes = 1 << 20;
   auto big = detail::load_cuda_kernel(**dev, garbage, info, {});
   REQUIRE_FALSE(big.ok());
-  CHECK_THAT(big.error().message, Contains("needs 1048576 bytes of shared memory per cube; cuda:0 allows 232448"));
+  CHECK_THAT(big.error().message,
+             Contains("needs 1048576 bytes of shared memory per cube; cuda:0 allows 232448"));
 }
 
 // ---- no device, an old driver, no driver --------------------------------------------------------
@@ -252,11 +265,15 @@ void check_absent(const std::string& reason) {
   CHECK(cpu.ok());
 }
 
-TEST_CASE("a driver with no device makes CUDA absent", "[nodevice]") { check_absent("the CUDA driver found no device"); }
+TEST_CASE("a driver with no device makes CUDA absent", "[nodevice]") {
+  check_absent("the CUDA driver found no device");
+}
 TEST_CASE("a driver without a needed function makes CUDA absent", "[old]") {
   check_absent("is too old: it lacks cuLaunchKernel");
 }
-TEST_CASE("no driver makes CUDA absent", "[absent]") { check_absent("no CUDA driver ("); }
+TEST_CASE("no driver makes CUDA absent", "[absent]") {
+  check_absent("no CUDA driver (");
+}
 
 }  // namespace
 }  // namespace kiln

@@ -10,11 +10,11 @@
 namespace kiln {
 namespace {
 
+using Catch::Contains;
 using ir::ElemType;
 using test::kernel;
 using test::open_cpu;
 using test::to_host;
-using Catch::Contains;
 
 std::vector<float> iota_f(size_t n, float start = 0.0f) {
   std::vector<float> v(n);
@@ -59,7 +59,8 @@ TEST_CASE("line_width: the widest that divides the innermost dimension and the a
   CHECK(rt.line_width({&*t, &*odd}) == 2);
 }
 
-TEST_CASE("a launch picks the instantiation by element type, and comptime values", "[runtime][launch]") {
+TEST_CASE("a launch picks the instantiation by element type, and comptime values",
+          "[runtime][launch]") {
   test::ScopedCache cache;
   auto rt = open_cpu();
   auto affine = kernel(rt, "rt_affine");
@@ -70,7 +71,8 @@ TEST_CASE("a launch picks the instantiation by element type, and comptime values
     CHECK(to_host<double>(y) == std::vector<double>{10.5, 11, 11.5, 12});
   }
   {
-    Tensor x = test::tensor_from(rt, ElemType::I32, std::vector<int32_t>{1, -2, 3, 4, 5, 6, 7, 8}, {8});
+    Tensor x =
+        test::tensor_from(rt, ElemType::I32, std::vector<int32_t>{1, -2, 3, 4, 5, 6, 7, 8}, {8});
     Tensor y = test::tensor_from(rt, ElemType::I32, std::vector<int32_t>(8, 0), {8});
     KILN_REQUIRE_OK(rt.launch(affine, 1, 64, x, y, 3, -1));
     CHECK(to_host<int32_t>(y) == std::vector<int32_t>{2, -7, 8, 11, 14, 17, 20, 23});
@@ -94,13 +96,20 @@ TEST_CASE("argument errors name the parameter and the fix", "[runtime][launch][e
   Tensor y = test::f32_tensor(rt, std::vector<float>(64, 0.0f));
   auto err = [](const Status& s) { return s.ok() ? std::string("(no error)") : s.error().message; };
 
-  CHECK_THAT(err(rt.launch(fill, 1, 64, y, 8u)), Contains("takes 3 arguments (y, n, value), got 2"));
-  CHECK_THAT(err(rt.launch(fill, 1, 64, 1.0f, 8u, 1.0f)), Contains("argument 'y': the kernel takes a tensor"));
-  CHECK_THAT(err(rt.launch(fill, 1, 64, y, y, 1.0f)), Contains("argument 'n': the kernel takes a number here (u32)"));
-  CHECK_THAT(err(rt.launch(fill, 1, 64, y, -1, 1.0f)), Contains("argument 'n': -1 does not fit in u32"));
-  CHECK_THAT(err(rt.launch(fill, 1, 64, y, 8u, true)), Contains("argument 'value': it is f32 and takes a number, not a bool"));
-  CHECK_THAT(err(rt.launch(fill, 1, 64, y, 1.5f, 1.0f)), Contains("argument 'n': it is u32 and takes an integer"));
-  CHECK_THAT(err(rt.launch(fill, 1, 64, y, 8u, 16777217)), Contains("not exactly representable in f32"));
+  CHECK_THAT(err(rt.launch(fill, 1, 64, y, 8u)),
+             Contains("takes 3 arguments (y, n, value), got 2"));
+  CHECK_THAT(err(rt.launch(fill, 1, 64, 1.0f, 8u, 1.0f)),
+             Contains("argument 'y': the kernel takes a tensor"));
+  CHECK_THAT(err(rt.launch(fill, 1, 64, y, y, 1.0f)),
+             Contains("argument 'n': the kernel takes a number here (u32)"));
+  CHECK_THAT(err(rt.launch(fill, 1, 64, y, -1, 1.0f)),
+             Contains("argument 'n': -1 does not fit in u32"));
+  CHECK_THAT(err(rt.launch(fill, 1, 64, y, 8u, true)),
+             Contains("argument 'value': it is f32 and takes a number, not a bool"));
+  CHECK_THAT(err(rt.launch(fill, 1, 64, y, 1.5f, 1.0f)),
+             Contains("argument 'n': it is u32 and takes an integer"));
+  CHECK_THAT(err(rt.launch(fill, 1, 64, y, 8u, 16777217)),
+             Contains("not exactly representable in f32"));
   CHECK_THAT(err(rt.launch(fill, 1, 64, y, 8u, 1e300)), Contains("out of range for f32"));
   CHECK_THAT(err(rt.launch(fill, 0, 64, y, 8u, 1.0f)), Contains("each count must be at least 1"));
   CHECK_THAT(err(rt.launch(fill, 1, Dim3(64, 64, 64), y, 8u, 1.0f)), Contains("units per cube"));
@@ -119,10 +128,12 @@ TEST_CASE("argument errors name the parameter and the fix", "[runtime][launch][e
   Tensor y6 = test::f32_tensor(rt, std::vector<float>(6, 0.0f));
   LaunchOptions o;
   o.lines = {{"x", 4}, {"y", 4}};
-  CHECK_THAT(err(rt.launch_with(o, axpy, 1, 256, x6, y6, 1.0f)),
-             Contains("argument 'x': f32[6] cannot be read in lines of 4") && Contains("line_width"));
+  CHECK_THAT(
+      err(rt.launch_with(o, axpy, 1, 256, x6, y6, 1.0f)),
+      Contains("argument 'x': f32[6] cannot be read in lines of 4") && Contains("line_width"));
   o.lines = {{"x", 3}};
-  CHECK_THAT(err(rt.launch_with(o, axpy, 1, 256, x6, y6, 1.0f)), Contains("line width 3 is not 1, 2, 4, 8 or 16"));
+  CHECK_THAT(err(rt.launch_with(o, axpy, 1, 256, x6, y6, 1.0f)),
+             Contains("line width 3 is not 1, 2, 4, 8 or 16"));
 
   // Unknown kernels list what exists.
   auto missing = rt.kernel("axpyy");
@@ -145,10 +156,12 @@ TEST_CASE("strided views launch with their strides", "[runtime][launch]") {
   KILN_REQUIRE_OK(rt.launch(kernel(rt, "rt_copy2d"), 16, 32, *xt, y));
   const auto out = to_host<float>(y);
   for (int r = 0; r < 16; ++r)
-    for (int c = 0; c < 8; ++c) REQUIRE(out[static_cast<size_t>(r * 8 + c)] == host[static_cast<size_t>(c * 16 + r)]);
+    for (int c = 0; c < 8; ++c)
+      REQUIRE(out[static_cast<size_t>(r * 8 + c)] == host[static_cast<size_t>(c * 16 + r)]);
 }
 
-TEST_CASE("prints arrive at sync in order; a failed assert is an error of sync", "[runtime][launch]") {
+TEST_CASE("prints arrive at sync in order; a failed assert is an error of sync",
+          "[runtime][launch]") {
   test::ScopedCache cache;
   std::vector<std::string> lines;
   RuntimeOptions o;
@@ -167,10 +180,11 @@ TEST_CASE("prints arrive at sync in order; a failed assert is an error of sync",
   const Status st = rt.sync();
   REQUIRE_FALSE(st.ok());
   CHECK(st.error().kind == ErrorKind::KernelFault);
-  CHECK_THAT(st.error().message, Contains("runtime_kernels.cpp:") &&
-                                     Contains("assertion failed in kernel 'rt_print_assert': x must not be negative") &&
-                                     Contains("unit 2"));
-  CHECK(lines.size() == 3);  // the prints of the failing launch still arrive
+  CHECK_THAT(st.error().message,
+             Contains("runtime_kernels.cpp:") &&
+                 Contains("assertion failed in kernel 'rt_print_assert': x must not be negative") &&
+                 Contains("unit 2"));
+  CHECK(lines.size() == 3);    // the prints of the failing launch still arrive
   KILN_REQUIRE_OK(rt.sync());  // the error was delivered once
 }
 
@@ -197,7 +211,8 @@ TEST_CASE("streams keep their own errors; events time what ran between them", "[
   CHECK_FALSE(rt.sync(Stream()).ok());
 }
 
-TEST_CASE("a kernel that fails to trace fails its launch with the DSL line", "[runtime][launch][errors]") {
+TEST_CASE("a kernel that fails to trace fails its launch with the DSL line",
+          "[runtime][launch][errors]") {
   test::ScopedCache cache;
   auto rt = open_cpu();
   auto k = kernel(rt, "rt_shared_oob");

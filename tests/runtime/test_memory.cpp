@@ -47,7 +47,7 @@ TEST_CASE("buffers are aligned, reused after release, and counted", "[runtime][m
     CHECK(copy.data() == first);
   }
   CHECK(pool->stats().in_use == 0);
-  CHECK(pool->stats().reserved == 1024);  // cached
+  CHECK(pool->stats().reserved == 1024);     // cached
   auto again = Buffer::allocate(pool, 900);  // same size class
   REQUIRE(again.ok());
   CHECK(again->data() == first);
@@ -59,7 +59,10 @@ TEST_CASE("trim returns cached memory and keeps live buffers", "[runtime][memory
   auto pool = host_pool();
   auto live = Buffer::allocate(pool, 4096);
   REQUIRE(live.ok());
-  { auto dead = Buffer::allocate(pool, 1 << 20); REQUIRE(dead.ok()); }
+  {
+    auto dead = Buffer::allocate(pool, 1 << 20);
+    REQUIRE(dead.ok());
+  }
   CHECK(pool->stats().reserved == 4096 + (1 << 20));
   pool->trim();
   CHECK(pool->stats().reserved == 4096);
@@ -81,7 +84,10 @@ TEST_CASE("a capped pool fails with out-of-memory and keeps working", "[runtime]
     REQUIRE(c.ok());
   }
   *a = Buffer();
-  { auto cached = Buffer::allocate(pool, 100 << 10); REQUIRE(cached.ok()); }  // leaves a cached block
+  {
+    auto cached = Buffer::allocate(pool, 100 << 10);
+    REQUIRE(cached.ok());
+  }                                            // leaves a cached block
   auto d = Buffer::allocate(pool, 768 << 10);  // succeeds once the cache is trimmed
   KILN_REQUIRE_OK(d);
   CHECK(pool->stats().reserved <= (1 << 20));
@@ -96,7 +102,8 @@ TEST_CASE("an impossible allocation is an error, not a crash", "[runtime][memory
   CHECK(fine.ok());
 }
 
-TEST_CASE("wrapped memory runs its release once, when the last reference goes", "[runtime][memory]") {
+TEST_CASE("wrapped memory runs its release once, when the last reference goes",
+          "[runtime][memory]") {
   int released = 0;
   std::vector<float> host(16);
   {

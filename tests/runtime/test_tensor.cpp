@@ -100,7 +100,8 @@ TEST_CASE("wrapping host memory makes no copy and releases it at the end", "[run
   std::vector<float> host(8, 1.0f);
   bool released = false;
   {
-    auto t = rt.wrap(host.data(), ElemType::F32, std::vector<int64_t>{8}, {}, [&] { released = true; });
+    auto t =
+        rt.wrap(host.data(), ElemType::F32, std::vector<int64_t>{8}, {}, [&] { released = true; });
     REQUIRE(t.ok());
     CHECK(t->data() == host.data());
     auto k = test::kernel(rt, "rt_fill_n");
@@ -110,7 +111,9 @@ TEST_CASE("wrapping host memory makes no copy and releases it at the end", "[run
   CHECK(released);
   CHECK(host == std::vector<float>(8, 5.0f));
   // Misaligned and null pointers are refused.
-  CHECK_FALSE(rt.wrap(reinterpret_cast<char*>(host.data()) + 1, ElemType::F32, std::vector<int64_t>{2}).ok());
+  CHECK_FALSE(
+      rt.wrap(reinterpret_cast<char*>(host.data()) + 1, ElemType::F32, std::vector<int64_t>{2})
+          .ok());
   CHECK_FALSE(rt.wrap(nullptr, ElemType::F32, std::vector<int64_t>{2}).ok());
 }
 

@@ -35,7 +35,9 @@ TEST_CASE("many threads launching one new specialization compile it once", "[run
       while (go.load() < kThreads) std::this_thread::yield();
       // offset=77 is a key no other test uses.
       for (int i = 0; i < 20; ++i)
-        if (!rt.launch(k, 1, 64, xs[static_cast<size_t>(t)], ys[static_cast<size_t>(t)], 2.0f, 77).ok()) ++failures;
+        if (!rt.launch(k, 1, 64, xs[static_cast<size_t>(t)], ys[static_cast<size_t>(t)], 2.0f, 77)
+                 .ok())
+          ++failures;
     });
   for (auto& th : threads) th.join();
   CHECK(failures == 0);
@@ -43,7 +45,8 @@ TEST_CASE("many threads launching one new specialization compile it once", "[run
   CHECK(after.compiles - before.compiles == 1);
   CHECK(after.memory_hits - before.memory_hits == kThreads * 20 - 1);
   for (int t = 0; t < kThreads; ++t)
-    CHECK(to_host<float>(ys[static_cast<size_t>(t)]) == std::vector<float>(256, 2.0f * static_cast<float>(t) + 77));
+    CHECK(to_host<float>(ys[static_cast<size_t>(t)]) ==
+          std::vector<float>(256, 2.0f * static_cast<float>(t) + 77));
 }
 
 TEST_CASE("distinct specializations compile in parallel", "[runtime][threads]") {
@@ -88,9 +91,12 @@ TEST_CASE("launch, sync and allocate from many threads at once", "[runtime][thre
         auto y = rt.empty(ir::ElemType::F32, {static_cast<int64_t>(64 * (1 + i % 4))});
         if (!y) return (void)++failures;
         const uint32_t cubes = static_cast<uint32_t>(1 + i % 4);
-        if (!rt.launch_with(lo, fill, cubes, 64, *y, static_cast<uint32_t>(y->numel()), static_cast<float>(t)).ok())
+        if (!rt.launch_with(lo, fill, cubes, 64, *y, static_cast<uint32_t>(y->numel()),
+                            static_cast<float>(t))
+                 .ok())
           ++failures;
-        std::vector<float> host(static_cast<size_t>(y->numel()));  // no Catch macros off the main thread
+        std::vector<float> host(
+            static_cast<size_t>(y->numel()));  // no Catch macros off the main thread
         if (!y->download(std::span<float>(host)).ok()) ++failures;
         for (float v : host)
           if (v != static_cast<float>(t)) {

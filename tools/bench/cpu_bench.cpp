@@ -27,7 +27,9 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
 
 [[noreturn]] void die(const std::string& what) {
   std::fprintf(stderr, "cpu_bench: %s\n", what.c_str());
@@ -95,12 +97,18 @@ void bench_axpy(size_t n) {
   o.line["y"] = line;
   auto c = compile("axpy", o);
   const uint32_t cubes = static_cast<uint32_t>((n / line + 255) / 256);
-  const auto packed = pack(*c.kernel, {cubes, 1, 1}, {TensorView(x.data(), {int64_t(n)}), TensorView(y.data(), {int64_t(n)}), f32_bits(a)});
+  const auto packed =
+      pack(*c.kernel, {cubes, 1, 1},
+           {TensorView(x.data(), {int64_t(n)}), TensorView(y.data(), {int64_t(n)}), f32_bits(a)});
   const double t_kiln = bench::median_seconds([&] { launch(*c.kernel, packed, cubes); }, 3, 11);
-  const double t_peer = bench::median_seconds([&] { bench::peer_axpy(a, x.data(), y.data(), n); }, 3, 11);
+  const double t_peer =
+      bench::median_seconds([&] { bench::peer_axpy(a, x.data(), y.data(), n); }, 3, 11);
   const double gb = 3.0 * 4 * n / 1e9;
-  std::printf("axpy     n=2^%d f32, line %d: kiln %7.2f ms (%5.1f GB/s)  OpenMP loop %7.2f ms (%5.1f GB/s)  ratio %.2fx\n",
-              int(std::log2(n)), line, t_kiln * 1e3, gb / t_kiln, t_peer * 1e3, gb / t_peer, t_peer / t_kiln);
+  std::printf(
+      "axpy     n=2^%d f32, line %d: kiln %7.2f ms (%5.1f GB/s)  OpenMP loop %7.2f ms (%5.1f GB/s) "
+      " ratio %.2fx\n",
+      int(std::log2(n)), line, t_kiln * 1e3, gb / t_kiln, t_peer * 1e3, gb / t_peer,
+      t_peer / t_kiln);
 }
 
 void bench_sum(size_t n) {
@@ -109,7 +117,9 @@ void bench_sum(size_t n) {
   const uint32_t per_cube = 16 * 4096;
   const uint32_t cubes = static_cast<uint32_t>((n + per_cube - 1) / per_cube);
   std::vector<float> partial(cubes);
-  const auto packed = pack(*c.kernel, {cubes, 1, 1}, {TensorView(x.data(), {int64_t(n)}), TensorView(partial.data(), {int64_t(cubes)})});
+  const auto packed =
+      pack(*c.kernel, {cubes, 1, 1},
+           {TensorView(x.data(), {int64_t(n)}), TensorView(partial.data(), {int64_t(cubes)})});
   double kiln_sum = 0;
   auto kiln = [&] {
     launch(*c.kernel, packed, cubes);
@@ -119,12 +129,17 @@ void bench_sum(size_t n) {
   };
   double best = 0, naive = 0;
   const double t_kiln = bench::median_seconds(kiln, 3, 11);
-  const double t_best = bench::median_seconds([&] { best = bench::peer_sum_best(x.data(), n); }, 3, 11);
-  const double t_naive = bench::median_seconds([&] { naive = bench::peer_sum_naive(x.data(), n); }, 1, 5);
+  const double t_best =
+      bench::median_seconds([&] { best = bench::peer_sum_best(x.data(), n); }, 3, 11);
+  const double t_naive =
+      bench::median_seconds([&] { naive = bench::peer_sum_naive(x.data(), n); }, 1, 5);
   if (std::fabs(kiln_sum - best) > 1e-3 * std::sqrt(double(n))) die("sum results disagree");
   const double gb = 4.0 * n / 1e9;
-  std::printf("sum      n=2^%d f32:         kiln %7.2f ms (%5.1f GB/s)  best C++ %7.2f ms  ratio %.2fx;  naive loop %7.2f ms  ratio %.2fx\n",
-              int(std::log2(n)), t_kiln * 1e3, gb / t_kiln, t_best * 1e3, t_best / t_kiln, t_naive * 1e3, t_naive / t_kiln);
+  std::printf(
+      "sum      n=2^%d f32:         kiln %7.2f ms (%5.1f GB/s)  best C++ %7.2f ms  ratio %.2fx;  "
+      "naive loop %7.2f ms  ratio %.2fx\n",
+      int(std::log2(n)), t_kiln * 1e3, gb / t_kiln, t_best * 1e3, t_best / t_kiln, t_naive * 1e3,
+      t_naive / t_kiln);
   (void)naive;
 }
 
@@ -136,14 +151,20 @@ void bench_row_sum(size_t rows, size_t cols) {
   o.cube_dim = std::array<uint32_t, 3>{256, 1, 1};
   auto c = compile("row_sum", o);
   const uint32_t cubes = static_cast<uint32_t>(rows);
-  const auto packed = pack(*c.kernel, {cubes, 1, 1}, {TensorView(in.data(), {int64_t(rows), int64_t(cols)}), TensorView(out.data(), {int64_t(rows)})});
+  const auto packed = pack(*c.kernel, {cubes, 1, 1},
+                           {TensorView(in.data(), {int64_t(rows), int64_t(cols)}),
+                            TensorView(out.data(), {int64_t(rows)})});
   const double t_kiln = bench::median_seconds([&] { launch(*c.kernel, packed, cubes); }, 3, 11);
-  const double t_tree = bench::median_seconds([&] { bench::peer_row_sum_tree(in.data(), ref.data(), rows, cols); }, 3, 11);
-  const double t_plain = bench::median_seconds([&] { bench::peer_row_sum_plain(in.data(), ref.data(), rows, cols); }, 3, 11);
+  const double t_tree = bench::median_seconds(
+      [&] { bench::peer_row_sum_tree(in.data(), ref.data(), rows, cols); }, 3, 11);
+  const double t_plain = bench::median_seconds(
+      [&] { bench::peer_row_sum_plain(in.data(), ref.data(), rows, cols); }, 3, 11);
   for (size_t r = 0; r < rows; ++r)
     if (std::fabs(out[r] - ref[r]) > 1e-2f) die("row_sum results disagree");
-  std::printf("row_sum  %zux%zu, 256 units: kiln %7.2f ms  same algorithm in C++ %7.2f ms  ratio %.2fx;  plain loop %7.2f ms  ratio %.2fx\n",
-              rows, cols, t_kiln * 1e3, t_tree * 1e3, t_tree / t_kiln, t_plain * 1e3, t_plain / t_kiln);
+  std::printf(
+      "row_sum  %zux%zu, 256 units: kiln %7.2f ms  same algorithm in C++ %7.2f ms  ratio %.2fx;  "
+      "plain loop %7.2f ms  ratio %.2fx\n",
+      rows, cols, t_kiln * 1e3, t_tree * 1e3, t_tree / t_kiln, t_plain * 1e3, t_plain / t_kiln);
 }
 
 void bench_compile() {
@@ -155,23 +176,30 @@ void bench_compile() {
     std::vector<Compiled> runs;
     for (int i = 0; i < 3; ++i) runs.push_back(compile(name, {}));
     std::sort(runs.begin(), runs.end(), [](const Compiled& a, const Compiled& b) {
-      auto tot = [](const Compiled& c) { return c.passes_ms + c.timings.optimize_ms + c.timings.codegen_ms + c.timings.machine_ms + c.timings.link_ms; };
+      auto tot = [](const Compiled& c) {
+        return c.passes_ms + c.timings.optimize_ms + c.timings.codegen_ms + c.timings.machine_ms +
+               c.timings.link_ms;
+      };
       return tot(a) < tot(b);
     });
     const Compiled& m = runs[1];
-    const double total = m.passes_ms + m.timings.codegen_ms + m.timings.optimize_ms + m.timings.machine_ms + m.timings.link_ms;
+    const double total = m.passes_ms + m.timings.codegen_ms + m.timings.optimize_ms +
+                         m.timings.machine_ms + m.timings.link_ms;
     totals.push_back(total);
     sum_p += m.passes_ms;
     sum_o += m.timings.optimize_ms;
     sum_c += m.timings.machine_ms + m.timings.codegen_ms;
-    std::printf("  %-20s %7.2f %9.2f %8.2f %5.2f %7.2f\n", name.c_str(), m.passes_ms, m.timings.optimize_ms,
-                m.timings.codegen_ms + m.timings.machine_ms, m.timings.link_ms, total);
+    std::printf("  %-20s %7.2f %9.2f %8.2f %5.2f %7.2f\n", name.c_str(), m.passes_ms,
+                m.timings.optimize_ms, m.timings.codegen_ms + m.timings.machine_ms,
+                m.timings.link_ms, total);
   }
   std::sort(totals.begin(), totals.end());
   const double median = totals[totals.size() / 2];
   const double all = sum_p + sum_o + sum_c;
-  std::printf("compile  median %.1f ms, max %.1f ms per kernel (target: median under 30 ms); split: passes %.0f%%, LLVM optimization %.0f%%, code generation %.0f%%\n",
-              median, totals.back(), 100 * sum_p / all, 100 * sum_o / all, 100 * sum_c / all);
+  std::printf(
+      "compile  median %.1f ms, max %.1f ms per kernel (target: median under 30 ms); split: passes "
+      "%.0f%%, LLVM optimization %.0f%%, code generation %.0f%%\n",
+      median, totals.back(), 100 * sum_p / all, 100 * sum_o / all, 100 * sum_c / all);
 }
 
 }  // namespace
@@ -181,7 +209,8 @@ int main(int argc, char** argv) {
   (void)kernels::builtin_names();
   auto target = cpu::host_target();
   if (!target) die(target.error().message);
-  std::printf("cpu_bench: %s, %d threads\n", target->describe().c_str(), ThreadPool::global().threads());
+  std::printf("cpu_bench: %s, %d threads\n", target->describe().c_str(),
+              ThreadPool::global().threads());
   bench_axpy(quick ? size_t{1} << 20 : size_t{1} << 26);
   bench_sum(quick ? size_t{1} << 20 : size_t{1} << 26);
   bench_row_sum(quick ? 256 : 4096, quick ? 512 : 4096);

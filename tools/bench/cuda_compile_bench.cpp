@@ -56,7 +56,8 @@ int main() {
   }
   cpu::CompileOptions copts;
   copts.target = must(cpu::host_target());
-  std::printf("NVRTC %d.%d, sm_90a; CPU %s\n", (*nv)->major, (*nv)->minor, copts.target.describe().c_str());
+  std::printf("NVRTC %d.%d, sm_90a; CPU %s\n", (*nv)->major, (*nv)->minor,
+              copts.target.describe().c_str());
   std::printf("  %-14s %12s %12s %7s %10s\n", "kernel", "CUDA ms", "CPU ms", "ratio", "registers");
   for (const std::string& name : kernels::builtin_names()) {
     if (!kernels::find_run_recipe(name)) continue;
@@ -66,17 +67,24 @@ int main() {
     int registers = 0;
     const double t_cuda = median_ms([&] {
       auto src = must(cuda::generate(must(passes::prepare_for_cuda(traced)), {}));
-      registers = must(cuda::compile_cuda(src.text, name + ".cu", "sm_90a", false)).resources.registers;
+      registers =
+          must(cuda::compile_cuda(src.text, name + ".cu", "sm_90a", false)).resources.registers;
     });
-    const double t_cpu = median_ms([&] { must(cpu::compile_object(must(passes::lower_for_cpu(traced)), copts)); });
-    std::printf("  %-14s %12.1f %12.1f %6.1fx %10d\n", name.c_str(), t_cuda, t_cpu, t_cuda / t_cpu, registers);
+    const double t_cpu =
+        median_ms([&] { must(cpu::compile_object(must(passes::lower_for_cpu(traced)), copts)); });
+    std::printf("  %-14s %12.1f %12.1f %6.1fx %10d\n", name.c_str(), t_cuda, t_cpu, t_cuda / t_cpu,
+                registers);
   }
   const std::string empty = "extern \"C\" __global__ void k() {}\n";
   const double with = median_ms([&] {
-    must(cuda::compile_cuda(std::string("#include \"") + cuda::kPreludeName + "\"\n" + empty, "p.cu", "sm_90a", false));
+    must(cuda::compile_cuda(std::string("#include \"") + cuda::kPreludeName + "\"\n" + empty,
+                            "p.cu", "sm_90a", false));
   });
-  const double without = median_ms([&] { must(cuda::compile_cuda(empty, "e.cu", "sm_90a", false)); });
-  std::printf("  an empty kernel: %.1f ms with the prelude, %.1f ms without (the prelude costs %.1f ms, %.1fx)\n",
-              with, without, with - without, with / without);
+  const double without =
+      median_ms([&] { must(cuda::compile_cuda(empty, "e.cu", "sm_90a", false)); });
+  std::printf(
+      "  an empty kernel: %.1f ms with the prelude, %.1f ms without (the prelude costs %.1f ms, "
+      "%.1fx)\n",
+      with, without, with - without, with / without);
   return 0;
 }

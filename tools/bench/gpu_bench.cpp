@@ -42,7 +42,9 @@ T must(Result<T> r) {
 void must(Status s) {
   if (!s) die(s.error().message);
 }
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -72,12 +74,15 @@ void bench_axpy(Runtime& rt, bool quick) {
     must(x.device()->copy(z.data(), x.data(), static_cast<size_t>(n) * 4));
     t_copy.push_back(seconds_since(t));
   }
-  const double kiln_gbs = 12.0 * static_cast<double>(n) / median(t_kiln) / 1e9;  // read x, y; write y
-  const double copy_gbs = 8.0 * static_cast<double>(n) / median(t_copy) / 1e9;   // read and write
-  std::printf("axpy    n=%lld f32, lines of %d: kiln %.3f ms = %.0f GB/s; device-to-device copy %.3f ms = %.0f GB/s; "
-              "ratio %.2f\n",
-              static_cast<long long>(n), w, median(t_kiln) * 1e3, kiln_gbs, median(t_copy) * 1e3, copy_gbs,
-              kiln_gbs / copy_gbs);
+  const double kiln_gbs =
+      12.0 * static_cast<double>(n) / median(t_kiln) / 1e9;  // read x, y; write y
+  const double copy_gbs = 8.0 * static_cast<double>(n) / median(t_copy) / 1e9;  // read and write
+  std::printf(
+      "axpy    n=%lld f32, lines of %d: kiln %.3f ms = %.0f GB/s; device-to-device copy %.3f ms = "
+      "%.0f GB/s; "
+      "ratio %.2f\n",
+      static_cast<long long>(n), w, median(t_kiln) * 1e3, kiln_gbs, median(t_copy) * 1e3, copy_gbs,
+      kiln_gbs / copy_gbs);
 }
 
 void bench_launch(Runtime& rt, bool quick) {
@@ -94,10 +99,12 @@ void bench_launch(Runtime& rt, bool quick) {
   auto traced = must(dsl::trace(*def, *sel.inst, sel.request));
   auto src = must(cuda::generate(must(passes::prepare_for_cuda(traced)), {}));
   const auto& target = dev->compile_target();
-  auto compiled = must(cuda::compile_cuda(src.text, "gpu_tiny.cu", dev->cubin() ? target.name() : target.compute(), false));
+  auto compiled = must(cuda::compile_cuda(src.text, "gpu_tiny.cu",
+                                          dev->cubin() ? target.name() : target.compute(), false));
   auto loaded = must(detail::load_cuda_kernel(
-      *dev, dev->cubin() ? compiled.cubin : std::vector<char>(compiled.ptx.begin(), compiled.ptx.end()), src.info,
-      compiled.resources));
+      *dev,
+      dev->cubin() ? compiled.cubin : std::vector<char>(compiled.ptx.begin(), compiled.ptx.end()),
+      src.info, compiled.resources));
   auto stream = must(detail::CudaStream::create(*dev));
   std::vector<uint64_t> slots(src.info.layout.slot_count + cuda::kReportSlots);
   uint32_t one_bits;
@@ -113,7 +120,8 @@ void bench_launch(Runtime& rt, bool quick) {
   for (int r = 0; r < (quick ? 3 : 11); ++r) {
     auto t = Clock::now();
     for (int i = 0; i < reps; ++i)
-      failures += api.cuLaunchKernel(loaded->function, 1, 1, 1, 1, 1, 1, 0, stream->handle(), params, nullptr) != 0;
+      failures += api.cuLaunchKernel(loaded->function, 1, 1, 1, 1, 1, 1, 0, stream->handle(),
+                                     params, nullptr) != 0;
     failures += api.cuStreamSynchronize(stream->handle()) != 0;
     t_raw.push_back(seconds_since(t) / reps);
     t = Clock::now();
@@ -122,9 +130,10 @@ void bench_launch(Runtime& rt, bool quick) {
     t_kiln.push_back(seconds_since(t) / reps);
   }
   if (failures) die(std::to_string(failures) + " launches failed");
-  std::printf("launch  1 cube, 1 unit, 3 arguments, %d launches then sync: kiln %.2f us per launch; raw "
-              "cuLaunchKernel %.2f us; ratio %.2f\n",
-              reps, median(t_kiln) * 1e6, median(t_raw) * 1e6, median(t_kiln) / median(t_raw));
+  std::printf(
+      "launch  1 cube, 1 unit, 3 arguments, %d launches then sync: kiln %.2f us per launch; raw "
+      "cuLaunchKernel %.2f us; ratio %.2f\n",
+      reps, median(t_kiln) * 1e6, median(t_raw) * 1e6, median(t_kiln) / median(t_raw));
 }
 
 }  // namespace
@@ -137,8 +146,8 @@ int main(int argc, char** argv) {
     std::printf("gpu_bench skipped: %s\n", rt.error().message.c_str());
     return 77;
   }
-  std::printf("gpu_bench on %s: %s (%s, %d SMs)\n", rt->device().name.c_str(), rt->device().description.c_str(),
-              rt->device().arch.c_str(), rt->device().cores);
+  std::printf("gpu_bench on %s: %s (%s, %d SMs)\n", rt->device().name.c_str(),
+              rt->device().description.c_str(), rt->device().arch.c_str(), rt->device().cores);
   bench_axpy(*rt, quick);
   bench_launch(*rt, quick);
   return 0;

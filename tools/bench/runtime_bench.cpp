@@ -78,11 +78,12 @@ void bench_launch(bool quick) {
   volatile cpu::EntryFn call = entry;  // through a pointer the compiler cannot see through
 
   const int reps = quick ? 2000 : 20000, samples = quick ? 5 : 31;
-  const double t_direct = bench::median_seconds([&] { call(packed.data(), 0, 1, arena, &state); }, reps, samples);
+  const double t_direct =
+      bench::median_seconds([&] { call(packed.data(), 0, 1, arena, &state); }, reps, samples);
   // Failures are counted, not checked one by one, so the loop times only the launch.
   int failures = 0;
-  const double t_launch =
-      bench::median_seconds([&] { failures += !rt.launch(k, 1, 1, y, 1.0f, 3u).ok(); }, reps, samples);
+  const double t_launch = bench::median_seconds(
+      [&] { failures += !rt.launch(k, 1, 1, y, 1.0f, 3u).ok(); }, reps, samples);
   const double t_sync = bench::median_seconds(
       [&] {
         failures += !rt.launch(k, 1, 1, y, 1.0f, 3u).ok();
@@ -90,12 +91,13 @@ void bench_launch(bool quick) {
       },
       reps, samples);
   if (failures) die(fmt::format("{} launches failed", failures));
-  std::printf("launch overhead: 1 cube, 1 unit, 3 arguments; median of %d batches of %d\n", samples, reps);
+  std::printf("launch overhead: 1 cube, 1 unit, 3 arguments; median of %d batches of %d\n", samples,
+              reps);
   std::printf("  direct call of the compiled function   %7.3f us\n", t_direct * 1e6);
-  std::printf("  kiln launch (to completion)            %7.3f us   %.1fx the direct call\n", t_launch * 1e6,
-              t_launch / t_direct);
-  std::printf("  kiln launch + sync                     %7.3f us   %.1fx the direct call\n", t_sync * 1e6,
-              t_sync / t_direct);
+  std::printf("  kiln launch (to completion)            %7.3f us   %.1fx the direct call\n",
+              t_launch * 1e6, t_launch / t_direct);
+  std::printf("  kiln launch + sync                     %7.3f us   %.1fx the direct call\n",
+              t_sync * 1e6, t_sync / t_direct);
 }
 
 // ---- first launches, in child processes ------------------------------------------------------
@@ -110,19 +112,22 @@ int first_launch_child() {
     config.seed = 1;
     auto r = must(kernels::run(rt, name, config));
     const CompileReport& c = r.compile;
-    std::printf("%s %d %.4f %.4f %.4f %.4f %.4f %.4f %.4f %.4f %.4f\n", name.c_str(), c.from_disk ? 1 : 0, c.trace_ms,
-                c.passes_ms, c.hash_ms, c.read_ms, c.codegen_ms, c.optimize_ms, c.machine_ms, c.load_ms, c.total_ms);
+    std::printf("%s %d %.4f %.4f %.4f %.4f %.4f %.4f %.4f %.4f %.4f\n", name.c_str(),
+                c.from_disk ? 1 : 0, c.trace_ms, c.passes_ms, c.hash_ms, c.read_ms, c.codegen_ms,
+                c.optimize_ms, c.machine_ms, c.load_ms, c.total_ms);
   }
   return 0;
 }
 
 struct Report {
   bool from_disk = false;
-  double trace = 0, passes = 0, hash = 0, read = 0, codegen = 0, optimize = 0, machine = 0, load = 0, total = 0;
+  double trace = 0, passes = 0, hash = 0, read = 0, codegen = 0, optimize = 0, machine = 0,
+         load = 0, total = 0;
 };
 
 std::map<std::string, Report> run_child(const std::string& cache_dir) {
-  const std::string cmd = "KILN_CACHE_DIR=" + cache_dir + " /proc/" + std::to_string(::getpid()) + "/exe --child";
+  const std::string cmd =
+      "KILN_CACHE_DIR=" + cache_dir + " /proc/" + std::to_string(::getpid()) + "/exe --child";
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) die("cannot start a child process");
   std::map<std::string, Report> out;
@@ -132,7 +137,8 @@ std::map<std::string, Report> run_child(const std::string& cache_dir) {
     std::string name;
     Report r;
     int disk = 0;
-    in >> name >> disk >> r.trace >> r.passes >> r.hash >> r.read >> r.codegen >> r.optimize >> r.machine >> r.load >> r.total;
+    in >> name >> disk >> r.trace >> r.passes >> r.hash >> r.read >> r.codegen >> r.optimize >>
+        r.machine >> r.load >> r.total;
     r.from_disk = disk != 0;
     out[name] = r;
   }
@@ -147,23 +153,28 @@ void bench_first_launch() {
   const auto cold = run_child(dir);
   const auto warm = run_child(dir);
   std::filesystem::remove_all(dir);
-  std::printf("\nfirst launch of each example kernel in a fresh process (ms): compiled | from the disk cache\n");
-  std::printf("  %-14s %5s %6s %7s %8s %7s %5s %8s | %5s %6s %5s %5s %5s %8s %6s\n", "kernel", "trace", "passes",
-              "LLVM IR", "optimize", "machine", "load", "compile", "trace", "passes", "hash", "read", "load",
-              "disk hit", "ratio");
+  std::printf(
+      "\nfirst launch of each example kernel in a fresh process (ms): compiled | from the disk "
+      "cache\n");
+  std::printf("  %-14s %5s %6s %7s %8s %7s %5s %8s | %5s %6s %5s %5s %5s %8s %6s\n", "kernel",
+              "trace", "passes", "LLVM IR", "optimize", "machine", "load", "compile", "trace",
+              "passes", "hash", "read", "load", "disk hit", "ratio");
   std::vector<double> hits;
   for (const auto& [name, c] : cold) {
     auto it = warm.find(name);
-    if (it == warm.end() || c.from_disk || !it->second.from_disk) die("unexpected cache state for " + name);
+    if (it == warm.end() || c.from_disk || !it->second.from_disk)
+      die("unexpected cache state for " + name);
     const Report& w = it->second;
     hits.push_back(w.total);
-    std::printf("  %-14s %5.2f %6.2f %7.2f %8.2f %7.2f %5.2f %8.2f | %5.2f %6.2f %5.2f %5.2f %5.2f %8.3f %5.0fx\n",
-                name.c_str(), c.trace, c.passes, c.codegen, c.optimize, c.machine, c.load, c.total, w.trace, w.passes,
-                w.hash, w.read, w.load, w.total, c.total / w.total);
+    std::printf(
+        "  %-14s %5.2f %6.2f %7.2f %8.2f %7.2f %5.2f %8.2f | %5.2f %6.2f %5.2f %5.2f %5.2f %8.3f "
+        "%5.0fx\n",
+        name.c_str(), c.trace, c.passes, c.codegen, c.optimize, c.machine, c.load, c.total, w.trace,
+        w.passes, w.hash, w.read, w.load, w.total, c.total / w.total);
   }
   std::sort(hits.begin(), hits.end());
-  std::printf("  disk hit (trace + passes + hash + load): median %.3f ms, max %.3f ms\n", hits[hits.size() / 2],
-              hits.back());
+  std::printf("  disk hit (trace + passes + hash + load): median %.3f ms, max %.3f ms\n",
+              hits[hits.size() / 2], hits.back());
 }
 
 }  // namespace

@@ -64,13 +64,16 @@ int main() {
     return 1;
   }
   const size_t ops = ir::count_ops(k->body);
-  const double t_dsl = bench::median_seconds([&] { (void)trace(*def, *sel->inst, sel->request); }, 200);
+  const double t_dsl =
+      bench::median_seconds([&] { (void)trace(*def, *sel->inst, sel->request); }, 200);
   const double t_builder = bench::median_seconds([&] { (void)build_directly(46); }, 200);
   std::printf("trace_bench: kernel with %zu IR ops (the builder peer builds %zu)\n", ops,
               ir::count_ops(direct->body));
-  std::printf("  DSL trace + verify      %8.2f us  (%.3f us per op)\n", t_dsl * 1e6, t_dsl * 1e6 / ops);
+  std::printf("  DSL trace + verify      %8.2f us  (%.3f us per op)\n", t_dsl * 1e6,
+              t_dsl * 1e6 / ops);
   std::printf("  ir::Builder + verify    %8.2f us\n", t_builder * 1e6);
   std::printf("  ratio DSL / builder     %8.2fx\n", t_dsl / t_builder);
-  std::printf("  per 100 ops             %8.2f us  (target: under 50 us)\n", t_dsl * 1e6 * 100 / ops);
+  std::printf("  per 100 ops             %8.2f us  (target: under 50 us)\n",
+              t_dsl * 1e6 * 100 / ops);
   return 0;
 }

@@ -16,9 +16,12 @@ namespace kiln::cli {
 namespace {
 
 std::string human_bytes(uint64_t b) {
-  if (b >= (uint64_t{1} << 30)) return fmt::format("{:.2f} GiB", static_cast<double>(b) / (1 << 30));
-  if (b >= (uint64_t{1} << 20)) return fmt::format("{:.2f} MiB", static_cast<double>(b) / (1 << 20));
-  if (b >= (uint64_t{1} << 10)) return fmt::format("{:.1f} KiB", static_cast<double>(b) / (1 << 10));
+  if (b >= (uint64_t{1} << 30))
+    return fmt::format("{:.2f} GiB", static_cast<double>(b) / (1 << 30));
+  if (b >= (uint64_t{1} << 20))
+    return fmt::format("{:.2f} MiB", static_cast<double>(b) / (1 << 20));
+  if (b >= (uint64_t{1} << 10))
+    return fmt::format("{:.1f} KiB", static_cast<double>(b) / (1 << 10));
   return fmt::format("{} B", b);
 }
 
@@ -42,7 +45,8 @@ std::string kind_of(const std::string& path) {
 int cache_stats_cmd() {
   auto cache = DiskCache::global();
   if (!cache->enabled()) {
-    fmt::print("the disk cache is off (KILN_CACHE=off, or no KILN_CACHE_DIR, XDG_CACHE_HOME or HOME)\n");
+    fmt::print(
+        "the disk cache is off (KILN_CACHE=off, or no KILN_CACHE_DIR, XDG_CACHE_HOME or HOME)\n");
     return 0;
   }
   const auto entries = cache->list(false);
@@ -55,9 +59,10 @@ int cache_stats_cmd() {
     total += e.bytes;
   }
   fmt::print("cache    {}\n", cache->dir());
-  fmt::print("entries  {} ({} of a {} cap; least recently used entries go past it)\n", entries.size(),
-             human_bytes(total), human_bytes(cache->max_bytes()));
-  for (const auto& [kind, n] : by_kind) fmt::print("  {:<6} {} entries, {}\n", kind, n.first, human_bytes(n.second));
+  fmt::print("entries  {} ({} of a {} cap; least recently used entries go past it)\n",
+             entries.size(), human_bytes(total), human_bytes(cache->max_bytes()));
+  for (const auto& [kind, n] : by_kind)
+    fmt::print("  {:<6} {} entries, {}\n", kind, n.first, human_bytes(n.second));
   return 0;
 }
 
@@ -71,10 +76,11 @@ int cache_ls_cmd() {
   fmt::print("{:<20} {:<5} {:>10}  {:<16}  {}\n", "kernel", "kind", "size", "last used", "key");
   for (const auto& e : entries) {
     auto meta = nlohmann::json::parse(e.meta, nullptr, false);
-    const std::string kernel = meta.is_object() ? meta.value("kernel", std::string("?")) : std::string("(unreadable)");
+    const std::string kernel =
+        meta.is_object() ? meta.value("kernel", std::string("?")) : std::string("(unreadable)");
     const std::string name = e.path.substr(e.path.rfind('/') + 1);
-    fmt::print("{:<20} {:<5} {:>10}  {:<16}  {}\n", kernel, kind_of(e.path), human_bytes(e.bytes), when(e.last_used),
-               name.substr(0, name.size() - 3));
+    fmt::print("{:<20} {:<5} {:>10}  {:<16}  {}\n", kernel, kind_of(e.path), human_bytes(e.bytes),
+               when(e.last_used), name.substr(0, name.size() - 3));
   }
   return 0;
 }
@@ -97,8 +103,9 @@ int cache_verify_cmd(bool remove) {
     }
     fmt::print("damaged: {} ({}){}\n", e.path, e.problem, fate);
   }
-  fmt::print("{} entries checked, {} damaged{}\n", entries.size(), damaged,
-             damaged && !remove ? " (kiln recompiles them when used; --remove deletes them now)" : "");
+  fmt::print(
+      "{} entries checked, {} damaged{}\n", entries.size(), damaged,
+      damaged && !remove ? " (kiln recompiles them when used; --remove deletes them now)" : "");
   return (damaged && !remove) || kept ? 1 : 0;
 }
 
@@ -118,7 +125,8 @@ int cache_clear_cmd() {
 }  // namespace
 
 Command add_cache_command(CLI::App& app) {
-  auto* sub = app.add_subcommand("cache", "Inspect, verify or clear the disk cache of compiled kernels");
+  auto* sub =
+      app.add_subcommand("cache", "Inspect, verify or clear the disk cache of compiled kernels");
   sub->require_subcommand(1);
   auto* stats = sub->add_subcommand("stats", "Where the cache is, its size and cap");
   auto* ls = sub->add_subcommand("ls", "List the entries: kernel, kind, size, last use, key");
@@ -126,8 +134,9 @@ Command add_cache_command(CLI::App& app) {
   auto remove = std::make_shared<bool>(false);
   verify->add_flag("--remove", *remove, "Delete damaged entries");
   auto* clear = sub->add_subcommand("clear", "Remove every entry");
-  sub->footer("The cache lives in $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln; "
-              "KILN_CACHE=off disables it and KILN_CACHE_MAX caps it (default 1G).");
+  sub->footer(
+      "The cache lives in $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln; "
+      "KILN_CACHE=off disables it and KILN_CACHE_MAX caps it (default 1G).");
   return {sub, [=]() -> int {
             if (stats->parsed()) return cache_stats_cmd();
             if (ls->parsed()) return cache_ls_cmd();
@@ -138,7 +147,8 @@ Command add_cache_command(CLI::App& app) {
 }
 
 Command add_devices_command(CLI::App& app) {
-  auto* sub = app.add_subcommand("devices", "List the devices kiln can run on, and why others are absent");
+  auto* sub =
+      app.add_subcommand("devices", "List the devices kiln can run on, and why others are absent");
   return {sub, []() -> int {
             for (const DeviceEntry& d : devices()) {
               if (!d.available) {
@@ -147,11 +157,11 @@ Command add_devices_command(CLI::App& app) {
               }
               const DeviceInfo& i = d.info;
               if (i.kind == DeviceKind::Cpu)
-                fmt::print("{:<8} {}\n{:<8} {} threads, {}-bit vectors, {} memory\n", d.name, i.description, "",
-                           i.cores, i.vector_bits, human_bytes(i.memory_bytes));
+                fmt::print("{:<8} {}\n{:<8} {} threads, {}-bit vectors, {} memory\n", d.name,
+                           i.description, "", i.cores, i.vector_bits, human_bytes(i.memory_bytes));
               else
-                fmt::print("{:<8} {}\n{:<8} {}, {} SMs, {} memory\n", d.name, i.description, "", i.arch, i.cores,
-                           human_bytes(i.memory_bytes));
+                fmt::print("{:<8} {}\n{:<8} {}, {} SMs, {} memory\n", d.name, i.description, "",
+                           i.arch, i.cores, human_bytes(i.memory_bytes));
             }
             return 0;
           }};

@@ -9,7 +9,9 @@ namespace kiln::cli {
 namespace {
 
 // "max" means: the widest line the target and the launched tensor allow.
-std::string line_text(int line) { return line == 0 ? "max" : std::to_string(line); }
+std::string line_text(int line) {
+  return line == 0 ? "max" : std::to_string(line);
+}
 
 std::string describe_param(const dsl::ParamInfo& p) {
   using dsl::ParamKind;
@@ -21,7 +23,8 @@ std::string describe_param(const dsl::ParamInfo& p) {
     case ParamKind::Array:
       return fmt::format("{}: array<{}>{}  (default line {})", p.name, ir::elem_name(p.dtype),
                          p.const_qualified ? " read-only" : "", line_text(p.default_line));
-    case ParamKind::Scalar: return fmt::format("{}: {}", p.name, ir::elem_name(p.dtype));
+    case ParamKind::Scalar:
+      return fmt::format("{}: {}", p.name, ir::elem_name(p.dtype));
     case ParamKind::Comptime:
       return fmt::format("{}: {} = {}  (comptime)", p.name, p.comptime_type,
                          p.default_value ? p.default_value->format() : "?");

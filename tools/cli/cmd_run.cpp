@@ -27,17 +27,20 @@ Result<std::vector<int64_t>> parse_shape(const std::string& name, const std::str
   size_t start = 0;
   while (true) {
     const size_t x = text.find('x', start);
-    const std::string part = text.substr(start, x == std::string::npos ? std::string::npos : x - start);
+    const std::string part =
+        text.substr(start, x == std::string::npos ? std::string::npos : x - start);
     char* end = nullptr;
     const long long v = std::strtoll(part.c_str(), &end, 10);
     if (part.empty() || *end != '\0' || v < 0)
-      return Error(ErrorKind::InvalidArgument,
-                   fmt::format("--shape {}={}: a shape is sizes joined by 'x', like 1024x512", name, text));
+      return Error(
+          ErrorKind::InvalidArgument,
+          fmt::format("--shape {}={}: a shape is sizes joined by 'x', like 1024x512", name, text));
     dims.push_back(v);
     if (x == std::string::npos) break;
     start = x + 1;
   }
-  if (dims.size() > 8) return Error(ErrorKind::InvalidArgument, fmt::format("--shape {}: at most 8 dimensions", name));
+  if (dims.size() > 8)
+    return Error(ErrorKind::InvalidArgument, fmt::format("--shape {}: at most 8 dimensions", name));
   return dims;
 }
 
@@ -45,19 +48,21 @@ std::string compile_summary(const kernels::RunResult& r) {
   if (!r.compiled) return "already compiled";
   const CompileReport& c = r.compile;
   if (c.from_disk)
-    return fmt::format("from the disk cache: trace {:.2f} + passes {:.2f} + load {:.2f} ms", c.trace_ms, c.passes_ms,
-                       c.load_ms);
-  return fmt::format("compiled: trace {:.2f} + passes {:.2f} + LLVM IR {:.2f} + optimize {:.2f} + machine code "
-                     "{:.2f} + load {:.2f} ms",
-                     c.trace_ms, c.passes_ms, c.codegen_ms, c.optimize_ms, c.machine_ms, c.load_ms);
+    return fmt::format("from the disk cache: trace {:.2f} + passes {:.2f} + load {:.2f} ms",
+                       c.trace_ms, c.passes_ms, c.load_ms);
+  return fmt::format(
+      "compiled: trace {:.2f} + passes {:.2f} + LLVM IR {:.2f} + optimize {:.2f} + machine code "
+      "{:.2f} + load {:.2f} ms",
+      c.trace_ms, c.passes_ms, c.codegen_ms, c.optimize_ms, c.machine_ms, c.load_ms);
 }
 
 std::string check_summary(const kernels::TensorCheck& c) {
   if (c.mismatches == 0)
-    return fmt::format("{}: max error {:.3g} (relative {:.3g}), within rel {:.0e} abs {:.0e}", c.name, c.max_abs_error,
-                       c.max_rel_error, c.rel_tol, c.abs_tol);
-  return fmt::format("{}: {} elements differ; first at {}: got {}, expected {} (rel {:.0e}, abs {:.0e})", c.name,
-                     c.mismatches, c.first_bad, c.got, c.want, c.rel_tol, c.abs_tol);
+    return fmt::format("{}: max error {:.3g} (relative {:.3g}), within rel {:.0e} abs {:.0e}",
+                       c.name, c.max_abs_error, c.max_rel_error, c.rel_tol, c.abs_tol);
+  return fmt::format(
+      "{}: {} elements differ; first at {}: got {}, expected {} (rel {:.0e}, abs {:.0e})", c.name,
+      c.mismatches, c.first_bad, c.got, c.want, c.rel_tol, c.abs_tol);
 }
 
 std::string dim3_text(const Dim3& d) {
@@ -103,7 +108,8 @@ int run_one(const RunOptions& o) {
     if (!d) return fail(d.error());
     config.cube_dim = Dim3((*d)[0], (*d)[1], (*d)[2]);
   }
-  if (o.repeat < 0) return fail(Error(ErrorKind::InvalidArgument, "--repeat takes a count of 0 or more"));
+  if (o.repeat < 0)
+    return fail(Error(ErrorKind::InvalidArgument, "--repeat takes a count of 0 or more"));
   config.repeat = o.repeat;
   config.checked = o.checked;
   config.seed = o.seed;
@@ -111,8 +117,8 @@ int run_one(const RunOptions& o) {
   if (!rt) return fail(rt.error());
   auto r = kernels::run(*rt, o.kernel, config);
   if (!r) return fail(r.error());
-  fmt::print("{} on {}: {} cubes of {} units{}\n", r->kernel, r->device, dim3_text(r->cubes), dim3_text(r->cube_dim),
-             o.checked ? ", checked mode" : "");
+  fmt::print("{} on {}: {} cubes of {} units{}\n", r->kernel, r->device, dim3_text(r->cubes),
+             dim3_text(r->cube_dim), o.checked ? ", checked mode" : "");
   fmt::print("  arguments   {}\n", r->arguments);
   fmt::print("  inputs      random, seed {} (--seed {} repeats them)\n", r->seed, r->seed);
   fmt::print("  first run   {:.2f} ms ({}){}\n", r->first_ms, compile_summary(*r),
@@ -124,8 +130,9 @@ int run_one(const RunOptions& o) {
       fmt::print("  reference   {}: {}\n", check_summary(c), c.mismatches ? "FAILED" : "passed");
   }
   if (!r->times_ms.empty())
-    fmt::print("  time        median {:.4g} ms, min {:.4g} ms over {} runs; {:.1f} GB/s of tensor data\n", r->median_ms,
-               r->min_ms, r->times_ms.size(), gb_per_s(*r));
+    fmt::print(
+        "  time        median {:.4g} ms, min {:.4g} ms over {} runs; {:.1f} GB/s of tensor data\n",
+        r->median_ms, r->min_ms, r->times_ms.size(), gb_per_s(*r));
   return r->passed ? 0 : 1;
 }
 
@@ -134,7 +141,8 @@ int run_demo(int repeat) {
     print_error(st.error());
     return 1;
   }
-  fmt::print("kiln demo: the example kernels on every device, each checked against its C++ reference.\n");
+  fmt::print(
+      "kiln demo: the example kernels on every device, each checked against its C++ reference.\n");
   bool all_passed = true;
   for (const DeviceEntry& d : devices()) {
     if (!d.available) {
@@ -148,7 +156,8 @@ int run_demo(int repeat) {
       all_passed = false;
       continue;
     }
-    fmt::print("  {:<14} {:>12} {:>11} {:>10}  {}\n", "kernel", "first run", "median", "GB/s", "check");
+    fmt::print("  {:<14} {:>12} {:>11} {:>10}  {}\n", "kernel", "first run", "median", "GB/s",
+               "check");
     for (const std::string& name : kernels::builtin_names()) {
       if (!kernels::find_run_recipe(name)) continue;
       kernels::RunConfig config;
@@ -166,32 +175,38 @@ int run_demo(int repeat) {
       for (const auto& c : r->checks)
         if (c.mismatches) check += "; " + check_summary(c);
       all_passed = all_passed && r->passed;
-      fmt::print("  {:<14} {:>9.2f} ms {:>8.3f} ms {:>10.1f}  {}\n", name, r->first_ms, r->median_ms, gb_per_s(*r), check);
+      fmt::print("  {:<14} {:>9.2f} ms {:>8.3f} ms {:>10.1f}  {}\n", name, r->first_ms,
+                 r->median_ms, gb_per_s(*r), check);
     }
   }
   const CacheStats s = cache_stats();
-  fmt::print("\ncompiled {} kernels in {:.0f} ms, loaded {} from the disk cache in {:.1f} ms\n", s.compiles,
-             s.compile_ms, s.disk_hits, s.disk_load_ms);
-  fmt::print("Next: `kiln run axpy --shape x=1000000 --shape y=1000000`, `kiln show axpy --emit asm`, "
-             "`kiln list`.\n");
+  fmt::print("\ncompiled {} kernels in {:.0f} ms, loaded {} from the disk cache in {:.1f} ms\n",
+             s.compiles, s.compile_ms, s.disk_hits, s.disk_load_ms);
+  fmt::print(
+      "Next: `kiln run axpy --shape x=1000000 --shape y=1000000`, `kiln show axpy --emit asm`, "
+      "`kiln list`.\n");
   return all_passed ? 0 : 1;
 }
 
 }  // namespace
 
 Command add_run_command(CLI::App& app) {
-  auto* sub = app.add_subcommand("run", "Run a registered kernel on random inputs, check it, time it");
+  auto* sub =
+      app.add_subcommand("run", "Run a registered kernel on random inputs, check it, time it");
   auto o = std::make_shared<RunOptions>();
   sub->add_option("KERNEL", o->kernel, "A registered kernel (see kiln list)")->required();
   sub->add_option("--device", o->device, "cpu or cuda:N (see kiln devices)")->capture_default_str();
   sub->add_option("--set", o->set, "Comptime or scalar value NAME=VALUE (repeatable)");
   sub->add_option("--shape", o->shape, "Shape NAME=AxB... of a tensor (repeatable)");
-  sub->add_option("--dtype", o->dtype, "Element type NAME=TYPE, picking an instantiation of a generic kernel");
+  sub->add_option("--dtype", o->dtype,
+                  "Element type NAME=TYPE, picking an instantiation of a generic kernel");
   sub->add_option("--line", o->line, "Line width NAME=WIDTH of a tensor (repeatable)");
-  sub->add_option("--cubes", o->cubes,
-                  "Cube count X[,Y[,Z]] (default: what the kernel declares; a given grid is validated by "
-                  "running the first launch in checked mode)");
-  sub->add_option("--cube-dim", o->cube_dim, "Units per cube X[,Y[,Z]] (default: the registered size)");
+  sub->add_option(
+      "--cubes", o->cubes,
+      "Cube count X[,Y[,Z]] (default: what the kernel declares; a given grid is validated by "
+      "running the first launch in checked mode)");
+  sub->add_option("--cube-dim", o->cube_dim,
+                  "Units per cube X[,Y[,Z]] (default: the registered size)");
   sub->add_flag("--checked", o->checked, "Bounds-check every memory access");
   sub->add_option("--repeat", o->repeat, "Timed runs after the first")->capture_default_str();
   sub->add_option("--seed", o->seed, "Seed of the random inputs (default: a fresh one, printed)");
@@ -201,7 +216,8 @@ Command add_run_command(CLI::App& app) {
 }
 
 Command add_demo_command(CLI::App& app) {
-  auto* sub = app.add_subcommand("demo", "Run every example kernel on every device, check and time them");
+  auto* sub =
+      app.add_subcommand("demo", "Run every example kernel on every device, check and time them");
   auto repeat = std::make_shared<int>(10);
   sub->add_option("--repeat", *repeat, "Timed runs per kernel")->capture_default_str();
   return {sub, [repeat]() -> int { return run_demo(*repeat); }};

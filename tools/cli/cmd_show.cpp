@@ -36,12 +36,15 @@ int show_cuda(const ShowOptions& o, const cuda::Target& target, ir::Kernel trace
     fmt::print("{}", ir::print(traced));
     return 0;
   }
-  const bool known = o.emit == "ir-opt" || o.emit == "cuda" || o.emit == "ptx" || o.emit == "resources";
+  const bool known =
+      o.emit == "ir-opt" || o.emit == "cuda" || o.emit == "ptx" || o.emit == "resources";
   if (!known)
-    return fail(Error(ErrorKind::InvalidArgument,
-                      fmt::format("--emit {} is not a stage of --target {}; choose one of: ir, ir-opt, cuda, ptx, "
-                                  "resources (llvm, llvm-opt and asm are for --target cpu)",
-                                  o.emit, target.name())));
+    return fail(
+        Error(ErrorKind::InvalidArgument,
+              fmt::format(
+                  "--emit {} is not a stage of --target {}; choose one of: ir, ir-opt, cuda, ptx, "
+                  "resources (llvm, llvm-opt and asm are for --target cpu)",
+                  o.emit, target.name())));
   auto prepared = passes::prepare_for_cuda(std::move(traced));
   if (!prepared) return fail(prepared.error());
   if (o.emit == "ir-opt") {
@@ -64,13 +67,17 @@ int show_cuda(const ShowOptions& o, const cuda::Target& target, ir::Kernel trace
     return 0;
   }
   const cuda::Resources& r = compiled->resources;
-  if (!r.known) return fail(Error(ErrorKind::Compile, "NVRTC gave no ptxas report:\n" + compiled->log));
-  fmt::print("kernel {} for {} ({} units per cube):\n", src->info.symbol, target.name(), prepared->units_per_cube());
+  if (!r.known)
+    return fail(Error(ErrorKind::Compile, "NVRTC gave no ptxas report:\n" + compiled->log));
+  fmt::print("kernel {} for {} ({} units per cube):\n", src->info.symbol, target.name(),
+             prepared->units_per_cube());
   fmt::print("  registers      {} per unit\n", r.registers);
-  fmt::print("  shared memory  {} bytes per cube{}\n", src->info.shared_bytes,
-             src->info.dynamic_shared_bytes ? " (dynamic: above the 48 KiB of static shared memory)" : "");
+  fmt::print(
+      "  shared memory  {} bytes per cube{}\n", src->info.shared_bytes,
+      src->info.dynamic_shared_bytes ? " (dynamic: above the 48 KiB of static shared memory)" : "");
   fmt::print("  stack          {} bytes per unit\n", r.stack_bytes);
-  fmt::print("  spills         {} bytes stored, {} bytes loaded\n", r.spill_store_bytes, r.spill_load_bytes);
+  fmt::print("  spills         {} bytes stored, {} bytes loaded\n", r.spill_store_bytes,
+             r.spill_load_bytes);
   fmt::print("  barriers       {}\n", r.barriers);
   fmt::print("  constant bank  {} bytes (parameters included)\n", r.constant_bytes);
   fmt::print("  NVRTC          {:.1f} ms\n", compiled->compile_ms);
@@ -95,10 +102,11 @@ int run_show(const ShowOptions& o) {
   if (o.target != "cpu") {
     auto t = cuda::parse_target(o.target);
     if (!t)
-      return fail(Error(ErrorKind::InvalidArgument,
-                        fmt::format("unknown --target '{}'; choose cpu, or a CUDA target such as sm_80, sm_89, "
-                                    "sm_90a, sm_100a, sm_120a (see kiln targets)",
-                                    o.target)));
+      return fail(Error(
+          ErrorKind::InvalidArgument,
+          fmt::format("unknown --target '{}'; choose cpu, or a CUDA target such as sm_80, sm_89, "
+                      "sm_90a, sm_100a, sm_120a (see kiln targets)",
+                      o.target)));
     gpu = *t;
   }
   if (auto st = load_kernels(o.plugins); !st) return fail(st.error());
@@ -133,7 +141,8 @@ int run_show(const ShowOptions& o) {
     fmt::print("{}", ir::print(*k));
     return 0;
   }
-  const bool known = o.emit == "ir-opt" || o.emit == "llvm" || o.emit == "llvm-opt" || o.emit == "asm";
+  const bool known =
+      o.emit == "ir-opt" || o.emit == "llvm" || o.emit == "llvm-opt" || o.emit == "asm";
   if (!known)
     return fail(Error(ErrorKind::InvalidArgument,
                       fmt::format("unknown --emit '{}'; choose one of: ir, ir-opt, llvm, llvm-opt, "
@@ -166,16 +175,20 @@ Command add_show_command(CLI::App& app) {
   auto* sub = app.add_subcommand("show", "Show the code of a registered kernel at any stage");
   auto o = std::make_shared<ShowOptions>();
   sub->add_option("KERNEL", o->kernel, "A registered kernel (see kiln list)")->required();
-  sub->add_option("--emit", o->emit,
-                  "What to print: ir (traced), ir-opt (after the target's passes); for cpu: llvm (before "
-                  "LLVM optimization), llvm-opt, asm; for CUDA: cuda (the CUDA C++), ptx, resources "
-                  "(registers, shared memory, spills)")
+  sub->add_option(
+         "--emit", o->emit,
+         "What to print: ir (traced), ir-opt (after the target's passes); for cpu: llvm (before "
+         "LLVM optimization), llvm-opt, asm; for CUDA: cuda (the CUDA C++), ptx, resources "
+         "(registers, shared memory, spills)")
       ->capture_default_str();
-  sub->add_option("--target", o->target, "cpu (the host), or an NVIDIA GPU: sm_80, sm_89, sm_90a, sm_100a, sm_120a, ...")
+  sub->add_option("--target", o->target,
+                  "cpu (the host), or an NVIDIA GPU: sm_80, sm_89, sm_90a, sm_100a, sm_120a, ...")
       ->capture_default_str();
-  sub->add_flag("--checked", o->checked, "Show the checked-mode code (every access bounds-checked)");
+  sub->add_flag("--checked", o->checked,
+                "Show the checked-mode code (every access bounds-checked)");
   sub->add_flag("--fast-math", o->fast_math, "Show the code with fast math");
-  sub->add_option("--cpu", o->cpu, "Another x86 CPU for inspection (e.g. skylake, znver4, x86-64-v3)");
+  sub->add_option("--cpu", o->cpu,
+                  "Another x86 CPU for inspection (e.g. skylake, znver4, x86-64-v3)");
   sub->add_option("--features", o->features, "CPU features for inspection (e.g. +avx2,-avx512f)");
   sub->add_option("--set", o->set, "Comptime value NAME=VALUE (repeatable)");
   sub->add_option("--line", o->line, "Line width NAME=WIDTH of a tensor or array (repeatable)");
@@ -185,8 +198,9 @@ Command add_show_command(CLI::App& app) {
   sub->add_option("--read-only", o->read_only, "Pass tensor or array NAME read-only (repeatable)");
   sub->add_option("--cube-dim", o->cube_dim, "Units per cube X[,Y[,Z]]");
   sub->add_option("--plugin", o->plugins, "Load kernels from a shared library first (repeatable)");
-  sub->footer("Without options the kernel's registered defaults are used. The IR printed by "
-              "--emit ir is valid input to `kiln ir`.");
+  sub->footer(
+      "Without options the kernel's registered defaults are used. The IR printed by "
+      "--emit ir is valid input to `kiln ir`.");
   return {sub, [o]() -> int { return run_show(*o); }};
 }
 

@@ -42,10 +42,12 @@ Result<std::map<std::string, std::string>> parse_assignments(const std::vector<s
                                                              const std::string& what);
 
 // "X[,Y[,Z]]" or "XxYxZ", each 1 to `max`; `what` names the option in errors.
-Result<std::array<uint32_t, 3>> parse_dims(const std::string& s, const std::string& what, uint32_t max);
+Result<std::array<uint32_t, 3>> parse_dims(const std::string& s, const std::string& what,
+                                           uint32_t max);
 
 // NAME=INTEGER options.
-Result<std::map<std::string, int>> parse_int_map(const std::vector<std::string>& items, const std::string& what);
+Result<std::map<std::string, int>> parse_int_map(const std::vector<std::string>& items,
+                                                 const std::string& what);
 
 // Prints an error to stderr: messages that already carry a location stand as they are,
 // others get an "error: " prefix.

@@ -47,20 +47,23 @@ Result<std::map<std::string, std::string>> parse_assignments(const std::vector<s
   return out;
 }
 
-Result<std::array<uint32_t, 3>> parse_dims(const std::string& s, const std::string& what, uint32_t max) {
+Result<std::array<uint32_t, 3>> parse_dims(const std::string& s, const std::string& what,
+                                           uint32_t max) {
   std::array<uint32_t, 3> d{1, 1, 1};
   size_t start = 0;
   for (int i = 0; i < 3; ++i) {
     const size_t comma = s.find_first_of(",x", start);
-    const std::string part = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    const std::string part =
+        s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     unsigned long v = 0;
     try {
       size_t used = 0;
       v = std::stoul(part, &used);
       if (used != part.size()) throw std::invalid_argument("");
     } catch (...) {
-      return Error(ErrorKind::InvalidArgument,
-                   fmt::format("{} takes X[,Y[,Z]] (or AxBxC) with positive integers, got '{}'", what, s));
+      return Error(
+          ErrorKind::InvalidArgument,
+          fmt::format("{} takes X[,Y[,Z]] (or AxBxC) with positive integers, got '{}'", what, s));
     }
     if (v == 0 || v > max)
       return Error(ErrorKind::InvalidArgument,
@@ -69,7 +72,8 @@ Result<std::array<uint32_t, 3>> parse_dims(const std::string& s, const std::stri
     if (comma == std::string::npos) return d;
     start = comma + 1;
   }
-  return Error(ErrorKind::InvalidArgument, fmt::format("{} takes at most 3 values, got '{}'", what, s));
+  return Error(ErrorKind::InvalidArgument,
+               fmt::format("{} takes at most 3 values, got '{}'", what, s));
 }
 
 Result<std::map<std::string, int>> parse_int_map(const std::vector<std::string>& items,

@@ -38,7 +38,8 @@ int main() {
   if (auto st = rt->launch(*axpy, cubes, 256, *x, *y, 3.0f); !st) return fail(st.error());
   if (auto st = rt->sync(); !st) return fail(st.error());
   if (auto st = y->download(std::span<float>(hy)); !st) return fail(st.error());
-  std::printf("axpy: y[0] = %g, y[%lld] = %g (lines of %d)\n", hy[0], static_cast<long long>(n - 1), hy[n - 1], w);
+  std::printf("axpy: y[0] = %g, y[%lld] = %g (lines of %d)\n", hy[0], static_cast<long long>(n - 1),
+              hy[n - 1], w);
 
   // The sums of the rows of a 3 x 4 matrix, seen through a transposed view: columns of 4 x 3.
   std::vector<float> hm = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
@@ -58,10 +59,12 @@ int main() {
 
   // A mistake is an error value that names the parameter.
   auto st = rt->launch(*axpy, cubes, 256, *x, *y);
-  std::printf("a launch with a missing argument: %s\n", st ? "accepted?" : st.error().message.c_str());
+  std::printf("a launch with a missing argument: %s\n",
+              st ? "accepted?" : st.error().message.c_str());
 
   const kiln::CacheStats cs = kiln::cache_stats();
   std::printf("specializations: %llu compiled, %llu from the disk cache\n",
-              static_cast<unsigned long long>(cs.compiles), static_cast<unsigned long long>(cs.disk_hits));
+              static_cast<unsigned long long>(cs.compiles),
+              static_cast<unsigned long long>(cs.disk_hits));
   return hy[0] == 5.0f && hs[0] == 22.0f && hs[1] == 26.0f && hs[2] == 30.0f && !st ? 0 : 1;
 }

@@ -31,11 +31,17 @@ inline const cpu::Target& host() {
 
 #ifdef KILN_TEST_CUDA
 using TestKernel = GpuKernel;
-inline const char* device_name() { return "cuda:0"; }
-inline std::unique_ptr<TestKernel> compile_ir(const ir::Kernel& k) { return compile_gpu(k); }
+inline const char* device_name() {
+  return "cuda:0";
+}
+inline std::unique_ptr<TestKernel> compile_ir(const ir::Kernel& k) {
+  return compile_gpu(k);
+}
 #else
 using TestKernel = cpu::CompiledKernel;
-inline const char* device_name() { return "cpu"; }
+inline const char* device_name() {
+  return "cpu";
+}
 
 // Lowers and compiles a verified kernel for the host; fails the test on error.
 inline std::unique_ptr<cpu::CompiledKernel> compile_ir(const ir::Kernel& k) {
@@ -52,7 +58,8 @@ inline std::unique_ptr<cpu::CompiledKernel> compile_ir(const ir::Kernel& k) {
 #endif
 
 // Traces a registered kernel and compiles it for the test's device.
-inline std::unique_ptr<TestKernel> compile_kernel(const std::string& name, const dsl::SpecOptions& opts = {}) {
+inline std::unique_ptr<TestKernel> compile_kernel(const std::string& name,
+                                                  const dsl::SpecOptions& opts = {}) {
   const dsl::KernelDef* def = dsl::Registry::global().find(name);
   REQUIRE(def);
   auto sel = dsl::select(*def, opts);
@@ -76,8 +83,8 @@ inline Result<CpuRunReport> try_run(const TestKernel& k, std::array<uint32_t, 3>
 }
 
 // Runs and fails the test on error.
-inline CpuRunReport run(const TestKernel& k, std::array<uint32_t, 3> cubes, const std::vector<HostArg>& args,
-                        ThreadPool* pool = nullptr) {
+inline CpuRunReport run(const TestKernel& k, std::array<uint32_t, 3> cubes,
+                        const std::vector<HostArg>& args, ThreadPool* pool = nullptr) {
   auto r = try_run(k, cubes, args, pool);
   INFO((r.ok() ? std::string() : r.error().message));
   REQUIRE(r.ok());
@@ -101,7 +108,9 @@ inline ScalarBits scalar_f32(float f) {
   std::memcpy(&b, &f, 4);
   return ScalarBits{b};
 }
-inline ScalarBits scalar_u32(uint32_t v) { return ScalarBits{v}; }
+inline ScalarBits scalar_u32(uint32_t v) {
+  return ScalarBits{v};
+}
 
 // Fresh random inputs for each run; set KILN_TEST_SEED to repeat a run (the seed is printed).
 inline std::mt19937_64& rng() {

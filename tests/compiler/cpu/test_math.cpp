@@ -30,7 +30,8 @@ ir::Kernel math_kernel(OpKind op, ElemType t, int lanes) {
   const auto i = b.op(OpKind::AbsolutePos, {}, at);
   b.begin_if(b.op(OpKind::Lt, {i, b.op(OpKind::Len, {a}, at)}, at), at);
   const auto x = b.op(OpKind::Load, {a, i}, at);
-  const auto r = op == OpKind::Pow ? b.op(op, {x, b.op(OpKind::Load, {bb, i}, at)}, at) : b.op(op, {x}, at);
+  const auto r =
+      op == OpKind::Pow ? b.op(op, {x, b.op(OpKind::Load, {bb, i}, at)}, at) : b.op(op, {x}, at);
   b.op(OpKind::Store, {out, i, r}, at);
   b.end_if();
   auto k = std::move(b).finish();
@@ -40,15 +41,24 @@ ir::Kernel math_kernel(OpKind op, ElemType t, int lanes) {
 
 long double ref(OpKind op, long double x, long double y) {
   switch (op) {
-    case OpKind::Exp: return std::exp(x);
-    case OpKind::Exp2: return std::exp2(x);
-    case OpKind::Log: return std::log(x);
-    case OpKind::Log2: return std::log2(x);
-    case OpKind::Sin: return std::sin(x);
-    case OpKind::Cos: return std::cos(x);
-    case OpKind::Tanh: return std::tanh(x);
-    case OpKind::Pow: return std::pow(x, y);
-    default: return 0;
+    case OpKind::Exp:
+      return std::exp(x);
+    case OpKind::Exp2:
+      return std::exp2(x);
+    case OpKind::Log:
+      return std::log(x);
+    case OpKind::Log2:
+      return std::log2(x);
+    case OpKind::Sin:
+      return std::sin(x);
+    case OpKind::Cos:
+      return std::cos(x);
+    case OpKind::Tanh:
+      return std::tanh(x);
+    case OpKind::Pow:
+      return std::pow(x, y);
+    default:
+      return 0;
   }
 }
 
@@ -74,7 +84,8 @@ struct Measure {
   double worst_x = 0, worst_y = 0;
 };
 
-Measure measure(OpKind op, ElemType t, const std::vector<double>& xs, const std::vector<double>& ys) {
+Measure measure(OpKind op, ElemType t, const std::vector<double>& xs,
+                const std::vector<double>& ys) {
   const bool dbl = t == ElemType::F64;
   const int lanes = dbl ? 8 : 16;
   const size_t n = (xs.size() + lanes * kCubeDim - 1) / (lanes * kCubeDim) * lanes * kCubeDim;
@@ -94,8 +105,10 @@ Measure measure(OpKind op, ElemType t, const std::vector<double>& xs, const std:
       if (err > m.max_ulp) m = {err, static_cast<double>(a[i]), static_cast<double>(b[i])};
     }
   };
-  if (dbl) run(double{});
-  else run(float{});
+  if (dbl)
+    run(double{});
+  else
+    run(float{});
   return m;
 }
 
@@ -130,14 +143,23 @@ double bound(OpKind op, bool dbl, double cpu_bound) {
   double cuda = 2;
   switch (op) {
     case OpKind::Exp:
-    case OpKind::Exp2: cuda = dbl ? 1 : 2; break;
+    case OpKind::Exp2:
+      cuda = dbl ? 1 : 2;
+      break;
     case OpKind::Log:
-    case OpKind::Log2: cuda = 1; break;
+    case OpKind::Log2:
+      cuda = 1;
+      break;
     case OpKind::Sin:
     case OpKind::Cos:
-    case OpKind::Tanh: cuda = 2; break;
-    case OpKind::Pow: cuda = dbl ? 2 : 4; break;
-    default: break;
+    case OpKind::Tanh:
+      cuda = 2;
+      break;
+    case OpKind::Pow:
+      cuda = dbl ? 2 : 4;
+      break;
+    default:
+      break;
   }
   return std::max(cpu_bound, cuda + 0.5);
 #else
@@ -178,7 +200,8 @@ TEST_CASE("math functions are accurate to a few ULP over their range", "[cpu][ma
       const Measure m = measure(c.op, t, xs, {});
       const std::string key = fmt::format("{} {}", ir::op_name(c.op), ir::elem_name(t));
       worst[key] = std::max(worst[key], m.max_ulp);
-      INFO(key << " on [" << c.lo << ", " << c.hi << "]: max " << m.max_ulp << " ULP at x = " << m.worst_x);
+      INFO(key << " on [" << c.lo << ", " << c.hi << "]: max " << m.max_ulp
+               << " ULP at x = " << m.worst_x);
       CHECK(m.max_ulp <= bound(c.op, dbl, dbl ? c.bound_f64 : c.bound_f32));
     }
   // pow: positive bases over a wide range of results, and negative bases with integer powers.
@@ -192,10 +215,12 @@ TEST_CASE("math functions are accurate to a few ULP over their range", "[cpu][ma
     }
     const Measure m = measure(OpKind::Pow, t, xs, ys);
     worst[fmt::format("pow {}", ir::elem_name(t))] = m.max_ulp;
-    INFO("pow " << ir::elem_name(t) << ": max " << m.max_ulp << " ULP at " << m.worst_x << ", " << m.worst_y);
+    INFO("pow " << ir::elem_name(t) << ": max " << m.max_ulp << " ULP at " << m.worst_x << ", "
+                << m.worst_y);
     CHECK(m.max_ulp <= bound(OpKind::Pow, dbl, dbl ? 5 : 1));
   }
-  for (const auto& [k, v] : worst) std::fprintf(stderr, "  max error %-12s %.3f ULP\n", k.c_str(), v);
+  for (const auto& [k, v] : worst)
+    std::fprintf(stderr, "  max error %-12s %.3f ULP\n", k.c_str(), v);
 }
 
 TEST_CASE("math functions give IEEE special values", "[cpu][math]") {
@@ -205,21 +230,21 @@ TEST_CASE("math functions give IEEE special values", "[cpu][math]") {
     double x, y, want;
   };
   const Special specials[] = {
-      {OpKind::Exp, -inf, 0, 0},        {OpKind::Exp, inf, 0, inf},       {OpKind::Exp, nan, 0, nan},
-      {OpKind::Exp, 0, 0, 1},           {OpKind::Exp, 1000, 0, inf},      {OpKind::Exp, -1000, 0, 0},
-      {OpKind::Exp2, -inf, 0, 0},       {OpKind::Exp2, 3, 0, 8},          {OpKind::Exp2, -1, 0, 0.5},
-      {OpKind::Log, 0, 0, -inf},        {OpKind::Log, -0.0, 0, -inf},     {OpKind::Log, -1, 0, nan},
-      {OpKind::Log, inf, 0, inf},       {OpKind::Log, 1, 0, 0},           {OpKind::Log, nan, 0, nan},
-      {OpKind::Log2, 8, 0, 3},          {OpKind::Log2, 0, 0, -inf},       {OpKind::Log2, -inf, 0, nan},
-      {OpKind::Sin, inf, 0, nan},       {OpKind::Sin, -0.0, 0, -0.0},     {OpKind::Sin, 0, 0, 0},
-      {OpKind::Cos, inf, 0, nan},       {OpKind::Cos, 0, 0, 1},           {OpKind::Tanh, inf, 0, 1},
-      {OpKind::Tanh, -inf, 0, -1},      {OpKind::Tanh, -0.0, 0, -0.0},    {OpKind::Tanh, nan, 0, nan},
-      {OpKind::Pow, nan, 0, 1},         {OpKind::Pow, 1, nan, 1},         {OpKind::Pow, -2, 3, -8},
-      {OpKind::Pow, -2, 0.5, nan},      {OpKind::Pow, 0, -1, inf},        {OpKind::Pow, -0.0, -3, -inf},
-      {OpKind::Pow, -0.0, 3, -0.0},     {OpKind::Pow, 0, 2, 0},           {OpKind::Pow, -1, inf, 1},
-      {OpKind::Pow, 0.5, inf, 0},       {OpKind::Pow, 2, inf, inf},       {OpKind::Pow, 0.5, -inf, inf},
-      {OpKind::Pow, -inf, -3, -0.0},    {OpKind::Pow, -inf, 3, -inf},     {OpKind::Pow, -inf, 2, inf},
-      {OpKind::Pow, inf, -1, 0},        {OpKind::Pow, 2, 10, 1024},   {OpKind::Pow, nan, 1, nan},
+      {OpKind::Exp, -inf, 0, 0},     {OpKind::Exp, inf, 0, inf},    {OpKind::Exp, nan, 0, nan},
+      {OpKind::Exp, 0, 0, 1},        {OpKind::Exp, 1000, 0, inf},   {OpKind::Exp, -1000, 0, 0},
+      {OpKind::Exp2, -inf, 0, 0},    {OpKind::Exp2, 3, 0, 8},       {OpKind::Exp2, -1, 0, 0.5},
+      {OpKind::Log, 0, 0, -inf},     {OpKind::Log, -0.0, 0, -inf},  {OpKind::Log, -1, 0, nan},
+      {OpKind::Log, inf, 0, inf},    {OpKind::Log, 1, 0, 0},        {OpKind::Log, nan, 0, nan},
+      {OpKind::Log2, 8, 0, 3},       {OpKind::Log2, 0, 0, -inf},    {OpKind::Log2, -inf, 0, nan},
+      {OpKind::Sin, inf, 0, nan},    {OpKind::Sin, -0.0, 0, -0.0},  {OpKind::Sin, 0, 0, 0},
+      {OpKind::Cos, inf, 0, nan},    {OpKind::Cos, 0, 0, 1},        {OpKind::Tanh, inf, 0, 1},
+      {OpKind::Tanh, -inf, 0, -1},   {OpKind::Tanh, -0.0, 0, -0.0}, {OpKind::Tanh, nan, 0, nan},
+      {OpKind::Pow, nan, 0, 1},      {OpKind::Pow, 1, nan, 1},      {OpKind::Pow, -2, 3, -8},
+      {OpKind::Pow, -2, 0.5, nan},   {OpKind::Pow, 0, -1, inf},     {OpKind::Pow, -0.0, -3, -inf},
+      {OpKind::Pow, -0.0, 3, -0.0},  {OpKind::Pow, 0, 2, 0},        {OpKind::Pow, -1, inf, 1},
+      {OpKind::Pow, 0.5, inf, 0},    {OpKind::Pow, 2, inf, inf},    {OpKind::Pow, 0.5, -inf, inf},
+      {OpKind::Pow, -inf, -3, -0.0}, {OpKind::Pow, -inf, 3, -inf},  {OpKind::Pow, -inf, 2, inf},
+      {OpKind::Pow, inf, -1, 0},     {OpKind::Pow, 2, 10, 1024},    {OpKind::Pow, nan, 1, nan},
   };
   for (ElemType t : {ElemType::F32, ElemType::F64}) {
     std::map<OpKind, std::vector<const Special*>> by_op;
@@ -254,8 +279,10 @@ TEST_CASE("math functions give IEEE special values", "[cpu][math]") {
         const double want = t == ElemType::F32 ? static_cast<float>(list[i]->want) : list[i]->want;
         INFO(ir::op_name(op) << " " << ir::elem_name(t) << "(" << list[i]->x << ", " << list[i]->y
                              << ") = " << got[i] << ", want " << want);
-        if (std::isnan(want)) CHECK(std::isnan(got[i]));
-        else CHECK((got[i] == want && std::signbit(got[i]) == std::signbit(want)));
+        if (std::isnan(want))
+          CHECK(std::isnan(got[i]));
+        else
+          CHECK((got[i] == want && std::signbit(got[i]) == std::signbit(want)));
       }
     }
   }

@@ -9,8 +9,8 @@
 #include <limits>
 
 #include "ir/builder.h"
-#include "tests/compiler/op_kernels.h"
 #include "tests/compiler/cpu/cpu_test_util.h"
+#include "tests/compiler/op_kernels.h"
 
 using namespace kiln;
 using namespace kiln::test::ops;
@@ -27,15 +27,21 @@ struct V {
   uint64_t i = 0;
 };
 
-int bits(ElemType t) { return ir::elem_bits(t); }
-uint64_t mask(ElemType t) { return bits(t) >= 64 ? ~uint64_t{0} : (uint64_t{1} << bits(t)) - 1; }
+int bits(ElemType t) {
+  return ir::elem_bits(t);
+}
+uint64_t mask(ElemType t) {
+  return bits(t) >= 64 ? ~uint64_t{0} : (uint64_t{1} << bits(t)) - 1;
+}
 uint64_t norm(ElemType t, uint64_t v) {  // to the type's width, sign-extended when signed
   if (t == ElemType::Bool) return v & 1;
   v &= mask(t);
   if (ir::is_signed(t) && bits(t) < 64 && (v >> (bits(t) - 1)) & 1) v |= ~mask(t);
   return v;
 }
-double round_t(ElemType t, double x) { return ir::round_float_literal(t, x); }
+double round_t(ElemType t, double x) {
+  return ir::round_float_literal(t, x);
+}
 
 V load(ElemType t, const uint8_t* p) {
   V v;
@@ -58,7 +64,9 @@ V load(ElemType t, const uint8_t* p) {
       v.f = f;
       break;
     }
-    case ElemType::F64: std::memcpy(&v.f, p, 8); break;
+    case ElemType::F64:
+      std::memcpy(&v.f, p, 8);
+      break;
     default: {
       uint64_t b = 0;
       std::memcpy(&b, p, static_cast<size_t>(ir::elem_bytes(t)));
@@ -85,8 +93,11 @@ void store(ElemType t, uint8_t* p, V v) {
       std::memcpy(p, &f, 4);
       break;
     }
-    case ElemType::F64: std::memcpy(p, &v.f, 8); break;
-    default: std::memcpy(p, &v.i, static_cast<size_t>(ir::elem_bytes(t)));
+    case ElemType::F64:
+      std::memcpy(p, &v.f, 8);
+      break;
+    default:
+      std::memcpy(p, &v.i, static_cast<size_t>(ir::elem_bytes(t)));
   }
 }
 
@@ -96,29 +107,57 @@ std::string show(ElemType t, V v) {
   return fmt::format("{}", v.i);
 }
 
-// ---- inputs --------------------------------------------------------------------------------------
+// ---- inputs
+// --------------------------------------------------------------------------------------
 
 std::vector<V> edges(ElemType t) {
   std::vector<V> e;
   if (t == ElemType::Bool) return {V{0, 0}, V{0, 1}};
   if (ir::is_float(t)) {
-    const double max = t == ElemType::F16 ? 65504.0 : t == ElemType::BF16 ? 3.3895313892515355e38
-                     : t == ElemType::F32 ? 3.4028234663852886e38 : std::numeric_limits<double>::max();
-    const double tiny = t == ElemType::F16 ? std::ldexp(1.0, -24) : t == ElemType::BF16 ? std::ldexp(1.0, -133)
-                      : t == ElemType::F32 ? std::ldexp(1.0, -149) : std::numeric_limits<double>::denorm_min();
-    const double min_normal = t == ElemType::F16 ? std::ldexp(1.0, -14) : t == ElemType::F64 ? 2.2250738585072014e-308
-                            : std::ldexp(1.0, -126);
-    for (double x : std::initializer_list<double>{0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 1.5, 2.5, -2.5, 3.0, 0.1, 100.0, -7.0, max, -max,
-                     tiny, -tiny, tiny * 3, min_normal, -min_normal, min_normal - tiny,
-                     double(INFINITY), -double(INFINITY), double(NAN)})
+    const double max = t == ElemType::F16    ? 65504.0
+                       : t == ElemType::BF16 ? 3.3895313892515355e38
+                       : t == ElemType::F32  ? 3.4028234663852886e38
+                                             : std::numeric_limits<double>::max();
+    const double tiny = t == ElemType::F16    ? std::ldexp(1.0, -24)
+                        : t == ElemType::BF16 ? std::ldexp(1.0, -133)
+                        : t == ElemType::F32  ? std::ldexp(1.0, -149)
+                                              : std::numeric_limits<double>::denorm_min();
+    const double min_normal = t == ElemType::F16   ? std::ldexp(1.0, -14)
+                              : t == ElemType::F64 ? 2.2250738585072014e-308
+                                                   : std::ldexp(1.0, -126);
+    for (double x : std::initializer_list<double>{0.0,
+                                                  -0.0,
+                                                  1.0,
+                                                  -1.0,
+                                                  0.5,
+                                                  -0.5,
+                                                  1.5,
+                                                  2.5,
+                                                  -2.5,
+                                                  3.0,
+                                                  0.1,
+                                                  100.0,
+                                                  -7.0,
+                                                  max,
+                                                  -max,
+                                                  tiny,
+                                                  -tiny,
+                                                  tiny * 3,
+                                                  min_normal,
+                                                  -min_normal,
+                                                  min_normal - tiny,
+                                                  double(INFINITY),
+                                                  -double(INFINITY),
+                                                  double(NAN)})
       e.push_back(V{round_t(t, x), 0});
     return e;
   }
   const int w = bits(t);
   const uint64_t mn = ir::is_signed(t) ? (uint64_t{1} << (w - 1)) : 0;
   const uint64_t mx = ir::is_signed(t) ? mn - 1 : mask(t);
-  for (uint64_t x : {uint64_t{0}, uint64_t{1}, ~uint64_t{0}, uint64_t{2}, uint64_t{3}, uint64_t{7},
-                     mn, mx, mn + 1, mx - 1, uint64_t(w), uint64_t(w + 1), uint64_t(2 * w + 3), uint64_t{100}})
+  for (uint64_t x :
+       {uint64_t{0}, uint64_t{1}, ~uint64_t{0}, uint64_t{2}, uint64_t{3}, uint64_t{7}, mn, mx,
+        mn + 1, mx - 1, uint64_t(w), uint64_t(w + 1), uint64_t(2 * w + 3), uint64_t{100}})
     e.push_back(V{0, norm(t, x)});
   return e;
 }
@@ -139,35 +178,62 @@ V random_value(ElemType t) {
   return load(t, b);
 }
 
-// ---- reference semantics (ir/ir.h) ------------------------------------------------------------------
+// ---- reference semantics (ir/ir.h)
+// ------------------------------------------------------------------
 
 // Float arithmetic "as if in f32 and rounded once" for f16/bf16; natively for f32 and f64.
 double farith(ElemType t, OpKind op, double a, double b, double c) {
   if (t == ElemType::F64) {
     switch (op) {
-      case OpKind::Add: return a + b;
-      case OpKind::Sub: return a - b;
-      case OpKind::Mul: return a * b;
-      case OpKind::Div: return a / b;
-      case OpKind::Rem: return std::fmod(a, b);
-      case OpKind::Fma: return std::fma(a, b, c);
-      case OpKind::Sqrt: return std::sqrt(a);
-      case OpKind::Rsqrt: return 1.0 / std::sqrt(a);
-      default: break;
+      case OpKind::Add:
+        return a + b;
+      case OpKind::Sub:
+        return a - b;
+      case OpKind::Mul:
+        return a * b;
+      case OpKind::Div:
+        return a / b;
+      case OpKind::Rem:
+        return std::fmod(a, b);
+      case OpKind::Fma:
+        return std::fma(a, b, c);
+      case OpKind::Sqrt:
+        return std::sqrt(a);
+      case OpKind::Rsqrt:
+        return 1.0 / std::sqrt(a);
+      default:
+        break;
     }
   }
   const float x = static_cast<float>(a), y = static_cast<float>(b), z = static_cast<float>(c);
   float r = 0;
   switch (op) {
-    case OpKind::Add: r = x + y; break;
-    case OpKind::Sub: r = x - y; break;
-    case OpKind::Mul: r = x * y; break;
-    case OpKind::Div: r = x / y; break;
-    case OpKind::Rem: r = std::fmod(x, y); break;
-    case OpKind::Fma: r = std::fma(x, y, z); break;
-    case OpKind::Sqrt: r = std::sqrt(x); break;
-    case OpKind::Rsqrt: r = 1.0f / std::sqrt(x); break;
-    default: break;
+    case OpKind::Add:
+      r = x + y;
+      break;
+    case OpKind::Sub:
+      r = x - y;
+      break;
+    case OpKind::Mul:
+      r = x * y;
+      break;
+    case OpKind::Div:
+      r = x / y;
+      break;
+    case OpKind::Rem:
+      r = std::fmod(x, y);
+      break;
+    case OpKind::Fma:
+      r = std::fma(x, y, z);
+      break;
+    case OpKind::Sqrt:
+      r = std::sqrt(x);
+      break;
+    case OpKind::Rsqrt:
+      r = 1.0f / std::sqrt(x);
+      break;
+    default:
+      break;
   }
   return round_t(t, r);
 }
@@ -186,13 +252,17 @@ V cast_ref(ElemType from, ElemType to, V a) {
     return r;
   }
   if (ir::is_float(to)) {
-    if (ir::is_float(from)) r.f = round_t(to, a.f);
-    else if (from == ElemType::Bool) r.f = static_cast<double>(a.i);
+    if (ir::is_float(from))
+      r.f = round_t(to, a.f);
+    else if (from == ElemType::Bool)
+      r.f = static_cast<double>(a.i);
     else if (ir::is_signed(from)) {
       const auto v = static_cast<int64_t>(a.i);
-      r.f = to == ElemType::F32 ? static_cast<double>(static_cast<float>(v)) : round_t(to, static_cast<double>(v));
+      r.f = to == ElemType::F32 ? static_cast<double>(static_cast<float>(v))
+                                : round_t(to, static_cast<double>(v));
     } else {
-      r.f = to == ElemType::F32 ? static_cast<double>(static_cast<float>(a.i)) : round_t(to, static_cast<double>(a.i));
+      r.f = to == ElemType::F32 ? static_cast<double>(static_cast<float>(a.i))
+                                : round_t(to, static_cast<double>(a.i));
     }
     return r;
   }
@@ -202,7 +272,7 @@ V cast_ref(ElemType from, ElemType to, V a) {
     const int w = bits(to);
     if (ir::is_signed(to)) {
       const double lo = -std::ldexp(1.0, w - 1), hi = std::ldexp(1.0, w - 1);
-      const int64_t v = t <= lo ? static_cast<int64_t>(norm(to, uint64_t{1} << (w - 1)))
+      const int64_t v = t <= lo   ? static_cast<int64_t>(norm(to, uint64_t{1} << (w - 1)))
                         : t >= hi ? static_cast<int64_t>(norm(to, (uint64_t{1} << (w - 1)) - 1))
                                   : static_cast<int64_t>(t);
       r.i = norm(to, static_cast<uint64_t>(v));
@@ -229,8 +299,10 @@ V ref(OpKind op, ElemType t, ElemType rt, V a, V b, V c) {
     case OpKind::Add:
     case OpKind::Sub:
     case OpKind::Mul:
-      if (fl) r.f = farith(t, op, a.f, b.f, 0);
-      else r.i = norm(t, op == OpKind::Add ? a.i + b.i : op == OpKind::Sub ? a.i - b.i : a.i * b.i);
+      if (fl)
+        r.f = farith(t, op, a.f, b.f, 0);
+      else
+        r.i = norm(t, op == OpKind::Add ? a.i + b.i : op == OpKind::Sub ? a.i - b.i : a.i * b.i);
       return r;
     case OpKind::Div:
     case OpKind::Rem: {
@@ -250,32 +322,58 @@ V ref(OpKind op, ElemType t, ElemType rt, V a, V b, V c) {
     }
     case OpKind::Min:
     case OpKind::Max:
-      if (fl) r.f = fminmax(op == OpKind::Max, a.f, b.f);
-      else r = (cmp(a, b) < 0) == (op == OpKind::Min) ? a : b;
+      if (fl)
+        r.f = fminmax(op == OpKind::Max, a.f, b.f);
+      else
+        r = (cmp(a, b) < 0) == (op == OpKind::Min) ? a : b;
       return r;
     case OpKind::Clamp:
       r = ref(OpKind::Min, t, t, ref(OpKind::Max, t, t, a, b, {}), c, {});
       return r;
     case OpKind::Neg:
-      if (fl) r.f = -a.f;
-      else r.i = norm(t, 0 - a.i);
+      if (fl)
+        r.f = -a.f;
+      else
+        r.i = norm(t, 0 - a.i);
       return r;
     case OpKind::Abs:
-      if (fl) r.f = std::fabs(a.f);
-      else r.i = sg && s(a) < 0 ? norm(t, 0 - a.i) : a.i;
+      if (fl)
+        r.f = std::fabs(a.f);
+      else
+        r.i = sg && s(a) < 0 ? norm(t, 0 - a.i) : a.i;
       return r;
     case OpKind::Fma:
     case OpKind::Sqrt:
-    case OpKind::Rsqrt: r.f = farith(t, op, a.f, b.f, c.f); return r;
-    case OpKind::Floor: r.f = std::floor(a.f); return r;
-    case OpKind::Ceil: r.f = std::ceil(a.f); return r;
-    case OpKind::Round: r.f = std::round(a.f); return r;
-    case OpKind::Trunc: r.f = std::trunc(a.f); return r;
-    case OpKind::And: r.i = norm(t, a.i & b.i); return r;
-    case OpKind::Or: r.i = norm(t, a.i | b.i); return r;
-    case OpKind::Xor: r.i = norm(t, a.i ^ b.i); return r;
-    case OpKind::Not: r.i = norm(t, ~a.i); return r;
-    case OpKind::Shl: r.i = norm(t, a.i << (b.i & static_cast<uint64_t>(w - 1))); return r;
+    case OpKind::Rsqrt:
+      r.f = farith(t, op, a.f, b.f, c.f);
+      return r;
+    case OpKind::Floor:
+      r.f = std::floor(a.f);
+      return r;
+    case OpKind::Ceil:
+      r.f = std::ceil(a.f);
+      return r;
+    case OpKind::Round:
+      r.f = std::round(a.f);
+      return r;
+    case OpKind::Trunc:
+      r.f = std::trunc(a.f);
+      return r;
+    case OpKind::And:
+      r.i = norm(t, a.i & b.i);
+      return r;
+    case OpKind::Or:
+      r.i = norm(t, a.i | b.i);
+      return r;
+    case OpKind::Xor:
+      r.i = norm(t, a.i ^ b.i);
+      return r;
+    case OpKind::Not:
+      r.i = norm(t, ~a.i);
+      return r;
+    case OpKind::Shl:
+      r.i = norm(t, a.i << (b.i & static_cast<uint64_t>(w - 1)));
+      return r;
     case OpKind::Shr: {
       const uint64_t n = b.i & static_cast<uint64_t>(w - 1);
       r.i = sg ? norm(t, static_cast<uint64_t>(s(a) >> n)) : (a.i & mask(t)) >> n;
@@ -290,20 +388,34 @@ V ref(OpKind op, ElemType t, ElemType rt, V a, V b, V c) {
       bool v;
       if (fl) {
         const double x = a.f, y = b.f;
-        v = op == OpKind::Eq ? x == y : op == OpKind::Ne ? !(x == y) : op == OpKind::Lt ? x < y
-          : op == OpKind::Le ? x <= y : op == OpKind::Gt ? x > y : x >= y;
+        v = op == OpKind::Eq   ? x == y
+            : op == OpKind::Ne ? !(x == y)
+            : op == OpKind::Lt ? x < y
+            : op == OpKind::Le ? x <= y
+            : op == OpKind::Gt ? x > y
+                               : x >= y;
       } else {
         const int c2 = cmp(a, b);
-        v = op == OpKind::Eq ? c2 == 0 : op == OpKind::Ne ? c2 != 0 : op == OpKind::Lt ? c2 < 0
-          : op == OpKind::Le ? c2 <= 0 : op == OpKind::Gt ? c2 > 0 : c2 >= 0;
+        v = op == OpKind::Eq   ? c2 == 0
+            : op == OpKind::Ne ? c2 != 0
+            : op == OpKind::Lt ? c2 < 0
+            : op == OpKind::Le ? c2 <= 0
+            : op == OpKind::Gt ? c2 > 0
+                               : c2 >= 0;
       }
       r.i = v;
       return r;
     }
-    case OpKind::IsNan: r.i = std::isnan(a.f); return r;
-    case OpKind::IsInf: r.i = std::isinf(a.f); return r;
-    case OpKind::Cast: return cast_ref(t, rt, a);
-    default: break;
+    case OpKind::IsNan:
+      r.i = std::isnan(a.f);
+      return r;
+    case OpKind::IsInf:
+      r.i = std::isinf(a.f);
+      return r;
+    case OpKind::Cast:
+      return cast_ref(t, rt, a);
+    default:
+      break;
   }
   FAIL("no reference for " << ir::op_name(op));
   return r;
@@ -330,7 +442,8 @@ void check(ElemType t, int lanes, const std::vector<Case>& cases) {
     for (int a = 0; a < 3; ++a) {
       // Every pair of edge values meets; the rest is random.
       const size_t idx = a == 0 ? i : a == 1 ? i / e.size() : i * 7 + 3;
-      V v = (i < e.size() * e.size() || (a == 0 && i < 2 * e.size())) ? e[idx % e.size()] : random_value(t);
+      V v = (i < e.size() * e.size() || (a == 0 && i < 2 * e.size())) ? e[idx % e.size()]
+                                                                      : random_value(t);
       store(t, in[a].data() + i * es, v);
       vin[a][i] = load(t, in[a].data() + i * es);  // exactly what the kernel sees
     }
@@ -352,16 +465,17 @@ void check(ElemType t, int lanes, const std::vector<Case>& cases) {
       const V got = load(c.result, out[j].data() + i * rs);
       if (!same(c.result, want, got, c.op)) {
         ++failures;
-        FAIL_CHECK(ir::op_name(c.op) << " -> " << ir::elem_name(c.result) << " of ("
-                                     << show(t, vin[0][i]) << ", " << show(t, vin[1][i]) << ", "
-                                     << show(t, vin[2][i]) << "): want " << show(c.result, want)
-                                     << ", got " << show(c.result, got));
+        FAIL_CHECK(ir::op_name(c.op)
+                   << " -> " << ir::elem_name(c.result) << " of (" << show(t, vin[0][i]) << ", "
+                   << show(t, vin[1][i]) << ", " << show(t, vin[2][i]) << "): want "
+                   << show(c.result, want) << ", got " << show(c.result, got));
       }
     }
     if (c.op == OpKind::Select)
       for (size_t i = 0; i < n; ++i) {
-        const bool cond = t == ElemType::Bool ? vin[0][i].i != 0
-                                              : ref(OpKind::Lt, t, ElemType::Bool, vin[0][i], vin[1][i], {}).i != 0;
+        const bool cond = t == ElemType::Bool
+                              ? vin[0][i].i != 0
+                              : ref(OpKind::Lt, t, ElemType::Bool, vin[0][i], vin[1][i], {}).i != 0;
         const V want = cond ? vin[1][i] : vin[2][i];
         const V got = load(t, out[j].data() + i * rs);
         if (!same(t, want, got, OpKind::Select)) {

@@ -26,7 +26,8 @@ std::vector<const dsl::KernelDef*> all_kernels() {
 
 TEST_CASE("every registered kernel compiles for every target and assembles", "[cuda][compile]") {
   const auto kernels = all_kernels();
-  REQUIRE(kernels.size() >= 17);  // 9 shipped, 8 of the unit-loop tests, more from the runtime tests
+  REQUIRE(kernels.size() >=
+          17);  // 9 shipped, 8 of the unit-loop tests, more from the runtime tests
   for (const dsl::KernelDef* d : kernels) {
     const ir::Kernel k = test::traced(*d);
     for (const char* arch : test::kCudaTargets) {
@@ -41,7 +42,8 @@ TEST_CASE("every instantiation, line width and checked mode compiles", "[cuda][c
     for (const auto& inst : d->instantiations) {
       dsl::SpecOptions o;
       for (const auto& p : inst.params)
-        if (p.kind == dsl::ParamKind::Tensor || p.kind == dsl::ParamKind::Array) o.dtype[p.name] = std::string(ir::elem_name(p.dtype));
+        if (p.kind == dsl::ParamKind::Tensor || p.kind == dsl::ParamKind::Array)
+          o.dtype[p.name] = std::string(ir::elem_name(p.dtype));
       INFO(d->name << " (" << inst.dtype_summary() << "), checked");
       test::cuda_build(test::traced(*d, o), "sm_90a", /*checked=*/true);
     }
@@ -52,7 +54,8 @@ TEST_CASE("every instantiation, line width and checked mode compiles", "[cuda][c
   wide.line = {{"x", 16}, {"y", 16}};
   auto b = test::cuda_build(test::traced(*axpy, wide), "sm_89");
   size_t v4 = 0;
-  for (size_t p = b.compiled.ptx.find("ld.global.v4"); p != std::string::npos; p = b.compiled.ptx.find("ld.global.v4", p + 1))
+  for (size_t p = b.compiled.ptx.find("ld.global.v4"); p != std::string::npos;
+       p = b.compiled.ptx.find("ld.global.v4", p + 1))
     ++v4;
   CHECK(v4 == 8);
   const dsl::KernelDef* scale = dsl::Registry::global().find("scale_generic");
@@ -78,13 +81,24 @@ void compile_op_kernels(const char* arch) {
     INFO(arch << ", casts from " << ir::elem_name(from));
     test::cuda_build(build(from, 4, casts), arch);
   }
-  for (auto [from, to] : test::kBitcastPairs) test::cuda_build(build(from, 4, {{OpKind::Bitcast, to, 1}}), arch);
+  for (auto [from, to] : test::kBitcastPairs)
+    test::cuda_build(build(from, 4, {{OpKind::Bitcast, to, 1}}), arch);
 }
-TEST_CASE("every op-kind kernel compiles for sm_80 and assembles", "[cuda][compile][ops]") { compile_op_kernels("sm_80"); }
-TEST_CASE("every op-kind kernel compiles for sm_89 and assembles", "[cuda][compile][ops]") { compile_op_kernels("sm_89"); }
-TEST_CASE("every op-kind kernel compiles for sm_90a and assembles", "[cuda][compile][ops]") { compile_op_kernels("sm_90a"); }
-TEST_CASE("every op-kind kernel compiles for sm_100a and assembles", "[cuda][compile][ops]") { compile_op_kernels("sm_100a"); }
-TEST_CASE("every op-kind kernel compiles for sm_120a and assembles", "[cuda][compile][ops]") { compile_op_kernels("sm_120a"); }
+TEST_CASE("every op-kind kernel compiles for sm_80 and assembles", "[cuda][compile][ops]") {
+  compile_op_kernels("sm_80");
+}
+TEST_CASE("every op-kind kernel compiles for sm_89 and assembles", "[cuda][compile][ops]") {
+  compile_op_kernels("sm_89");
+}
+TEST_CASE("every op-kind kernel compiles for sm_90a and assembles", "[cuda][compile][ops]") {
+  compile_op_kernels("sm_90a");
+}
+TEST_CASE("every op-kind kernel compiles for sm_100a and assembles", "[cuda][compile][ops]") {
+  compile_op_kernels("sm_100a");
+}
+TEST_CASE("every op-kind kernel compiles for sm_120a and assembles", "[cuda][compile][ops]") {
+  compile_op_kernels("sm_120a");
+}
 
 TEST_CASE("resources come from the ptxas report", "[cuda][compile]") {
   const std::string log =
@@ -151,7 +165,8 @@ TEST_CASE("targets parse and errors name the fix", "[cuda][compile]") {
 }
 
 TEST_CASE("an NVRTC failure carries the log and the generated source", "[cuda][compile]") {
-  auto r = cuda::compile_cuda("extern \"C\" __global__ void k() { undefined_thing(); }", "broken.cu", "sm_80", false);
+  auto r = cuda::compile_cuda("extern \"C\" __global__ void k() { undefined_thing(); }",
+                              "broken.cu", "sm_80", false);
   REQUIRE_FALSE(r.ok());
   CHECK(r.error().kind == ErrorKind::Compile);
   CHECK_THAT(r.error().message, Contains("broken.cu for sm_80") && Contains("undefined_thing") &&

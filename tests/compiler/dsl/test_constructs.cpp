@@ -6,8 +6,8 @@
 
 using namespace kiln;
 using namespace kiln::dsl;
-using kiln::test::traced_ir;
 using Catch::Contains;
+using kiln::test::traced_ir;
 
 namespace {
 
@@ -17,8 +17,8 @@ const char* kFile = "tests/compiler/dsl/test_constructs.cpp";
 void t_arith(Tensor<f32> y, Tensor<const i32> n, f32 a, u32 k) {
   u32 i = absolute_pos();
   f32 v = y[i];
-  f32 w = (v + a) * 2 - v / 4.0f + (-v);   // literals adapt to f32; the scalar a broadcasts
-  y[i] = w % 3.0f;                          // MARK:rem
+  f32 w = (v + a) * 2 - v / 4.0f + (-v);  // literals adapt to f32; the scalar a broadcasts
+  y[i] = w % 3.0f;                        // MARK:rem
   i32 m = n[i];
   i32 bits = ((m & 0xff) | (m ^ 7)) << 2 >> 1;
   i32 neg = ~bits;
@@ -32,10 +32,10 @@ TEST_CASE("arithmetic, bitwise and logical operators", "[dsl]") {
   const std::string ir = traced_ir("t_arith");
   CHECK_THAT(ir, Contains("%y: tensor<f32x4, 1>, %n: tensor<i32, 1, ro>, %a: f32, %k: u32"));
   CHECK_THAT(ir, Contains("= broadcast %a : f32x4"));
-  CHECK_THAT(ir, Contains("= const 2.0 : f32x4"));   // literal adapts to the line
+  CHECK_THAT(ir, Contains("= const 2.0 : f32x4"));  // literal adapts to the line
   CHECK_THAT(ir, Contains("= const 4.0 : f32x4"));
-  for (const char* op : {"add", "mul", "sub", "div", "neg", "rem", "and", "or", "xor", "shl",
-                         "shr", "not", "lt", "eq", "ge", "select"})
+  for (const char* op : {"add", "mul", "sub", "div", "neg", "rem", "and", "or", "xor", "shl", "shr",
+                         "not", "lt", "eq", "ge", "select"})
     CHECK_THAT(ir, Contains(std::string(" = ") + op + " "));
   CHECK_THAT(ir, Contains("= const 255 : i32"));
   // Locations point into this file.
@@ -73,9 +73,9 @@ TEST_CASE("casts, bitcasts, lines and math functions", "[dsl]") {
   CHECK_THAT(ir, Contains("= const 1.5 : f32x4"));
   CHECK_THAT(ir, Contains("= extract "));
   CHECK_THAT(ir, Contains("= insert "));
-  for (const char* op : {"sqrt", "rsqrt", "exp", "exp2", "log", "log2", "sin", "cos", "tanh", "pow",
-                         "floor", "ceil", "round", "trunc", "min", "max", "clamp", "fma", "abs",
-                         "is_nan", "is_inf"})
+  for (const char* op :
+       {"sqrt", "rsqrt", "exp",   "exp2", "log", "log2",  "sin", "cos", "tanh",   "pow",   "floor",
+        "ceil", "round", "trunc", "min",  "max", "clamp", "fma", "abs", "is_nan", "is_inf"})
     CHECK_THAT(ir, Contains(std::string(" = ") + op + " "));
   CHECK_THAT(ir, Contains("= const -1.0 : f32"));  // integer literal, exactly representable
 }
@@ -84,8 +84,9 @@ TEST_CASE("casts, bitcasts, lines and math functions", "[dsl]") {
 void t_builtins(Array<u32> out) {
   u32 s = unit_pos() + unit_pos_x() + unit_pos_y() + unit_pos_z() + cube_pos() + cube_pos_x() +
           cube_pos_y() + cube_pos_z() + absolute_pos() + absolute_pos_x() + absolute_pos_y() +
-          absolute_pos_z() + cube_dim() + cube_dim_x() + cube_dim_y() + cube_dim_z() + cube_count() +
-          cube_count_x() + cube_count_y() + cube_count_z() + plane_dim() + plane_lane() + plane_pos();
+          absolute_pos_z() + cube_dim() + cube_dim_x() + cube_dim_y() + cube_dim_z() +
+          cube_count() + cube_count_x() + cube_count_y() + cube_count_z() + plane_dim() +
+          plane_lane() + plane_pos();
   out[absolute_pos()] = s;
 }
 KILN_KERNEL(t_builtins, "out");
@@ -109,7 +110,10 @@ void t_control(Tensor<i32> y, u32 n) {
   Var<i32> acc = 0;
   if_(i < n, [&] { acc = 1; }).else_if_(i == n, [&] { acc = 2; }).else_([&] { acc = 3; });
   for_range(0u, n, [&](u32 j) { acc += cast<i32>(j); });
-  for_range(n, 0u, 2u, [&](u32 j) { if_(j == 4u, [&] { continue_(); }); acc -= 1; });
+  for_range(n, 0u, 2u, [&](u32 j) {
+    if_(j == 4u, [&] { continue_(); });
+    acc -= 1;
+  });
   for_range(0, 8, 1, unroll(4), [&](i32 j) { acc *= j; });
   for_range(0u, 4u, 1u, unroll_full, [&](u32) { acc ^= 1; });
   Var<u32> k = 0u;
@@ -224,8 +228,8 @@ void t_generic(Tensor<T> x, Op op, Tile tile, int scale) {
   if (tile.transposed) v = v * scale;
   x[i] = v;
 }
-KILN_KERNEL_GENERIC(t_generic, "x, op = Add, tile = {m=2, n=1, transposed=false}, scale = 3",
-                    f32, f16, i64);
+KILN_KERNEL_GENERIC(t_generic, "x, op = Add, tile = {m=2, n=1, transposed=false}, scale = 3", f32,
+                    f16, i64);
 
 TEST_CASE("helpers, generic kernels and comptime enums and structs", "[dsl]") {
   std::string ir = traced_ir("t_generic");

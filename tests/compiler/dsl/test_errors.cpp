@@ -15,7 +15,9 @@ namespace {
 
 const char* kFile = "tests/compiler/dsl/test_errors.cpp";
 
-std::string at(const char* marker) { return test::marker_loc(kFile, marker) + ": error: "; }
+std::string at(const char* marker) {
+  return test::marker_loc(kFile, marker) + ": error: ";
+}
 
 void e_width(Tensor<f32> x, Tensor<f32> y) {
   u32 i = absolute_pos();
@@ -63,8 +65,8 @@ KILN_KERNEL(e_break, "y");
 void e_literal(Tensor<u8> y, Tensor<f32> z) {
   u32 i = absolute_pos();
   u8 v = y[i];
-  y[i] = v + 300;                    // ERR:literal
-  z[i] = z[i] * 16777217;            // not reached: the first error wins
+  y[i] = v + 300;          // ERR:literal
+  z[i] = z[i] * 16777217;  // not reached: the first error wins
 }
 KILN_KERNEL(e_literal, "y, z");
 
@@ -147,8 +149,9 @@ KILN_KERNEL(e_comptime, "y, n = 4");
 TEST_CASE("trace errors say what, where and how to fix it", "[dsl][errors]") {
   SECTION("line widths") {
     CHECK(test::trace_error("e_width") ==
-          at("ERR:width") + "'+' mixes a line of 4 lanes with a line of 8 lanes; the lines of "
-                            "one operation must have the same width (a scalar is broadcast)");
+          at("ERR:width") +
+              "'+' mixes a line of 4 lanes with a line of 8 lanes; the lines of "
+              "one operation must have the same width (a scalar is broadcast)");
   }
   SECTION("a value used outside its region") {
     CHECK_THAT(test::trace_error("e_scope"),
@@ -159,23 +162,27 @@ TEST_CASE("trace errors say what, where and how to fix it", "[dsl][errors]") {
   SECTION("a barrier under unit-dependent control flow") {
     const std::string if_loc = test::marker_loc(kFile, "ERR:divergent-if");
     CHECK(test::trace_error("e_barrier") ==
-          at("ERR:barrier") + "'sync_cube' is under control flow that differs between the units "
-                              "of the cube: the condition of the 'if' at " + if_loc +
+          at("ERR:barrier") +
+              "'sync_cube' is under control flow that differs between the units "
+              "of the cube: the condition of the 'if' at " +
+              if_loc +
               " depends on the unit. Every unit must reach the same barrier; move it out of that "
               "control flow or make the condition the same for all units");
   }
   SECTION("a plane op after an early return of some units") {
     CHECK_THAT(test::trace_error("e_plane"),
-               StartsWith(at("ERR:plane") + "'plane.sum' is under control flow that differs "
-                                            "between the units of a plane: the 'return' at " +
+               StartsWith(at("ERR:plane") +
+                          "'plane.sum' is under control flow that differs "
+                          "between the units of a plane: the 'return' at " +
                           test::marker_loc(kFile, "ERR:early-return")));
   }
   SECTION("writing a tensor passed read-only") {
     dsl::SpecOptions o;
     o.read_only["x"] = true;
     CHECK(test::trace_error("e_read_only", o) ==
-          at("ERR:read-only") + "tensor 'x' was passed read-only, so it cannot be written; pass "
-                                "it writable or do not store to it");
+          at("ERR:read-only") +
+              "tensor 'x' was passed read-only, so it cannot be written; pass "
+              "it writable or do not store to it");
     CHECK_THAT(test::trace_error("e_read_only"), StartsWith("(traced)"));
   }
   SECTION("break outside a loop") {
@@ -185,8 +192,9 @@ TEST_CASE("trace errors say what, where and how to fix it", "[dsl][errors]") {
   SECTION("literals that do not fit") {
     CHECK(test::trace_error("e_literal") == at("ERR:literal") + "literal 300 does not fit in u8");
     CHECK(test::trace_error("e_inexact") ==
-          at("ERR:inexact") + "integer literal 16777217 is not exactly representable in f32; "
-                              "write a floating-point literal if rounding is intended");
+          at("ERR:inexact") +
+              "integer literal 16777217 is not exactly representable in f32; "
+              "write a floating-point literal if rounding is intended");
   }
   SECTION("shared memory inside control flow") {
     CHECK_THAT(test::trace_error("e_shared_in_if"),
@@ -210,13 +218,15 @@ TEST_CASE("trace errors say what, where and how to fix it", "[dsl][errors]") {
   }
   SECTION("a line as a condition") {
     CHECK(test::trace_error("e_line_condition") ==
-          at("ERR:line-cond") + "if_ needs a single Bool, got a line of 4 lanes; reduce it with "
-                                "any(c) or all(c)");
+          at("ERR:line-cond") +
+              "if_ needs a single Bool, got a line of 4 lanes; reduce it with "
+              "any(c) or all(c)");
   }
   SECTION("a line written into a scalar variable") {
     CHECK(test::trace_error("e_var_width") ==
-          at("ERR:var-width") + "writing a line of 4 lanes into a Var<f32> of 1 lane; initialise "
-                                "the Var with a line of that width (splat)");
+          at("ERR:var-width") +
+              "writing a line of 4 lanes into a Var<f32> of 1 lane; initialise "
+              "the Var with a line of that width (splat)");
   }
   SECTION("a tensor dimension out of range") {
     CHECK(test::trace_error("e_dim") ==
@@ -224,8 +234,9 @@ TEST_CASE("trace errors say what, where and how to fix it", "[dsl][errors]") {
   }
   SECTION("a line stored into memory of another width") {
     CHECK(test::trace_error("e_store_width") ==
-          at("ERR:store-width") + "storing a line of 8 lanes into tensor 'y', whose lines have 4 "
-                                  "lanes");
+          at("ERR:store-width") +
+              "storing a line of 8 lanes into tensor 'y', whose lines have 4 "
+              "lanes");
   }
 }
 

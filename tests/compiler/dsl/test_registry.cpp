@@ -1,6 +1,6 @@
 // Registration strings, the registry, comptime value types, and deterministic tracing.
-#include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <catch2/catch.hpp>
 
 #include "compiler/dsl/dsl.h"
 #include "kernels/kernels.h"
@@ -12,19 +12,29 @@ using Catch::Contains;
 
 namespace {
 
-void r_missing_default(Tensor<f32> y, int n) { y[0] = cast<f32>(cast<u32>(n)); }
+void r_missing_default(Tensor<f32> y, int n) {
+  y[0] = cast<f32>(cast<u32>(n));
+}
 KILN_KERNEL(r_missing_default, "y, n");
 
-void r_default_on_runtime(Tensor<f32> y) { y[0] = 1.0f; }
+void r_default_on_runtime(Tensor<f32> y) {
+  y[0] = 1.0f;
+}
 KILN_KERNEL(r_default_on_runtime, "y = 3");
 
-void r_bad_attr(Tensor<f32> y) { y[0] = 1.0f; }
+void r_bad_attr(Tensor<f32> y) {
+  y[0] = 1.0f;
+}
 KILN_KERNEL(r_bad_attr, "y: line=3");
 
-void r_bad_default(Tensor<f32> y, bool flag) { if_(flag, [&] { y[0] = 1.0f; }); }
+void r_bad_default(Tensor<f32> y, bool flag) {
+  if_(flag, [&] { y[0] = 1.0f; });
+}
 KILN_KERNEL(r_bad_default, "y, flag = maybe");
 
-void r_duplicate(Tensor<f32> y) { y[0] = 1.0f; }
+void r_duplicate(Tensor<f32> y) {
+  y[0] = 1.0f;
+}
 KILN_KERNEL(r_duplicate, "y");
 KILN_KERNEL_AS("r_duplicate", r_duplicate, "y");
 
@@ -102,7 +112,7 @@ TEST_CASE("comptime value types parse, format and encode", "[dsl][comptime]") {
   CHECK(s->rows == -2);
   CHECK(s->cols == 4u);
   CHECK(ComptimeTraits<Shape2>::format(*s) == "{rows=-2, cols=4}");
-  CHECK_FALSE(ComptimeTraits<Shape2>::parse("{rows=1}").has_value());        // a field missing
+  CHECK_FALSE(ComptimeTraits<Shape2>::parse("{rows=1}").has_value());  // a field missing
   CHECK_FALSE(ComptimeTraits<Shape2>::parse("{rows=1, cols=2, x=3}").has_value());
   CHECK_FALSE(ComptimeTraits<Shape2>::parse("rows=1, cols=2").has_value());  // no braces
 
@@ -129,8 +139,10 @@ TEST_CASE("tracing is deterministic", "[dsl][determinism]") {
     auto b = dsl::trace(*d, *sel->inst, sel->request);
     INFO(d->name);
     REQUIRE(a.ok() == b.ok());
-    if (a.ok()) CHECK(ir::print(*a) == ir::print(*b));
-    else CHECK(a.error().message == b.error().message);
+    if (a.ok())
+      CHECK(ir::print(*a) == ir::print(*b));
+    else
+      CHECK(a.error().message == b.error().message);
   }
 }
 
@@ -178,7 +190,8 @@ TEST_CASE("the example kernels trace for several comptime values and line widths
   o.set["degree"] = "20";
   const std::string poly = test::traced_ir("poly_unrolled", o);
   size_t fmas = 0;
-  for (size_t p = poly.find("= fma "); p != std::string::npos; p = poly.find("= fma ", p + 1)) ++fmas;
+  for (size_t p = poly.find("= fma "); p != std::string::npos; p = poly.find("= fma ", p + 1))
+    ++fmas;
   CHECK(fmas == 20);
   CHECK_THAT(poly, !Contains("for %"));
 }

@@ -17,9 +17,12 @@ using test::compile_kernel;
 
 namespace {
 
-uint32_t div_up(uint64_t a, uint64_t b) { return static_cast<uint32_t>((a + b - 1) / b); }
+uint32_t div_up(uint64_t a, uint64_t b) {
+  return static_cast<uint32_t>((a + b - 1) / b);
+}
 
-dsl::SpecOptions with(std::array<uint32_t, 3> cube, std::initializer_list<std::pair<const char*, std::string>> set = {}) {
+dsl::SpecOptions with(std::array<uint32_t, 3> cube,
+                      std::initializer_list<std::pair<const char*, std::string>> set = {}) {
   dsl::SpecOptions o;
   o.cube_dim = cube;
   for (auto [n, v] : set) o.set[n] = v;
@@ -37,18 +40,21 @@ TEST_CASE("tiled matmul: barriers inside a loop", "[unit-loops]") {
     auto a = test::random_floats(static_cast<size_t>(m * kk));
     auto b = test::random_floats(static_cast<size_t>(kk * n));
     std::vector<float> c(static_cast<size_t>(m * n), NAN);
-    std::vector<HostArg> args{test::tensor(a, {m, kk}), test::tensor(b, {kk, n}), test::tensor(c, {m, n})};
+    std::vector<HostArg> args{test::tensor(a, {m, kk}), test::tensor(b, {kk, n}),
+                              test::tensor(c, {m, n})};
     test::run(*k, {div_up(n, t), div_up(m, t), 1}, args);
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) {
         double want = 0;
-        for (int64_t l = 0; l < kk; ++l) want += double(a[size_t(i * kk + l)]) * b[size_t(l * n + j)];
+        for (int64_t l = 0; l < kk; ++l)
+          want += double(a[size_t(i * kk + l)]) * b[size_t(l * n + j)];
         REQUIRE(std::fabs(c[size_t(i * n + j)] - want) <= 1e-4);
       }
   }
 }
 
-TEST_CASE("a barrier in a uniform if, with a variable and a local array across it", "[unit-loops]") {
+TEST_CASE("a barrier in a uniform if, with a variable and a local array across it",
+          "[unit-loops]") {
   for (uint32_t cd : {1u, 7u, 64u, 1024u}) {
     INFO("cube_dim " << cd);
     auto k = compile_kernel("u_uniform_if", with({cd, 1, 1}));
@@ -95,7 +101,8 @@ TEST_CASE("plane operations, full and partial planes", "[unit-loops][plane]") {
     auto in = test::random_floats(n);
     std::vector<float> out(n * 6, NAN);
     std::vector<uint32_t> flags(n * 3, 0xdeadbeef);
-    std::vector<HostArg> args{test::tensor(in), test::tensor(out, {int64_t(n), 6}), test::tensor(flags, {int64_t(n), 3})};
+    std::vector<HostArg> args{test::tensor(in), test::tensor(out, {int64_t(n), 6}),
+                              test::tensor(flags, {int64_t(n), 3})};
     test::run(*k, {cubes, 1, 1}, args);
     for (uint32_t c = 0; c < cubes; ++c)
       for (uint32_t u = 0; u < cd; ++u) {
@@ -162,7 +169,8 @@ TEST_CASE("atomics are exact across worker threads", "[unit-loops][atomics]") {
     std::vector<uint32_t> counters{0, 0, 0xffffffffu, 0};
     std::vector<double> sums{0};
     std::vector<uint32_t> ticket{0};
-    std::vector<HostArg> args{test::tensor(counters), test::tensor(sums), test::tensor(ticket), test::tensor(vals)};
+    std::vector<HostArg> args{test::tensor(counters), test::tensor(sums), test::tensor(ticket),
+                              test::tensor(vals)};
     test::run(*k, {cubes, 1, 1}, args);
     double want = 0;
     for (float v : vals) want += v;
@@ -218,7 +226,7 @@ TEST_CASE("print output arrives in order and a failed assert names its line", "[
   CHECK(r.error().kind == ErrorKind::KernelFault);
   CHECK_THAT(r.error().message,
              Catch::StartsWith(test::marker_loc("tests/compiler/passes/unit_loop_kernels.cpp",
-                                                   "assert_(x[absolute_pos()] >= 0") +
+                                                "assert_(x[absolute_pos()] >= 0") +
                                ": error: assertion failed in kernel 'u_print': x is never negative "
                                "(cube 1, unit 2)"));
 }
@@ -241,7 +249,8 @@ TEST_CASE("stress: barrier and atomic kernels many times on all threads", "[unit
   auto worker = [&](int iterations, std::atomic<int>& failures) {
     for (int it = 0; it < iterations; ++it) {
       std::vector<float> c(size_t(m * n), NAN);
-      std::vector<HostArg> args{test::tensor(a, {m, kk}), test::tensor(b, {kk, n}), test::tensor(c, {m, n})};
+      std::vector<HostArg> args{test::tensor(a, {m, kk}), test::tensor(b, {kk, n}),
+                                test::tensor(c, {m, n})};
       if (!test::try_run(*mm, {div_up(n, 8), div_up(m, 8), 1}, args, &pool).ok()) ++failures;
       for (size_t i = 0; i < c.size(); ++i)
         if (!(std::fabs(c[i] - want[i]) <= 1e-4f)) {
@@ -250,7 +259,8 @@ TEST_CASE("stress: barrier and atomic kernels many times on all threads", "[unit
         }
       std::vector<uint32_t> counters{0, 0, 0xffffffffu, 0}, ticket{0};
       std::vector<double> sums{0};
-      std::vector<HostArg> aargs{test::tensor(counters), test::tensor(sums), test::tensor(ticket), test::tensor(vals)};
+      std::vector<HostArg> aargs{test::tensor(counters), test::tensor(sums), test::tensor(ticket),
+                                 test::tensor(vals)};
       if (!test::try_run(*at, {200, 1, 1}, aargs, &pool).ok()) ++failures;
       if (counters[0] != 200 * 96 || ticket[0] != 200 * 96 || sums[0] != 200 * 96 * 0.5) ++failures;
     }

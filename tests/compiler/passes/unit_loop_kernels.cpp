@@ -15,8 +15,10 @@ void u_matmul(Tensor<const f32> a, Tensor<const f32> b, Tensor<f32> c, int tile)
   u32 m = a.shape(0), k = a.shape(1), n = b.shape(1);
   Var<f32> acc = 0.0f;
   for_range(0u, k, static_cast<uint32_t>(tile), [&](u32 k0) {
-    as[ty * tile + tx] = select(row < m && k0 + tx < k, a(min(row, m - 1u), min(k0 + tx, k - 1u)), 0.0f);
-    bs[ty * tile + tx] = select(k0 + ty < k && col < n, b(min(k0 + ty, k - 1u), min(col, n - 1u)), 0.0f);
+    as[ty * tile + tx] =
+        select(row < m && k0 + tx < k, a(min(row, m - 1u), min(k0 + tx, k - 1u)), 0.0f);
+    bs[ty * tile + tx] =
+        select(k0 + ty < k && col < n, b(min(k0 + ty, k - 1u), min(col, n - 1u)), 0.0f);
     sync_cube();
     for (int kk = 0; kk < tile; ++kk) acc += as[ty * tile + kk] * bs[kk * tile + tx];
     sync_cube();
@@ -50,12 +52,13 @@ void u_while(Tensor<const f32> in, Tensor<f32> out) {
   s[u] = in[absolute_pos()];
   sync_cube();
   Var<u32> width = cube_dim();
-  while_([&] { return width > 1u; }, [&] {
-    u32 half = (width + 1u) / 2u;
-    if_(u < width / 2u, [&] { s[u] += s[u + half]; });
-    sync_cube();
-    width = half;
-  });
+  while_([&] { return width > 1u; },
+         [&] {
+           u32 half = (width + 1u) / 2u;
+           if_(u < width / 2u, [&] { s[u] += s[u + half]; });
+           sync_cube();
+           width = half;
+         });
   if_(u == 0u, [&] { out[cube_pos()] = s[0]; });
 }
 KILN_KERNEL(u_while, "in, out").cube_dim(64);
@@ -100,11 +103,12 @@ void u_atomics(Tensor<u32> counters, Tensor<f64> sums, Tensor<u32> ticket, Tenso
   atomic_add(sums[0], cast<f64>(v));
   // A lock-free increment by compare-exchange.
   Var<u32> done = 0u;
-  while_([&] { return done == 0u; }, [&] {
-    u32 old = ticket[0];
-    u32 seen = atomic_cas(ticket[0], old, old + 1u);
-    if_(seen == old, [&] { done = 1u; });
-  });
+  while_([&] { return done == 0u; },
+         [&] {
+           u32 old = ticket[0];
+           u32 seen = atomic_cas(ticket[0], old, old + 1u);
+           if_(seen == old, [&] { done = 1u; });
+         });
   atomic_exchange(counters[3], 7u);
 }
 KILN_KERNEL(u_atomics, "counters, sums, ticket, vals").cube_dim(96);
@@ -133,4 +137,3 @@ void u_print(Tensor<const i32> x) {
   assert_(x[absolute_pos()] >= 0, "x is never negative");
 }
 KILN_KERNEL(u_print, "x").cube_dim(4);
-
