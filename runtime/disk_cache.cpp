@@ -1,34 +1,29 @@
-// Disk cache entries.
+// The disk cache's folders: <dir>/v2/<kind>/<first two hex digits>/<hash>.kc (format in
+// cache_entry.cpp).
 //
-// File layout (little-endian), at <dir>/v1/<kind>/<first two hex digits>/<hash>.kc:
-//   0  "KILNCACH"       magic
-//   8  u32 version      kFormatVersion; a newer kiln bumps it and ignores older files
-//  12  u32 meta bytes
-//  16  u64 blob bytes
-//  24  u64 checksum     XXH3-64 of meta + blob, seeded with kChecksumSeed
-//  32  meta, then blob
-// The checksum uses its own seed so that it can never equal the content hash the file is named
-// by: a checksum that happened to equal the name would prove nothing about the bytes.
+// Everything below <dir> is reached through open folder descriptors with O_NOFOLLOW, one level
+// at a time, so a symbolic link planted anywhere below the user's folder is never followed, and
+// every folder and file is checked for its owner and mode before it is trusted. Deleting needs
+// three things to agree: an entry's name pattern, a regular file of this user's, and the magic
+// bytes in its header; anything else in the cache's folders is left in place.
 #include "runtime/disk_cache.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <functional>
+#include <limits>
 #include <mutex>
 #include <random>
-#include <set>
 
 #include <fmt/format.h>
-#include <xxhash.h>
 
 #include "runtime/log.h"
 
@@ -38,103 +33,298 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'C', 'A', 'C', 'H'};
-constexpr uint32_t kFormatVersion = 1;
-constexpr uint64_t kChecksumSeed = 0x6b696c6e2d636b73ull;  // "kiln-cks"
-constexpr size_t kHeader = 32;
+// The folder of the current format; clear() also removes entries of the versions before it.
+const std::string kVersionDir = fmt::format("v{}", cache_entry::kFormatVersion);
+const char* const kAllVersionDirs[] = {"v1", "v2"};
 
-uint64_t parse_size(const char* s, uint64_t fallback) {
-  if (!s || !*s) return fallback;
-  char* end = nullptr;
-  const double v = std::strtod(s, &end);
-  if (end == s || v < 0) return fallback;
-  uint64_t mult = 1;
-  switch (*end) {
-    case 'k':
-    case 'K':
-      mult = uint64_t{1} << 10;
-      break;
-    case 'm':
-    case 'M':
-      mult = uint64_t{1} << 20;
-      break;
-    case 'g':
-    case 'G':
-      mult = uint64_t{1} << 30;
-      break;
-    case '\0':
-      break;
-    default:
-      return fallback;
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Fd& operator=(Fd&& o) noexcept {
+    std::swap(fd_, o.fd_);
+    return *this;
   }
-  return static_cast<uint64_t>(v * static_cast<double>(mult));
-}
-
-// Reports each damaged path once per process.
-void report_damage(const std::string& path, const std::string& why) {
-  static std::mutex mu;
-  static std::set<std::string> seen;
-  std::lock_guard<std::mutex> lock(mu);
-  if (!seen.insert(path).second) return;
-  log_warning(
-      fmt::format("cache entry {} is damaged ({}); removed, the kernel is recompiled", path, why));
-}
-
-// Checks a whole entry file; on success fills `entry`.
-std::string check_entry(const std::vector<char>& data, DiskCache::Entry* entry) {
-  if (data.size() < kHeader) return "truncated header";
-  if (std::memcmp(data.data(), kMagic, 8) != 0) return "not a kiln cache entry";
-  uint32_t version, meta_bytes;
-  uint64_t blob_bytes, checksum;
-  std::memcpy(&version, data.data() + 8, 4);
-  std::memcpy(&meta_bytes, data.data() + 12, 4);
-  std::memcpy(&blob_bytes, data.data() + 16, 8);
-  std::memcpy(&checksum, data.data() + 24, 8);
-  if (version != kFormatVersion)
-    return fmt::format("format version {}, expected {}", version, kFormatVersion);
-  if (kHeader + uint64_t{meta_bytes} + blob_bytes != data.size())
-    return fmt::format("truncated: {} bytes, expected {}", data.size(),
-                       kHeader + uint64_t{meta_bytes} + blob_bytes);
-  if (XXH3_64bits_withSeed(data.data() + kHeader, data.size() - kHeader, kChecksumSeed) != checksum)
-    return "checksum mismatch";
-  if (entry) {
-    entry->meta.assign(data.data() + kHeader, meta_bytes);
-    entry->blob.assign(data.begin() + static_cast<long>(kHeader + meta_bytes), data.end());
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
   }
+  int get() const { return fd_; }
+  explicit operator bool() const { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;
+};
+
+// Why a folder or file may not be trusted by this process, or empty.
+std::string distrust(const struct stat& st) {
+  if (st.st_uid != ::geteuid())
+    return fmt::format("it belongs to user id {}, not to this user (id {})", st.st_uid,
+                       ::geteuid());
+  if (st.st_mode & (S_IWGRP | S_IWOTH))
+    return fmt::format("other users can write to it (mode {:o}; `chmod go-w` fixes that)",
+                       st.st_mode & 07777);
   return {};
 }
 
-bool read_file(const std::string& path, std::vector<char>& out) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
+bool is_hex(std::string_view s) {
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+bool is_entry_name(std::string_view n) {
+  return n.size() == 35 && n.ends_with(".kc") && is_hex(n.substr(0, 32));
+}
+bool is_temp_name(std::string_view n) {
+  return n.size() > 43 && n.substr(32, 8) == ".kc.tmp." && is_hex(n.substr(0, 32));
+}
+bool is_shard_name(std::string_view n) {
+  return n.size() == 2 && is_hex(n);
+}
+bool is_kind_name(std::string_view n) {
+  return !n.empty() && n.size() <= 16 && std::all_of(n.begin(), n.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
+  });
+}
+
+// A folder below the root: opened without following a link, created 0700 when asked, and
+// checked. An invalid Fd without an error: it does not exist.
+Result<Fd> open_folder(int parent, const std::string& name, bool create, const std::string& path) {
+  int fd = ::openat(parent, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0 && errno == ENOENT && create) {
+    if (::mkdirat(parent, name.c_str(), 0700) != 0 && errno != EEXIST)
+      return Error(ErrorKind::Io, fmt::format("cannot create {}: {}", path, std::strerror(errno)));
+    fd = ::openat(parent, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  }
+  if (fd < 0) {
+    if (errno == ENOENT) return Fd();
+    if (errno == ELOOP || errno == ENOTDIR)
+      return Error(ErrorKind::Io,
+                   fmt::format("{} is a symbolic link or not a folder; the cache does not follow "
+                               "links it did not make (remove it)",
+                               path));
+    return Error(ErrorKind::Io, fmt::format("cannot open {}: {}", path, std::strerror(errno)));
+  }
+  Fd folder(fd);
   struct stat st {};
-  bool ok = ::fstat(fd, &st) == 0 && st.st_size >= 0;
-  if (ok) {
-    out.resize(static_cast<size_t>(st.st_size));
-    size_t done = 0;
-    while (ok && done < out.size()) {
-      const ssize_t n = ::read(fd, out.data() + done, out.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        out.resize(done);  // shorter than fstat said: checked as a truncated entry
-        break;
-      }
-      done += static_cast<size_t>(n);
+  if (::fstat(fd, &st) != 0)
+    return Error(ErrorKind::Io, fmt::format("cannot inspect {}: {}", path, std::strerror(errno)));
+  if (std::string why = distrust(st); !why.empty())
+    return Error(ErrorKind::Io, fmt::format("{} is not used: {}", path, why));
+  return folder;
+}
+
+// The user's folder itself (a link there is the user's choice and is followed), created 0700
+// with its missing parents when asked.
+Result<Fd> open_root(const std::string& dir, bool create) {
+  if (dir.empty()) return Error(ErrorKind::NotFound, "there is no disk cache folder");
+  if (create) {
+    fs::path at;
+    for (const fs::path& part : fs::path(dir)) {
+      at /= part;
+      if (part == "/" || part.empty()) continue;
+      if (::mkdir(at.c_str(), 0700) != 0 && errno != EEXIST)
+        return Error(ErrorKind::Io,
+                     fmt::format("cannot create the cache folder {}: {}", at.string(),
+                                 std::strerror(errno)));
     }
   }
-  ::close(fd);
-  return ok;
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return Fd();
+    return Error(ErrorKind::Io,
+                 fmt::format("cannot open the cache folder {}: {}", dir, std::strerror(errno)));
+  }
+  Fd root(fd);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0)
+    return Error(ErrorKind::Io, fmt::format("cannot inspect {}: {}", dir, std::strerror(errno)));
+  if (std::string why = distrust(st); !why.empty())
+    return Error(ErrorKind::Io,
+                 fmt::format("the cache folder {} is not used: {}. Point KILN_CACHE_DIR at a "
+                             "folder of your own",
+                             dir, why));
+  return root;
+}
+
+// The folder <dir>/<version>/<kind>/<shard>, opened (and created) one level at a time.
+Result<Fd> open_shard(const std::string& dir, const std::string& version, std::string_view kind,
+                      std::string_view shard, bool create) {
+  KILN_ASSIGN(Fd at, open_root(dir, create));
+  std::string path = dir;
+  for (std::string_view part : {std::string_view(version), kind, shard}) {
+    if (!at) return at;
+    path += '/';
+    path += part;
+    KILN_ASSIGN(Fd next, open_folder(at.get(), std::string(part), create, path));
+    at = std::move(next);
+  }
+  return at;
+}
+
+// One file in a shard folder, opened for reading without following a link and without blocking
+// (a FIFO in its place must not hang the process). `foreign` says why it is not a kiln entry of
+// this user's, when it is not; `bytes` holds the whole file, or its first bytes when it is larger
+// than any entry or `head_only`.
+struct OpenedFile {
+  Fd fd;
+  struct stat st {};
+  std::string foreign;
+  bool missing = false;
+  std::vector<char> bytes;
+};
+OpenedFile open_file(int shard, const std::string& name, bool head_only) {
+  OpenedFile f;
+  const int fd = ::openat(shard, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    f.missing = errno == ENOENT;
+    f.foreign = errno == ELOOP ? "a symbolic link (not followed; kiln never makes one)"
+                               : fmt::format("cannot be opened: {}", std::strerror(errno));
+    return f;
+  }
+  f.fd = Fd(fd);
+  if (::fstat(fd, &f.st) != 0) {
+    f.foreign = fmt::format("cannot be inspected: {}", std::strerror(errno));
+    return f;
+  }
+  if (!S_ISREG(f.st.st_mode)) {
+    f.foreign = "not a regular file";
+    return f;
+  }
+  if (std::string why = distrust(f.st); !why.empty()) {
+    f.foreign = why;
+    return f;
+  }
+  const auto size = static_cast<uint64_t>(f.st.st_size);
+  const size_t want = head_only || size > cache_entry::kMaxBytes
+                          ? std::min<size_t>(size, cache_entry::kMagic.size())
+                          : static_cast<size_t>(size);
+  f.bytes.resize(want);
+  size_t done = 0;
+  while (done < want) {
+    const ssize_t n = ::pread(fd, f.bytes.data() + done, want - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  f.bytes.resize(done);  // shorter than fstat said: a truncated entry
+  if (f.bytes.size() < cache_entry::kMagic.size() ||
+      std::memcmp(f.bytes.data(), cache_entry::kMagic.data(), cache_entry::kMagic.size()) != 0)
+    f.foreign = "not a kiln cache entry (no kiln header)";
+  return f;
+}
+
+// Calls `fn(shard folder, kind, name)` for every file in the shard folders of one version, and
+// `problem(path, why)` for what it will not enter (links, folders it cannot trust).
+void walk(const std::string& dir, const std::string& version,
+          const std::function<void(int, const std::string&, const std::string&)>& fn,
+          const std::function<void(const std::string&, const std::string&)>& problem) {
+  auto names_in = [](int fd) {
+    std::vector<std::string> names;
+    DIR* d = ::fdopendir(::dup(fd));
+    if (!d) return names;
+    while (const dirent* e = ::readdir(d)) {
+      const std::string n = e->d_name;
+      if (n != "." && n != "..") names.push_back(n);
+    }
+    ::closedir(d);
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  auto root = open_root(dir, false);
+  if (!root || !*root) return;
+  auto top = open_folder(root->get(), version, false, dir + "/" + version);
+  if (!top) problem(dir + "/" + version, top.error().message);
+  if (!top || !*top) return;
+  for (const std::string& kind : names_in(top->get())) {
+    if (!is_kind_name(kind)) continue;
+    const std::string kind_path = fmt::format("{}/{}/{}", dir, version, kind);
+    auto kf = open_folder(top->get(), kind, false, kind_path);
+    if (!kf) problem(kind_path, kf.error().message);
+    if (!kf || !*kf) continue;
+    for (const std::string& shard : names_in(kf->get())) {
+      if (!is_shard_name(shard)) continue;
+      const std::string shard_path = kind_path + "/" + shard;
+      auto sf = open_folder(kf->get(), shard, false, shard_path);
+      if (!sf) problem(shard_path, sf.error().message);
+      if (!sf || !*sf) continue;
+      for (const std::string& name : names_in(sf->get())) fn(sf->get(), kind, name);
+    }
+  }
+}
+
+// Deletes a file of a shard folder if it is a kiln entry (or temporary) of this user's.
+std::string remove_if_ours(int shard, const std::string& name) {
+  if (!is_entry_name(name) && !is_temp_name(name)) return "not named like a kiln entry";
+  OpenedFile f = open_file(shard, name, true);
+  // A temporary file of a writer that died before it wrote anything is empty.
+  if (!f.foreign.empty() && !(is_temp_name(name) && f.bytes.empty() && f.fd &&
+                              S_ISREG(f.st.st_mode) && distrust(f.st).empty()))
+    return f.foreign;
+  if (::unlinkat(shard, name.c_str(), 0) != 0 && errno != ENOENT)
+    return fmt::format("cannot be removed: {}", std::strerror(errno));
+  return {};
+}
+
+void remove_empty_folders(const std::string& dir, const std::string& version) {
+  auto root = open_root(dir, false);
+  if (!root || !*root) return;
+  auto top = open_folder(root->get(), version, false, version);
+  if (!top || !*top) return;
+  DIR* d = ::fdopendir(::dup(top->get()));
+  if (!d) return;
+  std::vector<std::string> kinds;
+  while (const dirent* e = ::readdir(d))
+    if (is_kind_name(e->d_name)) kinds.emplace_back(e->d_name);
+  ::closedir(d);
+  for (const std::string& kind : kinds) {
+    auto kf = open_folder(top->get(), kind, false, kind);
+    if (!kf || !*kf) continue;
+    for (int i = 0; i < 256; ++i) {
+      // AT_REMOVEDIR removes only an empty folder, and never follows a link.
+      const std::string shard = fmt::format("{:02x}", i);
+      ::unlinkat(kf->get(), shard.c_str(), AT_REMOVEDIR);
+    }
+    ::unlinkat(top->get(), kind.c_str(), AT_REMOVEDIR);
+  }
+  ::unlinkat(root->get(), version.c_str(), AT_REMOVEDIR);
 }
 
 }  // namespace
 
-std::string Hash128::hex() const {
-  return fmt::format("{:016x}{:016x}", hi, lo);
-}
-
-Hash128 strong_hash(std::string_view data) {
-  const XXH128_hash_t h = XXH3_128bits(data.data(), data.size());
-  return Hash128{h.high64, h.low64};
+std::optional<uint64_t> DiskCache::parse_size(std::string_view text) {
+  if (text.empty()) return std::nullopt;
+  int shift = 0;
+  switch (text.back()) {
+    case 'k':
+    case 'K':
+      shift = 10;
+      break;
+    case 'm':
+    case 'M':
+      shift = 20;
+      break;
+    case 'g':
+    case 'G':
+      shift = 30;
+      break;
+    case 't':
+    case 'T':
+      shift = 40;
+      break;
+    default:
+      break;
+  }
+  if (shift) text.remove_suffix(1);
+  if (text.empty() || text.size() > 20) return std::nullopt;
+  uint64_t v = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return std::nullopt;
+    const uint64_t digit = static_cast<uint64_t>(c - '0');
+    if (v > (std::numeric_limits<uint64_t>::max() - digit) / 10) return std::nullopt;
+    v = v * 10 + digit;
+  }
+  if (v > (std::numeric_limits<uint64_t>::max() >> shift)) return std::nullopt;
+  return v << shift;
 }
 
 DiskCache::Config DiskCache::config_from_env() {
@@ -143,19 +333,29 @@ DiskCache::Config DiskCache::config_from_env() {
       off && (std::string(off) == "off" || std::string(off) == "0"))
     c.enabled = false;
   if (const char* d = std::getenv("KILN_CACHE_DIR"); d && *d) {
-    c.dir = d;
-  } else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) {
+    std::error_code ec;
+    c.dir = fs::absolute(d, ec).lexically_normal().string();
+    if (ec) c.dir = d;
+  } else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x && x[0] == '/') {
     c.dir = std::string(x) + "/kiln";
-  } else if (const char* h = std::getenv("HOME"); h && *h) {
+  } else if (const char* h = std::getenv("HOME"); h && *h && h[0] == '/') {
     c.dir = std::string(h) + "/.cache/kiln";
-  } else {
-    c.enabled = false;  // nowhere to put it
   }
-  c.max_bytes = parse_size(std::getenv("KILN_CACHE_MAX"), c.max_bytes);
+  if (c.dir.empty()) c.enabled = false;  // nowhere to put it: no cache at all
+  if (const char* m = std::getenv("KILN_CACHE_MAX"); m && *m) {
+    if (auto v = parse_size(m))
+      c.max_bytes = *v;
+    else
+      log_warning(fmt::format("KILN_CACHE_MAX='{}' is not a size: give whole bytes, or a whole "
+                              "number with K, M, G or T (e.g. 512M); the cap stays at 1G",
+                              m));
+  }
   return c;
 }
 
-DiskCache::DiskCache(Config config) : config_(std::move(config)) {}
+DiskCache::DiskCache(Config config) : config_(std::move(config)) {
+  if (config_.dir.empty()) config_.enabled = false;
+}
 
 namespace {
 std::mutex g_cache_mu;
@@ -178,66 +378,97 @@ void DiskCache::set_global(Config config) {
   global_slot() = std::move(cache);
 }
 
-std::string DiskCache::path_of(std::string_view kind, const Hash128& key) const {
-  const std::string hex = key.hex();
-  return fmt::format("{}/v1/{}/{}/{}.kc", config_.dir, kind, hex.substr(0, 2), hex);
+std::string DiskCache::refusal() const {
+  auto root = open_root(config_.dir, false);
+  return root ? std::string() : root.error().message;
 }
 
-std::optional<DiskCache::Entry> DiskCache::load(std::string_view kind, const Hash128& key) {
+std::optional<DiskCache::Entry> DiskCache::load(std::string_view kind, const Hash128& key,
+                                                std::string_view material) {
   if (!config_.enabled) return std::nullopt;
-  const std::string path = path_of(kind, key);
-  std::vector<char> data;
-  if (!read_file(path, data)) return std::nullopt;
-  Entry e;
-  const std::string problem = check_entry(data, &e);
-  if (!problem.empty()) {
-    report_damage(path, problem);
-    std::error_code ec;
-    fs::remove(path, ec);
+  const std::string hex = key.hex();
+  auto shard = open_shard(config_.dir, kVersionDir, kind, std::string_view(hex).substr(0, 2),
+                          false);
+  if (!shard) {
+    log_warning_once(shard.error().message,
+                     fmt::format("the disk cache is not used: {}", shard.error().message));
     return std::nullopt;
   }
-  ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // mark as recently used (LRU)
-  return e;
+  if (!*shard) return std::nullopt;
+  const std::string name = hex + ".kc";
+  const std::string path = fmt::format("{}/{}/{}/{}/{}", config_.dir, kVersionDir, kind,
+                                       hex.substr(0, 2), name);
+  OpenedFile f = open_file(shard->get(), name, false);
+  if (f.missing) return std::nullopt;
+  if (!f.foreign.empty()) {
+    log_warning_once(path, fmt::format("disk cache: {} is {}; it is left alone and the kernel is compiled",
+                                path, f.foreign));
+    return std::nullopt;
+  }
+  cache_entry::Parsed parsed;
+  std::string problem = cache_entry::parse(f.bytes, &parsed);
+  if (problem.empty() && (parsed.kind != kind || parsed.material != material))
+    problem = fmt::format("it records the key of another specialization{}",
+                          parsed.kind != kind ? fmt::format(" (kind '{}')", parsed.kind) : "");
+  if (!problem.empty()) {
+    const std::string fate = ::unlinkat(shard->get(), name.c_str(), 0) == 0 || errno == ENOENT
+                                 ? "removed"
+                                 : fmt::format("could not be removed ({})", std::strerror(errno));
+    log_warning_once(path, fmt::format("cache entry {} is damaged ({}); {}, the kernel is recompiled",
+                                path, problem, fate));
+    return std::nullopt;
+  }
+  ::futimens(f.fd.get(), nullptr);  // mark as recently used (LRU), through the opened file
+  return Entry{std::move(parsed.meta), std::move(parsed.blob)};
 }
 
-Status DiskCache::store(std::string_view kind, const Hash128& key, std::string_view meta,
-                        std::span<const char> blob) {
+Status DiskCache::store(std::string_view kind, const Hash128& key, std::string_view material,
+                        std::string_view meta, std::span<const char> blob) {
   if (!config_.enabled) return {};
-  const std::string path = path_of(kind, key);
-  std::error_code ec;
-  fs::create_directories(fs::path(path).parent_path(), ec);
-  if (ec)
-    return Error(ErrorKind::Io,
-                 fmt::format("cannot create the cache directory for {}: {}", path, ec.message()));
-  std::vector<char> data(kHeader + meta.size() + blob.size());
-  const uint32_t version = kFormatVersion, meta_bytes = static_cast<uint32_t>(meta.size());
-  const uint64_t blob_bytes = blob.size();
-  std::memcpy(data.data(), kMagic, 8);
-  std::memcpy(data.data() + 8, &version, 4);
-  std::memcpy(data.data() + 12, &meta_bytes, 4);
-  std::memcpy(data.data() + 16, &blob_bytes, 8);
-  std::memcpy(data.data() + kHeader, meta.data(), meta.size());
-  if (!blob.empty()) std::memcpy(data.data() + kHeader + meta.size(), blob.data(), blob.size());
-  const uint64_t checksum =
-      XXH3_64bits_withSeed(data.data() + kHeader, data.size() - kHeader, kChecksumSeed);
-  std::memcpy(data.data() + 24, &checksum, 8);
+  KILN_CHECK(strong_hash(material) == key, "a cache key is the hash of its material");
+  if (!is_kind_name(kind)) return Error(ErrorKind::InvalidArgument, "bad cache entry kind");
+  const std::string hex = key.hex();
+  auto shard = open_shard(config_.dir, kVersionDir, kind, std::string_view(hex).substr(0, 2),
+                          true);
+  if (!shard) return std::move(shard).take_error();
+  const std::string name = hex + ".kc";
+  const std::string path = fmt::format("{}/{}/{}/{}/{}", config_.dir, kVersionDir, kind,
+                                       hex.substr(0, 2), name);
+  // A file in the entry's place that kiln did not write is not replaced.
+  if (struct stat st {}; ::fstatat(shard->get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+    OpenedFile existing = open_file(shard->get(), name, true);
+    if (!existing.foreign.empty()) {
+      return Error(ErrorKind::Io,
+                   fmt::format("{} is {}; it is left alone and not replaced", path, existing.foreign));
+    }
+  }
+  const std::vector<char> data = cache_entry::encode(kind, key, material, meta, blob);
   // A name no other writer uses, then an atomic rename over the final name.
   static std::atomic<uint64_t> counter{0};
   thread_local std::mt19937_64 rng{std::random_device{}()};
-  const std::string tmp = fmt::format("{}.tmp.{}.{}.{:x}", path, ::getpid(), counter++, rng());
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f.write(data.data(), static_cast<std::streamsize>(data.size()));
-    f.flush();
-    if (!f) {
-      fs::remove(tmp, ec);
-      return Error(ErrorKind::Io, fmt::format("cannot write {} (disk full or not writable?)", tmp));
+  const std::string tmp = fmt::format("{}.tmp.{}.{}.{:x}", name, ::getpid(), counter++, rng());
+  const int fd = ::openat(shard->get(), tmp.c_str(),
+                          O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0)
+    return Error(ErrorKind::Io, fmt::format("cannot write {}/{}: {}", fs::path(path).parent_path().string(),
+                                            tmp, std::strerror(errno)));
+  size_t done = 0;
+  int err = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      err = n < 0 ? errno : ENOSPC;
+      break;
     }
+    done += static_cast<size_t>(n);
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    fs::remove(tmp, ec);
-    return Error(ErrorKind::Io, fmt::format("cannot publish {}: {}", path, std::strerror(err)));
+  if (::close(fd) != 0 && !err) err = errno;
+  if (!err && ::renameat(shard->get(), tmp.c_str(), shard->get(), name.c_str()) != 0) err = errno;
+  if (err) {
+    ::unlinkat(shard->get(), tmp.c_str(), 0);
+    return Error(ErrorKind::Io, fmt::format("cannot write the cache entry {}: {}", path,
+                                            std::strerror(err)));
   }
   int64_t estimate = estimate_.load();
   if (estimate < 0) {
@@ -251,34 +482,56 @@ Status DiskCache::store(std::string_view kind, const Hash128& key, std::string_v
   return {};
 }
 
-std::vector<DiskCache::Listing> DiskCache::list(bool verify) const {
+Result<std::vector<DiskCache::Listing>> DiskCache::list(bool verify) const {
+  if (config_.dir.empty())
+    return Error(ErrorKind::NotFound,
+                 "there is no disk cache: none of KILN_CACHE_DIR, XDG_CACHE_HOME and HOME is set");
+  if (auto root = open_root(config_.dir, false); !root) return std::move(root).take_error();
   std::vector<Listing> out;
-  std::error_code ec;
-  const fs::path root = fs::path(config_.dir) / "v1";
-  if (!fs::exists(root, ec)) return out;
-  for (auto it = fs::recursive_directory_iterator(root, ec);
-       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-    if (!it->is_regular_file(ec) || it->path().extension() != ".kc") continue;
+  auto on_file = [&](int shard, const std::string& kind, const std::string& name) {
     Listing l;
-    l.path = it->path().string();
-    l.bytes = it->file_size(ec);
-    struct stat st {};
-    if (::stat(l.path.c_str(), &st) == 0) l.last_used = st.st_mtime;
-    std::vector<char> data;
-    if (read_file(l.path, data)) {
-      Entry e;
-      const std::string problem = check_entry(data, verify ? &e : nullptr);
-      if (verify) l.problem = problem;
-      if (problem.empty() && data.size() >= kHeader) {
-        uint32_t meta_bytes;
-        std::memcpy(&meta_bytes, data.data() + 12, 4);
-        if (kHeader + meta_bytes <= data.size()) l.meta.assign(data.data() + kHeader, meta_bytes);
-      }
-    } else if (verify) {
-      l.problem = "unreadable";
+    l.kind = kind;
+    l.name = name;
+    l.path = fmt::format("{}/{}/{}/{}/{}", config_.dir, kVersionDir, kind, name.substr(0, 2), name);
+    if (is_temp_name(name)) return;  // a writer at work, or one that died: eviction's business
+    if (!is_entry_name(name)) {
+      if (!verify) return;
+      l.problem = "not named like a kiln entry; left alone";
+      l.ours = false;
+      out.push_back(std::move(l));
+      return;
     }
+    OpenedFile f = open_file(shard, name, false);
+    l.bytes = static_cast<uint64_t>(f.st.st_size);
+    l.last_used = f.st.st_mtime;
+    if (!f.foreign.empty()) {
+      if (!verify) return;
+      l.problem = f.foreign + "; left alone";
+      l.ours = false;
+      out.push_back(std::move(l));
+      return;
+    }
+    cache_entry::Parsed parsed;
+    l.problem = cache_entry::parse(f.bytes, &parsed);
+    if (l.problem.empty()) {
+      l.meta = parsed.meta;
+      if (parsed.key.hex() + ".kc" != name)
+        l.problem = fmt::format("it records the key {}, not the one it is named by", parsed.key.hex());
+      else if (parsed.kind != kind)
+        l.problem = fmt::format("it is a '{}' entry in the '{}' folder", parsed.kind, kind);
+    }
+    if (!verify) l.problem.clear();
     out.push_back(std::move(l));
-  }
+  };
+  auto on_problem = [&](const std::string& path, const std::string& why) {
+    if (!verify) return;
+    Listing l;
+    l.path = path;
+    l.problem = why;
+    l.ours = false;
+    out.push_back(std::move(l));
+  };
+  walk(config_.dir, kVersionDir, on_file, on_problem);
   std::sort(out.begin(), out.end(),
             [](const Listing& a, const Listing& b) { return a.path < b.path; });
   return out;
@@ -286,48 +539,100 @@ std::vector<DiskCache::Listing> DiskCache::list(bool verify) const {
 
 uint64_t DiskCache::total_bytes() const {
   uint64_t total = 0;
-  std::error_code ec;
-  const fs::path root = fs::path(config_.dir) / "v1";
-  if (!fs::exists(root, ec)) return 0;
-  for (auto it = fs::recursive_directory_iterator(root, ec);
-       !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
-    if (it->is_regular_file(ec) && it->path().extension() == ".kc") total += it->file_size(ec);
+  walk(
+      config_.dir, kVersionDir,
+      [&](int shard, const std::string&, const std::string& name) {
+        struct stat st {};
+        if (is_entry_name(name) && ::fstatat(shard, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+            S_ISREG(st.st_mode))
+          total += static_cast<uint64_t>(st.st_size);
+      },
+      [](const std::string&, const std::string&) {});
   return total;
 }
 
+Status DiskCache::remove(const Listing& entry) const {
+  if (!entry.ours || !is_entry_name(entry.name))
+    return Error(ErrorKind::InvalidArgument,
+                 fmt::format("{} is not a kiln entry ({}); it is left alone", entry.path,
+                             entry.problem));
+  KILN_ASSIGN(Fd shard, open_shard(config_.dir, kVersionDir, entry.kind,
+                                   std::string_view(entry.name).substr(0, 2), false));
+  if (!shard) return {};
+  if (std::string why = remove_if_ours(shard.get(), entry.name); !why.empty())
+    return Error(ErrorKind::Io, fmt::format("{} is {}", entry.path, why));
+  return {};
+}
+
 void DiskCache::evict() {
-  // Temporary files left by writers that died: gone after an hour.
-  std::error_code ec;
-  const auto stale = fs::file_time_type::clock::now() - std::chrono::hours(1);
-  const fs::path root = fs::path(config_.dir) / "v1";
-  for (auto it = fs::recursive_directory_iterator(root, ec);
-       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-    std::error_code e2;
-    if (it->is_regular_file(e2) &&
-        it->path().filename().string().find(".kc.tmp.") != std::string::npos &&
-        it->last_write_time(e2) < stale)
-      fs::remove(it->path(), e2);
-  }
-  std::vector<Listing> all = list(false);
-  std::sort(all.begin(), all.end(),
-            [](const Listing& a, const Listing& b) { return a.last_used < b.last_used; });
+  struct Candidate {
+    std::string kind, name;
+    uint64_t bytes;
+    int64_t used;
+  };
+  std::vector<Candidate> all;
   uint64_t total = 0;
-  for (const Listing& l : all) total += l.bytes;
+  const int64_t stale = static_cast<int64_t>(::time(nullptr)) - 3600;
+  walk(
+      config_.dir, kVersionDir,
+      [&](int shard, const std::string& kind, const std::string& name) {
+        struct stat st {};
+        if (::fstatat(shard, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
+          return;
+        // Temporary files of writers that died: gone after an hour.
+        if (is_temp_name(name)) {
+          if (st.st_mtime < stale) remove_if_ours(shard, name);
+          return;
+        }
+        if (!is_entry_name(name) || !distrust(st).empty()) return;
+        all.push_back({kind, name, static_cast<uint64_t>(st.st_size), st.st_mtime});
+        total += static_cast<uint64_t>(st.st_size);
+      },
+      [](const std::string&, const std::string&) {});
+  std::sort(all.begin(), all.end(),
+            [](const Candidate& a, const Candidate& b) { return a.used < b.used; });
   const uint64_t target = config_.max_bytes / 10 * 9;  // leave room: evict in batches
-  for (const Listing& l : all) {
+  for (const Candidate& c : all) {
     if (total <= target) break;
-    if (fs::remove(l.path, ec)) total -= l.bytes;
+    auto shard = open_shard(config_.dir, kVersionDir, c.kind,
+                            std::string_view(c.name).substr(0, 2), false);
+    if (shard && *shard && remove_if_ours(shard->get(), c.name).empty()) total -= c.bytes;
   }
   estimate_.store(static_cast<int64_t>(total));
 }
 
-Status DiskCache::clear() {
-  std::error_code ec;
-  fs::remove_all(fs::path(config_.dir) / "v1", ec);
-  estimate_.store(0);
-  if (ec)
-    return Error(ErrorKind::Io, fmt::format("cannot clear {}: {}", config_.dir, ec.message()));
-  return {};
+Result<DiskCache::Cleared> DiskCache::clear() {
+  if (config_.dir.empty())
+    return Error(ErrorKind::NotFound,
+                 "there is no disk cache to clear: none of KILN_CACHE_DIR, XDG_CACHE_HOME and "
+                 "HOME is set");
+  if (auto root = open_root(config_.dir, false); !root) return std::move(root).take_error();
+  Cleared done;
+  std::string first_problem;
+  for (const char* version : kAllVersionDirs) {
+    walk(
+        config_.dir, version,
+        [&](int shard, const std::string&, const std::string& name) {
+          if (!is_entry_name(name) && !is_temp_name(name)) {
+            ++done.kept;
+            return;
+          }
+          struct stat st {};
+          ::fstatat(shard, name.c_str(), &st, AT_SYMLINK_NOFOLLOW);
+          if (remove_if_ours(shard, name).empty()) {
+            if (is_entry_name(name)) {
+              ++done.entries;
+              done.bytes += static_cast<uint64_t>(st.st_size);
+            }
+          } else {
+            ++done.kept;
+          }
+        },
+        [&](const std::string&, const std::string&) { ++done.kept; });
+    remove_empty_folders(config_.dir, version);
+  }
+  estimate_.store(-1);
+  return done;
 }
 
 }  // namespace kiln

@@ -3,6 +3,8 @@
 
 #include <cstdio>
 #include <mutex>
+#include <set>
+#include <string>
 
 namespace kiln {
 
@@ -29,6 +31,16 @@ void log_warning(std::string_view message) {
     return;
   }
   std::fprintf(stderr, "kiln: warning: %.*s\n", static_cast<int>(message.size()), message.data());
+}
+
+void log_warning_once(std::string_view subject, std::string_view message) {
+  static std::mutex mu;
+  static std::set<std::string, std::less<>> seen;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!seen.emplace(subject).second) return;
+  }
+  log_warning(message);
 }
 
 }  // namespace kiln

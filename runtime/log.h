@@ -12,5 +12,8 @@ using LogHandler = std::function<void(std::string_view message)>;
 // Replaces the handler (an empty one restores stderr). Thread-safe.
 void set_log_handler(LogHandler handler);
 void log_warning(std::string_view message);
+// The same, but each distinct `subject` is reported only once per process (a cache folder that
+// cannot be used, a damaged entry: said once, not at every compile).
+void log_warning_once(std::string_view subject, std::string_view message);
 
 }  // namespace kiln

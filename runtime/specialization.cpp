@@ -138,7 +138,7 @@ Result<detail::CompiledSpec> build_cuda(const detail::BuildRequest& req) {
   detail::CompiledSpec out;
   std::string ptx;
   t = Clock::now();
-  auto entry = cache->load("cuda", hash);
+  auto entry = cache->load("cuda", hash, material);
   if (entry) {
     auto meta = nlohmann::json::parse(entry->meta, nullptr, false);
     auto info =
@@ -189,9 +189,10 @@ Result<detail::CompiledSpec> build_cuda(const detail::BuildRequest& req) {
                          {"stack_bytes", compiled.resources.stack_bytes},
                          {"spill_stores", compiled.resources.spill_store_bytes},
                          {"spill_loads", compiled.resources.spill_load_bytes}};
-    if (auto st = cache->store("cuda", hash, meta.dump(), image); !st)
-      log_warning(fmt::format("could not store '{}' in the disk cache: {}", req.def->name,
-                              st.error().message));
+    if (auto st = cache->store("cuda", hash, material, meta.dump(), image); !st)
+      log_warning_once(st.error().message,
+                       fmt::format("compiled kernels are not stored in the disk cache: {}",
+                                   st.error().message));
     t = Clock::now();
     KILN_ASSIGN(auto k, detail::load_cuda_kernel(dev, image, src.info, compiled.resources));
     report.load_ms = ms_since(t);
@@ -240,7 +241,7 @@ Result<detail::CompiledSpec> build_cpu(const detail::BuildRequest& req) {
   DiskCache& disk = *cache;
   detail::CompiledSpec out;
   t = Clock::now();
-  auto entry = disk.load("cpu", hash);
+  auto entry = disk.load("cpu", hash, material);
   if (entry) {
     auto meta = nlohmann::json::parse(entry->meta, nullptr, false);
     auto info =
@@ -274,9 +275,10 @@ Result<detail::CompiledSpec> build_cpu(const detail::BuildRequest& req) {
     meta["target"] = req.target_key;
     meta["versions"] = versions();
     meta["info"] = abi::info_to_json(obj.info);
-    if (auto st = disk.store("cpu", hash, meta.dump(), obj.bytes); !st)
-      log_warning(fmt::format("could not store '{}' in the disk cache: {}", req.def->name,
-                              st.error().message));
+    if (auto st = disk.store("cpu", hash, material, meta.dump(), obj.bytes); !st)
+      log_warning_once(st.error().message,
+                       fmt::format("compiled kernels are not stored in the disk cache: {}",
+                                   st.error().message));
     t = Clock::now();
     KILN_ASSIGN(auto k, cpu::load_object(std::move(obj), &timings));
     report.load_ms = ms_since(t);

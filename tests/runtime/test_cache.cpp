@@ -38,6 +38,22 @@ std::vector<char> blob_of(size_t n, char fill) {
   return std::vector<char>(n, fill);
 }
 
+// Entries keyed by a material text, as the runtime keys them by canonical IR and target.
+Status put(DiskCache& cache, const std::string& material, std::vector<char> blob,
+           const std::string& kind = "cpu") {
+  return cache.store(kind, strong_hash(material), material, R"({"kernel":"k"})", blob);
+}
+std::optional<DiskCache::Entry> get(DiskCache& cache, const std::string& material,
+                                    const std::string& kind = "cpu") {
+  return cache.load(kind, strong_hash(material), material);
+}
+std::vector<DiskCache::Listing> listing(const DiskCache& cache, bool verify) {
+  auto l = cache.list(verify);
+  INFO((l ? std::string() : l.error().message));
+  REQUIRE(l);
+  return *l;
+}
+
 TEST_CASE("entries round-trip and are named by their content hash", "[runtime][cache]") {
   test::TempDir dir;
   DiskCache cache = make_cache(dir.path());
@@ -45,20 +61,23 @@ TEST_CASE("entries round-trip and are named by their content hash", "[runtime][c
   CHECK(key == strong_hash("kernel text"));
   CHECK_FALSE(key == strong_hash("kernel text "));
   CHECK(key.hex().size() == 32);
-  CHECK_FALSE(cache.load("cpu", key));
-  KILN_REQUIRE_OK(cache.store("cpu", key, R"({"kernel":"k"})", blob_of(1000, 'x')));
-  auto e = cache.load("cpu", key);
+  CHECK_FALSE(get(cache, "kernel text"));
+  KILN_REQUIRE_OK(put(cache, "kernel text", blob_of(1000, 'x')));
+  auto e = get(cache, "kernel text");
   REQUIRE(e);
   CHECK(e->meta == R"({"kernel":"k"})");
   CHECK(e->blob == blob_of(1000, 'x'));
-  CHECK_FALSE(cache.load("cuda", key));  // kinds are separate
-  const auto listing = cache.list(true);
-  REQUIRE(listing.size() == 1);
-  CHECK_THAT(listing[0].path, Contains(key.hex()));
-  CHECK(listing[0].problem.empty());
-  CHECK(cache.total_bytes() == listing[0].bytes);
-  KILN_REQUIRE_OK(cache.clear());
-  CHECK(cache.list(false).empty());
+  CHECK_FALSE(get(cache, "kernel text", "cuda"));  // kinds are separate
+  const auto all = listing(cache, true);
+  REQUIRE(all.size() == 1);
+  CHECK_THAT(all[0].path, Contains(key.hex()));
+  CHECK(all[0].kind == "cpu");
+  CHECK(all[0].problem.empty());
+  CHECK(cache.total_bytes() == all[0].bytes);
+  auto cleared = cache.clear();
+  KILN_REQUIRE_OK(cleared);
+  CHECK(cleared->entries == 1);
+  CHECK(listing(cache, false).empty());
 }
 
 TEST_CASE("damaged entries are reported once, removed, and miss", "[runtime][cache]") {
@@ -70,39 +89,34 @@ TEST_CASE("damaged entries are reported once, removed, and miss", "[runtime][cac
     const char* name;
     std::function<void(const std::string&)> apply;
   };
+  auto write_at = [](const std::string& p, std::streamoff at, std::string_view bytes) {
+    std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(at);
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  };
   const std::vector<Damage> damages = {
-      {"flipped byte",
-       [](const std::string& p) {
-         std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
-         f.seekp(100);
-         f.put('\x7f');
-       }},
+      {"flipped byte", [&](const std::string& p) { write_at(p, 100, "\x7f"); }},
       {"truncated", [](const std::string& p) { fs::resize_file(p, fs::file_size(p) - 10); }},
       {"header only", [](const std::string& p) { fs::resize_file(p, 20); }},
-      {"empty", [](const std::string& p) { fs::resize_file(p, 0); }},
-      {"other format version",
-       [](const std::string& p) {
-         std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
-         f.seekp(8);
-         f.put('\x63');
-       }},
+      {"other format version", [&](const std::string& p) { write_at(p, 8, "\x63"); }},
   };
   for (const Damage& d : damages) {
     INFO(d.name);
     warnings.clear();
-    const Hash128 key = strong_hash(d.name);
-    KILN_REQUIRE_OK(cache.store("cpu", key, "{}", blob_of(500, 'y')));
-    const auto before = cache.list(true);
+    KILN_REQUIRE_OK(put(cache, d.name, blob_of(500, 'y')));
+    const auto before = listing(cache, true);
     REQUIRE(before.size() == 1);
     d.apply(before[0].path);
-    CHECK_FALSE(cache.list(true)[0].problem.empty());  // verify sees it
-    CHECK_FALSE(cache.load("cpu", key));
+    CHECK_FALSE(listing(cache, true)[0].problem.empty());  // verify sees it
+    CHECK(listing(cache, true)[0].ours);
+    CHECK_FALSE(get(cache, d.name));
     CHECK_FALSE(fs::exists(before[0].path));
     REQUIRE(warnings.size() == 1);
-    CHECK_THAT(warnings[0], Contains("damaged") && Contains(key.hex()));
+    CHECK_THAT(warnings[0], Contains("damaged") && Contains(strong_hash(d.name).hex()) &&
+                                Contains("removed"));
     // Stored again, it loads again.
-    KILN_REQUIRE_OK(cache.store("cpu", key, "{}", blob_of(500, 'y')));
-    CHECK(cache.load("cpu", key));
+    KILN_REQUIRE_OK(put(cache, d.name, blob_of(500, 'y')));
+    CHECK(get(cache, d.name));
     KILN_REQUIRE_OK(cache.clear());
   }
   set_log_handler({});
@@ -111,27 +125,21 @@ TEST_CASE("damaged entries are reported once, removed, and miss", "[runtime][cac
 TEST_CASE("past its cap the cache evicts the least recently used entries", "[runtime][cache]") {
   test::TempDir dir;
   DiskCache cache = make_cache(dir.path(), 10 * 1100);  // room for about 10 entries of ~1 KB
-  std::vector<Hash128> keys;
-  for (int i = 0; i < 8; ++i) {
-    keys.push_back(strong_hash("entry " + std::to_string(i)));
-    KILN_REQUIRE_OK(
-        cache.store("cpu", keys.back(), "{}", blob_of(1000, static_cast<char>('a' + i))));
-  }
+  auto material = [](int i) { return "entry " + std::to_string(i); };
+  for (int i = 0; i < 8; ++i)
+    KILN_REQUIRE_OK(put(cache, material(i), blob_of(1000, static_cast<char>('a' + i))));
   // Give the entries distinct ages: entry i was last used i minutes after entry 0.
   const auto base = fs::file_time_type::clock::now() - std::chrono::hours(1);
-  for (const auto& l : cache.list(false))
+  for (const auto& l : listing(cache, false))
     for (int i = 0; i < 8; ++i)
-      if (l.path.find(keys[static_cast<size_t>(i)].hex()) != std::string::npos)
+      if (l.path.find(strong_hash(material(i)).hex()) != std::string::npos)
         fs::last_write_time(l.path, base + std::chrono::minutes(i));
-  REQUIRE(cache.load("cpu", keys[0]));  // entry 0 becomes the most recently used
-  for (int i = 8; i < 12; ++i) {
-    keys.push_back(strong_hash("entry " + std::to_string(i)));
-    KILN_REQUIRE_OK(cache.store("cpu", keys.back(), "{}", blob_of(1000, 'z')));
-  }
+  REQUIRE(get(cache, material(0)));  // entry 0 becomes the most recently used
+  for (int i = 8; i < 12; ++i) KILN_REQUIRE_OK(put(cache, material(i), blob_of(1000, 'z')));
   CHECK(cache.total_bytes() <= 10 * 1100);
-  CHECK(cache.load("cpu", keys[0]));        // recently used: kept
-  CHECK_FALSE(cache.load("cpu", keys[1]));  // the oldest: evicted
-  CHECK(cache.load("cpu", keys[11]));       // the newest: kept
+  CHECK(get(cache, material(0)));        // recently used: kept
+  CHECK_FALSE(get(cache, material(1)));  // the oldest: evicted
+  CHECK(get(cache, material(11)));       // the newest: kept
 }
 
 TEST_CASE("a cache that cannot be written is an error of store, not of the program",
@@ -140,10 +148,10 @@ TEST_CASE("a cache that cannot be written is an error of store, not of the progr
   const std::string file = dir.path() + "/not-a-folder";
   std::ofstream(file) << "x";
   DiskCache cache = make_cache(file);
-  auto st = cache.store("cpu", strong_hash("k"), "{}", blob_of(10, 'a'));
+  auto st = put(cache, "k", blob_of(10, 'a'));
   REQUIRE_FALSE(st.ok());
   CHECK(st.error().kind == ErrorKind::Io);
-  CHECK_FALSE(cache.load("cpu", strong_hash("k")));
+  CHECK_FALSE(get(cache, "k"));
 }
 
 TEST_CASE("the cache location follows the environment", "[runtime][cache]") {
@@ -295,7 +303,7 @@ TEST_CASE("several programs filling one cache at once all succeed", "[runtime][c
     CHECK(files.size() == 3);
     for (const auto& f : files) CHECK_THAT(f, Catch::EndsWith(".kc"));
     DiskCache view(DiskCache::Config{true, cache.path(), uint64_t{1} << 30});
-    for (const auto& l : view.list(true)) CHECK(l.problem.empty());
+    for (const auto& l : listing(view, true)) CHECK(l.problem.empty());
   }
 }
 

@@ -1,8 +1,7 @@
 // `kiln cache stats|ls|verify|clear` and `kiln devices`.
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <ctime>
+#include <map>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -34,33 +33,41 @@ std::string when(int64_t t) {
   return buf;
 }
 
-// "cpu" or "cuda": the folder under v1/.
-std::string kind_of(const std::string& path) {
-  const size_t v1 = path.rfind("/v1/");
-  if (v1 == std::string::npos) return "?";
-  const size_t end = path.find('/', v1 + 4);
-  return path.substr(v1 + 4, end == std::string::npos ? std::string::npos : end - v1 - 4);
+// The cache's entries, or an error printed for the user (no cache location, a refused folder).
+std::optional<std::vector<DiskCache::Listing>> entries_or_report(const DiskCache& cache,
+                                                                 bool verify) {
+  auto entries = cache.list(verify);
+  if (!entries) {
+    print_error(entries.error());
+    return std::nullopt;
+  }
+  return std::move(*entries);
 }
 
 int cache_stats_cmd() {
   auto cache = DiskCache::global();
-  if (!cache->enabled()) {
-    fmt::print(
-        "the disk cache is off (KILN_CACHE=off, or no KILN_CACHE_DIR, XDG_CACHE_HOME or HOME)\n");
+  if (cache->dir().empty()) {
+    fmt::print("there is no disk cache: none of KILN_CACHE_DIR, XDG_CACHE_HOME and HOME is set\n");
     return 0;
   }
-  const auto entries = cache->list(false);
+  if (!cache->enabled()) fmt::print("the disk cache is off (KILN_CACHE=off)\n");
+  if (std::string why = cache->refusal(); !why.empty()) {
+    fmt::print("cache    {}\nrefused  {}\n", cache->dir(), why);
+    return 1;
+  }
+  const auto entries = entries_or_report(*cache, false);
+  if (!entries) return 1;
   std::map<std::string, std::pair<int, uint64_t>> by_kind;
   uint64_t total = 0;
-  for (const auto& e : entries) {
-    auto& k = by_kind[kind_of(e.path)];
+  for (const auto& e : *entries) {
+    auto& k = by_kind[e.kind];
     ++k.first;
     k.second += e.bytes;
     total += e.bytes;
   }
   fmt::print("cache    {}\n", cache->dir());
   fmt::print("entries  {} ({} of a {} cap; least recently used entries go past it)\n",
-             entries.size(), human_bytes(total), human_bytes(cache->max_bytes()));
+             entries->size(), human_bytes(total), human_bytes(cache->max_bytes()));
   for (const auto& [kind, n] : by_kind)
     fmt::print("  {:<6} {} entries, {}\n", kind, n.first, human_bytes(n.second));
   return 0;
@@ -68,57 +75,69 @@ int cache_stats_cmd() {
 
 int cache_ls_cmd() {
   auto cache = DiskCache::global();
-  const auto entries = cache->list(false);
-  if (entries.empty()) {
+  const auto entries = entries_or_report(*cache, false);
+  if (!entries) return 1;
+  if (entries->empty()) {
     fmt::print("the cache at {} is empty\n", cache->dir());
     return 0;
   }
   fmt::print("{:<20} {:<5} {:>10}  {:<16}  {}\n", "kernel", "kind", "size", "last used", "key");
-  for (const auto& e : entries) {
+  for (const auto& e : *entries) {
     auto meta = nlohmann::json::parse(e.meta, nullptr, false);
     const std::string kernel =
         meta.is_object() ? meta.value("kernel", std::string("?")) : std::string("(unreadable)");
-    const std::string name = e.path.substr(e.path.rfind('/') + 1);
-    fmt::print("{:<20} {:<5} {:>10}  {:<16}  {}\n", kernel, kind_of(e.path), human_bytes(e.bytes),
-               when(e.last_used), name.substr(0, name.size() - 3));
+    fmt::print("{:<20} {:<5} {:>10}  {:<16}  {}\n", kernel, e.kind, human_bytes(e.bytes),
+               when(e.last_used), e.name.substr(0, e.name.size() - 3));
   }
   return 0;
 }
 
 int cache_verify_cmd(bool remove) {
   auto cache = DiskCache::global();
-  const auto entries = cache->list(true);
-  int damaged = 0, kept = 0;
-  for (const auto& e : entries) {
+  const auto entries = entries_or_report(*cache, true);
+  if (!entries) return 1;
+  int checked = 0, damaged = 0, foreign = 0, kept = 0;
+  for (const auto& e : *entries) {
+    if (e.ours) ++checked;
     if (e.problem.empty()) continue;
+    if (!e.ours) {
+      ++foreign;
+      fmt::print("not kiln's: {} ({})\n", e.path, e.problem);
+      continue;
+    }
     ++damaged;
     std::string fate;
     if (remove) {
-      if (std::remove(e.path.c_str()) == 0) {
+      if (auto st = cache->remove(e); st) {
         fate = "; removed";
       } else {
-        fate = fmt::format("; cannot remove it: {}", std::strerror(errno));
+        fate = fmt::format("; not removed: {}", st.error().message);
         ++kept;
       }
     }
     fmt::print("damaged: {} ({}){}\n", e.path, e.problem, fate);
   }
   fmt::print(
-      "{} entries checked, {} damaged{}\n", entries.size(), damaged,
-      damaged && !remove ? " (kiln recompiles them when used; --remove deletes them now)" : "");
-  return (damaged && !remove) || kept ? 1 : 0;
+      "{} entries checked, {} damaged{}{}\n", checked, damaged,
+      damaged && !remove ? " (kiln recompiles them when used; --remove deletes them now)" : "",
+      foreign ? fmt::format("; {} files or folders that kiln did not write are left alone",
+                            foreign)
+              : std::string());
+  return (damaged && !remove) || kept || foreign ? 1 : 0;
 }
 
 int cache_clear_cmd() {
   auto cache = DiskCache::global();
-  const auto entries = cache->list(false);
-  uint64_t total = 0;
-  for (const auto& e : entries) total += e.bytes;
-  if (auto st = cache->clear(); !st) {
-    print_error(st.error());
+  auto done = cache->clear();
+  if (!done) {
+    print_error(done.error());
     return 1;
   }
-  fmt::print("removed {} entries ({}) from {}\n", entries.size(), human_bytes(total), cache->dir());
+  fmt::print("removed {} entries ({}) from {}{}\n", done->entries, human_bytes(done->bytes),
+             cache->dir(),
+             done->kept ? fmt::format("; left {} files or folders there that are not kiln entries",
+                                      done->kept)
+                        : std::string());
   return 0;
 }
 
@@ -130,10 +149,10 @@ Command add_cache_command(CLI::App& app) {
   sub->require_subcommand(1);
   auto* stats = sub->add_subcommand("stats", "Where the cache is, its size and cap");
   auto* ls = sub->add_subcommand("ls", "List the entries: kernel, kind, size, last use, key");
-  auto* verify = sub->add_subcommand("verify", "Check every entry's format and checksum");
+  auto* verify = sub->add_subcommand("verify", "Check every entry's format, checksum and recorded key, and report files kiln did not write");
   auto remove = std::make_shared<bool>(false);
   verify->add_flag("--remove", *remove, "Delete damaged entries");
-  auto* clear = sub->add_subcommand("clear", "Remove every entry");
+  auto* clear = sub->add_subcommand("clear", "Remove every kiln entry (and nothing else)");
   sub->footer(
       "The cache lives in $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln; "
       "KILN_CACHE=off disables it and KILN_CACHE_MAX caps it (default 1G).");
