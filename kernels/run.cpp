@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <random>
 #include <tuple>
 
@@ -179,6 +181,24 @@ Result<std::vector<double>> download_values(const Tensor& t) {
   return v;
 }
 
+// MemAvailable from /proc/meminfo, in bytes; 0 when unknown.
+uint64_t available_host_memory() {
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (!f) return 0;
+  char line[256];
+  uint64_t kib = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "MemAvailable: %lu kB", &kib) == 1) break;
+  std::fclose(f);
+  return kib * 1024;
+}
+
+std::string human_bytes(uint64_t b) {
+  if (b >= (uint64_t{1} << 30)) return fmt::format("{:.1f} GiB", static_cast<double>(b) / (1 << 30));
+  if (b >= (uint64_t{1} << 20)) return fmt::format("{:.1f} MiB", static_cast<double>(b) / (1 << 20));
+  return fmt::format("{} KiB", (b + 1023) / 1024);
+}
+
 std::string dims_text(const std::vector<int64_t>& s) {
   std::string out;
   for (size_t i = 0; i < s.size(); ++i) out += fmt::format("{}{}", i ? "x" : "", s[i]);
@@ -303,7 +323,25 @@ struct RunRecipeAccess {
 
 // ---- the runner ------------------------------------------------------------------------------
 
+namespace {
+Result<RunResult> run_unguarded(Runtime& rt, std::string_view name, const RunConfig& config);
+}
+
 Result<RunResult> run(Runtime& rt, std::string_view name, const RunConfig& config) {
+  // Host allocations past what the machine has (kiln's own checks estimate, the allocator
+  // decides) are an error of this run, not the end of the program.
+  try {
+    return run_unguarded(rt, name, config);
+  } catch (const std::bad_alloc&) {
+    return Error(ErrorKind::OutOfMemory,
+                 fmt::format("kernel '{}': the host ran out of memory for the tensors of this run "
+                             "and their reference; pass a smaller --shape",
+                             name));
+  }
+}
+
+namespace {
+Result<RunResult> run_unguarded(Runtime& rt, std::string_view name, const RunConfig& config) {
   using A = RunRecipeAccess;
   KILN_ASSIGN(Kernel kernel, rt.kernel(name));
   const dsl::KernelDef& def = kernel.def();
@@ -352,8 +390,11 @@ Result<RunResult> run(Runtime& rt, std::string_view name, const RunConfig& confi
     if (!find_param(n) || is_memory(*find_param(n))) return unknown("--set", n);
   for (const auto& [n, v] : config.shapes)
     if (!find_param(n) || !is_memory(*find_param(n))) return unknown("--shape", n);
-  for (const auto& [n, v] : config.lines)
+  for (const auto& [n, v] : config.lines) {
     if (!find_param(n) || !is_memory(*find_param(n))) return unknown("--line", n);
+    if (!ir::valid_lanes(v))
+      return usage(name, fmt::format("--line {}={}: a line width is 1, 2, 4, 8 or 16", n, v));
+  }
   for (const auto& [n, v] : config.dtypes)
     if (!find_param(n)) return unknown("--dtype", n);
 
@@ -369,6 +410,9 @@ Result<RunResult> run(Runtime& rt, std::string_view name, const RunConfig& confi
         if (!v)
           return usage(name,
                        fmt::format("--set {}={}: {}", p.name, given->second, v.error().message));
+        if (auto st = dsl::check_comptime_range(def, p, *v); !st)
+          return Error(ErrorKind::InvalidArgument,
+                       fmt::format("--set {}={}: {}", p.name, given->second, st.error().message));
         comptime_values[i] = *v;
       } else if (p.default_value) {
         comptime_values[i] = *p.default_value;
@@ -449,7 +493,9 @@ Result<RunResult> run(Runtime& rt, std::string_view name, const RunConfig& confi
                    fmt::format("tensor '{}' has no shape; pass --shape {}=AxB", p.name, p.name));
   resolve_lines();
 
-  // Tensors with random inputs.
+  // Tensors with random inputs. Each tensor's values are its own stretch of one splitmix64
+  // stream, so they can be made again instead of kept: host memory stays under three times
+  // the tensors' size (docs/runtime.md, "Running a kernel by name").
   RunResult result;
   result.kernel = def.name;
   result.device = rt.device().name;
@@ -458,38 +504,99 @@ Result<RunResult> run(Runtime& rt, std::string_view name, const RunConfig& confi
           ? config.seed
           : (uint64_t{std::random_device{}()} << 20 | std::random_device{}()) % 1000000007 + 1;
   result.cube_dim = data.cube_dim;
-  // splitmix64: fast, and the same sequence everywhere for a seed.
-  uint64_t rng_state = result.seed;
-  auto uniform01 = [&rng_state] {
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return static_cast<double>(z >> 11) * 0x1.0p-53;
+  struct Plan {
+    const dsl::ParamInfo* p;
+    size_t numel = 0;
+    double lo = 0, hi = 0;
+    uint64_t rng_start = 0;
   };
-  std::map<std::string, Tensor, std::less<>> tensors;
-  std::map<std::string, std::vector<unsigned char>, std::less<>> initial;
+  std::vector<Plan> plans;
+  uint64_t rng_state = result.seed, tensor_bytes = 0, output_bytes = 0, double_bytes = 0,
+           largest = 0;
   for (const auto& p : params) {
     if (!is_memory(p)) continue;
     const auto& shape = data.shapes[p.name];
     if (p.kind == dsl::ParamKind::Array && shape.size() != 1)
       return usage(name,
                    fmt::format("array '{}' takes a 1-D shape, got {}", p.name, dims_text(shape)));
-    KILN_ASSIGN(Tensor t, rt.empty(p.dtype, std::span<const int64_t>(shape)));
-    auto [lo, hi] = default_range(p.dtype);
-    if (recipe && A::ranges(*recipe).count(p.name))
-      std::tie(lo, hi) = A::ranges(*recipe).find(p.name)->second;
-    std::vector<double> v(static_cast<size_t>(t.numel()));
-    for (double& x : v) {
-      x = lo + (hi - lo) * uniform01();
-      if (!ir::is_float(p.dtype)) x = std::round(x);
-      x = round_to_elem(p.dtype, x);
+    Plan plan{&p};
+    uint64_t n = 1;
+    for (int64_t d : shape) {
+      if (d < 0 || (d > 0 && n > (uint64_t{1} << 48) / static_cast<uint64_t>(d)))
+        return usage(name, fmt::format("tensor '{}' of shape {} is too large", p.name,
+                                       dims_text(shape)));
+      n *= static_cast<uint64_t>(d);
     }
-    std::vector<unsigned char> bytes = to_bytes(p.dtype, v);
+    plan.numel = static_cast<size_t>(n);
+    std::tie(plan.lo, plan.hi) = default_range(p.dtype);
+    if (recipe && A::ranges(*recipe).count(p.name))
+      std::tie(plan.lo, plan.hi) = A::ranges(*recipe).find(p.name)->second;
+    plan.rng_start = rng_state;
+    rng_state += 0x9e3779b97f4a7c15ull * plan.numel;  // splitmix64 steps by a constant
+    const uint64_t bytes = n * static_cast<uint64_t>(ir::elem_bytes(p.dtype));
+    tensor_bytes += bytes;
+    largest = std::max(largest, bytes);
+    if (!p.const_qualified) output_bytes += bytes;
+    double_bytes += n * sizeof(double);
+    plans.push_back(plan);
+  }
+  result.bytes = tensor_bytes;
+  // What this run holds at its peak, checked against the memory the host has free, so that a
+  // shape too large fails here with its size instead of in the out-of-memory killer.
+  const bool has_reference = recipe && A::reference(*recipe);
+  // The reference phase holds every tensor as doubles; the launch phase holds the device's
+  // tensors (host memory on the CPU), the initial and expected outputs, and one tensor's bytes.
+  const uint64_t host_peak =
+      std::max(has_reference ? double_bytes + output_bytes : 0,
+               (rt.device().kind == DeviceKind::Cpu ? tensor_bytes : 0) + 2 * output_bytes +
+                   largest);
+  if (const uint64_t avail = available_host_memory(); avail && host_peak > avail)
+    return Error(ErrorKind::OutOfMemory,
+                 fmt::format("kernel '{}': these tensors ({}) need about {} of host memory to "
+                             "run and check, and only {} is free; pass a smaller --shape",
+                             name, human_bytes(tensor_bytes), human_bytes(host_peak),
+                             human_bytes(avail)));
+  auto values_of = [](const Plan& plan, auto&& put) {
+    uint64_t state = plan.rng_start;
+    for (size_t i = 0; i < plan.numel; ++i) {
+      uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+      z ^= z >> 31;
+      double x = plan.lo + (plan.hi - plan.lo) * (static_cast<double>(z >> 11) * 0x1.0p-53);
+      if (!ir::is_float(plan.p->dtype)) x = std::round(x);
+      put(i, round_to_elem(plan.p->dtype, x));
+    }
+  };
+  auto bytes_of = [&](const Plan& plan) {
+    const size_t es = static_cast<size_t>(ir::elem_bytes(plan.p->dtype));
+    std::vector<unsigned char> bytes(plan.numel * es);
+    values_of(plan, [&](size_t i, double x) { put_elem(plan.p->dtype, x, bytes.data() + i * es); });
+    return bytes;
+  };
+  // The reference first, from the same values in double precision; only its results are kept,
+  // as the element type holds them (which is what they are compared as).
+  std::map<std::string, std::vector<unsigned char>, std::less<>> expected;
+  if (has_reference) {
+    for (const Plan& plan : plans) {
+      std::vector<double> v(plan.numel);
+      values_of(plan, [&](size_t i, double x) { v[i] = x; });
+      data.values[plan.p->name] = std::move(v);
+    }
+    A::reference (*recipe)(data);
+    for (const Plan& plan : plans)
+      if (!plan.p->const_qualified)
+        expected[plan.p->name] = to_bytes(plan.p->dtype, data.values[plan.p->name]);
+    data.values.clear();
+  }
+  std::map<std::string, Tensor, std::less<>> tensors;
+  std::map<std::string, std::vector<unsigned char>, std::less<>> initial;
+  for (const Plan& plan : plans) {
+    const dsl::ParamInfo& p = *plan.p;
+    KILN_ASSIGN(Tensor t, rt.empty(p.dtype, std::span<const int64_t>(data.shapes[p.name])));
+    std::vector<unsigned char> bytes = bytes_of(plan);
     KILN_TRY(t.upload(bytes.data(), bytes.size()));
     if (!p.const_qualified) initial[p.name] = std::move(bytes);  // restored before each timed run
-    data.values[p.name] = std::move(v);
-    result.bytes += static_cast<uint64_t>(t.numel()) * t.element_bytes();
     tensors.emplace(p.name, std::move(t));
   }
   LaunchOptions lo;
@@ -547,11 +654,12 @@ Result<RunResult> run(Runtime& rt, std::string_view name, const RunConfig& confi
     }
   }
 
-  // The first launch (compiling if needed), checked against the reference. A grid the caller
-  // chose instead of the kernel's recipe runs it in checked mode, so that a grid too large for
-  // the tensors is reported instead of writing past them.
+  // The first launch (compiling if needed), checked against the reference. A grid, line width or
+  // shape the caller chose instead of the kernel's recipe runs it in checked mode, so that a
+  // footprint the tensors do not have is reported instead of written past them.
   LaunchOptions first = lo;
-  result.validated = !config.checked && (config.cubes || config.cube_dim);
+  result.validated = !config.checked && (config.cubes || config.cube_dim || !config.lines.empty() ||
+                                          !config.shapes.empty());
   if (result.validated) first.checked = true;
   const CacheStats before = cache_stats();
   auto t0 = Clock::now();
@@ -568,30 +676,31 @@ Result<RunResult> run(Runtime& rt, std::string_view name, const RunConfig& confi
       if (is_memory(p) && !p.const_qualified) {
         KILN_ASSIGN(result.outputs[p.name], download_values(tensors.find(p.name)->second));
       }
-  if (recipe && A::reference(*recipe)) {
+  if (has_reference) {
     result.has_reference = true;
-    RunData want = data;
-    A::reference (*recipe)(want);
     for (const auto& p : params) {
       if (!is_memory(p) || p.const_qualified) continue;
       const Tensor& t = tensors.find(p.name)->second;
-      KILN_ASSIGN(std::vector<double> got, download_values(t));
-      const std::vector<double>& w = want[p.name];
+      const size_t es = t.element_bytes();
+      std::vector<unsigned char> got(static_cast<size_t>(t.numel()) * es);
+      KILN_TRY(t.download(got.data(), got.size()));
+      const std::vector<unsigned char>& want = expected[p.name];
       TensorCheck c;
       c.name = p.name;
       std::tie(c.rel_tol, c.abs_tol) =
           A::tolerance(*recipe) ? *A::tolerance(*recipe) : default_tolerance(p.dtype);
-      for (size_t i = 0; i < got.size(); ++i) {
-        const double want_i = round_to_elem(p.dtype, w[i]);
-        const double err = std::fabs(got[i] - want_i);
+      for (size_t i = 0; i * es < got.size(); ++i) {
+        const double got_i = get_elem(p.dtype, got.data() + i * es);
+        const double want_i = get_elem(p.dtype, want.data() + i * es);
+        const double err = std::fabs(got_i - want_i);
         const bool bad = !(err <= c.abs_tol + c.rel_tol * std::fabs(want_i)) &&
-                         !(std::isnan(got[i]) && std::isnan(want_i));
+                         !(std::isnan(got_i) && std::isnan(want_i));
         c.max_abs_error = std::max(c.max_abs_error, std::isnan(err) ? INFINITY : err);
         if (want_i != 0) c.max_rel_error = std::max(c.max_rel_error, err / std::fabs(want_i));
         if (bad) {
           if (c.mismatches++ == 0) {
             c.first_bad = static_cast<int64_t>(i);
-            c.got = got[i];
+            c.got = got_i;
             c.want = want_i;
           }
         }
@@ -622,5 +731,6 @@ Result<RunResult> run(Runtime& rt, std::string_view name, const RunConfig& confi
   }
   return result;
 }
+}  // namespace
 
 }  // namespace kiln::kernels

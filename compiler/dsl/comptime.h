@@ -233,18 +233,39 @@ class ComptimeValue {
     if (ops_) ops_->encode(storage_.data(), w);
   }
   std::string_view type_name() const { return ops_ ? ops_->name() : std::string_view(); }
+  // For numbers of the same type: -1, 0 or 1 as this value is below, equal to or above `other`
+  // (NaN is below everything); nothing for other types, which have no order.
+  std::optional<int> compare(const ComptimeValue& other) const {
+    if (!ops_ || ops_ != other.ops_ || !ops_->compare) return std::nullopt;
+    return ops_->compare(storage_.data(), other.storage_.data());
+  }
 
  private:
   struct Ops {
     std::string (*format)(const void*);
     void (*encode)(const void*, KeyWriter&);
     std::string_view (*name)();
+    int (*compare)(const void*, const void*);  // null: not ordered
   };
+  template <class T>
+  static constexpr int (*compare_of())(const void*, const void*) {
+    if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
+      return [](const void* a, const void* b) {
+        const T x = *static_cast<const T*>(a), y = *static_cast<const T*>(b);
+        if (x < y) return -1;
+        if (y < x) return 1;
+        return x == y ? 0 : -1;  // NaN
+      };
+    } else {
+      return nullptr;
+    }
+  }
   template <class T>
   static inline const Ops ops_for = {
       [](const void* p) { return ComptimeTraits<T>::format(*static_cast<const T*>(p)); },
       [](const void* p, KeyWriter& w) { ComptimeTraits<T>::encode(*static_cast<const T*>(p), w); },
       [] { return std::string_view(ComptimeTraits<T>::name()); },
+      compare_of<T>(),
   };
   const Ops* ops_ = nullptr;
   alignas(8) std::array<unsigned char, kMaxSize> storage_{};

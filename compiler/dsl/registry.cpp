@@ -5,6 +5,8 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <exception>
+#include <new>
 #include <cmath>
 #include <cstdlib>
 
@@ -153,11 +155,35 @@ std::string apply_param_spec(std::string_view spec, std::vector<Instantiation>& 
           note(fmt::format("comptime parameter '{}' needs a default: write \"{} = VALUE\"", p.name,
                            p.name));
         } else {
+          std::string_view range;
+          if (const size_t in = def.find(" in "); in != std::string_view::npos) {
+            range = trim(def.substr(in + 4));
+            def = trim(def.substr(0, in));
+          }
           auto v = p.parse(def);
           if (!v)
             note(fmt::format("default of '{}': {}", p.name, v.error().message));
           else
             p.default_value = *v;
+          if (!range.empty()) {
+            const size_t dots = range.find("..");
+            auto lo = dots == std::string_view::npos ? p.parse("") : p.parse(range.substr(0, dots));
+            auto hi = dots == std::string_view::npos ? p.parse("") : p.parse(range.substr(dots + 2));
+            if (!lo || !hi || !lo->compare(*hi) || *lo->compare(*hi) > 0)
+              note(fmt::format("the range of '{}' must be 'LOW..HIGH', two {} values with LOW <= "
+                               "HIGH, not '{}'",
+                               p.name, p.comptime_type, range));
+            else {
+              p.min_value = *lo;
+              p.max_value = *hi;
+            }
+          }
+          if (p.default_value && p.min_value &&
+              (p.default_value->compare(*p.min_value) < 0 ||
+               p.default_value->compare(*p.max_value) > 0))
+            note(fmt::format("the default of '{}' ({}) is outside its range {}..{}", p.name,
+                             p.default_value->format(), p.min_value->format(),
+                             p.max_value->format()));
         }
       }
     }
@@ -249,6 +275,17 @@ size_t Registry::size() const {
 // ---- tracing
 // ---------------------------------------------------------------------------------------
 
+Status check_comptime_range(const KernelDef& def, const ParamInfo& p, const ComptimeValue& v) {
+  if (!p.min_value || !p.max_value) return {};
+  const auto lo = v.compare(*p.min_value), hi = v.compare(*p.max_value);
+  if (lo && hi && *lo >= 0 && *hi <= 0) return {};
+  return Error(ErrorKind::InvalidArgument,
+               fmt::format("kernel '{}': comptime parameter '{}' is {}, outside the values it "
+                           "accepts, {}..{} (declared at {}:{})",
+                           def.name, p.name, v.format(), p.min_value->format(),
+                           p.max_value->format(), def.file, def.line));
+}
+
 Result<ir::Kernel> trace(const KernelDef& def, const Instantiation& inst, const TraceRequest& req) {
   if (!def.problem.empty())
     return Error(ErrorKind::InvalidArgument,
@@ -296,11 +333,35 @@ Result<ir::Kernel> trace(const KernelDef& def, const Instantiation& inst, const 
                      fmt::format("kernel '{}': comptime parameter '{}' takes a {}, got {}",
                                  def.name, p.name, p.comptime_type,
                                  v.empty() ? std::string("nothing") : std::string(v.type_name())));
+      KILN_TRY(check_comptime_range(def, p, v));
     }
   }
   TraceContext ctx(def.name);
   ctx.builder().set_cube_dim(req.cube_dim[0], req.cube_dim[1], req.cube_dim[2]);
-  inst.invoke(inst.fn, ctx, inst.params, req);
+  // Kernel code is ordinary C++ run at trace time: what it throws (a vector sized by a comptime
+  // value, an allocation that fails) is an error of this trace, not the end of the process.
+  auto thrown = [&](std::string_view what) {
+    std::string values;
+    size_t ci = 0;
+    for (const ParamInfo& p : inst.params)
+      if (!p.runtime())
+        values += fmt::format("{}{}={}", values.empty() ? "" : ", ", p.name,
+                              req.comptime[ci++].format());
+    return Error(ErrorKind::Trace,
+                 fmt::format("{}:{}: error: kernel '{}' {} while it was traced{}; check the "
+                             "values its C++ code computes from them",
+                             def.file, def.line, def.name, what,
+                             values.empty() ? "" : " with " + values));
+  };
+  try {
+    inst.invoke(inst.fn, ctx, inst.params, req);
+  } catch (const std::bad_alloc&) {
+    return thrown("ran out of memory (std::bad_alloc)");
+  } catch (const std::exception& e) {
+    return thrown(fmt::format("threw a C++ exception ({})", e.what()));
+  } catch (...) {
+    return thrown("threw a C++ exception");
+  }
   return std::move(ctx.builder()).finish();
 }
 
@@ -419,6 +480,9 @@ Result<Selection> select(const KernelDef& def, const SpecOptions& opts) {
         if (!v)
           return Error(ErrorKind::InvalidArgument,
                        fmt::format("--set {}={}: {}", p.name, it->second, v.error().message));
+        if (auto st = check_comptime_range(def, p, *v); !st)
+          return Error(ErrorKind::InvalidArgument,
+                       fmt::format("--set {}={}: {}", p.name, it->second, st.error().message));
         sel.request.comptime.push_back(*v);
       } else {
         sel.request.comptime.push_back(*p.default_value);

@@ -9,7 +9,8 @@
 // The string names every parameter in order. Runtime parameters (Tensor, Array, scalars) may
 // carry default descriptors (`name: rank=2 line=4`; `line=max`: the widest line a launch
 // allows, the same for every such parameter); comptime parameters
-// (plain C++ types) carry their default value (`units = 256`). A registration problem (a
+// (plain C++ types) carry their default value (`units = 256`) and, if numeric, may declare the
+// values they accept (`units = 256 in 1..1024`). A registration problem (a
 // missing default, a malformed string) is kept with the kernel and reported when it is used.
 #pragma once
 
@@ -45,6 +46,9 @@ struct ParamInfo {
   // Comptime parameters.
   std::string comptime_type;
   std::optional<ComptimeValue> default_value;
+  // Numeric comptime parameters may declare the values they accept: "units = 256 in 1..1024"
+  // (inclusive). A value outside is an error naming the parameter, before anything uses it.
+  std::optional<ComptimeValue> min_value, max_value;
   Result<ComptimeValue> (*parse)(std::string_view) = nullptr;
 
   bool runtime() const { return kind != ParamKind::Comptime; }
@@ -131,6 +135,10 @@ class Registry {
 // parameter and one value per comptime parameter; mistakes come back as errors naming the
 // parameter, and misuse inside the kernel as errors naming the kernel's source line.
 Result<ir::Kernel> trace(const KernelDef& def, const Instantiation& inst, const TraceRequest& req);
+
+// Checks a comptime value against its parameter's declared range; the error names the kernel,
+// the parameter, the value, the range and where it was declared.
+Status check_comptime_range(const KernelDef& def, const ParamInfo& p, const ComptimeValue& v);
 
 // Specialization options as text, the way the CLI takes them.
 struct SpecOptions {

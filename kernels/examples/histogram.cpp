@@ -23,7 +23,7 @@ void histogram(Tensor<const f32> data, Tensor<u32> hist, int bins) {
   sync_cube();
   for_range(unit_pos(), bins, cube_dim(), [&](u32 b) { atomic_add(hist[b], counts[b]); });
 }
-KILN_KERNEL(histogram, "data, hist, bins = 64")
+KILN_KERNEL(histogram, "data, hist, bins = 64 in 1..32768")
     .cube_dim(256)
     .describe("histogram with shared and global atomics");
 

@@ -26,7 +26,7 @@ void plane_sum_kernel(Tensor<const f32> in, Tensor<f32> out, int max_planes) {
     if_(plane_lane() == 0, [&] { out[cube_pos()] = total; });
   });
 }
-KILN_KERNEL_AS("plane_sum", plane_sum_kernel, "in, out, max_planes = 32")
+KILN_KERNEL_AS("plane_sum", plane_sum_kernel, "in, out, max_planes = 32 in 1..1024")
     .cube_dim(256)
     .describe("per-cube sums with plane (warp) reductions");
 

@@ -15,7 +15,7 @@ void poly_unrolled(Tensor<const f32> x, Tensor<f32> y, int degree) {
     y[i] = acc;
   });
 }
-KILN_KERNEL(poly_unrolled, "x: line=max, y: line=max, degree = 8")
+KILN_KERNEL(poly_unrolled, "x: line=max, y: line=max, degree = 8 in 0..256")
     .cube_dim(256)
     .describe("polynomial by Horner's rule, unrolled at trace time");
 

@@ -29,7 +29,7 @@ void row_sum(Tensor<const f32> in, Tensor<f32> out, int units) {
   }
   if_(unit_pos() == 0, [&] { out[row] = partial[0]; });
 }
-KILN_KERNEL(row_sum, "in: rank=2, out, units = 256")
+KILN_KERNEL(row_sum, "in: rank=2, out, units = 256 in 1..1024")
     .cube_dim(256)
     .describe("sum of each row, a tree reduction in shared memory");
 

@@ -3,7 +3,12 @@
 // poisoned first.
 #include <catch2/catch.hpp>
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <numeric>
 
@@ -253,4 +258,34 @@ TEST_CASE("every kernel with a run recipe passes its reference in checked mode",
     ++ran;
   }
   CHECK(ran >= 9);
+}
+
+// `kiln run` holds the tensors, their initial and expected outputs, and (for the reference)
+// doubles of them; its peak must stay under three times the tensors' size (issue 9: it was 7x).
+// Measured in a child process, whose peak resident size starts at its own baseline.
+TEST_CASE("the runner's host memory stays under three times the tensors", "[runtime][memory]") {
+  if (std::string(test::device_name()) != "cpu") return;  // a property of the host runner
+  const int64_t n = int64_t{1} << 25;  // x and y: 2 x 128 MiB of f32
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    auto rt = Runtime::open("cpu");
+    struct rusage before {};
+    ::getrusage(RUSAGE_SELF, &before);
+    kernels::RunConfig config;
+    config.repeat = 1;
+    config.seed = 5;
+    config.shapes = {{"x", {n}}, {"y", {n}}};
+    auto r = rt ? kernels::run(*rt, "axpy", config) : Result<kernels::RunResult>(rt.error());
+    struct rusage after {};
+    ::getrusage(RUSAGE_SELF, &after);
+    const double grown = static_cast<double>(after.ru_maxrss - before.ru_maxrss) * 1024;
+    const double tensors = static_cast<double>(2 * n * 4);
+    std::fprintf(stderr, "runner peak: %.2f x the tensors\n", grown / tensors);
+    ::_exit(!r || !r->passed ? 2 : grown < 3 * tensors ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 }

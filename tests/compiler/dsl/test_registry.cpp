@@ -1,4 +1,6 @@
 // Registration strings, the registry, comptime value types, and deterministic tracing.
+#include <vector>
+
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
 
@@ -38,6 +40,29 @@ void r_duplicate(Tensor<f32> y) {
 KILN_KERNEL(r_duplicate, "y");
 KILN_KERNEL_AS("r_duplicate", r_duplicate, "y");
 
+void r_ranged(Tensor<f32> y, int n, double scale) {
+  y[0] = cast<f32>(cast<u32>(n)) * static_cast<float>(scale);
+}
+KILN_KERNEL(r_ranged, "y, n = 4 in 1..16, scale = 1 in -2.5..2.5");
+
+void r_bad_range(Tensor<f32> y, int n) {
+  y[0] = cast<f32>(cast<u32>(n));
+}
+KILN_KERNEL(r_bad_range, "y, n = 4 in 10..1");
+
+void r_default_outside(Tensor<f32> y, int n) {
+  y[0] = cast<f32>(cast<u32>(n));
+}
+KILN_KERNEL(r_default_outside, "y, n = 40 in 1..16");
+
+// C++ code in a kernel that throws at trace time (a vector sized by a comptime value).
+void r_throws(Tensor<f32> y, int n) {
+  std::vector<int> v;
+  v.reserve(static_cast<size_t>(n));
+  y[0] = 1.0f;
+}
+KILN_KERNEL(r_throws, "y, n = 1");
+
 enum class Mode { Fast, Precise };
 KILN_COMPTIME_ENUM(Mode, Fast, Precise)
 struct Shape2 {
@@ -71,6 +96,57 @@ TEST_CASE("registration problems are kept and reported when the kernel is used",
   REQUIRE(dups.size() == 2);
   CHECK(dups[0]->problem.empty());
   CHECK_THAT(dups[1]->problem, Contains("kernel 'r_duplicate' is registered twice"));
+}
+
+TEST_CASE("comptime parameters may declare the values they accept", "[dsl][registry]") {
+  const KernelDef* d = Registry::global().find("r_ranged");
+  REQUIRE(d);
+  CHECK(d->problem.empty());
+  const auto& p = d->instantiations[0].params;
+  CHECK(p[1].min_value->format() == "1");
+  CHECK(p[1].max_value->format() == "16");
+  CHECK(test::trace_error("r_ranged").starts_with("(traced)"));
+  for (const char* n : {"1", "16"}) {
+    SpecOptions o;
+    o.set["n"] = n;
+    CHECK(test::trace_error("r_ranged", o).starts_with("(traced)"));
+  }
+  for (const char* n : {"0", "17", "-1", "2147483647"}) {
+    INFO(n);
+    SpecOptions o;
+    o.set["n"] = n;
+    CHECK_THAT(test::trace_error("r_ranged", o),
+               Contains(fmt::format("--set n={}: kernel 'r_ranged': comptime parameter 'n' is {}, "
+                                    "outside the values it accepts, 1..16 (declared at "
+                                    "tests/compiler/dsl/test_registry.cpp:",
+                                    n, n)));
+  }
+  SpecOptions o;
+  o.set["scale"] = "nan";
+  CHECK_THAT(test::trace_error("r_ranged", o), Contains("'scale' is nan, outside"));
+  o.set["scale"] = "-2.75";
+  CHECK_THAT(test::trace_error("r_ranged", o), Contains("-2.5..2.5"));
+  // trace() itself checks too, whatever built the request.
+  auto sel = select(*d, {});
+  REQUIRE(sel);
+  sel->request.comptime[0] = ComptimeValue::of(99);
+  auto k = trace(*d, *sel->inst, sel->request);
+  REQUIRE_FALSE(k);
+  CHECK_THAT(k.error().message, Contains("comptime parameter 'n' is 99"));
+  CHECK_THAT(Registry::global().find("r_bad_range")->problem,
+             Contains("the range of 'n' must be 'LOW..HIGH'"));
+  CHECK_THAT(Registry::global().find("r_default_outside")->problem,
+             Contains("the default of 'n' (40) is outside its range 1..16"));
+}
+
+TEST_CASE("C++ exceptions thrown by kernel code become trace errors", "[dsl][registry]") {
+  SpecOptions o;
+  o.set["n"] = "-1";
+  const std::string e = test::trace_error("r_throws", o);
+  CHECK_THAT(e, Contains("tests/compiler/dsl/test_registry.cpp:"));
+  CHECK_THAT(e, Contains("kernel 'r_throws' threw a C++ exception") && Contains("with n=-1"));
+  // The trace context is gone: the next trace works.
+  CHECK(test::trace_error("r_throws").starts_with("(traced)"));
 }
 
 TEST_CASE("the example kernels are registered with their parameters", "[dsl][registry]") {
