@@ -56,7 +56,7 @@ void Builder::define(ValueId v) {
 
 ValueId Builder::param(const std::string& name, const Type& t) {
   const ValueId v = k_.new_value(t);
-  k_.params.push_back(Param{name, v});
+  k_.params.push_back(Param{name, v, {}});
   if (v >= visible_.size()) visible_.resize(v + 1, 0);
   visible_[v] = 1;
   return v;

@@ -29,6 +29,13 @@ std::string Kernel::where(const Op& op) const {
   return fmt::format("kernel '{}'", name);
 }
 
+std::string Kernel::where(TextPos at) const {
+  if (at.known())
+    return fmt::format("{}:{}:{}", source_name.empty() ? "<input>" : source_name, at.line, at.col);
+  if (!source_name.empty()) return fmt::format("{}: kernel '{}'", source_name, name);
+  return fmt::format("kernel '{}'", name);
+}
+
 void walk(const Region& r, const std::function<void(const Op&)>& f) {
   for (const Op& op : r.ops) {
     f(op);

@@ -134,6 +134,7 @@ struct Op {
 struct Param {
   std::string name;  // a C-style identifier, unique in the kernel
   ValueId value = kNoValue;
+  TextPos pos;  // of its name in parsed text; not printed
 };
 
 struct Kernel {
@@ -143,8 +144,10 @@ struct Kernel {
   std::vector<Type> value_types;   // indexed by ValueId
   std::vector<std::string> files;  // file table: loc file index i names files[i - 1]
   Region body;
-  // Name of the text the kernel was parsed from, for error positions; not printed.
+  // Name of the text the kernel was parsed from, and where in it the kernel header and its
+  // cube_dim stand, for error positions; not printed.
   std::string source_name;
+  TextPos pos, cube_dim_pos;
 
   const Type& type_of(ValueId v) const { return value_types[v]; }
   ValueId new_value(const Type& t) {
@@ -159,6 +162,8 @@ struct Kernel {
   // Where to point an error about `op`: "source:line:col" for parsed ops, else the DSL
   // location, else the kernel's name; `(from DSL file:line)` is appended when both exist.
   std::string where(const Op& op) const;
+  // "source:line:col" of a position in the parsed text, else the kernel's name.
+  std::string where(TextPos pos) const;
 };
 
 // Calls f(op) for every op in pre-order (an op before the ops of its regions).

@@ -3,12 +3,15 @@
 // (with this text's line:column) cover hand-written IR too.
 #include "ir/parser.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <unordered_map>
 
 #include <fmt/format.h>
+
+#include "ir/printer.h"
 
 namespace kiln::ir {
 
@@ -376,6 +379,7 @@ class Parser {
       k_.files.push_back(tok_.text);
       advance();
     }
+    k_.pos = TextPos{tok_.line, tok_.col};
     expect_ident("kernel");
     if (tok_.kind != Tok::Global) expected("a kernel name such as @axpy");
     k_.name = tok_.text;
@@ -395,6 +399,7 @@ class Parser {
         Param p;
         p.name = name_tok.text;
         p.value = define_value(name_tok, t);
+        p.pos = TextPos{name_tok.line, name_tok.col};
         k_.params.push_back(std::move(p));
         if (is_punct(')')) break;
         expect_punct(',');
@@ -402,6 +407,7 @@ class Parser {
     }
     advance();
     if (is_ident("cube_dim")) {
+      k_.cube_dim_pos = TextPos{tok_.line, tok_.col};
       advance();
       expect_punct('(');
       for (int i = 0; i < 3; ++i) {
@@ -626,7 +632,29 @@ class Parser {
         bad(fmt::format("expected a float literal for {}, found '{}'", type_name(t), lit));
       if (std::isinf(v)) bad(fmt::format("constant {} is out of range for {}", lit, type_name(t)));
       const double r = round_float_literal(t.elem, v);
-      if (!std::isinf(r)) v = r;  // out-of-range values stay for the verifier to report
+      if (!std::isinf(r)) {
+        // A literal names its type's value to as many significant digits as it has: `0.1` is
+        // the f32 nearest 0.1, but `16777217` (or `1e-50`) is no f32 at all, and silently
+        // taking its neighbour (or zero) would change the program.
+        int digits = 0;
+        bool leading = true;
+        for (char c : lit.substr(0, lit.find_first_of("eE"))) {
+          if (!digit(c)) continue;
+          if (leading && c == '0') continue;
+          leading = false;
+          ++digits;
+        }
+        const std::string back = fmt::format("{:.{}g}", r, std::clamp(digits, 1, 40));
+        if (std::strtod(back.c_str(), nullptr) != v) {
+          Attr nearest;
+          nearest.f = r;
+          bad(fmt::format("constant {} is not a {} value: the nearest {} is {}; write that "
+                          "(a float literal must be its type's value to as many digits as it "
+                          "has)",
+                          lit, type_name(t), type_name(t), format_literal(t.elem, nearest)));
+        }
+        v = r;
+      }  // out-of-range values stay for the verifier to report
     }
     op.attr.f = v;
   }

@@ -3,6 +3,9 @@
 // plane ops. Errors are collected (up to a limit) so one run reports every problem.
 #include "ir/verifier.h"
 
+#include <string_view>
+#include <unordered_set>
+
 #include <fmt/format.h>
 
 #include "ir/printer.h"
@@ -53,10 +56,6 @@ class Verifier {
     errors_.push_back(fmt::format("{}: error: {}", where, what));
   }
   void op_error(const Op& op, const std::string& what) { error(k_.where(op), what); }
-  std::string kernel_where() const {
-    if (!k_.source_name.empty()) return k_.source_name;
-    return fmt::format("kernel '{}'", k_.name);
-  }
 
   std::string vname(ValueId v) const {
     if (names_.empty()) names_ = value_names(k_);  // only on the error path
@@ -72,42 +71,46 @@ class Verifier {
   }
 
   void check_kernel() {
-    const std::string where = kernel_where();
+    const std::string where = k_.where(k_.pos);
+    const std::string dims_where = k_.where(k_.cube_dim_pos.known() ? k_.cube_dim_pos : k_.pos);
     if (!is_identifier(k_.name))
       error(where, fmt::format("kernel name '{}' must be an identifier", k_.name));
     for (int i = 0; i < 3; ++i)
-      if (k_.cube_dim[i] == 0) error(where, "every cube dimension must be at least 1");
+      if (k_.cube_dim[i] == 0) error(dims_where, "every cube dimension must be at least 1");
     const uint64_t units = uint64_t{k_.cube_dim[0]} * k_.cube_dim[1] * k_.cube_dim[2];
     if (units > kMaxUnitsPerCube)
-      error(where, fmt::format("a cube of {} units is too large: at most {} units per cube "
-                               "(cube_dim x*y*z)",
-                               units, kMaxUnitsPerCube));
-    for (size_t v = 0; v < k_.value_types.size(); ++v)
-      if (!type_well_formed(k_.value_types[v]))
-        error(where, fmt::format("{} has a malformed type", vname(static_cast<ValueId>(v))));
-    for (size_t i = 0; i < k_.params.size(); ++i) {
-      const Param& p = k_.params[i];
+      error(dims_where, fmt::format("a cube of {} units is too large: at most {} units per cube "
+                                    "(cube_dim x*y*z)",
+                                    units, kMaxUnitsPerCube));
+    // Malformed types of values defined by ops are reported at their op (define()).
+    std::unordered_set<std::string_view> names;
+    names.reserve(k_.params.size());
+    for (const Param& p : k_.params) {
+      const std::string at = k_.where(p.pos.known() ? p.pos : k_.pos);
       if (!is_identifier(p.name))
-        error(where, fmt::format("parameter name '{}' must be an identifier", p.name));
-      for (size_t j = 0; j < i; ++j)
-        if (k_.params[j].name == p.name)
-          error(where, fmt::format("two parameters are named '{}'", p.name));
+        error(at, fmt::format("parameter name '{}' must be an identifier", p.name));
+      if (!names.insert(p.name).second)
+        error(at, fmt::format("two parameters are named '{}'", p.name));
       if (p.value >= k_.value_types.size()) {
-        error(where, fmt::format("parameter '{}' has no value", p.name));
+        error(at, fmt::format("parameter '{}' has no value", p.name));
         continue;
       }
       if (defined_[p.value]) {
-        error(where, fmt::format("parameter '{}' reuses another parameter's value", p.name));
+        error(at, fmt::format("parameter '{}' reuses another parameter's value", p.name));
         continue;
       }
       defined_[p.value] = visible_[p.value] = 1;
       const Type& t = k_.type_of(p.value);
+      if (!type_well_formed(t)) {
+        error(at, fmt::format("parameter '{}' has a malformed type", p.name));
+        continue;
+      }
       const bool ok_kind = t.kind == TypeKind::Tensor || t.kind == TypeKind::Array ||
                            (t.kind == TypeKind::Value && t.lanes == 1);
       if (!ok_kind)
-        error(where, fmt::format("parameter '{}' has type {}: parameters are tensors, arrays "
-                                 "or scalars",
-                                 p.name, type_name(t)));
+        error(at, fmt::format("parameter '{}' has type {}: parameters are tensors, arrays "
+                              "or scalars",
+                              p.name, type_name(t)));
     }
   }
 
@@ -122,13 +125,15 @@ class Verifier {
       return;
     }
     defined_[v] = visible_[v] = 1;
+    if (!type_well_formed(k_.type_of(v)))
+      op_error(op, fmt::format("{} has a malformed type", vname(v)));
   }
 
   // `loops` counts enclosing loops; `in_units` says whether the innermost one is a units loop
   // (a lowered kernel's loop over units, which `break` cannot leave).
   void region(const Region& r, int depth, int loops, bool in_units, bool units_body = false) {
     if (depth > kMaxDepth) {
-      error(kernel_where(), fmt::format("regions are nested deeper than {}", kMaxDepth));
+      error(k_.where(k_.pos), fmt::format("regions are nested deeper than {}", kMaxDepth));
       return;
     }
     std::vector<ValueId> defined_here;
@@ -162,7 +167,7 @@ class Verifier {
 
   void check_op(const Op& op, int depth, int loops, bool in_units, bool units_body) {
     if (static_cast<int>(op.kind) >= kNumOpKinds) {
-      error(kernel_where(), "an op has an invalid kind");
+      op_error(op, "an op has an invalid kind");
       return;
     }
     const OpInfo& info = op_info(op.kind);

@@ -99,7 +99,7 @@ class Lowering {
     root_ = &root;
     for (const Param& p : in_.params) {
       const ValueId v = out_.new_value(in_.type_of(p.value));
-      out_.params.push_back(Param{p.name, v});
+      out_.params.push_back(Param{p.name, v, p.pos});
       root.map[p.value] = v;
     }
     if (plan_.done_flags) {

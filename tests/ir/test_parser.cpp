@@ -61,6 +61,31 @@ TEST_CASE("literals are parsed by the declared type", "[ir][parser]") {
   CHECK(k->body.ops[4].attr.f == 7.0);
 }
 
+TEST_CASE("a float literal that is not a value of its type is an error", "[ir][parser]") {
+  auto one = [](const std::string& lit, const std::string& type) {
+    return parse_error("kernel @k() {\n  %0 = const " + lit + " : " + type + "\n}");
+  };
+  // Accepted: the type's value written to as many digits as the literal has.
+  for (const char* ok : {"0.1", "1e-45", "16777216", "-0.0", "3.14159274", "1.17549435e-38",
+                         "0.100000001490116119384765625"}) {
+    INFO(ok);
+    CHECK(one(ok, "f32") == "(parsed)");
+  }
+  CHECK(one("0.1", "f16") == "(parsed)");
+  CHECK(one("65504", "f16") == "(parsed)");
+  CHECK(one("0.10000000000000001", "f64") == "(parsed)");
+  // Rejected, with the value to write instead.
+  CHECK(one("16777217", "f32") ==
+        "t.kir:2:14: error: constant 16777217 is not a f32 value: the nearest f32 is "
+        "16777216.0; write that (a float literal must be its type's value to as many digits as "
+        "it has)");
+  CHECK_THAT(one("1e-50", "f32"), Catch::Contains("the nearest f32 is 0.0"));
+  CHECK_THAT(one("2049", "f16"), Catch::Contains("the nearest f16 is 2048.0"));
+  CHECK_THAT(one("257", "bf16"), Catch::Contains("the nearest bf16 is 256.0"));
+  CHECK_THAT(one("0.10000000000000001", "f32"), Catch::Contains("the nearest f32 is 0.1"));
+  CHECK_THAT(one("1e-8", "f16"), Catch::Contains("the nearest f16 is 0.0"));
+}
+
 TEST_CASE("parse errors name line, column, what was expected and what was found", "[ir][parser]") {
   CHECK(parse_error("") == "t.kir:1:1: error: expected 'kernel', found end of input");
   CHECK(parse_error("kernel @k() {\n  %0 = frobnicate : u32\n}") ==
