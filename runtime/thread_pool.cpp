@@ -2,9 +2,14 @@
 // while after each job, then wait on the condition variable.
 #include "runtime/thread_pool.h"
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <string>
+
+#include <fmt/format.h>
+
+#include "runtime/log.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -44,10 +49,16 @@ ThreadPool::~ThreadPool() {
 ThreadPool& ThreadPool::global() {
   static ThreadPool* pool = [] {
     int n = static_cast<int>(std::thread::hardware_concurrency());
-    if (const char* env = std::getenv("KILN_NUM_THREADS")) {
+    if (const char* env = std::getenv("KILN_NUM_THREADS"); env && *env) {
       char* end = nullptr;
+      errno = 0;
       const long v = std::strtol(env, &end, 10);
-      if (end && *end == '\0' && v >= 1 && v <= 1024) n = static_cast<int>(v);
+      if (errno == 0 && end && *end == '\0' && v >= 1 && v <= 1024)
+        n = static_cast<int>(v);
+      else
+        log_warning(fmt::format("KILN_NUM_THREADS='{}' is not a thread count from 1 to 1024; "
+                                "using {} (one per hardware thread)",
+                                env, std::max(n, 1)));
     }
     return new ThreadPool(std::max(n, 1));  // never destroyed: workers may outlive statics
   }();

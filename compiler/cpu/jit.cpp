@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <chrono>
 #include <mutex>
+#include <set>
 
 #include <fmt/format.h>
 #include <llvm/ExecutionEngine/Orc/AbsoluteSymbols.h>
@@ -164,15 +165,40 @@ Result<Target> make_target(const std::string& cpu, const std::string& features) 
   Target t;
   t.triple = llvm::sys::getProcessTriple();
   t.cpu = cpu;
-  t.features = features;
   t.host = false;
-  KILN_ASSIGN(auto tm, target_machine(t));
-  const llvm::MCSubtargetInfo* sti = tm->getMCSubtargetInfo();
-  if (!sti->isCPUStringValid(cpu))
+  // The CPU and each feature are checked against LLVM's tables first: LLVM itself only warns on
+  // stderr about an unknown feature, and rejects an empty one as invalid IR much later.
+  KILN_ASSIGN(auto plain, target_machine(t));
+  const llvm::MCSubtargetInfo* plain_sti = plain->getMCSubtargetInfo();
+  if (!plain_sti->isCPUStringValid(cpu))
     return Error(ErrorKind::InvalidArgument,
                  fmt::format("unknown CPU '{}' (try x86-64, x86-64-v3, skylake, znver4, "
                              "sapphirerapids, ...)",
                              cpu));
+  if (!features.empty()) {
+    std::set<std::string, std::less<>> known;
+    for (const auto& kv : plain_sti->getAllProcessorFeatures()) known.insert(kv.Key);
+    size_t start = 0;
+    for (;;) {
+      const size_t comma = std::min(features.find(',', start), features.size());
+      const std::string item = features.substr(start, comma - start);
+      if (item.size() < 2 || (item[0] != '+' && item[0] != '-'))
+        return Error(ErrorKind::InvalidArgument,
+                     fmt::format("CPU features '{}': '{}' is not a feature; write a comma-separated "
+                                 "list of +NAME (enable) and -NAME (disable), e.g. +avx2,-avx512f",
+                                 features, item));
+      if (!known.count(item.substr(1)))
+        return Error(ErrorKind::InvalidArgument,
+                     fmt::format("CPU features '{}': '{}' is not a feature of {} (e.g. avx2, "
+                                 "fma, avx512f, avx512bw)",
+                                 features, item.substr(1), t.triple));
+      if (comma == features.size()) break;
+      start = comma + 1;
+    }
+  }
+  t.features = features;
+  KILN_ASSIGN(auto tm, target_machine(t));
+  const llvm::MCSubtargetInfo* sti = tm->getMCSubtargetInfo();
   t.vector_bits = sti->checkFeatures("+avx512f") ? 512 : sti->checkFeatures("+avx") ? 256 : 128;
   return t;
 }

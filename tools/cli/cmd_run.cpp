@@ -219,7 +219,9 @@ Command add_demo_command(CLI::App& app) {
   auto* sub =
       app.add_subcommand("demo", "Run every example kernel on every device, check and time them");
   auto repeat = std::make_shared<int>(10);
-  sub->add_option("--repeat", *repeat, "Timed runs per kernel")->capture_default_str();
+  sub->add_option("--repeat", *repeat, "Timed runs per kernel")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000000));
   return {sub, [repeat]() -> int { return run_demo(*repeat); }};
 }
 
