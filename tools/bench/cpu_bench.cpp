@@ -113,8 +113,14 @@ void bench_axpy(size_t n) {
 
 void bench_sum(size_t n) {
   auto x = random_floats(n);
-  auto c = compile("sum", {});
-  const uint32_t per_cube = 16 * 4096;
+  // The line width is chosen here, from the host, and the grid follows from it: one cube sums
+  // `chunk` (4096, the kernel's default) lines of one unit. (The grid once assumed 16 lanes
+  // while the kernel was compiled with the default 4: it summed a quarter of x.)
+  const int line = cpu::host_target()->max_lanes(4);
+  dsl::SpecOptions o;
+  o.line["x"] = line;
+  auto c = compile("sum", o);
+  const uint32_t per_cube = static_cast<uint32_t>(line) * 4096;
   const uint32_t cubes = static_cast<uint32_t>((n + per_cube - 1) / per_cube);
   std::vector<float> partial(cubes);
   const auto packed =
@@ -133,12 +139,14 @@ void bench_sum(size_t n) {
       bench::median_seconds([&] { best = bench::peer_sum_best(x.data(), n); }, 3, 11);
   const double t_naive =
       bench::median_seconds([&] { naive = bench::peer_sum_naive(x.data(), n); }, 1, 5);
-  if (std::fabs(kiln_sum - best) > 1e-3 * std::sqrt(double(n))) die("sum results disagree");
+  if (std::fabs(kiln_sum - best) > 1e-3 * std::sqrt(double(n)))
+    die("sum results disagree: kiln " + std::to_string(kiln_sum) + ", best C++ loop " +
+        std::to_string(best));
   const double gb = 4.0 * n / 1e9;
   std::printf(
-      "sum      n=2^%d f32:         kiln %7.2f ms (%5.1f GB/s)  best C++ %7.2f ms  ratio %.2fx;  "
+      "sum      n=2^%d f32, line %2d: kiln %7.2f ms (%5.1f GB/s)  best C++ %7.2f ms  ratio %.2fx;  "
       "naive loop %7.2f ms  ratio %.2fx\n",
-      int(std::log2(n)), t_kiln * 1e3, gb / t_kiln, t_best * 1e3, t_best / t_kiln, t_naive * 1e3,
+      int(std::log2(n)), line, t_kiln * 1e3, gb / t_kiln, t_best * 1e3, t_best / t_kiln, t_naive * 1e3,
       t_naive / t_kiln);
   (void)naive;
 }
