@@ -293,6 +293,26 @@ TEST_CASE("sizes in a crafted header cannot make the reader run past the file",
   CHECK_FALSE(get(cache, "m"));
 }
 
+TEST_CASE("a damaged entry that cannot be removed is not reported as removed",
+          "[runtime][cache][safety]") {
+  if (::geteuid() == 0) {
+    WARN("skipped: root may remove files from a read-only folder");
+    return;
+  }
+  test::TempDir dir;
+  Warnings w;
+  DiskCache cache = cache_at(dir.path());
+  KILN_REQUIRE_OK(put(cache, "k"));
+  const std::string p = entry_path(dir.path(), "k");
+  fs::resize_file(p, 60);
+  fs::permissions(fs::path(p).parent_path(), fs::perms::owner_read | fs::perms::owner_exec);
+  CHECK_FALSE(get(cache, "k"));
+  fs::permissions(fs::path(p).parent_path(), fs::perms::owner_all);
+  CHECK(w.any("could not be removed"));
+  CHECK_FALSE(w.any("; removed"));
+  CHECK(fs::exists(p));
+}
+
 TEST_CASE("KILN_CACHE_MAX is parsed strictly", "[runtime][cache][safety]") {
   CHECK(DiskCache::parse_size("0") == uint64_t{0});
   CHECK(DiskCache::parse_size("4096") == uint64_t{4096});
