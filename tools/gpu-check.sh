@@ -1,33 +1,109 @@
 #!/usr/bin/env bash
-# The GPU check: on a machine with an NVIDIA GPU, its driver and a CUDA toolkit (NVRTC), builds
-# kiln, lists the devices, runs the GPU tests (the CPU's numeric tests on cuda:0, the runtime's
-# GPU tests, the CUDA compile and driver tests) and benchmarks axpy bandwidth against a
-# device-to-device copy and kiln's launch overhead against a raw cuLaunchKernel. About 3 to 5
-# minutes. Results go to stdout (and gpu-check.log); record them in docs/performance.md.
-#   tools/gpu-check.sh [--quick]
+# The GPU check, run on a machine with an NVIDIA GPU, its driver and the CUDA toolkit (NVRTC):
+# builds kiln, runs the GPU tests (every example kernel against its C++ reference on cuda:0,
+# the CPU's numeric op tests compiled for the GPU, prints/asserts/checked faults, streams,
+# events, memory; the NVRTC compile tests for every target; the driver tests), `kiln demo`, and
+# the GPU benchmarks with their peers measured in the same run (axpy against a device-to-device
+# copy, launch overhead against a raw cuLaunchKernel). Aims at well under 8 minutes in all.
+#
+#   tools/gpu-check.sh OUT_DIR [--quick]
+#
+# Everything goes to OUT_DIR: gpu-check.log (all output, the tests' too) and results.txt (the
+# machine, the test summaries and every benchmark line: what to record in docs/performance.md).
+# Each phase prints the seconds since the start, so the log shows where the time went.
+#
+# With a pack from tools/gpu-pack.sh in .gpu-pack/ (or $KILN_GPU_PACK) it builds without the CPU
+# backend against the pack alone (the bare GPU machine has no LLVM, fmt, CLI11, nlohmann-json,
+# xxhash or Catch2); without one, the usual build with the system's packages. Exit status: 0
+# when everything passed, 1 when something failed, 77 when there is no GPU.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+out=${1:-}
+if [ -z "$out" ] || [ "${out#--}" != "$out" ]; then
+  echo "usage: tools/gpu-check.sh OUT_DIR [--quick]" >&2
+  exit 2
+fi
 quick=""
-[ "${1:-}" = "--quick" ] && quick="--quick"
-log=gpu-check.log
+[ "${2:-}" = "--quick" ] && quick="--quick"
+mkdir -p "$out" || exit 2
+out=$(cd "$out" && pwd)
+log=$out/gpu-check.log
+results=$out/results.txt
 exec > >(tee "$log") 2>&1
+: >"$results"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
 
-echo "== kiln gpu-check, $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -n)"
-command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-./setup.sh build || { echo "gpu-check: the build failed"; exit 1; }
-build/bin/kiln version
-build/bin/kiln devices
-if ! build/bin/kiln devices | grep -q '^cuda:0'; then
-  echo "gpu-check: no GPU here (see the reason above); nothing to check"
+start=$(date +%s)
+phase() { echo "== [$(($(date +%s) - start)) s] $*"; }
+record() { tee -a "$results"; }
+status=0
+fail() {
+  echo "gpu-check: $*"
+  echo "FAILED: $*" >>"$results"
+  status=1
+}
+
+phase "kiln gpu-check, $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -n), $(nproc) cores" | record
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | record
+fi
+git log -1 --format='commit %h %s' 2>/dev/null | record
+
+pack=${KILN_GPU_PACK:-.gpu-pack}
+build=build-gpu
+config=(-G Ninja -DCMAKE_BUILD_TYPE=Release)
+if [ -f "$pack/MANIFEST" ]; then
+  config+=(-DKILN_CPU=OFF "-DKILN_DEPS_PREFIX=$(cd "$pack" && pwd)")
+  echo "dependencies: the pack in $pack (KILN_CPU=OFF: no CPU backend)" | record
+else
+  echo "dependencies: the system's packages (no pack in $pack)" | record
+  build=build
+fi
+command -v ninja >/dev/null || config=(-DCMAKE_BUILD_TYPE=Release "${config[@]:2}")
+
+phase "configure"
+if ! cmake -S . -B "$build" "${config[@]}" >"$tmp/configure.log" 2>&1; then
+  cat "$tmp/configure.log"
+  fail "configure"
+  exit 1
+fi
+phase "build ($(nproc) jobs)"
+if ! cmake --build "$build" -j "$(nproc)" >"$tmp/build.log" 2>&1; then
+  grep -E -A5 'error|FAILED' "$tmp/build.log" | head -100
+  fail "build"
+  exit 1
+fi
+tail -n 1 "$tmp/build.log"
+
+phase "devices"
+"$build/bin/kiln" version | record
+"$build/bin/kiln" devices | record
+if ! "$build/bin/kiln" devices | grep -q '^cuda:0 '; then
+  echo "gpu-check: no GPU here (see the reason above); nothing to check" | record
   exit 77
 fi
-status=0
-echo "== GPU tests"
-ctest --test-dir build --output-on-failure -R 'test_gpu|test_cuda|cuda driver' || status=1
-build/bin/test_gpu --durations yes 2>&1 | tail -5
-echo "== kiln demo (every example on every device)"
-build/bin/kiln demo --repeat 5 || status=1
-echo "== benchmarks"
-build/bin/gpu_bench $quick || status=1
-echo "== gpu-check done: $([ $status = 0 ] && echo passed || echo FAILED)"
+
+phase "GPU tests"
+"$build/bin/test_gpu" 2>&1 | tee "$tmp/test_gpu.log"
+rc=${PIPESTATUS[0]}
+grep -E '^running on|^skipped|^(All tests passed|test cases:|assertions:)' "$tmp/test_gpu.log" |
+  sed 's/^/test_gpu: /' | record
+[ $rc -eq 0 ] || fail "test_gpu (exit $rc)"
+
+phase "CUDA compile and driver tests"
+ctest --test-dir "$build" -j "$(nproc)" -R 'test_cuda|cuda driver' --output-on-failure 2>&1 |
+  tee "$tmp/ctest.log" | grep -v -E '^ *(Start|[0-9]+/[0-9]+ Test) '
+rc=${PIPESTATUS[0]}
+grep -E 'tests passed' "$tmp/ctest.log" | sed 's/^/ctest (compile, driver): /' | record
+[ $rc -eq 0 ] || fail "ctest (compile, driver)"
+
+phase "kiln demo"
+"$build/bin/kiln" demo --repeat 5 2>&1 | record || fail "kiln demo"
+
+phase "benchmarks"
+"$build/bin/gpu_bench" $quick 2>&1 | record
+[ "${PIPESTATUS[0]}" -eq 0 ] || fail "gpu_bench"
+
+phase "done: $([ $status = 0 ] && echo passed || echo FAILED)" | record
 exit $status

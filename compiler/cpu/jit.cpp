@@ -135,16 +135,6 @@ Result<Prepared> prepare(const ir::Kernel& lowered, const CompileOptions& opts, 
 // ---- targets
 // -----------------------------------------------------------------------------------------
 
-int Target::max_lanes(int bytes) const {
-  int lanes = vector_bits / 8 / std::max(bytes, 1);
-  return std::clamp(lanes, 1, 16);
-}
-
-std::string Target::describe() const {
-  std::string isa = vector_bits >= 512 ? "AVX-512" : vector_bits >= 256 ? "AVX2/AVX" : "SSE";
-  return fmt::format("{} ({}, {}-bit vectors{})", cpu, isa, vector_bits, host ? ", host" : "");
-}
-
 Result<Target> host_target() {
   init_llvm();
   Target t;

@@ -15,11 +15,15 @@ namespace {
 
 using Catch::Contains;
 
-TEST_CASE("every example kernel gives on the GPU what it gives on the CPU", "[gpu]") {
+// The references are the recipes' own C++ (kernels/run.h), so this needs no CPU backend; when
+// the build has one, the GPU's outputs are compared with the CPU's for the same inputs too.
+TEST_CASE("every example kernel passes its reference on the GPU and agrees with the CPU",
+          "[gpu]") {
   auto gpu = Runtime::open("cuda:0");
   REQUIRE(gpu.ok());
   auto cpu = Runtime::open("cpu");
-  REQUIRE(cpu.ok());
+  if (!cpu)
+    WARN("GPU results are checked against the C++ references only: " << cpu.error().message);
   for (const std::string& name : kernels::builtin_names()) {
     if (!kernels::find_run_recipe(name)) continue;
     INFO(name);
@@ -35,6 +39,9 @@ TEST_CASE("every example kernel gives on the GPU what it gives on the CPU", "[gp
                   << c.got << ", want " << c.want);
       CHECK(c.mismatches == 0);
     }
+    CHECK(g->has_reference);
+    CHECK(g->median_ms > 0);
+    if (!cpu) continue;
     // The CPU with the same inputs. Line widths differ (16 bytes on the GPU), so the sums
     // that reduce in another order agree within the reference's tolerance.
     auto c = kernels::run(*cpu, name, config);
@@ -53,7 +60,6 @@ TEST_CASE("every example kernel gives on the GPU what it gives on the CPU", "[gp
         if (!(std::fabs(got[i] - want[i]) <= tol_abs + tol_rel * std::fabs(want[i]))) ++bad;
       CHECK(bad == 0);
     }
-    CHECK(g->median_ms > 0);
   }
 }
 

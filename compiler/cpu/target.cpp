@@ -1,0 +1,20 @@
+// CPU targets: the facts about a Target that need no LLVM (the backend's build may have none).
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "compiler/cpu/backend.h"
+
+namespace kiln::cpu {
+
+int Target::max_lanes(int bytes) const {
+  int lanes = vector_bits / 8 / std::max(bytes, 1);
+  return std::clamp(lanes, 1, 16);
+}
+
+std::string Target::describe() const {
+  std::string isa = vector_bits >= 512 ? "AVX-512" : vector_bits >= 256 ? "AVX2/AVX" : "SSE";
+  return fmt::format("{} ({}, {}-bit vectors{})", cpu, isa, vector_bits, host ? ", host" : "");
+}
+
+}  // namespace kiln::cpu
