@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "runtime/log.h"
+#include "runtime/tensor.h"
 
 namespace kiln::detail {
 
@@ -151,7 +152,10 @@ Result<std::shared_ptr<CudaDevice>> CudaDevice::open(int ordinal, uint64_t memor
                                ordinal, info.arch));
     dev->target_ = cuda::Target{best, false};
   }
-  dev->key_ = fmt::format("cuda:{}:{}", dev->target_.name(), dev->cubin_ ? "cubin" : "ptx");
+  const backend::Backend* b = backend::find("cuda");
+  KILN_CHECK(b, "the CUDA backend is registered");
+  KILN_ASSIGN(dev->backend_target_,
+              b->parse_target(dev->cubin_ ? dev->target_.name() : dev->target_.compute()));
   dev->pool_ = std::make_shared<MemoryPool>(std::make_unique<CudaAllocator>(ctx), memory_cap);
   dev->pool_->set_reuse_fence([ctx] {
     if (ctx->bind()) ctx->api->cuCtxSynchronize();
@@ -383,6 +387,168 @@ Result<std::shared_ptr<CudaEvent>> record_event(const CudaDevice& dev, CUstream 
   KILN_TRY(ctx->check(ctx->api->cuEventCreate(&e->event, EVENT_DEFAULT), "creating an event"));
   KILN_TRY(ctx->check(ctx->api->cuEventRecord(e->event, stream), "recording an event"));
   return e;
+}
+
+// ---- the device interface (runtime/device.h)
+// ------------------------------------------------------------------------
+
+namespace {
+
+class CudaLoaded final : public LoadedKernel {
+ public:
+  explicit CudaLoaded(std::shared_ptr<const CudaKernel> k) : k_(std::move(k)) {}
+  const abi::KernelInfo& info() const override { return k_->info; }
+  const std::shared_ptr<const CudaKernel>& kernel() const { return k_; }
+
+ private:
+  std::shared_ptr<const CudaKernel> k_;
+};
+
+class CudaDeviceEvent final : public DeviceEvent {
+ public:
+  std::shared_ptr<CudaEvent> e;
+  Result<double> since(const DeviceEvent& earlier) const override {
+    const auto* a = dynamic_cast<const CudaDeviceEvent*>(&earlier);
+    if (!a || earlier.device != device)
+      return Error(ErrorKind::InvalidArgument,
+                   "elapsed_ms: the events come from different devices");
+    const auto& ctx = e->ctx;
+    KILN_TRY(ctx->bind());
+    KILN_TRY(ctx->check(ctx->api->cuEventSynchronize(e->event), "waiting for an event"));
+    float ms = 0;
+    KILN_TRY(ctx->check(ctx->api->cuEventElapsedTime(&ms, a->e->event, e->event),
+                        "timing two events"));
+    return static_cast<double>(ms);
+  }
+};
+
+class CudaDeviceStream final : public DeviceStream {
+ public:
+  CudaDeviceStream(const CudaDevice& dev, std::unique_ptr<CudaStream> s)
+      : dev_(dev), s_(std::move(s)) {}
+  Status launch(const LoadedKernel& k, const std::array<uint32_t, 3>& cubes,
+                std::span<const HostArg> args) override {
+    const auto& ck = static_cast<const CudaLoaded&>(k).kernel();
+    std::array<uint64_t, 256> slots;
+    if (ck->info.layout.slot_count + cuda::kReportSlots > slots.size())
+      return Error(ErrorKind::Unsupported,
+                   fmt::format("kernel '{}' has too many argument slots", ck->info.name));
+    KILN_TRY(pack_args_into(ck->info, cubes, args, slots));
+    return s_->launch(ck, cubes, slots);
+  }
+  Status sync(std::vector<std::string>& prints, std::optional<Error>& fault) override {
+    return s_->sync(prints, fault);
+  }
+  Result<std::shared_ptr<DeviceEvent>> record() override {
+    auto e = std::make_shared<CudaDeviceEvent>();
+    KILN_ASSIGN(e->e, record_event(dev_, s_->handle()));
+    e->device = &dev_;
+    return std::shared_ptr<DeviceEvent>(std::move(e));
+  }
+  Status wait(const DeviceEvent& event) override {
+    const auto* e = dynamic_cast<const CudaDeviceEvent*>(&event);
+    if (!e || event.device != &dev_)
+      return Error(ErrorKind::InvalidArgument, "wait: the event was not recorded on this GPU");
+    const auto& ctx = e->e->ctx;
+    KILN_TRY(ctx->bind());
+    return ctx->check(ctx->api->cuStreamWaitEvent(s_->handle(), e->e->event, 0),
+                      "making a stream wait for an event");
+  }
+
+ private:
+  const CudaDevice& dev_;
+  std::unique_ptr<CudaStream> s_;
+};
+
+// "cuda:3" -> 3; "cuda" is cuda:0.
+std::optional<int> cuda_ordinal(std::string_view name) {
+  if (name == "cuda") return 0;
+  if (name.rfind("cuda:", 0) != 0 || name.size() == 5 || name.size() > 8) return std::nullopt;
+  int v = 0;
+  for (char c : name.substr(5)) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + (c - '0');
+  }
+  return v;
+}
+
+const bool g_registered = [] {
+  DeviceFamily f;
+  f.name = "cuda";
+  f.syntax = "cuda:N";
+  f.claims = [](std::string_view n) { return n.rfind("cuda", 0) == 0; };
+  f.list = [] {
+    std::vector<DeviceEntry> out;
+    auto drv = driver();
+    if (!drv) {
+      DeviceEntry e;
+      e.name = "cuda";
+      e.reason = drv.error().message;
+      out.push_back(std::move(e));
+      return out;
+    }
+    for (int i = 0; i < (*drv)->device_count; ++i) {
+      DeviceEntry e;
+      e.name = fmt::format("cuda:{}", i);
+      if (auto info = CudaDevice::describe(i)) {
+        e.available = true;
+        e.info = *info;
+      } else {
+        e.reason = info.error().message;
+      }
+      out.push_back(std::move(e));
+    }
+    return out;
+  };
+  f.open = [](std::string_view name, uint64_t cap) -> Result<std::shared_ptr<Device>> {
+    auto ordinal = cuda_ordinal(name);
+    if (!ordinal)
+      return Error(ErrorKind::NotFound,
+                   fmt::format("'{}' is not a device name; write cuda:N, like cuda:0", name));
+    auto drv = driver();
+    if (!drv)
+      return Error(ErrorKind::NotFound,
+                   fmt::format("device '{}' is not available: {}", name, drv.error().message));
+    auto dev = CudaDevice::open(*ordinal, cap);
+    if (!dev)
+      return Error(dev.error().kind,
+                   fmt::format("device '{}' is not available: {}", name, dev.error().message));
+    return std::shared_ptr<Device>(*dev);
+  };
+  register_device_family(std::move(f));
+  return true;
+}();
+
+}  // namespace
+
+std::string CudaDevice::line_problem(const Tensor& t, int line) const {
+  // GPUs read lines with vector loads, which need the pointer aligned to the line (up to 16
+  // bytes).
+  const uintptr_t align = std::min<uintptr_t>(16, static_cast<uintptr_t>(line) * t.element_bytes());
+  const uintptr_t off = reinterpret_cast<uintptr_t>(t.data()) % align;
+  if (off == 0) return {};
+  return fmt::format(
+      "{} starts {} bytes past a {}-byte boundary, but lines of {} need it aligned on {}; use a "
+      "narrower line (Runtime::line_width picks one)",
+      t.describe(), off, align, line, info_.name);
+}
+
+std::string CudaDevice::grid_problem(const std::array<uint32_t, 3>& cubes) const {
+  if (cubes[0] <= 0x7fffffffu && cubes[1] <= max_grid_y_ && cubes[2] <= max_grid_z_) return {};
+  return fmt::format(
+      "{}x{}x{} cubes; {} allows at most 2^31-1 in x, {} in y and {} in z (put the large count "
+      "in x)",
+      cubes[0], cubes[1], cubes[2], info_.name, max_grid_y_, max_grid_z_);
+}
+
+Result<std::shared_ptr<const LoadedKernel>> CudaDevice::load(const backend::Artifact& a) {
+  KILN_ASSIGN(auto k, load_cuda_kernel(*this, a.image, a.info, cuda::resources_from_json(a.extra_json)));
+  return std::shared_ptr<const LoadedKernel>(std::make_shared<CudaLoaded>(std::move(k)));
+}
+
+Result<std::unique_ptr<DeviceStream>> CudaDevice::new_stream() {
+  KILN_ASSIGN(auto s, CudaStream::create(*this));
+  return std::unique_ptr<DeviceStream>(std::make_unique<CudaDeviceStream>(*this, std::move(s)));
 }
 
 }  // namespace kiln::detail

@@ -45,8 +45,12 @@ class CudaDevice : public Device {
   Status upload(void* dst, const void* host, size_t bytes) override;
   Status download(void* host, const void* src, size_t bytes) override;
   Status copy(void* dst, const void* src, size_t bytes) override;
-  const std::string& target_key() const override { return key_; }
+  const backend::Target& target() const override { return backend_target_; }
   int max_lanes(int bytes) const override { return bytes >= 16 ? 1 : 16 / bytes; }
+  std::string line_problem(const Tensor& t, int line) const override;
+  std::string grid_problem(const std::array<uint32_t, 3>& cubes) const override;
+  Result<std::shared_ptr<const LoadedKernel>> load(const backend::Artifact& a) override;
+  Result<std::unique_ptr<DeviceStream>> new_stream() override;
 
   const std::shared_ptr<CudaContext>& context() const { return ctx_; }
   // What kiln compiles for: sm_XY[a] when NVRTC supports the device's arch (CUBIN), else the
@@ -60,8 +64,8 @@ class CudaDevice : public Device {
  private:
   std::shared_ptr<CudaContext> ctx_;
   DeviceInfo info_;
-  std::string key_;
   cuda::Target target_;
+  backend::Target backend_target_;
   bool cubin_ = true;
   uint32_t max_grid_y_ = 65535, max_grid_z_ = 65535, max_shared_ = 48 * 1024;
 };

@@ -1,19 +1,28 @@
-// The device interface behind a Runtime: memory, copies and kernel execution for one device.
-// Backends implement it (cpu_device.cpp; CUDA adds its own); users see Runtime and Tensor.
+// The device interface behind a Runtime (ggml's ggml_backend_i is the model): one narrow table
+// of memory, copies, loading a compiled artifact, streams with launch, sync and events. Each
+// device family implements it in its own file (cpu_device.cpp, cuda_device.cpp) and registers a
+// DeviceFamily; Runtime, the specialization cache and the CLI never ask which device they hold.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
-#include "ir/ir.h"
+#include "compiler/backend.h"
+#include "runtime/cpu_exec.h"
 #include "runtime/memory.h"
 
 namespace kiln {
 
-enum class DeviceKind { Cpu, Cuda };
+class Tensor;
+
+enum class DeviceKind { Cpu, Cuda, Other };
 
 struct DeviceInfo {
   std::string name;  // "cpu", "cuda:0"
@@ -23,6 +32,37 @@ struct DeviceInfo {
   int vector_bits = 0;      // CPU: the widest SIMD register
   std::string arch;         // CUDA: "sm_90"; CPU: the LLVM CPU name
   uint64_t memory_bytes = 0;
+};
+
+// A compiled specialization loaded on a device, ready to launch.
+class LoadedKernel {
+ public:
+  virtual ~LoadedKernel() = default;
+  virtual const abi::KernelInfo& info() const = 0;
+};
+
+// A point in a device stream.
+class DeviceEvent {
+ public:
+  virtual ~DeviceEvent() = default;
+  // Milliseconds from `earlier` to this event, waiting for this one; both of this device.
+  virtual Result<double> since(const DeviceEvent& earlier) const = 0;
+  const void* device = nullptr;  // the Device that recorded it
+};
+
+// A queue of launches that run in order on one device. Not thread-safe: the runtime locks.
+class DeviceStream {
+ public:
+  virtual ~DeviceStream() = default;
+  // Enqueues a launch. Faults, failed asserts and prints of the launch are kept until sync;
+  // an error here is one of the launch itself (the driver refused it).
+  virtual Status launch(const LoadedKernel& k, const std::array<uint32_t, 3>& cubes,
+                        std::span<const HostArg> args) = 0;
+  // Waits for everything enqueued; appends the prints in order and gives the first fault.
+  virtual Status sync(std::vector<std::string>& prints, std::optional<Error>& fault) = 0;
+  virtual Result<std::shared_ptr<DeviceEvent>> record() = 0;
+  // Makes later launches on this stream wait for `event` (of the same device).
+  virtual Status wait(const DeviceEvent& event) = 0;
 };
 
 class Device {
@@ -36,14 +76,43 @@ class Device {
   virtual Status download(void* host, const void* src, size_t bytes) = 0;
   virtual Status copy(void* dst, const void* src, size_t bytes) = 0;
 
-  // What the specialization key and the disk cache know the device's code by: "cpu" + the
-  // CPU name and features, or the SM arch. Equal strings mean interchangeable code.
-  virtual const std::string& target_key() const = 0;
+  // What kernels for this device are compiled for. Its key is part of every specialization
+  // and disk-cache key: equal keys mean interchangeable code.
+  virtual const backend::Target& target() const = 0;
+  const std::string& target_key() const { return target().key; }
   // The widest line width useful for elements of `bytes` bytes.
   virtual int max_lanes(int bytes) const = 0;
+  // Why a tensor cannot be read in lines of `line` elements on this device beyond what every
+  // device requires (e.g. a GPU's vector loads need the pointer aligned), or empty.
+  virtual std::string line_problem(const Tensor& t, int line) const = 0;
+  // Why this grid cannot be launched here, or empty.
+  virtual std::string grid_problem(const std::array<uint32_t, 3>& cubes) const = 0;
+
+  // Makes a compiled artifact (from the backend or the disk cache) launchable here.
+  virtual Result<std::shared_ptr<const LoadedKernel>> load(const backend::Artifact& a) = 0;
+  virtual Result<std::unique_ptr<DeviceStream>> new_stream() = 0;
 
  protected:
   std::shared_ptr<MemoryPool> pool_;
 };
+
+// A family of devices ("cpu", "cuda"): how to list them and open one by name. Each family
+// registers one (register_device_family, from its own file).
+struct DeviceEntry {
+  std::string name;  // "cpu", "cuda:0"; for an absent family, its name ("cuda")
+  bool available = false;
+  std::string reason;  // why not, when not available
+  DeviceInfo info;
+};
+struct DeviceFamily {
+  std::string name;  // "cpu", "cuda"
+  // Whether a device name belongs to this family ("cuda:3").
+  std::function<bool(std::string_view)> claims;
+  std::function<std::vector<DeviceEntry>()> list;
+  std::function<Result<std::shared_ptr<Device>>(std::string_view name, uint64_t memory_cap)> open;
+  std::string syntax;  // how its devices are named, for messages: "cuda:N"
+};
+void register_device_family(DeviceFamily family);
+std::vector<DeviceFamily> device_families();
 
 }  // namespace kiln

@@ -14,30 +14,23 @@
 #include "ir/float16.h"
 #include "ir/verifier.h"
 #include "runtime/cpu_exec.h"
-#include "runtime/cuda_device.h"
-#include "runtime/cuda_driver.h"
+#include "runtime/device.h"
 #include "runtime/specialization.h"
 
 namespace kiln {
-
-using detail::CudaDevice;
-using detail::CudaStream;
 
 namespace detail {
 
 struct StreamState {
   std::mutex mu;
-  std::optional<Error> pending;  // the first fault since the last sync
-  std::vector<std::string> prints;
-  std::unique_ptr<CudaStream> cuda;  // GPU streams
+  const Device* device = nullptr;
+  std::unique_ptr<DeviceStream> stream;
 };
 
 struct RuntimeState {
   std::shared_ptr<Device> device;
-  std::shared_ptr<CudaDevice> cuda;  // when the device is a GPU
   RuntimeOptions options;
   uint16_t target_id = 0;
-  cpu::CompileOptions compile;  // CPU devices (checked and fast_math apply to both)
   Stream default_stream;
 };
 
@@ -57,60 +50,6 @@ uint16_t target_id_of(const std::string& target_key) {
   const auto id = static_cast<uint16_t>(ids.size() + 1);
   ids.emplace(target_key, id);
   return id;
-}
-
-// ---- the CPU device
-// ------------------------------------------------------------------------------
-
-class CpuDevice : public Device {
- public:
-  explicit CpuDevice(const cpu::Target& target, uint64_t cap) : target_(target) {
-    pool_ = std::make_shared<MemoryPool>(make_host_allocator(), cap);
-    info_.name = "cpu";
-    info_.kind = DeviceKind::Cpu;
-    info_.description = target.describe();
-    info_.cores = ThreadPool::global().threads();
-    info_.vector_bits = target.vector_bits;
-    info_.arch = target.cpu;
-    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
-    info_.memory_bytes =
-        pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
-    key_ = fmt::format("cpu:{}:{}", target.cpu, target.features);
-  }
-  const DeviceInfo& info() const override { return info_; }
-  bool host_accessible() const override { return true; }
-  Status upload(void* dst, const void* host, size_t bytes) override {
-    if (bytes) std::memcpy(dst, host, bytes);
-    return {};
-  }
-  Status download(void* host, const void* src, size_t bytes) override {
-    if (bytes) std::memcpy(host, src, bytes);
-    return {};
-  }
-  Status copy(void* dst, const void* src, size_t bytes) override {
-    if (bytes) std::memmove(dst, src, bytes);
-    return {};
-  }
-  const std::string& target_key() const override { return key_; }
-  int max_lanes(int bytes) const override { return target_.max_lanes(bytes); }
-  const cpu::Target& target() const { return target_; }
-
- private:
-  cpu::Target target_;
-  DeviceInfo info_;
-  std::string key_;
-};
-
-// "cuda:3" -> 3.
-std::optional<int> cuda_ordinal(std::string_view name) {
-  if (name == "cuda") return 0;
-  if (name.rfind("cuda:", 0) != 0 || name.size() == 5 || name.size() > 8) return std::nullopt;
-  int v = 0;
-  for (char c : name.substr(5)) {
-    if (c < '0' || c > '9') return std::nullopt;
-    v = v * 10 + (c - '0');
-  }
-  return v;
 }
 
 // ---- launch helpers
@@ -222,74 +161,39 @@ Result<uint64_t> scalar_bits(const dsl::KernelDef& def, const dsl::ParamInfo& p,
 
 std::vector<DeviceEntry> devices() {
   std::vector<DeviceEntry> out;
-  DeviceEntry cpu_entry;
-  cpu_entry.name = "cpu";
-  if (auto t = cpu::host_target()) {
-    CpuDevice dev(*t, 0);
-    cpu_entry.available = true;
-    cpu_entry.info = dev.info();
-  } else {
-    cpu_entry.reason = t.error().message;
-  }
-  out.push_back(std::move(cpu_entry));
-  auto drv = cuda_driver::driver();
-  if (!drv) {
-    DeviceEntry cuda;
-    cuda.name = "cuda";
-    cuda.reason = drv.error().message;
-    out.push_back(std::move(cuda));
-    return out;
-  }
-  for (int i = 0; i < (*drv)->device_count; ++i) {
-    DeviceEntry e;
-    e.name = fmt::format("cuda:{}", i);
-    if (auto info = CudaDevice::describe(i)) {
-      e.available = true;
-      e.info = *info;
-    } else {
-      e.reason = info.error().message;
-    }
-    out.push_back(std::move(e));
-  }
+  for (const DeviceFamily& f : device_families())
+    for (DeviceEntry& e : f.list()) out.push_back(std::move(e));
   return out;
 }
+
+namespace {
+Result<std::shared_ptr<detail::StreamState>> make_stream(Device& dev) {
+  auto s = std::make_shared<detail::StreamState>();
+  s->device = &dev;
+  KILN_ASSIGN(s->stream, dev.new_stream());
+  return s;
+}
+}  // namespace
 
 Result<Runtime> Runtime::open(std::string_view name, RuntimeOptions options) {
   auto state = std::make_shared<detail::RuntimeState>();
   state->options = std::move(options);
-  if (name == "cpu") {
-    KILN_ASSIGN(cpu::Target target, cpu::host_target());
-    KILN_TRY(cpu::start_jit());  // once per process, so that no launch pays for it
-    auto dev = std::make_shared<CpuDevice>(target, state->options.memory_cap);
-    state->compile.target = target;
-    state->device = dev;
-  } else if (auto ordinal = cuda_ordinal(name)) {
-    auto drv = cuda_driver::driver();
-    if (!drv)
-      return Error(ErrorKind::NotFound,
-                   fmt::format("device '{}' is not available: {}", name, drv.error().message));
-    auto dev = CudaDevice::open(*ordinal, state->options.memory_cap);
-    if (!dev)
-      return Error(dev.error().kind,
-                   fmt::format("device '{}' is not available: {}", name, dev.error().message));
-    state->cuda = *dev;
-    state->device = *dev;
-  } else if (name.rfind("cuda", 0) == 0) {
+  const DeviceFamily* family = nullptr;
+  const std::vector<DeviceFamily> families = device_families();
+  for (const DeviceFamily& f : families)
+    if (f.claims(name)) family = &f;
+  if (!family) {
+    std::string names;
+    for (const DeviceFamily& f : families)
+      names += fmt::format("{}'{}'", names.empty() ? "" : " and ", f.syntax);
     return Error(ErrorKind::NotFound,
-                 fmt::format("'{}' is not a device name; write cuda:N, like cuda:0", name));
-  } else {
-    return Error(
-        ErrorKind::NotFound,
-        fmt::format("unknown device '{}'; devices are 'cpu' and 'cuda:N' (see kiln devices)",
-                    name));
+                 fmt::format("unknown device '{}'; devices are {} (see kiln devices)", name, names));
   }
-  // The key of a specialization names the device instance: CUDA modules belong to a context.
+  KILN_ASSIGN(state->device, family->open(name, state->options.memory_cap));
+  // The key of a specialization names the device instance: GPU modules belong to a context.
   state->target_id =
       target_id_of(fmt::format("{}@{}", state->device->target_key(), state->device->info().name));
-  state->default_stream.s_ = std::make_shared<detail::StreamState>();
-  if (state->cuda) {
-    KILN_ASSIGN(state->default_stream.s_->cuda, CudaStream::create(*state->cuda));
-  }
+  KILN_ASSIGN(state->default_stream.s_, make_stream(*state->device));
   Runtime rt;
   rt.s_ = std::move(state);
   return rt;
@@ -345,10 +249,7 @@ Stream Runtime::default_stream() const {
 
 Result<Stream> Runtime::new_stream() {
   Stream s;
-  s.s_ = std::make_shared<detail::StreamState>();
-  if (s_->cuda) {
-    KILN_ASSIGN(s.s_->cuda, CudaStream::create(*s_->cuda));
-  }
+  KILN_ASSIGN(s.s_, make_stream(*s_->device));
   return s;
 }
 
@@ -362,12 +263,7 @@ Status Runtime::sync(const Stream& stream) {
   std::optional<Error> err;
   {
     std::lock_guard<std::mutex> lock(stream.s_->mu);
-    prints.swap(stream.s_->prints);
-    err.swap(stream.s_->pending);
-    if (stream.s_->cuda) {
-      // Waits for the GPU; its reports come after the errors found when launching.
-      if (auto st = stream.s_->cuda->sync(prints, err); !st && !err) err = st.error();
-    }
+    if (auto st = stream.s_->stream->sync(prints, err); !st && !err) err = st.error();
   }
   for (const std::string& line : prints) {
     if (s_->options.print)
@@ -383,38 +279,22 @@ Status Runtime::sync(const Stream& stream) {
 Result<Event> Runtime::record(const Stream& stream) {
   if (!stream.valid()) return Error(ErrorKind::InvalidArgument, "record on an empty stream handle");
   Event e;
-  e.at_ = std::chrono::steady_clock::now();  // CPU launches have finished when launch() returns
-  if (stream.s_->cuda) {
-    std::lock_guard<std::mutex> lock(stream.s_->mu);
-    KILN_ASSIGN(e.cuda_, record_event(*s_->cuda, stream.s_->cuda->handle()));
-  }
+  std::lock_guard<std::mutex> lock(stream.s_->mu);
+  KILN_ASSIGN(e.e_, stream.s_->stream->record());
   return e;
 }
 
 Status Runtime::wait(const Stream& stream, const Event& event) {
   if (!stream.valid()) return Error(ErrorKind::InvalidArgument, "wait on an empty stream handle");
-  if (!stream.s_->cuda) return {};  // CPU launches complete in order as they are issued
-  if (!event.cuda_)
-    return Error(ErrorKind::InvalidArgument, "wait: the event was not recorded on this GPU");
-  const auto& ctx = event.cuda_->ctx;
-  KILN_TRY(ctx->bind());
-  return ctx->check(ctx->api->cuStreamWaitEvent(stream.s_->cuda->handle(), event.cuda_->event, 0),
-                    "making a stream wait for an event");
+  if (!event.e_) return Error(ErrorKind::InvalidArgument, "wait on an event never recorded");
+  std::lock_guard<std::mutex> lock(stream.s_->mu);
+  return stream.s_->stream->wait(*event.e_);
 }
 
 Result<double> Event::elapsed_ms(const Event& a, const Event& b) {
-  if (a.cuda_ && b.cuda_) {
-    const auto& ctx = b.cuda_->ctx;
-    KILN_TRY(ctx->bind());
-    KILN_TRY(ctx->check(ctx->api->cuEventSynchronize(b.cuda_->event), "waiting for an event"));
-    float ms = 0;
-    KILN_TRY(ctx->check(ctx->api->cuEventElapsedTime(&ms, a.cuda_->event, b.cuda_->event),
-                        "timing two events"));
-    return static_cast<double>(ms);
-  }
-  if (a.cuda_ || b.cuda_)
-    return Error(ErrorKind::InvalidArgument, "elapsed_ms: the events come from different devices");
-  return std::chrono::duration<double, std::milli>(b.at_ - a.at_).count();
+  if (!a.e_ || !b.e_)
+    return Error(ErrorKind::InvalidArgument, "elapsed_ms of an event never recorded");
+  return b.e_->since(*a.e_);
 }
 
 Result<Kernel> Runtime::kernel(std::string_view name) const {
@@ -554,19 +434,7 @@ Status Runtime::launch_args(const Kernel& kernel, Dim3 cubes, Dim3 cube_dim, con
                 "a multiple of {} (and outer strides multiples of {}); choose a width with "
                 "Runtime::line_width and LaunchOptions::lines",
                 t.describe(), w, w, w));
-      // GPUs read lines with vector loads, which need the pointer aligned to the line (up to 16
-      // bytes).
-      if (s_->cuda) {
-        const uintptr_t align =
-            std::min<uintptr_t>(16, static_cast<uintptr_t>(w) * t.element_bytes());
-        if (reinterpret_cast<uintptr_t>(t.data()) % align != 0)
-          return arg_error(
-              def, p,
-              fmt::format("{} starts {} bytes past a {}-byte boundary, but lines of {} need it "
-                          "aligned on {}; use a narrower line (Runtime::line_width picks one)",
-                          t.describe(), reinterpret_cast<uintptr_t>(t.data()) % align, align, w,
-                          dev.info().name));
-      }
+      if (std::string why = dev.line_problem(t, w); !why.empty()) return arg_error(def, p, why);
       dsl::ArgDesc& d = descs[nr];
       d.dtype = t.dtype();
       d.rank = static_cast<uint8_t>(p.kind == dsl::ParamKind::Tensor ? t.rank() : 0);
@@ -627,48 +495,20 @@ Status Runtime::launch_args(const Kernel& kernel, Dim3 cubes, Dim3 cube_dim, con
     req.trace.args.assign(descs.begin(), descs.begin() + static_cast<long>(nr));
     req.trace.comptime.assign(comptime.begin(), comptime.begin() + static_cast<long>(nc));
     req.trace.cube_dim = cube_dim.array();
-    req.options = s_->compile;
     req.options.checked = checked;
-    req.target_key = dev.target_key();
-    req.cuda = s_->cuda;
+    req.device = s_->device;
     KILN_ASSIGN(spec, detail::get_or_build(*kernel.table_, key, req));
   }
 
   const Stream& stream = o.stream ? *o.stream : s_->default_stream;
   if (!stream.valid()) return Error(ErrorKind::InvalidArgument, "launch on an empty stream handle");
-  std::array<uint64_t, 256> packed;
-  if (s_->cuda) {
-    const detail::CudaKernel& ck = *spec->code.cuda;
-    if (cubes.x > 0x7fffffffu || cubes.y > s_->cuda->max_grid_y() ||
-        cubes.z > s_->cuda->max_grid_z())
-      return Error(ErrorKind::InvalidArgument,
-                   fmt::format("kernel '{}': {}x{}x{} cubes; {} allows at most 2^31-1 in x, {} in "
-                               "y and {} in z (put the "
-                               "large count in x)",
-                               def.name, cubes.x, cubes.y, cubes.z, dev.info().name,
-                               s_->cuda->max_grid_y(), s_->cuda->max_grid_z()));
-    if (ck.info.layout.slot_count + cuda::kReportSlots > packed.size())
-      return Error(ErrorKind::Unsupported,
-                   fmt::format("kernel '{}' has too many argument slots", def.name));
-    KILN_TRY(
-        pack_args_into(ck.info, cubes.array(), std::span<const HostArg>(host.data(), nr), packed));
-    if (!stream.s_->cuda)
-      return Error(ErrorKind::InvalidArgument, "launch on a stream of another device");
-    std::lock_guard<std::mutex> lock(stream.s_->mu);
-    return stream.s_->cuda->launch(spec->code.cuda, cubes.array(), packed);
-  }
-  if (stream.s_->cuda)
+  if (stream.s_->device != &dev)
     return Error(ErrorKind::InvalidArgument, "launch on a stream of another device");
-  const cpu::CompiledKernel& ck = *spec->code.cpu;
-  KILN_TRY(
-      pack_cpu_args_into(ck, cubes.array(), std::span<const HostArg>(host.data(), nr), packed));
-  CpuRunReport r = run_cpu_packed(ck, packed.data(), cubes.x * cubes.y * cubes.z);
-  if (r.fault || !r.prints.empty()) {
-    std::lock_guard<std::mutex> lock(stream.s_->mu);
-    for (std::string& line : r.prints) stream.s_->prints.push_back(std::move(line));
-    if (r.fault && !stream.s_->pending) stream.s_->pending = std::move(r.fault);
-  }
-  return {};
+  if (std::string why = dev.grid_problem(cubes.array()); !why.empty())
+    return Error(ErrorKind::InvalidArgument, fmt::format("kernel '{}': {}", def.name, why));
+  std::lock_guard<std::mutex> lock(stream.s_->mu);
+  return stream.s_->stream->launch(*spec->code, cubes.array(),
+                                   std::span<const HostArg>(host.data(), nr));
 }
 
 }  // namespace kiln

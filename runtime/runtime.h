@@ -33,13 +33,8 @@
 
 namespace kiln {
 
-// What this machine has: each device kiln can open, or why it is absent.
-struct DeviceEntry {
-  std::string name;  // "cpu", "cuda:0", or "cuda" when no CUDA device can be opened
-  bool available = false;
-  std::string reason;  // why it is absent
-  DeviceInfo info;
-};
+// What this machine has: each device kiln can open, or why it is absent (DeviceEntry is in
+// runtime/device.h: "cpu", "cuda:0", or "cuda" when no CUDA device can be opened).
 std::vector<DeviceEntry> devices();
 
 // Cube counts and cube sizes: {x}, {x, y} or {x, y, z}.
@@ -68,8 +63,10 @@ struct CompileReport {
   double trace_ms = 0, passes_ms = 0;
   double hash_ms = 0;  // printing the canonical IR and hashing it (the disk cache's key)
   double read_ms = 0;  // reading and checking the disk-cache entry (a hit or a miss)
-  double codegen_ms = 0, optimize_ms = 0, machine_ms = 0;  // LLVM IR, optimization, machine code
-  double load_ms = 0, total_ms = 0;                        // loading into the JIT; everything
+  // The backend's own stages, named as it declares them (compiler/backend.h): on the CPU
+  // llvm, llvm-opt, asm; on CUDA cuda, ptx (NVRTC). Empty when loaded from the disk cache.
+  std::vector<backend::StageTime> stages;
+  double load_ms = 0, total_ms = 0;  // loading onto the device; everything
 };
 const CompileReport& last_compile_report();
 
@@ -84,7 +81,6 @@ namespace detail {
 struct RuntimeState;
 struct StreamState;
 struct SpecTable;
-struct CudaEvent;
 }  // namespace detail
 
 // A queue of launches that run in order. Cheap to copy (shared).
@@ -106,8 +102,7 @@ class Event {
 
  private:
   friend class Runtime;
-  std::chrono::steady_clock::time_point at_;  // CPU
-  std::shared_ptr<detail::CudaEvent> cuda_;   // CUDA
+  std::shared_ptr<DeviceEvent> e_;
 };
 
 // A registered kernel, ready to launch.

@@ -14,10 +14,6 @@
 #include <xxhash.h>
 #include <nlohmann/json.hpp>
 
-#include "compiler/cpu/llvm_info.h"
-#include "compiler/cuda/codegen.h"
-#include "compiler/cuda/nvrtc.h"
-#include "compiler/passes/pipeline.h"
 #include "ir/printer.h"
 #include "runtime/disk_cache.h"
 #include "runtime/log.h"
@@ -73,44 +69,54 @@ const DumpConfig& dump_config() {
   return c;
 }
 
-// Writes the asked-for stages of a specialization: `stages` pairs a KILN_DUMP stage with its
-// file extension and the function that makes its text (only called when asked for).
-void dump_stages(
-    const std::string& kernel, const Hash128& hash,
-    std::initializer_list<std::tuple<const char*, const char*, std::function<std::string()>>>
-        stages) {
+// Writes the stages asked for with KILN_DUMP, as the backend declares them (names and file
+// extensions); each stage's text is only made when asked for.
+void dump_stages(const std::string& kernel, const Hash128& hash, const backend::Backend& b,
+                 const std::function<Result<std::string>(const std::string& stage)>& text) {
   const DumpConfig& d = dump_config();
   if (d.stages.empty()) return;
   std::error_code ec;
   std::filesystem::create_directories(d.dir, ec);
   const std::string base = fmt::format("{}/{}-{}", d.dir, kernel, hash.hex().substr(0, 16));
-  for (const auto& [stage, ext, text] : stages) {
-    if (!d.stages.count(stage)) continue;
-    std::ofstream f(base + ext);
-    f << text();
-    if (!f) log_warning(fmt::format("KILN_DUMP: cannot write {}{}", base, ext));
+  for (const backend::Stage& stage : backend::stages(b)) {
+    if (!d.stages.count(stage.name)) continue;
+    auto t = text(stage.name);
+    std::ofstream f(base + stage.extension);
+    f << (t ? *t : t.error().message);
+    if (!f) log_warning(fmt::format("KILN_DUMP: cannot write {}{}", base, stage.extension));
   }
 }
 
-std::string versions() {
-  static const std::string v =
-      fmt::format("kiln {} / LLVM {} / cpu-abi 2", KILN_VERSION, cpu::llvm_version());
-  return v;
+// An artifact as the disk cache keeps it: the image, and a JSON description of the rest.
+std::string artifact_meta(const std::string& kernel, const backend::Target& t,
+                          const std::string& versions, const backend::Artifact& a) {
+  nlohmann::json meta;
+  meta["kernel"] = kernel;
+  meta["target"] = t.name;
+  meta["versions"] = versions;
+  meta["image"] = a.image_kind;
+  meta["info"] = abi::info_to_json(a.info);
+  meta["extra"] = a.extra_json;
+  return meta.dump();
+}
+Result<backend::Artifact> artifact_from_entry(DiskCache::Entry entry) {
+  auto meta = nlohmann::json::parse(entry.meta, nullptr, false);
+  if (!meta.is_object()) return Error(ErrorKind::Io, "its description is not JSON");
+  KILN_ASSIGN(abi::KernelInfo info, abi::info_from_json(meta.value("info", std::string())));
+  backend::Artifact a;
+  a.image = std::move(entry.blob);
+  a.image_kind = meta.value("image", std::string());
+  a.info = std::move(info);
+  a.extra_json = meta.value("extra", std::string("{}"));
+  return a;
 }
 
-std::string cuda_versions() {
-  static const std::string v = [] {
-    auto nv = cuda::nvrtc();
-    return fmt::format("kiln {} / NVRTC {} / cuda-abi 1 / prelude {:016x}", KILN_VERSION,
-                       nv ? fmt::format("{}.{}", (*nv)->major, (*nv)->minor) : std::string("none"),
-                       XXH3_64bits(cuda::prelude().data(), cuda::prelude().size()));
-  }();
-  return v;
-}
-
-// The slow path for a CUDA device: CUDA C++ -> NVRTC -> CUBIN (or PTX) -> module.
-Result<detail::CompiledSpec> build_cuda(const detail::BuildRequest& req) {
-  const detail::CudaDevice& dev = *req.cuda;
+// The slow path, for any device: trace -> the backend's passes -> its cache key text -> the
+// disk cache, or the backend's compile (stored) -> loaded on the device.
+Result<std::shared_ptr<const LoadedKernel>> build(const detail::BuildRequest& req) {
+  Device& dev = *req.device;
+  const backend::Target& target = dev.target();
+  const backend::Backend& b = *target.backend;
   CompileReport report;
   report.kernel = req.def->name;
   const auto t_all = Clock::now();
@@ -118,190 +124,62 @@ Result<detail::CompiledSpec> build_cuda(const detail::BuildRequest& req) {
   KILN_ASSIGN(ir::Kernel traced, dsl::trace(*req.def, *req.inst, req.trace));
   report.trace_ms = ms_since(t);
   t = Clock::now();
-  KILN_ASSIGN(ir::Kernel prepared, passes::prepare_for_cuda(traced));
-  report.passes_ms = ms_since(t);
-  t = Clock::now();
-  cuda::CodegenOptions copts;
-  copts.checked = req.options.checked;
-  copts.fast_math = req.options.fast_math;
-  KILN_ASSIGN(cuda::Source src, cuda::generate(prepared, copts));
-  report.codegen_ms = ms_since(t);
-  t = Clock::now();
-  const std::string arch =
-      dev.cubin() ? dev.compile_target().name() : dev.compile_target().compute();
-  const std::string material =
-      fmt::format("{}\n--\n{}\n--\nchecked={} fast_math={}\n--\n{}", src.text, arch,
-                  req.options.checked, req.options.fast_math, cuda_versions());
-  const Hash128 hash = strong_hash(material);
-  report.hash_ms = ms_since(t);
-  const std::shared_ptr<DiskCache> cache = DiskCache::global();
-  detail::CompiledSpec out;
-  std::string ptx;
-  t = Clock::now();
-  auto entry = cache->load("cuda", hash, material);
-  if (entry) {
-    auto meta = nlohmann::json::parse(entry->meta, nullptr, false);
-    auto info =
-        abi::info_from_json(meta.is_object() ? meta.value("info", std::string()) : std::string());
-    report.read_ms = ms_since(t);
-    if (info) {
-      cuda::Resources res;
-      if (meta.contains("resources") && meta["resources"].is_object()) {
-        const auto& r = meta["resources"];
-        res.known = true;
-        res.registers = r.value("registers", 0);
-        res.shared_bytes = r.value("shared_bytes", 0);
-        res.stack_bytes = r.value("stack_bytes", 0);
-        res.spill_store_bytes = r.value("spill_stores", 0);
-        res.spill_load_bytes = r.value("spill_loads", 0);
-      }
-      t = Clock::now();
-      auto k = detail::load_cuda_kernel(dev, entry->blob, std::move(*info), res);
-      if (k) {
-        report.load_ms = ms_since(t);
-        report.from_disk = true;
-        out.cuda = std::move(*k);
-        counters().disk_hits++;
-        if (!dev.cubin()) ptx.assign(entry->blob.begin(), entry->blob.end());
-      } else {
-        log_warning(fmt::format("cache entry {} for '{}' could not be loaded ({}); recompiling",
-                                hash.hex(), req.def->name, k.error().message));
-      }
-    }
-  } else {
-    report.read_ms = ms_since(t);
-  }
-  if (!out.cuda) {
-    t = Clock::now();
-    KILN_ASSIGN(cuda::CompiledCuda compiled,
-                cuda::compile_cuda(src.text, req.def->name + ".cu", arch, req.options.fast_math));
-    report.optimize_ms = ms_since(t);  // NVRTC: front end, optimization and ptxas
-    std::vector<char> image =
-        dev.cubin() ? compiled.cubin : std::vector<char>(compiled.ptx.begin(), compiled.ptx.end());
-    nlohmann::json meta;
-    meta["kernel"] = req.def->name;
-    meta["target"] = arch;
-    meta["versions"] = cuda_versions();
-    meta["image"] = dev.cubin() ? "cubin" : "ptx";
-    meta["info"] = abi::info_to_json(src.info);
-    meta["resources"] = {{"registers", compiled.resources.registers},
-                         {"shared_bytes", compiled.resources.shared_bytes},
-                         {"stack_bytes", compiled.resources.stack_bytes},
-                         {"spill_stores", compiled.resources.spill_store_bytes},
-                         {"spill_loads", compiled.resources.spill_load_bytes}};
-    if (auto st = cache->store("cuda", hash, material, meta.dump(), image); !st)
-      log_warning_once(st.error().message,
-                       fmt::format("compiled kernels are not stored in the disk cache: {}",
-                                   st.error().message));
-    t = Clock::now();
-    KILN_ASSIGN(auto k, detail::load_cuda_kernel(dev, image, src.info, compiled.resources));
-    report.load_ms = ms_since(t);
-    out.cuda = std::move(k);
-    ptx = std::move(compiled.ptx);
-    counters().compiles++;
-  }
-  report.total_ms = ms_since(t_all);
-  (report.from_disk ? counters().disk_load_us : counters().compile_us) +=
-      static_cast<uint64_t>(report.total_ms * 1000);
-  dump_stages(req.def->name, hash,
-              {{"ir", ".kir", [&] { return ir::print(traced); }},
-               {"ir-opt", ".opt.kir", [&] { return ir::print(prepared); }},
-               {"cuda", ".cu", [&] { return src.text; }},
-               {"ptx", ".ptx", [&] {
-                  if (!ptx.empty())
-                    return ptx;  // a CUBIN from the disk cache: compile the PTX to show
-                  auto c =
-                      cuda::compile_cuda(src.text, req.def->name + ".cu",
-                                         dev.compile_target().compute(), req.options.fast_math);
-                  return c ? c->ptx : c.error().message;
-                }}});
-  t_report = report;
-  return out;
-}
-
-// The slow path for a CPU target.
-Result<detail::CompiledSpec> build_cpu(const detail::BuildRequest& req) {
-  CompileReport report;
-  report.kernel = req.def->name;
-  const auto t_all = Clock::now();
-  auto t = Clock::now();
-  KILN_ASSIGN(ir::Kernel traced, dsl::trace(*req.def, *req.inst, req.trace));
-  report.trace_ms = ms_since(t);
-  t = Clock::now();
-  KILN_ASSIGN(ir::Kernel lowered, passes::lower_for_cpu(traced));
+  KILN_ASSIGN(ir::Kernel prepared, b.prepare(traced));
+  KILN_TRY(backend::check_supported(b, prepared, target));
   report.passes_ms = ms_since(t);
   // The content address: everything that determines the code.
   t = Clock::now();
+  const std::string versions = fmt::format("kiln {} / {}", KILN_VERSION, b.versions());
+  KILN_ASSIGN(std::string key_text, b.key_text(prepared, target, req.options));
   const std::string material =
-      fmt::format("{}\n--\n{}\n--\nchecked={} fast_math={}\n--\n{}", ir::print(lowered),
-                  req.target_key, req.options.checked, req.options.fast_math, versions());
+      fmt::format("{}\n--\n{}\n--\nchecked={} fast_math={}\n--\n{}", key_text, target.key,
+                  req.options.checked, req.options.fast_math, versions);
   const Hash128 hash = strong_hash(material);
   report.hash_ms = ms_since(t);
   const std::shared_ptr<DiskCache> cache = DiskCache::global();
-  DiskCache& disk = *cache;
-  detail::CompiledSpec out;
+  std::shared_ptr<const LoadedKernel> loaded;
   t = Clock::now();
-  auto entry = disk.load("cpu", hash, material);
+  auto entry = cache->load(b.name(), hash, material);
+  report.read_ms = ms_since(t);
   if (entry) {
-    auto meta = nlohmann::json::parse(entry->meta, nullptr, false);
-    auto info =
-        abi::info_from_json(meta.is_object() ? meta.value("info", std::string()) : std::string());
-    report.read_ms = ms_since(t);
+    auto artifact = artifact_from_entry(std::move(*entry));
     t = Clock::now();
-    if (info) {
-      cpu::CompileTimings timings;
-      auto k =
-          cpu::load_object(cpu::ObjectCode{std::move(entry->blob), std::move(*info)}, &timings);
-      if (k) {
-        report.load_ms = ms_since(t);
-        report.from_disk = true;
-        out.cpu = std::move(*k);
-        counters().disk_hits++;
-      }
+    auto k = artifact ? dev.load(*artifact) : Result<std::shared_ptr<const LoadedKernel>>(artifact.error());
+    if (k) {
+      report.load_ms = ms_since(t);
+      report.from_disk = true;
+      loaded = std::move(*k);
+      counters().disk_hits++;
+    } else {
+      log_warning(fmt::format("cache entry {} for '{}' could not be loaded ({}); recompiling",
+                              hash.hex(), req.def->name, k.error().message));
     }
-    if (!out.cpu)
-      log_warning(fmt::format("cache entry {} for '{}' could not be loaded; recompiling",
-                              hash.hex(), req.def->name));
   }
-  if (!entry) report.read_ms = ms_since(t);
-  if (!out.cpu) {
-    cpu::CompileTimings timings;
-    KILN_ASSIGN(cpu::ObjectCode obj, cpu::compile_object(lowered, req.options, &timings));
-    report.codegen_ms = timings.codegen_ms;
-    report.optimize_ms = timings.optimize_ms;
-    report.machine_ms = timings.machine_ms;
-    nlohmann::json meta;
-    meta["kernel"] = req.def->name;
-    meta["target"] = req.target_key;
-    meta["versions"] = versions();
-    meta["info"] = abi::info_to_json(obj.info);
-    if (auto st = disk.store("cpu", hash, material, meta.dump(), obj.bytes); !st)
+  if (!loaded) {
+    KILN_ASSIGN(backend::Artifact artifact, b.compile(prepared, target, req.options));
+    report.stages = artifact.timings;
+    if (auto st = cache->store(b.name(), hash, material,
+                               artifact_meta(req.def->name, target, versions, artifact),
+                               artifact.image);
+        !st)
       log_warning_once(st.error().message,
                        fmt::format("compiled kernels are not stored in the disk cache: {}",
                                    st.error().message));
     t = Clock::now();
-    KILN_ASSIGN(auto k, cpu::load_object(std::move(obj), &timings));
+    KILN_ASSIGN(loaded, dev.load(artifact));
     report.load_ms = ms_since(t);
-    out.cpu = std::move(k);
     counters().compiles++;
   }
   report.total_ms = ms_since(t_all);
   (report.from_disk ? counters().disk_load_us : counters().compile_us) +=
       static_cast<uint64_t>(report.total_ms * 1000);
-  dump_stages(req.def->name, hash,
-              {{"ir", ".kir", [&] { return ir::print(traced); }},
-               {"ir-opt", ".opt.kir", [&] { return ir::print(lowered); }},
-               {"llvm", ".ll",
-                [&] {
-                  auto t = cpu::emit_llvm(lowered, req.options, true);
-                  return t ? *t : t.error().message;
-                }},
-               {"asm", ".s", [&] {
-                  auto t = cpu::emit_asm(lowered, req.options);
-                  return t ? *t : t.error().message;
-                }}});
+  dump_stages(req.def->name, hash, b, [&](const std::string& stage) -> Result<std::string> {
+    if (stage == "ir") return ir::print(traced);
+    if (stage == "ir-opt") return ir::print(prepared);
+    return b.emit(prepared, stage, target, req.options);
+  });
   t_report = report;
-  return out;
+  return loaded;
 }
 
 }  // namespace
@@ -361,7 +239,7 @@ Result<const Spec*> get_or_build(SpecTable& table, const SpecKey& key, const Bui
   }
   if (mine) {
     // This thread builds it; others that arrive meanwhile wait below.
-    Result<CompiledSpec> built = req.cuda ? build_cuda(req) : build_cpu(req);
+    Result<std::shared_ptr<const LoadedKernel>> built = build(req);
     std::lock_guard<std::mutex> lock(spec->mu);
     if (built) {
       spec->code = std::move(*built);

@@ -18,9 +18,9 @@
 #include <shared_mutex>
 #include <unordered_map>
 
-#include "compiler/cpu/backend.h"
+#include "compiler/backend.h"
 #include "compiler/dsl/registry.h"
-#include "runtime/cuda_device.h"
+#include "runtime/device.h"
 #include "runtime/runtime.h"
 
 namespace kiln::detail {
@@ -53,18 +53,12 @@ struct SpecKeyHash {
   size_t operator()(const SpecKey& k) const { return static_cast<size_t>(k.hash); }
 };
 
-// What a device runs for one specialization.
-struct CompiledSpec {
-  std::shared_ptr<cpu::CompiledKernel> cpu;
-  std::shared_ptr<const CudaKernel> cuda;
-};
-
 struct Spec {
   enum class State { Compiling, Ready, Failed };
   std::mutex mu;
   std::condition_variable cv;
   std::atomic<State> state{State::Compiling};  // Ready is published after `code` is set
-  CompiledSpec code;
+  std::shared_ptr<const LoadedKernel> code;    // what the device runs
   Error error;
 };
 
@@ -76,15 +70,14 @@ struct SpecTable {
 // The table of a registered kernel (one per kernel, for the whole process).
 SpecTable* table_for(const dsl::KernelDef* def);
 
-// Everything the slow path needs to build a specialization: for the CPU (`cuda` null) or for
-// a CUDA device.
+// Everything the slow path needs to build a specialization for a device: its target names the
+// backend that compiles it.
 struct BuildRequest {
   const dsl::KernelDef* def = nullptr;
   const dsl::Instantiation* inst = nullptr;
   dsl::TraceRequest trace;
-  cpu::CompileOptions options;  // checked and fast_math apply to CUDA too
-  std::string target_key;
-  std::shared_ptr<CudaDevice> cuda;
+  backend::Options options;
+  std::shared_ptr<Device> device;
 };
 
 // The fast path: the ready specialization for `key`, or null.

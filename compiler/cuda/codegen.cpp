@@ -532,7 +532,7 @@ class Gen {
       case OpKind::CubeCount:
         return a == 0 ? "kiln::cube_count_linear()" : fmt::format("gridDim.{}", axes[a]);
       case OpKind::PlaneDim:
-        return "32u";
+        return fmt::format("{}u", O.plane_width);
       case OpKind::PlaneLane:
         return "kiln::unit_linear() & 31u";
       case OpKind::PlanePos:

@@ -55,6 +55,8 @@ struct Resources {
 };
 // Parses the ptxas report in an NVRTC log.
 Resources parse_resources(const std::string& log);
+// The resources kept beside a compiled CUDA kernel (backend::Artifact::extra_json).
+Resources resources_from_json(const std::string& extra_json);
 
 struct CompiledCuda {
   std::string ptx;          // for the target's virtual arch (compute_XY[a])

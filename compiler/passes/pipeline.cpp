@@ -6,14 +6,16 @@
 
 namespace kiln::passes {
 
-Result<ir::Kernel> lower_for_cpu(ir::Kernel k, const DumpFn& dump) {
+Result<ir::Kernel> lower_for_cpu(ir::Kernel k, uint32_t plane_width, const DumpFn& dump) {
   auto note = [&](const char* name, const ir::Kernel& kk, bool changed) {
     if (dump) dump(name, kk, changed);
   };
   bool changed = cse(k);
   note("cse", k, changed);
-  KILN_ASSIGN(ir::Kernel lowered, lower_unit_loops(k));
+  KILN_ASSIGN(ir::Kernel lowered, lower_unit_loops(k, plane_width));
   note("unit-loops", lowered, true);
+  changed = cse(lowered);
+  note("cse", lowered, changed);
   return lowered;
 }
 

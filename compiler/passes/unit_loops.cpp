@@ -78,11 +78,11 @@ struct Scope {
 
 class Lowering {
  public:
-  Lowering(const Kernel& in, const UniformityInfo& u,
+  Lowering(const Kernel& in, uint32_t plane_width, const UniformityInfo& u,
            const std::unordered_map<const Op*, OpFacts>& of, const Plan& plan, Facts& facts)
-      : in_(in), u_(u), of_(of), plan_(plan), facts_(facts) {
+      : in_(in), u_(u), of_(of), plan_(plan), facts_(facts), plane_width_(plane_width) {
     units_ = in.units_per_cube();
-    planes_ = (units_ + kCpuPlaneDim - 1) / kCpuPlaneDim;
+    planes_ = (units_ + plane_width_ - 1) / plane_width_;
     walk(in.body, [&](const Op& op) {
       if (op.result != kNoValue) def_[op.result] = &op;
     });
@@ -292,11 +292,11 @@ class Lowering {
                     {emit(s, OpKind::Mul, {cube, cu32(s, dim)}), unit_axis(s, u, axis)});
       }
       case OpKind::PlaneLane:
-        return emit(s, OpKind::Rem, {u, cu32(s, kCpuPlaneDim)});
+        return emit(s, OpKind::Rem, {u, cu32(s, plane_width_)});
       case OpKind::PlanePos:
-        return u != kNoValue ? emit(s, OpKind::Div, {u, cu32(s, kCpuPlaneDim)}) : s.plane;
+        return u != kNoValue ? emit(s, OpKind::Div, {u, cu32(s, plane_width_)}) : s.plane;
       case OpKind::PlaneDim:
-        return cu32(s, kCpuPlaneDim);
+        return cu32(s, plane_width_);
       default: {  // cube_pos, cube_dim, cube_count: cube-level builtins, kept
         Attr a;
         a.i = op.attr.i;
@@ -351,10 +351,10 @@ class Lowering {
     const ValueId p = loop.regions[0].args[0];
     Scope ps = plane_body(s, loop);
     ps.plane = p;
-    ps.plane_first = emit(ps, OpKind::Mul, {p, cu32(ps, kCpuPlaneDim)});
+    ps.plane_first = emit(ps, OpKind::Mul, {p, cu32(ps, plane_width_)});
     ps.plane_end =
         emit(ps, OpKind::Min,
-             {emit(ps, OpKind::Add, {ps.plane_first, cu32(ps, kCpuPlaneDim)}), cu32(ps, units_)});
+             {emit(ps, OpKind::Add, {ps.plane_first, cu32(ps, plane_width_)}), cu32(ps, units_)});
     ps.in_lifted_loop = false;  // jumps here target loops inside the plane block
     plane_depth_++;
     lower_plane_ops(seg, ps);
@@ -734,6 +734,7 @@ class Lowering {
   Kernel out_;
   Scope* root_ = nullptr;
   uint32_t units_ = 1, planes_ = 1;
+  uint32_t plane_width_;
   std::unordered_map<ValueId, const Op*> def_;
   std::vector<Op> prologue_ops_;
   std::map<ValueId, ValueId> ctx_;         // input value -> its context array
@@ -768,7 +769,8 @@ OpFacts scan(const Op& op, std::unordered_map<const Op*, OpFacts>& out) {
 
 }  // namespace
 
-Result<ir::Kernel> lower_unit_loops(const ir::Kernel& k) {
+Result<ir::Kernel> lower_unit_loops(const ir::Kernel& k, uint32_t plane_width) {
+  KILN_CHECK(plane_width >= 1, "a plane has at least one unit");
   std::unordered_map<const Op*, OpFacts> of;
   for (const Op& op : k.body.ops) scan(op, of);
   const UniformityInfo u = analyze_uniformity(k);
@@ -779,7 +781,7 @@ Result<ir::Kernel> lower_unit_loops(const ir::Kernel& k) {
   bool stable = false;
   for (int attempt = 0; attempt < 4 && !stable; ++attempt) {
     Facts facts;
-    out = Lowering(k, u, of, plan, facts).run();
+    out = Lowering(k, plane_width, u, of, plan, facts).run();
     Plan next = plan;
     next.ctx.insert(facts.ctx.begin(), facts.ctx.end());
     for (const auto& [v, segs] : facts.segments)
@@ -797,7 +799,6 @@ Result<ir::Kernel> lower_unit_loops(const ir::Kernel& k) {
     return Error(ErrorKind::Compile,
                  fmt::format("internal error: unit-loop lowering of '{}' produced invalid IR:\n{}",
                              k.name, st.error().message));
-  cse(out);
   return out;
 }
 

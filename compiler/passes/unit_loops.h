@@ -6,15 +6,13 @@
 
 namespace kiln::passes {
 
-// The plane width the CPU backend uses (plane_dim()), the same as a CUDA warp.
-inline constexpr uint32_t kCpuPlaneDim = 32;
-
 // Needs: a verified kernel in unit form (no `units` ops). Gives: a verified lowered kernel
 // (ir.h, "Lowered kernels"): uniform control flow that contains barriers runs once per cube,
 // segments between barriers become `units` loops (or, when they hold plane ops, a loop over the
 // cube's planes with `units` loops over each plane), values live across loops go through
 // per-unit context arrays in shared memory unless they are cheap to recompute, variables and
-// local arrays live across loops the same way, and plane ops read those arrays.
-Result<ir::Kernel> lower_unit_loops(const ir::Kernel& k);
+// local arrays live across loops the same way, and plane ops read those arrays. Planes are
+// `plane_width` consecutive units (the backend's plane width).
+Result<ir::Kernel> lower_unit_loops(const ir::Kernel& k, uint32_t plane_width);
 
 }  // namespace kiln::passes

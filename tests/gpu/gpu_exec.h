@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/backend.h"
 #include "compiler/cuda/codegen.h"
 #include "compiler/cuda/nvrtc.h"
 #include "compiler/passes/pipeline.h"
@@ -56,7 +57,7 @@ struct GpuKernel {
 inline std::unique_ptr<GpuKernel> compile_gpu(const ir::Kernel& k) {
   Gpu* g = gpu();
   REQUIRE(g);
-  auto prepared = passes::prepare_for_cuda(k);
+  auto prepared = backend::find("cuda")->prepare(k);
   REQUIRE(prepared.ok());
   auto src = cuda::generate(*prepared, {});
   INFO((src.ok() ? std::string() : src.error().message));

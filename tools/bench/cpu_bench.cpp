@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/backend.h"
 #include "compiler/cpu/backend.h"
 #include "compiler/dsl/registry.h"
 #include "compiler/passes/pipeline.h"
@@ -51,7 +52,7 @@ Compiled compile(const std::string& name, const dsl::SpecOptions& opts) {
   if (!sel) die(sel.error().message);
   auto k = dsl::trace(*def, *sel->inst, sel->request);
   if (!k) die(k.error().message);
-  auto lowered = passes::lower_for_cpu(std::move(*k));
+  auto lowered = backend::find("cpu")->prepare(std::move(*k));
   if (!lowered) die(lowered.error().message);
   c.passes_ms = ms_since(t0);
   cpu::CompileOptions o;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/backend.h"
 #include "compiler/cpu/backend.h"
 #include "compiler/cuda/codegen.h"
 #include "compiler/cuda/nvrtc.h"
@@ -66,12 +67,12 @@ int main() {
     const ir::Kernel traced = must(dsl::trace(*def, *sel.inst, sel.request));
     int registers = 0;
     const double t_cuda = median_ms([&] {
-      auto src = must(cuda::generate(must(passes::prepare_for_cuda(traced)), {}));
+      auto src = must(cuda::generate(must(backend::find("cuda")->prepare(traced)), {}));
       registers =
           must(cuda::compile_cuda(src.text, name + ".cu", "sm_90a", false)).resources.registers;
     });
     const double t_cpu =
-        median_ms([&] { must(cpu::compile_object(must(passes::lower_for_cpu(traced)), copts)); });
+        median_ms([&] { must(cpu::compile_object(must(backend::find("cpu")->prepare(traced)), copts)); });
     std::printf("  %-14s %12.1f %12.1f %6.1fx %10d\n", name.c_str(), t_cuda, t_cpu, t_cuda / t_cpu,
                 registers);
   }

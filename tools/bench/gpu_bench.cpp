@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/backend.h"
 #include "compiler/cuda/codegen.h"
 #include "compiler/cuda/nvrtc.h"
 #include "compiler/dsl/dsl.h"
@@ -97,7 +98,7 @@ void bench_launch(Runtime& rt, bool quick) {
   const dsl::KernelDef* def = dsl::Registry::global().find("gpu_tiny");
   auto sel = must(dsl::select(*def, {}));
   auto traced = must(dsl::trace(*def, *sel.inst, sel.request));
-  auto src = must(cuda::generate(must(passes::prepare_for_cuda(traced)), {}));
+  auto src = must(cuda::generate(must(backend::find("cuda")->prepare(traced)), {}));
   const auto& target = dev->compile_target();
   auto compiled = must(cuda::compile_cuda(src.text, "gpu_tiny.cu",
                                           dev->cubin() ? target.name() : target.compute(), false));

@@ -19,6 +19,7 @@
 
 #include <fmt/format.h>
 
+#include "compiler/backend.h"
 #include "compiler/cpu/backend.h"
 #include "compiler/dsl/dsl.h"
 #include "compiler/passes/pipeline.h"
@@ -63,7 +64,7 @@ void bench_launch(bool quick) {
   const dsl::KernelDef* def = dsl::Registry::global().find("bench_tiny");
   auto sel = must(dsl::select(*def, {}));
   auto traced = must(dsl::trace(*def, *sel.inst, sel.request));
-  auto lowered = must(passes::lower_for_cpu(traced));
+  auto lowered = must(backend::find("cpu")->prepare(traced));
   cpu::CompileOptions o;
   o.target = must(cpu::host_target());
   auto compiled = must(cpu::compile(lowered, o));
@@ -112,9 +113,14 @@ int first_launch_child() {
     config.seed = 1;
     auto r = must(kernels::run(rt, name, config));
     const CompileReport& c = r.compile;
+    auto stage_ms = [&](const char* stage) {
+      for (const backend::StageTime& s : c.stages)
+        if (s.stage == stage) return s.ms;
+      return 0.0;
+    };
     std::printf("%s %d %.4f %.4f %.4f %.4f %.4f %.4f %.4f %.4f %.4f\n", name.c_str(),
-                c.from_disk ? 1 : 0, c.trace_ms, c.passes_ms, c.hash_ms, c.read_ms, c.codegen_ms,
-                c.optimize_ms, c.machine_ms, c.load_ms, c.total_ms);
+                c.from_disk ? 1 : 0, c.trace_ms, c.passes_ms, c.hash_ms, c.read_ms,
+                stage_ms("llvm"), stage_ms("llvm-opt"), stage_ms("asm"), c.load_ms, c.total_ms);
   }
   return 0;
 }

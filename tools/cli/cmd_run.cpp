@@ -50,10 +50,11 @@ std::string compile_summary(const kernels::RunResult& r) {
   if (c.from_disk)
     return fmt::format("from the disk cache: trace {:.2f} + passes {:.2f} + load {:.2f} ms",
                        c.trace_ms, c.passes_ms, c.load_ms);
-  return fmt::format(
-      "compiled: trace {:.2f} + passes {:.2f} + LLVM IR {:.2f} + optimize {:.2f} + machine code "
-      "{:.2f} + load {:.2f} ms",
-      c.trace_ms, c.passes_ms, c.codegen_ms, c.optimize_ms, c.machine_ms, c.load_ms);
+  // The backend's stages, as it names them (llvm, llvm-opt, asm on the CPU; cuda, ptx on CUDA).
+  std::string stages;
+  for (const backend::StageTime& s : c.stages) stages += fmt::format(" + {} {:.2f}", s.stage, s.ms);
+  return fmt::format("compiled: trace {:.2f} + passes {:.2f}{} + load {:.2f} ms", c.trace_ms,
+                     c.passes_ms, stages, c.load_ms);
 }
 
 std::string check_summary(const kernels::TensorCheck& c) {

@@ -3,11 +3,8 @@
 
 #include <fmt/format.h>
 
-#include "compiler/cpu/backend.h"
-#include "compiler/cuda/codegen.h"
-#include "compiler/cuda/nvrtc.h"
+#include "compiler/backend.h"
 #include "compiler/dsl/registry.h"
-#include "compiler/passes/pipeline.h"
 #include "ir/printer.h"
 #include "tools/cli/commands.h"
 
@@ -26,64 +23,6 @@ struct ShowOptions {
   bool checked = false, fast_math = false;
 };
 
-// `--emit cuda|ptx|resources` and the IR stages for an NVIDIA target.
-int show_cuda(const ShowOptions& o, const cuda::Target& target, ir::Kernel traced) {
-  auto fail = [](const Error& e) {
-    print_error(e);
-    return 1;
-  };
-  if (o.emit == "ir") {
-    fmt::print("{}", ir::print(traced));
-    return 0;
-  }
-  const bool known =
-      o.emit == "ir-opt" || o.emit == "cuda" || o.emit == "ptx" || o.emit == "resources";
-  if (!known)
-    return fail(
-        Error(ErrorKind::InvalidArgument,
-              fmt::format(
-                  "--emit {} is not a stage of --target {}; choose one of: ir, ir-opt, cuda, ptx, "
-                  "resources (llvm, llvm-opt and asm are for --target cpu)",
-                  o.emit, target.name())));
-  auto prepared = passes::prepare_for_cuda(std::move(traced));
-  if (!prepared) return fail(prepared.error());
-  if (o.emit == "ir-opt") {
-    fmt::print("{}", ir::print(*prepared));
-    return 0;
-  }
-  cuda::CodegenOptions copts;
-  copts.checked = o.checked;
-  copts.fast_math = o.fast_math;
-  auto src = cuda::generate(*prepared, copts);
-  if (!src) return fail(src.error());
-  if (o.emit == "cuda") {
-    fmt::print("{}", src->text);
-    return 0;
-  }
-  auto compiled = cuda::compile_cuda(src->text, prepared->name + ".cu", target.name(), o.fast_math);
-  if (!compiled) return fail(compiled.error());
-  if (o.emit == "ptx") {
-    fmt::print("{}", compiled->ptx);
-    return 0;
-  }
-  const cuda::Resources& r = compiled->resources;
-  if (!r.known)
-    return fail(Error(ErrorKind::Compile, "NVRTC gave no ptxas report:\n" + compiled->log));
-  fmt::print("kernel {} for {} ({} units per cube):\n", src->info.symbol, target.name(),
-             prepared->units_per_cube());
-  fmt::print("  registers      {} per unit\n", r.registers);
-  fmt::print(
-      "  shared memory  {} bytes per cube{}\n", src->info.shared_bytes,
-      src->info.dynamic_shared_bytes ? " (dynamic: above the 48 KiB of static shared memory)" : "");
-  fmt::print("  stack          {} bytes per unit\n", r.stack_bytes);
-  fmt::print("  spills         {} bytes stored, {} bytes loaded\n", r.spill_store_bytes,
-             r.spill_load_bytes);
-  fmt::print("  barriers       {}\n", r.barriers);
-  fmt::print("  constant bank  {} bytes (parameters included)\n", r.constant_bytes);
-  fmt::print("  NVRTC          {:.1f} ms\n", compiled->compile_ms);
-  return 0;
-}
-
 Result<const dsl::KernelDef*> find_kernel(const std::string& name) {
   if (const dsl::KernelDef* d = dsl::Registry::global().find(name)) return d;
   std::string names;
@@ -98,18 +37,21 @@ int run_show(const ShowOptions& o) {
     print_error(e);
     return 1;
   };
-  std::optional<cuda::Target> gpu;
-  if (o.target != "cpu") {
-    auto t = cuda::parse_target(o.target);
-    if (!t)
-      return fail(Error(
-          ErrorKind::InvalidArgument,
-          fmt::format("unknown --target '{}'; choose cpu, or a CUDA target such as sm_80, sm_89, "
-                      "sm_90a, sm_100a, sm_120a (see kiln targets)",
-                      o.target)));
-    gpu = *t;
-  }
+  // Plugins first: a plugin may register kernels, and backends too.
   if (auto st = load_kernels(o.plugins); !st) return fail(st.error());
+  // --cpu and --features only spell a CPU target: cpu:NAME[:FEATURES].
+  std::string target_text = o.target;
+  if (!o.cpu.empty() || !o.features.empty()) {
+    if (o.target != "cpu")
+      return fail(Error(ErrorKind::InvalidArgument,
+                        fmt::format("--cpu and --features choose a CPU; they do not go with "
+                                    "--target {}",
+                                    o.target)));
+    target_text = fmt::format("cpu:{}{}", o.cpu.empty() ? "x86-64" : o.cpu,
+                              o.features.empty() ? "" : ":" + o.features);
+  }
+  auto target = backend::parse_target(target_text);
+  if (!target) return fail(target.error());
   auto def = find_kernel(o.kernel);
   if (!def) return fail(def.error());
 
@@ -136,37 +78,33 @@ int run_show(const ShowOptions& o) {
   if (!sel) return fail(sel.error());
   auto k = dsl::trace(**def, *sel->inst, sel->request);
   if (!k) return fail(k.error());
-  if (gpu) return show_cuda(o, *gpu, std::move(*k));
-  if (o.emit == "ir") {
-    fmt::print("{}", ir::print(*k));
-    return 0;
-  }
-  const bool known =
-      o.emit == "ir-opt" || o.emit == "llvm" || o.emit == "llvm-opt" || o.emit == "asm";
-  if (!known)
-    return fail(Error(ErrorKind::InvalidArgument,
-                      fmt::format("unknown --emit '{}'; choose one of: ir, ir-opt, llvm, llvm-opt, "
-                                  "asm",
-                                  o.emit)));
-  auto lowered = passes::lower_for_cpu(std::move(*k));
-  if (!lowered) return fail(lowered.error());
-  if (o.emit == "ir-opt") {
-    fmt::print("{}", ir::print(*lowered));
-    return 0;
-  }
-  cpu::CompileOptions copts;
-  copts.checked = o.checked;
-  copts.fast_math = o.fast_math;
-  auto target = o.cpu.empty() && o.features.empty()
-                    ? cpu::host_target()
-                    : cpu::make_target(o.cpu.empty() ? "x86-64" : o.cpu, o.features);
-  if (!target) return fail(target.error());
-  copts.target = *target;
-  auto text = o.emit == "asm" ? cpu::emit_asm(*lowered, copts)
-                              : cpu::emit_llvm(*lowered, copts, o.emit == "llvm-opt");
+  backend::Options bo;
+  bo.checked = o.checked;
+  bo.fast_math = o.fast_math;
+  auto text = backend::emit_stage(*target->backend, *k, o.emit, *target, bo);
   if (!text) return fail(text.error());
   fmt::print("{}", *text);
   return 0;
+}
+
+// The --emit help: every backend's stages, from the table.
+std::string emit_help() {
+  std::string s = "What to print: a stage of the target's backend:";
+  for (const backend::Backend* b : backend::all()) {
+    s += fmt::format(" {}:", b->name());
+    std::string names;
+    for (const backend::Stage& st : backend::stages(*b))
+      names += fmt::format("{}{} ({})", names.empty() ? " " : ", ", st.name, st.description);
+    s += names + ";";
+  }
+  return s;
+}
+
+std::string target_help() {
+  std::string s;
+  for (const backend::Backend* b : backend::all())
+    s += fmt::format("{}{}", s.empty() ? "" : "; ", b->target_syntax());
+  return s;
 }
 
 }  // namespace
@@ -175,21 +113,17 @@ Command add_show_command(CLI::App& app) {
   auto* sub = app.add_subcommand("show", "Show the code of a registered kernel at any stage");
   auto o = std::make_shared<ShowOptions>();
   sub->add_option("KERNEL", o->kernel, "A registered kernel (see kiln list)")->required();
-  sub->add_option(
-         "--emit", o->emit,
-         "What to print: ir (traced), ir-opt (after the target's passes); for cpu: llvm (before "
-         "LLVM optimization), llvm-opt, asm; for CUDA: cuda (the CUDA C++), ptx, resources "
-         "(registers, shared memory, spills)")
-      ->capture_default_str();
-  sub->add_option("--target", o->target,
-                  "cpu (the host), or an NVIDIA GPU: sm_80, sm_89, sm_90a, sm_100a, sm_120a, ...")
-      ->capture_default_str();
+  sub->add_option("--emit", o->emit, emit_help())->capture_default_str();
+  sub->add_option("--target", o->target, target_help())->capture_default_str();
   sub->add_flag("--checked", o->checked,
                 "Show the checked-mode code (every access bounds-checked)");
   sub->add_flag("--fast-math", o->fast_math, "Show the code with fast math");
   sub->add_option("--cpu", o->cpu,
-                  "Another x86 CPU for inspection (e.g. skylake, znver4, x86-64-v3)");
-  sub->add_option("--features", o->features, "CPU features for inspection (e.g. +avx2,-avx512f)");
+                  "Another x86 CPU for inspection (e.g. skylake, znver4, x86-64-v3): the same as "
+                  "--target cpu:NAME");
+  sub->add_option("--features", o->features,
+                  "CPU features for inspection (e.g. +avx2,-avx512f): the same as "
+                  "--target cpu:NAME:FEATURES");
   sub->add_option("--set", o->set, "Comptime value NAME=VALUE (repeatable)");
   sub->add_option("--line", o->line, "Line width NAME=WIDTH of a tensor or array (repeatable)");
   sub->add_option("--dtype", o->dtype,

@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "compiler/backend.h"
 #include "compiler/cpu/backend.h"
 #include "compiler/dsl/registry.h"
 #include "compiler/passes/pipeline.h"
@@ -45,7 +46,7 @@ inline const char* device_name() {
 
 // Lowers and compiles a verified kernel for the host; fails the test on error.
 inline std::unique_ptr<cpu::CompiledKernel> compile_ir(const ir::Kernel& k) {
-  auto lowered = passes::lower_for_cpu(k);
+  auto lowered = backend::find("cpu")->prepare(k);
   INFO((lowered.ok() ? std::string() : lowered.error().message));
   REQUIRE(lowered.ok());
   cpu::CompileOptions o;

@@ -291,7 +291,7 @@ TEST_CASE("math functions give IEEE special values", "[cpu][math]") {
 #ifndef KILN_TEST_CUDA  // CPU code generation only
 TEST_CASE("math on lines is vector code without libm calls", "[cpu][math]") {
   for (OpKind op : {OpKind::Exp, OpKind::Log, OpKind::Sin, OpKind::Tanh, OpKind::Pow}) {
-    auto lowered = passes::lower_for_cpu(math_kernel(op, ElemType::F32, 16));
+    auto lowered = backend::find("cpu")->prepare(math_kernel(op, ElemType::F32, 16));
     REQUIRE(lowered.ok());
     cpu::CompileOptions o;
     o.target = test::host();

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <string>
 
+#include "compiler/backend.h"
 #include "compiler/cuda/codegen.h"
 #include "compiler/cuda/nvrtc.h"
 #include "compiler/dsl/registry.h"
@@ -66,7 +67,7 @@ struct CudaBuild {
 // With `assemble`, ptxas must accept the PTX too.
 inline CudaBuild cuda_build(const ir::Kernel& k, const std::string& arch, bool checked = false,
                             bool assemble = true) {
-  auto prepared = passes::prepare_for_cuda(k);
+  auto prepared = backend::find("cuda")->prepare(k);
   REQUIRE(prepared.ok());
   cuda::CodegenOptions o;
   o.checked = checked;

@@ -1,0 +1,109 @@
+// The backend table and what every backend shares: the "ir" and "ir-opt" stages, emitting any
+// stage by name, checking a kernel's ops against a target.
+#include "compiler/backend.h"
+
+#include <algorithm>
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "ir/printer.h"
+
+namespace kiln::backend {
+
+namespace {
+
+std::mutex& table_mu() {
+  static std::mutex mu;
+  return mu;
+}
+std::vector<const Backend*>& table() {
+  static auto* t = new std::vector<const Backend*>();
+  return *t;
+}
+
+}  // namespace
+
+std::string Backend::unsupported(const ir::Kernel&, const ir::Op&, const Target&) const {
+  return {};
+}
+
+Result<std::string> Backend::key_text(const ir::Kernel& prepared, const Target&,
+                                      const Options&) const {
+  return ir::print(prepared);
+}
+
+std::vector<Stage> stages(const Backend& b) {
+  std::vector<Stage> out = {
+      {"ir", ".kir", "the traced kernel"},
+      {"ir-opt", ".opt.kir", "the kernel after the target's passes"},
+  };
+  for (const Stage& s : b.own_stages()) out.push_back(s);
+  return out;
+}
+
+Result<std::string> emit_stage(const Backend& b, const ir::Kernel& traced, std::string_view stage,
+                               const Target& t, const Options& o) {
+  if (stage == "ir") return ir::print(traced);
+  const auto own = b.own_stages();
+  const bool known = stage == "ir-opt" || std::any_of(own.begin(), own.end(), [&](const Stage& s) {
+                       return s.name == stage;
+                     });
+  if (!known) {
+    std::string names;
+    for (const Stage& s : stages(b)) names += (names.empty() ? "" : ", ") + s.name;
+    return Error(ErrorKind::InvalidArgument,
+                 fmt::format("'{}' is not a stage of {} targets; the stages of '{}' are: {}",
+                             stage, b.name(), t.name, names));
+  }
+  KILN_ASSIGN(ir::Kernel prepared, b.prepare(traced));
+  if (stage == "ir-opt") return ir::print(prepared);
+  KILN_TRY(check_supported(b, prepared, t));
+  return b.emit(prepared, stage, t, o);
+}
+
+Status check_supported(const Backend& b, const ir::Kernel& k, const Target& t) {
+  std::string problem;
+  const ir::Op* where = nullptr;
+  ir::walk(k.body, [&](const ir::Op& op) {
+    if (!problem.empty()) return;
+    problem = b.unsupported(k, op, t);
+    if (!problem.empty()) where = &op;
+  });
+  if (problem.empty()) return {};
+  return Error(ErrorKind::Unsupported,
+               fmt::format("{}: error: '{}' is not supported on {}: {}", k.where(*where),
+                           ir::op_name(where->kind), t.name, problem));
+}
+
+void register_backend(const Backend* b) {
+  std::lock_guard<std::mutex> lock(table_mu());
+  for (const Backend* have : table())
+    if (have->name() == b->name()) return;
+  table().push_back(b);
+  // Listed in a fixed order, whatever order the files registered in.
+  std::sort(table().begin(), table().end(),
+            [](const Backend* x, const Backend* y) { return x->name() < y->name(); });
+}
+
+std::vector<const Backend*> all() {
+  std::lock_guard<std::mutex> lock(table_mu());
+  return table();
+}
+
+const Backend* find(std::string_view name) {
+  for (const Backend* b : all())
+    if (b->name() == name) return b;
+  return nullptr;
+}
+
+Result<Target> parse_target(std::string_view text) {
+  for (const Backend* b : all())
+    if (b->claims(text)) return b->parse_target(text);
+  std::string forms;
+  for (const Backend* b : all()) forms += fmt::format("{}{}", forms.empty() ? "" : "; ", b->target_syntax());
+  return Error(ErrorKind::InvalidArgument,
+               fmt::format("unknown target '{}'; targets are: {} (see kiln targets)", text, forms));
+}
+
+}  // namespace kiln::backend

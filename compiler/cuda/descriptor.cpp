@@ -1,0 +1,193 @@
+// The CUDA backend's entry in the backend table (compiler/backend.h): targets sm_XY[a] (CUBIN
+// and PTX) and compute_XY[a] (PTX only, for a GPU newer than NVRTC), the CUDA pipeline, and the
+// stages cuda, ptx and resources.
+#include <chrono>
+
+#include <fmt/format.h>
+#include <xxhash.h>
+#include <nlohmann/json.hpp>
+
+#include "compiler/backend.h"
+#include "compiler/cuda/codegen.h"
+#include "compiler/cuda/nvrtc.h"
+#include "compiler/passes/pipeline.h"
+
+namespace kiln::cuda {
+
+namespace {
+
+// What a CUDA target compiles to.
+struct Arch {
+  Target target;
+  bool ptx_only = false;  // compute_XY: PTX for the driver to compile
+  std::string nvrtc_arch() const { return ptx_only ? target.compute() : target.name(); }
+};
+
+const Arch& arch_of(const backend::Target& t) {
+  return *static_cast<const Arch*>(t.impl.get());
+}
+
+CodegenOptions codegen_options(const backend::Target& t, const backend::Options& o) {
+  CodegenOptions c;
+  c.target = arch_of(t).target;
+  c.plane_width = 32;
+  c.checked = o.checked;
+  c.fast_math = o.fast_math;
+  return c;
+}
+
+std::string resources_text(const Source& src, const CompiledCuda& c, const std::string& target,
+                           uint32_t units) {
+  const Resources& r = c.resources;
+  std::string s = fmt::format("kernel {} for {} ({} units per cube):\n", src.info.symbol, target,
+                              units);
+  s += fmt::format("  registers      {} per unit\n", r.registers);
+  s += fmt::format(
+      "  shared memory  {} bytes per cube{}\n", src.info.shared_bytes,
+      src.info.dynamic_shared_bytes ? " (dynamic: above the 48 KiB of static shared memory)" : "");
+  s += fmt::format("  stack          {} bytes per unit\n", r.stack_bytes);
+  s += fmt::format("  spills         {} bytes stored, {} bytes loaded\n", r.spill_store_bytes,
+                   r.spill_load_bytes);
+  s += fmt::format("  barriers       {}\n", r.barriers);
+  s += fmt::format("  constant bank  {} bytes (parameters included)\n", r.constant_bytes);
+  s += fmt::format("  NVRTC          {:.1f} ms\n", c.compile_ms);
+  return s;
+}
+
+class CudaBackend final : public backend::Backend {
+ public:
+  std::string_view name() const override { return "cuda"; }
+  std::string_view target_syntax() const override {
+    return "sm_XY or sm_XYa (NVIDIA GPUs: sm_80, sm_89, sm_90a, sm_100a, sm_120a), compute_XY "
+           "(PTX only)";
+  }
+  bool claims(std::string_view text) const override {
+    return text.starts_with("sm_") || text.starts_with("compute_");
+  }
+  Result<backend::Target> parse_target(std::string_view text) const override {
+    Arch a;
+    std::string_view s = text;
+    if (s.starts_with("compute_")) {
+      a.ptx_only = true;
+      s.remove_prefix(8);
+    }
+    KILN_ASSIGN(a.target, cuda::parse_target(s));
+    backend::Target out;
+    out.backend = this;
+    out.name = a.nvrtc_arch();
+    out.key = out.name;
+    out.impl = std::make_shared<const Arch>(a);
+    return out;
+  }
+  std::vector<std::string> list_targets() const override {
+    auto nv = nvrtc();
+    if (!nv)
+      return {fmt::format("cuda     not available: {}",
+                          nv.error().message.substr(0, nv.error().message.find('\n')))};
+    auto targets = supported_targets();
+    if (!targets) return {fmt::format("cuda     {}", targets.error().message)};
+    std::string list;
+    for (const std::string& t : *targets) list += (list.empty() ? "" : " ") + t;
+    return {fmt::format("cuda     NVRTC {}.{}: {}", (*nv)->major, (*nv)->minor, list)};
+  }
+  int plane_width(const backend::Target&) const override { return 32; }  // a warp
+  backend::Limits limits(const backend::Target&) const override {
+    backend::Limits l;
+    l.max_units_per_cube = 1024;
+    l.max_shared_bytes = 48 * 1024;  // static; more is dynamic, up to the device's opt-in limit
+    l.max_line = 16;
+    l.index_bits = 32;
+    return l;
+  }
+  const std::vector<backend::Stage>& own_stages() const override {
+    static const std::vector<backend::Stage> s = {
+        {"cuda", ".cu", "the CUDA C++ kiln generates (with the kiln prelude)"},
+        {"ptx", ".ptx", "PTX from NVRTC, for the target's virtual arch"},
+        {"resources", ".resources.txt", "registers, shared memory, stack and spills from ptxas"},
+    };
+    return s;
+  }
+  Result<ir::Kernel> prepare(ir::Kernel traced, const DumpFn& dump) const override {
+    return passes::prepare_for_cuda(std::move(traced), dump);
+  }
+  Result<std::string> emit(const ir::Kernel& prepared, std::string_view stage,
+                           const backend::Target& t, const backend::Options& o) const override {
+    KILN_ASSIGN(Source src, generate(prepared, codegen_options(t, o)));
+    if (stage == "cuda") return src.text;
+    const Arch& a = arch_of(t);
+    if (stage == "ptx") {
+      KILN_ASSIGN(CompiledCuda c, compile_cuda(src.text, prepared.name + ".cu",
+                                               a.target.compute(), o.fast_math));
+      return c.ptx;
+    }
+    if (a.ptx_only)
+      return Error(ErrorKind::InvalidArgument,
+                   fmt::format("{} is a virtual arch: ptxas does not run for it, so there is no "
+                               "resource report; ask for sm_{}{}",
+                               t.name, a.target.sm, a.target.arch_specific ? "a" : ""));
+    KILN_ASSIGN(CompiledCuda c,
+                compile_cuda(src.text, prepared.name + ".cu", a.target.name(), o.fast_math));
+    if (!c.resources.known)
+      return Error(ErrorKind::Compile, "NVRTC gave no ptxas report:\n" + c.log);
+    return resources_text(src, c, t.name, prepared.units_per_cube());
+  }
+  // CUDA code is determined by the generated source (which includes everything the IR says).
+  Result<std::string> key_text(const ir::Kernel& prepared, const backend::Target& t,
+                               const backend::Options& o) const override {
+    KILN_ASSIGN(Source src, generate(prepared, codegen_options(t, o)));
+    return std::move(src.text);
+  }
+  Result<backend::Artifact> compile(const ir::Kernel& prepared, const backend::Target& t,
+                                    const backend::Options& o) const override {
+    using Clock = std::chrono::steady_clock;
+    const auto t0 = Clock::now();
+    KILN_ASSIGN(Source src, generate(prepared, codegen_options(t, o)));
+    const double codegen_ms =
+        std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    const Arch& a = arch_of(t);
+    KILN_ASSIGN(CompiledCuda c,
+                compile_cuda(src.text, prepared.name + ".cu", a.nvrtc_arch(), o.fast_math));
+    backend::Artifact out;
+    out.image = a.ptx_only ? std::vector<char>(c.ptx.begin(), c.ptx.end()) : std::move(c.cubin);
+    out.image_kind = a.ptx_only ? "ptx" : "cubin";
+    out.info = std::move(src.info);
+    nlohmann::json r = {{"registers", c.resources.registers},
+                        {"shared_bytes", c.resources.shared_bytes},
+                        {"stack_bytes", c.resources.stack_bytes},
+                        {"spill_stores", c.resources.spill_store_bytes},
+                        {"spill_loads", c.resources.spill_load_bytes},
+                        {"known", c.resources.known}};
+    out.extra_json = nlohmann::json{{"resources", r}}.dump();
+    // NVRTC's front end, optimization and ptxas are one call: its time is the ptx stage's.
+    out.timings = {{"cuda", codegen_ms}, {"ptx", c.compile_ms}};
+    return out;
+  }
+  std::string versions() const override {
+    auto nv = nvrtc();
+    return fmt::format("NVRTC {} / cuda-abi 1 / prelude {:016x}",
+                       nv ? fmt::format("{}.{}", (*nv)->major, (*nv)->minor) : std::string("none"),
+                       XXH3_64bits(prelude().data(), prelude().size()));
+  }
+};
+
+const CudaBackend g_backend;
+const bool g_registered = (backend::register_backend(&g_backend), true);
+
+}  // namespace
+
+// ptxas resources as kept beside a CUDA artifact (Artifact::extra_json).
+Resources resources_from_json(const std::string& extra_json) {
+  Resources res;
+  auto j = nlohmann::json::parse(extra_json, nullptr, false);
+  if (!j.is_object() || !j.contains("resources") || !j["resources"].is_object()) return res;
+  const auto& r = j["resources"];
+  res.known = r.value("known", true);
+  res.registers = r.value("registers", 0);
+  res.shared_bytes = r.value("shared_bytes", 0);
+  res.stack_bytes = r.value("stack_bytes", 0);
+  res.spill_store_bytes = r.value("spill_stores", 0);
+  res.spill_load_bytes = r.value("spill_loads", 0);
+  return res;
+}
+
+}  // namespace kiln::cuda
