@@ -11,22 +11,18 @@
 
 namespace kiln::abi {
 
+uint32_t slot::count(const ir::Type& t) {
+  if (t.kind == ir::TypeKind::Tensor) return slot::stride(t.rank, t.rank);
+  if (t.kind == ir::TypeKind::Array) return slot::kLen + 1;
+  return 1;  // a scalar's bits
+}
+
 ArgLayout arg_layout(const ir::Kernel& k) {
   ArgLayout l;
   for (const ir::Param& p : k.params) {
     const ir::Type& t = k.type_of(p.value);
     l.params.push_back(ParamSlots{p.name, l.slot_count, t});
-    switch (t.kind) {
-      case ir::TypeKind::Tensor:
-        l.slot_count += 3 + 2 * t.rank;
-        break;
-      case ir::TypeKind::Array:
-        l.slot_count += 2;
-        break;
-      default:
-        l.slot_count += 1;
-        break;
-    }
+    l.slot_count += slot::count(t);
   }
   return l;
 }

@@ -25,6 +25,22 @@ namespace kiln::abi {
 //     scalar     the value's bits, zero-extended (f16/bf16 in the low 16 bits)
 inline constexpr uint32_t kHeaderSlots = 3;
 
+// A parameter's slots, relative to its first: the one place both code generators and the
+// argument packer take these offsets from.
+namespace slot {
+inline constexpr uint32_t kData = 0;    // tensors and arrays: the data pointer; scalars: bits
+inline constexpr uint32_t kLen = 1;     // tensors and arrays: the length in lines
+inline constexpr uint32_t kExtent = 2;  // tensors: 1 + the largest line index the view reaches
+constexpr uint32_t shape(uint32_t d) {
+  return 3 + d;
+}
+constexpr uint32_t stride(uint32_t rank, uint32_t d) {
+  return 3 + rank + d;
+}
+// How many slots a parameter of type `t` takes.
+uint32_t count(const ir::Type& t);
+}  // namespace slot
+
 struct ParamSlots {
   std::string name;
   uint32_t first = 0;  // the parameter's first slot

@@ -548,7 +548,7 @@ Result<RunResult> run_unguarded(Runtime& rt, std::string_view name, const RunCon
   // tensors (host memory on the CPU), the initial and expected outputs, and one tensor's bytes.
   const uint64_t host_peak =
       std::max(has_reference ? double_bytes + output_bytes : 0,
-               (rt.device().kind == DeviceKind::Cpu ? tensor_bytes : 0) + 2 * output_bytes +
+               (rt.device().host_memory ? tensor_bytes : 0) + 2 * output_bytes +
                    largest);
   if (const uint64_t avail = available_host_memory(); avail && host_peak > avail)
     return Error(ErrorKind::OutOfMemory,

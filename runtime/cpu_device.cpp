@@ -93,6 +93,8 @@ class CpuDevice final : public Device {
     const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
     info_.memory_bytes =
         pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+    info_.host_memory = true;
+    info_.details = fmt::format("{} threads, {}-bit vectors", info_.cores, info_.vector_bits);
   }
   const DeviceInfo& info() const override { return info_; }
   bool host_accessible() const override { return true; }

@@ -36,6 +36,15 @@ namespace {
 
 constexpr uint64_t kMaxIndex = 0xffffffffu;  // IR indices, shapes and strides are u32
 
+// The index width is a limit of the IR, named as such (docs/ir.md, "Index width").
+std::string index_width_message(uint64_t lines, int lanes) {
+  return fmt::format(
+      "it spans {} lines of {}, more than kiln's 32-bit line indices reach (2^32 - 1; "
+      "docs/ir.md, \"Index width\"); launch on a slice of at most 2^32 - 1 lines, or read it in "
+      "wider lines",
+      lines, lanes);
+}
+
 const char* kind_words(const ir::Type& t) {
   switch (t.kind) {
     case ir::TypeKind::Tensor:
@@ -154,13 +163,14 @@ Status pack_args_into(const abi::KernelInfo& info, const std::array<uint32_t, 3>
                 static_cast<uint64_t>(v->strides[d]);
       const uint64_t extent = elements == 0 ? 0 : last / static_cast<uint64_t>(lanes) + 1;
       if (lines > kMaxIndex || extent > kMaxIndex)
-        return arg_error(info, p, "more than 2^32 lines");
-      slots[s] = reinterpret_cast<uint64_t>(v->data);
-      slots[s + 1] = lines;
-      slots[s + 2] = extent;
-      for (int d = 0; d < t.rank; ++d) {
-        slots[s + 3 + d] = static_cast<uint64_t>(v->shape[d]);
-        slots[s + 3 + t.rank + d] = static_cast<uint64_t>(v->strides[d]);
+        return arg_error(info, p, index_width_message(std::max(lines, extent), lanes));
+      slots[s + abi::slot::kData] = reinterpret_cast<uint64_t>(v->data);
+      slots[s + abi::slot::kLen] = lines;
+      slots[s + abi::slot::kExtent] = extent;
+      const uint32_t rank = static_cast<uint32_t>(t.rank);
+      for (uint32_t d = 0; d < rank; ++d) {
+        slots[s + abi::slot::shape(d)] = static_cast<uint64_t>(v->shape[d]);
+        slots[s + abi::slot::stride(rank, d)] = static_cast<uint64_t>(v->strides[d]);
       }
     } else if (t.kind == ir::TypeKind::Array) {
       const auto* v = std::get_if<ArrayView>(&args[i]);
@@ -171,13 +181,14 @@ Status pack_args_into(const abi::KernelInfo& info, const std::array<uint32_t, 3>
             info, p,
             fmt::format("{} elements are not a whole number of lines of {}", v->elements, lanes));
       if (v->elements / static_cast<uint64_t>(lanes) > kMaxIndex)
-        return arg_error(info, p, "more than 2^32 lines");
-      slots[s] = reinterpret_cast<uint64_t>(v->data);
-      slots[s + 1] = v->elements / static_cast<uint64_t>(lanes);
+        return arg_error(info, p,
+                         index_width_message(v->elements / static_cast<uint64_t>(lanes), lanes));
+      slots[s + abi::slot::kData] = reinterpret_cast<uint64_t>(v->data);
+      slots[s + abi::slot::kLen] = v->elements / static_cast<uint64_t>(lanes);
     } else {
       const auto* v = std::get_if<ScalarBits>(&args[i]);
       if (!v) return arg_error(info, p, fmt::format("the kernel takes {} here", kind_words(t)));
-      slots[s] = v->bits;
+      slots[s + abi::slot::kData] = v->bits;
     }
   }
   return {};

@@ -105,6 +105,7 @@ Result<DeviceInfo> CudaDevice::describe(int ordinal) {
   const int sm = major * 10 + minor;
   info.arch = fmt::format("sm_{}{}", sm, sm >= 90 ? "a" : "");
   info.memory_bytes = mem;
+  info.details = fmt::format("{}, {} SMs", info.arch, sms);
   return info;
 }
 

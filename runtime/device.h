@@ -32,6 +32,8 @@ struct DeviceInfo {
   int vector_bits = 0;      // CPU: the widest SIMD register
   std::string arch;         // CUDA: "sm_90"; CPU: the LLVM CPU name
   uint64_t memory_bytes = 0;
+  bool host_memory = false;  // its memory is the host's (the CPU)
+  std::string details;       // one line for `kiln devices`: "2 threads, 512-bit vectors"
 };
 
 // A compiled specialization loaded on a device, ready to launch.

@@ -206,17 +206,19 @@ class Gen {
       uint32_t s = info_.layout.params[i].first;
       if (t.kind == ir::TypeKind::Tensor || t.kind == ir::TypeKind::Array) {
         Mem m;
-        m.base = B.CreateIntToPtr(slot(s, ""), B.getPtrTy(), p.name);
-        m.len = B.CreateTrunc(slot(s + 1, ""), B.getInt32Ty(), p.name + ".len");
+        m.base = B.CreateIntToPtr(slot(s + abi::slot::kData, ""), B.getPtrTy(), p.name);
+        m.len = B.CreateTrunc(slot(s + abi::slot::kLen, ""), B.getInt32Ty(), p.name + ".len");
         m.extent = m.len;
         if (t.kind == ir::TypeKind::Tensor) {
-          m.extent = B.CreateTrunc(slot(s + 2, ""), B.getInt32Ty(), p.name + ".extent");
-          for (int d = 0; d < t.rank; ++d)
-            m.shape.push_back(B.CreateTrunc(slot(s + 3 + d, ""), B.getInt32Ty(),
+          m.extent =
+              B.CreateTrunc(slot(s + abi::slot::kExtent, ""), B.getInt32Ty(), p.name + ".extent");
+          const uint32_t rank = static_cast<uint32_t>(t.rank);
+          for (uint32_t d = 0; d < rank; ++d)
+            m.shape.push_back(B.CreateTrunc(slot(s + abi::slot::shape(d), ""), B.getInt32Ty(),
                                             fmt::format("{}.shape{}", p.name, d)));
-          for (int d = 0; d < t.rank; ++d)
-            m.stride.push_back(B.CreateTrunc(slot(s + 3 + t.rank + d, ""), B.getInt32Ty(),
-                                             fmt::format("{}.stride{}", p.name, d)));
+          for (uint32_t d = 0; d < rank; ++d)
+            m.stride.push_back(B.CreateTrunc(slot(s + abi::slot::stride(rank, d), ""),
+                                             B.getInt32Ty(), fmt::format("{}.stride{}", p.name, d)));
         }
         mem_[p.value] = std::move(m);
       } else {

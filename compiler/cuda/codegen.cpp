@@ -426,18 +426,21 @@ class Gen {
         out += fmt::format("  {}{}* const {} = ({}{}*)args.slot[{}];\n",
                            t.read_only ? "const " : "", ty, n, t.read_only ? "const " : "", ty, s);
         if (used(p.value, "len"))
-          out += fmt::format("  const kiln::u32 {}_len = (kiln::u32)args.slot[{}];\n", n, s + 1);
+          out += fmt::format("  const kiln::u32 {}_len = (kiln::u32)args.slot[{}];\n", n,
+                             s + abi::slot::kLen);
         if (t.kind == TypeKind::Tensor) {
+          const uint32_t rank = static_cast<uint32_t>(t.rank);
           if (used(p.value, "ext"))
-            out += fmt::format("  const kiln::u32 {}_ext = (kiln::u32)args.slot[{}];\n", n, s + 2);
-          for (int d = 0; d < t.rank; ++d)
+            out += fmt::format("  const kiln::u32 {}_ext = (kiln::u32)args.slot[{}];\n", n,
+                               s + abi::slot::kExtent);
+          for (uint32_t d = 0; d < rank; ++d)
             if (used(p.value, fmt::format("shape{}", d)))
               out += fmt::format("  const kiln::u32 {}_shape{} = (kiln::u32)args.slot[{}];\n", n, d,
-                                 s + 3 + d);
-          for (int d = 0; d < t.rank; ++d)
+                                 s + abi::slot::shape(d));
+          for (uint32_t d = 0; d < rank; ++d)
             if (used(p.value, fmt::format("stride{}", d)))
               out += fmt::format("  const kiln::u32 {}_stride{} = (kiln::u32)args.slot[{}];\n", n,
-                                 d, s + 3 + t.rank + d);
+                                 d, s + abi::slot::stride(rank, d));
         }
       } else {
         const std::string ty = elem_c(t.elem);

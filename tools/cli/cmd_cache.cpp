@@ -175,12 +175,8 @@ Command add_devices_command(CLI::App& app) {
                 continue;
               }
               const DeviceInfo& i = d.info;
-              if (i.kind == DeviceKind::Cpu)
-                fmt::print("{:<8} {}\n{:<8} {} threads, {}-bit vectors, {} memory\n", d.name,
-                           i.description, "", i.cores, i.vector_bits, human_bytes(i.memory_bytes));
-              else
-                fmt::print("{:<8} {}\n{:<8} {}, {} SMs, {} memory\n", d.name, i.description, "",
-                           i.arch, i.cores, human_bytes(i.memory_bytes));
+              fmt::print("{:<8} {}\n{:<8} {}, {} memory\n", d.name, i.description, "", i.details,
+                         human_bytes(i.memory_bytes));
             }
             return 0;
           }};
