@@ -1078,10 +1078,24 @@ class Gen {
       case OpKind::Assert:
         emit_assert(op);
         return;
-      default:
-        KILN_CHECK(false,
-                   "op kind not lowered for the CPU (unit_pos, barriers and plane ops "
-                   "must be gone after unit-loop lowering)");
+      // Unit-loop lowering (passes/unit_loops.h) replaces these with loops, context arrays and
+      // the plane exchange; a lowered kernel that still has one is a bug of that pass.
+      case OpKind::UnitPos:
+      case OpKind::AbsolutePos:
+      case OpKind::PlaneLane:
+      case OpKind::PlanePos:
+      case OpKind::SyncCube:
+      case OpKind::SyncPlane:
+      case OpKind::PlaneSum:
+      case OpKind::PlaneMax:
+      case OpKind::PlaneMin:
+      case OpKind::PlaneAny:
+      case OpKind::PlaneAll:
+      case OpKind::PlaneBroadcast:
+      case OpKind::PlaneShuffle:
+      case OpKind::PlaneShuffleXor:
+        KILN_CHECK(false, "unit ops, barriers and plane ops are gone after unit-loop lowering");
+        return;
     }
   }
 

@@ -171,6 +171,14 @@ double bound(OpKind op, bool dbl, double cpu_bound) {
 
 }  // namespace
 
+namespace kiln::test {
+// The ops this file measures against a reference (read by the op-coverage test).
+std::vector<OpKind> math_measured_ops() {
+  return {OpKind::Exp, OpKind::Exp2, OpKind::Log, OpKind::Log2,
+          OpKind::Sin, OpKind::Cos,  OpKind::Tanh, OpKind::Pow};
+}
+}  // namespace kiln::test
+
 TEST_CASE("math functions are accurate to a few ULP over their range", "[cpu][math]") {
   struct Case {
     OpKind op;

@@ -34,10 +34,21 @@ inline std::string ptxas_path() {
   return {};
 }
 
-// Runs ptxas on `ptx` for `arch`; returns its output, empty on success.
+// Runs ptxas on `ptx` for `arch`; returns its output, empty on success. Without ptxas the test
+// is reported skipped (ctest matches the line printed here), never passed.
 inline std::string ptxas_problem(const std::string& ptx, const std::string& arch) {
   static const std::string ptxas = ptxas_path();
-  if (ptxas.empty()) return {};
+  if (ptxas.empty()) {
+    static const bool said = [] {
+      std::printf(
+          "skipped: ptxas not found in $CUDA_PATH/bin or /usr/local/cuda/bin; the PTX was "
+          "compiled but not assembled\n");
+      std::fflush(stdout);
+      return true;
+    }();
+    (void)said;
+    return {};
+  }
   const auto dir = std::filesystem::temp_directory_path();
   const std::string base = (dir / ("kiln-ptx-" + std::to_string(::getpid()))).string();
   {
@@ -69,7 +80,10 @@ inline CudaBuild cuda_build(const ir::Kernel& k, const std::string& arch, bool c
                             bool assemble = true) {
   auto prepared = backend::find("cuda")->prepare(k);
   REQUIRE(prepared.ok());
+  auto target = cuda::parse_target(arch);
+  REQUIRE(target.ok());
   cuda::CodegenOptions o;
+  o.target = *target;
   o.checked = checked;
   auto src = cuda::generate(*prepared, o);
   INFO((src.ok() ? std::string() : src.error().message));

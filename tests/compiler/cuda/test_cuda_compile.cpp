@@ -5,8 +5,10 @@
 
 #include <set>
 
+#include "ir/printer.h"
 #include "kernels/kernels.h"
 #include "tests/compiler/cuda/cuda_test_util.h"
+#include "tests/compiler/op_coverage.h"
 #include "tests/compiler/op_kernels.h"
 
 using namespace kiln;
@@ -66,23 +68,38 @@ TEST_CASE("every instantiation, line width and checked mode compiles", "[cuda][c
   CHECK_THAT(hb.compiled.ptx, Contains("ld.global.v4.u32"));
 }
 
-// One test case per target, so that ctest runs them in parallel.
-void compile_op_kernels(const char* arch) {
+// The op-kind kernels: every op case of every type, every cast, the bitcasts, and the
+// transcendental functions the CPU's math tests measure.
+std::vector<ir::Kernel> op_test_kernels() {
   using namespace test::ops;
+  std::vector<ir::Kernel> out;
   for (ElemType t : kAll)
-    for (int lanes : {1, 8}) {
-      INFO(arch << ", " << ir::elem_name(t) << "x" << lanes);
-      test::cuda_build(build(t, lanes, cases_for(t)), arch);
-    }
+    for (int lanes : {1, 8}) out.push_back(build(t, lanes, cases_for(t)));
   for (ElemType from : kAll) {
     std::vector<Case> casts;
     for (ElemType to : kAll)
       if (to != from) casts.push_back({OpKind::Cast, to, 1});
-    INFO(arch << ", casts from " << ir::elem_name(from));
-    test::cuda_build(build(from, 4, casts), arch);
+    out.push_back(build(from, 4, casts));
   }
   for (auto [from, to] : test::kBitcastPairs)
-    test::cuda_build(build(from, 4, {{OpKind::Bitcast, to, 1}}), arch);
+    out.push_back(build(from, 4, {{OpKind::Bitcast, to, 1}}));
+  for (ElemType t : {ElemType::F32, ElemType::F64}) {
+    std::vector<Case> math;
+    for (OpKind op : {OpKind::Exp, OpKind::Exp2, OpKind::Log, OpKind::Log2, OpKind::Sin,
+                      OpKind::Cos, OpKind::Tanh})
+      math.push_back({op, t, 1});
+    math.push_back({OpKind::Pow, t, 2});
+    out.push_back(build(t, 1, math));
+  }
+  return out;
+}
+
+// One test case per target, so that ctest runs them in parallel.
+void compile_op_kernels(const char* arch) {
+  for (const ir::Kernel& k : op_test_kernels()) {
+    INFO(arch << ", " << ir::print(k).substr(0, 200));
+    test::cuda_build(k, arch);
+  }
 }
 TEST_CASE("every op-kind kernel compiles for sm_80 and assembles", "[cuda][compile][ops]") {
   compile_op_kernels("sm_80");
@@ -173,4 +190,15 @@ TEST_CASE("an NVRTC failure carries the log and the generated source", "[cuda][c
                                     Contains("the generated CUDA C++") && Contains("   1  extern"));
   auto bad_arch = cuda::compile_cuda("extern \"C\" __global__ void k() {}", "k.cu", "sm_1", false);
   CHECK_FALSE(bad_arch.ok());
+}
+
+// Coverage driven by the op list: every op kind of ir/ops.def is in a kernel these tests compile
+// for every target (only `units`, which exists in kernels lowered for the CPU, is not).
+TEST_CASE("every op kind is compiled by the CUDA tests", "[cuda][compile][coverage]") {
+  (void)kernels::builtin_names();
+  const backend::Backend* cuda = backend::find("cuda");
+  REQUIRE(cuda);
+  auto ops = test::registered_kernel_ops(*cuda);
+  for (const ir::Kernel& k : op_test_kernels()) test::collect_ops(k, ops);
+  CHECK(test::missing_ops(ops, {ir::OpKind::Units}) == "");
 }

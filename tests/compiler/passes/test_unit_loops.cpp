@@ -133,6 +133,48 @@ TEST_CASE("plane operations, full and partial planes", "[unit-loops][plane]") {
   }
 }
 
+TEST_CASE("lanes of a line and a plane barrier", "[unit-loops][plane]") {
+  for (uint32_t cd : {1u, 2u, 33u, 64u}) {
+    INFO("cube_dim " << cd);
+    auto k = compile_kernel("u_lanes", with({cd, 1, 1}, {{"units", std::to_string(cd)}}));
+    const uint32_t cubes = 3;
+    const size_t n = size_t{cd} * cubes;  // lines of 4
+    auto in = test::random_floats(n * 4);
+    std::vector<float> out(n * 4, NAN);
+    std::vector<HostArg> args{test::tensor(in), test::tensor(out)};
+    test::run(*k, {cubes, 1, 1}, args);
+    for (uint32_t c = 0; c < cubes; ++c)
+      for (uint32_t u = 0; u < cd; ++u) {
+        INFO("cube " << c << ", unit " << u);
+        const size_t i = size_t{c} * cd + u, partner = size_t{c} * cd + (u ^ 1u);
+        REQUIRE(out[i * 4 + 0] == in[i * 4 + 0]);
+        REQUIRE(out[i * 4 + 1] == in[i * 4 + 0]);
+        REQUIRE(out[i * 4 + 2] == in[i * 4 + 3]);
+        REQUIRE(out[i * 4 + 3] == ((u ^ 1u) < cd ? in[partner * 4 + 1] : 0.0f));
+      }
+  }
+}
+
+TEST_CASE("continue and break in a varying loop", "[unit-loops]") {
+  auto k = compile_kernel("u_continue", with({64, 1, 1}));
+  const size_t n = 64 * 5;
+  auto in = test::random_floats(n * 8);
+  std::vector<float> out(n, NAN);
+  std::vector<HostArg> args{test::tensor(in), test::tensor(out)};
+  test::run(*k, {5, 1, 1}, args);
+  for (size_t i = 0; i < n; ++i) {
+    float s = 0;
+    for (size_t j = 0; j < 8; ++j) {
+      const float v = in[i * 8 + j];
+      if (v > 0.9f) break;
+      if (v <= 0.0f) continue;
+      s += v;
+    }
+    INFO("unit " << i);
+    REQUIRE(out[i] == s);
+  }
+}
+
 TEST_CASE("plane ops after some planes returned, then more unit code", "[unit-loops][plane]") {
   for (uint32_t cd : {40u, 128u, 300u}) {
     INFO("cube_dim " << cd);

@@ -137,3 +137,35 @@ void u_print(Tensor<const i32> x) {
   assert_(x[absolute_pos()] >= 0, "x is never negative");
 }
 KILN_KERNEL(u_print, "x").cube_dim(4);
+
+// Lanes of a line (a splat, lane reads and writes) and a plane barrier between writing shared
+// memory and reading a neighbour's value in the same plane.
+void u_lanes(Tensor<const f32> in, Tensor<f32> out, int units) {
+  auto sh = shared_array<f32>(static_cast<uint32_t>(units));
+  u32 u = unit_pos();
+  u32 i = absolute_pos();
+  f32 v = in[i];
+  f32 w = insert(splat<f32>(extract(v, 0), 4), 2, extract(v, 3));
+  sh[u] = extract(v, 1);
+  sync_plane();
+  u32 partner = u ^ 1u;
+  Var<f32> other = 0.0f;
+  if_(partner < cube_dim(), [&] { other = sh[partner]; });
+  out[i] = insert(w, 3, other);
+}
+KILN_KERNEL(u_lanes, "in: line=4, out: line=4, units = 64 in 1..1024").cube_dim(64);
+
+// A varying loop with continue and break: out[i] = the sum of in[i * 8 + j] over the j < 8 whose
+// value is positive, stopping at the first value above 0.9.
+void u_continue(Tensor<const f32> in, Tensor<f32> out) {
+  u32 i = absolute_pos();
+  Var<f32> s = 0.0f;
+  for_range(0u, 8u, [&](u32 j) {
+    f32 v = in[i * 8u + j];
+    if_(v > 0.9f, [&] { break_(); });
+    if_(v <= 0.0f, [&] { continue_(); });
+    s += v;
+  });
+  out[i] = s;
+}
+KILN_KERNEL(u_continue, "in, out").cube_dim(64);
