@@ -20,6 +20,7 @@ struct ShowOptions {
   std::string features;  // extra features, for inspection
   std::vector<std::string> set, line, dtype, rank, read_only, plugins;
   std::string cube_dim;
+  std::string after;  // a pass of the target's pipeline: print the IR after it
   bool checked = false, fast_math = false;
 };
 
@@ -78,6 +79,26 @@ int run_show(const ShowOptions& o) {
   if (!sel) return fail(sel.error());
   auto k = dsl::trace(**def, *sel->inst, sel->request);
   if (!k) return fail(k.error());
+  if (!o.after.empty()) {
+    // The IR after each run of that pass, in pipeline order (a pass may run twice).
+    std::string out, passes;
+    int n = 0;
+    auto prepared = target->backend->prepare(
+        std::move(*k), [&](const std::string& pass, const ir::Kernel& kk, bool changed) {
+          passes += (passes.empty() ? "" : ", ") + pass;
+          if (pass != o.after) return;
+          out += fmt::format("// after pass {} ({}), run {}\n{}", pass,
+                             changed ? "changed" : "unchanged", ++n, ir::print(kk));
+        });
+    if (!prepared) return fail(prepared.error());
+    if (n == 0)
+      return fail(Error(ErrorKind::InvalidArgument,
+                        fmt::format("--after {}: no such pass in the pipeline of {}; its passes "
+                                    "are, in order: {}",
+                                    o.after, target->name, passes)));
+    fmt::print("{}", out);
+    return 0;
+  }
   backend::Options bo;
   bo.checked = o.checked;
   bo.fast_math = o.fast_math;
@@ -115,6 +136,9 @@ Command add_show_command(CLI::App& app) {
   sub->add_option("KERNEL", o->kernel, "A registered kernel (see kiln list)")->required();
   sub->add_option("--emit", o->emit, emit_help())->capture_default_str();
   sub->add_option("--target", o->target, target_help())->capture_default_str();
+  sub->add_option("--after", o->after,
+                  "Print the IR after this pass of the target's pipeline (each run of it), "
+                  "instead of --emit; an unknown name lists the passes");
   sub->add_flag("--checked", o->checked,
                 "Show the checked-mode code (every access bounds-checked)");
   sub->add_flag("--fast-math", o->fast_math, "Show the code with fast math");
