@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "compiler/dsl/selection.h"
 #include "ir/float16.h"
 
 namespace kiln::kernels {
@@ -349,28 +350,21 @@ Result<RunResult> run_unguarded(Runtime& rt, std::string_view name, const RunCon
   const RunRecipe* recipe = find_run_recipe(name);
 
   // The instantiation: the one whose tensor types match --dtype, else the first.
-  const dsl::Instantiation* inst = nullptr;
-  for (const auto& in : def.instantiations) {
-    bool match = true;
-    for (const auto& [pname, tname] : config.dtypes) {
-      auto t = ir::parse_elem_type(tname);
-      if (!t)
-        return usage(
-            name, fmt::format("'{}' is not an element type (--dtype {}={})", tname, pname, tname));
-      for (const auto& p : in.params)
-        if (p.name == pname && p.runtime() && p.dtype != *t) match = false;
-    }
-    if (match) {
-      inst = &in;
-      break;
-    }
+  const auto& first_params = def.instantiations.front().params;
+  std::vector<std::optional<ElemType>> wanted(first_params.size());
+  std::string asked;
+  for (const auto& [pname, tname] : config.dtypes) {
+    auto t = ir::parse_elem_type(tname);
+    if (!t)
+      return usage(name,
+                   fmt::format("'{}' is not an element type (--dtype {}={})", tname, pname, tname));
+    for (size_t i = 0; i < first_params.size(); ++i)
+      if (first_params[i].name == pname) wanted[i] = *t;
+    asked += fmt::format("{}{}: {}", asked.empty() ? "" : ", ", pname, tname);
   }
-  if (!inst) {
-    std::string have;
-    for (const auto& in : def.instantiations) have += fmt::format("\n  ({})", in.dtype_summary());
-    return usage(name,
-                 fmt::format("no instantiation has the requested element types; it has:{}", have));
-  }
+  const auto index = dsl::find_instantiation(def, [&](size_t i) { return wanted[i]; });
+  if (!index) return dsl::no_instantiation(def, asked);
+  const dsl::Instantiation* inst = &def.instantiations[*index];
   const auto& params = inst->params;
   auto find_param = [&](std::string_view n) -> const dsl::ParamInfo* {
     for (const auto& p : params)
@@ -452,15 +446,14 @@ Result<RunResult> run_unguarded(Runtime& rt, std::string_view name, const RunCon
   // widest line is the widest that divides the innermost dimension (a launch picks the same).
   // A shape computed from a line width sees the widths of the shapes known before it.
   auto resolve_lines = [&] {
-    int common = 16;
-    for (const auto& p : params)
-      if (is_memory(p) && p.default_line == 0 && !config.lines.count(p.name) &&
-          data.shapes.count(p.name)) {
-        const auto& shape = data.shapes[p.name];
-        int w = rt.max_lanes(p.dtype);
-        while (w > 1 && (shape.empty() || shape.back() % w != 0)) w /= 2;
-        common = std::min(common, w);
-      }
+    const int common = dsl::line_max_width(*inst, [&](size_t i) {
+      const dsl::ParamInfo& p = params[i];
+      if (config.lines.count(p.name) || !data.shapes.count(p.name)) return 0;
+      const auto& shape = data.shapes[p.name];
+      int w = rt.max_lanes(p.dtype);
+      while (w > 1 && (shape.empty() || shape.back() % w != 0)) w /= 2;
+      return w;
+    });
     for (const auto& p : params) {
       if (!is_memory(p) || !data.shapes.count(p.name)) continue;
       int w = p.default_line == 0 ? common : p.default_line;

@@ -13,6 +13,7 @@
 
 #include "ir/float16.h"
 #include "ir/verifier.h"
+#include "compiler/dsl/selection.h"
 #include "runtime/cpu_exec.h"
 #include "runtime/device.h"
 #include "runtime/specialization.h"
@@ -358,29 +359,22 @@ Status Runtime::launch_args(const Kernel& kernel, Dim3 cubes, Dim3 cube_dim, con
             def.name, cubes.x, cubes.y, cubes.z));
 
   // The instantiation whose element types match the tensors.
-  size_t inst_index = 0;
-  for (; inst_index < def.instantiations.size(); ++inst_index) {
-    const auto& ps = def.instantiations[inst_index].params;
-    bool match = true;
-    for (size_t i = 0; i < ps.size() && match; ++i)
-      if ((ps[i].kind == dsl::ParamKind::Tensor || ps[i].kind == dsl::ParamKind::Array) &&
-          args[i].kind == LaunchArg::Kind::Tensor && args[i].tensor->dtype() != ps[i].dtype)
-        match = false;
-    if (match) break;
-  }
-  if (inst_index == def.instantiations.size()) {
-    std::string have, want;
+  const auto found = dsl::find_instantiation(def, [&](size_t i) -> std::optional<ir::ElemType> {
+    const dsl::ParamKind k = params0[i].kind;
+    if ((k == dsl::ParamKind::Tensor || k == dsl::ParamKind::Array) &&
+        args[i].kind == LaunchArg::Kind::Tensor && args[i].tensor->valid())
+      return args[i].tensor->dtype();
+    return std::nullopt;
+  });
+  if (!found) {
+    std::string have;
     for (size_t i = 0; i < params0.size(); ++i)
-      if (args[i].kind == LaunchArg::Kind::Tensor)
+      if (args[i].kind == LaunchArg::Kind::Tensor && args[i].tensor->valid())
         have += fmt::format("{}{}: {}", have.empty() ? "" : ", ", params0[i].name,
                             ir::elem_name(args[i].tensor->dtype()));
-    for (const auto& inst : def.instantiations)
-      want += fmt::format("\n  ({})", inst.dtype_summary());
-    return Error(
-        ErrorKind::InvalidArgument,
-        fmt::format("kernel '{}' takes no tensors of these element types ({}); it takes:{}",
-                    def.name, have, want));
+    return dsl::no_instantiation(def, have);
   }
+  const size_t inst_index = *found;
   const dsl::Instantiation& inst = def.instantiations[inst_index];
   const Device& dev = *s_->device;
   const bool checked = o.checked.value_or(s_->options.checked);
@@ -416,12 +410,12 @@ Status Runtime::launch_args(const Kernel& kernel, Dim3 cubes, Dim3 cube_dim, con
       for (const auto& [name, width] : o.lines)
         if (name == p.name) w = width;
       if (w == 0) {
-        if (common_width < 0) {
-          common_width = 16;
-          for (size_t j = 0; j < inst.params.size(); ++j)
-            if (inst.params[j].default_line == 0 && args[j].kind == LaunchArg::Kind::Tensor)
-              common_width = std::min(common_width, widest_lines(dev, *args[j].tensor));
-        }
+        if (common_width < 0)
+          common_width = dsl::line_max_width(inst, [&](size_t j) {
+            return args[j].kind == LaunchArg::Kind::Tensor && args[j].tensor->valid()
+                       ? widest_lines(dev, *args[j].tensor)
+                       : 0;
+          });
         w = common_width;
       }
       if (!ir::valid_lanes(w))

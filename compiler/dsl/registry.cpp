@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "compiler/dsl/context.h"
+#include "compiler/dsl/selection.h"
 
 namespace kiln::dsl {
 
@@ -414,32 +415,27 @@ Result<Selection> select(const KernelDef& def, const SpecOptions& opts) {
       return Error(ErrorKind::InvalidArgument,
                    fmt::format("'{}' is not a tensor; only tensors have a rank", name));
 
-  // The instantiation whose dtypes match every --dtype.
-  const Instantiation* inst = nullptr;
-  for (const Instantiation& cand : def.instantiations) {
-    bool match = true;
-    for (const auto& [name, dt] : opts.dtype) {
-      auto want = ir::parse_elem_type(dt);
-      if (!want)
-        return Error(ErrorKind::InvalidArgument,
-                     fmt::format("unknown element type '{}' for '{}' (bool, i8..i64, u8..u64, "
-                                 "f16, bf16, f32, f64)",
-                                 dt, name));
-      if (find_param(cand, name)->dtype != *want) match = false;
-    }
-    if (match) {
-      inst = &cand;
-      break;
-    }
+  // The instantiation whose element types match every one asked for.
+  std::vector<std::optional<ir::ElemType>> wanted(first.params.size());
+  std::string asked;
+  for (const auto& [name, dt] : opts.dtype) {
+    auto want = ir::parse_elem_type(dt);
+    if (!want)
+      return Error(ErrorKind::InvalidArgument,
+                   fmt::format("unknown element type '{}' for '{}' (bool, i8..i64, u8..u64, "
+                               "f16, bf16, f32, f64)",
+                               dt, name));
+    for (size_t i = 0; i < first.params.size(); ++i)
+      if (first.params[i].name == name) wanted[i] = *want;
+    asked += fmt::format("{}{}: {}", asked.empty() ? "" : ", ", name, dt);
   }
-  if (!inst) {
-    std::string avail;
-    for (const Instantiation& cand : def.instantiations)
-      avail += fmt::format("\n  ({})", cand.dtype_summary());
-    return Error(ErrorKind::InvalidArgument,
-                 fmt::format("kernel '{}' has no instantiation with those element types; it has:{}",
-                             def.name, avail));
-  }
+  const auto index = find_instantiation(def, [&](size_t i) { return wanted[i]; });
+  if (!index) return no_instantiation(def, asked);
+  const Instantiation* inst = &def.instantiations[*index];
+  // line=max parameters: the widest line of the given vector width that all of them can use.
+  const int line_max = line_max_width(*inst, [&](size_t i) {
+    return std::clamp(opts.vector_bits / 8 / ir::elem_bytes(inst->params[i].dtype), 1, 16);
+  });
 
   Selection sel;
   sel.inst = inst;
@@ -450,8 +446,7 @@ Result<Selection> select(const KernelDef& def, const SpecOptions& opts) {
       d.dtype = p.dtype;
       d.rank = static_cast<uint8_t>(p.kind == ParamKind::Tensor ? p.default_rank : 0);
       int line = p.kind == ParamKind::Scalar ? 1 : p.default_line;
-      if (line == 0)  // line=max: the widest line of the given vector width
-        line = std::clamp(opts.vector_bits / 8 / ir::elem_bytes(p.dtype), 1, 16);
+      if (line == 0) line = line_max;
       d.line = static_cast<uint8_t>(line);
       d.read_only = p.const_qualified;
       if (auto it = opts.rank.find(p.name); it != opts.rank.end()) {
@@ -490,6 +485,17 @@ Result<Selection> select(const KernelDef& def, const SpecOptions& opts) {
     }
   }
   return sel;
+}
+
+Error no_instantiation(const KernelDef& def, const std::string& asked) {
+  std::string avail;
+  for (const Instantiation& cand : def.instantiations)
+    avail += fmt::format("\n  ({})", cand.dtype_summary());
+  return Error(ErrorKind::InvalidArgument,
+               fmt::format("kernel '{}' takes no {}; it takes:{}", def.name,
+                           asked.empty() ? std::string("arguments of these element types")
+                                         : "arguments of these element types (" + asked + ")",
+                           avail));
 }
 
 // ---- plugins

@@ -291,6 +291,6 @@ TEST_CASE("wrong descriptors and comptime values are errors naming the parameter
   o = {};
   o.dtype["y"] = "f16";
   CHECK_THAT(test::trace_error("e_comptime", o),
-             StartsWith("kernel 'e_comptime' has no instantiation with those element types; it "
-                        "has:\n  (y: f32)"));
+             StartsWith("kernel 'e_comptime' takes no arguments of these element types (y: "
+                        "f16); it takes:\n  (y: f32)"));
 }
