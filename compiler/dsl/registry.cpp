@@ -398,18 +398,20 @@ Result<Selection> select(const KernelDef& def, const SpecOptions& opts) {
       const ParamInfo* p = find_param(first, name);
       if (!p || p->runtime() != runtime)
         return Error(ErrorKind::InvalidArgument,
-                     fmt::format("kernel '{}' has no {} parameter '{}' (for {}); its {} "
+                     fmt::format("kernel '{}' has no {} parameter '{}' (given {}); its {} "
                                  "parameters are: {}",
                                  def.name, runtime ? "runtime" : "comptime", name, option,
                                  runtime ? "runtime" : "comptime", param_names(first, runtime)));
     }
     return {};
   };
-  KILN_TRY(check(opts.set, false, "--set"));
-  KILN_TRY(check(opts.dtype, true, "--dtype"));
-  KILN_TRY(check(opts.line, true, "--line"));
-  KILN_TRY(check(opts.rank, true, "--rank"));
-  KILN_TRY(check(opts.read_only, true, "--read-only"));
+  // (The words name what was given, not how a tool spells it: the CLI, a test or an
+  // embedding program build SpecOptions alike.)
+  KILN_TRY(check(opts.set, false, "a value"));
+  KILN_TRY(check(opts.dtype, true, "an element type"));
+  KILN_TRY(check(opts.line, true, "a line width"));
+  KILN_TRY(check(opts.rank, true, "a rank"));
+  KILN_TRY(check(opts.read_only, true, "read-only"));
   for (const auto& [name, r] : opts.rank)
     if (find_param(first, name)->kind != ParamKind::Tensor)
       return Error(ErrorKind::InvalidArgument,
@@ -474,10 +476,12 @@ Result<Selection> select(const KernelDef& def, const SpecOptions& opts) {
         auto v = p.parse(it->second);
         if (!v)
           return Error(ErrorKind::InvalidArgument,
-                       fmt::format("--set {}={}: {}", p.name, it->second, v.error().message));
+                       fmt::format("comptime value {}={}: {}", p.name, it->second,
+                                   v.error().message));
         if (auto st = check_comptime_range(def, p, *v); !st)
           return Error(ErrorKind::InvalidArgument,
-                       fmt::format("--set {}={}: {}", p.name, it->second, st.error().message));
+                       fmt::format("comptime value {}={}: {}", p.name, it->second,
+                                   st.error().message));
         sel.request.comptime.push_back(*v);
       } else {
         sel.request.comptime.push_back(*p.default_value);

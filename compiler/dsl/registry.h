@@ -353,7 +353,7 @@ KernelRegistration& register_generic(const char* name, Get get, const char* file
       ::kiln::dsl::register_kernel<params>(name, &fn, __FILE__, __LINE__)
 
 // Registers a function template once per listed element type, under one name; a launch (or
-// --dtype) picks the instantiation whose parameters have the requested types.
+// a requested element type) picks the instantiation whose parameters have the requested types.
 #define KILN_KERNEL_GENERIC(fn, params, ...)                                             \
   [[maybe_unused]] static ::kiln::dsl::KernelRegistration& KILN_DSL_PP_CAT(kiln_kernel_, \
                                                                            __LINE__) =   \
