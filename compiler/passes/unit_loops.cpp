@@ -20,7 +20,7 @@
 #include <set>
 #include <unordered_map>
 
-#include "compiler/passes/cse.h"
+#include "compiler/passes/unit_loops_analysis.h"
 #include "ir/uniformity.h"
 #include "ir/verifier.h"
 
@@ -29,40 +29,9 @@ namespace kiln::passes {
 namespace {
 
 using namespace ir;
+using namespace unit_loops_analysis;
 
 enum class Level { Cube, Plane, Unit };
-
-// What a run discovers, and what the next run applies.
-struct Plan {
-  std::set<ValueId> ctx;       // values kept in per-unit context arrays
-  std::set<ValueId> ctx_vars;  // variables and local arrays kept per unit across loops
-  bool done_flags = false;     // units that returned are skipped by later loops
-};
-struct Facts {
-  std::set<ValueId> ctx;
-  std::map<ValueId, std::set<int>> segments;  // variable or local array -> loops touching it
-  bool unit_return = false;
-  int units_loops = 0;
-  bool loop_in_loop = false;  // a units loop runs repeatedly (in a lifted loop or per plane)
-};
-
-// Per op of the input: what its regions contain.
-struct OpFacts {
-  bool barrier = false;   // a sync_cube inside
-  bool plane = false;     // a plane op or sync_plane inside (or the op is one)
-  bool escaping = false;  // a break/continue inside that leaves the op
-  bool returns = false;   // a return inside
-};
-
-bool is_plane_op(OpKind k) {
-  return has_flag(k, op_flags::PlaneOp);
-}
-bool is_jump(OpKind k) {
-  return k == OpKind::Break || k == OpKind::Continue || k == OpKind::Return;
-}
-bool is_control(OpKind k) {
-  return k == OpKind::If || k == OpKind::For || k == OpKind::Loop;
-}
 
 struct Scope {
   Level level = Level::Cube;
@@ -745,27 +714,6 @@ class Lowering {
   int plane_depth_ = 0;
   SourceLoc at_;
 };
-
-// Facts of an op about its own regions, for every op (memoized by address). A break or
-// continue leaves an op unless the op is the loop it belongs to or contains that loop.
-OpFacts scan(const Op& op, std::unordered_map<const Op*, OpFacts>& out) {
-  OpFacts f;
-  f.barrier = op.kind == OpKind::SyncCube;
-  f.plane = is_plane_op(op.kind) || op.kind == OpKind::SyncPlane;
-  f.returns = op.kind == OpKind::Return;
-  f.escaping = op.kind == OpKind::Break || op.kind == OpKind::Continue;
-  const bool loop = op.kind == OpKind::For || op.kind == OpKind::Loop;
-  for (const Region& r : op.regions)
-    for (const Op& sub : r.ops) {
-      const OpFacts sf = scan(sub, out);
-      f.barrier |= sf.barrier;
-      f.plane |= sf.plane;
-      f.returns |= sf.returns;
-      if (!loop) f.escaping |= sf.escaping;
-    }
-  out[&op] = f;
-  return f;
-}
 
 }  // namespace
 
