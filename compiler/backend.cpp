@@ -53,8 +53,8 @@ Result<std::string> emit_stage(const Backend& b, const ir::Kernel& traced, std::
     std::string names;
     for (const Stage& s : stages(b)) names += (names.empty() ? "" : ", ") + s.name;
     return Error(ErrorKind::InvalidArgument,
-                 fmt::format("'{}' is not a stage of {} targets; the stages of '{}' are: {}",
-                             stage, b.name(), t.name, names));
+                 fmt::format("'{}' is not a stage of {} targets; the stages of '{}' are: {}", stage,
+                             b.name(), t.name, names));
   }
   KILN_ASSIGN(ir::Kernel prepared, b.prepare(traced));
   if (stage == "ir-opt") return ir::print(prepared);
@@ -101,7 +101,8 @@ Result<Target> parse_target(std::string_view text) {
   for (const Backend* b : all())
     if (b->claims(text)) return b->parse_target(text);
   std::string forms;
-  for (const Backend* b : all()) forms += fmt::format("{}{}", forms.empty() ? "" : "; ", b->target_syntax());
+  for (const Backend* b : all())
+    forms += fmt::format("{}{}", forms.empty() ? "" : "; ", b->target_syntax());
   return Error(ErrorKind::InvalidArgument,
                fmt::format("unknown target '{}'; targets are: {} (see kiln targets)", text, forms));
 }

@@ -648,7 +648,8 @@ class Parser {
         if (std::strtod(back.c_str(), nullptr) != v) {
           Attr nearest;
           nearest.f = r;
-          bad(fmt::format("constant {} is not a {} value: the nearest {} is {}; write that "
+          bad(
+              fmt::format("constant {} is not a {} value: the nearest {} is {}; write that "
                           "(a float literal must be its type's value to as many digits as it "
                           "has)",
                           lit, type_name(t), type_name(t), format_literal(t.elem, nearest)));

@@ -195,8 +195,10 @@ uint64_t available_host_memory() {
 }
 
 std::string human_bytes(uint64_t b) {
-  if (b >= (uint64_t{1} << 30)) return fmt::format("{:.1f} GiB", static_cast<double>(b) / (1 << 30));
-  if (b >= (uint64_t{1} << 20)) return fmt::format("{:.1f} MiB", static_cast<double>(b) / (1 << 20));
+  if (b >= (uint64_t{1} << 30))
+    return fmt::format("{:.1f} GiB", static_cast<double>(b) / (1 << 30));
+  if (b >= (uint64_t{1} << 20))
+    return fmt::format("{:.1f} MiB", static_cast<double>(b) / (1 << 20));
   return fmt::format("{} KiB", (b + 1023) / 1024);
 }
 
@@ -516,8 +518,8 @@ Result<RunResult> run_unguarded(Runtime& rt, std::string_view name, const RunCon
     uint64_t n = 1;
     for (int64_t d : shape) {
       if (d < 0 || (d > 0 && n > (uint64_t{1} << 48) / static_cast<uint64_t>(d)))
-        return usage(name, fmt::format("tensor '{}' of shape {} is too large", p.name,
-                                       dims_text(shape)));
+        return usage(name,
+                     fmt::format("tensor '{}' of shape {} is too large", p.name, dims_text(shape)));
       n *= static_cast<uint64_t>(d);
     }
     plan.numel = static_cast<size_t>(n);
@@ -541,14 +543,13 @@ Result<RunResult> run_unguarded(Runtime& rt, std::string_view name, const RunCon
   // tensors (host memory on the CPU), the initial and expected outputs, and one tensor's bytes.
   const uint64_t host_peak =
       std::max(has_reference ? double_bytes + output_bytes : 0,
-               (rt.device().host_memory ? tensor_bytes : 0) + 2 * output_bytes +
-                   largest);
+               (rt.device().host_memory ? tensor_bytes : 0) + 2 * output_bytes + largest);
   if (const uint64_t avail = available_host_memory(); avail && host_peak > avail)
-    return Error(ErrorKind::OutOfMemory,
-                 fmt::format("kernel '{}': these tensors ({}) need about {} of host memory to "
-                             "run and check, and only {} is free; pass a smaller --shape",
-                             name, human_bytes(tensor_bytes), human_bytes(host_peak),
-                             human_bytes(avail)));
+    return Error(
+        ErrorKind::OutOfMemory,
+        fmt::format("kernel '{}': these tensors ({}) need about {} of host memory to "
+                    "run and check, and only {} is free; pass a smaller --shape",
+                    name, human_bytes(tensor_bytes), human_bytes(host_peak), human_bytes(avail)));
   auto values_of = [](const Plan& plan, auto&& put) {
     uint64_t state = plan.rng_start;
     for (size_t i = 0; i < plan.numel; ++i) {
@@ -652,7 +653,7 @@ Result<RunResult> run_unguarded(Runtime& rt, std::string_view name, const RunCon
   // footprint the tensors do not have is reported instead of written past them.
   LaunchOptions first = lo;
   result.validated = !config.checked && (config.cubes || config.cube_dim || !config.lines.empty() ||
-                                          !config.shapes.empty());
+                                         !config.shapes.empty());
   if (result.validated) first.checked = true;
   const CacheStats before = cache_stats();
   auto t0 = Clock::now();

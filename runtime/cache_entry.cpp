@@ -96,8 +96,7 @@ std::string parse(std::span<const char> data, Parsed* out) {
     left -= s;
   }
   if (left != 0) return fmt::format("{} bytes past the end the header gives", left);
-  if (checksum(data) != get<uint64_t>(data, 32))
-    return "checksum mismatch";
+  if (checksum(data) != get<uint64_t>(data, 32)) return "checksum mismatch";
   const Hash128 key{get<uint64_t>(data, 40), get<uint64_t>(data, 48)};
   const size_t kind_at = kHeader, material_at = kind_at + sizes[0],
                meta_at = material_at + sizes[1], blob_at = meta_at + sizes[2];

@@ -417,8 +417,8 @@ class CudaDeviceEvent final : public DeviceEvent {
     KILN_TRY(ctx->bind());
     KILN_TRY(ctx->check(ctx->api->cuEventSynchronize(e->event), "waiting for an event"));
     float ms = 0;
-    KILN_TRY(ctx->check(ctx->api->cuEventElapsedTime(&ms, a->e->event, e->event),
-                        "timing two events"));
+    KILN_TRY(
+        ctx->check(ctx->api->cuEventElapsedTime(&ms, a->e->event, e->event), "timing two events"));
     return static_cast<double>(ms);
   }
 };
@@ -543,7 +543,8 @@ std::string CudaDevice::grid_problem(const std::array<uint32_t, 3>& cubes) const
 }
 
 Result<std::shared_ptr<const LoadedKernel>> CudaDevice::load(const backend::Artifact& a) {
-  KILN_ASSIGN(auto k, load_cuda_kernel(*this, a.image, a.info, cuda::resources_from_json(a.extra_json)));
+  KILN_ASSIGN(auto k,
+              load_cuda_kernel(*this, a.image, a.info, cuda::resources_from_json(a.extra_json)));
   return std::shared_ptr<const LoadedKernel>(std::make_shared<CudaLoaded>(std::move(k)));
 }
 

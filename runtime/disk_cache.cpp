@@ -123,9 +123,8 @@ Result<Fd> open_root(const std::string& dir, bool create) {
       at /= part;
       if (part == "/" || part.empty()) continue;
       if (::mkdir(at.c_str(), 0700) != 0 && errno != EEXIST)
-        return Error(ErrorKind::Io,
-                     fmt::format("cannot create the cache folder {}: {}", at.string(),
-                                 std::strerror(errno)));
+        return Error(ErrorKind::Io, fmt::format("cannot create the cache folder {}: {}",
+                                                at.string(), std::strerror(errno)));
     }
   }
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -346,9 +345,10 @@ DiskCache::Config DiskCache::config_from_env() {
     if (auto v = parse_size(m))
       c.max_bytes = *v;
     else
-      log_warning(fmt::format("KILN_CACHE_MAX='{}' is not a size: give whole bytes, or a whole "
-                              "number with K, M, G or T (e.g. 512M); the cap stays at 1G",
-                              m));
+      log_warning(
+          fmt::format("KILN_CACHE_MAX='{}' is not a size: give whole bytes, or a whole "
+                      "number with K, M, G or T (e.g. 512M); the cap stays at 1G",
+                      m));
   }
   return c;
 }
@@ -387,8 +387,8 @@ std::optional<DiskCache::Entry> DiskCache::load(std::string_view kind, const Has
                                                 std::string_view material) {
   if (!config_.enabled) return std::nullopt;
   const std::string hex = key.hex();
-  auto shard = open_shard(config_.dir, kVersionDir, kind, std::string_view(hex).substr(0, 2),
-                          false);
+  auto shard =
+      open_shard(config_.dir, kVersionDir, kind, std::string_view(hex).substr(0, 2), false);
   if (!shard) {
     log_warning_once(shard.error().message,
                      fmt::format("the disk cache is not used: {}", shard.error().message));
@@ -396,13 +396,14 @@ std::optional<DiskCache::Entry> DiskCache::load(std::string_view kind, const Has
   }
   if (!*shard) return std::nullopt;
   const std::string name = hex + ".kc";
-  const std::string path = fmt::format("{}/{}/{}/{}/{}", config_.dir, kVersionDir, kind,
-                                       hex.substr(0, 2), name);
+  const std::string path =
+      fmt::format("{}/{}/{}/{}/{}", config_.dir, kVersionDir, kind, hex.substr(0, 2), name);
   OpenedFile f = open_file(shard->get(), name, false);
   if (f.missing) return std::nullopt;
   if (!f.foreign.empty()) {
-    log_warning_once(path, fmt::format("disk cache: {} is {}; it is left alone and the kernel is compiled",
-                                path, f.foreign));
+    log_warning_once(
+        path, fmt::format("disk cache: {} is {}; it is left alone and the kernel is compiled", path,
+                          f.foreign));
     return std::nullopt;
   }
   cache_entry::Parsed parsed;
@@ -414,8 +415,9 @@ std::optional<DiskCache::Entry> DiskCache::load(std::string_view kind, const Has
     const std::string fate = ::unlinkat(shard->get(), name.c_str(), 0) == 0 || errno == ENOENT
                                  ? "removed"
                                  : fmt::format("could not be removed ({})", std::strerror(errno));
-    log_warning_once(path, fmt::format("cache entry {} is damaged ({}); {}, the kernel is recompiled",
-                                path, problem, fate));
+    log_warning_once(
+        path, fmt::format("cache entry {} is damaged ({}); {}, the kernel is recompiled", path,
+                          problem, fate));
     return std::nullopt;
   }
   ::futimens(f.fd.get(), nullptr);  // mark as recently used (LRU), through the opened file
@@ -428,18 +430,17 @@ Status DiskCache::store(std::string_view kind, const Hash128& key, std::string_v
   KILN_CHECK(strong_hash(material) == key, "a cache key is the hash of its material");
   if (!is_kind_name(kind)) return Error(ErrorKind::InvalidArgument, "bad cache entry kind");
   const std::string hex = key.hex();
-  auto shard = open_shard(config_.dir, kVersionDir, kind, std::string_view(hex).substr(0, 2),
-                          true);
+  auto shard = open_shard(config_.dir, kVersionDir, kind, std::string_view(hex).substr(0, 2), true);
   if (!shard) return std::move(shard).take_error();
   const std::string name = hex + ".kc";
-  const std::string path = fmt::format("{}/{}/{}/{}/{}", config_.dir, kVersionDir, kind,
-                                       hex.substr(0, 2), name);
+  const std::string path =
+      fmt::format("{}/{}/{}/{}/{}", config_.dir, kVersionDir, kind, hex.substr(0, 2), name);
   // A file in the entry's place that kiln did not write is not replaced.
-  if (struct stat st {}; ::fstatat(shard->get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+  if (struct stat st{}; ::fstatat(shard->get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
     OpenedFile existing = open_file(shard->get(), name, true);
     if (!existing.foreign.empty()) {
-      return Error(ErrorKind::Io,
-                   fmt::format("{} is {}; it is left alone and not replaced", path, existing.foreign));
+      return Error(ErrorKind::Io, fmt::format("{} is {}; it is left alone and not replaced", path,
+                                              existing.foreign));
     }
   }
   const std::vector<char> data = cache_entry::encode(kind, key, material, meta, blob);
@@ -450,8 +451,9 @@ Status DiskCache::store(std::string_view kind, const Hash128& key, std::string_v
   const int fd = ::openat(shard->get(), tmp.c_str(),
                           O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0)
-    return Error(ErrorKind::Io, fmt::format("cannot write {}/{}: {}", fs::path(path).parent_path().string(),
-                                            tmp, std::strerror(errno)));
+    return Error(ErrorKind::Io,
+                 fmt::format("cannot write {}/{}: {}", fs::path(path).parent_path().string(), tmp,
+                             std::strerror(errno)));
   size_t done = 0;
   int err = 0;
   while (done < data.size()) {
@@ -467,8 +469,8 @@ Status DiskCache::store(std::string_view kind, const Hash128& key, std::string_v
   if (!err && ::renameat(shard->get(), tmp.c_str(), shard->get(), name.c_str()) != 0) err = errno;
   if (err) {
     ::unlinkat(shard->get(), tmp.c_str(), 0);
-    return Error(ErrorKind::Io, fmt::format("cannot write the cache entry {}: {}", path,
-                                            std::strerror(err)));
+    return Error(ErrorKind::Io,
+                 fmt::format("cannot write the cache entry {}: {}", path, std::strerror(err)));
   }
   int64_t estimate = estimate_.load();
   if (estimate < 0) {
@@ -516,7 +518,8 @@ Result<std::vector<DiskCache::Listing>> DiskCache::list(bool verify) const {
     if (l.problem.empty()) {
       l.meta = parsed.meta;
       if (parsed.key.hex() + ".kc" != name)
-        l.problem = fmt::format("it records the key {}, not the one it is named by", parsed.key.hex());
+        l.problem =
+            fmt::format("it records the key {}, not the one it is named by", parsed.key.hex());
       else if (parsed.kind != kind)
         l.problem = fmt::format("it is a '{}' entry in the '{}' folder", parsed.kind, kind);
     }
@@ -553,9 +556,9 @@ uint64_t DiskCache::total_bytes() const {
 
 Status DiskCache::remove(const Listing& entry) const {
   if (!entry.ours || !is_entry_name(entry.name))
-    return Error(ErrorKind::InvalidArgument,
-                 fmt::format("{} is not a kiln entry ({}); it is left alone", entry.path,
-                             entry.problem));
+    return Error(
+        ErrorKind::InvalidArgument,
+        fmt::format("{} is not a kiln entry ({}); it is left alone", entry.path, entry.problem));
   KILN_ASSIGN(Fd shard, open_shard(config_.dir, kVersionDir, entry.kind,
                                    std::string_view(entry.name).substr(0, 2), false));
   if (!shard) return {};
@@ -594,8 +597,8 @@ void DiskCache::evict() {
   const uint64_t target = config_.max_bytes / 10 * 9;  // leave room: evict in batches
   for (const Candidate& c : all) {
     if (total <= target) break;
-    auto shard = open_shard(config_.dir, kVersionDir, c.kind,
-                            std::string_view(c.name).substr(0, 2), false);
+    auto shard =
+        open_shard(config_.dir, kVersionDir, c.kind, std::string_view(c.name).substr(0, 2), false);
     if (shard && *shard && remove_if_ours(shard->get(), c.name).empty()) total -= c.bytes;
   }
   estimate_.store(static_cast<int64_t>(total));

@@ -11,9 +11,9 @@
 
 #include <fmt/format.h>
 
+#include "compiler/dsl/selection.h"
 #include "ir/float16.h"
 #include "ir/verifier.h"
-#include "compiler/dsl/selection.h"
 #include "runtime/cpu_exec.h"
 #include "runtime/device.h"
 #include "runtime/specialization.h"
@@ -187,8 +187,9 @@ Result<Runtime> Runtime::open(std::string_view name, RuntimeOptions options) {
     std::string names;
     for (const DeviceFamily& f : families)
       names += fmt::format("{}'{}'", names.empty() ? "" : " and ", f.syntax);
-    return Error(ErrorKind::NotFound,
-                 fmt::format("unknown device '{}'; devices are {} (see kiln devices)", name, names));
+    return Error(
+        ErrorKind::NotFound,
+        fmt::format("unknown device '{}'; devices are {} (see kiln devices)", name, names));
   }
   KILN_ASSIGN(state->device, family->open(name, state->options.memory_cap));
   // The key of a specialization names the device instance: GPU modules belong to a context.

@@ -144,7 +144,8 @@ Result<std::shared_ptr<const LoadedKernel>> build(const detail::BuildRequest& re
   if (entry) {
     auto artifact = artifact_from_entry(std::move(*entry));
     t = Clock::now();
-    auto k = artifact ? dev.load(*artifact) : Result<std::shared_ptr<const LoadedKernel>>(artifact.error());
+    auto k = artifact ? dev.load(*artifact)
+                      : Result<std::shared_ptr<const LoadedKernel>>(artifact.error());
     if (k) {
       report.load_ms = ms_since(t);
       report.from_disk = true;
@@ -158,13 +159,13 @@ Result<std::shared_ptr<const LoadedKernel>> build(const detail::BuildRequest& re
   if (!loaded) {
     KILN_ASSIGN(backend::Artifact artifact, b.compile(prepared, target, req.options));
     report.stages = artifact.timings;
-    if (auto st = cache->store(b.name(), hash, material,
-                               artifact_meta(req.def->name, target, versions, artifact),
-                               artifact.image);
+    if (auto st =
+            cache->store(b.name(), hash, material,
+                         artifact_meta(req.def->name, target, versions, artifact), artifact.image);
         !st)
-      log_warning_once(st.error().message,
-                       fmt::format("compiled kernels are not stored in the disk cache: {}",
-                                   st.error().message));
+      log_warning_once(
+          st.error().message,
+          fmt::format("compiled kernels are not stored in the disk cache: {}", st.error().message));
     t = Clock::now();
     KILN_ASSIGN(loaded, dev.load(artifact));
     report.load_ms = ms_since(t);

@@ -56,9 +56,10 @@ ThreadPool& ThreadPool::global() {
       if (errno == 0 && end && *end == '\0' && v >= 1 && v <= 1024)
         n = static_cast<int>(v);
       else
-        log_warning(fmt::format("KILN_NUM_THREADS='{}' is not a thread count from 1 to 1024; "
-                                "using {} (one per hardware thread)",
-                                env, std::max(n, 1)));
+        log_warning(
+            fmt::format("KILN_NUM_THREADS='{}' is not a thread count from 1 to 1024; "
+                        "using {} (one per hardware thread)",
+                        env, std::max(n, 1)));
     }
     return new ThreadPool(std::max(n, 1));  // never destroyed: workers may outlive statics
   }();

@@ -218,7 +218,8 @@ class Gen {
                                             fmt::format("{}.shape{}", p.name, d)));
           for (uint32_t d = 0; d < rank; ++d)
             m.stride.push_back(B.CreateTrunc(slot(s + abi::slot::stride(rank, d), ""),
-                                             B.getInt32Ty(), fmt::format("{}.stride{}", p.name, d)));
+                                             B.getInt32Ty(),
+                                             fmt::format("{}.stride{}", p.name, d)));
         }
         mem_[p.value] = std::move(m);
       } else {

@@ -43,9 +43,9 @@ class CpuBackend final : public backend::Backend {
     } else {
       std::string_view rest = text.substr(4);
       const size_t colon = rest.find(':');
-      t = make_target(std::string(rest.substr(0, colon)),
-                      colon == std::string_view::npos ? std::string()
-                                                      : std::string(rest.substr(colon + 1)));
+      t = make_target(
+          std::string(rest.substr(0, colon)),
+          colon == std::string_view::npos ? std::string() : std::string(rest.substr(colon + 1)));
     }
     if (!t) return t.error();
     backend::Target out;

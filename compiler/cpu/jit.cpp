@@ -173,10 +173,11 @@ Result<Target> make_target(const std::string& cpu, const std::string& features) 
       const size_t comma = std::min(features.find(',', start), features.size());
       const std::string item = features.substr(start, comma - start);
       if (item.size() < 2 || (item[0] != '+' && item[0] != '-'))
-        return Error(ErrorKind::InvalidArgument,
-                     fmt::format("CPU features '{}': '{}' is not a feature; write a comma-separated "
-                                 "list of +NAME (enable) and -NAME (disable), e.g. +avx2,-avx512f",
-                                 features, item));
+        return Error(
+            ErrorKind::InvalidArgument,
+            fmt::format("CPU features '{}': '{}' is not a feature; write a comma-separated "
+                        "list of +NAME (enable) and -NAME (disable), e.g. +avx2,-avx512f",
+                        features, item));
       if (!known.count(item.substr(1)))
         return Error(ErrorKind::InvalidArgument,
                      fmt::format("CPU features '{}': '{}' is not a feature of {} (e.g. avx2, "

@@ -29,10 +29,10 @@ struct Target {
 Result<Target> parse_target(std::string_view text);
 
 struct CodegenOptions {
-  Target target;           // what the code is for (tensor-core paths choose by it)
+  Target target;              // what the code is for (tensor-core paths choose by it)
   uint32_t plane_width = 32;  // plane_dim(): the backend's plane width (a warp)
-  bool checked = false;    // bounds-check every access (docs/runtime.md)
-  bool fast_math = false;  // NVRTC --use_fast_math
+  bool checked = false;       // bounds-check every access (docs/runtime.md)
+  bool fast_math = false;     // NVRTC --use_fast_math
 };
 
 struct Source {

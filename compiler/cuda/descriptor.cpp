@@ -39,8 +39,8 @@ CodegenOptions codegen_options(const backend::Target& t, const backend::Options&
 std::string resources_text(const Source& src, const CompiledCuda& c, const std::string& target,
                            uint32_t units) {
   const Resources& r = c.resources;
-  std::string s = fmt::format("kernel {} for {} ({} units per cube):\n", src.info.symbol, target,
-                              units);
+  std::string s =
+      fmt::format("kernel {} for {} ({} units per cube):\n", src.info.symbol, target, units);
   s += fmt::format("  registers      {} per unit\n", r.registers);
   s += fmt::format(
       "  shared memory  {} bytes per cube{}\n", src.info.shared_bytes,
@@ -116,8 +116,8 @@ class CudaBackend final : public backend::Backend {
     if (stage == "cuda") return src.text;
     const Arch& a = arch_of(t);
     if (stage == "ptx") {
-      KILN_ASSIGN(CompiledCuda c, compile_cuda(src.text, prepared.name + ".cu",
-                                               a.target.compute(), o.fast_math));
+      KILN_ASSIGN(CompiledCuda c,
+                  compile_cuda(src.text, prepared.name + ".cu", a.target.compute(), o.fast_math));
       return c.ptx;
     }
     if (a.ptx_only)
@@ -142,8 +142,7 @@ class CudaBackend final : public backend::Backend {
     using Clock = std::chrono::steady_clock;
     const auto t0 = Clock::now();
     KILN_ASSIGN(Source src, generate(prepared, codegen_options(t, o)));
-    const double codegen_ms =
-        std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    const double codegen_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     const Arch& a = arch_of(t);
     KILN_ASSIGN(CompiledCuda c,
                 compile_cuda(src.text, prepared.name + ".cu", a.nvrtc_arch(), o.fast_math));

@@ -5,10 +5,10 @@
 #include <dlfcn.h>
 
 #include <algorithm>
-#include <exception>
-#include <new>
 #include <cmath>
 #include <cstdlib>
+#include <exception>
+#include <new>
 
 #include <fmt/format.h>
 
@@ -169,11 +169,13 @@ std::string apply_param_spec(std::string_view spec, std::vector<Instantiation>& 
           if (!range.empty()) {
             const size_t dots = range.find("..");
             auto lo = dots == std::string_view::npos ? p.parse("") : p.parse(range.substr(0, dots));
-            auto hi = dots == std::string_view::npos ? p.parse("") : p.parse(range.substr(dots + 2));
+            auto hi =
+                dots == std::string_view::npos ? p.parse("") : p.parse(range.substr(dots + 2));
             if (!lo || !hi || !lo->compare(*hi) || *lo->compare(*hi) > 0)
-              note(fmt::format("the range of '{}' must be 'LOW..HIGH', two {} values with LOW <= "
-                               "HIGH, not '{}'",
-                               p.name, p.comptime_type, range));
+              note(
+                  fmt::format("the range of '{}' must be 'LOW..HIGH', two {} values with LOW <= "
+                              "HIGH, not '{}'",
+                              p.name, p.comptime_type, range));
             else {
               p.min_value = *lo;
               p.max_value = *hi;
@@ -346,13 +348,13 @@ Result<ir::Kernel> trace(const KernelDef& def, const Instantiation& inst, const 
     size_t ci = 0;
     for (const ParamInfo& p : inst.params)
       if (!p.runtime())
-        values += fmt::format("{}{}={}", values.empty() ? "" : ", ", p.name,
-                              req.comptime[ci++].format());
-    return Error(ErrorKind::Trace,
-                 fmt::format("{}:{}: error: kernel '{}' {} while it was traced{}; check the "
-                             "values its C++ code computes from them",
-                             def.file, def.line, def.name, what,
-                             values.empty() ? "" : " with " + values));
+        values +=
+            fmt::format("{}{}={}", values.empty() ? "" : ", ", p.name, req.comptime[ci++].format());
+    return Error(
+        ErrorKind::Trace,
+        fmt::format("{}:{}: error: kernel '{}' {} while it was traced{}; check the "
+                    "values its C++ code computes from them",
+                    def.file, def.line, def.name, what, values.empty() ? "" : " with " + values));
   };
   try {
     inst.invoke(inst.fn, ctx, inst.params, req);
@@ -475,13 +477,11 @@ Result<Selection> select(const KernelDef& def, const SpecOptions& opts) {
       if (auto it = opts.set.find(p.name); it != opts.set.end()) {
         auto v = p.parse(it->second);
         if (!v)
-          return Error(ErrorKind::InvalidArgument,
-                       fmt::format("comptime value {}={}: {}", p.name, it->second,
-                                   v.error().message));
+          return Error(ErrorKind::InvalidArgument, fmt::format("comptime value {}={}: {}", p.name,
+                                                               it->second, v.error().message));
         if (auto st = check_comptime_range(def, p, *v); !st)
-          return Error(ErrorKind::InvalidArgument,
-                       fmt::format("comptime value {}={}: {}", p.name, it->second,
-                                   st.error().message));
+          return Error(ErrorKind::InvalidArgument, fmt::format("comptime value {}={}: {}", p.name,
+                                                               it->second, st.error().message));
         sel.request.comptime.push_back(*v);
       } else {
         sel.request.comptime.push_back(*p.default_value);

@@ -16,7 +16,7 @@ namespace kiln::passes::unit_loops_analysis {
 struct Plan {
   std::set<ir::ValueId> ctx;       // values kept in per-unit context arrays
   std::set<ir::ValueId> ctx_vars;  // variables and local arrays kept per unit across loops
-  bool done_flags = false;     // units that returned are skipped by later loops
+  bool done_flags = false;         // units that returned are skipped by later loops
 };
 struct Facts {
   std::set<ir::ValueId> ctx;

@@ -38,8 +38,9 @@ void sum(Tensor<const f32> x, Tensor<f32> partial, int units, int chunk, int acc
   }
   if_(unit_pos() == 0, [&] { partial[cube_pos()] = sums[0]; });
 }
-KILN_KERNEL(sum, "x: line=max, partial, units = 1 in 1..1024, chunk = 4096 in 1..1048576, "
-                 "accumulators = 4 in 1..64")
+KILN_KERNEL(sum,
+            "x: line=max, partial, units = 1 in 1..1024, chunk = 4096 in 1..1048576, "
+            "accumulators = 4 in 1..64")
     .cube_dim(1)
     .describe("per-cube sums of a tensor, several accumulators per unit");
 

@@ -49,14 +49,12 @@ int main(int argc, char** argv) {
   std::vector<std::vector<char>> seeds;
   for (int i = 0; i < 4; ++i) {
     const std::string material(static_cast<size_t>(i * 37), 'm');
-    seeds.push_back(kiln::cache_entry::encode(i % 2 ? "cuda" : "cpu",
-                                              kiln::strong_hash(material), material,
-                                              R"({"kernel":"k"})",
-                                              std::vector<char>(static_cast<size_t>(i * 100), 'b')));
+    seeds.push_back(kiln::cache_entry::encode(
+        i % 2 ? "cuda" : "cpu", kiln::strong_hash(material), material, R"({"kernel":"k"})",
+        std::vector<char>(static_cast<size_t>(i * 100), 'b')));
   }
-  const uint64_t interesting[] = {0,          1,          55,         56,
-                                  0x7fffffff, 0xffffffff, 1ull << 32, 1ull << 63,
-                                  ~0ull,      ~0ull - 55, ~0ull - 7};
+  const uint64_t interesting[] = {0,          1,          55,    56,         0x7fffffff, 0xffffffff,
+                                  1ull << 32, 1ull << 63, ~0ull, ~0ull - 55, ~0ull - 7};
   const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   uint64_t runs = 0;
   while (std::chrono::steady_clock::now() < end) {

@@ -17,8 +17,7 @@ using Catch::Contains;
 
 // The references are the recipes' own C++ (kernels/run.h), so this needs no CPU backend; when
 // the build has one, the GPU's outputs are compared with the CPU's for the same inputs too.
-TEST_CASE("every example kernel passes its reference on the GPU and agrees with the CPU",
-          "[gpu]") {
+TEST_CASE("every example kernel passes its reference on the GPU and agrees with the CPU", "[gpu]") {
   auto gpu = Runtime::open("cuda:0");
   REQUIRE(gpu.ok());
   auto cpu = Runtime::open("cpu");

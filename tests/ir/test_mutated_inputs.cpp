@@ -29,8 +29,7 @@ void require_positions(const std::string& message) {
     REQUIRE(line.rfind("m.kir:", 0) == 0);
     size_t at = 6, digits = 0;
     for (int field = 0; field < 2; ++field, ++at) {
-      for (digits = 0; at < line.size() && std::isdigit(static_cast<unsigned char>(line[at]));
-           ++at)
+      for (digits = 0; at < line.size() && std::isdigit(static_cast<unsigned char>(line[at])); ++at)
         ++digits;
       REQUIRE(digits > 0);
       REQUIRE(at < line.size());

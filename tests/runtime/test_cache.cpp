@@ -112,8 +112,8 @@ TEST_CASE("damaged entries are reported once, removed, and miss", "[runtime][cac
     CHECK_FALSE(get(cache, d.name));
     CHECK_FALSE(fs::exists(before[0].path));
     REQUIRE(warnings.size() == 1);
-    CHECK_THAT(warnings[0], Contains("damaged") && Contains(strong_hash(d.name).hex()) &&
-                                Contains("removed"));
+    CHECK_THAT(warnings[0],
+               Contains("damaged") && Contains(strong_hash(d.name).hex()) && Contains("removed"));
     // Stored again, it loads again.
     KILN_REQUIRE_OK(put(cache, d.name, blob_of(500, 'y')));
     CHECK(get(cache, d.name));

@@ -60,7 +60,8 @@ struct Warnings {
   }
 };
 
-TEST_CASE("with no location there is no cache, and nothing is cleared", "[runtime][cache][safety]") {
+TEST_CASE("with no location there is no cache, and nothing is cleared",
+          "[runtime][cache][safety]") {
   const std::string saved_home = std::getenv("HOME") ? std::getenv("HOME") : "";
   for (const char* home : std::initializer_list<const char*>{"", nullptr}) {
     ::unsetenv("KILN_CACHE_DIR");
@@ -257,8 +258,8 @@ TEST_CASE("a FIFO or other special file in an entry's place does not block",
 
 TEST_CASE("sizes in a crafted header cannot make the reader run past the file",
           "[runtime][cache][safety]") {
-  const std::vector<char> good = cache_entry::encode("cpu", strong_hash("m"), "m", "{}",
-                                                     std::vector<char>(64, 'x'));
+  const std::vector<char> good =
+      cache_entry::encode("cpu", strong_hash("m"), "m", "{}", std::vector<char>(64, 'x'));
   REQUIRE(cache_entry::parse(good, nullptr).empty());
   // Each size field set so that the total wraps around 2^64 (or 2^32), checksum recomputed.
   for (size_t field : {12u, 16u, 20u, 24u}) {

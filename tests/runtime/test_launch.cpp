@@ -85,8 +85,9 @@ TEST_CASE("a launch picks the instantiation by element type, and comptime values
     Tensor y = test::tensor_from(rt, ElemType::F16, std::vector<uint16_t>(4, 0), {4});
     auto st = rt.launch(affine, 1, 64, x, y, 1.0f, 0);
     REQUIRE_FALSE(st.ok());
-    CHECK_THAT(st.error().message, Contains("takes no arguments of these element types (x: f16, y: f16)") &&
-                                       Contains("x: f32"));
+    CHECK_THAT(st.error().message,
+               Contains("takes no arguments of these element types (x: f16, y: f16)") &&
+                   Contains("x: f32"));
   }
 }
 

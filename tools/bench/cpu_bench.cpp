@@ -147,8 +147,8 @@ void bench_sum(size_t n) {
   std::printf(
       "sum      n=2^%d f32, line %2d: kiln %7.2f ms (%5.1f GB/s)  best C++ %7.2f ms  ratio %.2fx;  "
       "naive loop %7.2f ms  ratio %.2fx\n",
-      int(std::log2(n)), line, t_kiln * 1e3, gb / t_kiln, t_best * 1e3, t_best / t_kiln, t_naive * 1e3,
-      t_naive / t_kiln);
+      int(std::log2(n)), line, t_kiln * 1e3, gb / t_kiln, t_best * 1e3, t_best / t_kiln,
+      t_naive * 1e3, t_naive / t_kiln);
   (void)naive;
 }
 

@@ -71,8 +71,8 @@ int main() {
       registers =
           must(cuda::compile_cuda(src.text, name + ".cu", "sm_90a", false)).resources.registers;
     });
-    const double t_cpu =
-        median_ms([&] { must(cpu::compile_object(must(backend::find("cpu")->prepare(traced)), copts)); });
+    const double t_cpu = median_ms(
+        [&] { must(cpu::compile_object(must(backend::find("cpu")->prepare(traced)), copts)); });
     std::printf("  %-14s %12.1f %12.1f %6.1fx %10d\n", name.c_str(), t_cuda, t_cpu, t_cuda / t_cpu,
                 registers);
   }

@@ -120,8 +120,7 @@ int cache_verify_cmd(bool remove) {
   fmt::print(
       "{} entries checked, {} damaged{}{}\n", checked, damaged,
       damaged && !remove ? " (kiln recompiles them when used; --remove deletes them now)" : "",
-      foreign ? fmt::format("; {} files or folders that kiln did not write are left alone",
-                            foreign)
+      foreign ? fmt::format("; {} files or folders that kiln did not write are left alone", foreign)
               : std::string());
   return (damaged && !remove) || kept || foreign ? 1 : 0;
 }
@@ -133,11 +132,11 @@ int cache_clear_cmd() {
     print_error(done.error());
     return 1;
   }
-  fmt::print("removed {} entries ({}) from {}{}\n", done->entries, human_bytes(done->bytes),
-             cache->dir(),
-             done->kept ? fmt::format("; left {} files or folders there that are not kiln entries",
-                                      done->kept)
-                        : std::string());
+  fmt::print(
+      "removed {} entries ({}) from {}{}\n", done->entries, human_bytes(done->bytes), cache->dir(),
+      done->kept
+          ? fmt::format("; left {} files or folders there that are not kiln entries", done->kept)
+          : std::string());
   return 0;
 }
 
@@ -149,7 +148,9 @@ Command add_cache_command(CLI::App& app) {
   sub->require_subcommand(1);
   auto* stats = sub->add_subcommand("stats", "Where the cache is, its size and cap");
   auto* ls = sub->add_subcommand("ls", "List the entries: kernel, kind, size, last use, key");
-  auto* verify = sub->add_subcommand("verify", "Check every entry's format, checksum and recorded key, and report files kiln did not write");
+  auto* verify = sub->add_subcommand(
+      "verify",
+      "Check every entry's format, checksum and recorded key, and report files kiln did not write");
   auto remove = std::make_shared<bool>(false);
   verify->add_flag("--remove", *remove, "Delete damaged entries");
   auto* clear = sub->add_subcommand("clear", "Remove every kiln entry (and nothing else)");

@@ -26,11 +26,11 @@ std::string describe_param(const dsl::ParamInfo& p) {
     case ParamKind::Scalar:
       return fmt::format("{}: {}", p.name, ir::elem_name(p.dtype));
     case ParamKind::Comptime:
-      return fmt::format("{}: {} = {}{}  (comptime)", p.name, p.comptime_type,
-                         p.default_value ? p.default_value->format() : "?",
-                         p.min_value ? fmt::format(" in {}..{}", p.min_value->format(),
-                                                   p.max_value->format())
-                                     : std::string());
+      return fmt::format(
+          "{}: {} = {}{}  (comptime)", p.name, p.comptime_type,
+          p.default_value ? p.default_value->format() : "?",
+          p.min_value ? fmt::format(" in {}..{}", p.min_value->format(), p.max_value->format())
+                      : std::string());
   }
   return p.name;
 }

@@ -122,8 +122,9 @@ int run_one(const RunOptions& o) {
              dim3_text(r->cube_dim), o.checked ? ", checked mode" : "");
   fmt::print("  arguments   {}\n", r->arguments);
   fmt::print("  inputs      random, seed {} (--seed {} repeats them)\n", r->seed, r->seed);
-  fmt::print("  first run   {:.2f} ms ({}){}\n", r->first_ms, compile_summary(*r),
-             r->validated ? "; checked mode, since the grid, a line width or a shape was given" : "");
+  fmt::print(
+      "  first run   {:.2f} ms ({}){}\n", r->first_ms, compile_summary(*r),
+      r->validated ? "; checked mode, since the grid, a line width or a shape was given" : "");
   if (!r->has_reference) {
     fmt::print("  reference   none declared: the results were not checked\n");
   } else {

@@ -174,7 +174,7 @@ double bound(OpKind op, bool dbl, double cpu_bound) {
 namespace kiln::test {
 // The ops this file measures against a reference (read by the op-coverage test).
 std::vector<OpKind> math_measured_ops() {
-  return {OpKind::Exp, OpKind::Exp2, OpKind::Log, OpKind::Log2,
+  return {OpKind::Exp, OpKind::Exp2, OpKind::Log,  OpKind::Log2,
           OpKind::Sin, OpKind::Cos,  OpKind::Tanh, OpKind::Pow};
 }
 }  // namespace kiln::test

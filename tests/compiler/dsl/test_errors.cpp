@@ -277,16 +277,18 @@ TEST_CASE("wrong descriptors and comptime values are errors naming the parameter
   // Options by name: unknown names list the valid ones.
   dsl::SpecOptions o;
   o.set["m"] = "3";
-  CHECK(test::trace_error("e_comptime", o) ==
-        "kernel 'e_comptime' has no comptime parameter 'm' (given a value); its comptime parameters "
-        "are: n");
+  CHECK(
+      test::trace_error("e_comptime", o) ==
+      "kernel 'e_comptime' has no comptime parameter 'm' (given a value); its comptime parameters "
+      "are: n");
   o = {};
   o.set["n"] = "three";
   CHECK(test::trace_error("e_comptime", o) == "comptime value n=three: 'three' is not a valid int");
   o = {};
   o.line["q"] = 4;
   CHECK(test::trace_error("e_comptime", o) ==
-        "kernel 'e_comptime' has no runtime parameter 'q' (given a line width); its runtime parameters "
+        "kernel 'e_comptime' has no runtime parameter 'q' (given a line width); its runtime "
+        "parameters "
         "are: y");
   o = {};
   o.dtype["y"] = "f16";

@@ -116,10 +116,11 @@ TEST_CASE("comptime parameters may declare the values they accept", "[dsl][regis
     SpecOptions o;
     o.set["n"] = n;
     CHECK_THAT(test::trace_error("r_ranged", o),
-               Contains(fmt::format("comptime value n={}: kernel 'r_ranged': comptime parameter 'n' is {}, "
-                                    "outside the values it accepts, 1..16 (declared at "
-                                    "tests/compiler/dsl/test_registry.cpp:",
-                                    n, n)));
+               Contains(fmt::format(
+                   "comptime value n={}: kernel 'r_ranged': comptime parameter 'n' is {}, "
+                   "outside the values it accepts, 1..16 (declared at "
+                   "tests/compiler/dsl/test_registry.cpp:",
+                   n, n)));
   }
   SpecOptions o;
   o.set["scale"] = "nan";
