@@ -1,0 +1,94 @@
+// Peers of cpu_kernels_bench (cpu_kernels_peers.h), compiled like cpu_peers.cpp.
+#include "tools/bench/cpu_kernels_peers.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace kiln::bench {
+
+void peer_max_pool(const float* in, float* out, int64_t planes, int64_t h, int64_t w, int k,
+                   int stride, int pad, int64_t oh, int64_t ow) {
+#pragma omp parallel for collapse(2)
+  for (int64_t p = 0; p < planes; ++p)
+    for (int64_t y = 0; y < oh; ++y) {
+      const float* plane = in + p * h * w;
+      float* row = out + (p * oh + y) * ow;
+      for (int64_t x = 0; x < ow; ++x) {
+        float m = -INFINITY;
+        for (int dy = 0; dy < k; ++dy) {
+          const int64_t yy = y * stride + dy - pad;
+          if (yy < 0 || yy >= h) continue;
+          for (int dx = 0; dx < k; ++dx) {
+            const int64_t xx = x * stride + dx - pad;
+            if (xx >= 0 && xx < w) m = std::max(m, plane[yy * w + xx]);
+          }
+        }
+        row[x] = m;
+      }
+    }
+}
+
+void peer_gemm(const float* a, const float* b, float* c, int64_t n) {
+#pragma omp parallel for
+  for (int64_t i = 0; i < n; ++i) {
+    float* ci = c + i * n;
+    std::fill(ci, ci + n, 0.0f);
+    for (int64_t k = 0; k < n; ++k) {
+      const float aik = a[i * n + k];
+      const float* bk = b + k * n;
+      for (int64_t j = 0; j < n; ++j) ci[j] += aik * bk[j];
+    }
+  }
+}
+
+void peer_transpose(const float* in, float* out, int64_t n) {
+#pragma omp parallel for collapse(2)
+  for (int64_t bi = 0; bi < n; bi += 32)
+    for (int64_t bj = 0; bj < n; bj += 32)
+      for (int64_t i = bi; i < std::min(bi + 32, n); ++i)
+        for (int64_t j = bj; j < std::min(bj + 32, n); ++j) out[j * n + i] = in[i * n + j];
+}
+
+void peer_softmax(const float* in, float* out, int64_t rows, int64_t cols) {
+#pragma omp parallel for
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = in + r * cols;
+    float* y = out + r * cols;
+    float m = -INFINITY;
+    for (int64_t j = 0; j < cols; ++j) m = std::max(m, x[j]);
+    float s = 0;
+    for (int64_t j = 0; j < cols; ++j) s += std::exp(x[j] - m);
+    const float inv = 1.0f / s;
+    for (int64_t j = 0; j < cols; ++j) y[j] = std::exp(x[j] - m) * inv;
+  }
+}
+
+void peer_stencil(const float* in, float* out, int64_t h, int64_t w) {
+#pragma omp parallel for
+  for (int64_t y = 0; y < h; ++y)
+    for (int64_t x = 0; x < w; ++x) {
+      const int64_t i = y * w + x;
+      out[i] = (x > 0 && y > 0 && x + 1 < w && y + 1 < h)
+                   ? in[i - w] + in[i + w] + in[i - 1] + in[i + 1] - 4.0f * in[i]
+                   : in[i];
+    }
+}
+
+void peer_histogram(const float* data, int64_t n, uint32_t* hist, int bins) {
+  std::fill(hist, hist + bins, 0u);
+#pragma omp parallel
+  {
+    std::vector<uint32_t> local(static_cast<size_t>(bins), 0u);
+#pragma omp for nowait
+    for (int64_t i = 0; i < n; ++i) {
+      const float b = std::clamp(data[i] * static_cast<float>(bins), 0.0f,
+                                 static_cast<float>(bins - 1));
+      ++local[static_cast<size_t>(b)];
+    }
+#pragma omp critical
+    for (int b = 0; b < bins; ++b) hist[b] += local[static_cast<size_t>(b)];
+  }
+}
+
+}  // namespace kiln::bench
