@@ -1,11 +1,33 @@
-// Timing helpers for the benchmark programs: medians of repeated runs.
+// Helpers for the benchmark programs: medians of repeated runs, and stopping with a message.
 #pragma once
+
+#include <errno.h>  // program_invocation_short_name (glibc)
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
+#include "ir/result.h"
+
 namespace kiln::bench {
+
+// A benchmark that cannot measure what it claims stops, saying why (a benchmark program, not
+// library code).
+[[noreturn]] inline void die(const std::string& what) {
+  std::fprintf(stderr, "%s: %s\n", program_invocation_short_name, what.c_str());
+  std::exit(1);
+}
+template <class T>
+T must(Result<T> r) {
+  if (!r) die(r.error().message);
+  return std::move(*r);
+}
+inline void must(const Status& s) {
+  if (!s) die(s.error().message);
+}
 
 // Runs `f` `reps` times per sample and returns the median seconds per call over `samples`.
 template <class F>

@@ -28,13 +28,11 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+using kiln::bench::die;
+using kiln::bench::must;
+
 double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
-
-[[noreturn]] void die(const std::string& what) {
-  std::fprintf(stderr, "cpu_bench: %s\n", what.c_str());
-  std::exit(1);
 }
 
 struct Compiled {

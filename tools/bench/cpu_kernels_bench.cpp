@@ -1,9 +1,10 @@
 // GPU-style kernels on the CPU, written as a user writes them from docs/dsl.md (one unit per
 // output element, shared-memory tiles, barriers, atomics), each against the best plain C++ loop
-// for the same job (g++ -O3 -march=native -fopenmp, all threads; tools/bench/cpu_kernels_peers.cpp),
-// measured in the same run. Ratios are peer time over kiln time: above 1, kiln is faster. The
-// baseline for the unit-loop vectorizer (issue 12); PyTorch CPU is the peer of
-// tools/bench/torch_cpu_peers.py. Every result is checked against the peer's before timing.
+// for the same job (g++ -O3 -march=native -fopenmp, all threads;
+// tools/bench/cpu_kernels_peers.cpp), measured in the same run. Ratios are peer time over kiln
+// time: above 1, kiln is faster. The baseline for the unit-loop vectorizer (issue 12); PyTorch CPU
+// is the peer of tools/bench/torch_cpu_peers.py. Every result is checked against the peer's before
+// timing.
 //   cpu_kernels_bench [--quick]
 #include <algorithm>
 #include <cmath>
@@ -44,8 +45,9 @@ void ub_max_pool(Tensor<const f32> in, Tensor<f32> out, int k, int stride, int p
     out(p, y, x) = m;
   });
 }
-KILN_KERNEL(ub_max_pool, "in: rank=3, out: rank=3, k = 3 in 1..16, stride = 2 in 1..16, "
-                         "pad = 1 in 0..8")
+KILN_KERNEL(ub_max_pool,
+            "in: rank=3, out: rank=3, k = 3 in 1..16, stride = 2 in 1..16, "
+            "pad = 1 in 0..8")
     .cube_dim(256);
 
 // C = A * B with 16 x 16 tiles in shared memory (the CUDA textbook kernel).
@@ -97,6 +99,9 @@ KILN_KERNEL(ub_softmax, "in: rank=2, out: rank=2").cube_dim(32);
 
 namespace {
 
+using kiln::bench::die;
+using kiln::bench::must;
+
 using namespace kiln;
 
 std::vector<float> random_floats(size_t n, float lo, float hi, unsigned seed) {
@@ -105,19 +110,6 @@ std::vector<float> random_floats(size_t n, float lo, float hi, unsigned seed) {
   std::vector<float> v(n);
   for (float& x : v) x = d(r);
   return v;
-}
-
-[[noreturn]] void die(const std::string& what) {
-  std::fprintf(stderr, "cpu_kernels_bench: %s\n", what.c_str());
-  std::exit(1);
-}
-template <class T>
-T must(Result<T> r) {
-  if (!r) die(r.error().message);
-  return std::move(*r);
-}
-void must(Status s) {
-  if (!s) die(s.error().message);
 }
 
 Tensor wrap(Runtime& rt, std::vector<float>& v, std::vector<int64_t> shape) {
@@ -160,9 +152,7 @@ int main(int argc, char** argv) {
         must(rt.launch_with(o, kern, kernels::ceil_div(nc * oh * ow, 256), 256, ti, to, k, s, p));
         must(rt.sync());
       };
-      auto peer = [&] {
-        bench::peer_max_pool(in.data(), ref.data(), nc, h, w, k, s, p, oh, ow);
-      };
+      auto peer = [&] { bench::peer_max_pool(in.data(), ref.data(), nc, h, w, k, s, p, oh, ow); };
       launch();
       peer();
       check("max_pool2d", out, ref, 0);
@@ -187,7 +177,8 @@ int main(int argc, char** argv) {
     launch();
     peer();
     check("gemm", c, ref, 1e-3f);
-    report("gemm", fmt::format("{}^3, 16x16 tiles", n), bench::median_seconds(launch, reps, samples),
+    report("gemm", fmt::format("{}^3, 16x16 tiles", n),
+           bench::median_seconds(launch, reps, samples),
            bench::median_seconds(peer, reps, samples));
   }
   {  // transpose through a shared tile
@@ -206,7 +197,8 @@ int main(int argc, char** argv) {
     peer();
     check("transpose", out, ref, 0);
     report("transpose", fmt::format("{}x{}, 32x32 tiles", n, n),
-           bench::median_seconds(launch, reps, samples), bench::median_seconds(peer, reps, samples));
+           bench::median_seconds(launch, reps, samples),
+           bench::median_seconds(peer, reps, samples));
   }
   {  // row softmax with plane reductions
     const int64_t rows = quick ? 256 : 4096, cols = 1024;
@@ -223,7 +215,8 @@ int main(int argc, char** argv) {
     peer();
     check("softmax", out, ref, 1e-5f);
     report("softmax", fmt::format("{}x{} rows", rows, cols),
-           bench::median_seconds(launch, reps, samples), bench::median_seconds(peer, reps, samples));
+           bench::median_seconds(launch, reps, samples),
+           bench::median_seconds(peer, reps, samples));
   }
   {  // the examples: 5-point stencil and histogram with atomics
     const int64_t n = quick ? 512 : 4096;
@@ -261,7 +254,8 @@ int main(int argc, char** argv) {
     peer();
     if (hist != ref) die("histogram: the counts differ from the C++ peer's");
     report("histogram", fmt::format("2^{}, {} bins", int(std::log2(double(n))), bins),
-           bench::median_seconds(launch, reps, samples), bench::median_seconds(peer, reps, samples));
+           bench::median_seconds(launch, reps, samples),
+           bench::median_seconds(peer, reps, samples));
   }
   return 0;
 }

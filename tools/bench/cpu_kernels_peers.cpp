@@ -82,8 +82,8 @@ void peer_histogram(const float* data, int64_t n, uint32_t* hist, int bins) {
     std::vector<uint32_t> local(static_cast<size_t>(bins), 0u);
 #pragma omp for nowait
     for (int64_t i = 0; i < n; ++i) {
-      const float b = std::clamp(data[i] * static_cast<float>(bins), 0.0f,
-                                 static_cast<float>(bins - 1));
+      const float b =
+          std::clamp(data[i] * static_cast<float>(bins), 0.0f, static_cast<float>(bins - 1));
       ++local[static_cast<size_t>(b)];
     }
 #pragma omp critical

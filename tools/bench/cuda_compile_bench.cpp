@@ -17,6 +17,7 @@
 #include "compiler/dsl/registry.h"
 #include "compiler/passes/pipeline.h"
 #include "kernels/kernels.h"
+#include "tools/bench/bench_util.h"
 #include "kernels/run.h"
 
 using namespace kiln;
@@ -24,15 +25,8 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-[[noreturn]] void die(const std::string& what) {
-  std::fprintf(stderr, "cuda_compile_bench: %s\n", what.c_str());
-  std::exit(1);
-}
-template <class T>
-T must(Result<T> r) {
-  if (!r) die(r.error().message);
-  return std::move(*r);
-}
+using kiln::bench::die;
+using kiln::bench::must;
 
 template <class F>
 double median_ms(F&& f) {

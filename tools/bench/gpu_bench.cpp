@@ -20,29 +20,21 @@
 #include "runtime/cpu_exec.h"
 #include "runtime/cuda_device.h"
 #include "runtime/runtime.h"
+#include "tools/bench/bench_util.h"
 
 using namespace kiln;
 using Clock = std::chrono::steady_clock;
 
 namespace {
 
+using kiln::bench::die;
+using kiln::bench::must;
+
 void gpu_tiny(dsl::Tensor<dsl::f32> y, dsl::f32 a, dsl::u32 k) {
   dsl::if_(dsl::absolute_pos() == 0u, [&] { y[k] = y[k] + a; });
 }
 KILN_KERNEL(gpu_tiny, "y, a, k").cube_dim(1);
 
-[[noreturn]] void die(const std::string& what) {
-  std::fprintf(stderr, "gpu_bench: %s\n", what.c_str());
-  std::exit(1);
-}
-template <class T>
-T must(Result<T> r) {
-  if (!r) die(r.error().message);
-  return std::move(*r);
-}
-void must(Status s) {
-  if (!s) die(s.error().message);
-}
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }

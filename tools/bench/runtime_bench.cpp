@@ -34,22 +34,14 @@ using namespace kiln;
 
 namespace {
 
+using kiln::bench::die;
+using kiln::bench::must;
+
 // The tiny kernel: one unit adds `a` to y[k].
 void bench_tiny(dsl::Tensor<dsl::f32> y, dsl::f32 a, dsl::u32 k) {
   dsl::if_(dsl::absolute_pos() == 0u, [&] { y[k] = y[k] + a; });
 }
 KILN_KERNEL(bench_tiny, "y, a, k").cube_dim(1);
-
-[[noreturn]] void die(const std::string& what) {
-  std::fprintf(stderr, "runtime_bench: %s\n", what.c_str());
-  std::exit(1);
-}
-
-template <class T>
-T must(Result<T> r) {
-  if (!r) die(r.error().message);
-  return std::move(*r);
-}
 
 void bench_launch(bool quick) {
   auto rt = must(Runtime::open("cpu"));
