@@ -17,8 +17,8 @@
 #include "compiler/dsl/registry.h"
 #include "compiler/passes/pipeline.h"
 #include "kernels/kernels.h"
-#include "tools/bench/bench_util.h"
 #include "kernels/run.h"
+#include "tools/bench/bench_util.h"
 
 using namespace kiln;
 using Clock = std::chrono::steady_clock;
