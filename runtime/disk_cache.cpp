@@ -212,23 +212,29 @@ OpenedFile open_file(int shard, const std::string& name, bool head_only) {
   return f;
 }
 
+// The names in an open folder, sorted (the folder's descriptor stays open).
+std::vector<std::string> names_in(int fd) {
+  std::vector<std::string> names;
+  const int copy = ::dup(fd);
+  DIR* d = copy >= 0 ? ::fdopendir(copy) : nullptr;
+  if (!d) {
+    if (copy >= 0) ::close(copy);
+    return names;
+  }
+  while (const dirent* e = ::readdir(d)) {
+    const std::string n = e->d_name;
+    if (n != "." && n != "..") names.push_back(n);
+  }
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 // Calls `fn(shard folder, kind, name)` for every file in the shard folders of one version, and
 // `problem(path, why)` for what it will not enter (links, folders it cannot trust).
 void walk(const std::string& dir, const std::string& version,
           const std::function<void(int, const std::string&, const std::string&)>& fn,
           const std::function<void(const std::string&, const std::string&)>& problem) {
-  auto names_in = [](int fd) {
-    std::vector<std::string> names;
-    DIR* d = ::fdopendir(::dup(fd));
-    if (!d) return names;
-    while (const dirent* e = ::readdir(d)) {
-      const std::string n = e->d_name;
-      if (n != "." && n != "..") names.push_back(n);
-    }
-    ::closedir(d);
-    std::sort(names.begin(), names.end());
-    return names;
-  };
   auto root = open_root(dir, false);
   if (!root || !*root) return;
   auto top = open_folder(root->get(), version, false, dir + "/" + version);
@@ -269,20 +275,13 @@ void remove_empty_folders(const std::string& dir, const std::string& version) {
   if (!root || !*root) return;
   auto top = open_folder(root->get(), version, false, version);
   if (!top || !*top) return;
-  DIR* d = ::fdopendir(::dup(top->get()));
-  if (!d) return;
-  std::vector<std::string> kinds;
-  while (const dirent* e = ::readdir(d))
-    if (is_kind_name(e->d_name)) kinds.emplace_back(e->d_name);
-  ::closedir(d);
-  for (const std::string& kind : kinds) {
+  // AT_REMOVEDIR removes only an empty folder, and never follows a link.
+  for (const std::string& kind : names_in(top->get())) {
+    if (!is_kind_name(kind)) continue;
     auto kf = open_folder(top->get(), kind, false, kind);
     if (!kf || !*kf) continue;
-    for (int i = 0; i < 256; ++i) {
-      // AT_REMOVEDIR removes only an empty folder, and never follows a link.
-      const std::string shard = fmt::format("{:02x}", i);
-      ::unlinkat(kf->get(), shard.c_str(), AT_REMOVEDIR);
-    }
+    for (const std::string& shard : names_in(kf->get()))
+      if (is_shard_name(shard)) ::unlinkat(kf->get(), shard.c_str(), AT_REMOVEDIR);
     ::unlinkat(top->get(), kind.c_str(), AT_REMOVEDIR);
   }
   ::unlinkat(root->get(), version.c_str(), AT_REMOVEDIR);

@@ -1,8 +1,6 @@
 // Runtime: devices, streams, kernels and the launch path.
 #include "runtime/runtime.h"
 
-#include <unistd.h>
-
 #include <cmath>
 #include <cstdio>
 #include <cstring>

@@ -8,7 +8,6 @@
 #include <fstream>
 #include <functional>
 #include <set>
-#include <tuple>
 
 #include <fmt/format.h>
 #include <xxhash.h>
@@ -64,6 +63,18 @@ const DumpConfig& dump_config() {
     }
     const char* dir = std::getenv("KILN_DUMP_DIR");
     d.dir = dir && *dir ? dir : "kiln-dump";
+    // A stage no backend has would be silently never written: say so once.
+    std::set<std::string> known;
+    for (const backend::Backend* b : backend::all())
+      for (const backend::Stage& st : backend::stages(*b)) known.insert(st.name);
+    for (const std::string& st : d.stages)
+      if (!known.count(st)) {
+        std::string names;
+        for (const std::string& k : known) names += (names.empty() ? "" : ", ") + k;
+        log_warning(fmt::format("KILN_DUMP names '{}', which is no backend's stage; the stages "
+                                "are: {}",
+                                st, names));
+      }
     return d;
   }();
   return c;
