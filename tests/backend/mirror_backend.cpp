@@ -2,8 +2,8 @@
 // tables kiln's own use (compiler/backend.h, runtime/device.h): it proves the seam. Loaded as a
 // plugin (`kiln show --plugin`, dsl::load_plugin), it adds
 //   - the backend "mirror": target "mirror", the CPU's passes and code under its own name and
-//     cache folder, and a stage of its own, "summary" (how many ops of each kind the prepared
-//     kernel has);
+//     cache folder, a stage of its own, "summary" (how many ops of each kind the prepared
+//     kernel has), and one op it does not support (print);
 //   - the device family "mirror": a device that runs those kernels on the host CPU through the
 //     CPU device's memory and streams.
 // Nothing in runtime/ or tools/ knows it exists.
@@ -52,6 +52,11 @@ class MirrorBackend final : public backend::Backend {
   }
   backend::Limits limits(const backend::Target& t) const override {
     return cpu_backend().limits(cpu_target_of(t));
+  }
+  // It lacks one op on purpose, so the seam's "unsupported op" error is tested.
+  std::string unsupported(const ir::Kernel&, const ir::Op& op,
+                          const backend::Target&) const override {
+    return op.kind == ir::OpKind::Print ? "the mirror backend has no device-side print" : "";
   }
   const std::vector<backend::Stage>& own_stages() const override {
     static const std::vector<backend::Stage> s = {

@@ -36,6 +36,16 @@ TEST_CASE("a backend from a plugin is reached by its target and its stages", "[b
   auto bad = backend::emit_stage(*t->backend, *k, "asm", *t, {});
   REQUIRE_FALSE(bad.ok());
   CHECK_THAT(bad.error().message, Contains("the stages of 'mirror' are: ir, ir-opt, summary"));
+  // An op the target lacks is an error naming the op, the target and the DSL line.
+  auto printing = test::trace_kernel("rt_print_assert");
+  REQUIRE(printing.ok());
+  auto lacks = backend::emit_stage(*t->backend, *printing, "summary", *t, {});
+  REQUIRE_FALSE(lacks.ok());
+  CHECK(lacks.error().kind == ErrorKind::Unsupported);
+  CHECK_THAT(lacks.error().message,
+             Contains("tests/runtime/runtime_kernels.cpp:") &&
+                 Contains("'print' is not supported on mirror: the mirror backend has no "
+                          "device-side print"));
 }
 
 TEST_CASE("a device from a plugin runs kernels through the runtime", "[backend][runtime]") {
