@@ -156,9 +156,12 @@ Result<Target> make_target(const std::string& cpu, const std::string& features) 
   t.triple = llvm::sys::getProcessTriple();
   t.cpu = cpu;
   t.host = false;
-  // The CPU and each feature are checked against LLVM's tables first: LLVM itself only warns on
-  // stderr about an unknown feature, and rejects an empty one as invalid IR much later.
-  KILN_ASSIGN(auto plain, target_machine(t));
+  // The CPU and each feature are checked against LLVM's tables first, from a machine for the
+  // generic CPU: LLVM itself only warns on stderr about an unknown CPU or feature, and rejects
+  // an empty feature as invalid IR much later.
+  Target generic = t;
+  generic.cpu = "x86-64";
+  KILN_ASSIGN(auto plain, target_machine(generic));
   const llvm::MCSubtargetInfo* plain_sti = plain->getMCSubtargetInfo();
   if (!plain_sti->isCPUStringValid(cpu))
     return Error(ErrorKind::InvalidArgument,

@@ -71,7 +71,14 @@ class CudaBackend final : public backend::Backend {
       a.ptx_only = true;
       s.remove_prefix(8);
     }
-    KILN_ASSIGN(a.target, cuda::parse_target(s));
+    auto parsed = cuda::parse_target(s);
+    if (!parsed)
+      return Error(ErrorKind::InvalidArgument,
+                   fmt::format("'{}' is not a CUDA target; write sm_XY or sm_XYa (CUBIN), or "
+                               "compute_XY or compute_XYa (PTX only), like sm_90a (see kiln "
+                               "targets)",
+                               text));
+    a.target = *parsed;
     backend::Target out;
     out.backend = this;
     out.name = a.nvrtc_arch();
