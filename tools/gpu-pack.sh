@@ -32,6 +32,11 @@ fi
 # fmt must be usable header-only (FMT_HEADER_ONLY needs format-inl.h).
 [ -e /usr/include/fmt/format-inl.h ] || { echo "gpu-pack: fmt has no format-inl.h; it cannot be used header-only" >&2; exit 1; }
 
+# The folder is replaced whole, so it must be a pack this script made (or not exist yet).
+if [ -e "$pack" ] && ! [ -f "$pack/MANIFEST" ] && [ -n "$(ls -A "$pack" 2>/dev/null)" ]; then
+  echo "gpu-pack: $pack exists and is not a pack made by gpu-pack.sh; refusing to replace it" >&2
+  exit 1
+fi
 rm -rf "$pack"
 mkdir -p "$pack/include/catch2" "$pack/cmake"
 cp -r /usr/include/fmt /usr/include/CLI /usr/include/nlohmann "$pack/include/"
