@@ -63,6 +63,16 @@ Result<std::string> emit_stage(const Backend& b, const ir::Kernel& traced, std::
 }
 
 Status check_supported(const Backend& b, const ir::Kernel& k, const Target& t) {
+  const Limits lim = b.limits(t);
+  if (k.units_per_cube() > lim.max_units_per_cube)
+    return Error(ErrorKind::Unsupported,
+                 fmt::format("kernel '{}': a cube of {} units; {} allows at most {} units per cube",
+                             k.name, k.units_per_cube(), t.name, lim.max_units_per_cube));
+  for (size_t v = 0; v < k.value_types.size(); ++v)
+    if (k.value_types[v].lanes > lim.max_line)
+      return Error(ErrorKind::Unsupported,
+                   fmt::format("kernel '{}': lines of {} lanes; {} allows at most {}", k.name,
+                               k.value_types[v].lanes, t.name, lim.max_line));
   std::string problem;
   const ir::Op* where = nullptr;
   ir::walk(k.body, [&](const ir::Op& op) {

@@ -113,8 +113,9 @@ std::vector<Stage> stages(const Backend& b);
 // The text of any stage, from the traced kernel (runs prepare for the later ones).
 Result<std::string> emit_stage(const Backend& b, const ir::Kernel& traced, std::string_view stage,
                                const Target& t, const Options& o);
-// Checks every op of a prepared kernel against the target (Backend::unsupported); the error
-// names the op, the target and the DSL line.
+// Checks a prepared kernel against the target: its cube size and line widths against the
+// target's limits, and every op (Backend::unsupported; the error names the op, the target and
+// the DSL line).
 Status check_supported(const Backend& b, const ir::Kernel& k, const Target& t);
 
 // ---- the table ----------------------------------------------------------------------------

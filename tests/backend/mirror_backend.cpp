@@ -50,8 +50,11 @@ class MirrorBackend final : public backend::Backend {
   int plane_width(const backend::Target& t) const override {
     return cpu_backend().plane_width(cpu_target_of(t));
   }
+  // Smaller cubes than the CPU's, so the seam's limit check is tested.
   backend::Limits limits(const backend::Target& t) const override {
-    return cpu_backend().limits(cpu_target_of(t));
+    backend::Limits l = cpu_backend().limits(cpu_target_of(t));
+    l.max_units_per_cube = 256;
+    return l;
   }
   // It lacks one op on purpose, so the seam's "unsupported op" error is tested.
   std::string unsupported(const ir::Kernel&, const ir::Op& op,

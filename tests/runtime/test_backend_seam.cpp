@@ -36,6 +36,15 @@ TEST_CASE("a backend from a plugin is reached by its target and its stages", "[b
   auto bad = backend::emit_stage(*t->backend, *k, "asm", *t, {});
   REQUIRE_FALSE(bad.ok());
   CHECK_THAT(bad.error().message, Contains("the stages of 'mirror' are: ir, ir-opt, summary"));
+  // A cube larger than the target allows is an error naming the limit.
+  dsl::SpecOptions big;
+  big.cube_dim = std::array<uint32_t, 3>{512, 1, 1};
+  auto k512 = test::trace_kernel("axpy", big);
+  REQUIRE(k512.ok());
+  auto too_big = backend::emit_stage(*t->backend, *k512, "summary", *t, {});
+  REQUIRE_FALSE(too_big.ok());
+  CHECK_THAT(too_big.error().message,
+             Contains("a cube of 512 units; mirror allows at most 256 units per cube"));
   // An op the target lacks is an error naming the op, the target and the DSL line.
   auto printing = test::trace_kernel("rt_print_assert");
   REQUIRE(printing.ok());
