@@ -71,9 +71,10 @@ const DumpConfig& dump_config() {
       if (!known.count(st)) {
         std::string names;
         for (const std::string& k : known) names += (names.empty() ? "" : ", ") + k;
-        log_warning(fmt::format("KILN_DUMP names '{}', which is no backend's stage; the stages "
-                                "are: {}",
-                                st, names));
+        log_warning(
+            fmt::format("KILN_DUMP names '{}', which is no backend's stage; the stages "
+                        "are: {}",
+                        st, names));
       }
     return d;
   }();
