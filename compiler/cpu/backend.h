@@ -20,6 +20,9 @@ struct Target {
   std::string features;   // e.g. "+avx2,+fma,..."
   int vector_bits = 128;  // widest SIMD register: 512 with AVX-512, 256 with AVX, else 128
   bool host = true;
+  // Run the units of a cube in SIMD lanes (the unit vectorizer, docs/backends.md). On unless
+  // the environment sets KILN_CPU_VECTORIZE=0 when the target is parsed.
+  bool vectorize = true;
 
   // The widest useful line width for an element of `bytes` bytes (a power of two, <= 16).
   int max_lanes(int bytes) const;

@@ -2,6 +2,8 @@
 // and "cpu:NAME[:FEATURES]" (another x86-64 CPU, for inspection), the unit-loop pipeline, and
 // the stages llvm, llvm-opt and asm.
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -48,10 +50,12 @@ class CpuBackend final : public backend::Backend {
           colon == std::string_view::npos ? std::string() : std::string(rest.substr(colon + 1)));
     }
     if (!t) return t.error();
+    if (const char* e = std::getenv("KILN_CPU_VECTORIZE"); e && std::string_view(e) == "0")
+      t->vectorize = false;
     backend::Target out;
     out.backend = this;
     out.name = std::string(text);
-    out.key = fmt::format("cpu:{}:{}", t->cpu, t->features);
+    out.key = fmt::format("cpu:{}:{}{}", t->cpu, t->features, t->vectorize ? "" : ":novec");
     out.impl = std::make_shared<const Target>(std::move(*t));
     return out;
   }
@@ -103,7 +107,7 @@ class CpuBackend final : public backend::Backend {
     return a;
   }
   std::string versions() const override {
-    return fmt::format("LLVM {} / cpu-abi 2", llvm_version());
+    return fmt::format("LLVM {} / cpu-abi 2 / cpu-codegen 3", llvm_version());
   }
 };
 

@@ -14,7 +14,8 @@ int Target::max_lanes(int bytes) const {
 
 std::string Target::describe() const {
   std::string isa = vector_bits >= 512 ? "AVX-512" : vector_bits >= 256 ? "AVX2/AVX" : "SSE";
-  return fmt::format("{} ({}, {}-bit vectors{})", cpu, isa, vector_bits, host ? ", host" : "");
+  return fmt::format("{} ({}, {}-bit vectors{}{})", cpu, isa, vector_bits, host ? ", host" : "",
+                     vectorize ? "" : ", unit vectorizer off");
 }
 
 }  // namespace kiln::cpu

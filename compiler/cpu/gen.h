@@ -1,0 +1,1225 @@
+// The code generator's class (internal to compiler/cpu): lowered kiln IR -> LLVM IR. Scalar
+// code generation is here; vectorize.cpp adds the vector mode that runs the units of a `units`
+// loop in SIMD lanes (docs/backends.md, "The unit vectorizer").
+//
+// Layout of the emitted function `kiln_<kernel>_<hash>(args, cube_begin, cube_end, shared,
+// state)`: the entry block loads every argument slot and holds the allocas of variables and
+// local arrays; a loop over the cubes [cube_begin, cube_end) computes the cube position and runs
+// the kernel body once per cube. `units` loops, `for` loops (counted by their trip count, so
+// LLVM sees it) and `loop`s become ordinary LLVM loops. A line is an LLVM vector (a scalar when
+// it has one lane); bool values are i1 and bytes in memory. f16 and bf16 arithmetic is done in
+// f32 and rounded back. Value names in the output follow the kiln value numbers (%v12).
+#pragma once
+
+#include <unordered_map>
+#include <unordered_set>
+
+#include <fmt/format.h>
+#include <llvm/IR/Constants.h>
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/MDBuilder.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Support/raw_ostream.h>
+
+#include "compiler/cpu/codegen.h"
+#include "compiler/cpu/math.h"
+
+namespace kiln::cpu::detail {
+
+using ir::ElemType;
+using ir::OpKind;
+using ir::ValueId;
+using llvm::Value;
+
+class Gen {
+ public:
+  Gen(llvm::LLVMContext& c, llvm::Module& m, const ir::Kernel& k, const CompileOptions& o,
+      KernelInfo& info)
+      : C(c), M(m), K(k), O(o), info_(info), B(c), vals_(k.value_types.size(), nullptr) {}
+
+  Status run() {
+    info_.layout = arg_layout(K);
+    auto* i32 = llvm::Type::getInt32Ty(C);
+    auto* ptr = llvm::PointerType::getUnqual(C);
+    auto* fty = llvm::FunctionType::get(llvm::Type::getVoidTy(C), {ptr, i32, i32, ptr, ptr}, false);
+    F = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, info_.symbol, M);
+    F->addFnAttr(llvm::Attribute::NoUnwind);
+    F->addFnAttr("target-cpu", O.target.cpu);
+    F->addFnAttr("target-features", O.target.features);
+    const std::string width = std::to_string(O.target.vector_bits);
+    F->addFnAttr("prefer-vector-width", width);
+    F->addFnAttr("min-legal-vector-width", width);
+    if (O.fast_math) F->addFnAttr("unsafe-fp-math", "true");
+    // The argument block and the shared arena alias nothing the kernel writes through tensors.
+    F->addParamAttr(0, llvm::Attribute::NoAlias);
+    F->addParamAttr(0, llvm::Attribute::ReadOnly);
+    F->addParamAttr(3, llvm::Attribute::NoAlias);
+    args_ = F->getArg(0);
+    args_->setName("args");
+    F->getArg(1)->setName("cube_begin");
+    F->getArg(2)->setName("cube_end");
+    shared_ = F->getArg(3);
+    shared_->setName("shared");
+    state_ = F->getArg(4);
+    state_->setName("state");
+
+    entry_ = llvm::BasicBlock::Create(C, "entry", F);
+    B.SetInsertPoint(entry_);
+    load_arguments();
+    // Shared allocations (including context arrays) get fixed offsets in the arena.
+    for (const ir::Op& op : K.body.ops)
+      if (op.kind == OpKind::AllocShared) place_shared(op);
+
+    auto* header = llvm::BasicBlock::Create(C, "cube.header", F);
+    auto* body = llvm::BasicBlock::Create(C, "cube.body", F);
+    cube_latch_ = llvm::BasicBlock::Create(C, "cube.latch", F);
+    auto* exit = llvm::BasicBlock::Create(C, "exit", F);
+    B.CreateBr(header);
+    B.SetInsertPoint(header);
+    auto* c = B.CreatePHI(i32, 2, "cube");
+    c->addIncoming(F->getArg(1), entry_);
+    B.CreateCondBr(B.CreateICmpULT(c, F->getArg(2)), body, exit);
+    B.SetInsertPoint(body);
+    cube_ = c;
+    cube_pos_[0] = c;
+    cube_pos_[1] = B.CreateURem(c, cube_count_[1], "cube.x");
+    cube_pos_[2] = B.CreateURem(B.CreateUDiv(c, cube_count_[1]), cube_count_[2], "cube.y");
+    cube_pos_[3] = B.CreateUDiv(c, B.CreateMul(cube_count_[1], cube_count_[2]), "cube.z");
+    region(K.body);
+    if (!B.GetInsertBlock()->getTerminator()) B.CreateBr(cube_latch_);
+    B.SetInsertPoint(cube_latch_);
+    auto* next = B.CreateAdd(c, B.getInt32(1), "cube.next");
+    c->addIncoming(next, cube_latch_);
+    B.CreateBr(header);
+    B.SetInsertPoint(exit);
+    B.CreateRetVoid();
+
+    std::string err;
+    llvm::raw_string_ostream es(err);
+    if (llvm::verifyFunction(*F, &es))
+      return Error(ErrorKind::Compile,
+                   fmt::format("internal error: invalid LLVM IR for kernel '{}': {}", K.name, err));
+    return {};
+  }
+
+ private:
+  // ---- types ----------------------------------------------------------------------------------
+
+  llvm::Type* scalar_ty(ElemType e) const {
+    switch (e) {
+      case ElemType::Bool:
+        return llvm::Type::getInt1Ty(C);
+      case ElemType::I8:
+      case ElemType::U8:
+        return llvm::Type::getInt8Ty(C);
+      case ElemType::I16:
+      case ElemType::U16:
+        return llvm::Type::getInt16Ty(C);
+      case ElemType::I32:
+      case ElemType::U32:
+        return llvm::Type::getInt32Ty(C);
+      case ElemType::I64:
+      case ElemType::U64:
+        return llvm::Type::getInt64Ty(C);
+      case ElemType::F16:
+        return llvm::Type::getHalfTy(C);
+      case ElemType::BF16:
+        return llvm::Type::getBFloatTy(C);
+      case ElemType::F32:
+        return llvm::Type::getFloatTy(C);
+      case ElemType::F64:
+        return llvm::Type::getDoubleTy(C);
+    }
+    return nullptr;
+  }
+  llvm::Type* vec(llvm::Type* s, int lanes) const {
+    return lanes == 1 ? s : llvm::FixedVectorType::get(s, static_cast<unsigned>(lanes));
+  }
+  llvm::Type* ty(const ir::Type& t) const { return vec(scalar_ty(t.elem), t.lanes); }
+  llvm::Type* mem_scalar_ty(ElemType e) const {
+    return e == ElemType::Bool ? llvm::Type::getInt8Ty(C) : scalar_ty(e);
+  }
+  llvm::Type* mem_ty(const ir::Type& t) const { return vec(mem_scalar_ty(t.elem), t.lanes); }
+  // f16 and bf16 compute in f32.
+  bool is_half(ElemType e) const { return e == ElemType::F16 || e == ElemType::BF16; }
+  llvm::Type* compute_ty(const ir::Type& t) const {
+    return is_half(t.elem) ? vec(llvm::Type::getFloatTy(C), t.lanes) : ty(t);
+  }
+
+  // ---- values
+  // ------------------------------------------------------------------------------------
+
+  Value* v(ValueId id) const {
+    KILN_CHECK(id < vals_.size() && vals_[id], "use of a value with no LLVM counterpart");
+    return vals_[id];
+  }
+  void set(ValueId id, Value* x) {
+    if (id == ir::kNoValue) return;
+    if (!x->hasName() && !llvm::isa<llvm::Constant>(x)) x->setName(fmt::format("v{}", id));
+    vals_[id] = x;
+  }
+  // A value's type; in vector mode (wf_ > 1) a line of a varying value is wf_ units wide.
+  ir::Type type(ValueId id) const {
+    ir::Type t = K.type_of(id);
+    if (wf_ > 1 && t.kind == ir::TypeKind::Value) t.lanes = static_cast<uint8_t>(t.lanes * wf_);
+    return t;
+  }
+
+  Value* promote(Value* x, const ir::Type& t) {
+    return is_half(t.elem) ? B.CreateFPExt(x, compute_ty(t)) : x;
+  }
+  Value* demote(Value* x, const ir::Type& t) {
+    if (t.elem == ElemType::BF16) return to_bf16(x, t.lanes);
+    return t.elem == ElemType::F16 ? B.CreateFPTrunc(x, ty(t)) : x;
+  }
+  // f32 -> bf16 rounded to nearest even, by integer arithmetic: x86's vcvtneps2bf16 (what LLVM
+  // selects on AVX512-BF16) flushes denormals, which the IR's semantics forbid.
+  Value* to_bf16(Value* x, int lanes) {
+    llvm::Type* i32 = vec(B.getInt32Ty(), lanes);
+    auto k = [&](uint32_t c) { return llvm::ConstantInt::get(i32, c); };
+    Value* bits = B.CreateBitCast(x, i32);
+    Value* lsb = B.CreateAnd(B.CreateLShr(bits, k(16)), k(1));
+    Value* rounded = B.CreateLShr(B.CreateAdd(bits, B.CreateAdd(k(0x7FFF), lsb)), k(16));
+    Value* quiet_nan = B.CreateOr(B.CreateLShr(bits, k(16)), k(0x40));
+    Value* r = B.CreateSelect(B.CreateFCmpUNO(x, x), quiet_nan, rounded);
+    return B.CreateBitCast(B.CreateTrunc(r, vec(B.getInt16Ty(), lanes)),
+                           vec(B.getBFloatTy(), lanes));
+  }
+
+  // ---- arguments and memory --------------------------------------------------------------------
+
+  struct Mem {
+    Value* base = nullptr;    // pointer to element 0
+    Value* len = nullptr;     // lines (u32)
+    Value* extent = nullptr;  // bound of valid line indices (checked mode)
+    std::vector<Value*> shape, stride;
+  };
+
+  Value* slot(uint32_t i, const char* name) {
+    auto* p = B.CreateConstInBoundsGEP1_32(B.getInt64Ty(), args_, i);
+    return B.CreateLoad(B.getInt64Ty(), p, name);
+  }
+
+  void load_arguments() {
+    for (int a = 1; a <= 3; ++a)
+      cube_count_[a] = B.CreateTrunc(slot(static_cast<uint32_t>(a - 1), "count"), B.getInt32Ty());
+    cube_count_[0] =
+        B.CreateMul(B.CreateMul(cube_count_[1], cube_count_[2]), cube_count_[3], "cubes");
+    for (size_t i = 0; i < K.params.size(); ++i) {
+      const ir::Param& p = K.params[i];
+      const ir::Type& t = type(p.value);
+      uint32_t s = info_.layout.params[i].first;
+      if (t.kind == ir::TypeKind::Tensor || t.kind == ir::TypeKind::Array) {
+        Mem m;
+        m.base = B.CreateIntToPtr(slot(s + abi::slot::kData, ""), B.getPtrTy(), p.name);
+        m.len = B.CreateTrunc(slot(s + abi::slot::kLen, ""), B.getInt32Ty(), p.name + ".len");
+        m.extent = m.len;
+        if (t.kind == ir::TypeKind::Tensor) {
+          m.extent =
+              B.CreateTrunc(slot(s + abi::slot::kExtent, ""), B.getInt32Ty(), p.name + ".extent");
+          const uint32_t rank = static_cast<uint32_t>(t.rank);
+          for (uint32_t d = 0; d < rank; ++d)
+            m.shape.push_back(B.CreateTrunc(slot(s + abi::slot::shape(d), ""), B.getInt32Ty(),
+                                            fmt::format("{}.shape{}", p.name, d)));
+          for (uint32_t d = 0; d < rank; ++d)
+            m.stride.push_back(B.CreateTrunc(slot(s + abi::slot::stride(rank, d), ""),
+                                             B.getInt32Ty(),
+                                             fmt::format("{}.stride{}", p.name, d)));
+        }
+        mem_[p.value] = std::move(m);
+      } else {
+        Value* bits = slot(s, "");
+        llvm::Type* st = scalar_ty(t.elem);
+        const unsigned w = st->getPrimitiveSizeInBits();
+        Value* x = B.CreateTrunc(bits, B.getIntNTy(w == 1 ? 1 : w));
+        if (st->isFloatingPointTy()) x = B.CreateBitCast(x, st);
+        x->setName(p.name);
+        vals_[p.value] = x;
+      }
+    }
+  }
+
+  void place_shared(const ir::Op& op) {
+    const ir::Type& t = type(op.result);
+    const uint64_t bytes = uint64_t{t.count} * t.lanes * ir::elem_bytes(t.elem);
+    const uint32_t offset = shared_bytes_;
+    shared_bytes_ += static_cast<uint32_t>((bytes + 63) / 64 * 64);
+    info_.shared_bytes = shared_bytes_;
+    Mem m;
+    m.base = B.CreateConstInBoundsGEP1_32(B.getInt8Ty(), shared_, offset,
+                                          fmt::format("shared{}", op.result));
+    m.len = m.extent = B.getInt32(t.count);
+    mem_[op.result] = std::move(m);
+  }
+
+  Value* element_ptr(ValueId mem, Value* index) {
+    const ir::Type& t = type(mem);
+    const Mem& m = mem_.at(mem);
+    Value* i = B.CreateZExt(index, B.getInt64Ty());
+    if (t.lanes > 1) i = B.CreateMul(i, B.getInt64(static_cast<uint64_t>(t.lanes)));
+    return B.CreateInBoundsGEP(mem_scalar_ty(t.elem), m.base, i);
+  }
+  llvm::Align align_of(const ir::Type& t) const {
+    return llvm::Align(static_cast<uint64_t>(ir::elem_bytes(t.elem)));
+  }
+  Value* load(ValueId mem, Value* index) {
+    const ir::Type& t = type(mem);
+    Value* x = B.CreateAlignedLoad(mem_ty(t), element_ptr(mem, index), align_of(t));
+    if (t.elem == ElemType::Bool) x = B.CreateICmpNE(x, llvm::Constant::getNullValue(mem_ty(t)));
+    return x;
+  }
+  void store(ValueId mem, Value* index, Value* x) {
+    const ir::Type& t = type(mem);
+    if (t.elem == ElemType::Bool) x = B.CreateZExt(x, mem_ty(t));
+    B.CreateAlignedStore(x, element_ptr(mem, index), align_of(t));
+  }
+
+  // Checked mode: runs `access` only when index < the memory's extent; otherwise reports the
+  // fault (kiln_rt_fault) and gives `fallback` (zero) for the access's value.
+  template <class Access>
+  Value* checked(const ir::Op& op, ValueId mem, Value* index, llvm::Type* value_ty,
+                 Access&& access) {
+    if (!O.checked) return access();
+    const uint32_t site = access_site(op, mem);
+    Value* bound = mem_.at(mem).extent;
+    auto* ok_bb = llvm::BasicBlock::Create(C, "inbounds", F);
+    auto* bad_bb = llvm::BasicBlock::Create(C, "outofbounds", F);
+    auto* cont = llvm::BasicBlock::Create(C, "checked", F);
+    B.CreateCondBr(B.CreateICmpULT(index, bound), ok_bb, bad_bb);
+    B.SetInsertPoint(bad_bb);
+    call_fault(site, index, bound, unit_or_zero());
+    B.CreateBr(cont);
+    B.SetInsertPoint(ok_bb);
+    Value* v = access();
+    auto* ok_end = B.GetInsertBlock();
+    B.CreateBr(cont);
+    B.SetInsertPoint(cont);
+    if (!value_ty) return nullptr;
+    auto* phi = B.CreatePHI(value_ty, 2);
+    phi->addIncoming(v, ok_end);
+    phi->addIncoming(llvm::Constant::getNullValue(value_ty), bad_bb);
+    return phi;
+  }
+
+  // Registers a checked access of `mem` by `op` (what a fault report names); its site number.
+  uint32_t access_site(const ir::Op& op, ValueId mem) {
+    const uint32_t site = static_cast<uint32_t>(info_.accesses.size());
+    std::string memory;
+    for (const ir::Param& p : K.params)
+      if (p.value == mem)
+        memory = fmt::format("{} '{}'", type(mem).kind == ir::TypeKind::Tensor ? "tensor" : "array",
+                             p.name);
+    if (memory.empty())
+      memory = type(mem).kind == ir::TypeKind::Local ? "a local array" : "a shared array";
+    info_.accesses.push_back(
+        AccessSite{std::string(ir::op_name(op.kind)), memory, K.loc_string(op.loc)});
+    return site;
+  }
+
+  void call_fault(uint32_t site, Value* index, Value* bound, Value* unit) {
+    auto callee = M.getOrInsertFunction(
+        "kiln_rt_fault", llvm::FunctionType::get(B.getVoidTy(),
+                                                 {B.getPtrTy(), B.getInt32Ty(), B.getInt32Ty(),
+                                                  B.getInt32Ty(), B.getInt32Ty(), B.getInt32Ty()},
+                                                 false));
+    B.CreateCall(callee, {state_, B.getInt32(site), index, bound, cube_, unit});
+  }
+
+  llvm::AllocaInst* entry_alloca(llvm::Type* t, Value* count, const std::string& name) {
+    llvm::IRBuilder<> eb(entry_, entry_->begin());
+    return eb.CreateAlloca(t, count, name);
+  }
+
+  // ---- control flow
+  // -------------------------------------------------------------------------------
+
+  struct LoopCtx {
+    llvm::BasicBlock* cont;
+    llvm::BasicBlock* brk;
+    bool units;
+    // Vector mode: lanes still in the loop, and lanes that returned inside it (or null).
+    bool vec = false;
+    llvm::AllocaInst* alive = nullptr;
+    llvm::AllocaInst* ret = nullptr;
+  };
+
+  void region(const ir::Region& r) {
+    if (V_) return vregion(r);
+    for (const ir::Op& op : r.ops) {
+      if (B.GetInsertBlock()->getTerminator()) break;  // after a jump
+      emit(op);
+    }
+  }
+
+  void branch_to_if_open(llvm::BasicBlock* bb) {
+    if (!B.GetInsertBlock()->getTerminator()) B.CreateBr(bb);
+  }
+
+  void emit_if(const ir::Op& op) {
+    auto* then_bb = llvm::BasicBlock::Create(C, "then", F);
+    auto* merge = llvm::BasicBlock::Create(C, "endif", F);
+    const bool has_else = op.regions.size() > 1 && !op.regions[1].ops.empty();
+    auto* else_bb = has_else ? llvm::BasicBlock::Create(C, "else", F) : merge;
+    B.CreateCondBr(v(op.operands[0]), then_bb, else_bb);
+    B.SetInsertPoint(then_bb);
+    region(op.regions[0]);
+    branch_to_if_open(merge);
+    if (has_else) {
+      B.SetInsertPoint(else_bb);
+      region(op.regions[1]);
+      branch_to_if_open(merge);
+    }
+    B.SetInsertPoint(merge);
+  }
+
+  void loop_metadata(llvm::BranchInst* latch, uint64_t unroll) {
+    if (unroll == 0) return;
+    llvm::SmallVector<llvm::Metadata*, 3> md;
+    md.push_back(nullptr);  // self reference, set below
+    if (unroll == ir::kUnrollFull) {
+      md.push_back(llvm::MDNode::get(C, llvm::MDString::get(C, "llvm.loop.unroll.full")));
+    } else if (unroll == 1) {
+      md.push_back(llvm::MDNode::get(C, llvm::MDString::get(C, "llvm.loop.unroll.disable")));
+    } else {
+      md.push_back(llvm::MDNode::get(
+          C, {llvm::MDString::get(C, "llvm.loop.unroll.count"),
+              llvm::ConstantAsMetadata::get(B.getInt32(static_cast<uint32_t>(unroll)))}));
+    }
+    auto* node = llvm::MDNode::getDistinct(C, md);
+    node->replaceOperandWith(0, node);
+    latch->setMetadata(llvm::LLVMContext::MD_loop, node);
+  }
+
+  // The number of iterations of `for i = start to end step step` (scalars or vectors).
+  Value* trip_count(Value* start, Value* end, Value* step, bool sgn) {
+    llvm::Type* it = start->getType();
+    Value* zero = llvm::ConstantInt::get(it, 0);
+    Value* one = llvm::ConstantInt::get(it, 1);
+    auto count_up = [&](Value* lo, Value* hi, Value* s) {  // (hi - lo - 1) / s + 1 if lo < hi
+      Value* safe = B.CreateSelect(B.CreateICmpEQ(s, zero), one, s);
+      Value* n = B.CreateAdd(B.CreateUDiv(B.CreateSub(B.CreateSub(hi, lo), one), safe), one);
+      return B.CreateSelect(
+          B.CreateICmp(sgn ? llvm::CmpInst::ICMP_SLT : llvm::CmpInst::ICMP_ULT, lo, hi), n, zero);
+    };
+    Value* trips;
+    if (sgn) {
+      Value* up = count_up(start, end, step);
+      Value* down = count_up(end, start, B.CreateNeg(step));
+      trips = B.CreateSelect(B.CreateICmpSGT(step, zero), up,
+                             B.CreateSelect(B.CreateICmpSLT(step, zero), down, zero));
+    } else {
+      trips = B.CreateSelect(B.CreateICmpEQ(step, zero), zero, count_up(start, end, step));
+    }
+    trips->setName("trips");
+    return trips;
+  }
+
+  // for i = start, start+step, ... while i < end (step > 0) or i > end (step < 0): counted by
+  // its trip count so that i never overflows and LLVM knows the count.
+  void emit_for(const ir::Op& op) {
+    const ir::Type& t = type(op.operands[0]);
+    const bool sgn = ir::is_signed(t.elem);
+    Value* start = v(op.operands[0]);
+    Value* end = v(op.operands[1]);
+    Value* step = v(op.operands[2]);
+    Value* trips = trip_count(start, end, step, sgn);
+    llvm::Type* it = start->getType();
+    Value* zero = llvm::ConstantInt::get(it, 0);
+    Value* one = llvm::ConstantInt::get(it, 1);
+    auto* pre = B.GetInsertBlock();
+    auto* header = llvm::BasicBlock::Create(C, "for.header", F);
+    auto* body = llvm::BasicBlock::Create(C, "for.body", F);
+    auto* latch = llvm::BasicBlock::Create(C, "for.latch", F);
+    auto* exit = llvm::BasicBlock::Create(C, "for.exit", F);
+    B.CreateBr(header);
+    B.SetInsertPoint(header);
+    auto* k = B.CreatePHI(it, 2, "k");
+    k->addIncoming(zero, pre);
+    B.CreateCondBr(B.CreateICmpULT(k, trips), body, exit);
+    B.SetInsertPoint(body);
+    set(op.regions[0].args[0], B.CreateAdd(start, B.CreateMul(k, step)));
+    loops_.push_back({latch, exit, false});
+    region(op.regions[0]);
+    loops_.pop_back();
+    branch_to_if_open(latch);
+    B.SetInsertPoint(latch);
+    auto* next = B.CreateAdd(k, one);
+    k->addIncoming(next, latch);
+    loop_metadata(B.CreateBr(header), op.attr.i);
+    B.SetInsertPoint(exit);
+  }
+
+  void emit_loop(const ir::Op& op) {
+    auto* header = llvm::BasicBlock::Create(C, "loop", F);
+    auto* exit = llvm::BasicBlock::Create(C, "loop.exit", F);
+    B.CreateBr(header);
+    B.SetInsertPoint(header);
+    loops_.push_back({header, exit, false});
+    region(op.regions[0]);
+    loops_.pop_back();
+    branch_to_if_open(header);
+    B.SetInsertPoint(exit);
+  }
+
+  void emit_units(const ir::Op& op) {
+    if (const int width = units_width(op); width > 1) return emit_units_vec(op, width);
+    Value* start = v(op.operands[0]);
+    Value* end = v(op.operands[1]);
+    auto* pre = B.GetInsertBlock();
+    auto* header = llvm::BasicBlock::Create(C, "units.header", F);
+    auto* body = llvm::BasicBlock::Create(C, "units.body", F);
+    auto* latch = llvm::BasicBlock::Create(C, "units.latch", F);
+    auto* exit = llvm::BasicBlock::Create(C, "units.exit", F);
+    B.CreateBr(header);
+    B.SetInsertPoint(header);
+    auto* u = B.CreatePHI(B.getInt32Ty(), 2, "unit");
+    u->addIncoming(start, pre);
+    B.CreateCondBr(B.CreateICmpULT(u, end), body, exit);
+    B.SetInsertPoint(body);
+    Value* saved = unit_;
+    unit_ = u;
+    vals_[op.regions[0].args[0]] = u;
+    loops_.push_back({latch, exit, true});
+    region(op.regions[0]);
+    loops_.pop_back();
+    unit_ = saved;
+    branch_to_if_open(latch);
+    B.SetInsertPoint(latch);
+    auto* next = B.CreateAdd(u, B.getInt32(1), "unit.next");
+    u->addIncoming(next, latch);
+    B.CreateBr(header);
+    B.SetInsertPoint(exit);
+  }
+
+  void emit_jump(const ir::Op& op) {
+    if (op.kind == OpKind::Return) {
+      // Inside a units loop: this unit is done; at cube level: the cube is done.
+      for (auto it = loops_.rbegin(); it != loops_.rend(); ++it)
+        if (it->units) {
+          B.CreateBr(it->cont);
+          return;
+        }
+      B.CreateBr(cube_latch_);
+      return;
+    }
+    KILN_CHECK(!loops_.empty(), "break/continue outside a loop");
+    B.CreateBr(op.kind == OpKind::Break ? loops_.back().brk : loops_.back().cont);
+  }
+
+  // ---- arithmetic
+  // -----------------------------------------------------------------------------------
+
+  Value* int_div(bool sgn, Value* a, Value* b, bool rem) {
+    llvm::Type* t = a->getType();
+    Value* zero = llvm::Constant::getNullValue(t);
+    Value* one = llvm::ConstantInt::get(t, 1);
+    Value* is_zero = B.CreateICmpEQ(b, zero);
+    if (!sgn) {
+      Value* safe = B.CreateSelect(is_zero, one, b);
+      Value* r = rem ? B.CreateURem(a, safe) : B.CreateUDiv(a, safe);
+      return B.CreateSelect(is_zero, rem ? a : zero, r);  // x / 0 == 0, x % 0 == x
+    }
+    Value* minus_one = llvm::Constant::getAllOnesValue(t);
+    Value* is_m1 = B.CreateICmpEQ(b, minus_one);
+    Value* safe = B.CreateSelect(B.CreateOr(is_zero, is_m1), one, b);
+    Value* r = rem ? B.CreateSRem(a, safe) : B.CreateSDiv(a, safe);
+    // x / -1 == -x (wrapping: INT_MIN / -1 == INT_MIN), x % -1 == 0.
+    r = B.CreateSelect(is_m1, rem ? zero : B.CreateNeg(a), r);
+    return B.CreateSelect(is_zero, rem ? a : zero, r);
+  }
+
+  Value* shift(bool left, bool sgn, Value* a, Value* b) {
+    const unsigned bits = a->getType()->getScalarSizeInBits();
+    Value* amount = B.CreateAnd(b, llvm::ConstantInt::get(b->getType(), bits - 1));
+    if (left) return B.CreateShl(a, amount);
+    return sgn ? B.CreateAShr(a, amount) : B.CreateLShr(a, amount);
+  }
+
+  Value* minmax(bool is_max, const ir::Type& t, Value* a, Value* b) {
+    if (ir::is_float(t.elem)) {
+      Value* r = B.CreateBinaryIntrinsic(
+          is_max ? llvm::Intrinsic::maximumnum : llvm::Intrinsic::minimumnum, promote(a, t),
+          promote(b, t));
+      return demote(r, t);
+    }
+    const bool sgn = ir::is_signed(t.elem);
+    llvm::Intrinsic::ID id = is_max ? (sgn ? llvm::Intrinsic::smax : llvm::Intrinsic::umax)
+                                    : (sgn ? llvm::Intrinsic::smin : llvm::Intrinsic::umin);
+    if (t.elem == ElemType::Bool) id = is_max ? llvm::Intrinsic::umax : llvm::Intrinsic::umin;
+    return B.CreateBinaryIntrinsic(id, a, b);
+  }
+
+  Value* binary(const ir::Op& op) {
+    const ir::Type& t = type(op.operands[0]);
+    Value* a = v(op.operands[0]);
+    Value* b = v(op.operands[1]);
+    const bool fl = ir::is_float(t.elem);
+    const bool sgn = ir::is_signed(t.elem);
+    if (fl) {
+      Value* x = promote(a, t);
+      Value* y = promote(b, t);
+      Value* r = nullptr;
+      switch (op.kind) {
+        case OpKind::Add:
+          r = B.CreateFAdd(x, y);
+          break;
+        case OpKind::Sub:
+          r = B.CreateFSub(x, y);
+          break;
+        case OpKind::Mul:
+          r = B.CreateFMul(x, y);
+          break;
+        case OpKind::Div:
+          r = B.CreateFDiv(x, y);
+          break;
+        case OpKind::Rem:
+          r = B.CreateFRem(x, y);
+          break;
+        case OpKind::Pow:
+          r = emit_math(B, M, OpKind::Pow, x, y);
+          break;
+        default:
+          KILN_CHECK(false, "not a float binary op");
+      }
+      return demote(r, t);
+    }
+    switch (op.kind) {
+      case OpKind::Add:
+        return B.CreateAdd(a, b);
+      case OpKind::Sub:
+        return B.CreateSub(a, b);
+      case OpKind::Mul:
+        return B.CreateMul(a, b);
+      case OpKind::Div:
+        return int_div(sgn, a, b, false);
+      case OpKind::Rem:
+        return int_div(sgn, a, b, true);
+      case OpKind::And:
+        return B.CreateAnd(a, b);
+      case OpKind::Or:
+        return B.CreateOr(a, b);
+      case OpKind::Xor:
+        return B.CreateXor(a, b);
+      case OpKind::Shl:
+        return shift(true, sgn, a, b);
+      case OpKind::Shr:
+        return shift(false, sgn, a, b);
+      default:
+        KILN_CHECK(false, "not an integer binary op");
+    }
+    return nullptr;
+  }
+
+  Value* compare(const ir::Op& op) {
+    const ir::Type& t = type(op.operands[0]);
+    Value* a = v(op.operands[0]);
+    Value* b = v(op.operands[1]);
+    using P = llvm::CmpInst::Predicate;
+    if (ir::is_float(t.elem)) {
+      a = promote(a, t);
+      b = promote(b, t);
+      P p = P::FCMP_OEQ;
+      switch (op.kind) {
+        case OpKind::Eq:
+          p = P::FCMP_OEQ;
+          break;
+        case OpKind::Ne:
+          p = P::FCMP_UNE;
+          break;  // true when either is NaN
+        case OpKind::Lt:
+          p = P::FCMP_OLT;
+          break;
+        case OpKind::Le:
+          p = P::FCMP_OLE;
+          break;
+        case OpKind::Gt:
+          p = P::FCMP_OGT;
+          break;
+        default:
+          p = P::FCMP_OGE;
+          break;
+      }
+      return B.CreateFCmp(p, a, b);
+    }
+    const bool sgn = ir::is_signed(t.elem);
+    P p = P::ICMP_EQ;
+    switch (op.kind) {
+      case OpKind::Eq:
+        p = P::ICMP_EQ;
+        break;
+      case OpKind::Ne:
+        p = P::ICMP_NE;
+        break;
+      case OpKind::Lt:
+        p = sgn ? P::ICMP_SLT : P::ICMP_ULT;
+        break;
+      case OpKind::Le:
+        p = sgn ? P::ICMP_SLE : P::ICMP_ULE;
+        break;
+      case OpKind::Gt:
+        p = sgn ? P::ICMP_SGT : P::ICMP_UGT;
+        break;
+      default:
+        p = sgn ? P::ICMP_SGE : P::ICMP_UGE;
+        break;
+    }
+    return B.CreateICmp(p, a, b);
+  }
+
+  Value* unary(const ir::Op& op) {
+    const ir::Type& t = type(op.operands[0]);
+    Value* a = v(op.operands[0]);
+    if (ir::is_float(t.elem)) {
+      Value* x = promote(a, t);
+      Value* r = nullptr;
+      switch (op.kind) {
+        case OpKind::Neg:
+          r = B.CreateFNeg(x);
+          break;
+        case OpKind::Abs:
+          r = B.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x);
+          break;
+        case OpKind::Sqrt:
+          r = B.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, x);
+          break;
+        case OpKind::Rsqrt:
+          r = B.CreateFDiv(llvm::ConstantFP::get(x->getType(), 1.0),
+                           B.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, x));
+          break;
+        case OpKind::Floor:
+          r = B.CreateUnaryIntrinsic(llvm::Intrinsic::floor, x);
+          break;
+        case OpKind::Ceil:
+          r = B.CreateUnaryIntrinsic(llvm::Intrinsic::ceil, x);
+          break;
+        case OpKind::Round:
+          r = B.CreateUnaryIntrinsic(llvm::Intrinsic::round, x);
+          break;
+        case OpKind::Trunc:
+          r = B.CreateUnaryIntrinsic(llvm::Intrinsic::trunc, x);
+          break;
+        default:
+          r = emit_math(B, M, op.kind, x, nullptr);
+          break;  // exp, log, sin, ...
+      }
+      return demote(r, t);
+    }
+    switch (op.kind) {
+      case OpKind::Neg:
+        return B.CreateNeg(a);
+      case OpKind::Abs:  // unsigned values are their own absolute value
+        return ir::is_signed(t.elem)
+                   ? B.CreateBinaryIntrinsic(llvm::Intrinsic::abs, a, B.getFalse())
+                   : a;
+      case OpKind::Not:
+        return B.CreateNot(a);
+      default:
+        KILN_CHECK(false, "not an integer unary op");
+    }
+    return nullptr;
+  }
+
+  // A double rounded to f32 toward zero, with the last bit set when inexact ("round to odd").
+  // Rounding that to f16/bf16 then gives the correctly rounded result (f32 has more than two
+  // bits more than either), where plain f64 -> f32 -> 16-bit would round twice.
+  Value* round_to_odd_f32(Value* x, int lanes) {
+    llvm::Type* f32 = vec(B.getFloatTy(), lanes);
+    llvm::Type* i32 = vec(B.getInt32Ty(), lanes);
+    Value* y = B.CreateFPTrunc(x, f32);
+    Value* ax = B.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x);
+    Value* ay = B.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, B.CreateFPExt(y, x->getType()));
+    Value* bits = B.CreateBitCast(y, i32);
+    bits = B.CreateSelect(B.CreateFCmpOGT(ay, ax),
+                          B.CreateSub(bits, llvm::ConstantInt::get(i32, 1)), bits);
+    Value* back = B.CreateFPExt(B.CreateBitCast(bits, f32), x->getType());
+    Value* inexact = B.CreateZExt(B.CreateFCmpUNE(back, x), i32);
+    return B.CreateBitCast(B.CreateOr(bits, inexact), f32);
+  }
+
+  Value* cast(const ir::Op& op) {
+    const ir::Type& from = type(op.operands[0]);
+    const ir::Type& to = type(op.result);
+    Value* a = v(op.operands[0]);
+    llvm::Type* dst = ty(to);
+    const bool ff = ir::is_float(from.elem), tf = ir::is_float(to.elem);
+    if (from.elem == to.elem) return a;
+    if (to.elem == ElemType::Bool) {  // x != 0 (NaN != 0 is true)
+      if (ff) return B.CreateFCmpUNE(a, llvm::Constant::getNullValue(a->getType()));
+      return B.CreateICmpNE(a, llvm::Constant::getNullValue(a->getType()));
+    }
+    if (from.elem == ElemType::Bool) return tf ? B.CreateUIToFP(a, dst) : B.CreateZExt(a, dst);
+    if (ff && tf) {
+      Value* x = a;
+      if (is_half(from.elem)) x = B.CreateFPExt(x, vec(B.getFloatTy(), from.lanes));  // exact
+      if (is_half(to.elem) && x->getType()->getScalarType()->isDoubleTy())
+        x = round_to_odd_f32(x, from.lanes);
+      if (to.elem == ElemType::BF16) return to_bf16(x, to.lanes);
+      return B.CreateFPCast(x, dst);
+    }
+    if (ff) {  // float -> int: round toward zero, saturate, NaN -> 0
+      Value* x = promote(a, from);
+      return B.CreateIntrinsic(
+          ir::is_signed(to.elem) ? llvm::Intrinsic::fptosi_sat : llvm::Intrinsic::fptoui_sat,
+          {dst, x->getType()}, {x});
+    }
+    if (tf) {  // int -> float, rounded once
+      const bool sgn = ir::is_signed(from.elem);
+      if (to.elem == ElemType::BF16) {
+        // Exact in f64 for every integer up to 2^53, then round to odd in f32.
+        llvm::Type* d = vec(B.getDoubleTy(), from.lanes);
+        Value* f = sgn ? B.CreateSIToFP(a, d) : B.CreateUIToFP(a, d);
+        return to_bf16(round_to_odd_f32(f, from.lanes), to.lanes);
+      }
+      if (to.elem == ElemType::F16) {
+        // Through f32: exact below 2^24, and every larger integer is infinite in f16.
+        llvm::Type* mid = vec(B.getFloatTy(), from.lanes);
+        Value* f = sgn ? B.CreateSIToFP(a, mid) : B.CreateUIToFP(a, mid);
+        return B.CreateFPTrunc(f, dst);
+      }
+      return sgn ? B.CreateSIToFP(a, dst) : B.CreateUIToFP(a, dst);
+    }
+    return B.CreateIntCast(a, dst, ir::is_signed(from.elem));  // int -> int
+  }
+
+  // ---- print and assert
+  // ---------------------------------------------------------------------------
+
+  Value* unit_or_zero() {
+    if (unit_) return unit_;
+    return V_ ? B.CreateAdd(vu_, first_lane(mask_)) : B.getInt32(0);
+  }
+
+  Value* lane_bits(Value* x, ElemType e) {
+    llvm::Type* st = x->getType();
+    if (st->isFloatingPointTy()) x = B.CreateBitCast(x, B.getIntNTy(st->getPrimitiveSizeInBits()));
+    (void)e;
+    return B.CreateZExt(x, B.getInt64Ty());
+  }
+
+  void emit_print(const ir::Op& op) {
+    PrintSite site;
+    site.format = op.attr.s;
+    site.where = K.loc_string(op.loc);
+    uint32_t total = 0;
+    for (ValueId x : op.operands) {
+      site.operands.push_back(type(x));
+      total += type(x).lanes;
+    }
+    const uint32_t id = static_cast<uint32_t>(info_.prints.size());
+    info_.prints.push_back(std::move(site));
+    llvm::AllocaInst* buf =
+        entry_alloca(B.getInt64Ty(), B.getInt32(std::max<uint32_t>(total, 1)), "print.buf");
+    uint32_t at = 0;
+    for (ValueId x : op.operands) {
+      const ir::Type& t = type(x);
+      Value* val = v(x);
+      for (int l = 0; l < t.lanes; ++l, ++at) {
+        Value* lane = t.lanes == 1 ? val : B.CreateExtractElement(val, static_cast<uint64_t>(l));
+        B.CreateStore(lane_bits(lane, t.elem),
+                      B.CreateConstInBoundsGEP1_32(B.getInt64Ty(), buf, at));
+      }
+    }
+    auto callee = M.getOrInsertFunction(
+        "kiln_rt_print", llvm::FunctionType::get(B.getVoidTy(),
+                                                 {B.getPtrTy(), B.getInt32Ty(), B.getInt32Ty(),
+                                                  B.getInt32Ty(), B.getPtrTy(), B.getInt32Ty()},
+                                                 false));
+    B.CreateCall(callee, {state_, B.getInt32(id), cube_, unit_or_zero(), buf, B.getInt32(total)});
+  }
+
+  void emit_assert(const ir::Op& op) {
+    const uint32_t id = static_cast<uint32_t>(info_.asserts.size());
+    info_.asserts.push_back(AssertSite{op.attr.s, K.loc_string(op.loc)});
+    auto* fail = llvm::BasicBlock::Create(C, "assert.fail", F);
+    auto* cont = llvm::BasicBlock::Create(C, "assert.ok", F);
+    B.CreateCondBr(v(op.operands[0]), cont, fail);
+    B.SetInsertPoint(fail);
+    auto callee = M.getOrInsertFunction(
+        "kiln_rt_assert_failed",
+        llvm::FunctionType::get(
+            B.getVoidTy(), {B.getPtrTy(), B.getInt32Ty(), B.getInt32Ty(), B.getInt32Ty()}, false));
+    B.CreateCall(callee, {state_, B.getInt32(id), cube_, unit_or_zero()});
+    B.CreateBr(cont);
+    B.SetInsertPoint(cont);
+  }
+
+  // ---- ops
+  // ------------------------------------------------------------------------------------------
+
+  Value* constant(const ir::Op& op) {
+    const ir::Type& t = type(op.result);
+    llvm::Type* lt = ty(t);
+    if (ir::is_float(t.elem)) return llvm::ConstantFP::get(lt, op.attr.f);
+    return llvm::ConstantInt::get(lt, op.attr.i);
+  }
+
+  Value* atomic(const ir::Op& op) {
+    const ir::Type& t = type(op.operands[0]);
+    if (t.kind == ir::TypeKind::Shared || t.kind == ir::TypeKind::Local) return plain_atomic(op);
+    Value* p = element_ptr(op.operands[0], v(op.operands[1]));
+    const auto order = llvm::AtomicOrdering::Monotonic;
+    const llvm::MaybeAlign al = align_of(t);
+    if (op.kind == OpKind::AtomicCas) {
+      auto* cx = B.CreateAtomicCmpXchg(p, v(op.operands[2]), v(op.operands[3]), al, order, order);
+      return B.CreateExtractValue(cx, 0);
+    }
+    using Bin = llvm::AtomicRMWInst::BinOp;
+    const bool fl = ir::is_float(t.elem), sgn = ir::is_signed(t.elem);
+    Bin bop = Bin::Xchg;
+    switch (op.kind) {
+      case OpKind::AtomicAdd:
+        bop = fl ? Bin::FAdd : Bin::Add;
+        break;
+      case OpKind::AtomicMin:
+        bop = sgn ? Bin::Min : Bin::UMin;
+        break;
+      case OpKind::AtomicMax:
+        bop = sgn ? Bin::Max : Bin::UMax;
+        break;
+      default:
+        bop = Bin::Xchg;
+        break;
+    }
+    return B.CreateAtomicRMW(bop, p, v(op.operands[2]), al, order);
+  }
+
+  // Shared and local memory belong to one cube, and a cube's units run one after another on
+  // one thread: their atomics need no atomic instructions.
+  Value* plain_atomic(const ir::Op& op) {
+    const ir::Type& t = type(op.operands[0]);
+    Value* p = element_ptr(op.operands[0], v(op.operands[1]));
+    llvm::Type* et = mem_ty(t);
+    Value* old = B.CreateAlignedLoad(et, p, align_of(t));
+    Value* x = v(op.operands[2]);
+    const bool fl = ir::is_float(t.elem), sgn = ir::is_signed(t.elem);
+    Value* now = nullptr;
+    switch (op.kind) {
+      case OpKind::AtomicAdd:
+        now = fl ? B.CreateFAdd(old, x) : B.CreateAdd(old, x);
+        break;
+      case OpKind::AtomicMin:
+        now = fl ? B.CreateMinNum(old, x)
+                 : B.CreateSelect(sgn ? B.CreateICmpSLT(x, old) : B.CreateICmpULT(x, old), x, old);
+        break;
+      case OpKind::AtomicMax:
+        now = fl ? B.CreateMaxNum(old, x)
+                 : B.CreateSelect(sgn ? B.CreateICmpSGT(x, old) : B.CreateICmpUGT(x, old), x, old);
+        break;
+      case OpKind::AtomicExchange:
+        now = x;
+        break;
+      case OpKind::AtomicCas: {
+        Value* same =
+            fl ? B.CreateICmpEQ(B.CreateBitCast(old, B.getIntNTy(et->getPrimitiveSizeInBits())),
+                                B.CreateBitCast(x, B.getIntNTy(et->getPrimitiveSizeInBits())))
+               : B.CreateICmpEQ(old, x);
+        now = B.CreateSelect(same, v(op.operands[3]), old);
+        break;
+      }
+      default:
+        KILN_CHECK(false, "not an atomic op");
+    }
+    B.CreateAlignedStore(now, p, align_of(t));
+    return old;
+  }
+
+  void emit(const ir::Op& op) {
+    if (V_ && vector_op(op)) return;
+    emit_scalar(op);
+  }
+
+  void emit_scalar(const ir::Op& op) {
+    switch (op.kind) {
+      case OpKind::Const:
+        set(op.result, constant(op));
+        return;
+      case OpKind::CubePos:
+        set(op.result, cube_pos_[op.attr.i]);
+        return;
+      case OpKind::CubeCount:
+        set(op.result, cube_count_[op.attr.i]);
+        return;
+      case OpKind::CubeDim: {
+        const uint32_t d = op.attr.i == 0 ? K.units_per_cube() : K.cube_dim[op.attr.i - 1];
+        set(op.result, B.getInt32(d));
+        return;
+      }
+      case OpKind::PlaneDim:
+        set(op.result, B.getInt32(32));
+        return;
+      case OpKind::Add:
+      case OpKind::Sub:
+      case OpKind::Mul:
+      case OpKind::Div:
+      case OpKind::Rem:
+      case OpKind::And:
+      case OpKind::Or:
+      case OpKind::Xor:
+      case OpKind::Shl:
+      case OpKind::Shr:
+      case OpKind::Pow:
+        set(op.result, binary(op));
+        return;
+      case OpKind::Min:
+      case OpKind::Max:
+        set(op.result,
+            minmax(op.kind == OpKind::Max, type(op.result), v(op.operands[0]), v(op.operands[1])));
+        return;
+      case OpKind::Clamp: {
+        const ir::Type& t = type(op.result);
+        set(op.result, minmax(false, t, minmax(true, t, v(op.operands[0]), v(op.operands[1])),
+                              v(op.operands[2])));
+        return;
+      }
+      case OpKind::Fma: {
+        const ir::Type& t = type(op.result);
+        Value* r = B.CreateIntrinsic(llvm::Intrinsic::fma, {compute_ty(t)},
+                                     {promote(v(op.operands[0]), t), promote(v(op.operands[1]), t),
+                                      promote(v(op.operands[2]), t)});
+        set(op.result, demote(r, t));
+        return;
+      }
+      case OpKind::Eq:
+      case OpKind::Ne:
+      case OpKind::Lt:
+      case OpKind::Le:
+      case OpKind::Gt:
+      case OpKind::Ge:
+        set(op.result, compare(op));
+        return;
+      case OpKind::Select:
+        set(op.result, B.CreateSelect(v(op.operands[0]), v(op.operands[1]), v(op.operands[2])));
+        return;
+      case OpKind::Cast:
+        set(op.result, cast(op));
+        return;
+      case OpKind::Bitcast:
+        set(op.result, B.CreateBitCast(v(op.operands[0]), ty(type(op.result))));
+        return;
+      case OpKind::Broadcast:
+        set(op.result, B.CreateVectorSplat(type(op.result).lanes, v(op.operands[0])));
+        return;
+      case OpKind::Extract: {
+        Value* x = v(op.operands[0]);
+        set(op.result, type(op.operands[0]).lanes == 1 ? x : B.CreateExtractElement(x, op.attr.i));
+        return;
+      }
+      case OpKind::Insert: {
+        Value* x = v(op.operands[0]);
+        set(op.result, type(op.operands[0]).lanes == 1
+                           ? v(op.operands[1])
+                           : B.CreateInsertElement(x, v(op.operands[1]), op.attr.i));
+        return;
+      }
+      case OpKind::IsNan: {
+        const ir::Type& t = type(op.operands[0]);
+        Value* x = promote(v(op.operands[0]), t);
+        set(op.result, B.CreateFCmpUNO(x, x));
+        return;
+      }
+      case OpKind::IsInf: {
+        const ir::Type& t = type(op.operands[0]);
+        Value* x = B.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, promote(v(op.operands[0]), t));
+        set(op.result, B.CreateFCmpOEQ(x, llvm::ConstantFP::getInfinity(x->getType())));
+        return;
+      }
+      case OpKind::Neg:
+      case OpKind::Abs:
+      case OpKind::Not:
+      case OpKind::Sqrt:
+      case OpKind::Rsqrt:
+      case OpKind::Exp:
+      case OpKind::Exp2:
+      case OpKind::Log:
+      case OpKind::Log2:
+      case OpKind::Sin:
+      case OpKind::Cos:
+      case OpKind::Tanh:
+      case OpKind::Floor:
+      case OpKind::Ceil:
+      case OpKind::Round:
+      case OpKind::Trunc:
+        set(op.result, unary(op));
+        return;
+      case OpKind::AllocShared:
+        return;  // placed up front
+      case OpKind::AllocLocal: {
+        const ir::Type& t = type(op.result);
+        Mem m;
+        m.base = entry_alloca(mem_scalar_ty(t.elem), B.getInt32(t.count * t.lanes),
+                              fmt::format("local{}", op.result));
+        m.len = m.extent = B.getInt32(t.count);
+        mem_[op.result] = std::move(m);
+        return;
+      }
+      case OpKind::Len:
+        set(op.result, mem_.at(op.operands[0]).len);
+        return;
+      case OpKind::Shape:
+        set(op.result, mem_.at(op.operands[0]).shape.at(op.attr.i));
+        return;
+      case OpKind::Stride:
+        set(op.result, mem_.at(op.operands[0]).stride.at(op.attr.i));
+        return;
+      case OpKind::Load:
+        set(op.result, checked(op, op.operands[0], v(op.operands[1]), ty(type(op.result)),
+                               [&] { return load(op.operands[0], v(op.operands[1])); }));
+        return;
+      case OpKind::Store:
+        checked(op, op.operands[0], v(op.operands[1]), nullptr, [&]() -> Value* {
+          store(op.operands[0], v(op.operands[1]), v(op.operands[2]));
+          return nullptr;
+        });
+        return;
+      case OpKind::Var: {
+        llvm::AllocaInst* a =
+            entry_alloca(ty(type(op.operands[0])), nullptr, fmt::format("var{}", op.result));
+        vars_[op.result] = a;
+        B.CreateStore(v(op.operands[0]), a);
+        return;
+      }
+      case OpKind::VarRead: {
+        llvm::AllocaInst* a = vars_.at(op.operands[0]);
+        set(op.result, B.CreateLoad(a->getAllocatedType(), a));
+        return;
+      }
+      case OpKind::VarWrite:
+        B.CreateStore(v(op.operands[1]), vars_.at(op.operands[0]));
+        return;
+      case OpKind::AtomicAdd:
+      case OpKind::AtomicMin:
+      case OpKind::AtomicMax:
+      case OpKind::AtomicExchange:
+      case OpKind::AtomicCas:
+        set(op.result, checked(op, op.operands[0], v(op.operands[1]), ty(type(op.result)),
+                               [&] { return atomic(op); }));
+        return;
+      case OpKind::If:
+        emit_if(op);
+        return;
+      case OpKind::For:
+        emit_for(op);
+        return;
+      case OpKind::Loop:
+        emit_loop(op);
+        return;
+      case OpKind::Units:
+        emit_units(op);
+        return;
+      case OpKind::Break:
+      case OpKind::Continue:
+      case OpKind::Return:
+        emit_jump(op);
+        return;
+      case OpKind::Print:
+        emit_print(op);
+        return;
+      case OpKind::Assert:
+        emit_assert(op);
+        return;
+      // Unit-loop lowering (passes/unit_loops.h) replaces these with loops, context arrays and
+      // the plane exchange; a lowered kernel that still has one is a bug of that pass.
+      case OpKind::UnitPos:
+      case OpKind::AbsolutePos:
+      case OpKind::PlaneLane:
+      case OpKind::PlanePos:
+      case OpKind::SyncCube:
+      case OpKind::SyncPlane:
+      case OpKind::PlaneSum:
+      case OpKind::PlaneMax:
+      case OpKind::PlaneMin:
+      case OpKind::PlaneAny:
+      case OpKind::PlaneAll:
+      case OpKind::PlaneBroadcast:
+      case OpKind::PlaneShuffle:
+      case OpKind::PlaneShuffleXor:
+        KILN_CHECK(false, "unit ops, barriers and plane ops are gone after unit-loop lowering");
+        return;
+    }
+  }
+
+  llvm::LLVMContext& C;
+  llvm::Module& M;
+  const ir::Kernel& K;
+  const CompileOptions& O;
+  KernelInfo& info_;
+  llvm::IRBuilder<> B;
+  llvm::Function* F = nullptr;
+  llvm::BasicBlock* entry_ = nullptr;
+  llvm::BasicBlock* cube_latch_ = nullptr;
+  Value* args_ = nullptr;
+  Value* shared_ = nullptr;
+  Value* state_ = nullptr;
+  Value* cube_ = nullptr;
+  Value* unit_ = nullptr;
+  Value* cube_pos_[4] = {};
+  Value* cube_count_[4] = {};
+  uint32_t shared_bytes_ = 0;
+  std::vector<Value*> vals_;
+  std::unordered_map<ValueId, Mem> mem_;
+  std::unordered_map<ValueId, llvm::AllocaInst*> vars_;
+  std::vector<LoopCtx> loops_;
+
+  // ---- vector mode (vectorize.cpp) -------------------------------------------------------------
+  // Inside a vectorized `units` loop, V_ consecutive units run in the lanes of one vector. A
+  // varying value of line width W is an LLVM vector of V_ * W elements, unit-major (unit l's
+  // line is elements [l*W, l*W + W)); a uniform one keeps its scalar form. mask_ holds the
+  // lanes that run the current code; code runs only while at least one lane is active.
+
+  // value = base + lane * stride, base and stride scalars of the value's type.
+  struct Affine {
+    Value* base = nullptr;
+    Value* stride = nullptr;
+    bool aligned = false;  // stride 1 and base a multiple of V_
+  };
+
+  int units_width(const ir::Op& units);
+  void emit_units_vec(const ir::Op& op, int width);
+  bool vector_op(const ir::Op& op);
+  void vregion(const ir::Region& r);
+  void vif(const ir::Op& op);
+  void vfor(const ir::Op& op);
+  void vloop(const ir::Op& op);
+  void vjump(const ir::Op& op);
+  void velementwise(const ir::Op& op);
+  void vaffine(const ir::Op& op);
+  bool vdivrem_uniform(const ir::Op& op);
+  void vload(const ir::Op& op);
+  void vstore(const ir::Op& op);
+  void vlocal_access(const ir::Op& op);
+  void vvar(const ir::Op& op);
+  void vassert(const ir::Op& op);
+  void scalarize(const ir::Op& op);
+  Value* gather(ValueId mem, Value* index, Value* mask);
+  void scatter(ValueId mem, Value* index, Value* x, Value* mask);
+  Value* contiguous_load(ValueId mem, Value* base, Value* mask);
+  void contiguous_store(ValueId mem, Value* base, Value* x, Value* mask);
+  Value* vchecked_mask(const ir::Op& op, ValueId mem, ValueId index, Value* bound);
+  template <class Fn>
+  void for_each_lane(Value* mask, Fn&& fn);
+  Value* widen(ValueId id);
+  Value* widen_mask(Value* m, int lanes);
+  Value* spread(Value* x, int lanes);
+  Value* lane_value(ValueId id, Value* lane);
+  Value* any(Value* m);
+  Value* first_lane(Value* m);
+  Value* last_lane(Value* m);
+  Value* iota(llvm::Type* elem);
+  bool is_true(Value* m) const;
+  bool escapes(const ir::Region& r);
+  bool has_return(const ir::Region& r);
+  bool loop_needs_mask(const ir::Op& op);
+
+  int V_ = 0;  // lanes of the vectorized units loop being emitted; 0 outside one
+  int wf_ = 1;
+  Value* vu_ = nullptr;    // the unit index of lane 0
+  Value* mask_ = nullptr;  // <V_ x i1>: the active lanes
+  std::vector<uint8_t> vary_ = std::vector<uint8_t>(K.value_types.size(), 0);
+  std::unordered_map<ValueId, Affine> affine_;
+  std::unordered_map<ValueId, Value*> var_mask_;  // vectorized variables -> mask at declaration
+  std::unordered_set<ValueId> lane_local_;        // local arrays with a row per lane
+  std::unordered_map<const ir::Region*, bool> escapes_, returns_;
+};
+
+}  // namespace kiln::cpu::detail

@@ -1,0 +1,1034 @@
+// The unit vectorizer: a `units` loop whose body runs V units at once, one unit per SIMD lane
+// (whole-function vectorization, as ISPC and OpenCL CPU compilers do it, applied to the body of
+// the loop that unit-loop fission made). docs/backends.md, "The unit vectorizer", explains it
+// with an example.
+//
+// - Values the same for every lane (uniform: everything computed outside the loop, constants,
+//   and what is computed only from those) keep their scalar form; values that differ per unit
+//   (varying) become vectors of V lanes of their line, unit-major.
+// - Control flow runs under a mask of active lanes. An `if` on a varying condition runs each
+//   side that has an active lane with the lanes that take it; a loop with varying bounds or a
+//   jump runs while any lane is active; break, continue and return take the lanes that reach
+//   them out of the mask. An `if` on a uniform condition and a counted loop without jumps stay
+//   ordinary branches and loops.
+// - Loads and stores at an index of the form base + unit become one vector access (masked when
+//   lanes are off); an index whose stride is known only at run time is tested (stride 1 gives the
+//   vector access); other indices become gathers and scatters. Scatters write in lane order, so
+//   colliding stores end as if the units had run in turn.
+// - Local arrays get one row per lane (element i of every lane side by side), so an index that
+//   is the same for every unit is one vector access.
+// - Atomics and prints run lane by lane, in unit order, with the scalar code.
+#include "compiler/cpu/gen.h"
+
+#include <algorithm>
+
+namespace kiln::cpu::detail {
+
+namespace {
+
+bool is_one(Value* x) {
+  auto* c = llvm::dyn_cast<llvm::ConstantInt>(x);
+  return c && c->isOne();
+}
+
+bool is_zero_mask(Value* m) {
+  auto* c = llvm::dyn_cast<llvm::Constant>(m);
+  return c && c->isNullValue();
+}
+
+}  // namespace
+
+// ---- lanes and masks -----------------------------------------------------------------------
+
+bool Gen::is_true(Value* m) const {
+  auto* c = llvm::dyn_cast<llvm::Constant>(m);
+  return c && c->isAllOnesValue();
+}
+
+Value* Gen::iota(llvm::Type* elem) {
+  std::vector<llvm::Constant*> lanes;
+  for (int l = 0; l < V_; ++l) lanes.push_back(llvm::ConstantInt::get(elem, l));
+  return llvm::ConstantVector::get(lanes);
+}
+
+Value* Gen::any(Value* m) {
+  if (is_true(m)) return B.getTrue();
+  if (is_zero_mask(m)) return B.getFalse();
+  return B.CreateICmpNE(B.CreateBitCast(m, B.getIntNTy(V_)), B.getIntN(V_, 0), "any");
+}
+
+Value* Gen::first_lane(Value* m) {
+  if (is_true(m)) return B.getInt32(0);
+  Value* bits = B.CreateZExt(B.CreateBitCast(m, B.getIntNTy(V_)), B.getInt32Ty());
+  return B.CreateBinaryIntrinsic(llvm::Intrinsic::cttz, bits, B.getTrue(), nullptr, "lane");
+}
+
+Value* Gen::last_lane(Value* m) {
+  if (is_true(m)) return B.getInt32(static_cast<uint32_t>(V_ - 1));
+  Value* bits = B.CreateZExt(B.CreateBitCast(m, B.getIntNTy(V_)), B.getInt32Ty());
+  Value* lz = B.CreateBinaryIntrinsic(llvm::Intrinsic::ctlz, bits, B.getTrue());
+  return B.CreateSub(B.getInt32(31), lz, "lane");
+}
+
+// Each element of x repeated `lanes` times: <n x T> -> <n*lanes x T>.
+Value* Gen::spread(Value* x, int lanes) {
+  if (lanes == 1) return x;
+  const int n = static_cast<int>(llvm::cast<llvm::FixedVectorType>(x->getType())->getNumElements());
+  std::vector<int> idx;
+  for (int l = 0; l < n; ++l)
+    for (int j = 0; j < lanes; ++j) idx.push_back(l);
+  return B.CreateShuffleVector(x, idx);
+}
+
+Value* Gen::widen_mask(Value* m, int lanes) {
+  return spread(m, lanes);
+}
+
+// The vector form of a value: a uniform one repeated in every lane.
+Value* Gen::widen(ValueId id) {
+  Value* x = v(id);
+  if (vary_[id]) return x;
+  const int w = K.type_of(id).lanes;
+  if (w == 1) return B.CreateVectorSplat(static_cast<unsigned>(V_), x);
+  std::vector<int> idx;
+  for (int l = 0; l < V_; ++l)
+    for (int j = 0; j < w; ++j) idx.push_back(j);
+  return B.CreateShuffleVector(x, idx);
+}
+
+// Lane `lane` (an i32 value) of a value, as the scalar code sees it (a scalar or a line).
+Value* Gen::lane_value(ValueId id, Value* lane) {
+  if (!vary_[id]) return v(id);
+  Value* x = v(id);
+  const int w = K.type_of(id).lanes;
+  if (w == 1) return B.CreateExtractElement(x, lane);
+  Value* base = B.CreateMul(lane, B.getInt32(static_cast<uint32_t>(w)));
+  Value* r = llvm::PoisonValue::get(ty(K.type_of(id)));
+  for (int j = 0; j < w; ++j)
+    r = B.CreateInsertElement(
+        r, B.CreateExtractElement(x, B.CreateAdd(base, B.getInt32(static_cast<uint32_t>(j)))),
+        static_cast<uint64_t>(j));
+  return r;
+}
+
+// Runs fn(lane) for each set lane of `mask`, lowest first, in a loop over the mask's bits.
+template <class Fn>
+void Gen::for_each_lane(Value* mask, Fn&& fn) {
+  auto* pre = B.GetInsertBlock();
+  Value* bits = B.CreateZExt(B.CreateBitCast(mask, B.getIntNTy(V_)), B.getInt64Ty());
+  auto* header = llvm::BasicBlock::Create(C, "lane.header", F);
+  auto* body = llvm::BasicBlock::Create(C, "lane.body", F);
+  auto* exit = llvm::BasicBlock::Create(C, "lane.exit", F);
+  B.CreateBr(header);
+  B.SetInsertPoint(header);
+  auto* b = B.CreatePHI(B.getInt64Ty(), 2, "lanes.left");
+  b->addIncoming(bits, pre);
+  B.CreateCondBr(B.CreateICmpNE(b, B.getInt64(0)), body, exit);
+  B.SetInsertPoint(body);
+  Value* lane = B.CreateTrunc(B.CreateBinaryIntrinsic(llvm::Intrinsic::cttz, b, B.getTrue()),
+                              B.getInt32Ty(), "lane");
+  fn(lane);
+  b->addIncoming(B.CreateAnd(b, B.CreateSub(b, B.getInt64(1))), B.GetInsertBlock());
+  B.CreateBr(header);
+  B.SetInsertPoint(exit);
+}
+
+// ---- the units loop --------------------------------------------------------------------------
+
+// How many units run at once: as many lines of the widest value of the body as fill a vector
+// register (a line of 4 f32 leaves room for 4 units with AVX-512; a line of 16 for none).
+int Gen::units_width(const ir::Op& units) {
+  if (!O.target.vectorize) return 1;
+  int widest = 32;
+  bool ok = true;
+  ir::walk(units.regions[0], [&](const ir::Op& op) {
+    if (op.result != ir::kNoValue) {
+      const ir::Type& t = K.type_of(op.result);
+      if (t.kind == ir::TypeKind::Value || t.kind == ir::TypeKind::Var ||
+          t.kind == ir::TypeKind::Local)
+        widest = std::max(widest, std::max(32, ir::elem_bits(t.elem)) * t.lanes);
+    }
+    // Atomics on a local array would need the rows of other lanes; run them unit by unit.
+    const bool atomic = ir::op_info(op.kind).sig == ir::Sig::Atomic ||
+                        ir::op_info(op.kind).sig == ir::Sig::AtomicCas;
+    if (atomic && K.type_of(op.operands[0]).kind == ir::TypeKind::Local) ok = false;
+  });
+  if (!ok) return 1;
+  int lanes = std::min(16, O.target.vector_bits / widest);
+  int width = 1;
+  while (width * 2 <= lanes) width *= 2;
+  return width;
+}
+
+void Gen::emit_units_vec(const ir::Op& op, int width) {
+  Value* start = v(op.operands[0]);
+  Value* end = v(op.operands[1]);
+  // Units loops start at 0 or at a plane's first unit (a multiple of the plane width, 32) and
+  // end at the cube's end or a plane's (passes/unit_loops.h). So every vector starts at a
+  // multiple of the width, and when the cube's size is a multiple of the width every vector is
+  // full and needs no mask.
+  auto* cs = llvm::dyn_cast<llvm::ConstantInt>(start);
+  const bool aligned = !cs || cs->getZExtValue() % static_cast<uint64_t>(width) == 0;
+  const bool full = aligned && K.units_per_cube() % static_cast<uint32_t>(width) == 0;
+
+  auto* pre = B.GetInsertBlock();
+  auto* header = llvm::BasicBlock::Create(C, "units.header", F);
+  auto* body = llvm::BasicBlock::Create(C, "units.body", F);
+  auto* latch = llvm::BasicBlock::Create(C, "units.latch", F);
+  auto* exit = llvm::BasicBlock::Create(C, "units.exit", F);
+  B.CreateBr(header);
+  B.SetInsertPoint(header);
+  auto* u = B.CreatePHI(B.getInt32Ty(), 2, "unit");
+  u->addIncoming(start, pre);
+  B.CreateCondBr(B.CreateICmpULT(u, end), body, exit);
+  B.SetInsertPoint(body);
+
+  V_ = width;
+  vu_ = u;
+  Value* lanes = B.CreateAdd(B.CreateVectorSplat(static_cast<unsigned>(width), u),
+                             iota(B.getInt32Ty()), "units");
+  mask_ =
+      full ? llvm::Constant::getAllOnesValue(llvm::FixedVectorType::get(B.getInt1Ty(), width))
+           : B.CreateICmpULT(lanes, B.CreateVectorSplat(static_cast<unsigned>(width), end), "mask");
+  const ValueId arg = op.regions[0].args[0];
+  vals_[arg] = lanes;
+  vary_[arg] = 1;
+  affine_[arg] = Affine{u, B.getInt32(1), aligned};
+  loops_.push_back({latch, exit, true, true, nullptr, nullptr});
+  vregion(op.regions[0]);
+  loops_.pop_back();
+  V_ = 0;
+  vu_ = nullptr;
+  mask_ = nullptr;
+
+  B.CreateBr(latch);
+  B.SetInsertPoint(latch);
+  auto* next = B.CreateAdd(u, B.getInt32(static_cast<uint32_t>(width)), "unit.next");
+  u->addIncoming(next, latch);
+  auto* br = B.CreateBr(header);
+  // The body is already vector code: LLVM's loop vectorizer has nothing left to do here.
+  llvm::Metadata* off[] = {llvm::MDString::get(C, "llvm.loop.vectorize.enable"),
+                           llvm::ConstantAsMetadata::get(B.getFalse())};
+  llvm::Metadata* md[] = {nullptr, llvm::MDNode::get(C, off)};
+  auto* node = llvm::MDNode::getDistinct(C, md);
+  node->replaceOperandWith(0, node);
+  br->setMetadata(llvm::LLVMContext::MD_loop, node);
+  B.SetInsertPoint(exit);
+}
+
+// ---- regions and control flow ----------------------------------------------------------------
+
+// Whether lanes can leave a region other than by its end: a jump out of it, or a return.
+bool Gen::escapes(const ir::Region& r) {
+  if (auto it = escapes_.find(&r); it != escapes_.end()) return it->second;
+  bool e = false;
+  for (const ir::Op& op : r.ops) {
+    if (op.kind == OpKind::Return || op.kind == OpKind::Break || op.kind == OpKind::Continue)
+      e = true;
+    else if (op.kind == OpKind::If)
+      for (const ir::Region& sub : op.regions) e = escapes(sub) || e;
+    else if (op.kind == OpKind::For || op.kind == OpKind::Loop)
+      e = has_return(op.regions[0]) || e;
+  }
+  escapes_[&r] = e;
+  return e;
+}
+
+bool Gen::has_return(const ir::Region& r) {
+  if (auto it = returns_.find(&r); it != returns_.end()) return it->second;
+  bool found = false;
+  ir::walk(r, [&](const ir::Op& op) { found = found || op.kind == OpKind::Return; });
+  returns_[&r] = found;
+  return found;
+}
+
+bool Gen::loop_needs_mask(const ir::Op& op) {
+  if (op.kind == OpKind::Loop) return true;
+  for (ValueId o : op.operands)
+    if (vary_[o]) return true;
+  return escapes(op.regions[0]);
+}
+
+void Gen::vregion(const ir::Region& r) {
+  llvm::BasicBlock* none = nullptr;  // where the region goes when no lane is left
+  std::vector<llvm::BasicBlock*> emptied;
+  for (size_t i = 0; i < r.ops.size(); ++i) {
+    const ir::Op& op = r.ops[i];
+    emit(op);
+    if (is_zero_mask(mask_)) break;  // after a jump
+    const bool shrinks =
+        (op.kind == OpKind::If &&
+         std::any_of(op.regions.begin(), op.regions.end(),
+                     [&](const ir::Region& sub) { return escapes(sub); })) ||
+        ((op.kind == OpKind::For || op.kind == OpKind::Loop) && has_return(op.regions[0]));
+    if (shrinks && i + 1 < r.ops.size()) {
+      // Code runs only while a lane is active (a load at a uniform index must not run when no
+      // unit would have run it).
+      if (!none) none = llvm::BasicBlock::Create(C, "lanes.none", F);
+      auto* some = llvm::BasicBlock::Create(C, "lanes.some", F);
+      emptied.push_back(B.GetInsertBlock());
+      B.CreateCondBr(any(mask_), some, none);
+      B.SetInsertPoint(some);
+    }
+  }
+  if (!none) return;
+  auto* end = B.GetInsertBlock();
+  B.CreateBr(none);
+  B.SetInsertPoint(none);
+  auto* phi = B.CreatePHI(mask_->getType(), static_cast<unsigned>(emptied.size() + 1), "mask");
+  phi->addIncoming(mask_, end);
+  for (auto* bb : emptied) phi->addIncoming(llvm::Constant::getNullValue(mask_->getType()), bb);
+  mask_ = phi;
+}
+
+void Gen::vif(const ir::Op& op) {
+  Value* entry = mask_;
+  const bool has_else = op.regions.size() > 1 && !op.regions[1].ops.empty();
+  const bool then_exits = escapes(op.regions[0]);
+  const bool else_exits = has_else && escapes(op.regions[1]);
+  Value* cond = v(op.operands[0]);
+  auto* merge = llvm::BasicBlock::Create(C, "vendif", F);
+  auto* then_bb = llvm::BasicBlock::Create(C, "vthen", F);
+  Value* zero = llvm::Constant::getNullValue(entry->getType());
+
+  if (!vary_[op.operands[0]]) {  // every lane goes the same way: a branch
+    auto* pre = B.GetInsertBlock();
+    auto* else_bb = has_else ? llvm::BasicBlock::Create(C, "velse", F) : merge;
+    B.CreateCondBr(cond, then_bb, else_bb);
+    B.SetInsertPoint(then_bb);
+    region(op.regions[0]);
+    Value* then_out = mask_;
+    auto* then_end = B.GetInsertBlock();
+    B.CreateBr(merge);
+    Value* else_out = entry;
+    llvm::BasicBlock* else_end = pre;
+    if (has_else) {
+      B.SetInsertPoint(else_bb);
+      mask_ = entry;
+      region(op.regions[1]);
+      else_out = mask_;
+      else_end = B.GetInsertBlock();
+      B.CreateBr(merge);
+    }
+    B.SetInsertPoint(merge);
+    if (!then_exits && !else_exits) {
+      mask_ = entry;
+      return;
+    }
+    auto* phi = B.CreatePHI(entry->getType(), 2, "mask");
+    phi->addIncoming(then_out, then_end);
+    phi->addIncoming(else_out, else_end);
+    mask_ = phi;
+    return;
+  }
+
+  // Varying: each side runs when one of its lanes is active, with those lanes.
+  Value* taken = B.CreateAnd(entry, cond, "mask.then");
+  Value* not_taken = B.CreateAnd(entry, B.CreateNot(cond), "mask.else");
+  auto* pre = B.GetInsertBlock();
+  auto* check_else = llvm::BasicBlock::Create(C, "vthen.end", F);
+  B.CreateCondBr(any(taken), then_bb, check_else);
+  B.SetInsertPoint(then_bb);
+  mask_ = taken;
+  region(op.regions[0]);
+  Value* then_out = mask_;
+  auto* then_end = B.GetInsertBlock();
+  B.CreateBr(check_else);
+  B.SetInsertPoint(check_else);
+  if (then_exits) {
+    auto* phi = B.CreatePHI(entry->getType(), 2, "mask.then.out");
+    phi->addIncoming(zero, pre);
+    phi->addIncoming(then_out, then_end);
+    then_out = phi;
+  } else {
+    then_out = taken;
+  }
+  Value* else_out = not_taken;
+  if (has_else) {
+    auto* else_bb = llvm::BasicBlock::Create(C, "velse", F);
+    auto* check = B.GetInsertBlock();
+    B.CreateCondBr(any(not_taken), else_bb, merge);
+    B.SetInsertPoint(else_bb);
+    mask_ = not_taken;
+    region(op.regions[1]);
+    Value* out = mask_;
+    auto* else_end = B.GetInsertBlock();
+    B.CreateBr(merge);
+    B.SetInsertPoint(merge);
+    if (else_exits) {
+      auto* phi = B.CreatePHI(entry->getType(), 2, "mask.else.out");
+      phi->addIncoming(zero, check);
+      phi->addIncoming(out, else_end);
+      else_out = phi;
+    }
+  } else {
+    B.CreateBr(merge);
+    B.SetInsertPoint(merge);
+  }
+  mask_ = (!then_exits && !else_exits) ? entry : B.CreateOr(then_out, else_out, "mask");
+}
+
+void Gen::vfor(const ir::Op& op) {
+  if (!loop_needs_mask(op)) return emit_for(op);  // uniform and no jumps: a plain loop
+  Value* entry = mask_;
+  const ir::Type t = K.type_of(op.operands[0]);
+  const bool sgn = ir::is_signed(t.elem);
+  bool varying = false;
+  for (ValueId o : op.operands) varying = varying || vary_[o];
+  Value* start = varying ? widen(op.operands[0]) : v(op.operands[0]);
+  Value* end = varying ? widen(op.operands[1]) : v(op.operands[1]);
+  Value* step = varying ? widen(op.operands[2]) : v(op.operands[2]);
+  Value* trips = trip_count(start, end, step, sgn);
+  llvm::Type* it = scalar_ty(t.elem);
+  const bool returns = has_return(op.regions[0]);
+  llvm::AllocaInst* alive = entry_alloca(entry->getType(), nullptr, "alive");
+  B.CreateStore(entry, alive);
+  llvm::AllocaInst* ret = returns ? entry_alloca(entry->getType(), nullptr, "returned") : nullptr;
+  if (ret) B.CreateStore(llvm::Constant::getNullValue(entry->getType()), ret);
+
+  auto* pre = B.GetInsertBlock();
+  auto* header = llvm::BasicBlock::Create(C, "vfor.header", F);
+  auto* body = llvm::BasicBlock::Create(C, "vfor.body", F);
+  auto* latch = llvm::BasicBlock::Create(C, "vfor.latch", F);
+  auto* exit = llvm::BasicBlock::Create(C, "vfor.exit", F);
+  B.CreateBr(header);
+  B.SetInsertPoint(header);
+  auto* k = B.CreatePHI(it, 2, "k");
+  k->addIncoming(llvm::ConstantInt::get(it, 0), pre);
+  Value* active = B.CreateLoad(entry->getType(), alive);
+  Value* go;
+  if (varying) {
+    active = B.CreateAnd(active,
+                         B.CreateICmpULT(B.CreateVectorSplat(static_cast<unsigned>(V_), k), trips));
+    go = any(active);
+  } else {
+    go = B.CreateAnd(B.CreateICmpULT(k, trips), any(active));
+  }
+  B.CreateCondBr(go, body, exit);
+  B.SetInsertPoint(body);
+  mask_ = active;
+  const ValueId arg = op.regions[0].args[0];
+  if (varying) {
+    set(arg,
+        B.CreateAdd(start, B.CreateMul(B.CreateVectorSplat(static_cast<unsigned>(V_), k), step)));
+    vary_[arg] = 1;
+  } else {
+    set(arg, B.CreateAdd(start, B.CreateMul(k, step)));
+    vary_[arg] = 0;
+  }
+  loops_.push_back({latch, exit, false, true, alive, ret});
+  vregion(op.regions[0]);
+  loops_.pop_back();
+  B.CreateBr(latch);
+  B.SetInsertPoint(latch);
+  k->addIncoming(B.CreateAdd(k, llvm::ConstantInt::get(it, 1)), latch);
+  loop_metadata(B.CreateBr(header), op.attr.i);
+  B.SetInsertPoint(exit);
+  mask_ =
+      ret ? B.CreateAnd(entry, B.CreateNot(B.CreateLoad(entry->getType(), ret)), "mask") : entry;
+}
+
+void Gen::vloop(const ir::Op& op) {
+  Value* entry = mask_;
+  llvm::AllocaInst* alive = entry_alloca(entry->getType(), nullptr, "alive");
+  B.CreateStore(entry, alive);
+  llvm::AllocaInst* ret =
+      has_return(op.regions[0]) ? entry_alloca(entry->getType(), nullptr, "returned") : nullptr;
+  if (ret) B.CreateStore(llvm::Constant::getNullValue(entry->getType()), ret);
+  auto* header = llvm::BasicBlock::Create(C, "vloop", F);
+  auto* body = llvm::BasicBlock::Create(C, "vloop.body", F);
+  auto* exit = llvm::BasicBlock::Create(C, "vloop.exit", F);
+  B.CreateBr(header);
+  B.SetInsertPoint(header);
+  Value* active = B.CreateLoad(entry->getType(), alive);
+  B.CreateCondBr(any(active), body, exit);
+  B.SetInsertPoint(body);
+  mask_ = active;
+  loops_.push_back({header, exit, false, true, alive, ret});
+  vregion(op.regions[0]);
+  loops_.pop_back();
+  B.CreateBr(header);
+  B.SetInsertPoint(exit);
+  mask_ =
+      ret ? B.CreateAnd(entry, B.CreateNot(B.CreateLoad(entry->getType(), ret)), "mask") : entry;
+}
+
+// A jump takes the active lanes out: out of the loop for break, out of this iteration for
+// continue, out of every enclosing loop and of the rest of the unit for return.
+void Gen::vjump(const ir::Op& op) {
+  auto clear = [&](llvm::AllocaInst* a) {
+    B.CreateStore(B.CreateAnd(B.CreateLoad(mask_->getType(), a), B.CreateNot(mask_)), a);
+  };
+  if (op.kind == OpKind::Return) {
+    for (auto it = loops_.rbegin(); !it->units; ++it) {
+      KILN_CHECK(it->vec, "a return inside a loop that runs without a mask");
+      clear(it->alive);
+      if (it->ret)
+        B.CreateStore(B.CreateOr(B.CreateLoad(mask_->getType(), it->ret), mask_), it->ret);
+    }
+  } else {
+    KILN_CHECK(!loops_.empty() && loops_.back().vec, "a jump in a loop that runs without a mask");
+    if (op.kind == OpKind::Break) {
+      KILN_CHECK(!loops_.back().units, "break out of a units loop");
+      clear(loops_.back().alive);
+    }
+  }
+  mask_ = llvm::Constant::getNullValue(mask_->getType());
+}
+
+// ---- values ----------------------------------------------------------------------------------
+
+bool Gen::vector_op(const ir::Op& op) {
+  switch (op.kind) {
+    case OpKind::Const:
+    case OpKind::CubePos:
+    case OpKind::CubeCount:
+    case OpKind::CubeDim:
+    case OpKind::PlaneDim:
+    case OpKind::Len:
+    case OpKind::Shape:
+    case OpKind::Stride:
+    case OpKind::AllocShared:
+      return false;  // uniform: the scalar code
+    case OpKind::AllocLocal: {
+      const ir::Type& t = K.type_of(op.result);
+      Mem m;
+      m.base = entry_alloca(mem_scalar_ty(t.elem),
+                            B.getInt32(t.count * t.lanes * static_cast<uint32_t>(V_)),
+                            fmt::format("local{}", op.result));
+      m.len = m.extent = B.getInt32(t.count);
+      mem_[op.result] = std::move(m);
+      lane_local_.insert(op.result);
+      var_mask_[op.result] = mask_;
+      return true;
+    }
+    case OpKind::Load:
+      vload(op);
+      return true;
+    case OpKind::Store:
+      vstore(op);
+      return true;
+    case OpKind::Var:
+    case OpKind::VarRead:
+    case OpKind::VarWrite:
+      vvar(op);
+      return true;
+    case OpKind::AtomicAdd:
+    case OpKind::AtomicMin:
+    case OpKind::AtomicMax:
+    case OpKind::AtomicExchange:
+    case OpKind::AtomicCas:
+    case OpKind::Print:
+      scalarize(op);
+      return true;
+    case OpKind::Assert:
+      vassert(op);
+      return true;
+    case OpKind::If:
+      vif(op);
+      return true;
+    case OpKind::For:
+      vfor(op);
+      return true;
+    case OpKind::Loop:
+      vloop(op);
+      return true;
+    case OpKind::Break:
+    case OpKind::Continue:
+    case OpKind::Return:
+      vjump(op);
+      return true;
+    case OpKind::Units:
+      KILN_CHECK(false, "a units loop inside a units loop");
+      return true;
+    default:
+      break;
+  }
+  bool varying = false;
+  for (ValueId o : op.operands) varying = varying || vary_[o];
+  if (!varying) return false;
+  velementwise(op);
+  return true;
+}
+
+// A pure op with a varying operand: its scalar code, on vectors V times as wide.
+void Gen::velementwise(const ir::Op& op) {
+  if (vdivrem_uniform(op)) return;
+  const ValueId r = op.result;
+  switch (op.kind) {
+    case OpKind::Broadcast:
+      set(r, spread(v(op.operands[0]), K.type_of(r).lanes));
+      vary_[r] = 1;
+      return;
+    case OpKind::Extract: {
+      const int w = K.type_of(op.operands[0]).lanes;
+      if (w == 1) {
+        set(r, v(op.operands[0]));
+      } else {
+        std::vector<int> idx;
+        for (int l = 0; l < V_; ++l) idx.push_back(l * w + static_cast<int>(op.attr.i));
+        set(r, B.CreateShuffleVector(v(op.operands[0]), idx));
+      }
+      vary_[r] = 1;
+      return;
+    }
+    case OpKind::Insert: {
+      const int w = K.type_of(op.operands[0]).lanes;
+      Value* x = widen(op.operands[1]);
+      if (w == 1) {
+        set(r, x);
+      } else {
+        std::vector<llvm::Constant*> pick;
+        for (int l = 0; l < V_; ++l)
+          for (int j = 0; j < w; ++j) pick.push_back(B.getInt1(j == static_cast<int>(op.attr.i)));
+        set(r,
+            B.CreateSelect(llvm::ConstantVector::get(pick), spread(x, w), widen(op.operands[0])));
+      }
+      vary_[r] = 1;
+      return;
+    }
+    default:
+      break;
+  }
+  std::vector<std::pair<ValueId, Value*>> saved;
+  auto replace = [&](ValueId o, Value* x) {
+    for (auto& s : saved)
+      if (s.first == o) return;
+    saved.emplace_back(o, vals_[o]);
+    vals_[o] = x;
+  };
+  const int w = r != ir::kNoValue ? K.type_of(r).lanes : 1;
+  for (size_t i = 0; i < op.operands.size(); ++i) {
+    const ValueId o = op.operands[i];
+    const bool select_cond = op.kind == OpKind::Select && i == 0;
+    if (select_cond && K.type_of(o).lanes == 1 && w > 1) {
+      // One condition for a whole line: uniform stays scalar (LLVM selects whole vectors by
+      // it); varying is repeated over the lanes of each unit's line.
+      if (vary_[o]) replace(o, spread(v(o), w));
+      continue;
+    }
+    if (!vary_[o]) replace(o, widen(o));
+  }
+  wf_ = V_;
+  emit_scalar(op);
+  wf_ = 1;
+  for (auto it = saved.rbegin(); it != saved.rend(); ++it) vals_[it->first] = it->second;
+  vary_[r] = 1;
+  vaffine(op);
+}
+
+// Integer values of the form base + lane * stride are tracked through add, sub, mul, shl and
+// casts that keep or narrow the width, so that memory accesses can see consecutive indices.
+void Gen::vaffine(const ir::Op& op) {
+  const ir::Type& t = K.type_of(op.result);
+  if (t.lanes != 1 || !ir::is_int(t.elem)) return;
+  auto aff = [&](ValueId o) -> const Affine* {
+    auto it = affine_.find(o);
+    return it == affine_.end() ? nullptr : &it->second;
+  };
+  auto uniform = [&](ValueId o) { return !vary_[o]; };
+  auto multiple = [&](Value* x) {
+    auto* c = llvm::dyn_cast<llvm::ConstantInt>(x);
+    return c && c->getZExtValue() % static_cast<uint64_t>(V_) == 0;
+  };
+  const ValueId a = op.operands[0];
+  const ValueId b = op.operands.size() > 1 ? op.operands[1] : ir::kNoValue;
+  Affine out;
+  switch (op.kind) {
+    case OpKind::Add:
+      if (aff(a) && uniform(b)) {
+        out = {B.CreateAdd(aff(a)->base, v(b)), aff(a)->stride, aff(a)->aligned && multiple(v(b))};
+      } else if (uniform(a) && aff(b)) {
+        out = {B.CreateAdd(v(a), aff(b)->base), aff(b)->stride, aff(b)->aligned && multiple(v(a))};
+      } else if (aff(a) && aff(b)) {
+        out = {B.CreateAdd(aff(a)->base, aff(b)->base), B.CreateAdd(aff(a)->stride, aff(b)->stride),
+               false};
+      }
+      break;
+    case OpKind::Sub:
+      if (aff(a) && uniform(b)) {
+        out = {B.CreateSub(aff(a)->base, v(b)), aff(a)->stride, aff(a)->aligned && multiple(v(b))};
+      } else if (uniform(a) && aff(b)) {
+        out = {B.CreateSub(v(a), aff(b)->base), B.CreateNeg(aff(b)->stride), false};
+      } else if (aff(a) && aff(b)) {
+        out = {B.CreateSub(aff(a)->base, aff(b)->base), B.CreateSub(aff(a)->stride, aff(b)->stride),
+               false};
+      }
+      break;
+    case OpKind::Mul:
+      if (aff(a) && uniform(b)) {
+        out = {B.CreateMul(aff(a)->base, v(b)), B.CreateMul(aff(a)->stride, v(b)), false};
+      } else if (uniform(a) && aff(b)) {
+        out = {B.CreateMul(v(a), aff(b)->base), B.CreateMul(v(a), aff(b)->stride), false};
+      }
+      break;
+    case OpKind::Shl:
+      if (aff(a) && uniform(b)) {
+        const bool sgn = ir::is_signed(t.elem);
+        out = {shift(true, sgn, aff(a)->base, v(b)), shift(true, sgn, aff(a)->stride, v(b)), false};
+      }
+      break;
+    case OpKind::Cast: {
+      const ir::Type& from = K.type_of(a);
+      if (aff(a) && ir::is_int(from.elem) && ir::elem_bits(t.elem) <= ir::elem_bits(from.elem)) {
+        llvm::Type* to = scalar_ty(t.elem);
+        const bool same = ir::elem_bits(t.elem) == ir::elem_bits(from.elem);
+        out = {B.CreateIntCast(aff(a)->base, to, false), B.CreateIntCast(aff(a)->stride, to, false),
+               same && aff(a)->aligned};
+      }
+      break;
+    }
+    default:
+      break;
+  }
+  if (!out.base) return;
+  out.aligned = out.aligned && is_one(out.stride);
+  affine_[op.result] = out;
+}
+
+// unit-consecutive / c and % c for a constant c that is a multiple of the width: the lanes of
+// one vector share the quotient (a uniform value) and have consecutive remainders.
+bool Gen::vdivrem_uniform(const ir::Op& op) {
+  if (op.kind != OpKind::Div && op.kind != OpKind::Rem) return false;
+  const ir::Type& t = K.type_of(op.result);
+  if (t.lanes != 1 || !ir::is_int(t.elem) || ir::is_signed(t.elem)) return false;
+  auto it = affine_.find(op.operands[0]);
+  if (it == affine_.end() || !it->second.aligned || vary_[op.operands[1]]) return false;
+  auto* c = llvm::dyn_cast<llvm::ConstantInt>(v(op.operands[1]));
+  if (!c || c->isZero() || c->getZExtValue() % static_cast<uint64_t>(V_) != 0) return false;
+  Value* base = it->second.base;
+  if (op.kind == OpKind::Div) {
+    set(op.result, B.CreateUDiv(base, c));
+    vary_[op.result] = 0;
+    return true;
+  }
+  Value* rem = B.CreateURem(base, c);
+  set(op.result,
+      B.CreateAdd(B.CreateVectorSplat(static_cast<unsigned>(V_), rem), iota(scalar_ty(t.elem))));
+  vary_[op.result] = 1;
+  affine_[op.result] = Affine{rem, llvm::ConstantInt::get(rem->getType(), 1), true};
+  return true;
+}
+
+// ---- memory ----------------------------------------------------------------------------------
+
+// Checked mode, varying index: the lanes in bounds; the first lane out of bounds is reported.
+Value* Gen::vchecked_mask(const ir::Op& op, ValueId mem, ValueId index, Value* bound) {
+  const uint32_t site = access_site(op, mem);
+  Value* idx = v(index);
+  Value* in = B.CreateICmpULT(idx, B.CreateVectorSplat(static_cast<unsigned>(V_), bound));
+  Value* bad = B.CreateAnd(mask_, B.CreateNot(in));
+  auto* report = llvm::BasicBlock::Create(C, "outofbounds", F);
+  auto* cont = llvm::BasicBlock::Create(C, "checked", F);
+  B.CreateCondBr(any(bad), report, cont);
+  B.SetInsertPoint(report);
+  Value* lane = first_lane(bad);
+  call_fault(site, B.CreateExtractElement(idx, lane), bound, B.CreateAdd(vu_, lane));
+  B.CreateBr(cont);
+  B.SetInsertPoint(cont);
+  return B.CreateAnd(mask_, in);
+}
+
+Value* Gen::contiguous_load(ValueId mem, Value* base, Value* mask) {
+  const ir::Type& t = K.type_of(mem);
+  llvm::Type* vt = vec(mem_scalar_ty(t.elem), V_ * t.lanes);
+  Value* p = element_ptr(mem, base);
+  Value* x = is_true(mask) ? static_cast<Value*>(B.CreateAlignedLoad(vt, p, align_of(t)))
+                           : B.CreateMaskedLoad(vt, p, align_of(t), widen_mask(mask, t.lanes),
+                                                llvm::Constant::getNullValue(vt));
+  if (t.elem == ElemType::Bool) x = B.CreateICmpNE(x, llvm::Constant::getNullValue(vt));
+  return x;
+}
+
+void Gen::contiguous_store(ValueId mem, Value* base, Value* x, Value* mask) {
+  const ir::Type& t = K.type_of(mem);
+  llvm::Type* vt = vec(mem_scalar_ty(t.elem), V_ * t.lanes);
+  if (t.elem == ElemType::Bool) x = B.CreateZExt(x, vt);
+  Value* p = element_ptr(mem, base);
+  if (is_true(mask))
+    B.CreateAlignedStore(x, p, align_of(t));
+  else
+    B.CreateMaskedStore(x, p, align_of(t), widen_mask(mask, t.lanes));
+}
+
+// Pointers to the elements of line index[l] for every lane l.
+static Value* element_ptrs(llvm::IRBuilder<>& b, llvm::Type* elem, Value* base, Value* index,
+                           int lanes, int v) {
+  llvm::Type* i64 = b.getInt64Ty();
+  Value* i = b.CreateZExt(index, llvm::FixedVectorType::get(i64, static_cast<unsigned>(v)));
+  if (lanes > 1) {
+    std::vector<int> rep;
+    std::vector<llvm::Constant*> within;
+    for (int l = 0; l < v; ++l)
+      for (int j = 0; j < lanes; ++j) {
+        rep.push_back(l);
+        within.push_back(llvm::ConstantInt::get(i64, static_cast<uint64_t>(j)));
+      }
+    i = b.CreateShuffleVector(i, rep);
+    i = b.CreateAdd(
+        b.CreateMul(i, llvm::ConstantVector::getSplat(
+                           llvm::ElementCount::getFixed(static_cast<unsigned>(v * lanes)),
+                           llvm::ConstantInt::get(i64, static_cast<uint64_t>(lanes)))),
+        llvm::ConstantVector::get(within));
+  }
+  return b.CreateInBoundsGEP(elem, base, i);
+}
+
+Value* Gen::gather(ValueId mem, Value* index, Value* mask) {
+  const ir::Type& t = K.type_of(mem);
+  llvm::Type* vt = vec(mem_scalar_ty(t.elem), V_ * t.lanes);
+  Value* ptrs = element_ptrs(B, mem_scalar_ty(t.elem), mem_.at(mem).base, index, t.lanes, V_);
+  Value* x = B.CreateMaskedGather(vt, ptrs, align_of(t), widen_mask(mask, t.lanes),
+                                  llvm::Constant::getNullValue(vt));
+  if (t.elem == ElemType::Bool) x = B.CreateICmpNE(x, llvm::Constant::getNullValue(vt));
+  return x;
+}
+
+void Gen::scatter(ValueId mem, Value* index, Value* x, Value* mask) {
+  const ir::Type& t = K.type_of(mem);
+  llvm::Type* vt = vec(mem_scalar_ty(t.elem), V_ * t.lanes);
+  if (t.elem == ElemType::Bool) x = B.CreateZExt(x, vt);
+  Value* ptrs = element_ptrs(B, mem_scalar_ty(t.elem), mem_.at(mem).base, index, t.lanes, V_);
+  B.CreateMaskedScatter(x, ptrs, align_of(t), widen_mask(mask, t.lanes));
+}
+
+void Gen::vload(const ir::Op& op) {
+  const ValueId mem = op.operands[0], index = op.operands[1];
+  if (lane_local_.count(mem)) return vlocal_access(op);
+  if (!vary_[index]) return emit_scalar(op);  // one address: a scalar load, a uniform value
+  Value* mask = O.checked ? vchecked_mask(op, mem, index, mem_.at(mem).extent) : mask_;
+  Value* r = nullptr;
+  auto it = affine_.find(index);
+  if (it == affine_.end() ||
+      (llvm::isa<llvm::ConstantInt>(it->second.stride) && !is_one(it->second.stride))) {
+    r = gather(mem, v(index), mask);
+  } else {
+    const Affine a = it->second;
+    // Consecutive when the stride is 1 and base + lane does not wrap around 2^32.
+    Value* ok = a.aligned ? B.getTrue()
+                          : B.CreateICmpULE(
+                                a.base, B.getInt32(0xffffffffu - static_cast<uint32_t>(V_ - 1)));
+    if (!is_one(a.stride)) ok = B.CreateAnd(ok, B.CreateICmpEQ(a.stride, B.getInt32(1)));
+    if (ok == B.getTrue()) {
+      r = contiguous_load(mem, a.base, mask);
+    } else {
+      auto* seq = llvm::BasicBlock::Create(C, "load.contiguous", F);
+      auto* any_bb = llvm::BasicBlock::Create(C, "load.gather", F);
+      auto* merge = llvm::BasicBlock::Create(C, "load.done", F);
+      B.CreateCondBr(ok, seq, any_bb);
+      B.SetInsertPoint(seq);
+      Value* r1 = contiguous_load(mem, a.base, mask);
+      auto* seq_end = B.GetInsertBlock();
+      B.CreateBr(merge);
+      B.SetInsertPoint(any_bb);
+      Value* r2 = gather(mem, v(index), mask);
+      auto* any_end = B.GetInsertBlock();
+      B.CreateBr(merge);
+      B.SetInsertPoint(merge);
+      auto* phi = B.CreatePHI(r1->getType(), 2);
+      phi->addIncoming(r1, seq_end);
+      phi->addIncoming(r2, any_end);
+      r = phi;
+    }
+  }
+  set(op.result, r);
+  vary_[op.result] = 1;
+}
+
+void Gen::vstore(const ir::Op& op) {
+  const ValueId mem = op.operands[0], index = op.operands[1], value = op.operands[2];
+  if (lane_local_.count(mem)) return vlocal_access(op);
+  if (!vary_[index]) {
+    if (!vary_[value]) return emit_scalar(op);
+    // Every active lane stores to one address: the last one's value stays, as if the units had
+    // run in turn.
+    Value* saved = vals_[value];
+    vals_[value] = lane_value(value, last_lane(mask_));
+    emit_scalar(op);
+    vals_[value] = saved;
+    return;
+  }
+  Value* mask = O.checked ? vchecked_mask(op, mem, index, mem_.at(mem).extent) : mask_;
+  Value* x = widen(value);
+  auto it = affine_.find(index);
+  if (it == affine_.end() ||
+      (llvm::isa<llvm::ConstantInt>(it->second.stride) && !is_one(it->second.stride))) {
+    scatter(mem, v(index), x, mask);
+    return;
+  }
+  const Affine a = it->second;
+  Value* ok =
+      a.aligned ? B.getTrue()
+                : B.CreateICmpULE(a.base, B.getInt32(0xffffffffu - static_cast<uint32_t>(V_ - 1)));
+  if (!is_one(a.stride)) ok = B.CreateAnd(ok, B.CreateICmpEQ(a.stride, B.getInt32(1)));
+  if (ok == B.getTrue()) return contiguous_store(mem, a.base, x, mask);
+  auto* seq = llvm::BasicBlock::Create(C, "store.contiguous", F);
+  auto* any_bb = llvm::BasicBlock::Create(C, "store.scatter", F);
+  auto* merge = llvm::BasicBlock::Create(C, "store.done", F);
+  B.CreateCondBr(ok, seq, any_bb);
+  B.SetInsertPoint(seq);
+  contiguous_store(mem, a.base, x, mask);
+  B.CreateBr(merge);
+  B.SetInsertPoint(any_bb);
+  scatter(mem, v(index), x, mask);
+  B.CreateBr(merge);
+  B.SetInsertPoint(merge);
+}
+
+// A local array with a row per lane: line i of lane l is at element (i * V + l) * W.
+void Gen::vlocal_access(const ir::Op& op) {
+  const ValueId mem = op.operands[0], index = op.operands[1];
+  const ir::Type& t = K.type_of(mem);
+  const int w = t.lanes;
+  llvm::Type* et = mem_scalar_ty(t.elem);
+  llvm::Type* vt = vec(et, V_ * w);
+  const Mem& m = mem_.at(mem);
+  const bool is_load = op.kind == OpKind::Load;
+  // Lanes outside the mask keep their rows, unless the mask is the one the array was made under.
+  Value* mask = mask_;
+  const bool whole = is_true(mask_) || var_mask_.at(mem) == mask_;
+  if (!vary_[index]) {
+    auto access = [&]() -> Value* {
+      Value* row = B.CreateMul(B.CreateZExt(v(index), B.getInt64Ty()),
+                               B.getInt64(static_cast<uint64_t>(V_ * w)));
+      Value* p = B.CreateInBoundsGEP(et, m.base, row);
+      if (is_load) {
+        Value* x = B.CreateAlignedLoad(vt, p, align_of(t));
+        if (t.elem == ElemType::Bool) x = B.CreateICmpNE(x, llvm::Constant::getNullValue(vt));
+        return x;
+      }
+      Value* x = widen(op.operands[2]);
+      if (t.elem == ElemType::Bool) x = B.CreateZExt(x, vt);
+      if (whole)
+        B.CreateAlignedStore(x, p, align_of(t));
+      else
+        B.CreateMaskedStore(x, p, align_of(t), widen_mask(mask, w));
+      return nullptr;
+    };
+    Value* r = checked(op, mem, v(index),
+                       is_load ? ty(K.type_of(op.result).with_lanes(V_ * w)) : nullptr, access);
+    if (is_load) {
+      set(op.result, r);
+      vary_[op.result] = 1;
+    }
+    return;
+  }
+  if (O.checked) mask = vchecked_mask(op, mem, index, m.extent);
+  // Row index * V + lane, then the line's elements.
+  Value* idx =
+      B.CreateAdd(B.CreateMul(v(index), B.CreateVectorSplat(static_cast<unsigned>(V_),
+                                                            B.getInt32(static_cast<uint32_t>(V_)))),
+                  iota(B.getInt32Ty()));
+  Value* ptrs = element_ptrs(B, et, m.base, idx, w, V_);
+  if (is_load) {
+    Value* x = B.CreateMaskedGather(vt, ptrs, align_of(t), widen_mask(mask, w),
+                                    llvm::Constant::getNullValue(vt));
+    if (t.elem == ElemType::Bool) x = B.CreateICmpNE(x, llvm::Constant::getNullValue(vt));
+    set(op.result, x);
+    vary_[op.result] = 1;
+    return;
+  }
+  Value* x = widen(op.operands[2]);
+  if (t.elem == ElemType::Bool) x = B.CreateZExt(x, vt);
+  B.CreateMaskedScatter(x, ptrs, align_of(t), widen_mask(mask, w));
+}
+
+// Variables declared in the loop hold a vector (one line per lane); a write under a narrower
+// mask than the declaration's keeps the other lanes' values. Variables of the cube (uniform)
+// stay scalar.
+void Gen::vvar(const ir::Op& op) {
+  switch (op.kind) {
+    case OpKind::Var: {
+      const ir::Type line = K.type_of(op.operands[0]);
+      llvm::Type* vt = ty(line.with_lanes(V_ * line.lanes));
+      llvm::AllocaInst* a = entry_alloca(vt, nullptr, fmt::format("var{}", op.result));
+      vars_[op.result] = a;
+      var_mask_[op.result] = mask_;
+      B.CreateStore(widen(op.operands[0]), a);
+      return;
+    }
+    case OpKind::VarRead: {
+      llvm::AllocaInst* a = vars_.at(op.operands[0]);
+      set(op.result, B.CreateLoad(a->getAllocatedType(), a));
+      vary_[op.result] = var_mask_.count(op.operands[0]) ? 1 : 0;
+      return;
+    }
+    default: {
+      const ValueId var = op.operands[0], value = op.operands[1];
+      llvm::AllocaInst* a = vars_.at(var);
+      auto vm = var_mask_.find(var);
+      if (vm == var_mask_.end()) {
+        // A uniform variable: every active lane writes the same value.
+        B.CreateStore(vary_[value] ? lane_value(value, first_lane(mask_)) : v(value), a);
+        return;
+      }
+      Value* x = widen(value);
+      if (!is_true(mask_) && vm->second != mask_)
+        x = B.CreateSelect(widen_mask(mask_, K.type_of(value).lanes), x,
+                           B.CreateLoad(a->getAllocatedType(), a));
+      B.CreateStore(x, a);
+      return;
+    }
+  }
+}
+
+void Gen::vassert(const ir::Op& op) {
+  if (!vary_[op.operands[0]]) return emit_scalar(op);
+  const uint32_t id = static_cast<uint32_t>(info_.asserts.size());
+  info_.asserts.push_back(AssertSite{op.attr.s, K.loc_string(op.loc)});
+  Value* failed = B.CreateAnd(mask_, B.CreateNot(v(op.operands[0])));
+  auto* fail = llvm::BasicBlock::Create(C, "assert.fail", F);
+  auto* cont = llvm::BasicBlock::Create(C, "assert.ok", F);
+  B.CreateCondBr(any(failed), fail, cont);
+  B.SetInsertPoint(fail);
+  auto callee = M.getOrInsertFunction(
+      "kiln_rt_assert_failed",
+      llvm::FunctionType::get(
+          B.getVoidTy(), {B.getPtrTy(), B.getInt32Ty(), B.getInt32Ty(), B.getInt32Ty()}, false));
+  B.CreateCall(callee, {state_, B.getInt32(id), cube_, B.CreateAdd(vu_, first_lane(failed))});
+  B.CreateBr(cont);
+  B.SetInsertPoint(cont);
+}
+
+// Atomics and prints: the scalar code once per active lane, in unit order.
+void Gen::scalarize(const ir::Op& op) {
+  const ValueId r = op.result;
+  llvm::AllocaInst* out = nullptr;
+  int w = 1;
+  llvm::Type* et = nullptr;
+  if (r != ir::kNoValue) {
+    const ir::Type& t = K.type_of(r);
+    w = t.lanes;
+    et = mem_scalar_ty(t.elem);
+    out = entry_alloca(et, B.getInt32(static_cast<uint32_t>(V_ * w)), fmt::format("lanes{}", r));
+  }
+  for_each_lane(mask_, [&](Value* lane) {
+    std::vector<std::pair<ValueId, Value*>> saved;
+    for (ValueId o : op.operands) {
+      bool seen = false;
+      for (auto& s : saved) seen = seen || s.first == o;
+      if (seen || !vary_[o]) continue;
+      saved.emplace_back(o, vals_[o]);
+      vals_[o] = lane_value(o, lane);
+    }
+    unit_ = B.CreateAdd(vu_, lane, "unit");
+    emit_scalar(op);
+    unit_ = nullptr;
+    if (out) {
+      Value* x = vals_[r];
+      const ir::Type& t = K.type_of(r);
+      if (t.elem == ElemType::Bool) x = B.CreateZExt(x, vec(et, w));
+      Value* at = B.CreateMul(lane, B.getInt32(static_cast<uint32_t>(w)));
+      B.CreateStore(x, B.CreateInBoundsGEP(et, out, at));
+    }
+    for (auto it = saved.rbegin(); it != saved.rend(); ++it) vals_[it->first] = it->second;
+  });
+  if (!out) return;
+  llvm::Type* vt = vec(et, V_ * w);
+  Value* x = B.CreateLoad(vt, out);
+  if (K.type_of(r).elem == ElemType::Bool) x = B.CreateICmpNE(x, llvm::Constant::getNullValue(vt));
+  set(r, x);
+  vary_[r] = 1;
+}
+
+}  // namespace kiln::cpu::detail
