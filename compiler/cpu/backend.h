@@ -21,7 +21,7 @@ struct Target {
   int vector_bits = 128;  // widest SIMD register: 512 with AVX-512, 256 with AVX, else 128
   bool host = true;
   // Run the units of a cube in SIMD lanes (the unit vectorizer, docs/backends.md). On unless
-  // the environment sets KILN_CPU_VECTORIZE=0 when the target is parsed.
+  // the environment sets KILN_CPU_VECTORIZE=0 when the target is made.
   bool vectorize = true;
 
   // The widest useful line width for an element of `bytes` bytes (a power of two, <= 16).
@@ -30,6 +30,8 @@ struct Target {
   std::string describe() const;
 };
 
+// False when the environment sets KILN_CPU_VECTORIZE=0 (host_target and make_target read it).
+bool vectorize_from_environment();
 // The host CPU, from LLVM's host detection.
 Result<Target> host_target();
 // Another x86-64 CPU by LLVM name, with optional extra features ("+avx2,-avx512f").

@@ -2,8 +2,6 @@
 // and "cpu:NAME[:FEATURES]" (another x86-64 CPU, for inspection), the unit-loop pipeline, and
 // the stages llvm, llvm-opt and asm.
 #include <algorithm>
-#include <cstdlib>
-#include <string_view>
 
 #include <fmt/format.h>
 
@@ -50,8 +48,6 @@ class CpuBackend final : public backend::Backend {
           colon == std::string_view::npos ? std::string() : std::string(rest.substr(colon + 1)));
     }
     if (!t) return t.error();
-    if (const char* e = std::getenv("KILN_CPU_VECTORIZE"); e && std::string_view(e) == "0")
-      t->vectorize = false;
     backend::Target out;
     out.backend = this;
     out.name = std::string(text);

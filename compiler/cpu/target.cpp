@@ -1,11 +1,18 @@
 // CPU targets: the facts about a Target that need no LLVM (the backend's build may have none).
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 
 #include <fmt/format.h>
 
 #include "compiler/cpu/backend.h"
 
 namespace kiln::cpu {
+
+bool vectorize_from_environment() {
+  const char* e = std::getenv("KILN_CPU_VECTORIZE");
+  return !(e && std::string_view(e) == "0");
+}
 
 int Target::max_lanes(int bytes) const {
   int lanes = vector_bits / 8 / std::max(bytes, 1);

@@ -493,9 +493,11 @@ bool Gen::vector_op(const ir::Op& op) {
     case OpKind::AllocLocal: {
       const ir::Type& t = K.type_of(op.result);
       Mem m;
-      m.base = entry_alloca(mem_scalar_ty(t.elem),
-                            B.getInt32(t.count * t.lanes * static_cast<uint32_t>(V_)),
-                            fmt::format("local{}", op.result));
+      llvm::AllocaInst* rows = entry_alloca(
+          mem_scalar_ty(t.elem), B.getInt32(t.count * t.lanes * static_cast<uint32_t>(V_)),
+          fmt::format("local{}", op.result));
+      rows->setAlignment(llvm::Align(64));
+      m.base = rows;
       m.len = m.extent = B.getInt32(t.count);
       mem_[op.result] = std::move(m);
       lane_local_.insert(op.result);
@@ -1001,6 +1003,7 @@ void Gen::scalarize(const ir::Op& op) {
     w = t.lanes;
     et = mem_scalar_ty(t.elem);
     out = entry_alloca(et, B.getInt32(static_cast<uint32_t>(V_ * w)), fmt::format("lanes{}", r));
+    out->setAlignment(llvm::Align(64));  // read back as one vector
   }
   for_each_lane(mask_, [&](Value* lane) {
     std::vector<std::pair<ValueId, Value*>> saved;

@@ -1,0 +1,234 @@
+// The unit vectorizer (compiler/cpu/vectorize.cpp): every kernel here is compiled twice, with
+// units in SIMD lanes and one unit at a time, run on the same inputs, and the results compared
+// bit for bit (the kernels' semantics are exact). Cube sizes that are not multiples of the
+// vector test the partial last vector. Every other CPU test also runs in both modes: ctest runs
+// test_cpu, test_kernels and test_runtime again with KILN_CPU_VECTORIZE=0.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <string>
+
+#include "compiler/cpu/backend.h"
+#include "runtime/thread_pool.h"
+#include "tests/compiler/cpu/cpu_test_util.h"
+
+using namespace kiln;
+
+namespace {
+
+uint32_t div_up(uint64_t a, uint64_t b) {
+  return static_cast<uint32_t>((a + b - 1) / b);
+}
+
+ir::Kernel traced(const std::string& name, std::array<uint32_t, 3> cube) {
+  const dsl::KernelDef* def = dsl::Registry::global().find(name);
+  REQUIRE(def);
+  dsl::SpecOptions o;
+  o.cube_dim = cube;
+  auto sel = dsl::select(*def, o);
+  REQUIRE(sel.ok());
+  auto k = dsl::trace(*def, *sel->inst, sel->request);
+  INFO((k.ok() ? std::string() : k.error().message));
+  REQUIRE(k.ok());
+  return std::move(*k);
+}
+
+struct Pair {
+  std::unique_ptr<cpu::CompiledKernel> vec, scalar;
+  std::string vec_llvm;  // the vectorized kernel's LLVM IR before optimization
+};
+
+Pair compile_both(const std::string& name, std::array<uint32_t, 3> cube, bool checked = false) {
+  const ir::Kernel k = traced(name, cube);
+  auto lowered = backend::find("cpu")->prepare(k);
+  REQUIRE(lowered.ok());
+  Pair p;
+  for (bool vec : {true, false}) {
+    cpu::CompileOptions o;
+    o.target = test::host();
+    o.target.vectorize = vec;
+    o.checked = checked;
+    auto c = cpu::compile(*lowered, o);
+    INFO((c.ok() ? std::string() : c.error().message));
+    REQUIRE(c.ok());
+    (vec ? p.vec : p.scalar) = std::move(*c);
+    if (vec) {
+      auto text = cpu::emit_llvm(*lowered, o, false);
+      REQUIRE(text.ok());
+      p.vec_llvm = *text;
+    }
+  }
+  return p;
+}
+
+// The host vectorizes when it has vectors of more than one f32 (every x86-64 CPU does).
+void require_vector_code(const Pair& p) {
+  INFO(p.vec_llvm.substr(0, 4000));
+  REQUIRE(p.vec_llvm.find("units.body") != std::string::npos);
+  REQUIRE(p.vec_llvm.find(" x i32> ") != std::string::npos);
+}
+
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("vectorized: divergent control flow agrees with unit-by-unit", "[vectorize]") {
+  for (uint32_t cd : {64u, 7u, 33u, 100u}) {
+    INFO("cube_dim " << cd);
+    Pair p = compile_both("v_divergent", {cd, 1, 1});
+    require_vector_code(p);
+    const size_t n = 1000;
+    auto in = test::random_floats(n);
+    for (size_t i = 0; i < n; i += 17) in[i] = -0.95f;  // some reach the return in the loop
+    std::vector<float> out_v(n, 0), out_s(n, 0);
+    std::vector<uint32_t> st_v(n, 0), st_s(n, 0);
+    test::run(*p.vec, {div_up(n + 5, cd), 1, 1},
+              {test::tensor(in), test::tensor(out_v), test::tensor(st_v)});
+    test::run(*p.scalar, {div_up(n + 5, cd), 1, 1},
+              {test::tensor(in), test::tensor(out_s), test::tensor(st_s)});
+    REQUIRE(same_bits(out_v, out_s));
+    REQUIRE(same_bits(st_v, st_s));
+    // And the scalar result is what the kernel says (spot check of one unit's path).
+    const size_t i = 40;  // i % 13 == 1: one iteration (j = 0, adds 0); then the while_
+    float acc = 0;
+    uint32_t steps = 1;
+    while (steps < i % 7) {
+      ++steps;
+      acc = in[i] > 0.8f ? acc * 0.5f : in[i] < 0.0f ? acc - 1.0f : acc + 0.25f;
+    }
+    REQUIRE(st_s[i] == (in[i] < -0.9f ? st_s[i] : steps));
+    if (in[i] >= -0.5f) REQUIRE(out_s[i] == acc);
+  }
+}
+
+TEST_CASE("vectorized: gathers, scatters and colliding stores", "[vectorize]") {
+  for (uint32_t cd : {128u, 24u}) {
+    INFO("cube_dim " << cd);
+    Pair p = compile_both("v_gather_scatter", {cd, 1, 1});
+    require_vector_code(p);
+    const size_t n = 777;
+    auto in = test::random_floats(n);
+    std::vector<uint32_t> perm(n);
+    for (size_t i = 0; i < n; ++i) perm[i] = static_cast<uint32_t>((i * 389) % n);
+    std::vector<float> out_v(n, 0), out_s(n, 0), c_v(n, 0), c_s(n, 0);
+    ThreadPool one(1);  // colliding stores across cubes would race; within a cube they agree
+    for (auto* k : {p.vec.get(), p.scalar.get()}) {
+      const bool v = k == p.vec.get();
+      test::run(*k, {div_up(n, cd), 1, 1},
+                {test::tensor(in), test::tensor(perm), test::tensor(v ? out_v : out_s),
+                 test::tensor(v ? c_v : c_s)},
+                &one);
+    }
+    REQUIRE(same_bits(out_v, out_s));
+    REQUIRE(same_bits(c_v, c_s));
+    for (size_t i = 0; i < n; ++i) REQUIRE(out_s[perm[i]] == in[(i * 7) % n] + in[n - 1 - i]);
+    // The last unit of each group of three wins when units run in order.
+    REQUIRE(c_s[0] == in[2]);
+  }
+}
+
+TEST_CASE("vectorized: atomics at colliding addresses run lane by lane", "[vectorize]") {
+  Pair p = compile_both("v_atomics", {100, 1, 1});
+  const size_t n = 950;
+  std::vector<uint32_t> keys(n);
+  for (size_t i = 0; i < n; ++i) keys[i] = static_cast<uint32_t>((i * 31 + 7) % 97);
+  std::vector<uint32_t> h_v(13, 0), h_s(13, 0), o_v(n, 0), o_s(n, 0);
+  std::vector<int32_t> mm_v{-1000, 1000}, mm_s{-1000, 1000};
+  ThreadPool one(1);  // old values of global atomics depend on the order of the cubes
+  test::run(*p.vec, {div_up(n, 100), 1, 1},
+            {test::tensor(keys), test::tensor(h_v), test::tensor(o_v), test::tensor(mm_v)}, &one);
+  test::run(*p.scalar, {div_up(n, 100), 1, 1},
+            {test::tensor(keys), test::tensor(h_s), test::tensor(o_s), test::tensor(mm_s)}, &one);
+  REQUIRE(same_bits(h_v, h_s));
+  REQUIRE(same_bits(o_v, o_s));
+  REQUIRE(same_bits(mm_v, mm_s));
+  uint32_t total = 0;
+  for (size_t b = 0; b < 5; ++b) total += h_s[b];
+  REQUIRE(total == 2 * n);
+  total = 0;
+  for (size_t b = 5; b < 13; ++b) total += h_s[b];
+  REQUIRE(total == n);
+  REQUIRE(mm_s[0] == 96 - 50);
+  REQUIRE(mm_s[1] == -50);
+}
+
+TEST_CASE("vectorized: local arrays with a row per lane", "[vectorize]") {
+  for (uint32_t cd : {48u, 16u, 5u}) {
+    INFO("cube_dim " << cd);
+    Pair p = compile_both("v_local", {cd, 1, 1});
+    require_vector_code(p);
+    const size_t n = 48 * 5;
+    auto in = test::random_floats(n);
+    std::vector<float> out_v(n, 0), out_s(n, 0);
+    test::run(*p.vec, {div_up(n, cd), 1, 1}, {test::tensor(in), test::tensor(out_v)});
+    test::run(*p.scalar, {div_up(n, cd), 1, 1}, {test::tensor(in), test::tensor(out_s)});
+    REQUIRE(same_bits(out_v, out_s));
+    for (size_t i = 0; i < n; ++i) {
+      float row[8];
+      for (int k = 0; k < 8; ++k) row[k] = in[i] * static_cast<float>(k);
+      if (in[i] > 0) row[i % 8] = -in[i];
+      REQUIRE(out_s[i] == row[3] + row[(i * 5) % 8]);
+    }
+  }
+}
+
+TEST_CASE("vectorized: lines per unit", "[vectorize]") {
+  for (uint32_t cd : {32u, 3u}) {
+    INFO("cube_dim " << cd);
+    Pair p = compile_both("v_lines", {cd, 1, 1});
+    require_vector_code(p);
+    const size_t lines = 96;
+    auto in = test::random_floats(lines * 4);
+    std::vector<float> out_v(lines * 4, 0), out_s(lines * 4, 0);
+    test::run(*p.vec, {div_up(lines, cd), 1, 1}, {test::tensor(in), test::tensor(out_v)});
+    test::run(*p.scalar, {div_up(lines, cd), 1, 1}, {test::tensor(in), test::tensor(out_s)});
+    REQUIRE(same_bits(out_v, out_s));
+    for (size_t i = 0; i < lines; ++i) {
+      const size_t j = (i * 3) % lines;
+      const float s = in[i * 4] + in[j * 4 + 3];
+      for (size_t l = 0; l < 4; ++l) {
+        const float a = in[i * 4 + l], b = in[j * 4 + l];
+        const float want = s > 0 ? (l == 2 ? s : a * b) : a - b;
+        REQUIRE(out_s[i * 4 + l] == want);
+      }
+    }
+  }
+}
+
+TEST_CASE("vectorized: 2-D cubes", "[vectorize]") {
+  Pair p = compile_both("v_cube2d", {12, 5, 1});
+  require_vector_code(p);
+  const int64_t h = 23, w = 50;
+  auto in = test::random_floats(static_cast<size_t>(h * w));
+  std::vector<float> out_v(in.size(), 0), out_s(in.size(), 0);
+  test::run(*p.vec, {div_up(w, 12), div_up(h, 5), 1},
+            {test::tensor(in, {h, w}), test::tensor(out_v, {h, w})});
+  test::run(*p.scalar, {div_up(w, 12), div_up(h, 5), 1},
+            {test::tensor(in, {h, w}), test::tensor(out_s, {h, w})});
+  REQUIRE(same_bits(out_v, out_s));
+  for (int64_t y = 0; y < h; ++y)
+    for (int64_t x = 0; x < w; ++x) {
+      const size_t i = static_cast<size_t>(y * w + x);
+      REQUIRE(out_s[i] == in[i] * 2.0f + (x > 0 ? in[i - 1] : 0.0f));
+    }
+}
+
+TEST_CASE("vectorized: checked mode reports the first unit out of bounds", "[vectorize]") {
+  Pair p = compile_both("v_checked", {64, 1, 1}, true);
+  const size_t n = 100;
+  auto in = test::random_floats(150);  // units 75.. read past the end
+  std::vector<float> out_v(n, -1), out_s(n, -1);
+  auto rv = test::try_run(*p.vec, {2, 1, 1}, {test::tensor(in), test::tensor(out_v)});
+  auto rs = test::try_run(*p.scalar, {2, 1, 1}, {test::tensor(in), test::tensor(out_s)});
+  REQUIRE(!rv.ok());
+  REQUIRE(!rs.ok());
+  INFO(rs.error().message);
+  REQUIRE(rv.error().message == rs.error().message);
+  REQUIRE(rs.error().message.find("line index 150 is not below 150 (cube 1, unit 11)") !=
+          std::string::npos);  // absolute unit 75 reads in[150], the first past the end
+  REQUIRE(same_bits(out_v, out_s));
+  REQUIRE(out_s[80] == 1.0f);  // the load was skipped and gave zero
+}

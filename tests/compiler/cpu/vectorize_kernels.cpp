@@ -1,0 +1,113 @@
+// Kernels of the unit-vectorizer tests (test_vectorize.cpp): divergent control flow, gathers
+// and scatters, colliding atomics, local arrays, lines, checked mode. Registered for the CPU
+// tests and compiled for every CUDA target by the CUDA tests.
+#include "compiler/dsl/dsl.h"
+
+using namespace kiln::dsl;
+
+// Nested varying ifs, a loop with a varying trip count and break/continue inside, a while_ with
+// a varying condition, and early returns at several depths.
+void v_divergent(Tensor<const f32> in, Tensor<f32> out, Tensor<u32> steps) {
+  u32 i = absolute_pos();
+  if_(i >= in.len(), [&] { return_(); });
+  f32 x = in[i];
+  Var<f32> acc = 0.0f;
+  Var<u32> n = 0u;
+  for_range(0u, i % 13u, [&](u32 j) {
+    if_(j % 3u == 1u, [&] { continue_(); });
+    if_(acc > 2.0f, [&] { break_(); });
+    if_(x < -0.9f && j == 5u, [&] {
+      out[i] = -7.0f;
+      steps[i] = 99u;
+      return_();
+    });
+    acc += x * cast<f32>(j);
+    n += 1u;
+  });
+  while_([&] { return n < i % 7u; },
+         [&] {
+           n += 1u;
+           if_(x > 0.8f, [&] {
+             acc = acc * 0.5f;
+           }).else_if_(x < 0.0f, [&] {
+               acc -= 1.0f;
+             }).else_([&] { acc += 0.25f; });
+         });
+  if_(x < -0.5f, [&] {
+    out[i] = acc - 100.0f;
+    steps[i] = n;
+    return_();
+  });
+  out[i] = acc;
+  steps[i] = n;
+}
+KILN_KERNEL(v_divergent, "in, out, steps").cube_dim(64);
+
+// A permuted gather, a strided gather, and colliding scatters (several units store to one
+// element; the IR leaves the winner open, the two CPU modes agree on the last unit).
+void v_gather_scatter(Tensor<const f32> in, Tensor<const u32> perm, Tensor<f32> out,
+                      Tensor<f32> coll) {
+  u32 i = absolute_pos();
+  u32 n = in.len();
+  if_(i < n, [&] {
+    out[perm[i]] = in[(i * 7u) % n] + in[n - 1u - i];
+    coll[i / 3u] = in[i];
+  });
+}
+KILN_KERNEL(v_gather_scatter, "in, perm, out, coll").cube_dim(128);
+
+// Shared and global atomics at colliding addresses, with the old values kept.
+void v_atomics(Tensor<const u32> keys, Tensor<u32> hist, Tensor<u32> old, Tensor<i32> minmax) {
+  auto local = shared_array<u32>(8);
+  u32 u = unit_pos(), i = absolute_pos();
+  if_(u < 8u, [&] { local[u] = 0u; });
+  sync_cube();
+  if_(i < keys.len(), [&] {
+    u32 k = keys[i];
+    old[i] = atomic_add(local[k % 8u], 1u) + atomic_add(hist[k % 5u], 2u) * 1000u;
+    atomic_max(minmax[0], cast<i32>(k) - 50);
+    atomic_min(minmax[1], cast<i32>(k) - 50);
+  });
+  sync_cube();
+  if_(u < 8u, [&] { atomic_add(hist[5u + u], local[u]); });
+}
+KILN_KERNEL(v_atomics, "keys, hist, old, minmax").cube_dim(100);
+
+// A local array indexed by a uniform and by a varying index, written under a varying if.
+void v_local(Tensor<const f32> in, Tensor<f32> out) {
+  auto row = local_array<f32>(8);
+  u32 i = absolute_pos();
+  f32 x = in[i];
+  for_range(0u, 8u, [&](u32 k) { row[k] = x * cast<f32>(k); });
+  if_(x > 0.0f, [&] { row[i % 8u] = -x; });
+  out[i] = row[3] + row[(i * 5u) % 8u];
+}
+KILN_KERNEL(v_local, "in, out").cube_dim(48);
+
+// Lines of 4 per unit: line loads at consecutive and permuted indices, lanes extracted and
+// inserted per unit, a scalar condition selecting whole lines.
+void v_lines(Tensor<const f32> in, Tensor<f32> out) {
+  u32 i = absolute_pos();
+  auto a = in[i];
+  auto b = in[(i * 3u) % in.len()];
+  f32 s = extract(a, 0) + extract(b, 3);
+  auto c = insert(a * b, 2, s);
+  out[i] = select(s > 0.0f, c, a - b);
+}
+KILN_KERNEL(v_lines, "in: line=4, out: line=4").cube_dim(32);
+
+// A 2-D cube whose x extent is not a multiple of the vector: unit_pos_x/y are computed per lane.
+void v_cube2d(Tensor<const f32> in, Tensor<f32> out) {
+  u32 x = absolute_pos_x(), y = absolute_pos_y();
+  u32 h = in.shape(0), w = in.shape(1);
+  if_(y < h && x < w,
+      [&] { out(y, x) = in(y, x) * 2.0f + select(x > 0u, in(y, max(x, 1u) - 1u), 0.0f); });
+}
+KILN_KERNEL(v_cube2d, "in: rank=2, out: rank=2").cube_dim(12, 5);
+
+// Checked mode: some units read past the end; the first of them is reported, loads give zero.
+void v_checked(Tensor<const f32> in, Tensor<f32> out) {
+  u32 i = absolute_pos();
+  if_(i < out.len(), [&] { out[i] = in[i * 2u] + 1.0f; });
+}
+KILN_KERNEL(v_checked, "in, out").cube_dim(64);
