@@ -2,10 +2,16 @@
 // stage by name, checking a kernel's ops against a target.
 #include "compiler/backend.h"
 
+#include <dlfcn.h>
+
 #include <algorithm>
+#include <fstream>
+#include <iterator>
 #include <mutex>
 
 #include <fmt/format.h>
+
+#include <xxhash.h>
 
 #include "ir/printer.h"
 
@@ -105,6 +111,19 @@ const Backend* find(std::string_view name) {
   for (const Backend* b : all())
     if (b->name() == name) return b;
   return nullptr;
+}
+
+const std::string& code_id() {
+  static const std::string id = [] {
+    Dl_info info{};
+    if (!dladdr(reinterpret_cast<void*>(&code_id), &info) || !info.dli_fname)
+      return std::string("unknown");
+    std::ifstream f(info.dli_fname, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (bytes.empty()) return std::string("unknown");
+    return fmt::format("{:016x}", XXH3_64bits(bytes.data(), bytes.size()));
+  }();
+  return id;
 }
 
 Result<Target> parse_target(std::string_view text) {

@@ -126,6 +126,10 @@ void register_backend(const Backend* b);
 std::vector<const Backend*> all();
 const Backend* find(std::string_view name);
 // The backend whose target `text` is, parsed; the error lists the targets every backend takes.
+// An identity of the compiler's own code: a hash of the kiln_compiler library file, so that
+// a rebuilt or upgraded kiln never loads code an older build cached (part of every cache key).
+const std::string& code_id();
+
 Result<Target> parse_target(std::string_view text);
 
 }  // namespace kiln::backend

@@ -141,7 +141,8 @@ Result<std::shared_ptr<const LoadedKernel>> build(const detail::BuildRequest& re
   report.passes_ms = ms_since(t);
   // The content address: everything that determines the code.
   t = Clock::now();
-  const std::string versions = fmt::format("kiln {} / {}", KILN_VERSION, b.versions());
+  const std::string versions =
+      fmt::format("kiln {} (code {}) / {}", KILN_VERSION, backend::code_id(), b.versions());
   KILN_ASSIGN(std::string key_text, b.key_text(prepared, target, req.options));
   const std::string material =
       fmt::format("{}\n--\n{}\n--\nchecked={} fast_math={}\n--\n{}", key_text, target.key,

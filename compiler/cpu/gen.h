@@ -11,6 +11,7 @@
 // f32 and rounded back. Value names in the output follow the kiln value numbers (%v12).
 #pragma once
 
+#include <functional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -538,10 +539,13 @@ class Gen {
 
   Value* minmax(bool is_max, const ir::Type& t, Value* a, Value* b) {
     if (ir::is_float(t.elem)) {
-      Value* r = B.CreateBinaryIntrinsic(
-          is_max ? llvm::Intrinsic::maximumnum : llvm::Intrinsic::minimumnum, promote(a, t),
-          promote(b, t));
-      return demote(r, t);
+      // The IR leaves the order of -0 and +0 open, so this is x86's maxps/minps (a > b ? a : b,
+      // b when either is NaN) and one fix for a NaN b: the other operand, NaN only if both are.
+      // LLVM's maximumnum would also order the zeros: a chain of three more instructions.
+      Value* x = promote(a, t);
+      Value* y = promote(b, t);
+      Value* pick = B.CreateSelect(is_max ? B.CreateFCmpOGT(x, y) : B.CreateFCmpOLT(x, y), x, y);
+      return demote(B.CreateSelect(B.CreateFCmpUNO(y, y), x, pick), t);
     }
     const bool sgn = ir::is_signed(t.elem);
     llvm::Intrinsic::ID id = is_max ? (sgn ? llvm::Intrinsic::smax : llvm::Intrinsic::umax)
@@ -1185,6 +1189,20 @@ class Gen {
   void velementwise(const ir::Op& op);
   void vaffine(const ir::Op& op);
   bool vdivrem_uniform(const ir::Op& op);
+  struct Magic {
+    Value* m = nullptr;      // i32 magic multiplier
+    Value* shift = nullptr;  // i32
+    Value* small = nullptr;  // i1: d < 2
+  };
+  bool vdiv_by_uniform(const ir::Op& op);
+  bool vdiv_apply(const ir::Op& op, const Magic& mg);
+  bool multiple_of_width(Value* x, int depth);
+  struct Path {
+    std::function<Value*()> cond, emit;
+  };
+  Value* first_path(const std::vector<Path>& paths, const std::function<Value*()>& otherwise);
+  Value* stride_test(Value* index, Value* mask, int s, Value** base);
+  Value* stride2_load(ValueId mem, Value* base, Value* mask);
   void vload(const ir::Op& op);
   void vstore(const ir::Op& op);
   void vlocal_access(const ir::Op& op);
@@ -1198,6 +1216,8 @@ class Gen {
   Value* vchecked_mask(const ir::Op& op, ValueId mem, ValueId index, Value* bound);
   template <class Fn>
   void for_each_lane(Value* mask, Fn&& fn);
+  template <class Fn>
+  void for_each_lane_unrolled(Value* mask, Fn&& fn);
   Value* widen(ValueId id);
   Value* widen_mask(Value* m, int lanes);
   Value* spread(Value* x, int lanes);
@@ -1220,6 +1240,9 @@ class Gen {
   std::unordered_map<ValueId, Value*> var_mask_;  // vectorized variables -> mask at declaration
   std::unordered_set<ValueId> lane_local_;        // local arrays with a row per lane
   std::unordered_map<const ir::Region*, bool> escapes_, returns_;
+  llvm::BasicBlock* units_pre_ = nullptr;               // the block before the units loop
+  std::unordered_set<llvm::BasicBlock*> outer_blocks_;  // blocks before the units loop
+  std::unordered_map<Value*, Magic> magic_;             // divisors known before the loop
 };
 
 }  // namespace kiln::cpu::detail

@@ -133,6 +133,25 @@ void Gen::for_each_lane(Value* mask, Fn&& fn) {
   B.SetInsertPoint(exit);
 }
 
+// The same, unrolled: one block per lane with a constant lane number.
+template <class Fn>
+void Gen::for_each_lane_unrolled(Value* mask, Fn&& fn) {
+  for (int l = 0; l < V_; ++l) {
+    Value* lane = B.getInt32(static_cast<uint32_t>(l));
+    if (is_true(mask)) {
+      fn(lane);
+      continue;
+    }
+    auto* run = llvm::BasicBlock::Create(C, "lane.on", F);
+    auto* next = llvm::BasicBlock::Create(C, "lane.next", F);
+    B.CreateCondBr(B.CreateExtractElement(mask, static_cast<uint64_t>(l)), run, next);
+    B.SetInsertPoint(run);
+    fn(lane);
+    B.CreateBr(next);
+    B.SetInsertPoint(next);
+  }
+}
+
 // ---- the units loop --------------------------------------------------------------------------
 
 // How many units run at once: as many lines of the widest value of the body as fill a vector
@@ -185,6 +204,11 @@ void Gen::emit_units_vec(const ir::Op& op, int width) {
 
   V_ = width;
   vu_ = u;
+  units_pre_ = pre;
+  outer_blocks_.clear();
+  for (llvm::BasicBlock& bb : *F)
+    if (&bb != header && &bb != body && &bb != latch && &bb != exit) outer_blocks_.insert(&bb);
+  magic_.clear();
   Value* lanes = B.CreateAdd(B.CreateVectorSplat(static_cast<unsigned>(width), u),
                              iota(B.getInt32Ty()), "units");
   mask_ =
@@ -555,7 +579,7 @@ bool Gen::vector_op(const ir::Op& op) {
 
 // A pure op with a varying operand: its scalar code, on vectors V times as wide.
 void Gen::velementwise(const ir::Op& op) {
-  if (vdivrem_uniform(op)) return;
+  if (vdivrem_uniform(op) || vdiv_by_uniform(op)) return;
   const ValueId r = op.result;
   switch (op.kind) {
     case OpKind::Broadcast:
@@ -629,10 +653,7 @@ void Gen::vaffine(const ir::Op& op) {
     return it == affine_.end() ? nullptr : &it->second;
   };
   auto uniform = [&](ValueId o) { return !vary_[o]; };
-  auto multiple = [&](Value* x) {
-    auto* c = llvm::dyn_cast<llvm::ConstantInt>(x);
-    return c && c->getZExtValue() % static_cast<uint64_t>(V_) == 0;
-  };
+  auto multiple = [&](Value* x) { return multiple_of_width(x, 0); };
   const ValueId a = op.operands[0];
   const ValueId b = op.operands.size() > 1 ? op.operands[1] : ir::kNoValue;
   Affine out;
@@ -709,6 +730,97 @@ bool Gen::vdivrem_uniform(const ir::Op& op) {
       B.CreateAdd(B.CreateVectorSplat(static_cast<unsigned>(V_), rem), iota(scalar_ty(t.elem))));
   vary_[op.result] = 1;
   affine_[op.result] = Affine{rem, llvm::ConstantInt::get(rem->getType(), 1), true};
+  return true;
+}
+
+// Whether a uniform integer is a multiple of the width: constants, and products, shifts and
+// sums of such (cube_pos * cube_dim with a cube of 256 units, for instance).
+bool Gen::multiple_of_width(Value* x, int depth) {
+  if (auto* c = llvm::dyn_cast<llvm::ConstantInt>(x))
+    return c->getZExtValue() % static_cast<uint64_t>(V_) == 0;
+  auto* bo = llvm::dyn_cast<llvm::BinaryOperator>(x);
+  if (!bo || depth > 4) return false;
+  Value* a = bo->getOperand(0);
+  Value* b = bo->getOperand(1);
+  switch (bo->getOpcode()) {
+    case llvm::Instruction::Mul:
+      return multiple_of_width(a, depth + 1) || multiple_of_width(b, depth + 1);
+    case llvm::Instruction::Add:
+    case llvm::Instruction::Sub:
+      return multiple_of_width(a, depth + 1) && multiple_of_width(b, depth + 1);
+    case llvm::Instruction::Shl: {
+      auto* c = llvm::dyn_cast<llvm::ConstantInt>(b);
+      return multiple_of_width(a, depth + 1) ||
+             (c && c->getZExtValue() < 64 && (uint64_t{1} << c->getZExtValue()) % V_ == 0);
+    }
+    default:
+      return false;
+  }
+}
+
+// x / d and x % d for a varying u32 x and a uniform d known only at run time: x86 has no vector
+// division, so divide by multiplying with d's "magic number" (Granlund and Montgomery, as in
+// Hacker's Delight 10-8): with l = ceil(log2 d) and m = floor(2^32 * (2^l - d) / d) + 1,
+// t = mulhi(x, m) and x / d = (t + ((x - t) >> 1)) >> (l - 1), exact for every u32 x and d >= 2.
+// The magic number is computed once before the units loop when d is known there.
+bool Gen::vdiv_by_uniform(const ir::Op& op) {
+  if (op.kind != OpKind::Div && op.kind != OpKind::Rem) return false;
+  const ir::Type& t = K.type_of(op.result);
+  const ValueId x = op.operands[0], d = op.operands[1];
+  if (t.elem != ElemType::U32 || t.lanes != 1 || vary_[d] || !vary_[x]) return false;
+  Value* dv = v(d);
+  if (llvm::isa<llvm::Constant>(dv)) return false;  // LLVM divides by constants itself
+  Magic& mg = magic_[dv];
+  if (!mg.m) {
+    auto* inst = llvm::dyn_cast<llvm::Instruction>(dv);
+    const bool outside = !inst || outer_blocks_.count(inst->getParent());
+    llvm::IRBuilder<> b(C);
+    if (outside)
+      b.SetInsertPoint(units_pre_->getTerminator());
+    else
+      b.SetInsertPoint(B.GetInsertBlock(), B.GetInsertPoint());
+    Value* d2 = b.CreateSelect(b.CreateICmpULT(dv, b.getInt32(2)), b.getInt32(2), dv);
+    Value* l = b.CreateSub(b.getInt32(32),
+                           b.CreateBinaryIntrinsic(llvm::Intrinsic::ctlz,
+                                                   b.CreateSub(d2, b.getInt32(1)), b.getFalse()));
+    Value* d64 = b.CreateZExt(d2, b.getInt64Ty());
+    Value* top =
+        b.CreateShl(b.CreateSub(b.CreateShl(b.getInt64(1), b.CreateZExt(l, b.getInt64Ty())), d64),
+                    b.getInt64(32));
+    mg.m = b.CreateTrunc(b.CreateAdd(b.CreateUDiv(top, d64), b.getInt64(1)), b.getInt32Ty(),
+                         "magic");  // below 2^32
+    mg.shift = b.CreateSub(l, b.getInt32(1), "magic.shift");
+    mg.small = b.CreateICmpULT(dv, b.getInt32(2));
+    if (!outside) {
+      Magic keep = mg;
+      magic_.erase(dv);
+      return vdiv_apply(op, keep);
+    }
+  }
+  return vdiv_apply(op, mg);
+}
+
+bool Gen::vdiv_apply(const ir::Op& op, const Magic& mg) {
+  const ValueId x = op.operands[0], d = op.operands[1];
+  const unsigned n = static_cast<unsigned>(V_);
+  auto* v64 = llvm::FixedVectorType::get(B.getInt64Ty(), n);
+  auto* v32 = llvm::FixedVectorType::get(B.getInt32Ty(), n);
+  Value* xv = v(x);
+  Value* prod = B.CreateMul(B.CreateZExt(xv, v64),
+                            B.CreateVectorSplat(n, B.CreateZExt(mg.m, B.getInt64Ty())));
+  Value* hi = B.CreateTrunc(B.CreateLShr(prod, llvm::ConstantInt::get(v64, 32)), v32);
+  Value* q = B.CreateAdd(hi, B.CreateLShr(B.CreateSub(xv, hi), llvm::ConstantInt::get(v32, 1)));
+  q = B.CreateLShr(q, B.CreateVectorSplat(n, mg.shift));
+  // d == 1: x; d == 0: 0 (the IR's x / 0).
+  Value* dv = v(d);
+  Value* small_q =
+      B.CreateSelect(B.CreateICmpEQ(dv, B.getInt32(0)), llvm::Constant::getNullValue(v32), xv);
+  q = B.CreateSelect(mg.small, small_q, q);
+  Value* r = q;
+  if (op.kind == OpKind::Rem)  // x - q * d; x % 0 == x follows from q == 0
+    r = B.CreateSub(xv, B.CreateMul(q, B.CreateVectorSplat(n, dv)));
+  set(op.result, r);
+  vary_[op.result] = 1;
   return true;
 }
 
@@ -794,44 +906,98 @@ void Gen::scatter(ValueId mem, Value* index, Value* x, Value* mask) {
   B.CreateMaskedScatter(x, ptrs, align_of(t), widen_mask(mask, t.lanes));
 }
 
+// Emits each path whose condition holds, in order, else the last one; merges their values.
+Value* Gen::first_path(const std::vector<Path>& paths, const std::function<Value*()>& otherwise) {
+  auto* merge = llvm::BasicBlock::Create(C, "access.done", F);
+  std::vector<std::pair<Value*, llvm::BasicBlock*>> in;
+  for (const Path& p : paths) {
+    Value* ok = p.cond();
+    auto* yes = llvm::BasicBlock::Create(C, "access.fast", F);
+    auto* no = llvm::BasicBlock::Create(C, "access.next", F);
+    B.CreateCondBr(ok, yes, no);
+    B.SetInsertPoint(yes);
+    Value* x = p.emit();
+    in.emplace_back(x, B.GetInsertBlock());
+    B.CreateBr(merge);
+    B.SetInsertPoint(no);
+  }
+  Value* x = otherwise();
+  in.emplace_back(x, B.GetInsertBlock());
+  B.CreateBr(merge);
+  B.SetInsertPoint(merge);
+  if (!x) return nullptr;
+  auto* phi = B.CreatePHI(x->getType(), static_cast<unsigned>(in.size()));
+  for (auto& [val, bb] : in) phi->addIncoming(val, bb);
+  return phi;
+}
+
+// Whether the active lanes of `index` are base + lane * s for base = index[0] (returned), not
+// wrapping around 2^32 over the vector: one compare of the whole vector.
+Value* Gen::stride_test(Value* index, Value* mask, int s, Value** base) {
+  // From lane 0 (one move out of the vector); when lane 0 is off and does not fit, the caller's
+  // general path runs.
+  *base = B.CreateExtractElement(index, uint64_t{0});
+  Value* want = B.CreateAdd(
+      B.CreateVectorSplat(static_cast<unsigned>(V_), *base),
+      B.CreateMul(iota(B.getInt32Ty()), B.CreateVectorSplat(static_cast<unsigned>(V_),
+                                                            B.getInt32(static_cast<uint32_t>(s)))));
+  Value* wrong = B.CreateAnd(mask, B.CreateICmpNE(index, want));
+  Value* none_wrong = B.CreateICmpEQ(B.CreateBitCast(wrong, B.getIntNTy(V_)), B.getIntN(V_, 0));
+  Value* no_wrap =
+      B.CreateICmpULE(*base, B.getInt32(0xffffffffu - static_cast<uint32_t>(s * (V_ - 1))));
+  return B.CreateAnd(none_wrong, no_wrap, "stride.ok");
+}
+
+// Lanes at base, base + 2, ...: the even elements of a masked load of twice the width.
+Value* Gen::stride2_load(ValueId mem, Value* base, Value* mask) {
+  const ir::Type& t = K.type_of(mem);
+  llvm::Type* et = mem_scalar_ty(t.elem);
+  llvm::Type* wide = vec(et, 2 * V_);
+  std::vector<int> spread_even, pick_even;
+  for (int l = 0; l < 2 * V_; ++l) spread_even.push_back(l % 2 == 0 ? l / 2 : V_);
+  for (int l = 0; l < V_; ++l) pick_even.push_back(2 * l);
+  Value* m2 =
+      B.CreateShuffleVector(mask, llvm::Constant::getNullValue(mask->getType()), spread_even);
+  Value* x2 = B.CreateMaskedLoad(wide, element_ptr(mem, base), align_of(t), m2,
+                                 llvm::Constant::getNullValue(wide));
+  Value* x = B.CreateShuffleVector(x2, pick_even);
+  if (t.elem == ElemType::Bool) x = B.CreateICmpNE(x, llvm::Constant::getNullValue(x->getType()));
+  return x;
+}
+
 void Gen::vload(const ir::Op& op) {
   const ValueId mem = op.operands[0], index = op.operands[1];
   if (lane_local_.count(mem)) return vlocal_access(op);
   if (!vary_[index]) return emit_scalar(op);  // one address: a scalar load, a uniform value
   Value* mask = O.checked ? vchecked_mask(op, mem, index, mem_.at(mem).extent) : mask_;
+  Value* idx = v(index);
+  auto gathered = [&] { return gather(mem, idx, mask); };
   Value* r = nullptr;
   auto it = affine_.find(index);
-  if (it == affine_.end() ||
-      (llvm::isa<llvm::ConstantInt>(it->second.stride) && !is_one(it->second.stride))) {
-    r = gather(mem, v(index), mask);
-  } else {
+  if (it != affine_.end() && is_one(it->second.stride)) {
+    // base + unit: consecutive unless base + lane wraps around 2^32.
     const Affine a = it->second;
-    // Consecutive when the stride is 1 and base + lane does not wrap around 2^32.
-    Value* ok = a.aligned ? B.getTrue()
-                          : B.CreateICmpULE(
-                                a.base, B.getInt32(0xffffffffu - static_cast<uint32_t>(V_ - 1)));
-    if (!is_one(a.stride)) ok = B.CreateAnd(ok, B.CreateICmpEQ(a.stride, B.getInt32(1)));
-    if (ok == B.getTrue()) {
+    if (a.aligned) {
       r = contiguous_load(mem, a.base, mask);
     } else {
-      auto* seq = llvm::BasicBlock::Create(C, "load.contiguous", F);
-      auto* any_bb = llvm::BasicBlock::Create(C, "load.gather", F);
-      auto* merge = llvm::BasicBlock::Create(C, "load.done", F);
-      B.CreateCondBr(ok, seq, any_bb);
-      B.SetInsertPoint(seq);
-      Value* r1 = contiguous_load(mem, a.base, mask);
-      auto* seq_end = B.GetInsertBlock();
-      B.CreateBr(merge);
-      B.SetInsertPoint(any_bb);
-      Value* r2 = gather(mem, v(index), mask);
-      auto* any_end = B.GetInsertBlock();
-      B.CreateBr(merge);
-      B.SetInsertPoint(merge);
-      auto* phi = B.CreatePHI(r1->getType(), 2);
-      phi->addIncoming(r1, seq_end);
-      phi->addIncoming(r2, any_end);
-      r = phi;
+      r = first_path({{[&] {
+                         return B.CreateICmpULE(
+                             a.base, B.getInt32(0xffffffffu - static_cast<uint32_t>(V_ - 1)));
+                       },
+                       [&] { return contiguous_load(mem, a.base, mask); }}},
+                     gathered);
     }
+  } else if (K.type_of(mem).lanes == 1) {
+    // Test at run time for the common shapes (a row of a tensor whose strides are parameters,
+    // every other element of one).
+    Value *base1 = nullptr, *base2 = nullptr;
+    r = first_path({{[&] { return stride_test(idx, mask, 1, &base1); },
+                     [&] { return contiguous_load(mem, base1, mask); }},
+                    {[&] { return stride_test(idx, mask, 2, &base2); },
+                     [&] { return stride2_load(mem, base2, mask); }}},
+                   gathered);
+  } else {
+    r = gathered();
   }
   set(op.result, r);
   vary_[op.result] = 1;
@@ -852,29 +1018,37 @@ void Gen::vstore(const ir::Op& op) {
   }
   Value* mask = O.checked ? vchecked_mask(op, mem, index, mem_.at(mem).extent) : mask_;
   Value* x = widen(value);
+  Value* idx = v(index);
+  auto scattered = [&]() -> Value* {
+    scatter(mem, idx, x, mask);
+    return nullptr;
+  };
   auto it = affine_.find(index);
-  if (it == affine_.end() ||
-      (llvm::isa<llvm::ConstantInt>(it->second.stride) && !is_one(it->second.stride))) {
-    scatter(mem, v(index), x, mask);
+  if (it != affine_.end() && is_one(it->second.stride)) {
+    const Affine a = it->second;
+    if (a.aligned) return contiguous_store(mem, a.base, x, mask);
+    first_path({{[&] {
+                   return B.CreateICmpULE(a.base,
+                                          B.getInt32(0xffffffffu - static_cast<uint32_t>(V_ - 1)));
+                 },
+                 [&]() -> Value* {
+                   contiguous_store(mem, a.base, x, mask);
+                   return nullptr;
+                 }}},
+               scattered);
     return;
   }
-  const Affine a = it->second;
-  Value* ok =
-      a.aligned ? B.getTrue()
-                : B.CreateICmpULE(a.base, B.getInt32(0xffffffffu - static_cast<uint32_t>(V_ - 1)));
-  if (!is_one(a.stride)) ok = B.CreateAnd(ok, B.CreateICmpEQ(a.stride, B.getInt32(1)));
-  if (ok == B.getTrue()) return contiguous_store(mem, a.base, x, mask);
-  auto* seq = llvm::BasicBlock::Create(C, "store.contiguous", F);
-  auto* any_bb = llvm::BasicBlock::Create(C, "store.scatter", F);
-  auto* merge = llvm::BasicBlock::Create(C, "store.done", F);
-  B.CreateCondBr(ok, seq, any_bb);
-  B.SetInsertPoint(seq);
-  contiguous_store(mem, a.base, x, mask);
-  B.CreateBr(merge);
-  B.SetInsertPoint(any_bb);
-  scatter(mem, v(index), x, mask);
-  B.CreateBr(merge);
-  B.SetInsertPoint(merge);
+  if (K.type_of(mem).lanes != 1) {
+    scattered();
+    return;
+  }
+  Value* base = nullptr;
+  first_path({{[&] { return stride_test(idx, mask, 1, &base); },
+               [&]() -> Value* {
+                 contiguous_store(mem, base, x, mask);
+                 return nullptr;
+               }}},
+             scattered);
 }
 
 // A local array with a row per lane: line i of lane l is at element (i * V + l) * W.
@@ -1005,7 +1179,7 @@ void Gen::scalarize(const ir::Op& op) {
     out = entry_alloca(et, B.getInt32(static_cast<uint32_t>(V_ * w)), fmt::format("lanes{}", r));
     out->setAlignment(llvm::Align(64));  // read back as one vector
   }
-  for_each_lane(mask_, [&](Value* lane) {
+  auto one_lane = [&](Value* lane) {
     std::vector<std::pair<ValueId, Value*>> saved;
     for (ValueId o : op.operands) {
       bool seen = false;
@@ -1025,7 +1199,13 @@ void Gen::scalarize(const ir::Op& op) {
       B.CreateStore(x, B.CreateInBoundsGEP(et, out, at));
     }
     for (auto it = saved.rbegin(); it != saved.rend(); ++it) vals_[it->first] = it->second;
-  });
+  };
+  // Atomics run in line, one block per lane (constant lane numbers extract cheaply); prints,
+  // rarer and larger, in a loop over the active lanes.
+  if (op.kind == OpKind::Print)
+    for_each_lane(mask_, one_lane);
+  else
+    for_each_lane_unrolled(mask_, one_lane);
   if (!out) return;
   llvm::Type* vt = vec(et, V_ * w);
   Value* x = B.CreateLoad(vt, out);

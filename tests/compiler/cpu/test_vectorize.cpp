@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <random>
 #include <string>
 
 #include "compiler/cpu/backend.h"
@@ -231,4 +232,29 @@ TEST_CASE("vectorized: checked mode reports the first unit out of bounds", "[vec
           std::string::npos);  // absolute unit 75 reads in[150], the first past the end
   REQUIRE(same_bits(out_v, out_s));
   REQUIRE(out_s[80] == 1.0f);  // the load was skipped and gave zero
+}
+
+TEST_CASE("vectorized: division by a divisor known at run time", "[vectorize]") {
+  Pair p = compile_both("v_divmod", {64, 1, 1});
+  require_vector_code(p);
+  REQUIRE(p.vec_llvm.find("magic") != std::string::npos);
+  std::vector<uint32_t> x;
+  for (uint32_t v : {0u, 1u, 2u, 3u, 6u, 7u, 8u, 100u, 65535u, 65536u, 0x7fffffffu, 0x80000000u,
+                     0x80000001u, 0xfffffffeu, 0xffffffffu})
+    x.push_back(v);
+  std::mt19937 g(5);
+  while (x.size() < 1000) x.push_back(static_cast<uint32_t>(g()) >> (g() % 32));
+  const size_t n = x.size();
+  for (uint32_t d : {0u, 1u, 2u, 3u, 5u, 7u, 10u, 16u, 641u, 65537u, 0x7fffffffu, 0x80000000u,
+                     0x80000001u, 0xfffffffeu, 0xffffffffu, static_cast<uint32_t>(g())}) {
+    INFO("d = " << d);
+    std::vector<uint32_t> q(n), r(n);
+    test::run(*p.vec, {div_up(n, 64), 1, 1},
+              {test::tensor(x), test::tensor(q), test::tensor(r), test::scalar_u32(d)});
+    for (size_t i = 0; i < n; ++i) {
+      INFO("x = " << x[i]);
+      REQUIRE(q[i] == (d ? x[i] / d : 0u));
+      REQUIRE(r[i] == (d ? x[i] % d : x[i]));
+    }
+  }
 }

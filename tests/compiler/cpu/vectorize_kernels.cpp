@@ -111,3 +111,14 @@ void v_checked(Tensor<const f32> in, Tensor<f32> out) {
   if_(i < out.len(), [&] { out[i] = in[i * 2u] + 1.0f; });
 }
 KILN_KERNEL(v_checked, "in, out").cube_dim(64);
+
+// Division and remainder of varying values by a divisor known only at run time (multiplication
+// by a magic number in vector code).
+void v_divmod(Tensor<const u32> x, Tensor<u32> q, Tensor<u32> r, u32 d) {
+  u32 i = absolute_pos();
+  if_(i < x.len(), [&] {
+    q[i] = x[i] / d;
+    r[i] = x[i] % d;
+  });
+}
+KILN_KERNEL(v_divmod, "x, q, r, d").cube_dim(64);
