@@ -11,6 +11,7 @@
 // f32 and rounded back. Value names in the output follow the kiln value numbers (%v12).
 #pragma once
 
+#include <cmath>
 #include <functional>
 #include <unordered_map>
 #include <unordered_set>
@@ -741,6 +742,25 @@ class Gen {
     return B.CreateBitCast(B.CreateOr(bits, inexact), f32);
   }
 
+  // float -> int for vectors: x86 converts vectors only within the target's range, and LLVM
+  // expands fptosi.sat/fptoui.sat on vectors lane by lane with branches. Clamp into the range,
+  // convert, then put in the saturated ends and NaN -> 0 with selects.
+  Value* saturating_cast(Value* x, llvm::Type* dst, bool sgn) {
+    const unsigned bits = dst->getScalarSizeInBits();
+    llvm::Type* ft = x->getType();
+    const double lo = sgn ? -std::ldexp(1.0, static_cast<int>(bits) - 1) : 0.0;
+    const double hi = std::ldexp(1.0, static_cast<int>(bits) - (sgn ? 1 : 0));  // exclusive
+    Value* at_hi = B.CreateFCmpOGE(x, llvm::ConstantFP::get(ft, hi));
+    Value* c = B.CreateSelect(B.CreateFCmpOGT(x, llvm::ConstantFP::get(ft, lo)), x,
+                              llvm::ConstantFP::get(ft, lo));  // NaN -> lo, fixed below
+    c = B.CreateSelect(at_hi, llvm::ConstantFP::get(ft, 0.0), c);
+    Value* r = sgn ? B.CreateFPToSI(c, dst) : B.CreateFPToUI(c, dst);
+    const llvm::APInt max =
+        sgn ? llvm::APInt::getSignedMaxValue(bits) : llvm::APInt::getMaxValue(bits);
+    r = B.CreateSelect(at_hi, llvm::ConstantInt::get(dst, max), r);
+    return B.CreateSelect(B.CreateFCmpUNO(x, x), llvm::Constant::getNullValue(dst), r);
+  }
+
   Value* cast(const ir::Op& op) {
     const ir::Type& from = type(op.operands[0]);
     const ir::Type& to = type(op.result);
@@ -763,6 +783,7 @@ class Gen {
     }
     if (ff) {  // float -> int: round toward zero, saturate, NaN -> 0
       Value* x = promote(a, from);
+      if (x->getType()->isVectorTy()) return saturating_cast(x, dst, ir::is_signed(to.elem));
       return B.CreateIntrinsic(
           ir::is_signed(to.elem) ? llvm::Intrinsic::fptosi_sat : llvm::Intrinsic::fptoui_sat,
           {dst, x->getType()}, {x});

@@ -436,6 +436,13 @@ void Gen::vfor(const ir::Op& op) {
     set(arg,
         B.CreateAdd(start, B.CreateMul(B.CreateVectorSplat(static_cast<unsigned>(V_), k), step)));
     vary_[arg] = 1;
+    // A grid-stride loop: an affine start and a uniform step keep the index affine.
+    auto a = affine_.find(op.operands[0]);
+    if (a != affine_.end() && !vary_[op.operands[1]] && !vary_[op.operands[2]]) {
+      Value* st = v(op.operands[2]);
+      affine_[arg] = Affine{B.CreateAdd(a->second.base, B.CreateMul(k, st)), a->second.stride,
+                            a->second.aligned && multiple_of_width(st, 0)};
+    }
   } else {
     set(arg, B.CreateAdd(start, B.CreateMul(k, step)));
     vary_[arg] = 0;
@@ -1200,12 +1207,28 @@ void Gen::scalarize(const ir::Op& op) {
     }
     for (auto it = saved.rbegin(); it != saved.rend(); ++it) vals_[it->first] = it->second;
   };
-  // Atomics run in line, one block per lane (constant lane numbers extract cheaply); prints,
-  // rarer and larger, in a loop over the active lanes.
-  if (op.kind == OpKind::Print)
+  // When every lane is active (the common case of atomics), straight-line code for each lane
+  // with constant lane numbers (cheap extracts, no branches); otherwise, and for prints, a loop
+  // over the active lanes.
+  if (op.kind == OpKind::Print) {
     for_each_lane(mask_, one_lane);
-  else
+  } else if (is_true(mask_)) {
     for_each_lane_unrolled(mask_, one_lane);
+  } else {
+    auto* all = llvm::BasicBlock::Create(C, "lanes.all", F);
+    auto* some = llvm::BasicBlock::Create(C, "lanes.some", F);
+    auto* done = llvm::BasicBlock::Create(C, "lanes.done", F);
+    B.CreateCondBr(B.CreateICmpEQ(B.CreateBitCast(mask_, B.getIntNTy(V_)),
+                                  llvm::ConstantInt::getAllOnesValue(B.getIntNTy(V_))),
+                   all, some);
+    B.SetInsertPoint(all);
+    for_each_lane_unrolled(llvm::Constant::getAllOnesValue(mask_->getType()), one_lane);
+    B.CreateBr(done);
+    B.SetInsertPoint(some);
+    for_each_lane(mask_, one_lane);
+    B.CreateBr(done);
+    B.SetInsertPoint(done);
+  }
   if (!out) return;
   llvm::Type* vt = vec(et, V_ * w);
   Value* x = B.CreateLoad(vt, out);
