@@ -73,6 +73,10 @@ class Gen {
     for (const ir::Op& op : K.body.ops)
       if (op.kind == OpKind::AllocShared) place_shared(op);
 
+    if (rows_schedule()) {
+      emit_cube_rows();
+      return verified();
+    }
     auto* header = llvm::BasicBlock::Create(C, "cube.header", F);
     auto* body = llvm::BasicBlock::Create(C, "cube.body", F);
     cube_latch_ = llvm::BasicBlock::Create(C, "cube.latch", F);
@@ -83,11 +87,7 @@ class Gen {
     c->addIncoming(F->getArg(1), entry_);
     B.CreateCondBr(B.CreateICmpULT(c, F->getArg(2)), body, exit);
     B.SetInsertPoint(body);
-    cube_ = c;
-    cube_pos_[0] = c;
-    cube_pos_[1] = B.CreateURem(c, cube_count_[1], "cube.x");
-    cube_pos_[2] = B.CreateURem(B.CreateUDiv(c, cube_count_[1]), cube_count_[2], "cube.y");
-    cube_pos_[3] = B.CreateUDiv(c, B.CreateMul(cube_count_[1], cube_count_[2]), "cube.z");
+    set_cube(c);
     region(K.body);
     if (!B.GetInsertBlock()->getTerminator()) B.CreateBr(cube_latch_);
     B.SetInsertPoint(cube_latch_);
@@ -96,7 +96,18 @@ class Gen {
     B.CreateBr(header);
     B.SetInsertPoint(exit);
     B.CreateRetVoid();
+    return verified();
+  }
 
+  void set_cube(Value* c) {
+    cube_ = c;
+    cube_pos_[0] = c;
+    cube_pos_[1] = B.CreateURem(c, cube_count_[1], "cube.x");
+    cube_pos_[2] = B.CreateURem(B.CreateUDiv(c, cube_count_[1]), cube_count_[2], "cube.y");
+    cube_pos_[3] = B.CreateUDiv(c, B.CreateMul(cube_count_[1], cube_count_[2]), "cube.z");
+  }
+
+  Status verified() {
     std::string err;
     llvm::raw_string_ostream es(err);
     if (llvm::verifyFunction(*F, &es))
@@ -466,8 +477,8 @@ class Gen {
 
   void emit_units(const ir::Op& op) {
     if (const int width = units_width(op); width > 1) return emit_units_vec(op, width);
-    Value* start = v(op.operands[0]);
-    Value* end = v(op.operands[1]);
+    Value* start = range_.start ? range_.start : v(op.operands[0]);
+    Value* end = range_.end ? range_.end : v(op.operands[1]);
     auto* pre = B.GetInsertBlock();
     auto* header = llvm::BasicBlock::Create(C, "units.header", F);
     auto* body = llvm::BasicBlock::Create(C, "units.body", F);
@@ -1199,6 +1210,8 @@ class Gen {
     bool aligned = false;  // stride 1 and base a multiple of V_
   };
 
+  bool rows_schedule();
+  void emit_cube_rows();
   int units_width(const ir::Op& units);
   void emit_units_vec(const ir::Op& op, int width);
   bool vector_op(const ir::Op& op);
@@ -1252,6 +1265,13 @@ class Gen {
   bool has_return(const ir::Region& r);
   bool loop_needs_mask(const ir::Op& op);
 
+  // The cube-row schedule: the units loop runs over [start, end) of the cube, not all of it.
+  struct UnitsRange {
+    Value* start = nullptr;
+    Value* end = nullptr;
+    bool aligned = false;  // start is a multiple of the vector width
+  };
+  UnitsRange range_;
   int V_ = 0;  // lanes of the vectorized units loop being emitted; 0 outside one
   int wf_ = 1;
   Value* vu_ = nullptr;    // the unit index of lane 0

@@ -152,6 +152,91 @@ void Gen::for_each_lane_unrolled(Value* mask, Fn&& fn) {
   }
 }
 
+// ---- the cube-row schedule -------------------------------------------------------------------
+
+// A kernel whose units are independent (one units loop over the whole cube, no shared memory,
+// nothing else per cube but uniform arithmetic) with 2-D or 3-D cubes: run a row of cubes one
+// row of units at a time, so that memory is read in long rows as a CPU's prefetchers want
+// (a 16 x 16 cube alone reads 16 rows of 64 bytes). The order of units is the IR's to choose.
+bool Gen::rows_schedule() {
+  if (!O.target.vectorize || K.cube_dim[1] * K.cube_dim[2] == 1) return false;
+  int units = 0;
+  for (const ir::Op& op : K.body.ops) {
+    if (op.kind == OpKind::Units) {
+      ++units;
+      continue;
+    }
+    if (units > 0) return false;  // something after the units loop
+    if (!ir::has_flag(op.kind, ir::op_flags::Pure) || !op.regions.empty()) return false;
+  }
+  if (units != 1) return false;
+  const ir::Op& u = K.body.ops.back();
+  auto bound = [&](ValueId id, uint64_t want) {
+    for (const ir::Op& op : K.body.ops)
+      if (op.result == id) return op.kind == OpKind::Const && op.attr.i == want;
+    return false;
+  };
+  return bound(u.operands[0], 0) && bound(u.operands[1], K.units_per_cube());
+}
+
+void Gen::emit_cube_rows() {
+  llvm::Type* i32 = B.getInt32Ty();
+  const uint32_t dx = K.cube_dim[0], rows = K.cube_dim[1] * K.cube_dim[2];
+  Value* end = F->getArg(2);
+  auto* header = llvm::BasicBlock::Create(C, "cuberow.header", F);
+  auto* setup = llvm::BasicBlock::Create(C, "cuberow.setup", F);
+  auto* exit = llvm::BasicBlock::Create(C, "exit", F);
+  auto* pre = B.GetInsertBlock();
+  B.CreateBr(header);
+  B.SetInsertPoint(header);
+  auto* first = B.CreatePHI(i32, 2, "run.first");
+  first->addIncoming(F->getArg(1), pre);
+  B.CreateCondBr(B.CreateICmpULT(first, end), setup, exit);
+  B.SetInsertPoint(setup);
+  // The run: consecutive cubes of this call in the same row of the grid.
+  Value* row_end =
+      B.CreateMul(B.CreateAdd(B.CreateUDiv(first, cube_count_[1]), B.getInt32(1)), cube_count_[1]);
+  Value* last = B.CreateSelect(B.CreateICmpULT(row_end, end), row_end, end, "run.end");
+
+  // for r in rows: for c in run: the cube's uniform code, then units [r*dx, r*dx + dx).
+  auto* r_header = llvm::BasicBlock::Create(C, "unitrow.header", F);
+  auto* r_body = llvm::BasicBlock::Create(C, "unitrow.body", F);
+  auto* r_latch = llvm::BasicBlock::Create(C, "unitrow.latch", F);
+  auto* r_exit = llvm::BasicBlock::Create(C, "unitrow.exit", F);
+  B.CreateBr(r_header);
+  B.SetInsertPoint(r_header);
+  auto* r = B.CreatePHI(i32, 2, "unitrow");
+  r->addIncoming(B.getInt32(0), setup);
+  B.CreateCondBr(B.CreateICmpULT(r, B.getInt32(rows)), r_body, r_exit);
+  B.SetInsertPoint(r_body);
+  auto* c_header = llvm::BasicBlock::Create(C, "cube.header", F);
+  auto* c_body = llvm::BasicBlock::Create(C, "cube.body", F);
+  cube_latch_ = llvm::BasicBlock::Create(C, "cube.latch", F);
+  B.CreateBr(c_header);
+  B.SetInsertPoint(c_header);
+  auto* c = B.CreatePHI(i32, 2, "cube");
+  c->addIncoming(first, r_body);
+  B.CreateCondBr(B.CreateICmpULT(c, last), c_body, r_latch);
+  B.SetInsertPoint(c_body);
+  set_cube(c);
+  Value* start = B.CreateMul(r, B.getInt32(dx), "row.first");
+  range_ = UnitsRange{start, B.CreateAdd(start, B.getInt32(dx)), true};
+  region(K.body);
+  range_ = UnitsRange{};
+  B.CreateBr(cube_latch_);
+  B.SetInsertPoint(cube_latch_);
+  c->addIncoming(B.CreateAdd(c, B.getInt32(1)), cube_latch_);
+  B.CreateBr(c_header);
+  B.SetInsertPoint(r_latch);
+  r->addIncoming(B.CreateAdd(r, B.getInt32(1)), r_latch);
+  B.CreateBr(r_header);
+  B.SetInsertPoint(r_exit);
+  first->addIncoming(last, r_exit);
+  B.CreateBr(header);
+  B.SetInsertPoint(exit);
+  B.CreateRetVoid();
+}
+
 // ---- the units loop --------------------------------------------------------------------------
 
 // How many units run at once: as many lines of the widest value of the body as fill a vector
@@ -187,8 +272,14 @@ void Gen::emit_units_vec(const ir::Op& op, int width) {
   // multiple of the width, and when the cube's size is a multiple of the width every vector is
   // full and needs no mask.
   auto* cs = llvm::dyn_cast<llvm::ConstantInt>(start);
-  const bool aligned = !cs || cs->getZExtValue() % static_cast<uint64_t>(width) == 0;
-  const bool full = aligned && K.units_per_cube() % static_cast<uint32_t>(width) == 0;
+  bool aligned = !cs || cs->getZExtValue() % static_cast<uint64_t>(width) == 0;
+  bool full = aligned && K.units_per_cube() % static_cast<uint32_t>(width) == 0;
+  if (range_.start) {  // one row of the cube (the cube-row schedule)
+    start = range_.start;
+    end = range_.end;
+    aligned = range_.aligned;
+    full = aligned && K.cube_dim[0] % static_cast<uint32_t>(width) == 0;
+  }
 
   auto* pre = B.GetInsertBlock();
   auto* header = llvm::BasicBlock::Create(C, "units.header", F);
@@ -994,6 +1085,17 @@ void Gen::vload(const ir::Op& op) {
                        [&] { return contiguous_load(mem, a.base, mask); }}},
                      gathered);
     }
+  } else if (it != affine_.end()) {
+    // base + unit * stride with a stride known at run time (a tensor's): one scalar test.
+    const Affine a = it->second;
+    r = first_path(
+        {{[&] {
+            return B.CreateAnd(
+                B.CreateICmpEQ(a.stride, llvm::ConstantInt::get(a.stride->getType(), 1)),
+                B.CreateICmpULE(a.base, B.getInt32(0xffffffffu - static_cast<uint32_t>(V_ - 1))));
+          },
+          [&] { return contiguous_load(mem, a.base, mask); }}},
+        gathered);
   } else if (K.type_of(mem).lanes == 1) {
     // Test at run time for the common shapes (a row of a tensor whose strides are parameters,
     // every other element of one).
@@ -1043,6 +1145,21 @@ void Gen::vstore(const ir::Op& op) {
                    return nullptr;
                  }}},
                scattered);
+    return;
+  }
+  if (it != affine_.end()) {
+    const Affine a = it->second;
+    first_path(
+        {{[&] {
+            return B.CreateAnd(
+                B.CreateICmpEQ(a.stride, llvm::ConstantInt::get(a.stride->getType(), 1)),
+                B.CreateICmpULE(a.base, B.getInt32(0xffffffffu - static_cast<uint32_t>(V_ - 1))));
+          },
+          [&]() -> Value* {
+            contiguous_store(mem, a.base, x, mask);
+            return nullptr;
+          }}},
+        scattered);
     return;
   }
   if (K.type_of(mem).lanes != 1) {
