@@ -1214,6 +1214,9 @@ class Gen {
   void emit_cube_rows();
   int units_width(const ir::Op& units);
   void emit_units_vec(const ir::Op& op, int width);
+  const ir::Op* interchanged_loop(const ir::Op& units);
+  void strided_iteration(const ir::Op& units, const ir::Op& loop, llvm::PHINode* k,
+                         llvm::AllocaInst* ran);
   bool vector_op(const ir::Op& op);
   void vregion(const ir::Region& r);
   void vif(const ir::Op& op);

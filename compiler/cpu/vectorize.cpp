@@ -281,6 +281,22 @@ void Gen::emit_units_vec(const ir::Op& op, int width) {
     full = aligned && K.cube_dim[0] % static_cast<uint32_t>(width) == 0;
   }
 
+  // A units loop that ends in a unit-strided loop runs that loop's iterations outermost.
+  const ir::Op* inner = interchanged_loop(op);
+  llvm::AllocaInst* ran = nullptr;
+  llvm::PHINode* k = nullptr;
+  llvm::BasicBlock *k_header = nullptr, *k_pre = nullptr;
+  if (inner) {
+    ran = entry_alloca(B.getInt1Ty(), nullptr, "ran");
+    k_pre = B.GetInsertBlock();
+    k_header = llvm::BasicBlock::Create(C, "strided.iter", F);
+    B.CreateBr(k_header);
+    B.SetInsertPoint(k_header);
+    k = B.CreatePHI(scalar_ty(K.type_of(inner->operands[0]).elem), 2, "k");
+    k->addIncoming(llvm::ConstantInt::get(k->getType(), 0), k_pre);
+    B.CreateStore(B.getFalse(), ran);
+  }
+
   auto* pre = B.GetInsertBlock();
   auto* header = llvm::BasicBlock::Create(C, "units.header", F);
   auto* body = llvm::BasicBlock::Create(C, "units.body", F);
@@ -295,10 +311,11 @@ void Gen::emit_units_vec(const ir::Op& op, int width) {
 
   V_ = width;
   vu_ = u;
-  units_pre_ = pre;
+  units_pre_ = inner ? k_pre : pre;
   outer_blocks_.clear();
   for (llvm::BasicBlock& bb : *F)
-    if (&bb != header && &bb != body && &bb != latch && &bb != exit) outer_blocks_.insert(&bb);
+    if (&bb != header && &bb != body && &bb != latch && &bb != exit && &bb != k_header)
+      outer_blocks_.insert(&bb);
   magic_.clear();
   Value* lanes = B.CreateAdd(B.CreateVectorSplat(static_cast<unsigned>(width), u),
                              iota(B.getInt32Ty()), "units");
@@ -310,7 +327,10 @@ void Gen::emit_units_vec(const ir::Op& op, int width) {
   vary_[arg] = 1;
   affine_[arg] = Affine{u, B.getInt32(1), aligned};
   loops_.push_back({latch, exit, true, true, nullptr, nullptr});
-  vregion(op.regions[0]);
+  if (inner)
+    strided_iteration(op, *inner, k, ran);
+  else
+    vregion(op.regions[0]);
   loops_.pop_back();
   V_ = 0;
   vu_ = nullptr;
@@ -329,6 +349,82 @@ void Gen::emit_units_vec(const ir::Op& op, int width) {
   node->replaceOperandWith(0, node);
   br->setMetadata(llvm::LLVMContext::MD_loop, node);
   B.SetInsertPoint(exit);
+  if (inner) {  // the next iteration, while some lane of some vector ran this one
+    k->addIncoming(B.CreateAdd(k, llvm::ConstantInt::get(k->getType(), 1)), exit);
+    auto* done = llvm::BasicBlock::Create(C, "strided.done", F);
+    B.CreateCondBr(B.CreateLoad(B.getInt1Ty(), ran), k_header, done);
+    B.SetInsertPoint(done);
+  }
+}
+
+// The loop interchange: a units body that is uniform or pure arithmetic followed by one `for`
+// whose start depends on the unit (a grid- or block-stride loop, `for i = first + unit to n
+// step cube_dim`), with no break out of it and no return. Run unit by unit, each vector of
+// units would walk the whole range with a large stride; the IR leaves the interleaving of units
+// free, so iteration k of every vector runs before iteration k + 1 of any, reading memory in
+// order. Variables cannot be carried: the body before the loop has none.
+const ir::Op* Gen::interchanged_loop(const ir::Op& units) {
+  const auto& ops = units.regions[0].ops;
+  if (ops.empty() || ops.back().kind != OpKind::For) return nullptr;
+  const ir::Op& loop = ops.back();
+  std::unordered_set<ValueId> varying{units.regions[0].args[0]};
+  for (size_t i = 0; i + 1 < ops.size(); ++i) {
+    const ir::Op& op = ops[i];
+    if (!ir::has_flag(op.kind, ir::op_flags::Pure) || !op.regions.empty()) return nullptr;
+    for (ValueId o : op.operands)
+      if (varying.count(o) && op.result != ir::kNoValue) varying.insert(op.result);
+  }
+  if (!varying.count(loop.operands[0]) || has_return(loop.regions[0])) return nullptr;
+  bool breaks = false;
+  std::function<void(const ir::Region&)> scan = [&](const ir::Region& r) {
+    for (const ir::Op& op : r.ops) {
+      if (op.kind == OpKind::Break) breaks = true;
+      if (op.kind == OpKind::If)
+        for (const ir::Region& sub : op.regions) scan(sub);
+    }
+  };
+  scan(loop.regions[0]);
+  return breaks ? nullptr : &loop;
+}
+
+// One vector of units: the code before the loop, then iteration k of the loop for the lanes
+// that have one.
+void Gen::strided_iteration(const ir::Op& units, const ir::Op& loop, llvm::PHINode* k,
+                            llvm::AllocaInst* ran) {
+  const auto& ops = units.regions[0].ops;
+  for (size_t i = 0; i + 1 < ops.size(); ++i) emit(ops[i]);
+  const ir::Type t = K.type_of(loop.operands[0]);
+  bool varying = false;
+  for (ValueId o : loop.operands) varying = varying || vary_[o];
+  Value* start = varying ? widen(loop.operands[0]) : v(loop.operands[0]);
+  Value* end = varying ? widen(loop.operands[1]) : v(loop.operands[1]);
+  Value* step = varying ? widen(loop.operands[2]) : v(loop.operands[2]);
+  Value* trips = trip_count(start, end, step, ir::is_signed(t.elem));
+  Value* kv = varying ? B.CreateVectorSplat(static_cast<unsigned>(V_), k) : static_cast<Value*>(k);
+  Value* has = B.CreateICmpULT(kv, trips);
+  Value* active = varying
+                      ? B.CreateAnd(mask_, has)
+                      : B.CreateSelect(has, mask_, llvm::Constant::getNullValue(mask_->getType()));
+  auto* run = llvm::BasicBlock::Create(C, "strided.body", F);
+  auto* skip = llvm::BasicBlock::Create(C, "strided.next", F);
+  B.CreateCondBr(any(active), run, skip);
+  B.SetInsertPoint(run);
+  B.CreateStore(B.getTrue(), ran);
+  mask_ = active;
+  const ValueId arg = loop.regions[0].args[0];
+  set(arg, B.CreateAdd(start, B.CreateMul(kv, step)));
+  vary_[arg] = varying ? 1 : 0;
+  auto a = affine_.find(loop.operands[0]);
+  if (varying && a != affine_.end() && !vary_[loop.operands[1]] && !vary_[loop.operands[2]]) {
+    Value* st = v(loop.operands[2]);
+    affine_[arg] = Affine{B.CreateAdd(a->second.base, B.CreateMul(k, st)), a->second.stride,
+                          a->second.aligned && multiple_of_width(st, 0)};
+  }
+  loops_.push_back({skip, skip, false, true, nullptr, nullptr});
+  vregion(loop.regions[0]);
+  loops_.pop_back();
+  B.CreateBr(skip);
+  B.SetInsertPoint(skip);
 }
 
 // ---- regions and control flow ----------------------------------------------------------------

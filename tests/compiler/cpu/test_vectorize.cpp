@@ -258,3 +258,30 @@ TEST_CASE("vectorized: division by a divisor known at run time", "[vectorize]") 
     }
   }
 }
+
+TEST_CASE("vectorized: a block-stride loop runs iteration-major", "[vectorize]") {
+  for (uint32_t cubes : {1u, 3u, 7u}) {
+    INFO("cubes " << cubes);
+    Pair p = compile_both("v_strided", {48, 1, 1});
+    require_vector_code(p);
+    REQUIRE(p.vec_llvm.find("strided.iter") != std::string::npos);
+    const size_t n = 1001;
+    auto in = test::random_floats(n);
+    std::vector<float> out_v(n, -5), out_s(n, -5);
+    std::vector<uint32_t> c_v(4, 0), c_s(4, 0);
+    test::run(*p.vec, {cubes, 1, 1}, {test::tensor(in), test::tensor(out_v), test::tensor(c_v)});
+    test::run(*p.scalar, {cubes, 1, 1}, {test::tensor(in), test::tensor(out_s), test::tensor(c_s)});
+    REQUIRE(same_bits(out_v, out_s));
+    REQUIRE(c_v == c_s);
+    std::vector<uint32_t> want(4, 0);
+    for (size_t i = 0; i < n; ++i) {
+      if (in[i] < -0.8f) {
+        REQUIRE(out_s[i] == -5.0f);
+        continue;
+      }
+      REQUIRE(out_s[i] == in[i] * 2.0f + static_cast<float>(i % 7));
+      if (in[i] > 0.5f) ++want[i % 4];
+    }
+    REQUIRE(c_s == want);
+  }
+}

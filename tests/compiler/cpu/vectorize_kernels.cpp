@@ -122,3 +122,23 @@ void v_divmod(Tensor<const u32> x, Tensor<u32> q, Tensor<u32> r, u32 d) {
   });
 }
 KILN_KERNEL(v_divmod, "x, q, r, d").cube_dim(64);
+
+// A block-stride loop (each unit steps through its cube's chunk by cube_dim): run with its
+// iterations outermost. A continue inside, chunks of uneven length, a varying if.
+void v_strided(Tensor<const f32> in, Tensor<f32> out, Tensor<u32> count) {
+  auto local = shared_array<u32>(4);
+  if_(unit_pos() < 4u, [&] { local[unit_pos()] = 0u; });
+  sync_cube();
+  u32 n = in.len();
+  u32 chunk = (n + cube_count() - 1u) / cube_count();
+  u32 begin = cube_pos() * chunk;
+  for_range(begin + unit_pos(), min(begin + chunk, n), cube_dim(), [&](u32 i) {
+    f32 x = in[i];
+    if_(x < -0.8f, [&] { continue_(); });
+    out[i] = x * 2.0f + cast<f32>(i % 7u);
+    if_(x > 0.5f, [&] { atomic_add(local[i % 4u], 1u); });
+  });
+  sync_cube();
+  if_(unit_pos() < 4u, [&] { atomic_add(count[unit_pos()], local[unit_pos()]); });
+}
+KILN_KERNEL(v_strided, "in, out, count").cube_dim(48);
