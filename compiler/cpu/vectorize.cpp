@@ -194,8 +194,12 @@ void Gen::emit_cube_rows() {
   B.CreateCondBr(B.CreateICmpULT(first, end), setup, exit);
   B.SetInsertPoint(setup);
   // The run: consecutive cubes of this call in the same row of the grid.
-  Value* row_end =
-      B.CreateMul(B.CreateAdd(B.CreateUDiv(first, cube_count_[1]), B.getInt32(1)), cube_count_[1]);
+  Value* grid_row = B.CreateUDiv(first, cube_count_[1], "grid.row");
+  Value* row_start = B.CreateMul(grid_row, cube_count_[1]);
+  Value* row_end = B.CreateAdd(row_start, cube_count_[1]);
+  // The run's cubes share y and z; x counts up (no division per cube).
+  Value* cube_y = B.CreateURem(grid_row, cube_count_[2], "cube.y");
+  Value* cube_z = B.CreateUDiv(grid_row, cube_count_[2], "cube.z");
   Value* last = B.CreateSelect(B.CreateICmpULT(row_end, end), row_end, end, "run.end");
 
   // for r in rows: for c in run: the cube's uniform code, then units [r*dx, r*dx + dx).
@@ -218,7 +222,11 @@ void Gen::emit_cube_rows() {
   c->addIncoming(first, r_body);
   B.CreateCondBr(B.CreateICmpULT(c, last), c_body, r_latch);
   B.SetInsertPoint(c_body);
-  set_cube(c);
+  cube_ = c;
+  cube_pos_[0] = c;
+  cube_pos_[1] = B.CreateSub(c, row_start, "cube.x");
+  cube_pos_[2] = cube_y;
+  cube_pos_[3] = cube_z;
   Value* start = B.CreateMul(r, B.getInt32(dx), "row.first");
   range_ = UnitsRange{start, B.CreateAdd(start, B.getInt32(dx)), true};
   region(K.body);

@@ -246,7 +246,7 @@ int main(int argc, char** argv) {
     auto kern = must(rt.kernel("histogram"));
     auto launch = [&] {
       std::fill(hist.begin(), hist.end(), 0u);
-      must(rt.launch(kern, Dim3(256), Dim3(256), td, th, bins));  // a grid-stride kernel
+      must(rt.launch(kern, Dim3(256), Dim3(256), td, th, bins));  // a chunk per cube
       must(rt.sync());
     };
     auto peer = [&] { bench::peer_histogram(data.data(), n, ref.data(), bins); };
@@ -256,6 +256,46 @@ int main(int argc, char** argv) {
     report("histogram", fmt::format("2^{}, {} bins", int(std::log2(double(n))), bins),
            bench::median_seconds(launch, reps, samples),
            bench::median_seconds(peer, reps, samples));
+  }
+  {  // kiln demo's stencil2d and histogram (its sizes) against the memory bandwidth
+    const int64_t tn = quick ? (1 << 20) : (1 << 25);
+    std::vector<float> a(static_cast<size_t>(tn)), b = random_floats(a.size(), 0, 1, 8),
+                                                   c = random_floats(a.size(), 0, 1, 9);
+    const double t_triad = bench::median_seconds(
+        [&] { bench::peer_triad(a.data(), b.data(), c.data(), 3.0f, tn); }, reps, samples);
+    const double triad = 3.0 * 4.0 * static_cast<double>(tn) / t_triad / 1e9;
+    std::printf("memory       triad 3 x 2^%d f32 (STREAM, OpenMP)  %.1f GB/s\n",
+                int(std::log2(double(tn))), triad);
+    const int64_t n = quick ? 512 : 2048;
+    auto in = random_floats(static_cast<size_t>(n * n), -1, 1, 10);
+    std::vector<float> out(in.size());
+    Tensor ti = wrap(rt, in, {n, n}), to = wrap(rt, out, {n, n});
+    auto stencil = must(rt.kernel("stencil2d"));
+    const double t_st = bench::median_seconds(
+        [&] {
+          must(rt.launch(stencil, Dim3(n / 16, n / 16), Dim3(16, 16), ti, to));
+          must(rt.sync());
+        },
+        reps, samples);
+    const double gb_st = 2.0 * 4.0 * static_cast<double>(n * n) / t_st / 1e9;
+    std::printf("stencil2d    %ldx%ld (kiln demo)        kiln %8.2f ms  %.1f GB/s  %.2fx triad\n",
+                static_cast<long>(n), static_cast<long>(n), t_st * 1e3, gb_st, gb_st / triad);
+    const int64_t hn = quick ? (1 << 18) : (1 << 22);
+    auto data = random_floats(static_cast<size_t>(hn), 0, 1, 11);
+    std::vector<uint32_t> hist(64);
+    Tensor td = wrap(rt, data, {hn});
+    Tensor th = must(rt.wrap(hist.data(), ir::ElemType::U32, std::vector<int64_t>{64}));
+    auto histogram = must(rt.kernel("histogram"));
+    const double t_h = bench::median_seconds(
+        [&] {
+          std::fill(hist.begin(), hist.end(), 0u);
+          must(rt.launch(histogram, Dim3(256), Dim3(256), td, th, 64));
+          must(rt.sync());
+        },
+        reps, samples);
+    const double gb_h = 4.0 * static_cast<double>(hn) / t_h / 1e9;
+    std::printf("histogram    2^%d, 64 bins (kiln demo)   kiln %8.2f ms  %.1f GB/s  %.2fx triad\n",
+                int(std::log2(double(hn))), t_h * 1e3, gb_h, gb_h / triad);
   }
   return 0;
 }

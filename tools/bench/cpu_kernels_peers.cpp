@@ -91,4 +91,9 @@ void peer_histogram(const float* data, int64_t n, uint32_t* hist, int bins) {
   }
 }
 
+void peer_triad(float* a, const float* b, const float* c, float s, int64_t n) {
+#pragma omp parallel for
+  for (int64_t i = 0; i < n; ++i) a[i] = b[i] + s * c[i];
+}
+
 }  // namespace kiln::bench

@@ -19,5 +19,7 @@ void peer_softmax(const float* in, float* out, int64_t rows, int64_t cols);
 void peer_stencil(const float* in, float* out, int64_t h, int64_t w);
 // Counts of [0, 1) values in `bins` buckets, as the histogram example bins them (in f32).
 void peer_histogram(const float* data, int64_t n, uint32_t* hist, int bins);
+// The STREAM triad a = b + s * c: the machine's memory bandwidth reference.
+void peer_triad(float* a, const float* b, const float* c, float s, int64_t n);
 
 }  // namespace kiln::bench
