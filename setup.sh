@@ -10,6 +10,7 @@ cd "$(dirname "$0")"
 
 packages=(
   cmake ninja-build g++ ccache python3
+  python3-venv  # the PyTorch peer of tools/bench/cpu_vs_torch.sh lives in a venv
   llvm-22-dev llvm-22-tools  # LLVM (ORC, NVPTX) and lit/FileCheck for the text tests
   libfmt-dev catch2 libcli11-dev nlohmann-json3-dev libxxhash-dev
 )
