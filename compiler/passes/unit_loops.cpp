@@ -554,10 +554,13 @@ class Lowering {
     var_arrays_[v] = prologue_ops_.back().result;
     return var_arrays_[v];
   }
-  // The element index of line `index` of a per-unit local array for unit u.
+  // The element index of line `index` of a per-unit local array for unit u: index * units + u,
+  // so that the units' lines of one index lie side by side (consecutive units read consecutive
+  // lines: one vector access on the CPU), and an index past the array's end stays past the
+  // storage's end (checked mode reports it instead of reading another unit's line).
   ValueId local_index(Scope& s, ValueId mem, ValueId index) {
-    const uint32_t count = in_.type_of(mem).count;
-    return emit(s, OpKind::Add, {emit(s, OpKind::Mul, {unit_of(&s), cu32(s, count)}), index});
+    (void)mem;
+    return emit(s, OpKind::Add, {emit(s, OpKind::Mul, {index, cu32(s, units_)}), unit_of(&s)});
   }
 
   void lower_unit_region(const Region& r, Scope& s) {
