@@ -1270,9 +1270,8 @@ class Gen {
 
   // The cube-row schedule: the units loop runs over [start, end) of the cube, not all of it.
   struct UnitsRange {
-    Value* start = nullptr;
+    Value* start = nullptr;  // a multiple of cube_dim.x
     Value* end = nullptr;
-    bool aligned = false;  // start is a multiple of the vector width
   };
   UnitsRange range_;
   int V_ = 0;  // lanes of the vectorized units loop being emitted; 0 outside one

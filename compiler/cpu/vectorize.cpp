@@ -228,7 +228,7 @@ void Gen::emit_cube_rows() {
   cube_pos_[2] = cube_y;
   cube_pos_[3] = cube_z;
   Value* start = B.CreateMul(r, B.getInt32(dx), "row.first");
-  range_ = UnitsRange{start, B.CreateAdd(start, B.getInt32(dx)), true};
+  range_ = UnitsRange{start, B.CreateAdd(start, B.getInt32(dx))};
   region(K.body);
   range_ = UnitsRange{};
   B.CreateBr(cube_latch_);
@@ -285,8 +285,9 @@ void Gen::emit_units_vec(const ir::Op& op, int width) {
   if (range_.start) {  // one row of the cube (the cube-row schedule)
     start = range_.start;
     end = range_.end;
-    aligned = range_.aligned;
-    full = aligned && K.cube_dim[0] % static_cast<uint32_t>(width) == 0;
+    // Rows start at multiples of the row length: aligned when it is a multiple of the width.
+    aligned = K.cube_dim[0] % static_cast<uint32_t>(width) == 0;
+    full = aligned;
   }
 
   // A units loop that ends in a unit-strided loop runs that loop's iterations outermost.

@@ -298,3 +298,17 @@ TEST_CASE("vectorized: a block-stride loop runs iteration-major", "[vectorize]")
     REQUIRE(c_s == want);
   }
 }
+
+TEST_CASE("vectorized: rows of a cube that are not a multiple of the vector", "[vectorize]") {
+  Pair p = compile_both("v_rows24", {24, 3, 1});
+  require_vector_code(p);
+  const size_t units = 72, cubes = 5;
+  std::vector<uint32_t> out_v(units * cubes), out_s(units * cubes);
+  test::run(*p.vec, {static_cast<uint32_t>(cubes), 1, 1}, {test::tensor(out_v)});
+  test::run(*p.scalar, {static_cast<uint32_t>(cubes), 1, 1}, {test::tensor(out_s)});
+  for (size_t i = 0; i < out_s.size(); ++i) {
+    const uint32_t u = static_cast<uint32_t>(i % units);
+    REQUIRE(out_s[i] == (u % 32) * 1000 + u / 32);
+  }
+  REQUIRE(out_v == out_s);
+}

@@ -142,3 +142,11 @@ void v_strided(Tensor<const f32> in, Tensor<f32> out, Tensor<u32> count) {
   if_(unit_pos() < 4u, [&] { atomic_add(count[unit_pos()], local[unit_pos()]); });
 }
 KILN_KERNEL(v_strided, "in, out, count").cube_dim(48);
+
+// Rows of 24 units (not a multiple of the vector) under the cube-row schedule, with a remainder
+// and a quotient by 32 (a multiple of the vector): lanes of one vector cross a multiple of 32.
+void v_rows24(Tensor<u32> out) {
+  u32 u = unit_pos();
+  out[absolute_pos()] = (u % 32u) * 1000u + u / 32u;
+}
+KILN_KERNEL(v_rows24, "out").cube_dim(24, 3);
