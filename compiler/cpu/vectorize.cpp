@@ -18,6 +18,10 @@
 // - Local arrays get one row per lane (element i of every lane side by side), so an index that
 //   is the same for every unit is one vector access.
 // - Atomics and prints run lane by lane, in unit order, with the scalar code.
+// - Division by a uniform divisor known only at run time multiplies by its magic number.
+// - Two schedules use the IR's freedom to interleave units: a units loop that ends in a
+//   unit-strided loop runs that loop's iterations outermost, and a kernel with 2-D cubes of
+//   independent units runs a row of cubes one row of units at a time.
 #include "compiler/cpu/gen.h"
 
 #include <algorithm>
