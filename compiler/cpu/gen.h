@@ -1247,7 +1247,6 @@ class Gen {
   void vassert(const ir::Op& op);
   void scalarize(const ir::Op& op);
   Value* gather(ValueId mem, Value* index, Value* mask);
-  Value* outlined_gather(ValueId mem, Value* index, Value* mask);
   void scatter(ValueId mem, Value* index, Value* x, Value* mask);
   Value* contiguous_load(ValueId mem, Value* base, Value* mask);
   void contiguous_store(ValueId mem, Value* base, Value* x, Value* mask);

@@ -1105,34 +1105,6 @@ Value* Gen::gather(ValueId mem, Value* index, Value* mask) {
   return x;
 }
 
-// A gather through an internal function of the module (noinline), shared by every fallback of
-// one element type: the vector code stays small, and so does LLVM's work on it.
-Value* Gen::outlined_gather(ValueId mem, Value* index, Value* mask) {
-  const ir::Type& t = K.type_of(mem);
-  if (t.lanes != 1) return gather(mem, index, mask);
-  llvm::Type* et = mem_scalar_ty(t.elem);
-  llvm::Type* vt = vec(et, V_);
-  const std::string name = fmt::format("kiln.gather.{}.{}", ir::elem_name(t.elem), V_);
-  llvm::Function* g = M.getFunction(name);
-  if (!g) {
-    auto* fty =
-        llvm::FunctionType::get(vt, {B.getPtrTy(), index->getType(), mask->getType()}, false);
-    g = llvm::Function::Create(fty, llvm::Function::InternalLinkage, name, M);
-    for (const char* a :
-         {"target-cpu", "target-features", "prefer-vector-width", "min-legal-vector-width"})
-      if (F->hasFnAttribute(a)) g->addFnAttr(F->getFnAttribute(a));
-    g->addFnAttr(llvm::Attribute::NoInline);
-    g->addFnAttr(llvm::Attribute::NoUnwind);
-    llvm::IRBuilder<> b(llvm::BasicBlock::Create(C, "entry", g));
-    Value* ptrs = element_ptrs(b, et, g->getArg(0), g->getArg(1), 1, V_);
-    b.CreateRet(b.CreateMaskedGather(vt, ptrs, align_of(t), g->getArg(2),
-                                     llvm::Constant::getNullValue(vt)));
-  }
-  Value* x = B.CreateCall(g, {mem_.at(mem).base, index, mask});
-  if (t.elem == ElemType::Bool) x = B.CreateICmpNE(x, llvm::Constant::getNullValue(vt));
-  return x;
-}
-
 void Gen::scatter(ValueId mem, Value* index, Value* x, Value* mask) {
   const ir::Type& t = K.type_of(mem);
   llvm::Type* vt = vec(mem_scalar_ty(t.elem), V_ * t.lanes);
@@ -1206,8 +1178,7 @@ void Gen::vload(const ir::Op& op) {
   if (!vary_[index]) return emit_scalar(op);  // one address: a scalar load, a uniform value
   Value* mask = O.checked ? vchecked_mask(op, mem, index, mem_.at(mem).extent) : mask_;
   Value* idx = v(index);
-  // The gather behind a run-time test is rarely taken: one out-of-line copy per element type.
-  auto gathered = [&] { return outlined_gather(mem, idx, mask); };
+  auto gathered = [&] { return gather(mem, idx, mask); };
   Value* r = nullptr;
   auto it = affine_.find(index);
   if (it != affine_.end() && is_one(it->second.stride)) {
@@ -1244,7 +1215,7 @@ void Gen::vload(const ir::Op& op) {
                      [&] { return stride2_load(mem, base2, mask); }}},
                    gathered);
   } else {
-    r = gather(mem, idx, mask);
+    r = gathered();
   }
   set(op.result, r);
   vary_[op.result] = 1;
