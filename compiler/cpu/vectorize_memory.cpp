@@ -1,0 +1,376 @@
+// The unit vectorizer's memory accesses (see vectorize.cpp): vector loads and stores at
+// `base + unit`, run-time tests for consecutive and stride-2 indices, gathers and scatters,
+// local arrays with a row per lane, variables with a line per lane, checked mode and asserts.
+#include "compiler/cpu/gen.h"
+
+namespace kiln::cpu::detail {
+
+// ---- memory ----------------------------------------------------------------------------------
+
+// Checked mode, varying index: the lanes in bounds; the first lane out of bounds is reported.
+Value* Gen::vchecked_mask(const ir::Op& op, ValueId mem, ValueId index, Value* bound) {
+  const uint32_t site = access_site(op, mem);
+  Value* idx = v(index);
+  Value* in = B.CreateICmpULT(idx, B.CreateVectorSplat(static_cast<unsigned>(V_), bound));
+  Value* bad = B.CreateAnd(mask_, B.CreateNot(in));
+  auto* report = llvm::BasicBlock::Create(C, "outofbounds", F);
+  auto* cont = llvm::BasicBlock::Create(C, "checked", F);
+  B.CreateCondBr(any(bad), report, cont);
+  B.SetInsertPoint(report);
+  Value* lane = first_lane(bad);
+  call_fault(site, B.CreateExtractElement(idx, lane), bound, B.CreateAdd(vu_, lane));
+  B.CreateBr(cont);
+  B.SetInsertPoint(cont);
+  return B.CreateAnd(mask_, in);
+}
+
+Value* Gen::contiguous_load(ValueId mem, Value* base, Value* mask) {
+  const ir::Type& t = K.type_of(mem);
+  llvm::Type* vt = vec(mem_scalar_ty(t.elem), V_ * t.lanes);
+  Value* p = element_ptr(mem, base);
+  Value* x = is_true(mask) ? static_cast<Value*>(B.CreateAlignedLoad(vt, p, align_of(t)))
+                           : B.CreateMaskedLoad(vt, p, align_of(t), widen_mask(mask, t.lanes),
+                                                llvm::Constant::getNullValue(vt));
+  if (t.elem == ElemType::Bool) x = B.CreateICmpNE(x, llvm::Constant::getNullValue(vt));
+  return x;
+}
+
+void Gen::contiguous_store(ValueId mem, Value* base, Value* x, Value* mask) {
+  const ir::Type& t = K.type_of(mem);
+  llvm::Type* vt = vec(mem_scalar_ty(t.elem), V_ * t.lanes);
+  if (t.elem == ElemType::Bool) x = B.CreateZExt(x, vt);
+  Value* p = element_ptr(mem, base);
+  if (is_true(mask))
+    B.CreateAlignedStore(x, p, align_of(t));
+  else
+    B.CreateMaskedStore(x, p, align_of(t), widen_mask(mask, t.lanes));
+}
+
+// Pointers to the elements of line index[l] for every lane l.
+static Value* element_ptrs(llvm::IRBuilder<>& b, llvm::Type* elem, Value* base, Value* index,
+                           int lanes, int v) {
+  llvm::Type* i64 = b.getInt64Ty();
+  Value* i = b.CreateZExt(index, llvm::FixedVectorType::get(i64, static_cast<unsigned>(v)));
+  if (lanes > 1) {
+    std::vector<int> rep;
+    std::vector<llvm::Constant*> within;
+    for (int l = 0; l < v; ++l)
+      for (int j = 0; j < lanes; ++j) {
+        rep.push_back(l);
+        within.push_back(llvm::ConstantInt::get(i64, static_cast<uint64_t>(j)));
+      }
+    i = b.CreateShuffleVector(i, rep);
+    i = b.CreateAdd(
+        b.CreateMul(i, llvm::ConstantVector::getSplat(
+                           llvm::ElementCount::getFixed(static_cast<unsigned>(v * lanes)),
+                           llvm::ConstantInt::get(i64, static_cast<uint64_t>(lanes)))),
+        llvm::ConstantVector::get(within));
+  }
+  return b.CreateInBoundsGEP(elem, base, i);
+}
+
+Value* Gen::gather(ValueId mem, Value* index, Value* mask) {
+  const ir::Type& t = K.type_of(mem);
+  llvm::Type* vt = vec(mem_scalar_ty(t.elem), V_ * t.lanes);
+  Value* ptrs = element_ptrs(B, mem_scalar_ty(t.elem), mem_.at(mem).base, index, t.lanes, V_);
+  Value* x = B.CreateMaskedGather(vt, ptrs, align_of(t), widen_mask(mask, t.lanes),
+                                  llvm::Constant::getNullValue(vt));
+  if (t.elem == ElemType::Bool) x = B.CreateICmpNE(x, llvm::Constant::getNullValue(vt));
+  return x;
+}
+
+void Gen::scatter(ValueId mem, Value* index, Value* x, Value* mask) {
+  const ir::Type& t = K.type_of(mem);
+  llvm::Type* vt = vec(mem_scalar_ty(t.elem), V_ * t.lanes);
+  if (t.elem == ElemType::Bool) x = B.CreateZExt(x, vt);
+  Value* ptrs = element_ptrs(B, mem_scalar_ty(t.elem), mem_.at(mem).base, index, t.lanes, V_);
+  B.CreateMaskedScatter(x, ptrs, align_of(t), widen_mask(mask, t.lanes));
+}
+
+// Emits each path whose condition holds, in order, else the last one; merges their values.
+Value* Gen::first_path(const std::vector<Path>& paths, const std::function<Value*()>& otherwise) {
+  auto* merge = llvm::BasicBlock::Create(C, "access.done", F);
+  std::vector<std::pair<Value*, llvm::BasicBlock*>> in;
+  for (const Path& p : paths) {
+    Value* ok = p.cond();
+    auto* yes = llvm::BasicBlock::Create(C, "access.fast", F);
+    auto* no = llvm::BasicBlock::Create(C, "access.next", F);
+    B.CreateCondBr(ok, yes, no);
+    B.SetInsertPoint(yes);
+    Value* x = p.emit();
+    in.emplace_back(x, B.GetInsertBlock());
+    B.CreateBr(merge);
+    B.SetInsertPoint(no);
+  }
+  Value* x = otherwise();
+  in.emplace_back(x, B.GetInsertBlock());
+  B.CreateBr(merge);
+  B.SetInsertPoint(merge);
+  if (!x) return nullptr;
+  auto* phi = B.CreatePHI(x->getType(), static_cast<unsigned>(in.size()));
+  for (auto& [val, bb] : in) phi->addIncoming(val, bb);
+  return phi;
+}
+
+// Whether the active lanes of `index` are base + lane * s for base = index[0] (returned), not
+// wrapping around 2^32 over the vector: one compare of the whole vector.
+Value* Gen::stride_test(Value* index, Value* mask, int s, Value** base) {
+  // From lane 0 (one move out of the vector); when lane 0 is off and does not fit, the caller's
+  // general path runs.
+  *base = B.CreateExtractElement(index, uint64_t{0});
+  Value* want = B.CreateAdd(
+      B.CreateVectorSplat(static_cast<unsigned>(V_), *base),
+      B.CreateMul(iota(B.getInt32Ty()), B.CreateVectorSplat(static_cast<unsigned>(V_),
+                                                            B.getInt32(static_cast<uint32_t>(s)))));
+  Value* wrong = B.CreateAnd(mask, B.CreateICmpNE(index, want));
+  Value* none_wrong = B.CreateICmpEQ(B.CreateBitCast(wrong, B.getIntNTy(V_)), B.getIntN(V_, 0));
+  Value* no_wrap =
+      B.CreateICmpULE(*base, B.getInt32(0xffffffffu - static_cast<uint32_t>(s * (V_ - 1))));
+  return B.CreateAnd(none_wrong, no_wrap, "stride.ok");
+}
+
+// Lanes at base, base + 2, ...: the even elements of a masked load of twice the width.
+Value* Gen::stride2_load(ValueId mem, Value* base, Value* mask) {
+  const ir::Type& t = K.type_of(mem);
+  llvm::Type* et = mem_scalar_ty(t.elem);
+  llvm::Type* wide = vec(et, 2 * V_);
+  std::vector<int> spread_even, pick_even;
+  for (int l = 0; l < 2 * V_; ++l) spread_even.push_back(l % 2 == 0 ? l / 2 : V_);
+  for (int l = 0; l < V_; ++l) pick_even.push_back(2 * l);
+  Value* m2 =
+      B.CreateShuffleVector(mask, llvm::Constant::getNullValue(mask->getType()), spread_even);
+  Value* x2 = B.CreateMaskedLoad(wide, element_ptr(mem, base), align_of(t), m2,
+                                 llvm::Constant::getNullValue(wide));
+  Value* x = B.CreateShuffleVector(x2, pick_even);
+  if (t.elem == ElemType::Bool) x = B.CreateICmpNE(x, llvm::Constant::getNullValue(x->getType()));
+  return x;
+}
+
+void Gen::vload(const ir::Op& op) {
+  const ValueId mem = op.operands[0], index = op.operands[1];
+  if (lane_local_.count(mem)) return vlocal_access(op);
+  if (!vary_[index]) return emit_scalar(op);  // one address: a scalar load, a uniform value
+  Value* mask = O.checked ? vchecked_mask(op, mem, index, mem_.at(mem).extent) : mask_;
+  Value* idx = v(index);
+  auto gathered = [&] { return gather(mem, idx, mask); };
+  Value* r = nullptr;
+  auto it = affine_.find(index);
+  if (it != affine_.end() && is_one(it->second.stride)) {
+    // base + unit: consecutive unless base + lane wraps around 2^32.
+    const Affine a = it->second;
+    if (a.aligned) {
+      r = contiguous_load(mem, a.base, mask);
+    } else {
+      r = first_path({{[&] {
+                         return B.CreateICmpULE(
+                             a.base, B.getInt32(0xffffffffu - static_cast<uint32_t>(V_ - 1)));
+                       },
+                       [&] { return contiguous_load(mem, a.base, mask); }}},
+                     gathered);
+    }
+  } else if (it != affine_.end()) {
+    // base + unit * stride with a stride known at run time (a tensor's): one scalar test.
+    const Affine a = it->second;
+    r = first_path(
+        {{[&] {
+            return B.CreateAnd(
+                B.CreateICmpEQ(a.stride, llvm::ConstantInt::get(a.stride->getType(), 1)),
+                B.CreateICmpULE(a.base, B.getInt32(0xffffffffu - static_cast<uint32_t>(V_ - 1))));
+          },
+          [&] { return contiguous_load(mem, a.base, mask); }}},
+        gathered);
+  } else if (K.type_of(mem).lanes == 1) {
+    // Test at run time for the common shapes (a row of a tensor whose strides are parameters,
+    // every other element of one).
+    Value *base1 = nullptr, *base2 = nullptr;
+    r = first_path({{[&] { return stride_test(idx, mask, 1, &base1); },
+                     [&] { return contiguous_load(mem, base1, mask); }},
+                    {[&] { return stride_test(idx, mask, 2, &base2); },
+                     [&] { return stride2_load(mem, base2, mask); }}},
+                   gathered);
+  } else {
+    r = gathered();
+  }
+  set(op.result, r);
+  vary_[op.result] = 1;
+}
+
+void Gen::vstore(const ir::Op& op) {
+  const ValueId mem = op.operands[0], index = op.operands[1], value = op.operands[2];
+  if (lane_local_.count(mem)) return vlocal_access(op);
+  if (!vary_[index]) {
+    if (!vary_[value]) return emit_scalar(op);
+    // Every active lane stores to one address: the last one's value stays, as if the units had
+    // run in turn.
+    Value* saved = vals_[value];
+    vals_[value] = lane_value(value, last_lane(mask_));
+    emit_scalar(op);
+    vals_[value] = saved;
+    return;
+  }
+  Value* mask = O.checked ? vchecked_mask(op, mem, index, mem_.at(mem).extent) : mask_;
+  Value* x = widen(value);
+  Value* idx = v(index);
+  auto scattered = [&]() -> Value* {
+    scatter(mem, idx, x, mask);
+    return nullptr;
+  };
+  auto it = affine_.find(index);
+  if (it != affine_.end() && is_one(it->second.stride)) {
+    const Affine a = it->second;
+    if (a.aligned) return contiguous_store(mem, a.base, x, mask);
+    first_path({{[&] {
+                   return B.CreateICmpULE(a.base,
+                                          B.getInt32(0xffffffffu - static_cast<uint32_t>(V_ - 1)));
+                 },
+                 [&]() -> Value* {
+                   contiguous_store(mem, a.base, x, mask);
+                   return nullptr;
+                 }}},
+               scattered);
+    return;
+  }
+  if (it != affine_.end()) {
+    const Affine a = it->second;
+    first_path(
+        {{[&] {
+            return B.CreateAnd(
+                B.CreateICmpEQ(a.stride, llvm::ConstantInt::get(a.stride->getType(), 1)),
+                B.CreateICmpULE(a.base, B.getInt32(0xffffffffu - static_cast<uint32_t>(V_ - 1))));
+          },
+          [&]() -> Value* {
+            contiguous_store(mem, a.base, x, mask);
+            return nullptr;
+          }}},
+        scattered);
+    return;
+  }
+  if (K.type_of(mem).lanes != 1) {
+    scattered();
+    return;
+  }
+  Value* base = nullptr;
+  first_path({{[&] { return stride_test(idx, mask, 1, &base); },
+               [&]() -> Value* {
+                 contiguous_store(mem, base, x, mask);
+                 return nullptr;
+               }}},
+             scattered);
+}
+
+// A local array with a row per lane: line i of lane l is at element (i * V + l) * W.
+void Gen::vlocal_access(const ir::Op& op) {
+  const ValueId mem = op.operands[0], index = op.operands[1];
+  const ir::Type& t = K.type_of(mem);
+  const int w = t.lanes;
+  llvm::Type* et = mem_scalar_ty(t.elem);
+  llvm::Type* vt = vec(et, V_ * w);
+  const Mem& m = mem_.at(mem);
+  const bool is_load = op.kind == OpKind::Load;
+  // Lanes outside the mask keep their rows, unless the mask is the one the array was made under.
+  Value* mask = mask_;
+  const bool whole = is_true(mask_) || var_mask_.at(mem) == mask_;
+  if (!vary_[index]) {
+    auto access = [&]() -> Value* {
+      Value* row = B.CreateMul(B.CreateZExt(v(index), B.getInt64Ty()),
+                               B.getInt64(static_cast<uint64_t>(V_ * w)));
+      Value* p = B.CreateInBoundsGEP(et, m.base, row);
+      if (is_load) {
+        Value* x = B.CreateAlignedLoad(vt, p, align_of(t));
+        if (t.elem == ElemType::Bool) x = B.CreateICmpNE(x, llvm::Constant::getNullValue(vt));
+        return x;
+      }
+      Value* x = widen(op.operands[2]);
+      if (t.elem == ElemType::Bool) x = B.CreateZExt(x, vt);
+      if (whole)
+        B.CreateAlignedStore(x, p, align_of(t));
+      else
+        B.CreateMaskedStore(x, p, align_of(t), widen_mask(mask, w));
+      return nullptr;
+    };
+    Value* r = checked(op, mem, v(index),
+                       is_load ? ty(K.type_of(op.result).with_lanes(V_ * w)) : nullptr, access);
+    if (is_load) {
+      set(op.result, r);
+      vary_[op.result] = 1;
+    }
+    return;
+  }
+  if (O.checked) mask = vchecked_mask(op, mem, index, m.extent);
+  // Row index * V + lane, then the line's elements.
+  Value* idx =
+      B.CreateAdd(B.CreateMul(v(index), B.CreateVectorSplat(static_cast<unsigned>(V_),
+                                                            B.getInt32(static_cast<uint32_t>(V_)))),
+                  iota(B.getInt32Ty()));
+  Value* ptrs = element_ptrs(B, et, m.base, idx, w, V_);
+  if (is_load) {
+    Value* x = B.CreateMaskedGather(vt, ptrs, align_of(t), widen_mask(mask, w),
+                                    llvm::Constant::getNullValue(vt));
+    if (t.elem == ElemType::Bool) x = B.CreateICmpNE(x, llvm::Constant::getNullValue(vt));
+    set(op.result, x);
+    vary_[op.result] = 1;
+    return;
+  }
+  Value* x = widen(op.operands[2]);
+  if (t.elem == ElemType::Bool) x = B.CreateZExt(x, vt);
+  B.CreateMaskedScatter(x, ptrs, align_of(t), widen_mask(mask, w));
+}
+
+// Variables declared in the loop hold a vector (one line per lane); a write under a narrower
+// mask than the declaration's keeps the other lanes' values. Variables of the cube (uniform)
+// stay scalar.
+void Gen::vvar(const ir::Op& op) {
+  switch (op.kind) {
+    case OpKind::Var: {
+      const ir::Type line = K.type_of(op.operands[0]);
+      llvm::Type* vt = ty(line.with_lanes(V_ * line.lanes));
+      llvm::AllocaInst* a = entry_alloca(vt, nullptr, fmt::format("var{}", op.result));
+      vars_[op.result] = a;
+      var_mask_[op.result] = mask_;
+      B.CreateStore(widen(op.operands[0]), a);
+      return;
+    }
+    case OpKind::VarRead: {
+      llvm::AllocaInst* a = vars_.at(op.operands[0]);
+      set(op.result, B.CreateLoad(a->getAllocatedType(), a));
+      vary_[op.result] = var_mask_.count(op.operands[0]) ? 1 : 0;
+      return;
+    }
+    default: {
+      const ValueId var = op.operands[0], value = op.operands[1];
+      llvm::AllocaInst* a = vars_.at(var);
+      auto vm = var_mask_.find(var);
+      if (vm == var_mask_.end()) {
+        // A uniform variable: every active lane writes the same value.
+        B.CreateStore(vary_[value] ? lane_value(value, first_lane(mask_)) : v(value), a);
+        return;
+      }
+      Value* x = widen(value);
+      if (!is_true(mask_) && vm->second != mask_)
+        x = B.CreateSelect(widen_mask(mask_, K.type_of(value).lanes), x,
+                           B.CreateLoad(a->getAllocatedType(), a));
+      B.CreateStore(x, a);
+      return;
+    }
+  }
+}
+
+void Gen::vassert(const ir::Op& op) {
+  if (!vary_[op.operands[0]]) return emit_scalar(op);
+  const uint32_t id = static_cast<uint32_t>(info_.asserts.size());
+  info_.asserts.push_back(AssertSite{op.attr.s, K.loc_string(op.loc)});
+  Value* failed = B.CreateAnd(mask_, B.CreateNot(v(op.operands[0])));
+  auto* fail = llvm::BasicBlock::Create(C, "assert.fail", F);
+  auto* cont = llvm::BasicBlock::Create(C, "assert.ok", F);
+  B.CreateCondBr(any(failed), fail, cont);
+  B.SetInsertPoint(fail);
+  auto callee = M.getOrInsertFunction(
+      "kiln_rt_assert_failed",
+      llvm::FunctionType::get(
+          B.getVoidTy(), {B.getPtrTy(), B.getInt32Ty(), B.getInt32Ty(), B.getInt32Ty()}, false));
+  B.CreateCall(callee, {state_, B.getInt32(id), cube_, B.CreateAdd(vu_, first_lane(failed))});
+  B.CreateBr(cont);
+  B.SetInsertPoint(cont);
+}
+
+}  // namespace kiln::cpu::detail
