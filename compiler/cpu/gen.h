@@ -696,7 +696,8 @@ class Gen {
   };
   Value* first_path(const std::vector<Path>& paths, const std::function<Value*()>& otherwise);
   Value* stride_test(Value* index, Value* mask, int s, Value** base);
-  Value* stride2_load(ValueId mem, Value* base, Value* mask);
+  Value* window_test(Value* index, Value* mask, Value** base, Value** unit_stride);
+  Value* window_load(ValueId mem, Value* base, Value* mask, Value* unit_stride);
   void vload(const ir::Op& op);
   void vstore(const ir::Op& op);
   void vlocal_access(const ir::Op& op);

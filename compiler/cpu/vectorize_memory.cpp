@@ -129,19 +129,46 @@ Value* Gen::stride_test(Value* index, Value* mask, int s, Value** base) {
   return B.CreateAnd(none_wrong, no_wrap, "stride.ok");
 }
 
-// Lanes at base, base + 2, ...: the even elements of a masked load of twice the width.
-Value* Gen::stride2_load(ValueId mem, Value* base, Value* mask) {
+// Whether the active lanes of `index` are base + lane * s with s = index[1] - index[0] either 1
+// or 2 (a row, or every other element of one: a pooling window), without wrapping around 2^32.
+// One test for both, so that each load has one fast path besides the gather.
+Value* Gen::window_test(Value* index, Value* mask, Value** base, Value** unit_stride) {
+  *base = B.CreateExtractElement(index, uint64_t{0});
+  Value* s = B.CreateSub(B.CreateExtractElement(index, uint64_t{1}), *base);
+  *unit_stride = B.CreateICmpEQ(s, B.getInt32(1));
+  Value* want = B.CreateAdd(
+      B.CreateVectorSplat(static_cast<unsigned>(V_), *base),
+      B.CreateMul(iota(B.getInt32Ty()), B.CreateVectorSplat(static_cast<unsigned>(V_), s)));
+  Value* wrong = B.CreateAnd(mask, B.CreateICmpNE(index, want));
+  Value* fits = B.CreateICmpEQ(B.CreateBitCast(wrong, B.getIntNTy(V_)), B.getIntN(V_, 0));
+  Value* small = B.CreateOr(*unit_stride, B.CreateICmpEQ(s, B.getInt32(2)));
+  Value* no_wrap =
+      B.CreateICmpULE(*base, B.getInt32(0xffffffffu - static_cast<uint32_t>(2 * (V_ - 1))));
+  return B.CreateAnd(B.CreateAnd(fits, small), no_wrap, "window.ok");
+}
+
+// Lanes at base + lane * s for s = 1 or 2: one masked load of twice the width (only the
+// elements the active lanes need), then the first half or the even elements.
+Value* Gen::window_load(ValueId mem, Value* base, Value* mask, Value* unit_stride) {
   const ir::Type& t = K.type_of(mem);
   llvm::Type* et = mem_scalar_ty(t.elem);
   llvm::Type* wide = vec(et, 2 * V_);
-  std::vector<int> spread_even, pick_even;
-  for (int l = 0; l < 2 * V_; ++l) spread_even.push_back(l % 2 == 0 ? l / 2 : V_);
-  for (int l = 0; l < V_; ++l) pick_even.push_back(2 * l);
-  Value* m2 =
-      B.CreateShuffleVector(mask, llvm::Constant::getNullValue(mask->getType()), spread_even);
+  std::vector<int> first_half, spread_even, pick_first, pick_even;
+  for (int l = 0; l < 2 * V_; ++l) {
+    first_half.push_back(l < V_ ? l : V_);
+    spread_even.push_back(l % 2 == 0 ? l / 2 : V_);
+  }
+  for (int l = 0; l < V_; ++l) {
+    pick_first.push_back(l);
+    pick_even.push_back(2 * l);
+  }
+  Value* none = llvm::Constant::getNullValue(mask->getType());
+  Value* m2 = B.CreateSelect(unit_stride, B.CreateShuffleVector(mask, none, first_half),
+                             B.CreateShuffleVector(mask, none, spread_even));
   Value* x2 = B.CreateMaskedLoad(wide, element_ptr(mem, base), align_of(t), m2,
                                  llvm::Constant::getNullValue(wide));
-  Value* x = B.CreateShuffleVector(x2, pick_even);
+  Value* x = B.CreateSelect(unit_stride, B.CreateShuffleVector(x2, pick_first),
+                            B.CreateShuffleVector(x2, pick_even));
   if (t.elem == ElemType::Bool) x = B.CreateICmpNE(x, llvm::Constant::getNullValue(x->getType()));
   return x;
 }
@@ -182,11 +209,9 @@ void Gen::vload(const ir::Op& op) {
   } else if (K.type_of(mem).lanes == 1) {
     // Test at run time for the common shapes (a row of a tensor whose strides are parameters,
     // every other element of one).
-    Value *base1 = nullptr, *base2 = nullptr;
-    r = first_path({{[&] { return stride_test(idx, mask, 1, &base1); },
-                     [&] { return contiguous_load(mem, base1, mask); }},
-                    {[&] { return stride_test(idx, mask, 2, &base2); },
-                     [&] { return stride2_load(mem, base2, mask); }}},
+    Value *base = nullptr, *unit_stride = nullptr;
+    r = first_path({{[&] { return window_test(idx, mask, &base, &unit_stride); },
+                     [&] { return window_load(mem, base, mask, unit_stride); }}},
                    gathered);
   } else {
     r = gathered();

@@ -312,3 +312,27 @@ TEST_CASE("vectorized: rows of a cube that are not a multiple of the vector", "[
   }
   REQUIRE(out_v == out_s);
 }
+
+TEST_CASE("vectorized: run-time consecutive and stride-2 windows", "[vectorize]") {
+  Pair p = compile_both("v_windows", {64, 1, 1});
+  require_vector_code(p);
+  for (uint32_t w : {1u, 7u, 16u, 40u, 100u}) {
+    INFO("w = " << w);
+    const size_t n = 600;
+    auto in = test::random_floats(2 * n + 2 * w);
+    std::vector<float> out_v(n, -9), out_s(n, -9);
+    test::run(*p.vec, {div_up(n, 64), 1, 1},
+              {test::tensor(in), test::tensor(out_v), test::scalar_u32(w)});
+    test::run(*p.scalar, {div_up(n, 64), 1, 1},
+              {test::tensor(in), test::tensor(out_s), test::scalar_u32(w)});
+    REQUIRE(same_bits(out_v, out_s));
+    for (size_t i = 0; i < n; ++i) {
+      const size_t row = i / w, col = i % w;
+      if (col % 5 == 3) {
+        REQUIRE(out_s[i] == -9.0f);
+        continue;
+      }
+      REQUIRE(out_s[i] == in[row * 2 * w + 2 * col] - in[row * 2 * w + col] * 0.5f);
+    }
+  }
+}

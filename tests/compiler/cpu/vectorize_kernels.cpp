@@ -150,3 +150,13 @@ void v_rows24(Tensor<u32> out) {
   out[absolute_pos()] = (u % 32u) * 1000u + u / 32u;
 }
 KILN_KERNEL(v_rows24, "out").cube_dim(24, 3);
+
+// Indices the vectorizer cannot see as affine (through a division by a run-time value) that are
+// consecutive or every other element at run time, under a mask: the window loads.
+void v_windows(Tensor<const f32> in, Tensor<f32> out, u32 w) {
+  u32 i = absolute_pos();
+  u32 row = i / w, col = i % w;
+  if_(i < out.len() && col % 5u != 3u,
+      [&] { out[i] = in[row * 2u * w + 2u * col] - in[row * 2u * w + col] * 0.5f; });
+}
+KILN_KERNEL(v_windows, "in, out, w").cube_dim(64);
