@@ -14,8 +14,8 @@
 // - Loads and stores at an index of the form base + unit become one vector access (masked when
 //   lanes are off); an index whose stride is known only at run time is tested (stride 1 gives the
 //   vector access); other indices are tested for lanes one or two elements apart, and otherwise
-//   become gathers and scatters. Scatters write in lane order, so
-//   colliding stores end as if the units had run in turn.
+//   become gathers and scatters. Scatters write in lane order, so colliding stores end as if
+//   the units had run in turn.
 // - Local arrays get one row per lane (element i of every lane side by side), so an index that
 //   is the same for every unit is one vector access.
 // - Atomics and prints run lane by lane, in unit order, with the scalar code.
