@@ -672,6 +672,9 @@ class Gen {
   int units_width(const ir::Op& units);
   void emit_units_vec(const ir::Op& op, int width);
   const ir::Op* interchanged_loop(const ir::Op& units);
+  void privatize(const ir::Op& units, int width);
+  void merge_private(int width);
+  void private_add(const ir::Op& op);
   void strided_iteration(const ir::Op& units, const ir::Op& loop, llvm::PHINode* k,
                          llvm::AllocaInst* ran);
   bool vector_op(const ir::Op& op);
@@ -741,9 +744,10 @@ class Gen {
   std::unordered_map<ValueId, Value*> var_mask_;  // vectorized variables -> mask at declaration
   std::unordered_set<ValueId> lane_local_;        // local arrays with a row per lane
   std::unordered_map<const ir::Region*, bool> escapes_, returns_;
-  llvm::BasicBlock* units_pre_ = nullptr;               // the block before the units loop
-  std::unordered_set<llvm::BasicBlock*> outer_blocks_;  // blocks before the units loop
-  std::unordered_map<Value*, Magic> magic_;             // divisors known before the loop
+  llvm::BasicBlock* units_pre_ = nullptr;                   // the block before the units loop
+  std::unordered_set<llvm::BasicBlock*> outer_blocks_;      // blocks before the units loop
+  std::unordered_map<Value*, Magic> magic_;                 // divisors known before the loop
+  std::unordered_map<ValueId, llvm::AllocaInst*> private_;  // shared counters -> lane copies
 };
 
 }  // namespace kiln::cpu::detail
