@@ -556,11 +556,12 @@ class Lowering {
   }
   // The element index of line `index` of a per-unit local array for unit u: index * units + u,
   // so that the units' lines of one index lie side by side (consecutive units read consecutive
-  // lines: one vector access on the CPU), and an index past the array's end stays past the
-  // storage's end (checked mode reports it instead of reading another unit's line).
+  // lines: one vector access on the CPU). The index is first limited to the array's length, so
+  // that one past the end (or any larger, even one whose product would wrap) stays past the
+  // storage's end: checked mode reports it instead of reading another unit's line.
   ValueId local_index(Scope& s, ValueId mem, ValueId index) {
-    (void)mem;
-    return emit(s, OpKind::Add, {emit(s, OpKind::Mul, {index, cu32(s, units_)}), unit_of(&s)});
+    const ValueId limited = emit(s, OpKind::Min, {index, cu32(s, in_.type_of(mem).count)});
+    return emit(s, OpKind::Add, {emit(s, OpKind::Mul, {limited, cu32(s, units_)}), unit_of(&s)});
   }
 
   void lower_unit_region(const Region& r, Scope& s) {

@@ -336,3 +336,24 @@ TEST_CASE("vectorized: run-time consecutive and stride-2 windows", "[vectorize]"
     }
   }
 }
+
+TEST_CASE("vectorized: a local array across a barrier, checked", "[vectorize]") {
+  Pair p = compile_both("v_local_barrier", {32, 1, 1}, true);
+  for (uint32_t bad : {4u, 134217728u}) {  // one past the end; 2^27 * 32 units wraps to 0
+    INFO("bad index " << bad);
+    std::vector<uint32_t> idx(64);
+    for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<uint32_t>(i % 4);
+    idx[37] = bad;
+    std::vector<float> out_v(64, -1), out_s(64, -1);
+    auto rv = test::try_run(*p.vec, {2, 1, 1}, {test::tensor(idx), test::tensor(out_v)});
+    auto rs = test::try_run(*p.scalar, {2, 1, 1}, {test::tensor(idx), test::tensor(out_s)});
+    REQUIRE(!rv.ok());
+    REQUIRE(!rs.ok());
+    INFO(rs.error().message);
+    REQUIRE(rv.error().message == rs.error().message);
+    REQUIRE(rs.error().message.find("(cube 1, unit 5)") != std::string::npos);
+    REQUIRE(same_bits(out_v, out_s));
+    for (size_t i = 0; i < 64; ++i)
+      if (i != 37) REQUIRE(out_s[i] == static_cast<float>(i * 10 + i % 4));
+  }
+}

@@ -160,3 +160,15 @@ void v_windows(Tensor<const f32> in, Tensor<f32> out, u32 w) {
       [&] { out[i] = in[row * 2u * w + 2u * col] - in[row * 2u * w + col] * 0.5f; });
 }
 KILN_KERNEL(v_windows, "in, out, w").cube_dim(64);
+
+// A local array kept across a barrier (fission stores it per unit, index-major) read at an
+// index from memory: checked mode must report an index past its end, even one whose product
+// with the cube size wraps around 2^32.
+void v_local_barrier(Tensor<const u32> idx, Tensor<f32> out) {
+  auto row = local_array<f32>(4);
+  u32 i = absolute_pos();
+  for_range(0u, 4u, [&](u32 k) { row[k] = cast<f32>(i * 10u + k); });
+  sync_cube();
+  out[i] = row[idx[i]];
+}
+KILN_KERNEL(v_local_barrier, "idx, out").cube_dim(32);
