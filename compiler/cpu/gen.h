@@ -750,4 +750,47 @@ class Gen {
   std::unordered_map<ValueId, llvm::AllocaInst*> private_;  // shared counters -> lane copies
 };
 
+// ---- lane loops (templates of the vector mode) ------------------------------------------
+
+// Runs fn(lane) for each set lane of `mask`, lowest first, in a loop over the mask's bits.
+template <class Fn>
+void Gen::for_each_lane(Value* mask, Fn&& fn) {
+  auto* pre = B.GetInsertBlock();
+  Value* bits = B.CreateZExt(B.CreateBitCast(mask, B.getIntNTy(V_)), B.getInt64Ty());
+  auto* header = llvm::BasicBlock::Create(C, "lane.header", F);
+  auto* body = llvm::BasicBlock::Create(C, "lane.body", F);
+  auto* exit = llvm::BasicBlock::Create(C, "lane.exit", F);
+  B.CreateBr(header);
+  B.SetInsertPoint(header);
+  auto* b = B.CreatePHI(B.getInt64Ty(), 2, "lanes.left");
+  b->addIncoming(bits, pre);
+  B.CreateCondBr(B.CreateICmpNE(b, B.getInt64(0)), body, exit);
+  B.SetInsertPoint(body);
+  Value* lane = B.CreateTrunc(B.CreateBinaryIntrinsic(llvm::Intrinsic::cttz, b, B.getTrue()),
+                              B.getInt32Ty(), "lane");
+  fn(lane);
+  b->addIncoming(B.CreateAnd(b, B.CreateSub(b, B.getInt64(1))), B.GetInsertBlock());
+  B.CreateBr(header);
+  B.SetInsertPoint(exit);
+}
+
+// The same, unrolled: one block per lane with a constant lane number.
+template <class Fn>
+void Gen::for_each_lane_unrolled(Value* mask, Fn&& fn) {
+  for (int l = 0; l < V_; ++l) {
+    Value* lane = B.getInt32(static_cast<uint32_t>(l));
+    if (is_true(mask)) {
+      fn(lane);
+      continue;
+    }
+    auto* run = llvm::BasicBlock::Create(C, "lane.on", F);
+    auto* next = llvm::BasicBlock::Create(C, "lane.next", F);
+    B.CreateCondBr(B.CreateExtractElement(mask, static_cast<uint64_t>(l)), run, next);
+    B.SetInsertPoint(run);
+    fn(lane);
+    B.CreateBr(next);
+    B.SetInsertPoint(next);
+  }
+}
+
 }  // namespace kiln::cpu::detail

@@ -1,6 +1,7 @@
 // The unit vectorizer's memory accesses (see vectorize.cpp): vector loads and stores at
 // `base + unit`, run-time tests for consecutive and stride-2 indices, gathers and scatters,
-// local arrays with a row per lane, variables with a line per lane, checked mode and asserts.
+// local arrays with a row per lane, variables with a line per lane, checked mode and asserts,
+// atomics and prints lane by lane, and private per-lane copies of shared counters.
 #include "compiler/cpu/gen.h"
 
 namespace kiln::cpu::detail {
@@ -396,6 +397,177 @@ void Gen::vassert(const ir::Op& op) {
   B.CreateCall(callee, {state_, B.getInt32(id), cube_, B.CreateAdd(vu_, first_lane(failed))});
   B.CreateBr(cont);
   B.SetInsertPoint(cont);
+}
+
+// Shared-memory counters: a shared integer array that the units loop only adds to atomically,
+// ignoring the old values (a histogram's bins), gets a private copy per lane for the loop, laid
+// out bin-major (bin b of lane l at b * V + l): the lanes of a vector never update one address,
+// so their increments do not wait for each other. The copies start at zero and are added into
+// the shared array when the loop ends, before any other loop can read it. Only where the adds
+// are many (inside a unit-strided loop), the array small (64 KiB of copies at most), and not in
+// checked mode (which reports each access).
+void Gen::privatize(const ir::Op& units, int width) {
+  private_.clear();
+  if (O.checked) return;
+  std::unordered_map<ValueId, bool> candidate;  // shared array -> only unused atomic adds
+  std::unordered_set<ValueId> used;
+  ir::walk(units.regions[0], [&](const ir::Op& op) {
+    for (ValueId o : op.operands) used.insert(o);
+  });
+  ir::walk(units.regions[0], [&](const ir::Op& op) {
+    if (op.operands.empty()) return;
+    const ValueId m = op.operands[0];
+    if (K.type_of(m).kind != ir::TypeKind::Shared) return;
+    if (op.kind == OpKind::Len) return;
+    const ir::Type& t = K.type_of(m);
+    const bool adds = op.kind == OpKind::AtomicAdd && ir::is_int(t.elem) && t.lanes == 1 &&
+                      !used.count(op.result);
+    auto it = candidate.find(m);
+    candidate[m] = (it == candidate.end() || it->second) && adds;
+  });
+  for (const auto& [m, ok] : candidate) {
+    const ir::Type& t = K.type_of(m);
+    const uint64_t bytes =
+        uint64_t{t.count} * static_cast<uint64_t>(width) * ir::elem_bytes(t.elem);
+    if (!ok || bytes > 64 * 1024) continue;
+    llvm::Type* et = mem_scalar_ty(t.elem);
+    llvm::AllocaInst* copies = entry_alloca(et, B.getInt32(t.count * static_cast<uint32_t>(width)),
+                                            fmt::format("private{}", m));
+    copies->setAlignment(llvm::Align(64));
+    B.CreateMemSet(copies, B.getInt8(0), B.getInt64(bytes), llvm::Align(64));
+    private_[m] = copies;
+  }
+}
+
+void Gen::merge_private(int width) {
+  for (const auto& [m, copies] : private_) {
+    const ir::Type& t = K.type_of(m);
+    llvm::Type* et = mem_scalar_ty(t.elem);
+    llvm::Type* vt = vec(et, width);
+    auto* pre = B.GetInsertBlock();
+    auto* header = llvm::BasicBlock::Create(C, "merge.header", F);
+    auto* body = llvm::BasicBlock::Create(C, "merge.body", F);
+    auto* exit = llvm::BasicBlock::Create(C, "merge.exit", F);
+    B.CreateBr(header);
+    B.SetInsertPoint(header);
+    auto* b = B.CreatePHI(B.getInt32Ty(), 2, "bin");
+    b->addIncoming(B.getInt32(0), pre);
+    B.CreateCondBr(B.CreateICmpULT(b, B.getInt32(t.count)), body, exit);
+    B.SetInsertPoint(body);
+    Value* lanes = B.CreateAlignedLoad(
+        vt,
+        B.CreateInBoundsGEP(
+            et, copies,
+            B.CreateMul(B.CreateZExt(b, B.getInt64Ty()), B.getInt64(static_cast<uint64_t>(width)))),
+        align_of(t));
+    Value* p = element_ptr(m, b);
+    B.CreateAlignedStore(
+        B.CreateAdd(B.CreateAlignedLoad(et, p, align_of(t)), B.CreateAddReduce(lanes)), p,
+        align_of(t));
+    b->addIncoming(B.CreateAdd(b, B.getInt32(1)), body);
+    B.CreateBr(header);
+    B.SetInsertPoint(exit);
+  }
+  private_.clear();
+}
+
+// An add to a lane's private copy: bin b of lane l is at b * V + l, so the lanes never collide.
+void Gen::private_add(const ir::Op& op) {
+  const ValueId m = op.operands[0];
+  const ir::Type& t = K.type_of(m);
+  llvm::Type* et = mem_scalar_ty(t.elem);
+  llvm::AllocaInst* copies = private_.at(m);
+  auto one_lane = [&](Value* lane) {
+    Value* bin = lane_value(op.operands[1], lane);
+    Value* at = B.CreateAdd(
+        B.CreateMul(B.CreateZExt(bin, B.getInt64Ty()), B.getInt64(static_cast<uint64_t>(V_))),
+        B.CreateZExt(lane, B.getInt64Ty()));
+    Value* p = B.CreateInBoundsGEP(et, copies, at);
+    B.CreateAlignedStore(
+        B.CreateAdd(B.CreateAlignedLoad(et, p, align_of(t)), lane_value(op.operands[2], lane)), p,
+        align_of(t));
+  };
+  if (is_true(mask_)) {
+    for_each_lane_unrolled(mask_, one_lane);
+    return;
+  }
+  auto* all = llvm::BasicBlock::Create(C, "lanes.all", F);
+  auto* some = llvm::BasicBlock::Create(C, "lanes.some", F);
+  auto* done = llvm::BasicBlock::Create(C, "lanes.done", F);
+  B.CreateCondBr(B.CreateICmpEQ(B.CreateBitCast(mask_, B.getIntNTy(V_)),
+                                llvm::ConstantInt::getAllOnesValue(B.getIntNTy(V_))),
+                 all, some);
+  B.SetInsertPoint(all);
+  for_each_lane_unrolled(llvm::Constant::getAllOnesValue(mask_->getType()), one_lane);
+  B.CreateBr(done);
+  B.SetInsertPoint(some);
+  for_each_lane(mask_, one_lane);
+  B.CreateBr(done);
+  B.SetInsertPoint(done);
+}
+
+// Atomics and prints: the scalar code once per active lane, in unit order.
+void Gen::scalarize(const ir::Op& op) {
+  const ValueId r = op.result;
+  llvm::AllocaInst* out = nullptr;
+  int w = 1;
+  llvm::Type* et = nullptr;
+  if (r != ir::kNoValue) {
+    const ir::Type& t = K.type_of(r);
+    w = t.lanes;
+    et = mem_scalar_ty(t.elem);
+    out = entry_alloca(et, B.getInt32(static_cast<uint32_t>(V_ * w)), fmt::format("lanes{}", r));
+    out->setAlignment(llvm::Align(64));  // read back as one vector
+  }
+  auto one_lane = [&](Value* lane) {
+    std::vector<std::pair<ValueId, Value*>> saved;
+    for (ValueId o : op.operands) {
+      bool seen = false;
+      for (auto& s : saved) seen = seen || s.first == o;
+      if (seen || !vary_[o]) continue;
+      saved.emplace_back(o, vals_[o]);
+      vals_[o] = lane_value(o, lane);
+    }
+    unit_ = B.CreateAdd(vu_, lane, "unit");
+    emit_scalar(op);
+    unit_ = nullptr;
+    if (out) {
+      Value* x = vals_[r];
+      const ir::Type& t = K.type_of(r);
+      if (t.elem == ElemType::Bool) x = B.CreateZExt(x, vec(et, w));
+      Value* at = B.CreateMul(lane, B.getInt32(static_cast<uint32_t>(w)));
+      B.CreateStore(x, B.CreateInBoundsGEP(et, out, at));
+    }
+    for (auto it = saved.rbegin(); it != saved.rend(); ++it) vals_[it->first] = it->second;
+  };
+  // When every lane is active (the common case of atomics), straight-line code for each lane
+  // with constant lane numbers (cheap extracts, no branches); otherwise, and for prints, a loop
+  // over the active lanes.
+  if (op.kind == OpKind::Print) {
+    for_each_lane(mask_, one_lane);
+  } else if (is_true(mask_)) {
+    for_each_lane_unrolled(mask_, one_lane);
+  } else {
+    auto* all = llvm::BasicBlock::Create(C, "lanes.all", F);
+    auto* some = llvm::BasicBlock::Create(C, "lanes.some", F);
+    auto* done = llvm::BasicBlock::Create(C, "lanes.done", F);
+    B.CreateCondBr(B.CreateICmpEQ(B.CreateBitCast(mask_, B.getIntNTy(V_)),
+                                  llvm::ConstantInt::getAllOnesValue(B.getIntNTy(V_))),
+                   all, some);
+    B.SetInsertPoint(all);
+    for_each_lane_unrolled(llvm::Constant::getAllOnesValue(mask_->getType()), one_lane);
+    B.CreateBr(done);
+    B.SetInsertPoint(some);
+    for_each_lane(mask_, one_lane);
+    B.CreateBr(done);
+    B.SetInsertPoint(done);
+  }
+  if (!out) return;
+  llvm::Type* vt = vec(et, V_ * w);
+  Value* x = B.CreateLoad(vt, out);
+  if (K.type_of(r).elem == ElemType::Bool) x = B.CreateICmpNE(x, llvm::Constant::getNullValue(vt));
+  set(r, x);
+  vary_[r] = 1;
 }
 
 }  // namespace kiln::cpu::detail
