@@ -30,8 +30,9 @@ struct Target {
   std::string describe() const;
 };
 
-// False when the environment sets KILN_CPU_VECTORIZE=0 (host_target and make_target read it).
-bool vectorize_from_environment();
+// KILN_CPU_VECTORIZE from the environment: 0 is off, 1 or unset on, anything else an error
+// naming the variable (host_target and make_target read it).
+Result<bool> vectorize_from_environment();
 // The host CPU, from LLVM's host detection.
 Result<Target> host_target();
 // Another x86-64 CPU by LLVM name, with optional extra features ("+avx2,-avx512f").

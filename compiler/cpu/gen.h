@@ -716,6 +716,8 @@ class Gen {
   void for_each_lane(Value* mask, Fn&& fn);
   template <class Fn>
   void for_each_lane_unrolled(Value* mask, Fn&& fn);
+  template <class Fn>
+  void for_active_lanes(Value* mask, Fn&& fn);
   Value* widen(ValueId id);
   Value* widen_mask(Value* m, int lanes);
   Value* spread(Value* x, int lanes);
@@ -791,6 +793,26 @@ void Gen::for_each_lane_unrolled(Value* mask, Fn&& fn) {
     B.CreateBr(next);
     B.SetInsertPoint(next);
   }
+}
+
+// fn(lane) for each active lane, in lane order: straight-line code with constant lane numbers
+// when every lane is active (the common case: cheap extracts, no branches), else the loop.
+template <class Fn>
+void Gen::for_active_lanes(Value* mask, Fn&& fn) {
+  if (is_true(mask)) return for_each_lane_unrolled(mask, fn);
+  auto* all = llvm::BasicBlock::Create(C, "lanes.all", F);
+  auto* some = llvm::BasicBlock::Create(C, "lanes.some", F);
+  auto* done = llvm::BasicBlock::Create(C, "lanes.done", F);
+  B.CreateCondBr(B.CreateICmpEQ(B.CreateBitCast(mask, B.getIntNTy(V_)),
+                                llvm::ConstantInt::getAllOnesValue(B.getIntNTy(V_))),
+                 all, some);
+  B.SetInsertPoint(all);
+  for_each_lane_unrolled(llvm::Constant::getAllOnesValue(mask->getType()), fn);
+  B.CreateBr(done);
+  B.SetInsertPoint(some);
+  for_each_lane(mask, fn);
+  B.CreateBr(done);
+  B.SetInsertPoint(done);
 }
 
 }  // namespace kiln::cpu::detail

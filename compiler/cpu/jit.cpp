@@ -147,7 +147,7 @@ Result<Target> host_target() {
   for (const std::string& f : feats) t.features += (t.features.empty() ? "" : ",") + f;
   t.vector_bits = vector_bits_of(t.features);
   t.host = true;
-  t.vectorize = vectorize_from_environment();
+  KILN_ASSIGN(t.vectorize, vectorize_from_environment());
   return t;
 }
 
@@ -195,7 +195,7 @@ Result<Target> make_target(const std::string& cpu, const std::string& features) 
   KILN_ASSIGN(auto tm, target_machine(t));
   const llvm::MCSubtargetInfo* sti = tm->getMCSubtargetInfo();
   t.vector_bits = sti->checkFeatures("+avx512f") ? 512 : sti->checkFeatures("+avx") ? 256 : 128;
-  t.vectorize = vectorize_from_environment();
+  KILN_ASSIGN(t.vectorize, vectorize_from_environment());
   return t;
 }
 

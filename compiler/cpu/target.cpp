@@ -9,9 +9,15 @@
 
 namespace kiln::cpu {
 
-bool vectorize_from_environment() {
+Result<bool> vectorize_from_environment() {
   const char* e = std::getenv("KILN_CPU_VECTORIZE");
-  return !(e && std::string_view(e) == "0");
+  const std::string_view v = e ? e : "";
+  if (v.empty() || v == "1") return true;
+  if (v == "0") return false;
+  return Error(ErrorKind::InvalidArgument,
+               fmt::format("KILN_CPU_VECTORIZE='{}': write 0 (units one at a time) or 1 (units in "
+                           "SIMD lanes, the default), or unset it",
+                           v));
 }
 
 int Target::max_lanes(int bytes) const {

@@ -487,23 +487,7 @@ void Gen::private_add(const ir::Op& op) {
         B.CreateAdd(B.CreateAlignedLoad(et, p, align_of(t)), lane_value(op.operands[2], lane)), p,
         align_of(t));
   };
-  if (is_true(mask_)) {
-    for_each_lane_unrolled(mask_, one_lane);
-    return;
-  }
-  auto* all = llvm::BasicBlock::Create(C, "lanes.all", F);
-  auto* some = llvm::BasicBlock::Create(C, "lanes.some", F);
-  auto* done = llvm::BasicBlock::Create(C, "lanes.done", F);
-  B.CreateCondBr(B.CreateICmpEQ(B.CreateBitCast(mask_, B.getIntNTy(V_)),
-                                llvm::ConstantInt::getAllOnesValue(B.getIntNTy(V_))),
-                 all, some);
-  B.SetInsertPoint(all);
-  for_each_lane_unrolled(llvm::Constant::getAllOnesValue(mask_->getType()), one_lane);
-  B.CreateBr(done);
-  B.SetInsertPoint(some);
-  for_each_lane(mask_, one_lane);
-  B.CreateBr(done);
-  B.SetInsertPoint(done);
+  for_active_lanes(mask_, one_lane);
 }
 
 // Atomics and prints: the scalar code once per active lane, in unit order.
@@ -540,28 +524,11 @@ void Gen::scalarize(const ir::Op& op) {
     }
     for (auto it = saved.rbegin(); it != saved.rend(); ++it) vals_[it->first] = it->second;
   };
-  // When every lane is active (the common case of atomics), straight-line code for each lane
-  // with constant lane numbers (cheap extracts, no branches); otherwise, and for prints, a loop
-  // over the active lanes.
-  if (op.kind == OpKind::Print) {
+  // Prints, rarer and larger, always in a loop over the active lanes.
+  if (op.kind == OpKind::Print)
     for_each_lane(mask_, one_lane);
-  } else if (is_true(mask_)) {
-    for_each_lane_unrolled(mask_, one_lane);
-  } else {
-    auto* all = llvm::BasicBlock::Create(C, "lanes.all", F);
-    auto* some = llvm::BasicBlock::Create(C, "lanes.some", F);
-    auto* done = llvm::BasicBlock::Create(C, "lanes.done", F);
-    B.CreateCondBr(B.CreateICmpEQ(B.CreateBitCast(mask_, B.getIntNTy(V_)),
-                                  llvm::ConstantInt::getAllOnesValue(B.getIntNTy(V_))),
-                   all, some);
-    B.SetInsertPoint(all);
-    for_each_lane_unrolled(llvm::Constant::getAllOnesValue(mask_->getType()), one_lane);
-    B.CreateBr(done);
-    B.SetInsertPoint(some);
-    for_each_lane(mask_, one_lane);
-    B.CreateBr(done);
-    B.SetInsertPoint(done);
-  }
+  else
+    for_active_lanes(mask_, one_lane);
   if (!out) return;
   llvm::Type* vt = vec(et, V_ * w);
   Value* x = B.CreateLoad(vt, out);
