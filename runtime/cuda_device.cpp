@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "runtime/cuda_report.h"
 #include "runtime/log.h"
 #include "runtime/tensor.h"
 
@@ -15,27 +16,6 @@ namespace kiln::detail {
 using namespace cuda_driver;
 
 namespace {
-
-// The host's view of the prelude's kiln::report (compiler/cuda/prelude.cuh).
-struct FaultEntry {
-  uint64_t key;
-  uint32_t site, index, bound, pad;
-};
-struct ReportHeader {
-  uint64_t fault_key, assert_key;
-  uint32_t fault_count, assert_count, print_bytes, prints_dropped, print_capacity, pad;
-  FaultEntry faults[32];
-  FaultEntry asserts[32];
-};
-static_assert(sizeof(FaultEntry) == 24 && sizeof(ReportHeader) == 1576, "must match prelude.cuh");
-constexpr uint32_t kPrintCapacity = 1u << 20;
-constexpr uint32_t kMaxSeq = (1u << 22) - 1;
-
-void decode_key(uint64_t key, uint32_t& seq, uint32_t& cube, uint32_t& unit) {
-  seq = static_cast<uint32_t>(key >> 42);
-  cube = static_cast<uint32_t>((key >> 10) & 0xffffffffu);
-  unit = static_cast<uint32_t>(key & 1023u);
-}
 
 class CudaAllocator : public DeviceAllocator {
  public:
@@ -251,10 +231,7 @@ CudaStream::~CudaStream() {
 }
 
 Status CudaStream::reset_report() {
-  ReportHeader h;
-  std::memset(&h, 0, sizeof h);
-  h.fault_key = h.assert_key = ~uint64_t{0};
-  h.print_capacity = kPrintCapacity;
+  const ReportHeader h = empty_report();
   KILN_TRY(ctx_->check(ctx_->api->cuMemcpyHtoD_v2(report_, &h, sizeof h),
                        "resetting a stream's report buffer"));
   seq_ = 0;
@@ -298,78 +275,18 @@ Status CudaStream::sync(std::vector<std::string>& prints, std::optional<Error>& 
   ReportHeader h;
   KILN_TRY(
       ctx_->check(api.cuMemcpyDtoH_v2(&h, report_, sizeof h), "reading a stream's report buffer"));
-  auto kernel_of = [&](uint32_t seq) -> const CudaKernel* {
+  std::vector<unsigned char> arena(std::min(h.print_bytes, kPrintCapacity));
+  if (!arena.empty())
+    KILN_TRY(
+        ctx_->check(api.cuMemcpyDtoH_v2(arena.data(), report_ + sizeof(ReportHeader), arena.size()),
+                    "reading device prints"));
+  auto kernel_of = [&](uint32_t seq) -> const abi::KernelInfo* {
     auto it = std::lower_bound(launched_.begin(), launched_.end(), seq,
                                [](const auto& e, uint32_t s) { return e.first < s; });
-    return it != launched_.end() && it->first == seq ? it->second.get() : nullptr;
+    return it != launched_.end() && it->first == seq ? &it->second->info : nullptr;
   };
-  // The first fault or failed assert: the smallest (launch, cube, unit); faults first.
-  const FaultEntry* best = nullptr;
-  bool best_is_fault = false;
-  for (int list = 0; list < 2; ++list) {
-    const uint32_t count = std::min<uint32_t>(list == 0 ? h.fault_count : h.assert_count, 32);
-    const FaultEntry* entries = list == 0 ? h.faults : h.asserts;
-    for (uint32_t i = 0; i < count; ++i)
-      if (!best || entries[i].key < best->key) {
-        best = &entries[i];
-        best_is_fault = list == 0;
-      }
-  }
-  if (best && !fault) {
-    uint32_t seq, cube, unit;
-    decode_key(best->key, seq, cube, unit);
-    const CudaKernel* k = kernel_of(seq);
-    if (!k) {
-      fault = Error(ErrorKind::KernelFault,
-                    "a kernel reported a fault kiln cannot attribute (report buffer damaged?)");
-    } else if (best_is_fault && best->site < k->info.accesses.size()) {
-      const abi::AccessSite& site = k->info.accesses[best->site];
-      fault = Error(ErrorKind::KernelFault,
-                    fmt::format("{}: error: out-of-bounds {} of {} in kernel '{}': line index {} "
-                                "is not below {} (cube "
-                                "{}, unit {}); the access was skipped",
-                                site.where.empty() ? k->info.name : site.where, site.access,
-                                site.memory, k->info.name, best->index, best->bound, cube, unit));
-    } else if (!best_is_fault && best->site < k->info.asserts.size()) {
-      const abi::AssertSite& site = k->info.asserts[best->site];
-      fault = Error(ErrorKind::KernelFault,
-                    fmt::format("{}: error: assertion failed in kernel '{}': {} (cube {}, unit {})",
-                                site.where.empty() ? k->info.name : site.where, k->info.name,
-                                site.message, cube, unit));
-    }
-  }
-  // Prints, launch by launch in order, each by cube, unit and program order.
-  if (h.print_bytes > 0) {
-    const uint32_t bytes = std::min(h.print_bytes, kPrintCapacity);
-    std::vector<unsigned char> arena(bytes);
-    KILN_TRY(ctx_->check(api.cuMemcpyDtoH_v2(arena.data(), report_ + sizeof(ReportHeader), bytes),
-                         "reading device prints"));
-    std::map<uint32_t, abi::LaunchState> by_launch;
-    for (uint32_t at = 0; at + 16 <= bytes;) {
-      uint32_t size, site;
-      uint64_t key;
-      std::memcpy(&size, arena.data() + at, 4);
-      if (size & 0x80000000u || size < 16 || at + size > bytes)
-        break;  // the record that did not fit
-      std::memcpy(&site, arena.data() + at + 4, 4);
-      std::memcpy(&key, arena.data() + at + 8, 8);
-      uint32_t seq, cube, unit;
-      decode_key(key, seq, cube, unit);
-      abi::LaunchState::Print p{cube, unit, site, std::vector<uint64_t>((size - 16) / 8)};
-      if (!p.bits.empty()) std::memcpy(p.bits.data(), arena.data() + at + 16, p.bits.size() * 8);
-      by_launch[seq].prints.push_back(std::move(p));
-      at += size;
-    }
-    for (auto& [seq, state] : by_launch)
-      if (const CudaKernel* k = kernel_of(seq))
-        for (std::string& line : abi::format_prints(state, k->info.prints))
-          prints.push_back(std::move(line));
-    if (h.prints_dropped)
-      prints.push_back(fmt::format(
-          "kiln: {} device prints were dropped: the report buffer holds {} bytes per stream "
-          "between syncs; sync more often",
-          h.prints_dropped, kPrintCapacity));
-  }
+  uint64_t key = 0;
+  read_report(h, arena, kernel_of, prints, fault, key);
   return reset_report();
 }
 
@@ -477,7 +394,8 @@ const bool g_registered = [] {
   DeviceFamily f;
   f.name = "cuda";
   f.syntax = "cuda:N";
-  f.claims = [](std::string_view n) { return n.rfind("cuda", 0) == 0; };
+  // "cuda", "cuda:N" and misspellings of them ("cuda3"), not the emulator ("cuda-emu").
+  f.claims = [](std::string_view n) { return n.starts_with("cuda") && !n.starts_with("cuda-"); };
   f.list = [] {
     std::vector<DeviceEntry> out;
     auto drv = driver();
@@ -522,7 +440,7 @@ const bool g_registered = [] {
 
 }  // namespace
 
-std::string CudaDevice::line_problem(const Tensor& t, int line) const {
+std::string cuda_line_problem(const Tensor& t, int line, const std::string& device) {
   // GPUs read lines with vector loads, which need the pointer aligned to the line (up to 16
   // bytes).
   const uintptr_t align = std::min<uintptr_t>(16, static_cast<uintptr_t>(line) * t.element_bytes());
@@ -531,7 +449,11 @@ std::string CudaDevice::line_problem(const Tensor& t, int line) const {
   return fmt::format(
       "{} starts {} bytes past a {}-byte boundary, but lines of {} need it aligned on {}; use a "
       "narrower line (Runtime::line_width picks one)",
-      t.describe(), off, align, line, info_.name);
+      t.describe(), off, align, line, device);
+}
+
+std::string CudaDevice::line_problem(const Tensor& t, int line) const {
+  return cuda_line_problem(t, line, info_.name);
 }
 
 std::string CudaDevice::grid_problem(const std::array<uint32_t, 3>& cubes) const {

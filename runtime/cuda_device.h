@@ -70,6 +70,10 @@ class CudaDevice : public Device {
   uint32_t max_grid_y_ = 65535, max_grid_z_ = 65535, max_shared_ = 48 * 1024;
 };
 
+// Why a tensor cannot be read in lines of `line` elements on a CUDA device (or the emulator):
+// vector loads need the pointer aligned to the line, up to 16 bytes.
+std::string cuda_line_problem(const Tensor& t, int line, const std::string& device);
+
 // A specialization loaded into a device's context.
 struct CudaKernel {
   std::shared_ptr<CudaContext> ctx;

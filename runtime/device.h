@@ -22,10 +22,10 @@ namespace kiln {
 
 class Tensor;
 
-enum class DeviceKind { Cpu, Cuda, Other };
+enum class DeviceKind { Cpu, Cuda, CudaEmulator, Other };
 
 struct DeviceInfo {
-  std::string name;  // "cpu", "cuda:0"
+  std::string name;  // "cpu", "cuda:0", "cuda-emu"
   DeviceKind kind = DeviceKind::Cpu;
   std::string description;  // the processor or GPU model
   int cores = 0;            // CPU threads kiln uses, or streaming multiprocessors

@@ -183,8 +183,12 @@ Result<Runtime> Runtime::open(std::string_view name, RuntimeOptions options) {
     if (f.claims(name)) family = &f;
   if (!family) {
     std::string names;
-    for (const DeviceFamily& f : families)
-      names += fmt::format("{}'{}'", names.empty() ? "" : " and ", f.syntax);
+    for (size_t i = 0; i < families.size(); ++i)
+      names += fmt::format("{}'{}'",
+                           i == 0                     ? ""
+                           : i + 1 == families.size() ? " and "
+                                                      : ", ",
+                           families[i].syntax);
     return Error(
         ErrorKind::NotFound,
         fmt::format("unknown device '{}'; devices are {} (see kiln devices)", name, names));

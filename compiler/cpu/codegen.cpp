@@ -232,7 +232,7 @@ Value* Gen::cast(const ir::Op& op) {
   if (from.elem == ElemType::Bool) return tf ? B.CreateUIToFP(a, dst) : B.CreateZExt(a, dst);
   if (ff && tf) {
     Value* x = a;
-    if (is_half(from.elem)) x = B.CreateFPExt(x, vec(B.getFloatTy(), from.lanes));  // exact
+    if (is_half(from.elem)) x = promote(x, from);  // exact
     if (is_half(to.elem) && x->getType()->getScalarType()->isDoubleTy())
       x = round_to_odd_f32(x, from.lanes);
     if (to.elem == ElemType::BF16) return to_bf16(x, to.lanes);

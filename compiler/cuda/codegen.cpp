@@ -12,7 +12,7 @@
 
 namespace kiln::cuda {
 
-extern const char* const kPreludeText;  // prelude.cuh, embedded by the build
+extern const char* const kPreludeText;  // prelude.cuh, embedded by the build (embed_text.cmake)
 
 std::string Target::name() const {
   return fmt::format("sm_{}{}", sm, arch_specific ? "a" : "");
@@ -304,8 +304,7 @@ class Gen {
           "kiln::unit_linear());\n",
           info_.layout.slot_count + 1);
     }
-    if (info_.dynamic_shared_bytes)
-      out += "  extern __shared__ __align__(16) unsigned char kiln_dynamic_shared[];\n";
+    if (info_.dynamic_shared_bytes) out += "  KILN_DYNAMIC_SHARED_BASE();\n";
     out += body_;
     out += "}\n";
     Source s;
@@ -635,18 +634,17 @@ class Gen {
         const Type& t = type(op.result);
         const std::string name = fmt::format("shared{}", op.result);
         mem_name_[op.result] = name;
-        if (info_.dynamic_shared_bytes)
-          line(fmt::format("{0}* const {1} = reinterpret_cast<{0}*>(kiln_dynamic_shared + {2});",
-                           mem_line_c(t), name, shared_offset_.at(op.result)));
-        else
-          line(fmt::format("__shared__ {} {}[{}];", mem_line_c(t), name, t.count));
+        // Through the prelude's macros, which give the emulator (cuda-emu) a per-cube arena.
+        line(fmt::format("{}({}, {}, {}, {});",
+                         info_.dynamic_shared_bytes ? "KILN_SHARED_DYNAMIC" : "KILN_SHARED",
+                         mem_line_c(t), name, t.count, shared_offset_.at(op.result)));
         return {};
       }
       case OpKind::AllocLocal: {
         const Type& t = type(op.result);
         const std::string name = fmt::format("local{}", op.result);
         mem_name_[op.result] = name;
-        line(fmt::format("{} {}[{}];", mem_line_c(t), name, t.count));
+        line(fmt::format("KILN_LOCAL({}, {}, {});", mem_line_c(t), name, t.count));
         return {};
       }
       case OpKind::Len: {
@@ -711,8 +709,9 @@ class Gen {
       case OpKind::AtomicCas: {
         std::string rest;
         for (size_t i = 2; i < op.operands.size(); ++i) rest += ", " + v(op.operands[i]);
-        const std::string call = fmt::format("kiln::{}(&{}[{}]{})", func_name(op.kind),
-                                             v(op.operands[0]), v(op.operands[1]), rest);
+        const std::string call =
+            fmt::format("kiln::{}(kiln::element({}, {}){})", func_name(op.kind), v(op.operands[0]),
+                        v(op.operands[1]), rest);
         if (!O.checked) {
           def(op, call);
         } else {

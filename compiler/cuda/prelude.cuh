@@ -7,6 +7,21 @@
 // includes no header, so kernels build wherever libnvrtc is.
 #pragma once
 
+// The emulation device (cuda-emu) compiles this prelude and the kernel for the host, after
+// kiln_emu.h (compiler/cuda/emu/host.h): there every `#ifdef KILN_EMULATION` block gives the host
+// implementation of the device code beside it, and KILN_WHERE adds the caller's source position
+// (the kernel's DSL line) to the operations the emulator checks. On the GPU both are empty.
+#ifndef KILN_EMULATION
+#define KILN_WHERE
+#define KILN_AT
+// Shared arrays, static or placed in the dynamic allocation; local arrays.
+#define KILN_SHARED(T, name, count, offset) __shared__ T name[count]
+#define KILN_SHARED_DYNAMIC(T, name, count, offset) \
+  T* const name = reinterpret_cast<T*>(kiln_dynamic_shared + (offset))
+#define KILN_DYNAMIC_SHARED_BASE() extern __shared__ __align__(16) unsigned char kiln_dynamic_shared[]
+#define KILN_LOCAL(T, name, count) T name[count]
+#endif
+
 namespace kiln {
 
 typedef signed char i8;
@@ -62,20 +77,34 @@ __device__ __forceinline__ To bitcast(const From& x) {
   return r;
 }
 
+// cvt.f32.f16 (exact), cvt.rn.f16.f32 and cvt.rn.bf16.f32 (to nearest even; a NaN becomes
+// the canonical NaN 0x7fff, as the PTX ISA specifies for half-precision results).
 __device__ __forceinline__ f32 to_f32(f16 h) {
+#ifdef KILN_EMULATION
+  return emu::f16_to_f32(h.bits);
+#else
   f32 f;
   asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h.bits));
   return f;
+#endif
 }
 __device__ __forceinline__ f32 to_f32(bf16 b) { return __uint_as_float((u32)b.bits << 16); }
 __device__ __forceinline__ f16 f16_of(f32 f) {
   f16 h;
+#ifdef KILN_EMULATION
+  h.bits = emu::f32_to_f16_rn(f);
+#else
   asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(f));
+#endif
   return h;
 }
 __device__ __forceinline__ bf16 bf16_of(f32 f) {
   bf16 b;
+#ifdef KILN_EMULATION
+  b.bits = emu::f32_to_bf16_rn(f);
+#else
   asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(b.bits) : "f"(f));
+#endif
   return b;
 }
 // f64 -> f32 rounded to odd: rounding that again to f16 or bf16 gives the correctly rounded
@@ -113,8 +142,10 @@ struct alignas(line_align<sizeof(T) * N>::value) line {
 template <class T> struct lanes_of { static const int value = 1; typedef T elem; };
 template <class T, int N> struct lanes_of<line<T, N> > { static const int value = N; typedef T elem; };
 
+// The moves themselves (memory_load/memory_store); `load` and `store` below are what kernels
+// call.
 template <class L>
-__device__ __forceinline__ L load(const L* p, u32 i) {
+__device__ __forceinline__ L memory_load(const L* p, u32 i) {
   if constexpr (sizeof(L) % 16 == 0) {
     L r;
     const uint4* s = reinterpret_cast<const uint4*>(p + i);
@@ -129,7 +160,7 @@ __device__ __forceinline__ L load(const L* p, u32 i) {
   }
 }
 template <class L>
-__device__ __forceinline__ void store(L* p, u32 i, const L& x) {
+__device__ __forceinline__ void memory_store(L* p, u32 i, const L& x) {
   if constexpr (sizeof(L) % 16 == 0) {
     const uint4* s = reinterpret_cast<const uint4*>(&x);
     uint4* d = reinterpret_cast<uint4*>(p + i);
@@ -143,23 +174,78 @@ __device__ __forceinline__ void store(L* p, u32 i, const L& x) {
 }
 // Bools live in memory as one byte each (0 or 1); any nonzero byte reads as true.
 struct mbool { u8 v; };
-__device__ __forceinline__ bool load(const mbool* p, u32 i) { return p[i].v != 0; }
-__device__ __forceinline__ void store(mbool* p, u32 i, bool x) { p[i].v = x ? 1 : 0; }
+__device__ __forceinline__ bool memory_load(const mbool* p, u32 i) { return p[i].v != 0; }
+__device__ __forceinline__ void memory_store(mbool* p, u32 i, bool x) { p[i].v = x ? 1 : 0; }
 template <int N>
-__device__ __forceinline__ line<bool, N> load(const line<mbool, N>* p, u32 i) {
-  const line<mbool, N> b = load<line<mbool, N> >(p, i);
+__device__ __forceinline__ line<bool, N> memory_load(const line<mbool, N>* p, u32 i) {
+  const line<mbool, N> b = memory_load<line<mbool, N> >(p, i);
   line<bool, N> r;
 #pragma unroll
   for (int k = 0; k < N; ++k) r[k] = b[k].v != 0;
   return r;
 }
 template <int N>
-__device__ __forceinline__ void store(line<mbool, N>* p, u32 i, const line<bool, N>& x) {
+__device__ __forceinline__ void memory_store(line<mbool, N>* p, u32 i, const line<bool, N>& x) {
   line<mbool, N> b;
 #pragma unroll
   for (int k = 0; k < N; ++k) b[k].v = x[k] ? 1 : 0;
-  store<line<mbool, N> >(p, i, b);
+  memory_store<line<mbool, N> >(p, i, b);
 }
+
+// Loads and stores of global memory (and, on the GPU, of shared and local arrays). The emulator
+// checks each against the device's allocations: an access outside every one is reported as the
+// GPU's illegal-address error would be, and skipped (a load gives zero).
+template <class L>
+__device__ __forceinline__ auto load(const L* p, u32 i KILN_WHERE) -> decltype(memory_load(p, i)) {
+#ifdef KILN_EMULATION
+  if (!emu::access(p + i, sizeof(L), emu::kLoad, where)) return {};
+#endif
+  return memory_load(p, i);
+}
+template <class L, class V>
+__device__ __forceinline__ void store(L* p, u32 i, const V& x KILN_WHERE) {
+#ifdef KILN_EMULATION
+  if (!emu::access(p + i, sizeof(L), emu::kStore, where)) return;
+#endif
+  memory_store(p, i, x);
+}
+
+#ifdef KILN_EMULATION
+// On the host, shared and local arrays know their length: an index past it is reported with
+// the kernel's line (unchecked code included) and the access skipped; shared accesses also go
+// to the emulator's race detector.
+template <class T>
+struct bounded {
+  T* p;
+  u32 n;
+  u32 space;
+  // An element, for atomics (&shared[i]); an index past the end gets the unit's scratch slot.
+  T& at(u32 i, const emu::Site& where) const {
+    if (i < n) return p[i];
+    emu::out_of_bounds(space, emu::kAtomic, i, n, where);
+    return *reinterpret_cast<T*>(emu::scratch());
+  }
+};
+template <class L>
+__device__ __forceinline__ auto load(const bounded<L>& a, u32 i KILN_WHERE)
+    -> decltype(memory_load(a.p, i)) {
+  if (i >= a.n) {
+    emu::out_of_bounds(a.space, emu::kLoad, i, a.n, where);
+    return {};
+  }
+  if (a.space == emu::kShared) emu::access(a.p + i, sizeof(L), emu::kLoad | emu::kSharedSpace, where);
+  return memory_load(a.p, i);
+}
+template <class L, class V>
+__device__ __forceinline__ void store(const bounded<L>& a, u32 i, const V& x KILN_WHERE) {
+  if (i >= a.n) {
+    emu::out_of_bounds(a.space, emu::kStore, i, a.n, where);
+    return;
+  }
+  if (a.space == emu::kShared) emu::access(a.p + i, sizeof(L), emu::kStore | emu::kSharedSpace, where);
+  memory_store(a.p, i, x);
+}
+#endif
 
 // Short names for lines: f32x4 is line<f32, 4>.
 #define KILN_LINE_NAMES(T) \
@@ -250,8 +336,13 @@ KILN_FLOAT_OP(sub, a - b)
 KILN_FLOAT_OP(mul, a * b)
 KILN_FLOAT_OP(div, a / b)
 KILN_FLOAT_OP(rem, ::fmod(a, b))
+#ifdef KILN_EMULATION  // min.f32/f64 and max: a NaN operand, even a signaling one, is ignored
+KILN_FLOAT_OP(min, emu::min_num(a, b))
+KILN_FLOAT_OP(max, emu::max_num(a, b))
+#else
 KILN_FLOAT_OP(min, ::fmin(a, b))
 KILN_FLOAT_OP(max, ::fmax(a, b))
+#endif
 KILN_FLOAT_OP(pow, ::pow(a, b))
 #undef KILN_FLOAT_OP
 
@@ -461,40 +552,40 @@ __device__ __forceinline__ u32 plane_mask(u32 units) {
 
 // Shuffles of any type, as 32- or 64-bit words.
 template <class T>
-__device__ __forceinline__ T shfl(u32 mask, T x, u32 src) {
+__device__ __forceinline__ T shfl(u32 mask, T x, u32 src KILN_WHERE) {
   if constexpr (sizeof(T) == 8) {
-    return bitcast<T>(__shfl_sync(mask, bitcast<u64>(x), (int)src));
+    return bitcast<T>(__shfl_sync(mask, bitcast<u64>(x), (int)src KILN_AT));
   } else if constexpr (sizeof(T) == 4) {
-    return bitcast<T>(__shfl_sync(mask, bitcast<u32>(x), (int)src));
+    return bitcast<T>(__shfl_sync(mask, bitcast<u32>(x), (int)src KILN_AT));
   } else {
     u32 w = 0;
     memcpy(&w, &x, sizeof(T));
-    w = __shfl_sync(mask, w, (int)src);
+    w = __shfl_sync(mask, w, (int)src KILN_AT);
     T r;
     memcpy(&r, &w, sizeof(T));
     return r;
   }
 }
 template <class T, int N>
-__device__ __forceinline__ line<T, N> shfl(u32 mask, const line<T, N>& x, u32 src) {
+__device__ __forceinline__ line<T, N> shfl(u32 mask, const line<T, N>& x, u32 src KILN_WHERE) {
   line<T, N> r;
 #pragma unroll
-  for (int k = 0; k < N; ++k) r[k] = shfl(mask, x[k], src);
+  for (int k = 0; k < N; ++k) r[k] = shfl(mask, x[k], src KILN_AT);
   return r;
 }
 
 // plane.broadcast / plane.shuffle: the value of lane `src`; a lane that does not exist reads
 // the unit's own value.
 template <class T>
-__device__ __forceinline__ T plane_shuffle(u32 units, const T& x, u32 src) {
+__device__ __forceinline__ T plane_shuffle(u32 units, const T& x, u32 src KILN_WHERE) {
   const u32 lane = unit_linear() & 31u;
-  return shfl(plane_mask(units), x, src < plane_width(units) ? src : lane);
+  return shfl(plane_mask(units), x, src < plane_width(units) ? src : lane KILN_AT);
 }
 template <class T>
-__device__ __forceinline__ T plane_shuffle_xor(u32 units, const T& x, u32 m) {
+__device__ __forceinline__ T plane_shuffle_xor(u32 units, const T& x, u32 m KILN_WHERE) {
   const u32 lane = unit_linear() & 31u;
   const u32 src = lane ^ m;
-  return shfl(plane_mask(units), x, src < plane_width(units) ? src : lane);
+  return shfl(plane_mask(units), x, src < plane_width(units) ? src : lane KILN_AT);
 }
 
 // Tree reductions over the lanes that exist; every unit gets the result.
@@ -502,64 +593,75 @@ struct op_add { template <class T> __device__ T operator()(T a, T b) const { ret
 struct op_min { template <class T> __device__ T operator()(T a, T b) const { return min(a, b); } };
 struct op_max { template <class T> __device__ T operator()(T a, T b) const { return max(a, b); } };
 template <class T, class Op>
-__device__ __forceinline__ T plane_reduce(u32 units, T x, Op op) {
+__device__ __forceinline__ T plane_reduce(u32 units, T x, Op op KILN_WHERE) {
   const u32 mask = plane_mask(units), w = plane_width(units), lane = unit_linear() & 31u;
 #pragma unroll
   for (u32 off = 16; off > 0; off >>= 1) {
-    const T other = shfl(mask, x, lane + off < w ? lane + off : lane);
+    const T other = shfl(mask, x, lane + off < w ? lane + off : lane KILN_AT);
     if (lane + off < w) x = op(x, other);
   }
-  return shfl(mask, x, 0u);
+  return shfl(mask, x, 0u KILN_AT);
 }
-template <class T> __device__ __forceinline__ T plane_sum(u32 units, T x) { return plane_reduce(units, x, op_add()); }
-template <class T> __device__ __forceinline__ T plane_min(u32 units, T x) { return plane_reduce(units, x, op_min()); }
-template <class T> __device__ __forceinline__ T plane_max(u32 units, T x) { return plane_reduce(units, x, op_max()); }
-__device__ __forceinline__ bool plane_any(u32 units, bool x) { return __any_sync(plane_mask(units), x) != 0; }
-__device__ __forceinline__ bool plane_all(u32 units, bool x) { return __all_sync(plane_mask(units), x) != 0; }
+template <class T> __device__ __forceinline__ T plane_sum(u32 units, T x KILN_WHERE) { return plane_reduce(units, x, op_add() KILN_AT); }
+template <class T> __device__ __forceinline__ T plane_min(u32 units, T x KILN_WHERE) { return plane_reduce(units, x, op_min() KILN_AT); }
+template <class T> __device__ __forceinline__ T plane_max(u32 units, T x KILN_WHERE) { return plane_reduce(units, x, op_max() KILN_AT); }
+__device__ __forceinline__ bool plane_any(u32 units, bool x KILN_WHERE) { return __any_sync(plane_mask(units), x KILN_AT) != 0; }
+__device__ __forceinline__ bool plane_all(u32 units, bool x KILN_WHERE) { return __all_sync(plane_mask(units), x KILN_AT) != 0; }
 template <int N>
-__device__ __forceinline__ line<bool, N> plane_any(u32 units, const line<bool, N>& x) {
+__device__ __forceinline__ line<bool, N> plane_any(u32 units, const line<bool, N>& x KILN_WHERE) {
   line<bool, N> r;
 #pragma unroll
-  for (int k = 0; k < N; ++k) r[k] = plane_any(units, x[k]);
+  for (int k = 0; k < N; ++k) r[k] = plane_any(units, x[k] KILN_AT);
   return r;
 }
 template <int N>
-__device__ __forceinline__ line<bool, N> plane_all(u32 units, const line<bool, N>& x) {
+__device__ __forceinline__ line<bool, N> plane_all(u32 units, const line<bool, N>& x KILN_WHERE) {
   line<bool, N> r;
 #pragma unroll
-  for (int k = 0; k < N; ++k) r[k] = plane_all(units, x[k]);
+  for (int k = 0; k < N; ++k) r[k] = plane_all(units, x[k] KILN_AT);
   return r;
 }
-__device__ __forceinline__ void sync_plane(u32 units) { __syncwarp(plane_mask(units)); }
+__device__ __forceinline__ void sync_plane(u32 units KILN_WHERE) { __syncwarp(plane_mask(units) KILN_AT); }
 
 // ---- atomics (32- and 64-bit, relaxed) ------------------------------------------------------------
 
-__device__ __forceinline__ i32 atomic_add(i32* p, i32 v) { return atomicAdd(p, v); }
-__device__ __forceinline__ u32 atomic_add(u32* p, u32 v) { return atomicAdd(p, v); }
-__device__ __forceinline__ i64 atomic_add(i64* p, i64 v) { return (i64)atomicAdd((u64*)p, (u64)v); }
-__device__ __forceinline__ u64 atomic_add(u64* p, u64 v) { return atomicAdd(p, v); }
-__device__ __forceinline__ f32 atomic_add(f32* p, f32 v) { return atomicAdd(p, v); }
-__device__ __forceinline__ f64 atomic_add(f64* p, f64 v) { return atomicAdd(p, v); }
-__device__ __forceinline__ i32 atomic_min(i32* p, i32 v) { return atomicMin(p, v); }
-__device__ __forceinline__ u32 atomic_min(u32* p, u32 v) { return atomicMin(p, v); }
-__device__ __forceinline__ i64 atomic_min(i64* p, i64 v) { return atomicMin((long long*)p, (long long)v); }
-__device__ __forceinline__ u64 atomic_min(u64* p, u64 v) { return atomicMin(p, v); }
-__device__ __forceinline__ i32 atomic_max(i32* p, i32 v) { return atomicMax(p, v); }
-__device__ __forceinline__ u32 atomic_max(u32* p, u32 v) { return atomicMax(p, v); }
-__device__ __forceinline__ i64 atomic_max(i64* p, i64 v) { return atomicMax((long long*)p, (long long)v); }
-__device__ __forceinline__ u64 atomic_max(u64* p, u64 v) { return atomicMax(p, v); }
-__device__ __forceinline__ i32 atomic_exchange(i32* p, i32 v) { return atomicExch(p, v); }
-__device__ __forceinline__ u32 atomic_exchange(u32* p, u32 v) { return atomicExch(p, v); }
-__device__ __forceinline__ i64 atomic_exchange(i64* p, i64 v) { return (i64)atomicExch((u64*)p, (u64)v); }
-__device__ __forceinline__ u64 atomic_exchange(u64* p, u64 v) { return atomicExch(p, v); }
-__device__ __forceinline__ f32 atomic_exchange(f32* p, f32 v) { return atomicExch(p, v); }
-__device__ __forceinline__ f64 atomic_exchange(f64* p, f64 v) {
+// The address of element i of an array, for atomics (on the host: checked against its length).
+template <class T> __device__ __forceinline__ T* element(T* p, u32 i) { return p + i; }
+#ifdef KILN_EMULATION
+template <class T> T* element(const bounded<T>& a, u32 i KILN_WHERE) { return &a.at(i, where); }
+#define KILN_EMU_ATOMIC(p) \
+  if (!emu::access(p, sizeof(*p), emu::kAtomic, where)) return {}
+#else
+#define KILN_EMU_ATOMIC(p)
+#endif
+
+__device__ __forceinline__ i32 atomic_add(i32* p, i32 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return atomicAdd(p, v); }
+__device__ __forceinline__ u32 atomic_add(u32* p, u32 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return atomicAdd(p, v); }
+__device__ __forceinline__ i64 atomic_add(i64* p, i64 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return (i64)atomicAdd((u64*)p, (u64)v); }
+__device__ __forceinline__ u64 atomic_add(u64* p, u64 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return atomicAdd(p, v); }
+__device__ __forceinline__ f32 atomic_add(f32* p, f32 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return atomicAdd(p, v); }
+__device__ __forceinline__ f64 atomic_add(f64* p, f64 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return atomicAdd(p, v); }
+__device__ __forceinline__ i32 atomic_min(i32* p, i32 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return atomicMin(p, v); }
+__device__ __forceinline__ u32 atomic_min(u32* p, u32 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return atomicMin(p, v); }
+__device__ __forceinline__ i64 atomic_min(i64* p, i64 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return atomicMin((long long*)p, (long long)v); }
+__device__ __forceinline__ u64 atomic_min(u64* p, u64 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return atomicMin(p, v); }
+__device__ __forceinline__ i32 atomic_max(i32* p, i32 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return atomicMax(p, v); }
+__device__ __forceinline__ u32 atomic_max(u32* p, u32 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return atomicMax(p, v); }
+__device__ __forceinline__ i64 atomic_max(i64* p, i64 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return atomicMax((long long*)p, (long long)v); }
+__device__ __forceinline__ u64 atomic_max(u64* p, u64 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return atomicMax(p, v); }
+__device__ __forceinline__ i32 atomic_exchange(i32* p, i32 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return atomicExch(p, v); }
+__device__ __forceinline__ u32 atomic_exchange(u32* p, u32 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return atomicExch(p, v); }
+__device__ __forceinline__ i64 atomic_exchange(i64* p, i64 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return (i64)atomicExch((u64*)p, (u64)v); }
+__device__ __forceinline__ u64 atomic_exchange(u64* p, u64 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return atomicExch(p, v); }
+__device__ __forceinline__ f32 atomic_exchange(f32* p, f32 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return atomicExch(p, v); }
+__device__ __forceinline__ f64 atomic_exchange(f64* p, f64 v KILN_WHERE) {
+  KILN_EMU_ATOMIC(p);
   return __longlong_as_double((long long)atomicExch((u64*)p, (u64)__double_as_longlong(v)));
 }
-__device__ __forceinline__ i32 atomic_cas(i32* p, i32 c, i32 v) { return atomicCAS(p, c, v); }
-__device__ __forceinline__ u32 atomic_cas(u32* p, u32 c, u32 v) { return atomicCAS(p, c, v); }
-__device__ __forceinline__ i64 atomic_cas(i64* p, i64 c, i64 v) { return (i64)atomicCAS((u64*)p, (u64)c, (u64)v); }
-__device__ __forceinline__ u64 atomic_cas(u64* p, u64 c, u64 v) { return atomicCAS(p, c, v); }
+__device__ __forceinline__ i32 atomic_cas(i32* p, i32 c, i32 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return atomicCAS(p, c, v); }
+__device__ __forceinline__ u32 atomic_cas(u32* p, u32 c, u32 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return atomicCAS(p, c, v); }
+__device__ __forceinline__ i64 atomic_cas(i64* p, i64 c, i64 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return (i64)atomicCAS((u64*)p, (u64)c, (u64)v); }
+__device__ __forceinline__ u64 atomic_cas(u64* p, u64 c, u64 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return atomicCAS(p, c, v); }
 
 // ---- loops -----------------------------------------------------------------------------------------
 

@@ -1,7 +1,8 @@
-// Running test kernels on cuda:0 with host-memory arguments, so that the CPU backend's numeric
-// tests run unchanged on a GPU (cpu_test_util.h switches to these under KILN_TEST_CUDA): each
-// tensor or array is copied to the device (its whole footprint), the kernel runs, and every
-// buffer is copied back.
+// Running test kernels on a CUDA device with host-memory arguments, so that the CPU backend's
+// numeric tests run unchanged on a GPU (cpu_test_util.h switches to these under KILN_TEST_CUDA):
+// each tensor or array is copied to the device (its whole footprint), the kernel runs, and every
+// buffer is copied back. The device is the environment's KILN_TEST_DEVICE, cuda:0 by default:
+// ctest runs the program as test_gpu on cuda:0 and as test_emu on the emulator (cuda-emu).
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -13,64 +14,71 @@
 #include <vector>
 
 #include "compiler/backend.h"
-#include "compiler/cuda/codegen.h"
-#include "compiler/cuda/nvrtc.h"
-#include "compiler/passes/pipeline.h"
 #include "runtime/cpu_exec.h"
-#include "runtime/cuda_device.h"
+#include "runtime/device.h"
+
+#include <cstdlib>
 
 namespace kiln::test {
 
+inline const char* test_device() {
+  const char* d = std::getenv("KILN_TEST_DEVICE");
+  return d && *d ? d : "cuda:0";
+}
+inline bool emulated() {
+  return std::string(test_device()).starts_with("cuda-emu");
+}
+
 struct Gpu {
-  std::shared_ptr<detail::CudaDevice> device;
-  std::unique_ptr<detail::CudaStream> stream;
+  std::shared_ptr<Device> device;
+  std::unique_ptr<DeviceStream> stream;
   std::mutex mu;
 };
 
-// cuda:0, opened once; null (with the reason) when there is none.
+// The test device, opened once; null (with the reason) when there is none.
 inline Gpu* gpu(std::string* why = nullptr) {
   static Gpu* g = nullptr;
   static std::string reason;
   static std::once_flag once;
   std::call_once(once, [] {
-    auto dev = detail::CudaDevice::open(0, 0);
-    if (!dev) {
-      reason = dev.error().message;
+    const std::string name = test_device();
+    for (const DeviceFamily& f : device_families()) {
+      if (!f.claims(name)) continue;
+      auto dev = f.open(name, 0);
+      if (!dev) {
+        reason = dev.error().message;
+        return;
+      }
+      auto s = (*dev)->new_stream();
+      if (!s) {
+        reason = s.error().message;
+        return;
+      }
+      g = new Gpu{*dev, std::move(*s), {}};
       return;
     }
-    auto s = detail::CudaStream::create(**dev);
-    if (!s) {
-      reason = s.error().message;
-      return;
-    }
-    g = new Gpu{*dev, std::move(*s), {}};
+    reason = "no device family claims " + name;
   });
   if (!g && why) *why = reason;
   return g;
 }
 
 struct GpuKernel {
-  std::shared_ptr<const detail::CudaKernel> kernel;
-  const abi::KernelInfo& info() const { return kernel->info; }
+  std::shared_ptr<const LoadedKernel> kernel;
+  const abi::KernelInfo& info() const { return kernel->info(); }
 };
 
 inline std::unique_ptr<GpuKernel> compile_gpu(const ir::Kernel& k) {
   Gpu* g = gpu();
   REQUIRE(g);
-  auto prepared = backend::find("cuda")->prepare(k);
+  const backend::Target& t = g->device->target();
+  auto prepared = t.backend->prepare(k);
+  INFO((prepared.ok() ? std::string() : prepared.error().message));
   REQUIRE(prepared.ok());
-  auto src = cuda::generate(*prepared, {});
-  INFO((src.ok() ? std::string() : src.error().message));
-  REQUIRE(src.ok());
-  const auto& t = g->device->compile_target();
-  auto compiled = cuda::compile_cuda(src->text, k.name + ".cu",
-                                     g->device->cubin() ? t.name() : t.compute(), false);
+  auto compiled = t.backend->compile(*prepared, t, {});
   INFO((compiled.ok() ? std::string() : compiled.error().message));
   REQUIRE(compiled.ok());
-  std::vector<char> image = g->device->cubin()
-                                ? compiled->cubin
-                                : std::vector<char>(compiled->ptx.begin(), compiled->ptx.end());
-  auto loaded = detail::load_cuda_kernel(*g->device, image, src->info, compiled->resources);
+  auto loaded = g->device->load(*compiled);
   INFO((loaded.ok() ? std::string() : loaded.error().message));
   REQUIRE(loaded.ok());
   return std::make_unique<GpuKernel>(GpuKernel{*loaded});
@@ -81,7 +89,7 @@ inline std::unique_ptr<GpuKernel> compile_gpu(const ir::Kernel& k) {
 inline Result<CpuRunReport> run_gpu(const GpuKernel& k, const std::array<uint32_t, 3>& cubes,
                                     std::span<const HostArg> args) {
   Gpu* g = gpu();
-  if (!g) return Error(ErrorKind::NotFound, "no GPU");
+  if (!g) return Error(ErrorKind::NotFound, std::string("no ") + test_device());
   std::lock_guard<std::mutex> lock(g->mu);
   const abi::KernelInfo& info = k.info();
   struct Copy {
@@ -117,9 +125,7 @@ inline Result<CpuRunReport> run_gpu(const GpuKernel& k, const std::array<uint32_
     if (auto* a = std::get_if<ArrayView>(&device_args[i])) a->data = b.data();
     copies.push_back({host, std::move(b), elements * es});
   }
-  std::vector<uint64_t> slots(info.layout.slot_count + cuda::kReportSlots);
-  KILN_TRY(pack_args_into(info, cubes, device_args, slots));
-  KILN_TRY(g->stream->launch(k.kernel, cubes, slots));
+  KILN_TRY(g->stream->launch(*k.kernel, cubes, device_args));
   CpuRunReport report;
   std::optional<Error> fault;
   KILN_TRY(g->stream->sync(report.prints, fault));

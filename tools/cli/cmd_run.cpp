@@ -151,7 +151,11 @@ int run_demo(int repeat) {
       fmt::print("\n{}: absent ({})\n", d.name, d.reason);
       continue;
     }
-    fmt::print("\n{}: {}\n", d.name, d.info.description);
+    const bool emulated = d.info.kind == DeviceKind::CudaEmulator;
+    fmt::print("\n{}: {}{}\n", d.name, d.info.description,
+               emulated ? " (checks the generated CUDA; its times are the emulator's, 2 runs at "
+                          "most)"
+                        : "");
     auto rt = Runtime::open(d.name);
     if (!rt) {
       print_error(rt.error());
@@ -163,7 +167,7 @@ int run_demo(int repeat) {
     for (const std::string& name : kernels::builtin_names()) {
       if (!kernels::find_run_recipe(name)) continue;
       kernels::RunConfig config;
-      config.repeat = repeat;
+      config.repeat = emulated ? std::min(repeat, 2) : repeat;
       auto r = kernels::run(*rt, name, config);
       if (!r) {
         fmt::print("  {:<14} failed: {}\n", name, r.error().message);
@@ -197,7 +201,9 @@ Command add_run_command(CLI::App& app) {
       app.add_subcommand("run", "Run a registered kernel on random inputs, check it, time it");
   auto o = std::make_shared<RunOptions>();
   sub->add_option("KERNEL", o->kernel, "A registered kernel (see kiln list)")->required();
-  sub->add_option("--device", o->device, "cpu or cuda:N (see kiln devices)")->capture_default_str();
+  sub->add_option("--device", o->device,
+                  "cpu, cuda:N, or the CUDA emulator cuda-emu[:sm_XY[a]] (see kiln devices)")
+      ->capture_default_str();
   sub->add_option("--set", o->set, "Comptime or scalar value NAME=VALUE (repeatable)");
   sub->add_option("--shape", o->shape, "Shape NAME=AxB... of a tensor (repeatable)");
   sub->add_option("--dtype", o->dtype,

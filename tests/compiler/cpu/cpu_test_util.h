@@ -1,6 +1,7 @@
 // Helpers for CPU backend tests: compile IR or registered kernels for the host and run them.
-// Built with KILN_TEST_CUDA (the test_gpu program), the same tests compile for cuda:0 and run
-// there instead (tests/gpu/gpu_exec.h): the CPU's numeric tests, unchanged, on a GPU.
+// Built with KILN_TEST_CUDA (the test_gpu and test_emu programs), the same tests compile for
+// the environment's KILN_TEST_DEVICE (cuda:0, or the emulator cuda-emu) and run there instead
+// (tests/gpu/gpu_exec.h): the CPU's numeric tests, unchanged, on a GPU.
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -33,7 +34,7 @@ inline const cpu::Target& host() {
 #ifdef KILN_TEST_CUDA
 using TestKernel = GpuKernel;
 inline const char* device_name() {
-  return "cuda:0";
+  return test_device();
 }
 inline std::unique_ptr<TestKernel> compile_ir(const ir::Kernel& k) {
   return compile_gpu(k);

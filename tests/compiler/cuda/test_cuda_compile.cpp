@@ -156,7 +156,8 @@ TEST_CASE("shared memory above 48 KiB is dynamic", "[cuda][compile]") {
   big.set["bins"] = "20000";
   auto b = test::cuda_build(test::traced(*hist, big), "sm_90a");
   CHECK(b.source.info.dynamic_shared_bytes == 80000);
-  CHECK_THAT(b.source.text, Contains("extern __shared__"));
+  CHECK_THAT(b.source.text, Contains("KILN_DYNAMIC_SHARED_BASE();"));
+  CHECK_THAT(b.source.text, Contains("KILN_SHARED_DYNAMIC("));
   CHECK(b.compiled.resources.shared_bytes == 0);  // none of it static
 }
 

@@ -1,0 +1,54 @@
+// The interface between an emulated kernel module and the emulator (cuda-emu). The emulation
+// backend compiles a kernel's CUDA C++ for the host into a shared object that exports
+//   uint32_t kiln_emu_abi(void)              kAbiVersion
+//   void     kiln_emu_bind(const Api* api)   before anything runs
+//   void     kiln_emu_unit(const void* slots) one unit of the kernel, on the current fiber
+// and calls back into the emulator (runtime/emu_exec.cpp) through Api for everything that is
+// not plain computation: the unit's position, barriers, warp collectives and memory checks.
+// Plain C++ types only: the runtime includes this header and the module is built with it.
+#pragma once
+
+#include <stdint.h>
+
+namespace kiln::emu {
+
+inline constexpr uint32_t kAbiVersion = 1;
+
+struct Dim3 {
+  uint32_t x, y, z;
+};
+
+// What a running unit sees; the emulator keeps the current one per host thread.
+struct Unit {
+  Dim3 thread_idx, block_idx, block_dim, grid_dim;
+  unsigned char* shared;                  // the cube's shared-memory arena
+  alignas(16) unsigned char scratch[64];  // the target of an atomic on an index out of range
+};
+
+// Access kinds (`how`), combinable with kSharedSpace when the caller knows the address is in
+// the cube's shared arena.
+enum : uint32_t { kLoad = 1, kStore = 2, kAtomic = 4, kSharedSpace = 8 };
+// Memory spaces of bounded (shared and local) arrays.
+enum : uint32_t { kGlobal = 0, kShared = 1, kLocal = 2 };
+// Warp collectives.
+enum : uint32_t { kShuffle = 0, kAny = 1, kAll = 2, kBallot = 3, kSyncWarp = 4 };
+
+struct Api {
+  uint32_t version;
+  Unit* (*current)();
+  // __syncthreads() at file:line.
+  void (*barrier)(const char* file, uint32_t line);
+  // A warp collective of the lanes in `mask`: runs when all of them have arrived. `operand` is
+  // the source lane of a shuffle.
+  uint64_t (*collective)(uint32_t kind, uint32_t mask, uint64_t value, uint32_t operand,
+                         const char* file, uint32_t line);
+  // Whether `bytes` at `p` may be accessed: false (and reported) outside the device's
+  // allocations, the cube's shared arena and the unit's own stack. Shared accesses feed the
+  // race detector.
+  bool (*access)(const void* p, uint64_t bytes, uint32_t how, const char* file, uint32_t line);
+  // An index past the end of a shared or local array.
+  void (*out_of_bounds)(uint32_t space, uint32_t how, uint64_t index, uint64_t count,
+                        const char* file, uint32_t line);
+};
+
+}  // namespace kiln::emu

@@ -1,0 +1,355 @@
+// The cuda-emu backend (backend.h): CUDA C++ from the CUDA code generator, compiled for the host.
+#include "compiler/cuda/emu/backend.h"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <xxhash.h>
+#include <nlohmann/json.hpp>
+
+#include "compiler/cuda/emu/abi.h"
+#include "compiler/passes/pipeline.h"
+
+extern char** environ;
+
+namespace kiln::cuda {
+
+extern const char* const kEmuHostText;  // host.h, embedded by the build
+extern const char* const kEmuAbiText;   // abi.h
+
+namespace emu {
+
+namespace {
+
+// Runs a program (found on PATH) and waits for it; its exit status, with stdout and stderr in
+// `output`. -1 when it could not be started.
+int run_program(const std::vector<std::string>& argv, std::string& output) {
+  char log_template[] = "/tmp/kiln-emu-log-XXXXXX";
+  const char* tmp = std::getenv("TMPDIR");
+  std::string log_path = fmt::format("{}/kiln-emu-log-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  int log = ::mkstemp(log_path.data());
+  if (log < 0) {
+    log = ::mkstemp(log_template);
+    log_path = log_template;
+  }
+  if (log < 0) {
+    output = fmt::format("cannot create a log file: {}", std::strerror(errno));
+    return -1;
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, log, 1);
+  posix_spawn_file_actions_adddup2(&actions, log, 2);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  const int spawned = ::posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  int status = -1;
+  if (spawned == 0) {
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
+  std::ifstream in(log_path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  output = ss.str();
+  ::close(log);
+  ::unlink(log_path.c_str());
+  if (spawned != 0) {
+    output = std::strerror(spawned);
+    return -1;
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status)
+                           : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+// Per-cube shared memory an arch allows at most (the opt-in limit of its GPUs).
+uint32_t max_shared_for(int sm) {
+  if (sm >= 100 && sm < 120) return 227 * 1024;
+  if (sm == 90) return 227 * 1024;
+  if (sm == 80 || sm == 87) return 163 * 1024;
+  return 99 * 1024;  // sm_86, sm_89, sm_120
+}
+
+std::string host_machine() {
+  struct utsname u {};
+  return ::uname(&u) == 0 ? std::string(u.machine) : std::string("unknown");
+}
+
+// Whether the kernel has barriers or plane operations: then its units must run as fibers.
+bool needs_fibers(const ir::Kernel& k) {
+  bool any = false;
+  ir::walk(k.body, [&](const ir::Op& op) {
+    switch (op.kind) {
+      case ir::OpKind::SyncCube:
+      case ir::OpKind::SyncPlane:
+      case ir::OpKind::PlaneSum:
+      case ir::OpKind::PlaneMin:
+      case ir::OpKind::PlaneMax:
+      case ir::OpKind::PlaneAny:
+      case ir::OpKind::PlaneAll:
+      case ir::OpKind::PlaneBroadcast:
+      case ir::OpKind::PlaneShuffle:
+      case ir::OpKind::PlaneShuffleXor:
+        any = true;
+        break;
+      default:
+        break;
+    }
+  });
+  return any;
+}
+
+// The translation unit the host compiler builds: the CUDA C++ exactly as NVRTC gets it, after
+// kiln_emu.h, and the module's entry points (compiler/cuda/emu/abi.h).
+std::string host_unit(const Source& src, const std::string& target) {
+  std::string s = fmt::format(
+      "// kernel '{}' for {}: the CUDA backend's CUDA C++, built for the host after kiln_emu.h.\n"
+      "#include \"kiln_emu.h\"\n",
+      src.info.name, target);
+  s += src.text;
+  s += fmt::format(
+      "\n#line 1 \"kiln-emu-entry\"\n"
+      "#define KILN_EMU_EXPORT extern \"C\" __attribute__((visibility(\"default\")))\n"
+      "KILN_EMU_EXPORT uint32_t kiln_emu_abi() {{ return ::kiln::emu::kAbiVersion; }}\n"
+      "KILN_EMU_EXPORT void kiln_emu_bind(const ::kiln::emu::Api* api) {{ "
+      "::kiln::emu::g_api = api; }}\n"
+      "KILN_EMU_EXPORT void kiln_emu_unit(const void* slots) {{\n"
+      "  {}(*static_cast<const {}_args*>(slots));\n"
+      "}}\n",
+      src.info.symbol, src.info.symbol);
+  return s;
+}
+
+const std::vector<std::string>& compile_flags() {
+  // -ffp-contract=off: no fused multiply-adds the kernel did not ask for (exact IR semantics);
+  // -fwrapv as a safety net under the prelude's wrapping arithmetic.
+  static const std::vector<std::string> f = {"-std=c++20",
+                                             "-O1",
+                                             "-fPIC",
+                                             "-shared",
+                                             "-w",
+                                             "-fwrapv",
+                                             "-fno-strict-aliasing",
+                                             "-ffp-contract=off",
+                                             "-fvisibility=hidden",
+                                             "-fno-exceptions",
+                                             "-x",
+                                             "c++"};
+  return f;
+}
+
+// A temporary folder, removed with everything in it.
+struct TempDir {
+  std::string path;
+  ~TempDir() {
+    if (path.empty()) return;
+    for (const char* f :
+         {"kiln_emu.h", "kiln_emu_abi.h", "kiln_prelude.cuh", "kernel.cpp", "kernel.so"})
+      ::unlink((path + "/" + f).c_str());
+    ::rmdir(path.c_str());
+  }
+};
+
+Status write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  out.close();
+  if (!out)
+    return Error(ErrorKind::Io,
+                 fmt::format("cuda-emu: cannot write {}: {}", path, std::strerror(errno)));
+  return {};
+}
+
+class EmuBackend final : public backend::Backend {
+ public:
+  std::string_view name() const override { return "cuda-emu"; }
+  std::string_view target_syntax() const override {
+    return "cuda-emu (sm_90a) or cuda-emu:sm_XY[a] (the CUDA backend's code, run on the host)";
+  }
+  bool claims(std::string_view text) const override { return text.starts_with("cuda-emu"); }
+  Result<backend::Target> parse_target(std::string_view text) const override {
+    std::string_view arch = "sm_90a";
+    if (text != "cuda-emu") {
+      if (!text.starts_with("cuda-emu:"))
+        return Error(ErrorKind::InvalidArgument,
+                     fmt::format("'{}' is not an emulator target; write cuda-emu or "
+                                 "cuda-emu:sm_XY[a], like cuda-emu:sm_80",
+                                 text));
+      arch = text.substr(9);
+    }
+    auto t = cuda::parse_target(arch);
+    if (!t)
+      return Error(ErrorKind::InvalidArgument,
+                   fmt::format("'{}' is not an emulator target: {}", text, t.error().message));
+    Arch a;
+    a.target = *t;
+    a.max_shared_bytes = max_shared_for(t->sm);
+    backend::Target out;
+    out.backend = this;
+    out.name = fmt::format("cuda-emu:{}", t->name());
+    out.key = fmt::format("{}:{}", out.name, host_machine());
+    out.impl = std::make_shared<const Arch>(a);
+    return out;
+  }
+  std::vector<std::string> list_targets() const override {
+    auto cxx = host_compiler();
+    if (!cxx) return {fmt::format("cuda-emu not available: {}", cxx.error().message)};
+    return {
+        fmt::format("cuda-emu cuda-emu:sm_XY[a] (cuda-emu is sm_90a): CUDA C++ run on the "
+                    "host by emulation, built with {}",
+                    cxx->version)};
+  }
+  int plane_width(const backend::Target&) const override { return 32; }
+  backend::Limits limits(const backend::Target&) const override {
+    backend::Limits l;
+    l.max_units_per_cube = 1024;
+    l.max_shared_bytes = 48 * 1024;
+    l.max_line = 16;
+    l.index_bits = 32;
+    return l;
+  }
+  const std::vector<backend::Stage>& own_stages() const override {
+    static const std::vector<backend::Stage> s = {
+        {"cuda", ".cu", "the CUDA C++ the CUDA backend generates for the emulated arch"},
+        {"host", ".emu.cpp", "the translation unit the host C++ compiler builds for cuda-emu"},
+    };
+    return s;
+  }
+  Result<ir::Kernel> prepare(ir::Kernel traced, const DumpFn& dump) const override {
+    return passes::prepare_for_cuda(std::move(traced), dump);
+  }
+  Result<std::string> emit(const ir::Kernel& prepared, std::string_view stage,
+                           const backend::Target& t, const backend::Options& o) const override {
+    KILN_ASSIGN(Source src, generate(prepared, options(t, o)));
+    if (stage == "cuda") return std::move(src.text);
+    return host_unit(src, t.name);
+  }
+  Result<std::string> key_text(const ir::Kernel& prepared, const backend::Target& t,
+                               const backend::Options& o) const override {
+    KILN_ASSIGN(Source src, generate(prepared, options(t, o)));
+    return host_unit(src, t.name);
+  }
+  Result<backend::Artifact> compile(const ir::Kernel& prepared, const backend::Target& t,
+                                    const backend::Options& o) const override {
+    using Clock = std::chrono::steady_clock;
+    const auto t0 = Clock::now();
+    KILN_ASSIGN(HostCompiler cxx, host_compiler());
+    KILN_ASSIGN(Source src, generate(prepared, options(t, o)));
+    const std::string unit = host_unit(src, t.name);
+    const double codegen_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+
+    TempDir dir;
+    const char* tmp = std::getenv("TMPDIR");
+    std::string templ = fmt::format("{}/kiln-emu-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!::mkdtemp(templ.data()))
+      return Error(ErrorKind::Io, fmt::format("cuda-emu: cannot create a folder in {}: {}",
+                                              tmp && *tmp ? tmp : "/tmp", std::strerror(errno)));
+    dir.path = templ;
+    KILN_TRY(write_file(dir.path + "/kiln_emu.h", kEmuHostText));
+    KILN_TRY(write_file(dir.path + "/kiln_emu_abi.h", kEmuAbiText));
+    KILN_TRY(write_file(dir.path + "/kiln_prelude.cuh", prelude()));
+    KILN_TRY(write_file(dir.path + "/kernel.cpp", unit));
+    std::vector<std::string> argv = {cxx.command};
+    for (const std::string& f : compile_flags()) argv.push_back(f);
+    argv.insert(argv.end(), {dir.path + "/kernel.cpp", "-o", dir.path + "/kernel.so"});
+    std::string log;
+    const auto t1 = Clock::now();
+    const int rc = run_program(argv, log);
+    const double compile_ms = std::chrono::duration<double, std::milli>(Clock::now() - t1).count();
+    if (rc != 0)
+      return Error(ErrorKind::Compile,
+                   fmt::format("cuda-emu: {} could not build kernel '{}' for the host (exit {}); "
+                               "see `kiln show {} --target {} --emit host`:\n{}",
+                               cxx.command, prepared.name, rc, prepared.name, t.name, log));
+    std::ifstream in(dir.path + "/kernel.so", std::ios::binary);
+    std::vector<char> image((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (image.empty())
+      return Error(ErrorKind::Compile,
+                   fmt::format("cuda-emu: {} produced no module for kernel '{}'", cxx.command,
+                               prepared.name));
+    backend::Artifact out;
+    out.image = std::move(image);
+    out.image_kind = "host-shared-object";
+    out.info = std::move(src.info);
+    out.extra_json = nlohmann::json{{"fibers", needs_fibers(prepared)}}.dump();
+    out.timings = {{"cuda", codegen_ms}, {"host", compile_ms}};
+    return out;
+  }
+  std::string versions() const override {
+    auto cxx = host_compiler();
+    const std::string host = std::string(kEmuHostText) + kEmuAbiText;
+    std::string flags;
+    for (const std::string& f : compile_flags()) flags += " " + f;
+    return fmt::format("host c++ {} /{} / emu-abi {} / prelude {:016x} / emu {:016x}",
+                       cxx ? cxx->version : std::string("none"), flags, ::kiln::emu::kAbiVersion,
+                       XXH3_64bits(prelude().data(), prelude().size()),
+                       XXH3_64bits(host.data(), host.size()));
+  }
+
+ private:
+  static CodegenOptions options(const backend::Target& t, const backend::Options& o) {
+    CodegenOptions c;
+    c.target = arch_of(t).target;
+    c.plane_width = 32;
+    c.checked = o.checked;
+    c.fast_math = o.fast_math;
+    return c;
+  }
+};
+
+const EmuBackend g_backend;
+const bool g_registered = (backend::register_backend(&g_backend), true);
+
+}  // namespace
+
+const Arch& arch_of(const backend::Target& t) {
+  return *static_cast<const Arch*>(t.impl.get());
+}
+
+Result<HostCompiler> host_compiler() {
+  static std::once_flag once;
+  static Result<HostCompiler> found = Error(ErrorKind::NotFound, "");
+  std::call_once(once, [] {
+    std::vector<std::string> candidates;
+    if (const char* env = std::getenv("KILN_EMU_CXX"); env && *env)
+      candidates = {env};
+    else
+      candidates = {"c++", "g++", "clang++"};
+    std::string tried;
+    for (const std::string& c : candidates) {
+      std::string out;
+      const int rc = run_program({c, "--version"}, out);
+      if (rc == 0) {
+        found = HostCompiler{c, out.substr(0, out.find('\n'))};
+        return;
+      }
+      tried += fmt::format("{}{} ({})", tried.empty() ? "" : ", ", c,
+                           rc < 0 ? out : fmt::format("exit {}", rc));
+    }
+    found = Error(ErrorKind::NotFound,
+                  fmt::format("the CUDA emulator needs a host C++ compiler with C++20 and found "
+                              "none: tried {}; install g++ or set KILN_EMU_CXX",
+                              tried));
+  });
+  return found;
+}
+
+}  // namespace emu
+
+}  // namespace kiln::cuda

@@ -1,0 +1,792 @@
+// The CUDA emulator's execution engine: fibers, the cube scheduler, barriers, warp collectives,
+// memory checks and the shared-memory race detector (emu_exec.h).
+#include "runtime/emu_exec.h"
+
+#include <dlfcn.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <shared_mutex>
+
+#include <fmt/format.h>
+
+#include "runtime/thread_pool.h"
+
+#if !defined(__x86_64__)
+#include <ucontext.h>
+#endif
+
+namespace kiln::detail::emu {
+
+using ::kiln::emu::Api;
+using ::kiln::emu::Dim3;
+using ::kiln::emu::Unit;
+namespace abi = ::kiln::emu;
+
+namespace {
+
+// ---- fibers ---------------------------------------------------------------------------------
+// A fiber is a stack and a saved stack pointer. On x86-64 the switch saves the callee-saved
+// registers and the floating-point control words on the old stack and restores them from the
+// new one (a few nanoseconds, no system call); elsewhere ucontext does the same, slower.
+
+constexpr size_t kStackBytes = 256 * 1024;
+
+struct Fiber {
+  char* stack = nullptr;  // kStackBytes, with a guard page below
+#if defined(__x86_64__)
+  void* sp = nullptr;
+#else
+  ucontext_t ctx;
+#endif
+};
+
+#if defined(__x86_64__)
+extern "C" void kiln_emu_switch(void** save_sp, void* to_sp);
+extern "C" void kiln_emu_fiber_entry();
+asm(R"(
+  .text
+  .globl kiln_emu_switch
+  .hidden kiln_emu_switch
+  .type kiln_emu_switch, @function
+kiln_emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size kiln_emu_switch, .-kiln_emu_switch
+
+  .globl kiln_emu_fiber_entry
+  .hidden kiln_emu_fiber_entry
+  .type kiln_emu_fiber_entry, @function
+kiln_emu_fiber_entry:
+  movq %rbx, %rdi
+  callq *%r12
+  ud2
+  .size kiln_emu_fiber_entry, .-kiln_emu_fiber_entry
+)");
+
+// Lays out a new fiber's stack as kiln_emu_switch leaves a suspended one: it resumes in
+// kiln_emu_fiber_entry, which calls fn(arg) with the stack aligned as after a call.
+void fiber_start(Fiber& f, void (*fn)(void*), void* arg) {
+  auto* s = reinterpret_cast<uint64_t*>(reinterpret_cast<uintptr_t>(f.stack + kStackBytes) &
+                                        ~uintptr_t{15});
+  uint32_t mxcsr = 0;
+  uint16_t fpucw = 0;
+  asm volatile("stmxcsr %0" : "=m"(mxcsr));
+  asm volatile("fnstcw %0" : "=m"(fpucw));
+  *--s = reinterpret_cast<uint64_t>(&kiln_emu_fiber_entry);
+  *--s = 0;                                // rbp
+  *--s = reinterpret_cast<uint64_t>(arg);  // rbx
+  *--s = reinterpret_cast<uint64_t>(fn);   // r12
+  *--s = 0;                                // r13
+  *--s = 0;                                // r14
+  *--s = 0;                                // r15
+  *--s = (uint64_t{fpucw} << 32) | mxcsr;  // the control words
+  f.sp = s;
+}
+void fiber_switch(Fiber& from, Fiber& to) {
+  kiln_emu_switch(&from.sp, to.sp);
+}
+#else
+thread_local void (*t_start_fn)(void*) = nullptr;
+thread_local void* t_start_arg = nullptr;
+void fiber_trampoline() {
+  t_start_fn(t_start_arg);
+}
+void fiber_start(Fiber& f, void (*fn)(void*), void* arg) {
+  getcontext(&f.ctx);
+  f.ctx.uc_stack.ss_sp = f.stack;
+  f.ctx.uc_stack.ss_size = kStackBytes;
+  f.ctx.uc_link = nullptr;
+  makecontext(&f.ctx, fiber_trampoline, 0);
+  // The arguments reach the trampoline through thread-locals, set just before its first run.
+  t_start_fn = fn;
+  t_start_arg = arg;
+}
+void fiber_switch(Fiber& from, Fiber& to) {
+  swapcontext(&from.ctx, &to.ctx);
+}
+#endif
+
+char* map_stack() {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  void* p = ::mmap(nullptr, kStackBytes + page, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  KILN_CHECK(p != MAP_FAILED, "mapping an emulator fiber stack");
+  ::mprotect(p, page, PROT_NONE);  // a guard page: an overflow faults instead of corrupting
+  return static_cast<char*>(p) + page;
+}
+void unmap_stack(char* stack) {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  ::munmap(stack - page, kStackBytes + page);
+}
+
+// ---- allocations ----------------------------------------------------------------------------
+
+struct Registry {
+  std::shared_mutex mu;
+  std::map<uintptr_t, size_t> blocks;  // start -> bytes
+  std::atomic<uint64_t> version{1};    // bumped by every release (cached ranges go stale)
+};
+Registry& registry() {
+  static Registry* r = new Registry;  // never destroyed: allocations may outlive statics
+  return *r;
+}
+
+struct RangeCache {
+  uintptr_t lo = 0, hi = 0;
+  uint64_t version = 0;
+};
+thread_local RangeCache t_range;
+
+bool in_allocation(uintptr_t a, uint64_t bytes) {
+  Registry& r = registry();
+  const uint64_t v = r.version.load(std::memory_order_acquire);
+  if (t_range.version == v && a >= t_range.lo && a + bytes <= t_range.hi && a + bytes >= a)
+    return true;
+  std::shared_lock lock(r.mu);
+  auto it = r.blocks.upper_bound(a);
+  if (it == r.blocks.begin()) return false;
+  --it;
+  const uintptr_t lo = it->first, hi = it->first + it->second;
+  if (a + bytes > hi || a + bytes < a) return false;
+  t_range = {lo, hi, v};
+  return true;
+}
+
+// What is near an address outside every allocation, for the message.
+std::string nearest_allocation(uintptr_t a) {
+  Registry& r = registry();
+  std::shared_lock lock(r.mu);
+  auto it = r.blocks.upper_bound(a);
+  if (it != r.blocks.begin()) {
+    auto prev = std::prev(it);
+    const uintptr_t end = prev->first + prev->second;
+    if (a >= prev->first && a < end)
+      return fmt::format("; it runs past the end of the {}-byte allocation at {:#x}", prev->second,
+                         prev->first);
+    if (a >= end && a - end < (uintptr_t{1} << 30))
+      return fmt::format("; that is {} bytes past the end of the {}-byte allocation at {:#x}",
+                         a - end, prev->second, prev->first);
+  }
+  return {};
+}
+
+// ---- cubes ----------------------------------------------------------------------------------
+
+enum class State : uint8_t { Ready, Barrier, Collective, Done };
+
+struct Slot {
+  Unit u{};
+  Fiber fiber;
+  State state = State::Ready;
+  uint32_t linear = 0;
+  const char* file = nullptr;  // where it waits
+  uint32_t line = 0;
+};
+
+struct WarpOp {
+  bool active = false;
+  uint32_t kind = 0, mask = 0, arrived = 0, first_lane = 0;
+  const char* file = nullptr;
+  uint32_t line = 0;
+  uint64_t values[32] = {};
+  uint32_t operands[32] = {};
+  uint64_t results[32] = {};
+};
+
+// Per byte of shared memory: the last write and the readers since, for the race detector.
+struct Shadow {
+  uint32_t gen = 0;    // the cube generation of the last write (another: never written here)
+  uint32_t epoch = 0;  // the barrier phase of the last write
+  uint32_t warp_epoch = 0;
+  uint16_t writer = 0;  // unit + 1; kAtomicWriter after atomics
+  uint16_t reader = 0;  // unit + 1 of the phase's reader; kSeveral for more than one
+  uint32_t read_gen = 0, read_epoch = 0, read_warp_epoch = 0;
+  const char* file = nullptr;  // the write
+  uint32_t line = 0;
+};
+constexpr uint16_t kAtomicWriter = 0xffff, kSeveral = 0xffff;
+
+// What a host thread keeps between cubes: fiber stacks, the shared arena and its shadow.
+struct Worker {
+  std::vector<Slot> slots;
+  std::vector<unsigned char> shared;
+  std::vector<Shadow> shadow;
+  uint32_t gen = 0;
+  Fiber main;
+  ~Worker() {
+    for (Slot& s : slots)
+      if (s.fiber.stack) unmap_stack(s.fiber.stack);
+  }
+};
+Worker& worker() {
+  thread_local Worker w;
+  return w;
+}
+
+const char* access_words(uint32_t how) {
+  if (how & abi::kAtomic) return "atomic";
+  return how & abi::kStore ? "store" : "load";
+}
+
+std::string at(const char* file, uint32_t line) {
+  return fmt::format("{}:{}", file ? file : "(unknown)", line);
+}
+
+struct Cube {
+  const Launch& L;
+  Worker& w;
+  uint32_t cube = 0, units = 0, warp_count = 0;
+  uint32_t epoch = 0;  // completed barriers
+  uint32_t barrier_arrived = 0;
+  const char* barrier_file = nullptr;
+  uint32_t barrier_line = 0;
+  std::vector<WarpOp> warps;
+  std::vector<uint32_t> warp_epoch;
+  std::optional<Fault> fault;
+  bool stop = false;  // abandon the cube (a barrier or collective can never complete)
+
+  Cube(const Launch& l, Worker& wk) : L(l), w(wk) {}
+
+  void report(uint32_t unit, std::string message) {
+    if (fault && fault->unit <= unit) return;
+    fault = Fault{cube, unit, std::move(message)};
+  }
+  std::string where_in(uint32_t unit) const {
+    return fmt::format("kernel '{}' (cube {}, unit {})", L.kernel, cube, unit);
+  }
+};
+
+thread_local Cube* t_cube = nullptr;
+thread_local Slot* t_slot = nullptr;
+
+// Back to the scheduler; returns when the scheduler runs this unit again.
+void yield(Slot& s) {
+  fiber_switch(s.fiber, t_cube->w.main);
+}
+
+void fiber_main(void* arg) {
+  Slot& s = *static_cast<Slot*>(arg);
+  t_cube->L.module->unit(t_cube->L.slots);
+  s.state = State::Done;
+  yield(s);
+  KILN_CHECK(false, "a finished emulator fiber was resumed");
+}
+
+// ---- the emulator's side of kiln_emu_abi.h ----------------------------------------------------
+
+Unit* api_current() {
+  return &t_slot->u;
+}
+
+bool needs_fibers(Cube& c, Slot& s, const char* what, const char* file, uint32_t line) {
+  if (c.L.fibers) return true;
+  c.report(s.linear, fmt::format("{}: error: {} in {} of a kernel compiled as free of barriers "
+                                 "and collectives (an emulator bug; please report it)",
+                                 at(file, line), what, c.where_in(s.linear)));
+  return false;
+}
+
+void api_barrier(const char* file, uint32_t line) {
+  Cube& c = *t_cube;
+  Slot& s = *t_slot;
+  if (!needs_fibers(c, s, "a sync_cube", file, line)) return;
+  if (c.barrier_arrived > 0 && (c.barrier_line != line || std::strcmp(c.barrier_file, file) != 0)) {
+    c.report(s.linear,
+             fmt::format("{}: error: units of cube {} are at different barriers in kernel '{}': "
+                         "unit {} reached this sync_cube while others wait at the one at {} "
+                         "(every unit of a cube must reach the same sync_cube; the cube was "
+                         "stopped)",
+                         at(file, line), c.cube, c.L.kernel, s.linear,
+                         at(c.barrier_file, c.barrier_line)));
+    c.stop = true;
+    s.state = State::Barrier;
+    yield(s);
+    return;
+  }
+  if (c.barrier_arrived == 0) {
+    c.barrier_file = file;
+    c.barrier_line = line;
+  }
+  s.file = file;
+  s.line = line;
+  if (++c.barrier_arrived == c.units) {
+    // The last unit releases the others and goes on.
+    for (uint32_t u = 0; u < c.units; ++u)
+      if (c.w.slots[u].state == State::Barrier) c.w.slots[u].state = State::Ready;
+    c.barrier_arrived = 0;
+    ++c.epoch;
+    return;
+  }
+  s.state = State::Barrier;
+  yield(s);
+}
+
+const char* collective_words(uint32_t kind) {
+  switch (kind) {
+    case abi::kShuffle:
+      return "a shuffle";
+    case abi::kAny:
+      return "a vote (any)";
+    case abi::kAll:
+      return "a vote (all)";
+    case abi::kBallot:
+      return "a ballot";
+    default:
+      return "a warp barrier (sync_plane)";
+  }
+}
+
+void complete(Cube& c, WarpOp& op, uint32_t warp) {
+  uint64_t any = 0, all = 1, ballot = 0;
+  for (uint32_t l = 0; l < 32; ++l)
+    if (op.mask >> l & 1u) {
+      any |= op.values[l] != 0;
+      all &= op.values[l] != 0;
+      if (op.values[l]) ballot |= uint64_t{1} << l;
+    }
+  for (uint32_t l = 0; l < 32; ++l) {
+    if (!(op.mask >> l & 1u)) continue;
+    switch (op.kind) {
+      case abi::kShuffle: {
+        const uint32_t src = op.operands[l] % 32u;
+        if (!(op.mask >> src & 1u)) {
+          c.report(warp * 32 + l,
+                   fmt::format("{}: error: a shuffle in {} reads lane {}, which is not in its "
+                               "mask {:#010x} (the value read is undefined on a GPU)",
+                               at(op.file, op.line), c.where_in(warp * 32 + l), src, op.mask));
+          op.results[l] = op.values[l];
+        } else {
+          op.results[l] = op.values[src];
+        }
+        break;
+      }
+      case abi::kAny:
+        op.results[l] = any;
+        break;
+      case abi::kAll:
+        op.results[l] = all;
+        break;
+      case abi::kBallot:
+        op.results[l] = ballot;
+        break;
+      default:
+        op.results[l] = 0;
+        break;
+    }
+  }
+  if (op.kind == abi::kSyncWarp) ++c.warp_epoch[warp];
+  op.active = false;
+  for (uint32_t l = 0; l < 32; ++l)
+    if (op.mask >> l & 1u) {
+      Slot& o = c.w.slots[warp * 32 + l];
+      if (o.state == State::Collective) o.state = State::Ready;
+    }
+}
+
+uint64_t api_collective(uint32_t kind, uint32_t mask, uint64_t value, uint32_t operand,
+                        const char* file, uint32_t line) {
+  Cube& c = *t_cube;
+  Slot& s = *t_slot;
+  if (!needs_fibers(c, s, collective_words(kind), file, line)) return value;
+  const uint32_t lane = s.linear & 31u, warp = s.linear >> 5;
+  if (!(mask >> lane & 1u)) {
+    c.report(s.linear,
+             fmt::format("{}: error: {} in {} has the mask {:#010x}, which leaves out "
+                         "the calling lane {}",
+                         at(file, line), collective_words(kind), c.where_in(s.linear), mask, lane));
+    return value;
+  }
+  WarpOp& op = c.warps[warp];
+  if (!op.active) {
+    op.active = true;
+    op.kind = kind;
+    op.mask = mask;
+    op.arrived = 0;
+    op.first_lane = lane;
+    op.file = file;
+    op.line = line;
+  } else if (op.kind != kind || op.mask != mask || op.line != line ||
+             std::strcmp(op.file, file) != 0) {
+    c.report(s.linear,
+             fmt::format("{}: error: the lanes of plane {} diverged in {}: lane {} reached {} "
+                         "here while lane {} waits at {} at {} (a plane operation must be "
+                         "reached by every unit of the plane together: plane-uniform control "
+                         "flow; the cube was stopped)",
+                         at(file, line), warp, c.where_in(s.linear), lane, collective_words(kind),
+                         op.first_lane, collective_words(op.kind), at(op.file, op.line)));
+    c.stop = true;
+    s.state = State::Collective;
+    yield(s);
+    return value;
+  }
+  op.values[lane] = value;
+  op.operands[lane] = operand;
+  op.arrived |= 1u << lane;
+  s.file = file;
+  s.line = line;
+  if (op.arrived == op.mask) {
+    complete(c, op, warp);
+    return op.results[lane];
+  }
+  s.state = State::Collective;
+  yield(s);
+  return c.warps[warp].results[lane];
+}
+
+// Whether the unit that made an earlier access is ordered before this one.
+bool ordered(const Cube& c, uint32_t other_unit, uint32_t epoch, uint32_t warp_epoch,
+             uint32_t unit) {
+  if (epoch < c.epoch) return true;  // a sync_cube since
+  const uint32_t warp = unit >> 5;
+  return (other_unit >> 5) == warp && warp_epoch < c.warp_epoch[warp];  // a sync_plane since
+}
+
+void check_shared(Cube& c, Slot& s, uintptr_t offset, uint64_t bytes, uint32_t how,
+                  const char* file, uint32_t line) {
+  if (c.fault) return;  // the first fault is what gets reported; keep the rest cheap
+  const uint32_t me = s.linear, warp = me >> 5;
+  for (uint64_t b = 0; b < bytes; ++b) {
+    Shadow& e = c.w.shadow[offset + b];
+    const bool written = e.gen == c.w.gen;
+    const uint32_t writer = written ? e.writer : 0;
+    const bool atomic = how & abi::kAtomic;
+    if (!written && (how & abi::kLoad || atomic)) {
+      c.report(me, fmt::format("{}: error: {} {} shared memory that no unit of the cube has "
+                               "written (shared memory starts uninitialized)",
+                               at(file, line), c.where_in(me), atomic ? "updates" : "reads"));
+      return;
+    }
+    // Whether the last write is ordered before this access: by the same unit, or a sync_cube
+    // (or, within a plane, a sync_plane) since; atomics are ordered with each other.
+    const bool after_write =
+        !written || writer == me + 1 || (atomic && writer == kAtomicWriter) ||
+        (writer == kAtomicWriter ? e.epoch < c.epoch
+                                 : ordered(c, writer - 1u, e.epoch, e.warp_epoch, me));
+    if (!after_write) {
+      c.report(me, fmt::format("{}: error: shared-memory race in {}: this {} {} bytes that {} "
+                               "wrote at {} with no sync_cube between them",
+                               at(file, line), c.where_in(me), access_words(how),
+                               how & abi::kLoad ? "reads" : "writes",
+                               writer == kAtomicWriter ? std::string("atomics")
+                                                       : fmt::format("unit {}", writer - 1u),
+                               at(e.file, e.line)));
+      return;
+    }
+    if (how & abi::kLoad) {
+      if (e.read_gen != c.w.gen || e.read_epoch != c.epoch) {
+        e.read_gen = c.w.gen;
+        e.read_epoch = c.epoch;
+        e.read_warp_epoch = c.warp_epoch[warp];
+        e.reader = static_cast<uint16_t>(me + 1);
+      } else if (e.reader != me + 1) {
+        e.reader = kSeveral;
+      }
+      continue;
+    }
+    if (e.read_gen == c.w.gen && e.read_epoch == c.epoch && e.reader != me + 1 &&
+        !(e.reader != kSeveral && ((e.reader - 1u) >> 5) == warp &&
+          e.read_warp_epoch < c.warp_epoch[warp])) {
+      c.report(me, fmt::format("{}: error: shared-memory race in {}: this {} overwrites bytes "
+                               "that {} read since the last sync_cube (add a sync_cube between "
+                               "the read and the write)",
+                               at(file, line), c.where_in(me), access_words(how),
+                               e.reader == kSeveral ? std::string("other units")
+                                                    : fmt::format("unit {}", e.reader - 1u)));
+      return;
+    }
+    e.gen = c.w.gen;
+    e.epoch = c.epoch;
+    e.warp_epoch = c.warp_epoch[warp];
+    e.writer = atomic ? kAtomicWriter : static_cast<uint16_t>(me + 1);
+    e.file = file;
+    e.line = line;
+    if (!atomic) e.read_gen = 0;
+  }
+}
+
+bool api_access(const void* p, uint64_t bytes, uint32_t how, const char* file, uint32_t line) {
+  Cube& c = *t_cube;
+  Slot& s = *t_slot;
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  const auto shared = reinterpret_cast<uintptr_t>(s.u.shared);
+  if (c.L.shared_bytes && a >= shared && a + bytes <= shared + c.L.shared_bytes) {
+    check_shared(c, s, a - shared, bytes, how, file, line);
+    return true;
+  }
+  const auto scratch = reinterpret_cast<uintptr_t>(s.u.scratch);
+  if (a >= scratch && a + bytes <= scratch + sizeof s.u.scratch) return true;
+  if (in_allocation(a, bytes)) return true;
+  c.report(s.linear,
+           fmt::format("{}: error: out-of-bounds {} of global memory in {}: {} bytes at {:#x} are "
+                       "outside every allocation of {}{}; the access was skipped (on a GPU: an "
+                       "illegal-address error)",
+                       at(file, line), access_words(how), c.where_in(s.linear), bytes, a,
+                       c.L.device, nearest_allocation(a)));
+  return false;
+}
+
+void api_out_of_bounds(uint32_t space, uint32_t how, uint64_t index, uint64_t count,
+                       const char* file, uint32_t line) {
+  Cube& c = *t_cube;
+  Slot& s = *t_slot;
+  c.report(
+      s.linear,
+      fmt::format("{}: error: out-of-bounds {} of a {} array in kernel '{}': line index {} is "
+                  "not below {} (cube {}, unit {}); the access was skipped",
+                  at(file, line), access_words(how), space == abi::kShared ? "shared" : "local",
+                  c.L.kernel, index, count, c.cube, s.linear));
+}
+
+const Api g_api = {abi::kAbiVersion, api_current, api_barrier,
+                   api_collective,   api_access,  api_out_of_bounds};
+
+// Why no unit can go on: the first collective or barrier that cannot complete.
+void diagnose(Cube& c) {
+  auto status = [&](const Slot& o) -> std::string {
+    switch (o.state) {
+      case State::Done:
+        return "has returned";
+      case State::Barrier:
+        return fmt::format("waits at the sync_cube at {}", at(o.file, o.line));
+      case State::Collective:
+        return fmt::format("waits at the plane operation at {}", at(o.file, o.line));
+      default:
+        return "is running";
+    }
+  };
+  for (uint32_t warp = 0; warp < c.warp_count; ++warp) {
+    const WarpOp& op = c.warps[warp];
+    if (!op.active) continue;
+    for (uint32_t l = 0; l < 32; ++l) {
+      if (!(op.mask >> l & 1u) || (op.arrived >> l & 1u)) continue;
+      const uint32_t u = warp * 32 + l;
+      const std::string missing =
+          u < c.units ? fmt::format("unit {} (lane {}) {}", u, l, status(c.w.slots[u]))
+                      : fmt::format("lane {} does not exist (the cube has {} units)", l, c.units);
+      c.report(u < c.units ? u : warp * 32 + op.first_lane,
+               fmt::format("{}: error: {} in kernel '{}' (cube {}, plane {}) never completed: its "
+                           "mask {:#010x} includes lanes that do not reach it: {} (a plane "
+                           "operation must be reached by every unit of the plane together: "
+                           "plane-uniform control flow)",
+                           at(op.file, op.line), collective_words(op.kind), c.L.kernel, c.cube,
+                           warp, op.mask, missing));
+      return;
+    }
+  }
+  for (uint32_t u = 0; u < c.units; ++u) {
+    const Slot& o = c.w.slots[u];
+    if (o.state == State::Barrier) continue;
+    c.report(u, fmt::format("{}: error: the sync_cube in kernel '{}' (cube {}) never completed: "
+                            "{} of {} units wait at it, but unit {} {} (every unit of a cube must "
+                            "reach the same sync_cube the same number of times)",
+                            at(c.barrier_file, c.barrier_line), c.L.kernel, c.cube,
+                            c.barrier_arrived, c.units, u, status(o)));
+    return;
+  }
+}
+
+std::optional<Fault> run_cube(const Launch& L, Worker& w, uint32_t cube) {
+  Cube c(L, w);
+  c.cube = cube;
+  c.units = L.cube_dim.x * L.cube_dim.y * L.cube_dim.z;
+  c.warp_count = (c.units + 31) / 32;
+  c.warps.resize(c.warp_count);
+  c.warp_epoch.assign(c.warp_count, 1);
+  if (w.shared.size() < L.shared_bytes) {
+    w.shared.resize(L.shared_bytes);
+    w.shadow.assign(L.shared_bytes, Shadow{});
+    w.gen = 0;
+  }
+  if (++w.gen == 0) {  // wrapped: forget everything
+    std::fill(w.shadow.begin(), w.shadow.end(), Shadow{});
+    w.gen = 1;
+  }
+  if (w.slots.size() < c.units) w.slots.resize(c.units);
+  const Dim3 block{cube % L.cubes.x, (cube / L.cubes.x) % L.cubes.y,
+                   cube / (L.cubes.x * L.cubes.y)};
+  for (uint32_t u = 0; u < c.units; ++u) {
+    Slot& s = w.slots[u];
+    s.u.thread_idx = {u % L.cube_dim.x, (u / L.cube_dim.x) % L.cube_dim.y,
+                      u / (L.cube_dim.x * L.cube_dim.y)};
+    s.u.block_idx = block;
+    s.u.block_dim = L.cube_dim;
+    s.u.grid_dim = L.cubes;
+    s.u.shared = w.shared.data();
+    s.state = State::Ready;
+    s.linear = u;
+  }
+  Cube* const outer_cube = t_cube;
+  Slot* const outer_slot = t_slot;
+  t_cube = &c;
+  if (!L.fibers) {
+    for (uint32_t u = 0; u < c.units; ++u) {
+      t_slot = &w.slots[u];
+      L.module->unit(L.slots);
+    }
+  } else {
+    for (uint32_t u = 0; u < c.units; ++u) {
+      Slot& s = w.slots[u];
+      if (!s.fiber.stack) s.fiber.stack = map_stack();
+      fiber_start(s.fiber, fiber_main, &s);
+    }
+    for (;;) {
+      bool ran = false, done = true;
+      for (uint32_t u = 0; u < c.units && !c.stop; ++u) {
+        Slot& s = w.slots[u];
+        if (s.state != State::Ready) continue;
+        t_slot = &s;
+        fiber_switch(w.main, s.fiber);
+        ran = true;
+      }
+      if (c.stop) break;
+      for (uint32_t u = 0; u < c.units; ++u) done = done && w.slots[u].state == State::Done;
+      if (done) break;
+      if (!ran) {
+        diagnose(c);
+        break;
+      }
+    }
+  }
+  t_cube = outer_cube;
+  t_slot = outer_slot;
+  return std::move(c.fault);
+}
+
+}  // namespace
+
+// ---- modules ------------------------------------------------------------------------------------
+
+Module::~Module() {
+  if (handle) ::dlclose(handle);
+  if (fd >= 0) ::close(fd);
+}
+
+Result<std::shared_ptr<Module>> load_module(const std::vector<char>& image,
+                                            const std::string& kernel) {
+  // The image goes to an anonymous memory file, which dlopen reads through /proc: nothing is
+  // left on disk. The file stays open while the module is loaded, so that no other module gets
+  // its /proc name (dlopen would take it for the same library). Where memory files are
+  // missing, a temporary file, removed once loaded.
+  std::string path;
+  int fd = ::memfd_create(fmt::format("kiln-emu-{}", kernel).c_str(), MFD_CLOEXEC);
+  bool temporary = false;
+  if (fd >= 0) {
+    path = fmt::format("/proc/self/fd/{}", fd);
+  } else {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string templ = fmt::format("{}/kiln-emu-XXXXXX.so", tmp && *tmp ? tmp : "/tmp");
+    fd = ::mkstemps(templ.data(), 3);
+    if (fd < 0)
+      return Error(ErrorKind::Io, fmt::format("cuda-emu: cannot create a file for kernel '{}': {}",
+                                              kernel, std::strerror(errno)));
+    path = templ;
+    temporary = true;
+  }
+  size_t done = 0;
+  while (done < image.size()) {
+    const ssize_t n = ::write(fd, image.data() + done, image.size() - done);
+    if (n <= 0) {
+      ::close(fd);
+      if (temporary) ::unlink(path.c_str());
+      return Error(ErrorKind::Io, fmt::format("cuda-emu: writing kernel '{}' for loading: {}",
+                                              kernel, std::strerror(errno)));
+    }
+    done += static_cast<size_t>(n);
+  }
+  void* h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  const char* why = h ? nullptr : ::dlerror();
+  auto m = std::make_shared<Module>();
+  if (temporary) {
+    ::close(fd);
+    ::unlink(path.c_str());
+  } else {
+    m->fd = fd;
+  }
+  if (!h)
+    return Error(ErrorKind::Device,
+                 fmt::format("cuda-emu: loading kernel '{}': {}", kernel, why ? why : "?"));
+  m->handle = h;
+  auto abi_fn = reinterpret_cast<uint32_t (*)()>(::dlsym(h, "kiln_emu_abi"));
+  auto bind = reinterpret_cast<void (*)(const Api*)>(::dlsym(h, "kiln_emu_bind"));
+  m->unit = reinterpret_cast<void (*)(const void*)>(::dlsym(h, "kiln_emu_unit"));
+  if (!abi_fn || !bind || !m->unit || abi_fn() != abi::kAbiVersion)
+    return Error(ErrorKind::Device,
+                 fmt::format("cuda-emu: kernel '{}' was built for another version of the "
+                             "emulator (clear the disk cache: kiln cache clear)",
+                             kernel));
+  bind(&g_api);
+  return m;
+}
+
+// ---- memory -------------------------------------------------------------------------------------
+
+void* allocate(size_t bytes) {
+  const size_t rounded = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
+  void* p = std::aligned_alloc(256, rounded);
+  if (!p) return nullptr;
+  Registry& r = registry();
+  std::unique_lock lock(r.mu);
+  r.blocks[reinterpret_cast<uintptr_t>(p)] = bytes;
+  return p;
+}
+
+void release(void* p) {
+  if (!p) return;
+  Registry& r = registry();
+  {
+    std::unique_lock lock(r.mu);
+    r.blocks.erase(reinterpret_cast<uintptr_t>(p));
+    r.version.fetch_add(1, std::memory_order_acq_rel);
+  }
+  std::free(p);
+}
+
+// ---- launches -----------------------------------------------------------------------------------
+
+std::optional<Fault> run(const Launch& L) {
+  const uint64_t cubes = uint64_t{L.cubes.x} * L.cubes.y * L.cubes.z;
+  if (cubes == 0) return std::nullopt;
+  std::mutex mu;
+  std::optional<Fault> first;
+  ThreadPool& pool = ThreadPool::global();
+  const uint32_t n = static_cast<uint32_t>(cubes);
+  const uint32_t chunk = std::max<uint32_t>(1, n / (static_cast<uint32_t>(pool.threads()) * 8));
+  pool.parallel_for(n, chunk, [&](uint32_t begin, uint32_t end) {
+    Worker& w = worker();
+    for (uint32_t cube = begin; cube < end; ++cube) {
+      auto f = run_cube(L, w, cube);
+      if (!f) continue;
+      std::lock_guard lock(mu);
+      if (!first || f->cube < first->cube) first = std::move(f);
+    }
+  });
+  return first;
+}
+
+}  // namespace kiln::detail::emu
