@@ -478,7 +478,8 @@ void check_shared(Cube& c, Slot& s, uintptr_t offset, uint64_t bytes, uint32_t h
     const bool atomic = how & abi::kAtomic;
     if (!written && (how & abi::kLoad || atomic)) {
       c.report(me, fmt::format("{}: error: {} {} shared memory that no unit of the cube has "
-                               "written (shared memory starts uninitialized)",
+                               "written yet (shared memory starts uninitialized; if another unit "
+                               "writes it, a sync_cube is missing between that write and this)",
                                at(file, line), c.where_in(me), atomic ? "updates" : "reads"));
       return;
     }

@@ -117,12 +117,31 @@ bool needs_fibers(const ir::Kernel& k) {
 
 // The translation unit the host compiler builds: the CUDA C++ exactly as NVRTC gets it, after
 // kiln_emu.h, and the module's entry points (compiler/cuda/emu/abi.h).
+//
+// The code generator writes `#line L "file"` where the DSL line changes, meaning "what follows
+// comes from L" for every line up to the next one; the preprocessor instead counts the lines
+// after it. So that each statement reports its own DSL line to the emulator, the directive in
+// effect is repeated before every line here (the "cuda" stage keeps the readable form).
 std::string host_unit(const Source& src, const std::string& target) {
   std::string s = fmt::format(
       "// kernel '{}' for {}: the CUDA backend's CUDA C++, built for the host after kiln_emu.h.\n"
       "#include \"kiln_emu.h\"\n",
       src.info.name, target);
-  s += src.text;
+  std::string directive;
+  size_t at = 0;
+  while (at < src.text.size()) {
+    size_t end = src.text.find('\n', at);
+    if (end == std::string::npos) end = src.text.size();
+    const std::string_view line(src.text.data() + at, end - at);
+    if (line.starts_with("#line ")) {
+      directive = line;
+    } else {
+      if (!directive.empty() && !line.empty()) s += directive + "\n";
+      s += line;
+      s += '\n';
+    }
+    at = end + 1;
+  }
   s += fmt::format(
       "\n#line 1 \"kiln-emu-entry\"\n"
       "#define KILN_EMU_EXPORT extern \"C\" __attribute__((visibility(\"default\")))\n"
@@ -249,46 +268,10 @@ class EmuBackend final : public backend::Backend {
                                     const backend::Options& o) const override {
     using Clock = std::chrono::steady_clock;
     const auto t0 = Clock::now();
-    KILN_ASSIGN(HostCompiler cxx, host_compiler());
     KILN_ASSIGN(Source src, generate(prepared, options(t, o)));
-    const std::string unit = host_unit(src, t.name);
     const double codegen_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-
-    TempDir dir;
-    const char* tmp = std::getenv("TMPDIR");
-    std::string templ = fmt::format("{}/kiln-emu-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!::mkdtemp(templ.data()))
-      return Error(ErrorKind::Io, fmt::format("cuda-emu: cannot create a folder in {}: {}",
-                                              tmp && *tmp ? tmp : "/tmp", std::strerror(errno)));
-    dir.path = templ;
-    KILN_TRY(write_file(dir.path + "/kiln_emu.h", kEmuHostText));
-    KILN_TRY(write_file(dir.path + "/kiln_emu_abi.h", kEmuAbiText));
-    KILN_TRY(write_file(dir.path + "/kiln_prelude.cuh", prelude()));
-    KILN_TRY(write_file(dir.path + "/kernel.cpp", unit));
-    std::vector<std::string> argv = {cxx.command};
-    for (const std::string& f : compile_flags()) argv.push_back(f);
-    argv.insert(argv.end(), {dir.path + "/kernel.cpp", "-o", dir.path + "/kernel.so"});
-    std::string log;
-    const auto t1 = Clock::now();
-    const int rc = run_program(argv, log);
-    const double compile_ms = std::chrono::duration<double, std::milli>(Clock::now() - t1).count();
-    if (rc != 0)
-      return Error(ErrorKind::Compile,
-                   fmt::format("cuda-emu: {} could not build kernel '{}' for the host (exit {}); "
-                               "see `kiln show {} --target {} --emit host`:\n{}",
-                               cxx.command, prepared.name, rc, prepared.name, t.name, log));
-    std::ifstream in(dir.path + "/kernel.so", std::ios::binary);
-    std::vector<char> image((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (image.empty())
-      return Error(ErrorKind::Compile,
-                   fmt::format("cuda-emu: {} produced no module for kernel '{}'", cxx.command,
-                               prepared.name));
-    backend::Artifact out;
-    out.image = std::move(image);
-    out.image_kind = "host-shared-object";
-    out.info = std::move(src.info);
-    out.extra_json = nlohmann::json{{"fibers", needs_fibers(prepared)}}.dump();
-    out.timings = {{"cuda", codegen_ms}, {"host", compile_ms}};
+    KILN_ASSIGN(backend::Artifact out, compile_source(src, t, needs_fibers(prepared)));
+    out.timings.insert(out.timings.begin(), {"cuda", codegen_ms});
     return out;
   }
   std::string versions() const override {
@@ -320,6 +303,47 @@ const bool g_registered = (backend::register_backend(&g_backend), true);
 
 const Arch& arch_of(const backend::Target& t) {
   return *static_cast<const Arch*>(t.impl.get());
+}
+
+Result<backend::Artifact> compile_source(const Source& src, const backend::Target& t, bool fibers) {
+  using Clock = std::chrono::steady_clock;
+  KILN_ASSIGN(HostCompiler cxx, host_compiler());
+  const std::string unit = host_unit(src, t.name);
+  TempDir dir;
+  const char* tmp = std::getenv("TMPDIR");
+  std::string templ = fmt::format("{}/kiln-emu-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  if (!::mkdtemp(templ.data()))
+    return Error(ErrorKind::Io, fmt::format("cuda-emu: cannot create a folder in {}: {}",
+                                            tmp && *tmp ? tmp : "/tmp", std::strerror(errno)));
+  dir.path = templ;
+  KILN_TRY(write_file(dir.path + "/kiln_emu.h", kEmuHostText));
+  KILN_TRY(write_file(dir.path + "/kiln_emu_abi.h", kEmuAbiText));
+  KILN_TRY(write_file(dir.path + "/kiln_prelude.cuh", prelude()));
+  KILN_TRY(write_file(dir.path + "/kernel.cpp", unit));
+  std::vector<std::string> argv = {cxx.command};
+  for (const std::string& f : compile_flags()) argv.push_back(f);
+  argv.insert(argv.end(), {dir.path + "/kernel.cpp", "-o", dir.path + "/kernel.so"});
+  std::string log;
+  const auto t1 = Clock::now();
+  const int rc = run_program(argv, log);
+  const double compile_ms = std::chrono::duration<double, std::milli>(Clock::now() - t1).count();
+  if (rc != 0)
+    return Error(ErrorKind::Compile,
+                 fmt::format("cuda-emu: {} could not build kernel '{}' for the host (exit {}); "
+                             "see `kiln show {} --target {} --emit host`:\n{}",
+                             cxx.command, src.info.name, rc, src.info.name, t.name, log));
+  std::ifstream in(dir.path + "/kernel.so", std::ios::binary);
+  std::vector<char> image((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (image.empty())
+    return Error(ErrorKind::Compile, fmt::format("cuda-emu: {} produced no module for kernel '{}'",
+                                                 cxx.command, src.info.name));
+  backend::Artifact out;
+  out.image = std::move(image);
+  out.image_kind = "host-shared-object";
+  out.info = src.info;
+  out.extra_json = nlohmann::json{{"fibers", fibers}}.dump();
+  out.timings = {{"host", compile_ms}};
+  return out;
 }
 
 Result<HostCompiler> host_compiler() {

@@ -25,4 +25,9 @@ struct HostCompiler {
 };
 Result<HostCompiler> host_compiler();
 
+// Builds CUDA C++ (the code generator's, or an edited copy: the emulator's tests break kernels
+// this way) into an emulation module for target `t`. `fibers`: the code has barriers or warp
+// collectives, so its units must run as fibers.
+Result<backend::Artifact> compile_source(const Source& src, const backend::Target& t, bool fibers);
+
 }  // namespace kiln::cuda::emu
