@@ -33,8 +33,9 @@ namespace {
 
 // ---- fibers ---------------------------------------------------------------------------------
 // A fiber is a stack and a saved stack pointer. On x86-64 the switch saves the callee-saved
-// registers and the floating-point control words on the old stack and restores them from the
-// new one (a few nanoseconds, no system call); elsewhere ucontext does the same, slower.
+// registers on the old stack and restores them from the new one (a few nanoseconds, no system
+// call); the floating-point control words are the thread's, which no kernel changes. Elsewhere
+// ucontext does the same, slower.
 
 constexpr size_t kStackBytes = 256 * 1024;
 
@@ -62,14 +63,8 @@ kiln_emu_switch:
   pushq %r13
   pushq %r14
   pushq %r15
-  subq $8, %rsp
-  stmxcsr (%rsp)
-  fnstcw 4(%rsp)
   movq %rsp, (%rdi)
   movq %rsi, %rsp
-  ldmxcsr (%rsp)
-  fldcw 4(%rsp)
-  addq $8, %rsp
   popq %r15
   popq %r14
   popq %r13
@@ -94,10 +89,6 @@ kiln_emu_fiber_entry:
 void fiber_start(Fiber& f, void (*fn)(void*), void* arg) {
   auto* s = reinterpret_cast<uint64_t*>(reinterpret_cast<uintptr_t>(f.stack + kStackBytes) &
                                         ~uintptr_t{15});
-  uint32_t mxcsr = 0;
-  uint16_t fpucw = 0;
-  asm volatile("stmxcsr %0" : "=m"(mxcsr));
-  asm volatile("fnstcw %0" : "=m"(fpucw));
   *--s = reinterpret_cast<uint64_t>(&kiln_emu_fiber_entry);
   *--s = 0;                                // rbp
   *--s = reinterpret_cast<uint64_t>(arg);  // rbx
@@ -105,7 +96,6 @@ void fiber_start(Fiber& f, void (*fn)(void*), void* arg) {
   *--s = 0;                                // r13
   *--s = 0;                                // r14
   *--s = 0;                                // r15
-  *--s = (uint64_t{fpucw} << 32) | mxcsr;  // the control words
   f.sp = s;
 }
 void fiber_switch(Fiber& from, Fiber& to) {
@@ -157,24 +147,36 @@ Registry& registry() {
   return *r;
 }
 
+// The allocations this thread hit last (a kernel reads and writes a few tensors over and over).
 struct RangeCache {
-  uintptr_t lo = 0, hi = 0;
+  static constexpr int kWays = 4;
+  uintptr_t lo[kWays] = {}, hi[kWays] = {};
   uint64_t version = 0;
+  int next = 0;
 };
-thread_local RangeCache t_range;
+__attribute__((tls_model("initial-exec"))) thread_local RangeCache t_ranges;
 
 bool in_allocation(uintptr_t a, uint64_t bytes) {
+  if (a + bytes < a) return false;
   Registry& r = registry();
   const uint64_t v = r.version.load(std::memory_order_acquire);
-  if (t_range.version == v && a >= t_range.lo && a + bytes <= t_range.hi && a + bytes >= a)
-    return true;
+  RangeCache& c = t_ranges;
+  if (c.version == v) {
+    for (int i = 0; i < RangeCache::kWays; ++i)
+      if (a >= c.lo[i] && a + bytes <= c.hi[i]) return true;
+  } else {
+    c = RangeCache{};
+    c.version = v;
+  }
   std::shared_lock lock(r.mu);
   auto it = r.blocks.upper_bound(a);
   if (it == r.blocks.begin()) return false;
   --it;
   const uintptr_t lo = it->first, hi = it->first + it->second;
-  if (a + bytes > hi || a + bytes < a) return false;
-  t_range = {lo, hi, v};
+  if (a + bytes > hi) return false;
+  c.lo[c.next] = lo;
+  c.hi[c.next] = hi;
+  c.next = (c.next + 1) % RangeCache::kWays;
   return true;
 }
 
@@ -282,12 +284,25 @@ struct Cube {
   }
 };
 
-thread_local Cube* t_cube = nullptr;
-thread_local Slot* t_slot = nullptr;
+// The running cube and unit of this host thread. initial-exec: read on every threadIdx of an
+// emulated kernel, they must not cost a __tls_get_addr call each.
+__attribute__((tls_model("initial-exec"))) thread_local Cube* t_cube = nullptr;
+__attribute__((tls_model("initial-exec"))) thread_local Slot* t_slot = nullptr;
 
-// Back to the scheduler; returns when the scheduler runs this unit again.
+// Hands the thread to the next ready unit of this pass (units run in order), or back to the
+// scheduler when none is left; returns when this unit runs again (whoever resumes a unit sets
+// t_slot to it first).
 void yield(Slot& s) {
-  fiber_switch(s.fiber, t_cube->w.main);
+  Cube& c = *t_cube;
+  if (!c.stop)
+    for (uint32_t u = s.linear + 1; u < c.units; ++u) {
+      Slot& next = c.w.slots[u];
+      if (next.state != State::Ready) continue;
+      t_slot = &next;
+      fiber_switch(s.fiber, next.fiber);
+      return;
+    }
+  fiber_switch(s.fiber, c.w.main);
 }
 
 void fiber_main(void* arg) {
@@ -300,23 +315,29 @@ void fiber_main(void* arg) {
 
 // ---- the emulator's side of kiln_emu_abi.h ----------------------------------------------------
 
+// Source files are the module's string literals: usually the same pointer.
+inline bool same_file(const char* a, const char* b) {
+  return a == b || std::strcmp(a, b) == 0;
+}
+
 Unit* api_current() {
   return &t_slot->u;
 }
 
-bool needs_fibers(Cube& c, Slot& s, const char* what, const char* file, uint32_t line) {
-  if (c.L.fibers) return true;
+void report_no_fibers(Cube& c, Slot& s, const char* what, const char* file, uint32_t line) {
   c.report(s.linear, fmt::format("{}: error: {} in {} of a kernel compiled as free of barriers "
                                  "and collectives (an emulator bug; please report it)",
                                  at(file, line), what, c.where_in(s.linear)));
-  return false;
 }
 
 void api_barrier(const char* file, uint32_t line) {
   Cube& c = *t_cube;
   Slot& s = *t_slot;
-  if (!needs_fibers(c, s, "a sync_cube", file, line)) return;
-  if (c.barrier_arrived > 0 && (c.barrier_line != line || std::strcmp(c.barrier_file, file) != 0)) {
+  if (!c.L.fibers) {
+    report_no_fibers(c, s, "a sync_cube", file, line);
+    return;
+  }
+  if (c.barrier_arrived > 0 && (c.barrier_line != line || !same_file(c.barrier_file, file))) {
     c.report(s.linear,
              fmt::format("{}: error: units of cube {} are at different barriers in kernel '{}': "
                          "unit {} reached this sync_cube while others wait at the one at {} "
@@ -413,7 +434,10 @@ uint64_t api_collective(uint32_t kind, uint32_t mask, uint64_t value, uint32_t o
                         const char* file, uint32_t line) {
   Cube& c = *t_cube;
   Slot& s = *t_slot;
-  if (!needs_fibers(c, s, collective_words(kind), file, line)) return value;
+  if (!c.L.fibers) {
+    report_no_fibers(c, s, collective_words(kind), file, line);
+    return value;
+  }
   const uint32_t lane = s.linear & 31u, warp = s.linear >> 5;
   if (!(mask >> lane & 1u)) {
     c.report(s.linear,
@@ -431,8 +455,7 @@ uint64_t api_collective(uint32_t kind, uint32_t mask, uint64_t value, uint32_t o
     op.first_lane = lane;
     op.file = file;
     op.line = line;
-  } else if (op.kind != kind || op.mask != mask || op.line != line ||
-             std::strcmp(op.file, file) != 0) {
+  } else if (op.kind != kind || op.mask != mask || op.line != line || !same_file(op.file, file)) {
     c.report(s.linear,
              fmt::format("{}: error: the lanes of plane {} diverged in {}: lane {} reached {} "
                          "here while lane {} waits at {} at {} (a plane operation must be "
@@ -656,22 +679,24 @@ std::optional<Fault> run_cube(const Launch& L, Worker& w, uint32_t cube) {
       if (!s.fiber.stack) s.fiber.stack = map_stack();
       fiber_start(s.fiber, fiber_main, &s);
     }
+    // Each pass starts at the first ready unit; the units hand the thread on in order (yield)
+    // and the last one of the pass comes back here.
     for (;;) {
-      bool ran = false, done = true;
-      for (uint32_t u = 0; u < c.units && !c.stop; ++u) {
+      Slot* first = nullptr;
+      bool done = true;
+      for (uint32_t u = 0; u < c.units && !first; ++u) {
         Slot& s = w.slots[u];
-        if (s.state != State::Ready) continue;
-        t_slot = &s;
-        fiber_switch(w.main, s.fiber);
-        ran = true;
+        done = done && s.state == State::Done;
+        if (s.state == State::Ready) first = &s;
       }
-      if (c.stop) break;
-      for (uint32_t u = 0; u < c.units; ++u) done = done && w.slots[u].state == State::Done;
       if (done) break;
-      if (!ran) {
+      if (!first) {
         diagnose(c);
         break;
       }
+      t_slot = first;
+      fiber_switch(w.main, first->fiber);
+      if (c.stop) break;
     }
   }
   t_cube = outer_cube;
