@@ -126,7 +126,7 @@ char* map_stack() {
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   void* p = ::mmap(nullptr, kStackBytes + page, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  KILN_CHECK(p != MAP_FAILED, "mapping an emulator fiber stack");
+  if (p == MAP_FAILED) return nullptr;
   ::mprotect(p, page, PROT_NONE);  // a guard page: an overflow faults instead of corrupting
   return static_cast<char*>(p) + page;
 }
@@ -209,16 +209,16 @@ struct Slot {
   uint32_t linear = 0;
   const char* file = nullptr;  // where it waits
   uint32_t line = 0;
+  uint64_t value = 0, result = 0;  // its part in the collective it waits at
+  uint32_t operand = 0;
 };
 
+// A collective some lanes of a warp wait at: its site, kind and mask. Several can wait at
+// once (lanes 0-15 at a reduction over their half while 16-31 wait at a full-warp shuffle).
 struct WarpOp {
-  bool active = false;
   uint32_t kind = 0, mask = 0, arrived = 0, first_lane = 0;
   const char* file = nullptr;
   uint32_t line = 0;
-  uint64_t values[32] = {};
-  uint32_t operands[32] = {};
-  uint64_t results[32] = {};
 };
 
 // Per byte of shared memory: the last write and the readers since, for the race detector.
@@ -237,6 +237,7 @@ constexpr uint16_t kAtomicWriter = 0xffff, kSeveral = 0xffff;
 // What a host thread keeps between cubes: fiber stacks, the shared arena and its shadow.
 struct Worker {
   std::vector<Slot> slots;
+  std::vector<std::vector<WarpOp>> warps;  // kept between cubes for their capacity
   std::vector<unsigned char> shared;
   std::vector<Shadow> shadow;
   uint32_t gen = 0;
@@ -268,12 +269,12 @@ struct Cube {
   uint32_t barrier_arrived = 0;
   const char* barrier_file = nullptr;
   uint32_t barrier_line = 0;
-  std::vector<WarpOp> warps;
+  std::vector<std::vector<WarpOp>>& warps;  // the waiting collectives of each warp (Worker's)
   std::vector<uint32_t> warp_epoch;
   std::optional<Fault> fault;
   bool stop = false;  // abandon the cube (a barrier or collective can never complete)
 
-  Cube(const Launch& l, Worker& wk) : L(l), w(wk) {}
+  Cube(const Launch& l, Worker& wk) : L(l), w(wk), warps(wk.warps) {}
 
   void report(uint32_t unit, std::string message) {
     if (fault && fault->unit <= unit) return;
@@ -378,51 +379,85 @@ const char* collective_words(uint32_t kind) {
       return "a vote (all)";
     case abi::kBallot:
       return "a ballot";
-    default:
+    case abi::kSyncWarp:
       return "a warp barrier (sync_plane)";
+    default:
+      return "a warp reduction (__reduce_*_sync)";
   }
 }
 
-void complete(Cube& c, WarpOp& op, uint32_t warp) {
-  uint64_t any = 0, all = 1, ballot = 0;
-  for (uint32_t l = 0; l < 32; ++l)
-    if (op.mask >> l & 1u) {
-      any |= op.values[l] != 0;
-      all &= op.values[l] != 0;
-      if (op.values[l]) ballot |= uint64_t{1} << l;
-    }
+// The reduction of the mask's lanes for the votes, ballots and __reduce_*_sync kinds.
+uint64_t reduce(const Cube& c, const WarpOp& op, uint32_t warp) {
+  uint32_t r = 0;
+  bool first = true;
   for (uint32_t l = 0; l < 32; ++l) {
     if (!(op.mask >> l & 1u)) continue;
+    const auto v = static_cast<uint32_t>(c.w.slots[warp * 32 + l].value);
+    const auto sv = static_cast<int32_t>(v), sr = static_cast<int32_t>(r);
     switch (op.kind) {
-      case abi::kShuffle: {
-        const uint32_t src = op.operands[l] % 32u;
-        if (!(op.mask >> src & 1u)) {
-          c.report(warp * 32 + l,
-                   fmt::format("{}: error: a shuffle in {} reads lane {}, which is not in its "
-                               "mask {:#010x} (the value read is undefined on a GPU)",
-                               at(op.file, op.line), c.where_in(warp * 32 + l), src, op.mask));
-          op.results[l] = op.values[l];
-        } else {
-          op.results[l] = op.values[src];
-        }
-        break;
-      }
       case abi::kAny:
-        op.results[l] = any;
+        r |= v != 0;
         break;
       case abi::kAll:
-        op.results[l] = all;
+        r = (first || r) && v != 0;
         break;
       case abi::kBallot:
-        op.results[l] = ballot;
+        r |= (v != 0 ? 1u : 0u) << l;
+        break;
+      case abi::kReduceAdd:
+        r += v;
+        break;
+      case abi::kReduceMinU:
+        r = first || v < r ? v : r;
+        break;
+      case abi::kReduceMaxU:
+        r = first || v > r ? v : r;
+        break;
+      case abi::kReduceMinS:
+        r = first || sv < sr ? v : r;
+        break;
+      case abi::kReduceMaxS:
+        r = first || sv > sr ? v : r;
+        break;
+      case abi::kReduceAnd:
+        r = first ? v : r & v;
+        break;
+      case abi::kReduceOr:
+        r |= v;
+        break;
+      case abi::kReduceXor:
+        r ^= v;
         break;
       default:
-        op.results[l] = 0;
         break;
+    }
+    first = false;
+  }
+  return r;
+}
+
+// Every lane of the mask has arrived: the results, and the lanes go on.
+void complete(Cube& c, const WarpOp& op, uint32_t warp) {
+  const uint64_t reduced =
+      op.kind == abi::kShuffle || op.kind == abi::kSyncWarp ? 0 : reduce(c, op, warp);
+  for (uint32_t l = 0; l < 32; ++l) {
+    if (!(op.mask >> l & 1u)) continue;
+    Slot& o = c.w.slots[warp * 32 + l];
+    if (op.kind == abi::kShuffle) {
+      const uint32_t src = o.operand % 32u;
+      if (!(op.mask >> src & 1u)) {
+        c.report(o.linear, fmt::format("{}: error: a shuffle in {} reads lane {}, which is not in "
+                                       "its mask {:#010x} (the value read is undefined on a GPU)",
+                                       at(op.file, op.line), c.where_in(o.linear), src, op.mask));
+        o.result = o.value;
+      } else {
+        o.result = c.w.slots[warp * 32 + src].value;
+      }
+    } else {
+      o.result = reduced;
     }
   }
   if (op.kind == abi::kSyncWarp) ++c.warp_epoch[warp];
-  op.active = false;
   for (uint32_t l = 0; l < 32; ++l)
     if (op.mask >> l & 1u) {
       Slot& o = c.w.slots[warp * 32 + l];
@@ -446,40 +481,27 @@ uint64_t api_collective(uint32_t kind, uint32_t mask, uint64_t value, uint32_t o
                          at(file, line), collective_words(kind), c.where_in(s.linear), mask, lane));
     return value;
   }
-  WarpOp& op = c.warps[warp];
-  if (!op.active) {
-    op.active = true;
-    op.kind = kind;
-    op.mask = mask;
-    op.arrived = 0;
-    op.first_lane = lane;
-    op.file = file;
-    op.line = line;
-  } else if (op.kind != kind || op.mask != mask || op.line != line || !same_file(op.file, file)) {
-    c.report(s.linear,
-             fmt::format("{}: error: the lanes of plane {} diverged in {}: lane {} reached {} "
-                         "here while lane {} waits at {} at {} (a plane operation must be "
-                         "reached by every unit of the plane together: plane-uniform control "
-                         "flow; the cube was stopped)",
-                         at(file, line), warp, c.where_in(s.linear), lane, collective_words(kind),
-                         op.first_lane, collective_words(op.kind), at(op.file, op.line)));
-    c.stop = true;
-    s.state = State::Collective;
-    yield(s);
-    return value;
-  }
-  op.values[lane] = value;
-  op.operands[lane] = operand;
-  op.arrived |= 1u << lane;
+  // The lanes of a mask meet at one call site: the same kind, mask and source line.
+  std::vector<WarpOp>& waiting = c.warps[warp];
+  size_t i = 0;
+  while (i < waiting.size() && !(waiting[i].kind == kind && waiting[i].mask == mask &&
+                                 waiting[i].line == line && same_file(waiting[i].file, file)))
+    ++i;
+  if (i == waiting.size()) waiting.push_back(WarpOp{kind, mask, 0, lane, file, line});
+  s.value = value;
+  s.operand = operand;
   s.file = file;
   s.line = line;
-  if (op.arrived == op.mask) {
+  waiting[i].arrived |= 1u << lane;
+  if (waiting[i].arrived == mask) {
+    const WarpOp op = waiting[i];
+    waiting.erase(waiting.begin() + static_cast<std::ptrdiff_t>(i));
     complete(c, op, warp);
-    return op.results[lane];
+    return s.result;
   }
   s.state = State::Collective;
   yield(s);
-  return c.warps[warp].results[lane];
+  return s.result;
 }
 
 // Whether the unit that made an earlier access is ordered before this one.
@@ -605,22 +627,22 @@ void diagnose(Cube& c) {
     }
   };
   for (uint32_t warp = 0; warp < c.warp_count; ++warp) {
-    const WarpOp& op = c.warps[warp];
-    if (!op.active) continue;
-    for (uint32_t l = 0; l < 32; ++l) {
-      if (!(op.mask >> l & 1u) || (op.arrived >> l & 1u)) continue;
-      const uint32_t u = warp * 32 + l;
-      const std::string missing =
-          u < c.units ? fmt::format("unit {} (lane {}) {}", u, l, status(c.w.slots[u]))
-                      : fmt::format("lane {} does not exist (the cube has {} units)", l, c.units);
-      c.report(u < c.units ? u : warp * 32 + op.first_lane,
-               fmt::format("{}: error: {} in kernel '{}' (cube {}, plane {}) never completed: its "
-                           "mask {:#010x} includes lanes that do not reach it: {} (a plane "
-                           "operation must be reached by every unit of the plane together: "
-                           "plane-uniform control flow)",
-                           at(op.file, op.line), collective_words(op.kind), c.L.kernel, c.cube,
-                           warp, op.mask, missing));
-      return;
+    for (const WarpOp& op : c.warps[warp]) {
+      for (uint32_t l = 0; l < 32; ++l) {
+        if (!(op.mask >> l & 1u) || (op.arrived >> l & 1u)) continue;
+        const uint32_t u = warp * 32 + l;
+        const std::string missing =
+            u < c.units ? fmt::format("unit {} (lane {}) {}", u, l, status(c.w.slots[u]))
+                        : fmt::format("lane {} does not exist (the cube has {} units)", l, c.units);
+        c.report(u < c.units ? u : warp * 32 + op.first_lane,
+                 fmt::format("{}: error: {} in kernel '{}' (cube {}, plane {}) never completed: "
+                             "its mask {:#010x} includes lanes that do not reach it: {} (a plane "
+                             "operation must be reached by every unit of the plane together: "
+                             "plane-uniform control flow)",
+                             at(op.file, op.line), collective_words(op.kind), c.L.kernel, c.cube,
+                             warp, op.mask, missing));
+        return;
+      }
     }
   }
   for (uint32_t u = 0; u < c.units; ++u) {
@@ -640,7 +662,8 @@ std::optional<Fault> run_cube(const Launch& L, Worker& w, uint32_t cube) {
   c.cube = cube;
   c.units = L.cube_dim.x * L.cube_dim.y * L.cube_dim.z;
   c.warp_count = (c.units + 31) / 32;
-  c.warps.resize(c.warp_count);
+  if (w.warps.size() < c.warp_count) w.warps.resize(c.warp_count);
+  for (uint32_t i = 0; i < c.warp_count; ++i) w.warps[i].clear();
   c.warp_epoch.assign(c.warp_count, 1);
   if (w.shared.size() < L.shared_bytes) {
     w.shared.resize(L.shared_bytes);
@@ -677,6 +700,13 @@ std::optional<Fault> run_cube(const Launch& L, Worker& w, uint32_t cube) {
     for (uint32_t u = 0; u < c.units; ++u) {
       Slot& s = w.slots[u];
       if (!s.fiber.stack) s.fiber.stack = map_stack();
+      if (!s.fiber.stack) {
+        t_cube = outer_cube;
+        t_slot = outer_slot;
+        return Fault{cube, u,
+                     fmt::format("{}: cannot map a stack for unit {} of kernel '{}': {}", L.device,
+                                 u, L.kernel, std::strerror(errno))};
+      }
       fiber_start(s.fiber, fiber_main, &s);
     }
     // Each pass starts at the first ready unit; the units hand the thread on in order (yield)

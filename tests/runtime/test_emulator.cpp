@@ -146,12 +146,13 @@ TEST_CASE("accesses out of bounds in unchecked code are reported and skipped", "
 // ---- hand-edited CUDA C++ ------------------------------------------------------------------
 
 // plane_sum's CUDA C++ for the emulator, edited by `edit`, run on 256 ones in one cube; the
-// sync error (or OK) and the sum.
+// sync error (or OK) and `out` (the sum, in out[0]).
 struct EditedRun {
   Status status;
+  std::vector<float> out;
   float sum = 0;
 };
-EditedRun run_edited(const std::function<std::string(std::string)>& edit) {
+EditedRun run_edited(const std::function<std::string(std::string)>& edit, size_t out_size = 1) {
   auto dev_family = [] {
     for (const DeviceFamily& f : device_families())
       if (f.claims("cuda-emu")) return f;
@@ -182,21 +183,22 @@ EditedRun run_edited(const std::function<std::string(std::string)>& edit) {
   auto stream = (*dev)->new_stream();
   REQUIRE(stream.ok());
   auto in = Buffer::allocate((*dev)->pool(), 256 * 4);
-  auto out = Buffer::allocate((*dev)->pool(), 4);
+  auto out = Buffer::allocate((*dev)->pool(), out_size * 4);
   REQUIRE((in.ok() && out.ok()));
-  std::vector<float> ones(256, 1.0f);
-  float zero = 0;
+  std::vector<float> ones(256, 1.0f), zeros(out_size, 0.0f);
   KILN_REQUIRE_OK((*dev)->upload(in->data(), ones.data(), 256 * 4));
-  KILN_REQUIRE_OK((*dev)->upload(out->data(), &zero, 4));
+  KILN_REQUIRE_OK((*dev)->upload(out->data(), zeros.data(), out_size * 4));
   std::vector<HostArg> args{HostArg{TensorView(in->data(), {256})},
-                            HostArg{TensorView(out->data(), {1})}};
+                            HostArg{TensorView(out->data(), {static_cast<int64_t>(out_size)})}};
   KILN_REQUIRE_OK((*stream)->launch(**loaded, {1, 1, 1}, args));
   std::vector<std::string> prints;
   std::optional<Error> fault;
   KILN_REQUIRE_OK((*stream)->sync(prints, fault));
   EditedRun r;
   if (fault) r.status = *fault;
-  KILN_REQUIRE_OK((*dev)->download(&r.sum, out->data(), 4));
+  r.out.resize(out_size);
+  KILN_REQUIRE_OK((*dev)->download(r.out.data(), out->data(), out_size * 4));
+  r.sum = r.out[0];
   return r;
 }
 
@@ -247,6 +249,40 @@ TEST_CASE("units at different barriers, or returning before one, are reported", 
   REQUIRE_FALSE(early.status.ok());
   CHECK_THAT(early.status.error().message,
              Contains("never completed: 255 of 256 units wait at it, but unit 5 has returned"));
+}
+
+TEST_CASE("warp votes, ballots and reductions follow CUDA", "[emulator]") {
+  if (!emulator()) return;
+  // A hand-written body in place of plane_sum's, after its parameters.
+  auto r = run_edited(
+      [](const std::string& s) {
+        const size_t body = s.find('\n', s.find("kiln::f32* const out")) + 1;
+        return s.substr(0, body) + R"(
+  const unsigned lane = threadIdx.x & 31u;
+  const unsigned ballot = __ballot_sync(0xffffffffu, lane % 3u == 0u);
+  const unsigned sum = __reduce_add_sync(0xffffffffu, lane);
+  const int smin = __reduce_min_sync(0xffffffffu, (int)lane - 16);
+  const unsigned bits = __reduce_xor_sync(0xffffffffu, 1u << lane);
+  const int all = __all_sync(0xffffffffu, lane < 32u), any = __any_sync(0xffffffffu, lane == 7u);
+  unsigned low_max = 0;
+  if (lane < 16u) low_max = __reduce_max_sync(0x0000ffffu, lane);
+  const unsigned from = __shfl_sync(0xffffffffu, lane * 10u, 5);
+  if (threadIdx.x == 0u) {
+    out[0] = (float)__builtin_popcount(ballot);
+    out[1] = (float)sum;
+    out[2] = (float)smin;
+    out[3] = bits == 0xffffffffu ? 1.0f : 0.0f;
+    out[4] = (float)all;
+    out[5] = (float)any;
+    out[6] = (float)low_max;
+    out[7] = (float)from;
+  }
+}
+)";
+      },
+      8);
+  KILN_REQUIRE_OK(r.status);
+  CHECK(r.out == std::vector<float>{11, 496, -16, 1, 1, 1, 15, 50});
 }
 
 }  // namespace

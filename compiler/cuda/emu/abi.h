@@ -30,8 +30,22 @@ struct Unit {
 enum : uint32_t { kLoad = 1, kStore = 2, kAtomic = 4, kSharedSpace = 8 };
 // Memory spaces of bounded (shared and local) arrays.
 enum : uint32_t { kGlobal = 0, kShared = 1, kLocal = 2 };
-// Warp collectives.
-enum : uint32_t { kShuffle = 0, kAny = 1, kAll = 2, kBallot = 3, kSyncWarp = 4 };
+// Warp collectives (the __reduce_*_sync ones on 32-bit values, signed or unsigned).
+enum : uint32_t {
+  kShuffle = 0,
+  kAny = 1,
+  kAll = 2,
+  kBallot = 3,
+  kSyncWarp = 4,
+  kReduceAdd = 5,
+  kReduceMinU = 6,
+  kReduceMaxU = 7,
+  kReduceMinS = 8,
+  kReduceMaxS = 9,
+  kReduceAnd = 10,
+  kReduceOr = 11,
+  kReduceXor = 12,
+};
 
 struct Api {
   uint32_t version;

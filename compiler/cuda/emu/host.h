@@ -268,6 +268,22 @@ inline unsigned __ballot_sync(unsigned mask, int pred,
                               const ::std::source_location& w = ::std::source_location::current()) {
   return (unsigned)::kiln::emu::collective(::kiln::emu::kBallot, mask, pred != 0, 0, w);
 }
+// __reduce_*_sync (sm_80): every lane of the mask gets the reduction of their values.
+#define KILN_EMU_REDUCE(name, T, kind)                                                           \
+  inline T name(unsigned mask, T value,                                                          \
+                const ::std::source_location& w = ::std::source_location::current()) {           \
+    return (T)(uint32_t)::kiln::emu::collective(::kiln::emu::kind, mask, (uint32_t)value, 0, w); \
+  }
+KILN_EMU_REDUCE(__reduce_add_sync, unsigned, kReduceAdd)
+KILN_EMU_REDUCE(__reduce_add_sync, int, kReduceAdd)
+KILN_EMU_REDUCE(__reduce_min_sync, unsigned, kReduceMinU)
+KILN_EMU_REDUCE(__reduce_min_sync, int, kReduceMinS)
+KILN_EMU_REDUCE(__reduce_max_sync, unsigned, kReduceMaxU)
+KILN_EMU_REDUCE(__reduce_max_sync, int, kReduceMaxS)
+KILN_EMU_REDUCE(__reduce_and_sync, unsigned, kReduceAnd)
+KILN_EMU_REDUCE(__reduce_or_sync, unsigned, kReduceOr)
+KILN_EMU_REDUCE(__reduce_xor_sync, unsigned, kReduceXor)
+#undef KILN_EMU_REDUCE
 inline void __syncwarp(unsigned mask = 0xffffffffu,
                        const ::std::source_location& w = ::std::source_location::current()) {
   ::kiln::emu::collective(::kiln::emu::kSyncWarp, mask, 0, 0, w);
