@@ -5,8 +5,6 @@
 // kernels, or the CUDA backend's source edited the way a hand-written kernel goes wrong.
 #include <catch2/catch.hpp>
 
-#include <regex>
-
 #include "compiler/cuda/emu/backend.h"
 #include "compiler/dsl/dsl.h"
 #include "compiler/dsl/registry.h"
@@ -202,9 +200,11 @@ EditedRun run_edited(const std::function<std::string(std::string)>& edit, size_t
   return r;
 }
 
-// The first line of `text` matching `re`, replaced by `with` (in which $1... are its groups).
-std::string replace_first(const std::string& text, const std::string& re, const std::string& with) {
-  return std::regex_replace(text, std::regex(re), with, std::regex_constants::format_first_only);
+// `text` with the first `what` replaced by `with`.
+std::string replace_first(std::string text, const std::string& what, const std::string& with) {
+  const size_t at = text.find(what);
+  REQUIRE(at != std::string::npos);
+  return text.replace(at, what.size(), with);
 }
 
 TEST_CASE("the unedited source runs right, so the edits below are what break it", "[emulator]") {
@@ -216,10 +216,20 @@ TEST_CASE("the unedited source runs right, so the edits below are what break it"
 
 TEST_CASE("a plane operation under divergent control flow is reported", "[emulator]") {
   if (!emulator()) return;
-  // Only the first half of every plane takes part in the first plane_sum.
-  auto r = run_edited([](const std::string& s) {
-    return replace_first(s, R"(const (kiln::f32) (v\d+) = (kiln::plane_sum\([^;]*\));)",
-                         "$1 $2{}; if (kiln::unit_linear() % 32u < 16u) $2 = $3;");
+  // Only the first half of every plane takes part in the first plane_sum:
+  // `const kiln::f32 vN = kiln::plane_sum(...);` becomes
+  // `kiln::f32 vN{}; if (kiln::unit_linear() % 32u < 16u) vN = kiln::plane_sum(...);`.
+  auto r = run_edited([](std::string s) {
+    const size_t call = s.find("kiln::plane_sum(");
+    REQUIRE(call != std::string::npos);
+    const size_t begin = s.rfind('\n', call) + 1, eq = s.find(" = ", begin);
+    const std::string decl = s.substr(begin, eq - begin);  // "  const kiln::f32 vN"
+    const std::string name = decl.substr(decl.rfind(' ') + 1);
+    const std::string type =
+        decl.substr(decl.find("const ") + 6, decl.rfind(' ') - decl.find("const ") - 6);
+    return s.replace(
+        begin, call - begin,
+        "  " + type + " " + name + "{}; if (kiln::unit_linear() % 32u < 16u) " + name + " = ");
   });
   REQUIRE_FALSE(r.status.ok());
   CHECK_THAT(r.status.error().message,
@@ -233,7 +243,7 @@ TEST_CASE("a plane operation under divergent control flow is reported", "[emulat
 TEST_CASE("units at different barriers, or returning before one, are reported", "[emulator]") {
   if (!emulator()) return;
   auto split = run_edited([](const std::string& s) {
-    return replace_first(s, R"(__syncthreads\(\);)",
+    return replace_first(s, "__syncthreads();",
                          "if (threadIdx.x < 128u) {\n#line 1000 \"split.cu\"\n__syncthreads();\n"
                          "} else {\n#line 2000 \"split.cu\"\n__syncthreads();\n}");
   });
@@ -243,8 +253,7 @@ TEST_CASE("units at different barriers, or returning before one, are reported", 
                       "unit ") &&
                  Contains("reached this sync_cube while others wait at the one at split.cu:"));
   auto early = run_edited([](const std::string& s) {
-    return replace_first(s, R"(__syncthreads\(\);)",
-                         "if (threadIdx.x == 5u) return;\n__syncthreads();");
+    return replace_first(s, "__syncthreads();", "if (threadIdx.x == 5u) return;\n__syncthreads();");
   });
   REQUIRE_FALSE(early.status.ok());
   CHECK_THAT(early.status.error().message,
