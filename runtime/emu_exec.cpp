@@ -22,6 +22,27 @@
 #include <ucontext.h>
 #endif
 
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KILN_EMU_ASAN 1
+#endif
+#if __has_feature(thread_sanitizer)
+#define KILN_EMU_TSAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) && !defined(KILN_EMU_ASAN)
+#define KILN_EMU_ASAN 1
+#endif
+#if defined(__SANITIZE_THREAD__) && !defined(KILN_EMU_TSAN)
+#define KILN_EMU_TSAN 1
+#endif
+#if KILN_EMU_ASAN
+#include <sanitizer/common_interface_defs.h>
+#endif
+#if KILN_EMU_TSAN
+#include <sanitizer/tsan_interface.h>
+#endif
+
 namespace kiln::detail::emu {
 
 using ::kiln::emu::Api;
@@ -45,6 +66,14 @@ struct Fiber {
   void* sp = nullptr;
 #else
   ucontext_t ctx;
+#endif
+#if KILN_EMU_ASAN
+  void* fake_stack = nullptr;  // ASan's fake frames of this fiber while it is suspended
+  const void* bottom = nullptr;
+  size_t size = 0;
+#endif
+#if KILN_EMU_TSAN
+  void* tsan = nullptr;
 #endif
 };
 
@@ -98,7 +127,7 @@ void fiber_start(Fiber& f, void (*fn)(void*), void* arg) {
   *--s = 0;                                // r15
   f.sp = s;
 }
-void fiber_switch(Fiber& from, Fiber& to) {
+void raw_switch(Fiber& from, Fiber& to) {
   kiln_emu_switch(&from.sp, to.sp);
 }
 #else
@@ -117,10 +146,55 @@ void fiber_start(Fiber& f, void (*fn)(void*), void* arg) {
   t_start_fn = fn;
   t_start_arg = arg;
 }
-void fiber_switch(Fiber& from, Fiber& to) {
+void raw_switch(Fiber& from, Fiber& to) {
   swapcontext(&from.ctx, &to.ctx);
 }
 #endif
+
+// Sanitizers follow the switches through their fiber interfaces: ASan moves its idea of the
+// current stack (or it reports the fibers' frames as overflows), TSan keeps a clock per fiber.
+// The thread's own stack, the scheduler's, is learnt by the first fiber it switches to.
+#if KILN_EMU_ASAN
+thread_local bool t_leaving_main = false;
+thread_local Fiber* t_main = nullptr;
+#endif
+
+// Called first thing on a fiber's stack each time it (or the scheduler) runs again.
+void fiber_arrived([[maybe_unused]] Fiber& self) {
+#if KILN_EMU_ASAN
+  const void* from_bottom = nullptr;
+  size_t from_size = 0;
+  __sanitizer_finish_switch_fiber(self.fake_stack, &from_bottom, &from_size);
+  if (t_leaving_main) {
+    t_leaving_main = false;
+    t_main->bottom = from_bottom;
+    t_main->size = from_size;
+  }
+#endif
+}
+
+// Switches from the running fiber to another; `finished`: `from` never runs again.
+void fiber_switch(Fiber& from, Fiber& to, [[maybe_unused]] bool finished = false) {
+#if KILN_EMU_ASAN
+  __sanitizer_start_switch_fiber(finished ? nullptr : &from.fake_stack, to.bottom, to.size);
+#endif
+#if KILN_EMU_TSAN
+  __tsan_switch_to_fiber(to.tsan, 0);
+#endif
+  raw_switch(from, to);
+  fiber_arrived(from);
+}
+
+// Called by the scheduler (on the thread's stack) before it runs fibers.
+void fiber_enter_from_main([[maybe_unused]] Fiber& main) {
+#if KILN_EMU_ASAN
+  t_leaving_main = true;
+  t_main = &main;
+#endif
+#if KILN_EMU_TSAN
+  main.tsan = __tsan_get_current_fiber();
+#endif
+}
 
 char* map_stack() {
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
@@ -133,6 +207,26 @@ char* map_stack() {
 void unmap_stack(char* stack) {
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   ::munmap(stack - page, kStackBytes + page);
+}
+
+// Gives a fiber its stack (and the sanitizers' records of it); false when none can be mapped.
+bool fiber_map(Fiber& f) {
+  f.stack = map_stack();
+  if (!f.stack) return false;
+#if KILN_EMU_ASAN
+  f.bottom = f.stack;
+  f.size = kStackBytes;
+#endif
+#if KILN_EMU_TSAN
+  f.tsan = __tsan_create_fiber(0);
+#endif
+  return true;
+}
+void fiber_unmap(Fiber& f) {
+  unmap_stack(f.stack);
+#if KILN_EMU_TSAN
+  __tsan_destroy_fiber(f.tsan);
+#endif
 }
 
 // ---- allocations ----------------------------------------------------------------------------
@@ -244,7 +338,7 @@ struct Worker {
   Fiber main;
   ~Worker() {
     for (Slot& s : slots)
-      if (s.fiber.stack) unmap_stack(s.fiber.stack);
+      if (s.fiber.stack) fiber_unmap(s.fiber);
   }
 };
 Worker& worker() {
@@ -295,19 +389,21 @@ __attribute__((tls_model("initial-exec"))) thread_local Slot* t_slot = nullptr;
 // t_slot to it first).
 void yield(Slot& s) {
   Cube& c = *t_cube;
+  const bool finished = s.state == State::Done;
   if (!c.stop)
     for (uint32_t u = s.linear + 1; u < c.units; ++u) {
       Slot& next = c.w.slots[u];
       if (next.state != State::Ready) continue;
       t_slot = &next;
-      fiber_switch(s.fiber, next.fiber);
+      fiber_switch(s.fiber, next.fiber, finished);
       return;
     }
-  fiber_switch(s.fiber, c.w.main);
+  fiber_switch(s.fiber, c.w.main, finished);
 }
 
 void fiber_main(void* arg) {
   Slot& s = *static_cast<Slot*>(arg);
+  fiber_arrived(s.fiber);
   t_cube->L.module->unit(t_cube->L.slots);
   s.state = State::Done;
   yield(s);
@@ -699,8 +795,7 @@ std::optional<Fault> run_cube(const Launch& L, Worker& w, uint32_t cube) {
   } else {
     for (uint32_t u = 0; u < c.units; ++u) {
       Slot& s = w.slots[u];
-      if (!s.fiber.stack) s.fiber.stack = map_stack();
-      if (!s.fiber.stack) {
+      if (!s.fiber.stack && !fiber_map(s.fiber)) {
         t_cube = outer_cube;
         t_slot = outer_slot;
         return Fault{cube, u,
@@ -725,6 +820,7 @@ std::optional<Fault> run_cube(const Launch& L, Worker& w, uint32_t cube) {
         break;
       }
       t_slot = first;
+      fiber_enter_from_main(w.main);
       fiber_switch(w.main, first->fiber);
       if (c.stop) break;
     }
