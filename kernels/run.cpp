@@ -259,6 +259,15 @@ int RunData::line(std::string_view tensor) const {
   return it->second;
 }
 
+ElemType RunData::dtype(std::string_view name) const {
+  auto it = dtypes.find(name);
+  KILN_CHECK(it != dtypes.end(), "a run recipe asks the type of a parameter the kernel lacks");
+  return it->second;
+}
+double RunData::round(std::string_view name, double v) const {
+  return round_to_elem(dtype(name), v);
+}
+
 // ---- recipes ---------------------------------------------------------------------------------
 
 RunRecipe& RunRecipe::shape(std::string tensor, std::vector<int64_t> dims) {
@@ -299,6 +308,10 @@ RunRecipe& RunRecipe::tolerance(double rel, double abs) {
   tolerance_ = std::pair{rel, abs};
   return *this;
 }
+RunRecipe& RunRecipe::flops(std::function<double(const RunData&)> fn) {
+  flops_ = std::move(fn);
+  return *this;
+}
 
 RunRecipe& run_recipe(std::string_view kernel) {
   std::lock_guard<std::mutex> lock(recipes_mu());
@@ -322,6 +335,7 @@ struct RunRecipeAccess {
   static const auto& cube_dim(const RunRecipe& r) { return r.cube_dim_; }
   static const auto& reference(const RunRecipe& r) { return r.reference_; }
   static const auto& tolerance(const RunRecipe& r) { return r.tolerance_; }
+  static const auto& flops(const RunRecipe& r) { return r.flops_; }
 };
 
 // ---- the runner ------------------------------------------------------------------------------
@@ -395,6 +409,8 @@ Result<RunResult> run_unguarded(Runtime& rt, std::string_view name, const RunCon
     if (!find_param(n)) return unknown("--dtype", n);
 
   RunData data;
+  for (const dsl::ParamInfo& p : params)
+    if (p.runtime()) data.dtypes[p.name] = p.dtype;
   std::vector<dsl::ComptimeValue> comptime_values(params.size());
   // Comptime and scalar values.
   for (size_t i = 0; i < params.size(); ++i) {
@@ -442,6 +458,13 @@ Result<RunResult> run_unguarded(Runtime& rt, std::string_view name, const RunCon
     data.cube_dim = A::cube_dim(*recipe)(data);
   else
     data.cube_dim = Dim3(def.default_cube_dim[0], def.default_cube_dim[1], def.default_cube_dim[2]);
+  if (!config.cube_dim && !(recipe && A::cube_dim(*recipe))) {
+    std::vector<dsl::ComptimeValue> in_order;
+    for (size_t i = 0; i < params.size(); ++i)
+      if (!params[i].runtime()) in_order.push_back(comptime_values[i]);
+    KILN_ASSIGN(auto needed, dsl::required_cube_dim(def, *inst, in_order));
+    if (needed) data.cube_dim = Dim3((*needed)[0], (*needed)[1], (*needed)[2]);
+  }
   // Shapes: given, else declared (constants first, then computed in declaration order).
   for (const auto& [n, dims] : config.shapes) data.shapes[n] = dims;
   // Line widths follow from shapes: the runner's tensors start on 64-byte boundaries, so the
@@ -536,6 +559,7 @@ Result<RunResult> run_unguarded(Runtime& rt, std::string_view name, const RunCon
     plans.push_back(plan);
   }
   result.bytes = tensor_bytes;
+  if (recipe && A::flops(*recipe)) result.flops = A::flops(*recipe)(data);
   // What this run holds at its peak, checked against the memory the host has free, so that a
   // shape too large fails here with its size instead of in the out-of-memory killer.
   const bool has_reference = recipe && A::reference(*recipe);

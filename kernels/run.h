@@ -45,8 +45,12 @@ class RunData {
   // An integer comptime parameter (or a bool, as 0 or 1).
   int64_t comptime(std::string_view name) const;
   int line(std::string_view tensor) const;
+  // The element type of a tensor, array or scalar parameter (a generic kernel's instantiation
+  // decides it), and a value rounded to it: a reference that serves every instantiation.
+  ir::ElemType dtype(std::string_view name) const;
+  double round(std::string_view name, double v) const;
 
-  // Filled by the runner, in this order: comptime and scalar values, the cube size, shapes
+  // Filled by the runner, in this order: element types, comptime and scalar values, the cube size, shapes
   // (so a shape may follow the cube size), the tensors' values and line widths.
   Dim3 cube_dim;
   std::map<std::string, std::vector<double>, std::less<>> values;
@@ -54,6 +58,7 @@ class RunData {
   std::map<std::string, double, std::less<>> scalars;
   std::map<std::string, std::string, std::less<>> comptimes;  // formatted values
   std::map<std::string, int, std::less<>> lines;
+  std::map<std::string, ir::ElemType, std::less<>> dtypes;  // every runtime parameter
 };
 
 inline uint32_t ceil_div(int64_t a, int64_t b) {
@@ -82,6 +87,9 @@ class RunRecipe {
   RunRecipe& reference(std::function<void(RunData&)> fn);
   // |got - want| <= abs + rel * |want|; by default from the element type.
   RunRecipe& tolerance(double rel, double abs);
+  // The arithmetic operations of one launch (2*M*N*K for a matmul), for a throughput in
+  // GFLOP/s next to the bandwidth: what a compute-bound kernel is measured by.
+  RunRecipe& flops(std::function<double(const RunData&)> fn);
 
   const std::string& kernel() const { return kernel_; }
 
@@ -99,6 +107,7 @@ class RunRecipe {
   DimFn cubes_, cube_dim_;
   std::function<void(RunData&)> reference_;
   std::optional<std::pair<double, double>> tolerance_;
+  std::function<double(const RunData&)> flops_;
 };
 
 // The recipe registered for `kernel` (created on first use).
@@ -147,6 +156,7 @@ struct RunResult {
   std::vector<double> times_ms;  // the timed launches, each followed by sync
   double median_ms = 0, min_ms = 0;
   uint64_t bytes = 0;  // bytes of all tensor arguments (for an effective bandwidth)
+  double flops = 0;    // arithmetic operations per launch, when the recipe says (RunRecipe::flops)
   // With RunConfig::keep_outputs: what the first run wrote to each writable tensor.
   std::map<std::string, std::vector<double>> outputs;
 };

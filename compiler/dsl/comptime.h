@@ -205,6 +205,20 @@ concept Comptime = requires(std::string_view s, const T& v, KeyWriter& w) {
 
 // ---- type-erased comptime values ------------------------------------------------------------
 
+namespace detail {
+// The name of T as the compiler spells it ("int", "ns::Tile"): the same text in every shared
+// library built by one compiler, unlike the address of anything instantiated for T (a plugin
+// loaded with RTLD_LOCAL has its own copy of every template instance).
+template <class T>
+constexpr std::string_view type_identity() {
+  std::string_view f = __PRETTY_FUNCTION__;  // "... [with T = int; ...]" or "... [T = int]"
+  const size_t at = f.find("T = ");
+  if (at == std::string_view::npos) return f;
+  f.remove_prefix(at + 4);
+  return f.substr(0, f.find_first_of(";]"));
+}
+}  // namespace detail
+
 // A comptime value of any supported type, held by value (comptime types are trivially copyable
 // and small).
 class ComptimeValue {
@@ -224,7 +238,7 @@ class ComptimeValue {
   // The value if it holds a T.
   template <class T>
   const T* get() const {
-    if (ops_ != &ops_for<T>) return nullptr;
+    if (!same_type(ops_, &ops_for<T>)) return nullptr;
     return reinterpret_cast<const T*>(storage_.data());
   }
   bool empty() const { return ops_ == nullptr; }
@@ -233,10 +247,15 @@ class ComptimeValue {
     if (ops_) ops_->encode(storage_.data(), w);
   }
   std::string_view type_name() const { return ops_ ? ops_->name() : std::string_view(); }
+  // The value of an integer or bool; nothing for other types.
+  std::optional<int64_t> as_integer() const {
+    if (!ops_ || !ops_->integer) return std::nullopt;
+    return ops_->integer(storage_.data());
+  }
   // For numbers of the same type: -1, 0 or 1 as this value is below, equal to or above `other`
   // (NaN is below everything); nothing for other types, which have no order.
   std::optional<int> compare(const ComptimeValue& other) const {
-    if (!ops_ || ops_ != other.ops_ || !ops_->compare) return std::nullopt;
+    if (!ops_ || !same_type(ops_, other.ops_) || !ops_->compare) return std::nullopt;
     return ops_->compare(storage_.data(), other.storage_.data());
   }
 
@@ -246,7 +265,14 @@ class ComptimeValue {
     void (*encode)(const void*, KeyWriter&);
     std::string_view (*name)();
     int (*compare)(const void*, const void*);  // null: not ordered
+    int64_t (*integer)(const void*);            // null: not an integer or bool
+    std::string_view identity;                  // detail::type_identity<T>()
+    size_t size;
   };
+  // The same type, whichever shared library made either value.
+  static bool same_type(const Ops* a, const Ops* b) {
+    return a == b || (a && b && a->size == b->size && a->identity == b->identity);
+  }
   template <class T>
   static constexpr int (*compare_of())(const void*, const void*) {
     if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
@@ -261,11 +287,21 @@ class ComptimeValue {
     }
   }
   template <class T>
+  static constexpr int64_t (*integer_of())(const void*) {
+    if constexpr (std::is_integral_v<T>)
+      return [](const void* p) { return static_cast<int64_t>(*static_cast<const T*>(p)); };
+    else
+      return nullptr;
+  }
+  template <class T>
   static inline const Ops ops_for = {
       [](const void* p) { return ComptimeTraits<T>::format(*static_cast<const T*>(p)); },
       [](const void* p, KeyWriter& w) { ComptimeTraits<T>::encode(*static_cast<const T*>(p), w); },
       [] { return std::string_view(ComptimeTraits<T>::name()); },
       compare_of<T>(),
+      integer_of<T>(),
+      detail::type_identity<T>(),
+      sizeof(T),
   };
   const Ops* ops_ = nullptr;
   alignas(8) std::array<unsigned char, kMaxSize> storage_{};

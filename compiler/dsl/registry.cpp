@@ -5,7 +5,10 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <map>
 #include <cstdlib>
 #include <exception>
 #include <new>
@@ -14,6 +17,7 @@
 
 #include "compiler/dsl/context.h"
 #include "compiler/dsl/selection.h"
+#include "ir/verifier.h"
 
 namespace kiln::dsl {
 
@@ -136,8 +140,10 @@ std::string apply_param_spec(std::string_view spec, std::vector<Instantiation>& 
               eq != std::string_view::npos &&
               std::from_chars(a.data() + eq + 1, a.data() + a.size(), v).ec == std::errc();
           const bool max = eq != std::string_view::npos && a.substr(eq + 1) == "max";
-          if (key == "rank" && num && v >= 1 && v <= 8 && p.kind == ParamKind::Tensor)
+          if (key == "rank" && num && v >= 1 && v <= 8 && p.kind == ParamKind::Tensor) {
             p.default_rank = v;
+            p.rank_fixed = true;
+          }
           else if (key == "line" && num && ir::valid_lanes(v) && p.kind != ParamKind::Scalar)
             p.default_line = v;
           else if (key == "line" && max && p.kind != ParamKind::Scalar)
@@ -226,6 +232,49 @@ std::string Instantiation::dtype_summary() const {
   return s;
 }
 
+int64_t ComptimeArgs::integer(std::string_view name) const {
+  size_t ci = 0;
+  std::string ints;
+  for (const ParamInfo& p : inst_.params) {
+    if (p.runtime()) continue;
+    const ComptimeValue* v = ci < values_.size() ? &values_[ci] : nullptr;
+    ++ci;
+    if (v && v->as_integer()) {
+      if (p.name == name) return *v->as_integer();
+      ints += (ints.empty() ? "" : ", ") + p.name;
+    } else if (p.name == name) {
+      if (problem_.empty())
+        problem_ = fmt::format("'{}' is a {} comptime parameter, not an integer", name,
+                               p.comptime_type);
+      return 0;
+    }
+  }
+  if (problem_.empty())
+    problem_ = fmt::format("there is no integer comptime parameter '{}'{}", name,
+                           ints.empty() ? std::string(" (the kernel has none)")
+                                        : " (there are: " + ints + ")");
+  return 0;
+}
+
+Result<std::optional<CubeDim>> required_cube_dim(const KernelDef& def, const Instantiation& inst,
+                                                 const std::vector<ComptimeValue>& comptime) {
+  if (!def.required_cube_dim) return std::optional<CubeDim>();
+  ComptimeArgs args(inst, comptime);
+  const CubeDim d = def.required_cube_dim(args);
+  if (!args.problem().empty())
+    return Error(ErrorKind::InvalidArgument,
+                 fmt::format("{}:{}: kernel '{}': its cube size function: {}", def.file, def.line,
+                             def.name, args.problem()));
+  const uint64_t units = uint64_t{d[0]} * d[1] * d[2];
+  if (units == 0 || units > ir::kMaxUnitsPerCube)
+    return Error(ErrorKind::InvalidArgument,
+                 fmt::format("{}:{}: kernel '{}': its cube size function gives {}x{}x{} ({} "
+                             "units); a cube has 1 to {} units",
+                             def.file, def.line, def.name, d[0], d[1], d[2], units,
+                             ir::kMaxUnitsPerCube));
+  return std::optional<CubeDim>(d);
+}
+
 // ---- registry -----------------------------------------------------------------------------------
 
 Registry& Registry::global() {
@@ -233,12 +282,53 @@ Registry& Registry::global() {
   return *r;
 }
 
+namespace {
+// The file of the shared object (or program) holding `code`.
+std::string object_of(const void* code) {
+  Dl_info info{};
+  if (code && dladdr(code, &info) && info.dli_fname) return info.dli_fname;
+  return {};
+}
+std::string describe_origin(const KernelDef& d) {
+  return d.origin == "built in" ? fmt::format("the built-in kernel at {}:{}", d.file, d.line)
+                                : fmt::format("the kernel at {}:{} (plugin {})", d.file, d.line,
+                                              d.origin);
+}
+}  // namespace
+
 KernelRegistration& Registry::add(KernelDef def) {
+  if (!def.instantiations.empty())
+    def.object = object_of(reinterpret_cast<const void*>(def.instantiations.front().fn));
   std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& d : defs_)
-    if (d->name == def.name && def.problem.empty())
-      def.problem = fmt::format("kernel '{}' is registered twice: at {}:{} and at {}:{}", def.name,
-                                d->file, d->line, def.file, def.line);
+  if (!loading_.empty() && !def.object.empty()) {
+    // Kernels of the libraries the plugin pulls in are not the plugin's.
+    char* real = ::realpath(def.object.c_str(), nullptr);
+    if (real && loading_real_ == real) def.origin = loading_;
+    std::free(real);
+  }
+  for (auto it = defs_.rbegin(); it != defs_.rend(); ++it) {
+    const KernelDef& d = **it;
+    if (d.name != def.name) continue;
+    if (d.object == def.object && !loading_.empty() && d.file != def.file) {
+      // The plugin's kernel function has the same symbol as one loaded before it, and the
+      // dynamic linker bound the plugin's reference to that one.
+      def.problem = fmt::format(
+          "kernel '{}' at {}:{} registers the function of the kernel at {}:{} in {}: the "
+          "dynamic linker binds a plugin's global function names to those loaded before it; "
+          "build the plugin with -Wl,-Bsymbolic-functions (kiln_add_kernels does), or put "
+          "its kernels in a namespace of its own",
+          def.name, def.file, def.line, d.file, d.line, d.object);
+    } else if (d.object == def.object) {
+      if (def.problem.empty())
+        def.problem = fmt::format(
+            "kernel '{}' is registered twice: at {}:{} and at {}:{}; give one of them another "
+            "name (KILN_KERNEL_AS(\"other_name\", fn, ...) keeps the function's name)",
+            def.name, d.file, d.line, def.file, def.line);
+    } else {
+      def.replaces = describe_origin(d);
+    }
+    break;
+  }
   defs_.push_back(std::make_unique<KernelDef>(std::move(def)));
   regs_.push_back(std::make_unique<KernelRegistration>(*defs_.back()));
   return *regs_.back();
@@ -246,28 +336,31 @@ KernelRegistration& Registry::add(KernelDef def) {
 
 const KernelDef* Registry::find(std::string_view name) const {
   std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& d : defs_)
-    if (d->name == name) return d.get();
+  for (auto it = defs_.rbegin(); it != defs_.rend(); ++it)
+    if ((*it)->name == name) return it->get();
   return nullptr;
 }
 
 std::vector<const KernelDef*> Registry::all() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<const KernelDef*> out;
-  for (const auto& d : defs_) out.push_back(d.get());
+  for (auto it = defs_.rbegin(); it != defs_.rend(); ++it) {
+    const bool hidden = std::any_of(out.begin(), out.end(), [&](const KernelDef* d) {
+      return d->name == (*it)->name && d->object != (*it)->object;
+    });
+    if (!hidden) out.push_back(it->get());
+  }
+  std::reverse(out.begin(), out.end());
   std::stable_sort(out.begin(), out.end(),
                    [](const KernelDef* a, const KernelDef* b) { return a->name < b->name; });
   return out;
 }
 
-std::vector<std::string> Registry::mark_origin_since(size_t first, const std::string& origin) {
+std::vector<const KernelDef*> Registry::since(size_t first) const {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<std::string> names;
-  for (size_t i = first; i < defs_.size(); ++i) {
-    defs_[i]->origin = origin;
-    names.push_back(defs_[i]->name);
-  }
-  return names;
+  std::vector<const KernelDef*> out;
+  for (size_t i = first; i < defs_.size(); ++i) out.push_back(defs_[i].get());
+  return out;
 }
 
 size_t Registry::size() const {
@@ -325,6 +418,13 @@ Result<ir::Kernel> trace(const KernelDef& def, const Instantiation& inst, const 
         return Error(ErrorKind::InvalidArgument,
                      fmt::format("kernel '{}': tensor '{}' has rank {}; use 1 to 8", def.name,
                                  p.name, d.rank));
+      if (p.kind == ParamKind::Tensor && p.rank_fixed && d.rank != p.default_rank)
+        return Error(ErrorKind::InvalidArgument,
+                     fmt::format("kernel '{}': argument '{}' is a rank-{} tensor, but the kernel "
+                                 "takes rank {} there ('{}: rank={}' at {}:{}); reshape the "
+                                 "tensor to {} dimensions",
+                                 def.name, p.name, d.rank, p.default_rank, p.name, p.default_rank,
+                                 def.file, def.line, p.default_rank));
       if (p.kind == ParamKind::Scalar && d.line != 1)
         return Error(
             ErrorKind::InvalidArgument,
@@ -337,6 +437,23 @@ Result<ir::Kernel> trace(const KernelDef& def, const Instantiation& inst, const 
                                  def.name, p.name, p.comptime_type,
                                  v.empty() ? std::string("nothing") : std::string(v.type_name())));
       KILN_TRY(check_comptime_range(def, p, v));
+    }
+  }
+  {
+    KILN_ASSIGN(auto needed, required_cube_dim(def, inst, req.comptime));
+    if (needed && *needed != req.cube_dim) {
+      std::string values;
+      size_t ci = 0;
+      for (const ParamInfo& p : inst.params)
+        if (!p.runtime())
+          values += fmt::format("{}{}={}", values.empty() ? "" : ", ", p.name,
+                                req.comptime[ci++].format());
+      return Error(ErrorKind::InvalidArgument,
+                   fmt::format("kernel '{}' needs a {}x{}x{} cube for {} (its registration at "
+                               "{}:{} says so), but the launch asks for {}x{}x{}",
+                               def.name, (*needed)[0], (*needed)[1], (*needed)[2], values,
+                               def.file, def.line, req.cube_dim[0], req.cube_dim[1],
+                               req.cube_dim[2]));
     }
   }
   TraceContext ctx(def.name);
@@ -488,6 +605,10 @@ Result<Selection> select(const KernelDef& def, const SpecOptions& opts) {
       }
     }
   }
+  if (!opts.cube_dim) {
+    KILN_ASSIGN(auto needed, required_cube_dim(def, *inst, sel.request.comptime));
+    if (needed) sel.request.cube_dim = *needed;
+  }
   return sel;
 }
 
@@ -505,15 +626,56 @@ Error no_instantiation(const KernelDef& def, const std::string& asked) {
 // ---- plugins
 // --------------------------------------------------------------------------------------
 
-Result<std::vector<std::string>> load_plugin(const std::string& path) {
-  const size_t before = Registry::global().size();
+// Names the plugin being loaded for the kernels that register meanwhile.
+struct PluginLoading {
+  PluginLoading(Registry& r, const std::string& path, const std::string& real) : r(r) {
+    std::lock_guard<std::mutex> lock(r.mu_);
+    r.loading_ = path;
+    r.loading_real_ = real;
+  }
+  ~PluginLoading() {
+    std::lock_guard<std::mutex> lock(r.mu_);
+    r.loading_.clear();
+    r.loading_real_.clear();
+  }
+  Registry& r;
+};
+
+Result<Plugin> load_plugin(const std::string& path) {
+  // One load at a time: the registry attributes what registers to the library being loaded.
+  static std::mutex load_mu;
+  static std::map<std::string, Plugin> loaded;  // by the library's real path
+  std::lock_guard<std::mutex> lock(load_mu);
   // A path without a slash would be searched on the loader path; plugins are files.
   const std::string file = path.find('/') == std::string::npos ? "./" + path : path;
-  void* lib = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
+  char* real = ::realpath(file.c_str(), nullptr);
+  if (!real)
+    return Error(ErrorKind::NotFound,
+                 fmt::format("cannot load plugin '{}': {}", path, std::strerror(errno)));
+  const std::string key = real;
+  std::free(real);
+  if (auto it = loaded.find(key); it != loaded.end()) return it->second;
+
+  Registry& r = Registry::global();
+  const size_t before = r.size();
+  void* lib = nullptr;
+  {
+    PluginLoading loading(r, path, key);
+    lib = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
+  }
   if (!lib)
     return Error(ErrorKind::NotFound, fmt::format("cannot load plugin '{}': {}", path, dlerror()));
   // The library stays loaded: its kernels' code lives in it.
-  return Registry::global().mark_origin_since(before, path);
+  Plugin out;
+  out.path = path;
+  for (const KernelDef* d : r.since(before)) {
+    out.kernels.push_back(d->name);
+    if (!d->replaces.empty())
+      out.notices.push_back(
+          fmt::format("kernel '{}' of {} replaces {}", d->name, path, d->replaces));
+  }
+  loaded.emplace(key, out);
+  return out;
 }
 
 }  // namespace kiln::dsl

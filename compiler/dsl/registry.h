@@ -15,6 +15,7 @@
 #pragma once
 
 #include <array>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -42,7 +43,8 @@ struct ParamInfo {
   bool const_qualified = false;
   // Defaults used when a caller gives no descriptor.
   int default_rank = 1;
-  int default_line = 1;  // 0: line=max, the widest line the launch allows
+  bool rank_fixed = false;  // `x: rank=N`: the kernel takes rank-N tensors only
+  int default_line = 1;     // 0: line=max, the widest line the launch allows
   // Comptime parameters.
   std::string comptime_type;
   std::optional<ComptimeValue> default_value;
@@ -84,15 +86,42 @@ struct Instantiation {
   std::string dtype_summary() const;
 };
 
+// The comptime values of one specialization, by parameter name: what a kernel's cube size may
+// follow (KernelRegistration::cube_dim with a function).
+class ComptimeArgs {
+ public:
+  // `values`: one per comptime parameter of `inst`, in order.
+  ComptimeArgs(const Instantiation& inst, const std::vector<ComptimeValue>& values)
+      : inst_(inst), values_(values) {}
+  // The value of an integer or bool comptime parameter. A name that is not one gives 0 and
+  // leaves a problem() for the caller to report.
+  int64_t integer(std::string_view name) const;
+  const std::string& problem() const { return problem_; }
+
+ private:
+  const Instantiation& inst_;
+  const std::vector<ComptimeValue>& values_;
+  mutable std::string problem_;
+};
+using CubeDim = std::array<uint32_t, 3>;
+using CubeDimFn = std::function<CubeDim(const ComptimeArgs&)>;
+
 struct KernelDef {
   std::string name;
   std::string file;
   int line = 0;
   std::string description;
   std::array<uint32_t, 3> default_cube_dim{64, 1, 1};
+  // The cube size the kernel needs for its comptime values, when it declares one: launches
+  // and the CLI use it, and a launch with another cube size is an error.
+  CubeDimFn required_cube_dim;
   std::vector<Instantiation> instantiations;
   std::string origin = "built in";  // or the plugin that registered it
   std::string problem;              // a registration problem, empty when fine
+  std::string object;               // the shared object (or program) its code lives in
+  // When this definition took the name from an earlier one (in another shared object):
+  // "the built-in kernel at kernels/examples/axpy.cpp:12"; empty otherwise.
+  std::string replaces;
 };
 
 // Returned by KILN_KERNEL for optional settings: KILN_KERNEL(k, "...").cube_dim(256).
@@ -101,6 +130,15 @@ class KernelRegistration {
   explicit KernelRegistration(KernelDef& def) : def_(def) {}
   KernelRegistration& cube_dim(uint32_t x, uint32_t y = 1, uint32_t z = 1) {
     def_.default_cube_dim = {x, y, z};
+    return *this;
+  }
+  // The cube size follows from the comptime values and no other works:
+  //   .cube_dim([](const ComptimeArgs& c) -> CubeDim {
+  //     const auto t = static_cast<uint32_t>(c.integer("tile"));
+  //     return {t, t, 1};
+  //   })
+  KernelRegistration& cube_dim(CubeDimFn fn) {
+    def_.required_cube_dim = std::move(fn);
     return *this;
   }
   KernelRegistration& describe(std::string text) {
@@ -115,20 +153,29 @@ class KernelRegistration {
 
 // Every registered kernel of the process. Thread-safe; kernels are never removed, so the
 // references it hands out stay valid.
+//
+// Names: within one shared object (or the program) a name may be registered once; a second
+// registration there is a problem reported wherever the kernel is used. A kernel registered
+// from another shared object takes the name over: the one registered last wins (a plugin's
+// kernel over a built-in one, a program's own over its libraries'), `replaces` says what it
+// hid, and load_plugin reports it.
 class Registry {
  public:
   static Registry& global();
   KernelRegistration& add(KernelDef def);
+  // The kernel a name stands for now (the last registration of it).
   const KernelDef* find(std::string_view name) const;
-  std::vector<const KernelDef*> all() const;  // sorted by name
-  size_t size() const;
-  // Sets the origin of the kernels registered since the first `first` ones; returns their names.
-  std::vector<std::string> mark_origin_since(size_t first, const std::string& origin);
+  std::vector<const KernelDef*> all() const;  // what each name stands for, sorted by name
+  size_t size() const;                        // every registration, hidden ones included
+  // The registrations since the first `first` ones, oldest first.
+  std::vector<const KernelDef*> since(size_t first) const;
 
  private:
+  friend struct PluginLoading;
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<KernelDef>> defs_;
   std::vector<std::unique_ptr<KernelRegistration>> regs_;
+  std::string loading_, loading_real_;  // the plugin being loaded (as named, real path)
 };
 
 // Traces one instantiation into verified IR. The request must give one descriptor per runtime
@@ -139,6 +186,12 @@ Result<ir::Kernel> trace(const KernelDef& def, const Instantiation& inst, const 
 // Checks a comptime value against its parameter's declared range; the error names the kernel,
 // the parameter, the value, the range and where it was declared.
 Status check_comptime_range(const KernelDef& def, const ParamInfo& p, const ComptimeValue& v);
+
+// The cube size `def` requires for these comptime values (one per comptime parameter of
+// `inst`), or nothing when it does not declare one; an error when its function asks for a
+// parameter that is not an integer one or gives an empty cube.
+Result<std::optional<CubeDim>> required_cube_dim(const KernelDef& def, const Instantiation& inst,
+                                                 const std::vector<ComptimeValue>& comptime);
 
 // Specialization options as text, the way the CLI takes them.
 struct SpecOptions {
@@ -162,9 +215,19 @@ struct Selection {
 // errors that list the valid ones.
 Result<Selection> select(const KernelDef& def, const SpecOptions& opts);
 
-// Loads a shared library of kernels (dlopen); its KILN_KERNELs register as it loads. Returns
-// the names it added.
-Result<std::vector<std::string>> load_plugin(const std::string& path);
+// What loading a plugin registered.
+struct Plugin {
+  std::string path;
+  std::vector<std::string> kernels;  // the names it registered
+  // One line per kernel of the plugin that took a name over: "kernel 'axpy' of PATH replaces
+  // the built-in kernel at kernels/examples/axpy.cpp:12".
+  std::vector<std::string> notices;
+};
+
+// Loads a shared library of kernels (dlopen); its KILN_KERNELs register as it loads, and its
+// backends too. Loading the same library again returns what it registered the first time.
+// The library stays loaded for the life of the process (its kernels' code lives in it).
+Result<Plugin> load_plugin(const std::string& path);
 
 // ---- registration machinery --------------------------------------------------------------------
 
@@ -342,6 +405,11 @@ KernelRegistration& register_generic(const char* name, Get get, const char* file
 }
 
 }  // namespace kiln::dsl
+
+namespace kiln {
+using dsl::load_plugin;
+using dsl::Plugin;
+}  // namespace kiln
 
 // Registers a kernel function under its own name.
 #define KILN_KERNEL(fn, params) KILN_KERNEL_AS(#fn, fn, params)

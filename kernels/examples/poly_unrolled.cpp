@@ -25,6 +25,11 @@ KILN_RUN(poly_unrolled)
     .cubes([](const kiln::kernels::RunData& d) {
       return kiln::kernels::ceil_div(d.numel("x") / d.line("x"), d.cube_dim.x);
     })
+    // One fma (two operations) per coefficient and element: compute-bound for high degrees,
+    // where `kiln run` reports GFLOP/s next to GB/s.
+    .flops([](const kiln::kernels::RunData& d) {
+      return 2.0 * static_cast<double>(d.comptime("degree")) * static_cast<double>(d.numel("x"));
+    })
     .reference([](kiln::kernels::RunData& d) {
       // sum over k <= degree of x^k / (k + 1), by Horner's rule in double.
       const int64_t degree = d.comptime("degree");

@@ -1,7 +1,8 @@
 // row_sum: out[r] = sum of row r of a matrix; one cube per row. Shows shared memory and
 // barriers: each unit sums a strided part of the row, then the cube combines the partial sums
 // with a tree in shared memory. `units` is comptime, so the C++ loop over the tree runs at trace
-// time and the IR has one step per level. Launch with cube_dim == units.
+// time and the IR has one step per level. The cube has `units` units: the registration says so,
+// so launches and the CLI take the cube size from `units`, and any other is an error.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -30,16 +31,15 @@ void row_sum(Tensor<const f32> in, Tensor<f32> out, int units) {
   if_(unit_pos() == 0, [&] { out[row] = partial[0]; });
 }
 KILN_KERNEL(row_sum, "in: rank=2, out, units = 256 in 1..1024")
-    .cube_dim(256)
+    .cube_dim([](const ComptimeArgs& c) -> CubeDim {
+      return {static_cast<uint32_t>(c.integer("units")), 1, 1};
+    })
     .describe("sum of each row, a tree reduction in shared memory");
 
 KILN_RUN(row_sum)
     .shape("in", {2048, 2048})
     .shape("out",
            [](const kiln::kernels::RunData& d) { return std::vector<int64_t>{d.dim("in", 0)}; })
-    .cube_dim([](const kiln::kernels::RunData& d) {
-      return kiln::Dim3(static_cast<uint32_t>(d.comptime("units")));
-    })
     .cubes([](const kiln::kernels::RunData& d) {
       return kiln::Dim3(static_cast<uint32_t>(d.dim("in", 0)));
     })

@@ -20,4 +20,6 @@ config.environment["KILN_CACHE"] = "off"
 config.substitutions.append(("%kiln", os.path.join(config.kiln_bin_dir, "kiln")))
 config.substitutions.append(("%src", config.kiln_source_dir))
 config.substitutions.append(("%plugin", os.path.join(config.kiln_lib_dir, "libkiln_sample_plugin.so")))
+config.substitutions.append(("%userplugin", os.path.join(config.kiln_lib_dir, "libkiln_user_plugin.so")))
+config.substitutions.append(("%plainplugin", os.path.join(config.kiln_lib_dir, "libkiln_user_plugin_plain.so")))
 config.substitutions.append(("%mirror", os.path.join(config.kiln_lib_dir, "libkiln_mirror_backend.so")))

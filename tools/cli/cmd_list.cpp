@@ -17,9 +17,10 @@ std::string describe_param(const dsl::ParamInfo& p) {
   using dsl::ParamKind;
   switch (p.kind) {
     case ParamKind::Tensor:
-      return fmt::format("{}: tensor<{}>{}  (default rank {}, line {})", p.name,
+      return fmt::format("{}: tensor<{}>{}  ({}rank {}, line {})", p.name,
                          ir::elem_name(p.dtype), p.const_qualified ? " read-only" : "",
-                         p.default_rank, line_text(p.default_line));
+                         p.rank_fixed ? "" : "default ", p.default_rank,
+                         line_text(p.default_line));
     case ParamKind::Array:
       return fmt::format("{}: array<{}>{}  (default line {})", p.name, ir::elem_name(p.dtype),
                          p.const_qualified ? " read-only" : "", line_text(p.default_line));
@@ -60,9 +61,17 @@ Command add_list_command(CLI::App& app) {
               }
               fmt::print("{}{}{}\n", d->name, d->description.empty() ? "" : "  -  ",
                          d->description);
-              fmt::print("  cube_dim {}x{}x{}, from {}:{}{}\n", d->default_cube_dim[0],
-                         d->default_cube_dim[1], d->default_cube_dim[2], d->file, d->line,
+              // A kernel whose cube size follows its comptime values: the defaults' one.
+              std::array<uint32_t, 3> cube = d->default_cube_dim;
+              std::string follows;
+              if (d->required_cube_dim) {
+                follows = " (follows the comptime values)";
+                if (auto sel = dsl::select(*d, {}); sel.ok()) cube = sel->request.cube_dim;
+              }
+              fmt::print("  cube_dim {}x{}x{}{}, from {}:{}{}\n", cube[0], cube[1], cube[2],
+                         follows, d->file, d->line,
                          d->origin == "built in" ? "" : " (plugin " + d->origin + ")");
+              if (!d->replaces.empty()) fmt::print("  replaces {}\n", d->replaces);
               if (!d->problem.empty()) fmt::print("  PROBLEM: {}\n", d->problem);
               for (const auto& p : d->instantiations.front().params)
                 fmt::print("  {}\n", describe_param(p));

@@ -30,6 +30,7 @@ Status load_kernels(const std::vector<std::string>& plugins) {
   for (const std::string& p : plugins) {
     auto added = dsl::load_plugin(p);
     if (!added) return added.error();
+    for (const std::string& n : added->notices) fmt::print(stderr, "notice: {}\n", n);
   }
   return {};
 }

@@ -89,13 +89,17 @@ TEST_CASE("registration problems are kept and reported when the kernel is used",
   CHECK_THAT(test::trace_error("r_missing_default"),
              Contains("kernel 'r_missing_default' is not registered correctly: comptime "
                       "parameter 'n' needs a default"));
-  // The second registration of a name carries the problem; the first still works.
+  // Two registrations of a name in one library: the second carries the problem, and it is the
+  // one the name finds, so every use of the name reports it instead of picking one silently.
   std::vector<const KernelDef*> dups;
   for (const KernelDef* d : Registry::global().all())
     if (d->name == "r_duplicate") dups.push_back(d);
   REQUIRE(dups.size() == 2);
   CHECK(dups[0]->problem.empty());
   CHECK_THAT(dups[1]->problem, Contains("kernel 'r_duplicate' is registered twice"));
+  CHECK(Registry::global().find("r_duplicate") == dups[1]);
+  CHECK_THAT(test::trace_error("r_duplicate"), Contains("is registered twice"));
+  CHECK_THAT(dups[1]->problem, Contains("KILN_KERNEL_AS"));
 }
 
 TEST_CASE("comptime parameters may declare the values they accept", "[dsl][registry]") {
