@@ -310,14 +310,14 @@ KernelRegistration& Registry::add(KernelDef def) {
     const KernelDef& d = **it;
     if (d.name != def.name) continue;
     if (d.object == def.object && !loading_.empty() && d.file != def.file) {
-      // The plugin's kernel function has the same symbol as one loaded before it, and the
-      // dynamic linker bound the plugin's reference to that one.
+      // Two kernel functions of the same C++ name in two libraries, and the dynamic linker
+      // bound one library's reference to the other's function.
       def.problem = fmt::format(
-          "kernel '{}' at {}:{} registers the function of the kernel at {}:{} in {}: the "
-          "dynamic linker binds a plugin's global function names to those loaded before it; "
-          "build the plugin with -Wl,-Bsymbolic-functions (kiln_add_kernels does), or put "
-          "its kernels in a namespace of its own",
-          def.name, def.file, def.line, d.file, d.line, d.object);
+          "the kernels '{}' at {}:{} and at {}:{} register the same function (in {}): the "
+          "dynamic linker bound one library's kernel function to the other's of the same "
+          "name; build kernel libraries with -Wl,-Bsymbolic-functions (kiln_add_kernels "
+          "does), or put their kernels in a namespace of their own",
+          def.name, d.file, d.line, def.file, def.line, d.object);
     } else if (d.object == def.object) {
       if (def.problem.empty())
         def.problem = fmt::format(

@@ -91,6 +91,14 @@ TEST_CASE("a comptime int passed from the program reaches a plugin's kernel", "[
                         "registration at tests/plugin/user_kernels.cpp:"));
     CHECK_THAT(st.error().message, Contains("but the launch asks for 16x16x1"));
   }
+  SECTION("a number of another type converts; one outside the declared range is an error") {
+    KILN_REQUIRE_OK(rt.launch(k, {2, 3, 1}, {8, 8, 1}, in, *out, 8u));
+    KILN_REQUIRE_OK(rt.sync());
+    auto st = rt.launch(k, {1, 1, 1}, {8, 8, 1}, in, *out, 64);
+    REQUIRE_FALSE(st.ok());
+    CHECK_THAT(st.error().message,
+               Contains("comptime parameter 'tile' is 64, outside the values it accepts, 1..32"));
+  }
   SECTION("a rank-1 tensor for a rank-2 parameter is an argument error naming it") {
     Tensor flat = test::f32_tensor(rt, host);
     auto st = rt.launch(k, {2, 3, 1}, {8, 8, 1}, flat, *out, tile);
