@@ -50,8 +50,8 @@ class RunData {
   ir::ElemType dtype(std::string_view name) const;
   double round(std::string_view name, double v) const;
 
-  // Filled by the runner, in this order: element types, comptime and scalar values, the cube size, shapes
-  // (so a shape may follow the cube size), the tensors' values and line widths.
+  // Filled by the runner, in this order: element types, comptime and scalar values, the cube size,
+  // shapes (so a shape may follow the cube size), the tensors' values and line widths.
   Dim3 cube_dim;
   std::map<std::string, std::vector<double>, std::less<>> values;
   std::map<std::string, std::vector<int64_t>, std::less<>> shapes;

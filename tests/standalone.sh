@@ -22,6 +22,7 @@ cmake -S "$work/project" -B "$work/project/build" -G Ninja -DCMAKE_BUILD_TYPE=Re
 cmake --build "$work/project/build" >"$work/build.log" || { cat "$work/build.log"; exit 1; }
 plugin=$work/project/build/libmy_kernels.so
 "$work/project/build/app"
+"$work/project/build/app_c"
 "$prefix/bin/kiln" run row_sum --plugin "$plugin" --set units=128 --shape in=300x1000 --repeat 1
 "$prefix/bin/kiln" show axpy --plugin "$plugin" | grep -q 'file #1 "my_kernels.cpp"' || {
   echo "kiln show axpy --plugin did not show the project's axpy" >&2

@@ -265,8 +265,8 @@ class ComptimeValue {
     void (*encode)(const void*, KeyWriter&);
     std::string_view (*name)();
     int (*compare)(const void*, const void*);  // null: not ordered
-    int64_t (*integer)(const void*);            // null: not an integer or bool
-    std::string_view identity;                  // detail::type_identity<T>()
+    int64_t (*integer)(const void*);           // null: not an integer or bool
+    std::string_view identity;                 // detail::type_identity<T>()
     size_t size;
   };
   // The same type, whichever shared library made either value.

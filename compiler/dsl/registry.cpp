@@ -7,10 +7,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
-#include <cstring>
-#include <map>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
+#include <map>
 #include <new>
 
 #include <fmt/format.h>
@@ -143,8 +143,7 @@ std::string apply_param_spec(std::string_view spec, std::vector<Instantiation>& 
           if (key == "rank" && num && v >= 1 && v <= 8 && p.kind == ParamKind::Tensor) {
             p.default_rank = v;
             p.rank_fixed = true;
-          }
-          else if (key == "line" && num && ir::valid_lanes(v) && p.kind != ParamKind::Scalar)
+          } else if (key == "line" && num && ir::valid_lanes(v) && p.kind != ParamKind::Scalar)
             p.default_line = v;
           else if (key == "line" && max && p.kind != ParamKind::Scalar)
             p.default_line = 0;
@@ -244,15 +243,15 @@ int64_t ComptimeArgs::integer(std::string_view name) const {
       ints += (ints.empty() ? "" : ", ") + p.name;
     } else if (p.name == name) {
       if (problem_.empty())
-        problem_ = fmt::format("'{}' is a {} comptime parameter, not an integer", name,
-                               p.comptime_type);
+        problem_ =
+            fmt::format("'{}' is a {} comptime parameter, not an integer", name, p.comptime_type);
       return 0;
     }
   }
   if (problem_.empty())
-    problem_ = fmt::format("there is no integer comptime parameter '{}'{}", name,
-                           ints.empty() ? std::string(" (the kernel has none)")
-                                        : " (there are: " + ints + ")");
+    problem_ = fmt::format(
+        "there is no integer comptime parameter '{}'{}", name,
+        ints.empty() ? std::string(" (the kernel has none)") : " (there are: " + ints + ")");
   return 0;
 }
 
@@ -267,11 +266,11 @@ Result<std::optional<CubeDim>> required_cube_dim(const KernelDef& def, const Ins
                              def.name, args.problem()));
   const uint64_t units = uint64_t{d[0]} * d[1] * d[2];
   if (units == 0 || units > ir::kMaxUnitsPerCube)
-    return Error(ErrorKind::InvalidArgument,
-                 fmt::format("{}:{}: kernel '{}': its cube size function gives {}x{}x{} ({} "
-                             "units); a cube has 1 to {} units",
-                             def.file, def.line, def.name, d[0], d[1], d[2], units,
-                             ir::kMaxUnitsPerCube));
+    return Error(
+        ErrorKind::InvalidArgument,
+        fmt::format("{}:{}: kernel '{}': its cube size function gives {}x{}x{} ({} "
+                    "units); a cube has 1 to {} units",
+                    def.file, def.line, def.name, d[0], d[1], d[2], units, ir::kMaxUnitsPerCube));
   return std::optional<CubeDim>(d);
 }
 
@@ -290,9 +289,9 @@ std::string object_of(const void* code) {
   return {};
 }
 std::string describe_origin(const KernelDef& d) {
-  return d.origin == "built in" ? fmt::format("the built-in kernel at {}:{}", d.file, d.line)
-                                : fmt::format("the kernel at {}:{} (plugin {})", d.file, d.line,
-                                              d.origin);
+  return d.origin == "built in"
+             ? fmt::format("the built-in kernel at {}:{}", d.file, d.line)
+             : fmt::format("the kernel at {}:{} (plugin {})", d.file, d.line, d.origin);
 }
 }  // namespace
 
@@ -451,9 +450,8 @@ Result<ir::Kernel> trace(const KernelDef& def, const Instantiation& inst, const 
       return Error(ErrorKind::InvalidArgument,
                    fmt::format("kernel '{}' needs a {}x{}x{} cube for {} (its registration at "
                                "{}:{} says so), but the launch asks for {}x{}x{}",
-                               def.name, (*needed)[0], (*needed)[1], (*needed)[2], values,
-                               def.file, def.line, req.cube_dim[0], req.cube_dim[1],
-                               req.cube_dim[2]));
+                               def.name, (*needed)[0], (*needed)[1], (*needed)[2], values, def.file,
+                               def.line, req.cube_dim[0], req.cube_dim[1], req.cube_dim[2]));
     }
   }
   TraceContext ctx(def.name);
@@ -669,6 +667,7 @@ Result<Plugin> load_plugin(const std::string& path) {
   Plugin out;
   out.path = path;
   for (const KernelDef* d : r.since(before)) {
+    if (d->origin != path) continue;  // a library the plugin pulled in (kiln's own kernels)
     out.kernels.push_back(d->name);
     if (!d->replaces.empty())
       out.notices.push_back(

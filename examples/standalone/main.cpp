@@ -57,16 +57,16 @@ int main(int argc, char** argv) {
   if (auto st = y->download(std::span<float>(hy)); !st) return fail(st.error());
   for (int64_t i = 0; i < n; ++i)
     if (hy[i] != 2.0f * static_cast<float>(i) + 1.0f) {
-      std::fprintf(stderr, "app: axpy: y[%lld] = %g, want %g\n", static_cast<long long>(i),
-                   hy[i], 2.0f * static_cast<float>(i) + 1.0f);
+      std::fprintf(stderr, "app: axpy: y[%lld] = %g, want %g\n", static_cast<long long>(i), hy[i],
+                   2.0f * static_cast<float>(i) + 1.0f);
       return 1;
     }
   std::vector<float> sums(rows);
   if (auto st = out->download(std::span<float>(sums)); !st) return fail(st.error());
   for (int64_t r = 0; r < rows; ++r)
     if (sums[r] != static_cast<float>(cols)) {
-      std::fprintf(stderr, "app: row_sum: out[%lld] = %g, want %lld\n",
-                   static_cast<long long>(r), sums[r], static_cast<long long>(cols));
+      std::fprintf(stderr, "app: row_sum: out[%lld] = %g, want %lld\n", static_cast<long long>(r),
+                   sums[r], static_cast<long long>(cols));
       return 1;
     }
   std::printf("app: axpy and row_sum from %s are right on %s\n", plugin->path.c_str(),

@@ -56,7 +56,8 @@ KILN_RUN(tile_transpose)
                         kiln::kernels::ceil_div(d.dim("in", 0), d.cube_dim.y));
     })
     .reference([](kiln::kernels::RunData& d) {
-      const auto rows = static_cast<size_t>(d.dim("in", 0)), cols = static_cast<size_t>(d.dim("in", 1));
+      const auto rows = static_cast<size_t>(d.dim("in", 0)),
+                 cols = static_cast<size_t>(d.dim("in", 1));
       for (size_t r = 0; r < rows; ++r)
         for (size_t c = 0; c < cols; ++c) d["out"][c * rows + r] = d["in"][r * cols + c];
     });

@@ -17,10 +17,9 @@ std::string describe_param(const dsl::ParamInfo& p) {
   using dsl::ParamKind;
   switch (p.kind) {
     case ParamKind::Tensor:
-      return fmt::format("{}: tensor<{}>{}  ({}rank {}, line {})", p.name,
-                         ir::elem_name(p.dtype), p.const_qualified ? " read-only" : "",
-                         p.rank_fixed ? "" : "default ", p.default_rank,
-                         line_text(p.default_line));
+      return fmt::format("{}: tensor<{}>{}  ({}rank {}, line {})", p.name, ir::elem_name(p.dtype),
+                         p.const_qualified ? " read-only" : "", p.rank_fixed ? "" : "default ",
+                         p.default_rank, line_text(p.default_line));
     case ParamKind::Array:
       return fmt::format("{}: array<{}>{}  (default line {})", p.name, ir::elem_name(p.dtype),
                          p.const_qualified ? " read-only" : "", line_text(p.default_line));

@@ -132,9 +132,10 @@ int run_one(const RunOptions& o) {
       fmt::print("  reference   {}: {}\n", check_summary(c), c.mismatches ? "FAILED" : "passed");
   }
   if (!r->times_ms.empty()) {
-    fmt::print("  time        median {:.4g} ms, min {:.4g} ms over {} runs; {:.3g} GB/s of tensor "
-               "data",
-               r->median_ms, r->min_ms, r->times_ms.size(), gb_per_s(*r));
+    fmt::print(
+        "  time        median {:.4g} ms, min {:.4g} ms over {} runs; {:.3g} GB/s of tensor "
+        "data",
+        r->median_ms, r->min_ms, r->times_ms.size(), gb_per_s(*r));
     if (r->flops > 0 && r->median_ms > 0)
       fmt::print("; {:.4g} GFLOP/s", r->flops / (r->median_ms * 1e-3) / 1e9);
     fmt::print("\n");
