@@ -109,6 +109,74 @@ kiln_status take_tensor(kiln::Result<kiln::Tensor> r, kiln_tensor** out) {
 
 }  // namespace
 
+namespace kiln {
+
+Result<std::vector<LaunchArg>> order_args(const Kernel& kernel, std::span<const LooseArg> args) {
+  const dsl::KernelDef& def = kernel.def();
+  const auto& params = def.instantiations.front().params;
+  auto bad = [&](std::string m) {
+    return Error(ErrorKind::InvalidArgument, fmt::format("kernel '{}': {}", def.name, m));
+  };
+  std::vector<const LooseArg*> positional, by_param(params.size(), nullptr);
+  for (const LooseArg& a : args) {
+    if (a.name.empty()) {
+      positional.push_back(&a);
+      continue;
+    }
+    size_t p = 0;
+    while (p < params.size() && params[p].name != a.name) ++p;
+    if (p == params.size() || params[p].runtime()) {
+      std::string names;
+      for (const auto& q : params)
+        if (!q.runtime()) names += (names.empty() ? "" : ", ") + q.name;
+      return bad(
+          fmt::format("no comptime parameter '{}' (only comptime parameters are given "
+                      "by name; {})",
+                      a.name, names.empty() ? std::string("it has none") : "it has: " + names));
+    }
+    if (by_param[p]) return bad(fmt::format("'{}' is given twice", a.name));
+    by_param[p] = &a;
+  }
+  size_t next = 0;
+  for (size_t p = 0; p < params.size(); ++p) {
+    if (by_param[p]) continue;
+    if (next < positional.size())
+      by_param[p] = positional[next++];
+    else if (params[p].runtime())
+      return bad(fmt::format("it takes {} arguments in order; '{}' (argument {}) is missing",
+                             params.size(), params[p].name, p + 1));
+  }
+  if (next < positional.size())
+    return bad(fmt::format("it takes {} parameters, got {} arguments", params.size(), args.size()));
+  std::vector<LaunchArg> list;
+  list.reserve(params.size());
+  for (size_t p = 0; p < params.size(); ++p) {
+    const dsl::ParamInfo& info = params[p];
+    const LooseArg* a = by_param[p];
+    if (!a) {  // a comptime parameter left at its default
+      LaunchArg d;
+      d.kind = LaunchArg::Kind::Value;
+      d.comptime = *info.default_value;
+      list.push_back(d);
+    } else if (a->text) {
+      if (info.runtime() || !info.parse)
+        return bad(
+            fmt::format("'{}' is a runtime parameter; text is for comptime values", info.name));
+      auto v = info.parse(*a->text);
+      if (!v) return bad(fmt::format("comptime parameter '{}': {}", info.name, v.error().message));
+      LaunchArg c;
+      c.kind = LaunchArg::Kind::Value;
+      c.comptime = *v;
+      list.push_back(c);
+    } else {
+      list.push_back(a->arg);
+    }
+  }
+  return list;
+}
+
+}  // namespace kiln
+
 extern "C" {
 
 const char* kiln_version(void) {
@@ -367,104 +435,49 @@ kiln_status kiln_launch(kiln_runtime* rt, const kiln_kernel* kernel, const uint3
   if (!cubes || !cube_dim) return invalid("kiln_launch", "cubes and cube_dim take 3 numbers each");
   if (nargs && !args) return invalid("kiln_launch", "args is NULL");
   return guarded("kiln_launch", [&]() -> kiln_status {
-    const kiln::dsl::KernelDef& def = kernel->k.def();
-    const std::string& kname = def.name;
-    const auto& params = def.instantiations.front().params;
-    // Named arguments: comptime parameters; the rest fill the parameters in order.
-    std::vector<const kiln_arg*> positional;
-    std::vector<const kiln_arg*> by_param(params.size(), nullptr);
+    std::vector<kiln::LooseArg> loose(nargs);
     for (size_t i = 0; i < nargs; ++i) {
       const kiln_arg& a = args[i];
-      if (!a.name) {
-        positional.push_back(&a);
-        continue;
-      }
-      size_t p = 0;
-      while (p < params.size() && params[p].name != a.name) ++p;
-      if (p == params.size() || params[p].runtime())
-        return fail(KILN_INVALID_ARGUMENT,
-                    fmt::format("kiln_launch: kernel '{}' has no comptime parameter '{}' (only "
-                                "comptime parameters are given by name)",
-                                kname, a.name));
-      if (by_param[p])
-        return fail(KILN_INVALID_ARGUMENT, fmt::format("kiln_launch: '{}' is given twice", a.name));
-      by_param[p] = &a;
-    }
-    size_t next = 0;
-    for (size_t p = 0; p < params.size(); ++p) {
-      if (by_param[p]) continue;
-      if (next < positional.size()) {
-        by_param[p] = positional[next++];
-      } else if (params[p].runtime()) {
-        return fail(KILN_INVALID_ARGUMENT,
-                    fmt::format("kiln_launch: kernel '{}' takes {} arguments in order; '{}' "
-                                "(argument {}) is missing",
-                                kname, params.size(), params[p].name, p + 1));
-      }
-    }
-    if (next < positional.size())
-      return fail(KILN_INVALID_ARGUMENT,
-                  fmt::format("kiln_launch: kernel '{}' takes {} parameters, got {} arguments",
-                              kname, params.size(), nargs));
-    std::vector<kiln::LaunchArg> list;
-    list.reserve(params.size());
-    for (size_t p = 0; p < params.size(); ++p) {
-      const kiln::dsl::ParamInfo& info = params[p];
-      const kiln_arg* a = by_param[p];
-      if (!a) {  // a comptime parameter left at its default
-        kiln::LaunchArg d;
-        d.kind = kiln::LaunchArg::Kind::Value;
-        d.comptime = *info.default_value;
-        list.push_back(d);
-        continue;
-      }
-      switch (a->kind) {
+      kiln::LooseArg& l = loose[i];
+      if (a.name) l.name = a.name;
+      switch (a.kind) {
         case KILN_ARG_TENSOR:
-          if (!a->value.tensor)
+          if (!a.value.tensor)
             return fail(KILN_INVALID_ARGUMENT,
-                        fmt::format("kiln_launch: argument '{}' is a NULL tensor", info.name));
-          list.push_back(kiln::launch_arg(a->value.tensor->t));
+                        fmt::format("kiln_launch: argument {} is a NULL tensor", i + 1));
+          l.arg = kiln::launch_arg(a.value.tensor->t);
           break;
         case KILN_ARG_INT:
-          list.push_back(kiln::launch_arg(a->value.i));
+          l.arg = kiln::launch_arg(a.value.i);
           break;
         case KILN_ARG_UINT:
-          list.push_back(kiln::launch_arg(a->value.u));
+          l.arg = kiln::launch_arg(a.value.u);
           break;
         case KILN_ARG_FLOAT:
-          list.push_back(kiln::launch_arg(a->value.f));
+          l.arg = kiln::launch_arg(a.value.f);
           break;
         case KILN_ARG_BOOL:
-          list.push_back(kiln::launch_arg(a->value.i != 0));
+          l.arg = kiln::launch_arg(a.value.i != 0);
           break;
-        case KILN_ARG_TEXT: {
-          if (info.runtime() || !info.parse || !a->value.text)
+        case KILN_ARG_TEXT:
+          if (!a.value.text)
             return fail(KILN_INVALID_ARGUMENT,
-                        fmt::format("kiln_launch: argument '{}' is {}; text is for comptime "
-                                    "values",
-                                    info.name, info.runtime() ? "a runtime parameter" : "NULL"));
-          auto v = info.parse(a->value.text);
-          if (!v)
-            return fail(KILN_INVALID_ARGUMENT,
-                        fmt::format("kiln_launch: kernel '{}', comptime parameter '{}': {}", kname,
-                                    info.name, v.error().message));
-          kiln::LaunchArg c;
-          c.kind = kiln::LaunchArg::Kind::Value;
-          c.comptime = *v;
-          list.push_back(c);
+                        fmt::format("kiln_launch: argument {} is NULL text", i + 1));
+          l.text = a.value.text;
           break;
-        }
         default:
           return fail(KILN_INVALID_ARGUMENT,
-                      fmt::format("kiln_launch: argument '{}' has an unknown kind {}", info.name,
-                                  static_cast<int>(a->kind)));
+                      fmt::format("kiln_launch: argument {} has an unknown kind {}", i + 1,
+                                  static_cast<int>(a.kind)));
       }
     }
+    auto list = kiln::order_args(kernel->k, loose);
+    if (!list) return fail(list.error());
     kiln::LaunchOptions o;
     if (stream) o.stream = &stream->s;
     auto st = rt->rt.launch_args(kernel->k, kiln::Dim3(cubes[0], cubes[1], cubes[2]),
                                  kiln::Dim3(cube_dim[0], cube_dim[1], cube_dim[2]), o,
-                                 std::span<const kiln::LaunchArg>(list));
+                                 std::span<const kiln::LaunchArg>(*list));
     return st ? KILN_OK : fail(st.error());
   });
 }

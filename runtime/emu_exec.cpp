@@ -248,7 +248,7 @@ struct RangeCache {
   uint64_t version = 0;
   int next = 0;
 };
-__attribute__((tls_model("initial-exec"))) thread_local RangeCache t_ranges;
+thread_local RangeCache t_ranges;
 
 bool in_allocation(uintptr_t a, uint64_t bytes) {
   if (a + bytes < a) return false;
@@ -379,10 +379,12 @@ struct Cube {
   }
 };
 
-// The running cube and unit of this host thread. initial-exec: read on every threadIdx of an
-// emulated kernel, they must not cost a __tls_get_addr call each.
-__attribute__((tls_model("initial-exec"))) thread_local Cube* t_cube = nullptr;
-__attribute__((tls_model("initial-exec"))) thread_local Slot* t_slot = nullptr;
+// The running cube and unit of this host thread, read on every threadIdx of an emulated
+// kernel. Not initial-exec: a library loaded with dlopen (by Python, by a framework) may find
+// no static TLS room left for it; the TLS descriptors this file is compiled with on x86-64
+// (-mtls-dialect=gnu2, runtime/CMakeLists.txt) make each read nearly as cheap.
+thread_local Cube* t_cube = nullptr;
+thread_local Slot* t_slot = nullptr;
 
 // Hands the thread to the next ready unit of this pass (units run in order), or back to the
 // scheduler when none is left; returns when this unit runs again (whoever resumes a unit sets

@@ -169,6 +169,19 @@ LaunchArg launch_arg(const T& v) {
   return a;
 }
 
+// A launch argument as other languages give them (the C API, Python): in order (no name), or
+// a comptime parameter by name; `text` is a comptime value's text form ("Fast", "128").
+struct LooseArg {
+  std::string name;
+  LaunchArg arg;
+  std::optional<std::string> text;
+};
+// Puts loose arguments in the kernel's parameter order: named ones go to their comptime
+// parameters, the rest fill the other parameters in order, and comptime parameters given
+// neither way keep their registered defaults. Errors name the parameter (missing, unknown,
+// given twice, text that does not parse).
+Result<std::vector<LaunchArg>> order_args(const Kernel& kernel, std::span<const LooseArg> args);
+
 class Runtime {
  public:
   // Opens "cpu" or "cuda:N". An absent device is an error that says why.

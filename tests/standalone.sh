@@ -23,6 +23,13 @@ cmake --build "$work/project/build" >"$work/build.log" || { cat "$work/build.log
 plugin=$work/project/build/libmy_kernels.so
 "$work/project/build/app"
 "$work/project/build/app_c"
+# From Python, when the prefix has the module (built where python3-dev and pybind11-dev are).
+if ls "$prefix"/lib/python/kiln*.so >/dev/null 2>&1; then
+  PYTHONPATH="$prefix/lib/python" "${KILN_PYTHON:-/usr/bin/python3}" "$work/project/app.py" \
+    "$work/project/build/libmy_kernels.so"
+else
+  echo "standalone: no Python module in the prefix; app.py not run"
+fi
 "$prefix/bin/kiln" run row_sum --plugin "$plugin" --set units=128 --shape in=300x1000 --repeat 1
 "$prefix/bin/kiln" show axpy --plugin "$plugin" | grep -q 'file #1 "my_kernels.cpp"' || {
   echo "kiln show axpy --plugin did not show the project's axpy" >&2

@@ -1,0 +1,384 @@
+// The `kiln` Python module: devices, runtimes, kernels by name, launches on kiln tensors or on
+// anything with __dlpack__ (NumPy arrays, PyTorch tensors) without copies, kiln tensors that
+// NumPy and PyTorch read through DLPack, plugins, and errors as kiln.Error (with the DSL line).
+// docs/embedding.md#python is the guide; tests/python/test_kiln.py the tests.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "compiler/dsl/registry.h"
+#include "kernels/kernels.h"
+#include "runtime/dlpack.h"
+#include "runtime/runtime.h"
+
+namespace py = pybind11;
+
+namespace {
+
+// kiln.Error, a RuntimeError with a `kind` ("invalid argument", "trace", "kernel fault", ...).
+py::handle g_error;
+
+[[noreturn]] void raise(const kiln::Error& e) {
+  py::object inst = py::reinterpret_borrow<py::object>(g_error)(e.message);
+  inst.attr("kind") = kiln::error_kind_name(e.kind);
+  PyErr_SetObject(g_error.ptr(), inst.ptr());
+  throw py::error_already_set();
+}
+template <class T>
+T take(kiln::Result<T> r) {
+  if (!r) raise(r.error());
+  return std::move(*r);
+}
+void check(const kiln::Status& s) {
+  if (!s) raise(s.error());
+}
+
+kiln::ir::ElemType parse_dtype(const std::string& name) {
+  auto t = kiln::ir::parse_elem_type(name);
+  if (!t)
+    raise(kiln::Error(kiln::ErrorKind::InvalidArgument,
+                      fmt::format("'{}' is not an element type (bool, i8-i64, u8-u64, f16, bf16, "
+                                  "f32, f64)",
+                                  name)));
+  return *t;
+}
+
+// ---- DLPack capsules ----------------------------------------------------------------------
+
+constexpr const char* kVersioned = "dltensor_versioned";
+constexpr const char* kUnversioned = "dltensor";
+
+// A capsule nobody consumed still owns its tensor.
+void delete_versioned_capsule(PyObject* cap) {
+  if (!PyCapsule_IsValid(cap, kVersioned)) return;  // consumed: renamed "used_..."
+  auto* m = static_cast<DLManagedTensorVersioned*>(PyCapsule_GetPointer(cap, kVersioned));
+  if (m && m->deleter) m->deleter(m);
+}
+void delete_unversioned_capsule(PyObject* cap) {
+  if (!PyCapsule_IsValid(cap, kUnversioned)) return;
+  auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap, kUnversioned));
+  if (m && m->deleter) m->deleter(m);
+}
+
+py::object export_capsule(const kiln::Tensor& t, bool versioned) {
+  if (versioned) {
+    DLManagedTensorVersioned* m = take(kiln::to_dlpack_versioned(t));
+    return py::reinterpret_steal<py::object>(
+        PyCapsule_New(m, kVersioned, delete_versioned_capsule));
+  }
+  DLManagedTensor* m = take(kiln::to_dlpack(t));
+  return py::reinterpret_steal<py::object>(
+      PyCapsule_New(m, kUnversioned, delete_unversioned_capsule));
+}
+
+// Consumes a capsule (renaming it, as the protocol says, so that nobody uses it twice).
+kiln::Tensor import_capsule(kiln::Runtime& rt, py::handle cap) {
+  PyObject* c = cap.ptr();
+  if (PyCapsule_IsValid(c, kVersioned)) {
+    auto* m = static_cast<DLManagedTensorVersioned*>(PyCapsule_GetPointer(c, kVersioned));
+    PyCapsule_SetName(c, "used_dltensor_versioned");
+    return take(kiln::from_dlpack(rt, m));
+  }
+  if (PyCapsule_IsValid(c, kUnversioned)) {
+    auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(c, kUnversioned));
+    PyCapsule_SetName(c, "used_dltensor");
+    return take(kiln::from_dlpack(rt, m));
+  }
+  const char* name = PyCapsule_GetName(c);
+  PyErr_Clear();
+  raise(kiln::Error(
+      kiln::ErrorKind::InvalidArgument,
+      name && std::string(name).starts_with("used_")
+          ? std::string("this DLPack capsule was consumed already; ask its "
+                        "producer for a new one (x.__dlpack__())")
+          : fmt::format("a capsule named '{}' is not a DLPack tensor", name ? name : "")));
+}
+
+// Anything with __dlpack__ (or a DLPack capsule) as a kiln tensor, without a copy.
+kiln::Tensor import_any(kiln::Runtime& rt, py::handle obj) {
+  if (py::isinstance<kiln::Tensor>(obj)) return obj.cast<kiln::Tensor>();
+  if (PyCapsule_CheckExact(obj.ptr())) return import_capsule(rt, obj);
+  if (!py::hasattr(obj, "__dlpack__"))
+    raise(kiln::Error(kiln::ErrorKind::InvalidArgument,
+                      fmt::format("a {} is not a tensor: pass a kiln.Tensor or an object with "
+                                  "__dlpack__ (a NumPy array, a PyTorch tensor)",
+                                  py::str(obj.get_type().attr("__name__")).cast<std::string>())));
+  py::object cap;
+  try {  // the versioned form where the producer has it (NumPy 2.1+, PyTorch 2.5+)
+    cap = obj.attr("__dlpack__")(py::arg("max_version") = py::make_tuple(1, 0));
+  } catch (py::error_already_set& e) {
+    if (!e.matches(PyExc_TypeError)) throw;
+    cap = obj.attr("__dlpack__")();
+  }
+  return import_capsule(rt, cap);
+}
+
+std::vector<int64_t> dims(py::handle shape) {
+  if (py::isinstance<py::int_>(shape)) return {shape.cast<int64_t>()};
+  return shape.cast<std::vector<int64_t>>();
+}
+kiln::Dim3 dim3(py::handle d) {
+  std::vector<int64_t> v = dims(d);
+  if (v.empty() || v.size() > 3)
+    raise(kiln::Error(kiln::ErrorKind::InvalidArgument,
+                      "cubes and cube_dim are an int or a tuple of 1 to 3 ints"));
+  for (int64_t x : v)
+    if (x < 1 || x > UINT32_MAX)
+      raise(kiln::Error(kiln::ErrorKind::InvalidArgument,
+                        fmt::format("a grid dimension of {} is out of range", x)));
+  v.resize(3, 1);
+  return kiln::Dim3(static_cast<uint32_t>(v[0]), static_cast<uint32_t>(v[1]),
+                    static_cast<uint32_t>(v[2]));
+}
+
+// A Python value as a loose launch argument; tensors are imported into `keep`.
+kiln::LooseArg loose(kiln::Runtime& rt, py::handle v, std::vector<kiln::Tensor>& keep) {
+  kiln::LooseArg a;
+  if (py::isinstance<py::bool_>(v)) {
+    a.arg = kiln::launch_arg(v.cast<bool>());
+  } else if (py::isinstance<py::int_>(v)) {
+    a.arg = kiln::launch_arg(v.cast<int64_t>());
+  } else if (py::isinstance<py::float_>(v)) {
+    a.arg = kiln::launch_arg(v.cast<double>());
+  } else if (py::isinstance<py::str>(v)) {
+    a.text = v.cast<std::string>();
+  } else {
+    keep.push_back(import_any(rt, v));  // `keep` has room for every argument: no reallocation
+    a.arg = kiln::launch_arg(keep.back());
+  }
+  return a;
+}
+
+std::string format_of(kiln::ir::ElemType t) {
+  using kiln::ir::ElemType;
+  switch (t) {
+    case ElemType::Bool:
+      return "?";
+    case ElemType::I8:
+      return "b";
+    case ElemType::I16:
+      return "h";
+    case ElemType::I32:
+      return "i";
+    case ElemType::I64:
+      return "q";
+    case ElemType::U8:
+      return "B";
+    case ElemType::U16:
+      return "H";
+    case ElemType::U32:
+      return "I";
+    case ElemType::U64:
+      return "Q";
+    case ElemType::F16:
+      return "e";
+    case ElemType::F32:
+      return "f";
+    case ElemType::F64:
+      return "d";
+    case ElemType::BF16:
+      return "";
+  }
+  return "";
+}
+
+}  // namespace
+
+PYBIND11_MODULE(kiln, m) {
+  m.doc() = "kiln: JIT-compiled kernels from a C++ DSL, launched on NumPy and PyTorch tensors";
+  (void)kiln::kernels::builtin_names();  // kiln's own kernels
+  static py::exception<std::runtime_error> error(m, "Error", PyExc_RuntimeError);
+  g_error = error;
+  m.attr("__version__") = KILN_VERSION;
+
+  m.def(
+      "devices",
+      [] {
+        py::list out;
+        for (const kiln::DeviceEntry& e : kiln::devices()) {
+          py::dict d;
+          d["name"] = e.name;
+          d["available"] = e.available;
+          d["description"] = e.info.description;
+          d["reason"] = e.reason;
+          out.append(d);
+        }
+        return out;
+      },
+      "The devices kiln knows of: name, available, description, and why not when absent.");
+
+  m.def(
+      "load_plugin",
+      [](const std::string& path) {
+        kiln::Plugin p = take(kiln::load_plugin(path));
+        py::dict d;
+        d["kernels"] = p.kernels;
+        d["notices"] = p.notices;
+        return d;
+      },
+      py::arg("path"),
+      "Loads a shared library of kernels; returns the names it registered and notices.");
+
+  py::class_<kiln::Tensor>(m, "Tensor", "A kiln tensor: a view (shape, strides) of device memory.")
+      .def_property_readonly("shape",
+                             [](const kiln::Tensor& t) {
+                               auto s = t.shape();
+                               return py::tuple(py::cast(std::vector<int64_t>(s.begin(), s.end())));
+                             })
+      .def_property_readonly("strides",
+                             [](const kiln::Tensor& t) {
+                               auto s = t.strides();
+                               return py::tuple(py::cast(std::vector<int64_t>(s.begin(), s.end())));
+                             })
+      .def_property_readonly(
+          "dtype",
+          [](const kiln::Tensor& t) { return std::string(kiln::ir::elem_name(t.dtype())); })
+      .def_property_readonly("device",
+                             [](const kiln::Tensor& t) { return t.device()->info().name; })
+      .def_property_readonly("read_only", &kiln::Tensor::read_only)
+      .def("__repr__",
+           [](const kiln::Tensor& t) {
+             return fmt::format("kiln.Tensor({} on {})", t.describe(), t.device()->info().name);
+           })
+      .def(
+          "__dlpack__",
+          [](const kiln::Tensor& t, py::object stream, py::object max_version, py::object,
+             py::object) {
+            (void)stream;  // CPU memory needs no stream; GPU launches are synced by the caller
+            const bool versioned =
+                !max_version.is_none() && max_version.cast<py::tuple>()[0].cast<int>() >= 1;
+            return export_capsule(t, versioned);
+          },
+          py::kw_only(), py::arg("stream") = py::none(), py::arg("max_version") = py::none(),
+          py::arg("dl_device") = py::none(), py::arg("copy") = py::none())
+      .def("__dlpack_device__",
+           [](const kiln::Tensor& t) {
+             const kiln::DeviceInfo& info = t.device()->info();
+             if (info.kind == kiln::DeviceKind::Cuda)
+               return py::make_tuple(static_cast<int>(kDLCUDA),
+                                     std::stoi(info.name.substr(info.name.find(':') + 1)));
+             return py::make_tuple(static_cast<int>(kDLCPU), 0);
+           })
+      .def(
+          "numpy",
+          [](const kiln::Tensor& t) {
+            const std::string f = format_of(t.dtype());
+            if (f.empty())
+              raise(kiln::Error(kiln::ErrorKind::Unsupported,
+                                "bf16 has no NumPy type; read it with torch.from_dlpack"));
+            auto s = t.shape();
+            std::vector<py::ssize_t> shape(s.begin(), s.end());
+            py::array out(py::dtype(f), shape);
+            check(t.is_contiguous()
+                      ? t.download(out.mutable_data(), static_cast<size_t>(out.nbytes()))
+                      : kiln::Status(kiln::Error(kiln::ErrorKind::Unsupported,
+                                                 "numpy() copies contiguous tensors")));
+            return out;
+          },
+          "A NumPy copy of the tensor (np.from_dlpack(t) reads a CPU tensor without a copy).");
+
+  py::class_<kiln::Kernel>(m, "Kernel", "A registered kernel.")
+      .def_property_readonly("name", [](const kiln::Kernel& k) { return k.name(); })
+      .def_property_readonly("params",
+                             [](const kiln::Kernel& k) {
+                               std::vector<std::string> names;
+                               for (const auto& p : k.def().instantiations.front().params)
+                                 names.push_back(p.name);
+                               return names;
+                             })
+      .def_property_readonly("description",
+                             [](const kiln::Kernel& k) { return k.def().description; })
+      .def("__repr__", [](const kiln::Kernel& k) { return "kiln.Kernel('" + k.name() + "')"; });
+
+  py::class_<kiln::Runtime>(m, "Runtime",
+                            "A device opened for launches: 'cpu', 'cuda:0', 'cuda-emu'.")
+      .def(py::init([](const std::string& device, bool checked) {
+             kiln::RuntimeOptions o;
+             o.checked = checked;
+             return take(kiln::Runtime::open(device, std::move(o)));
+           }),
+           py::arg("device") = "cpu", py::arg("checked") = false)
+      .def_property_readonly("device", [](const kiln::Runtime& rt) { return rt.device().name; })
+      .def(
+          "kernel",
+          [](const kiln::Runtime& rt, const std::string& name) { return take(rt.kernel(name)); },
+          py::arg("name"))
+      .def(
+          "empty",
+          [](kiln::Runtime& rt, const std::string& dtype, py::object shape) {
+            const std::vector<int64_t> d = dims(shape);
+            return take(rt.empty(parse_dtype(dtype), std::span<const int64_t>(d)));
+          },
+          py::arg("dtype"), py::arg("shape"), "A new tensor (uninitialized).")
+      .def(
+          "tensor", [](kiln::Runtime& rt, py::handle obj) { return import_any(rt, obj); },
+          py::arg("obj"),
+          "The memory of anything with __dlpack__ (or a DLPack capsule) as a kiln tensor, "
+          "without a copy.")
+      .def(
+          "upload",
+          [](kiln::Runtime& rt, py::array arr) {
+            const std::string f = py::str(arr.dtype().attr("char")).cast<std::string>();
+            static const std::pair<const char*, const char*> types[] = {
+                {"?", "bool"}, {"b", "i8"},  {"h", "i16"}, {"i", "i32"}, {"l", "i64"},
+                {"q", "i64"},  {"B", "u8"},  {"H", "u16"}, {"I", "u32"}, {"L", "u64"},
+                {"Q", "u64"},  {"e", "f16"}, {"f", "f32"}, {"d", "f64"}};
+            const char* name = nullptr;
+            for (const auto& [c, n] : types)
+              if (f == c) name = n;
+            if (!name)
+              raise(kiln::Error(kiln::ErrorKind::InvalidArgument,
+                                fmt::format("NumPy type '{}' has no kiln type", f)));
+            py::array c = py::array::ensure(arr, py::array::c_style);
+            std::vector<int64_t> shape(c.shape(), c.shape() + c.ndim());
+            kiln::Tensor t = take(rt.empty(parse_dtype(name), std::span<const int64_t>(shape)));
+            check(t.upload(c.data(), static_cast<size_t>(c.nbytes())));
+            return t;
+          },
+          py::arg("array"), "A new tensor with a copy of a NumPy array (for any device).")
+      .def(
+          "launch",
+          [](kiln::Runtime& rt, py::object kernel, py::object cubes, py::object cube_dim,
+             py::args args, py::kwargs kwargs) {
+            kiln::Kernel k = py::isinstance<py::str>(kernel)
+                                 ? take(rt.kernel(kernel.cast<std::string>()))
+                                 : kernel.cast<kiln::Kernel>();
+            std::vector<kiln::Tensor> keep;
+            keep.reserve(args.size() + kwargs.size());
+            std::vector<kiln::LooseArg> list;
+            for (py::handle v : args) list.push_back(loose(rt, v, keep));
+            for (auto [key, v] : kwargs) {
+              list.push_back(loose(rt, v, keep));
+              list.back().name = key.cast<std::string>();
+            }
+            std::vector<kiln::LaunchArg> ordered = take(kiln::order_args(k, list));
+            const kiln::Dim3 c = dim3(cubes), d = dim3(cube_dim);
+            kiln::Status st;
+            {
+              py::gil_scoped_release nogil;
+              st = rt.launch_args(k, c, d, {}, ordered);
+            }
+            check(st);
+          },
+          py::arg("kernel"), py::arg("cubes"), py::arg("cube_dim"),
+          "Launches a kernel (a kiln.Kernel or a name) over `cubes` cubes of `cube_dim` units. "
+          "Positional arguments follow the kernel's parameters: tensors (kiln.Tensor or "
+          "anything with __dlpack__, used without a copy), numbers; keyword arguments are "
+          "comptime values by name (numbers, or text such as 'Fast').")
+      .def(
+          "sync",
+          [](kiln::Runtime& rt) {
+            kiln::Status st;
+            {
+              py::gil_scoped_release nogil;
+              st = rt.sync();
+            }
+            check(st);
+          },
+          "Waits for the launches; raises kiln.Error for the first fault they reported.");
+}

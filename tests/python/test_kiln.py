@@ -1,0 +1,204 @@
+"""The kiln Python module on NumPy arrays (always) and PyTorch tensors (when torch imports).
+
+Run by ctest as `python_module` (Debian's python3 with PYTHONPATH=build/python), or directly:
+    PYTHONPATH=build/python python3 tests/python/test_kiln.py -v
+"""
+import gc
+import os
+import sys
+import unittest
+
+import numpy as np
+
+import kiln
+
+try:
+    import torch
+except ImportError:  # reported as skipped, with the reason
+    torch = None
+
+
+def cpu():
+    return kiln.Runtime("cpu")
+
+
+class Devices(unittest.TestCase):
+    def test_devices_list_the_cpu(self):
+        names = {d["name"]: d for d in kiln.devices()}
+        self.assertIn("cpu", names)
+        self.assertTrue(names["cpu"]["available"])
+        for d in names.values():
+            if not d["available"]:
+                self.assertTrue(d["reason"], d)
+
+    def test_an_unknown_device_is_an_error_that_lists_them(self):
+        with self.assertRaises(kiln.Error) as e:
+            kiln.Runtime("tpu:0")
+        self.assertIn("cuda-emu", str(e.exception))
+        self.assertIsInstance(e.exception, RuntimeError)
+
+
+class NumPy(unittest.TestCase):
+    def test_axpy_writes_the_numpy_array_in_place(self):
+        rt = cpu()
+        x = np.arange(1000, dtype=np.float32)
+        y = np.ones(1000, dtype=np.float32)
+        rt.launch("axpy", 4, 256, x, y, 2.0)
+        rt.sync()
+        np.testing.assert_array_equal(y, 2 * np.arange(1000, dtype=np.float32) + 1)
+
+    def test_a_kernel_object_and_comptime_values_by_name(self):
+        rt = cpu()
+        k = rt.kernel("row_sum")
+        self.assertEqual(k.name, "row_sum")
+        self.assertEqual(k.params, ["in", "out", "units"])
+        a = np.random.default_rng(1).random((37, 300), dtype=np.float32)
+        out = np.zeros(37, np.float32)
+        rt.launch(k, 37, 64, a, out, units=64)
+        rt.sync()
+        np.testing.assert_allclose(out, a.sum(axis=1), rtol=1e-5)
+        rt.launch(k, 37, 32, a, out, units="32")  # a comptime value in its text form
+        rt.sync()
+        np.testing.assert_allclose(out, a.sum(axis=1), rtol=1e-5)
+
+    def test_a_strided_view_is_used_without_a_copy(self):
+        rt = cpu()
+        base = np.zeros((8, 10), np.float32)
+        view = base[:, 1::2]  # every other column: strides (10, 2) elements
+        t = rt.tensor(view)
+        self.assertEqual(t.shape, (8, 5))
+        self.assertEqual(t.strides, (10, 2))
+        back = np.from_dlpack(t)  # kiln -> NumPy: the same memory, the same view
+        self.assertEqual(back.__array_interface__["data"][0],
+                         view.__array_interface__["data"][0])
+        self.assertEqual(back.strides, view.strides)
+        base[0, 1] = 7.0
+        self.assertEqual(back[0, 0], 7.0)
+
+    def test_kiln_tensors_round_trip_through_numpy(self):
+        rt = cpu()
+        x = np.arange(12, dtype=np.float64).reshape(3, 4)
+        t = rt.upload(x)  # a copy, on any device
+        self.assertEqual((t.dtype, t.shape, t.device), ("f64", (3, 4), "cpu"))
+        n = np.from_dlpack(t)
+        np.testing.assert_array_equal(n, x)
+        np.testing.assert_array_equal(t.numpy(), x)
+        if n.flags.writeable:  # NumPy 2 marks what it imports writable; NumPy 1 cannot tell
+            again = rt.tensor(n)  # kiln -> NumPy -> kiln: still the same memory
+            self.assertEqual(np.from_dlpack(again).__array_interface__["data"][0],
+                             n.__array_interface__["data"][0])
+
+    def test_read_only_arrays_are_not_written(self):
+        rt = cpu()
+        x = np.ones(256, np.float32)
+        y = np.ones(256, np.float32)
+        y.flags.writeable = False
+        try:
+            rt.launch("axpy", 1, 256, x, y, 2.0)
+        except (kiln.Error, BufferError, TypeError):
+            pass  # refused: NumPy will not export it, or kiln will not write it
+        else:
+            self.fail("a read-only array was accepted as a kernel's output")
+        np.testing.assert_array_equal(y, np.ones(256, np.float32))
+
+    def test_a_capsule_consumed_twice_is_an_error(self):
+        rt = cpu()
+        cap = np.arange(4, dtype=np.float32).__dlpack__()
+        rt.tensor(cap)
+        with self.assertRaises(kiln.Error) as e:
+            rt.tensor(cap)
+        self.assertIn("consumed already", str(e.exception))
+
+    def test_the_producer_stays_alive_while_kiln_uses_its_memory(self):
+        rt = cpu()
+        t = rt.tensor(np.full(1000, 3.0, np.float32))  # the array's only reference is kiln's
+        gc.collect()
+        np.testing.assert_array_equal(np.from_dlpack(t), np.full(1000, 3.0, np.float32))
+
+    def test_unsupported_types_and_bad_arguments_are_errors(self):
+        rt = cpu()
+        with self.assertRaises(kiln.Error) as e:
+            rt.tensor(np.zeros(4, np.complex64))
+        self.assertIn("has no kiln type", str(e.exception))
+        with self.assertRaises(kiln.Error) as e:
+            rt.launch("axpy", 1, 256, np.zeros(4, np.float32))
+        self.assertIn("'y' (argument 2) is missing", str(e.exception))
+        with self.assertRaises(kiln.Error) as e:
+            rt.launch("axpy", 1, 256, [1, 2], np.zeros(4, np.float32), 1.0)
+        self.assertIn("not a tensor", str(e.exception))
+        with self.assertRaises(kiln.Error) as e:
+            rt.kernel("axpx")
+        self.assertEqual(e.exception.kind, "not found")
+
+    def test_errors_carry_the_kernel_source_line(self):
+        rt = kiln.Runtime("cpu", checked=True)
+        a = np.ones((10, 64), np.float32)
+        out = np.zeros(10, np.float32)
+        with self.assertRaises(kiln.Error) as e:
+            rt.launch("row_sum", 10, 128, a, out, units=64)
+        self.assertIn("kernels/examples/row_sum.cpp:", str(e.exception))
+        rt.launch("row_sum", 12, 64, a, out, units=64)  # two cubes past the rows
+        with self.assertRaises(kiln.Error) as e:
+            rt.sync()
+        self.assertEqual(e.exception.kind, "kernel fault")
+        self.assertIn("kernels/examples/row_sum.cpp:", str(e.exception))
+
+
+class Plugins(unittest.TestCase):
+    def test_load_plugin_registers_its_kernels(self):
+        path = os.environ.get("KILN_USER_PLUGIN")
+        if not path:
+            self.skipTest("KILN_USER_PLUGIN is not set (ctest sets it)")
+        p = kiln.load_plugin(path)
+        self.assertIn("tile_transpose", p["kernels"])
+        rt = cpu()
+        a = np.arange(6 * 7, dtype=np.float32).reshape(6, 7)
+        out = np.zeros((7, 6), np.float32)
+        rt.launch("tile_transpose", (1, 1), (8, 8), a, out, tile=8)
+        rt.sync()
+        np.testing.assert_array_equal(out, a.T)
+        with self.assertRaises(kiln.Error):
+            kiln.load_plugin("/no/such/plugin.so")
+
+
+@unittest.skipIf(torch is None, "PyTorch is not importable here (pip install torch to run these)")
+class PyTorch(unittest.TestCase):
+    def test_axpy_on_torch_tensors_in_place(self):
+        rt = cpu()
+        x = torch.arange(1000, dtype=torch.float32)
+        y = torch.ones(1000, dtype=torch.float32)
+        rt.launch("axpy", 4, 256, x, y, 2.0)
+        rt.sync()
+        self.assertTrue(torch.equal(y, 2 * torch.arange(1000, dtype=torch.float32) + 1))
+
+    def test_bf16_both_ways(self):
+        rt = cpu()
+        x = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.bfloat16)
+        rt.launch("scale_generic", 1, 256, x, 2.0)  # the bf16 instantiation, in place
+        rt.sync()
+        self.assertTrue(torch.equal(x, torch.tensor([2.0, 4.0, 6.0, 8.0], dtype=torch.bfloat16)))
+        back = torch.from_dlpack(rt.tensor(x))
+        self.assertEqual(back.dtype, torch.bfloat16)
+        self.assertEqual(back.data_ptr(), x.data_ptr())
+
+    def test_the_custom_operator_example(self):
+        sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples", "python"))
+        import torch_custom_op
+
+        a = torch.randn(33, 100)
+        self.assertTrue(torch.allclose(torch_custom_op.row_sum(a), a.sum(dim=1), rtol=1e-5, atol=1e-4))
+        compiled = torch.compile(torch_custom_op.row_sum, backend="eager")
+        self.assertTrue(torch.allclose(compiled(a), a.sum(dim=1), rtol=1e-5, atol=1e-4))
+
+
+if __name__ == "__main__":
+    # `--torch`: only the PyTorch tests, and exit 77 (ctest: skipped) when torch is absent.
+    if "--torch" in sys.argv:
+        sys.argv.remove("--torch")
+        if torch is None:
+            print("skipped: PyTorch is not importable by " + sys.executable)
+            sys.exit(77)
+        sys.argv[1:1] = ["PyTorch"]
+    else:
+        sys.argv[1:1] = ["Devices", "NumPy", "Plugins"]
+    unittest.main()
