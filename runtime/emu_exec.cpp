@@ -248,13 +248,25 @@ struct RangeCache {
   uint64_t version = 0;
   int next = 0;
 };
-thread_local RangeCache t_ranges;
+struct Cube;
+struct Slot;
+// What this host thread is running: the cube and unit (read on every threadIdx of an emulated
+// kernel) and its cache of allocations (read on every global access). One thread-local, so a
+// function reaches all of it with one TLS lookup. Not initial-exec: a library loaded with
+// dlopen (by Python, by a framework) may find no static TLS room left for it; the TLS
+// descriptors this file is compiled with on x86-64 (-mtls-dialect=gnu2, runtime/CMakeLists.txt)
+// keep each lookup cheap.
+struct ThreadState {
+  Cube* cube = nullptr;
+  Slot* slot = nullptr;
+  RangeCache ranges;
+};
+thread_local ThreadState t_here;
 
-bool in_allocation(uintptr_t a, uint64_t bytes) {
+bool in_allocation(uintptr_t a, uint64_t bytes, RangeCache& c) {
   if (a + bytes < a) return false;
   Registry& r = registry();
   const uint64_t v = r.version.load(std::memory_order_acquire);
-  RangeCache& c = t_ranges;
   if (c.version == v) {
     for (int i = 0; i < RangeCache::kWays; ++i)
       if (a >= c.lo[i] && a + bytes <= c.hi[i]) return true;
@@ -379,24 +391,17 @@ struct Cube {
   }
 };
 
-// The running cube and unit of this host thread, read on every threadIdx of an emulated
-// kernel. Not initial-exec: a library loaded with dlopen (by Python, by a framework) may find
-// no static TLS room left for it; the TLS descriptors this file is compiled with on x86-64
-// (-mtls-dialect=gnu2, runtime/CMakeLists.txt) make each read nearly as cheap.
-thread_local Cube* t_cube = nullptr;
-thread_local Slot* t_slot = nullptr;
-
 // Hands the thread to the next ready unit of this pass (units run in order), or back to the
 // scheduler when none is left; returns when this unit runs again (whoever resumes a unit sets
-// t_slot to it first).
+// t_here.slot to it first).
 void yield(Slot& s) {
-  Cube& c = *t_cube;
+  Cube& c = *t_here.cube;
   const bool finished = s.state == State::Done;
   if (!c.stop)
     for (uint32_t u = s.linear + 1; u < c.units; ++u) {
       Slot& next = c.w.slots[u];
       if (next.state != State::Ready) continue;
-      t_slot = &next;
+      t_here.slot = &next;
       fiber_switch(s.fiber, next.fiber, finished);
       return;
     }
@@ -406,7 +411,7 @@ void yield(Slot& s) {
 void fiber_main(void* arg) {
   Slot& s = *static_cast<Slot*>(arg);
   fiber_arrived(s.fiber);
-  t_cube->L.module->unit(t_cube->L.slots);
+  t_here.cube->L.module->unit(t_here.cube->L.slots);
   s.state = State::Done;
   yield(s);
   KILN_CHECK(false, "a finished emulator fiber was resumed");
@@ -420,7 +425,7 @@ inline bool same_file(const char* a, const char* b) {
 }
 
 Unit* api_current() {
-  return &t_slot->u;
+  return &t_here.slot->u;
 }
 
 void report_no_fibers(Cube& c, Slot& s, const char* what, const char* file, uint32_t line) {
@@ -430,8 +435,8 @@ void report_no_fibers(Cube& c, Slot& s, const char* what, const char* file, uint
 }
 
 void api_barrier(const char* file, uint32_t line) {
-  Cube& c = *t_cube;
-  Slot& s = *t_slot;
+  Cube& c = *t_here.cube;
+  Slot& s = *t_here.slot;
   if (!c.L.fibers) {
     report_no_fibers(c, s, "a sync_cube", file, line);
     return;
@@ -565,8 +570,8 @@ void complete(Cube& c, const WarpOp& op, uint32_t warp) {
 
 uint64_t api_collective(uint32_t kind, uint32_t mask, uint64_t value, uint32_t operand,
                         const char* file, uint32_t line) {
-  Cube& c = *t_cube;
-  Slot& s = *t_slot;
+  Cube& c = *t_here.cube;
+  Slot& s = *t_here.slot;
   if (!c.L.fibers) {
     report_no_fibers(c, s, collective_words(kind), file, line);
     return value;
@@ -675,8 +680,9 @@ void check_shared(Cube& c, Slot& s, uintptr_t offset, uint64_t bytes, uint32_t h
 }
 
 bool api_access(const void* p, uint64_t bytes, uint32_t how, const char* file, uint32_t line) {
-  Cube& c = *t_cube;
-  Slot& s = *t_slot;
+  ThreadState& here = t_here;
+  Cube& c = *here.cube;
+  Slot& s = *here.slot;
   const auto a = reinterpret_cast<uintptr_t>(p);
   const auto shared = reinterpret_cast<uintptr_t>(s.u.shared);
   if (c.L.shared_bytes && a >= shared && a + bytes <= shared + c.L.shared_bytes) {
@@ -685,7 +691,7 @@ bool api_access(const void* p, uint64_t bytes, uint32_t how, const char* file, u
   }
   const auto scratch = reinterpret_cast<uintptr_t>(s.u.scratch);
   if (a >= scratch && a + bytes <= scratch + sizeof s.u.scratch) return true;
-  if (in_allocation(a, bytes)) return true;
+  if (in_allocation(a, bytes, here.ranges)) return true;
   c.report(s.linear,
            fmt::format("{}: error: out-of-bounds {} of global memory in {}: {} bytes at {:#x} are "
                        "outside every allocation of {}{}; the access was skipped (on a GPU: an "
@@ -697,8 +703,8 @@ bool api_access(const void* p, uint64_t bytes, uint32_t how, const char* file, u
 
 void api_out_of_bounds(uint32_t space, uint32_t how, uint64_t index, uint64_t count,
                        const char* file, uint32_t line) {
-  Cube& c = *t_cube;
-  Slot& s = *t_slot;
+  Cube& c = *t_here.cube;
+  Slot& s = *t_here.slot;
   c.report(
       s.linear,
       fmt::format("{}: error: out-of-bounds {} of a {} array in kernel '{}': line index {} is "
@@ -786,20 +792,20 @@ std::optional<Fault> run_cube(const Launch& L, Worker& w, uint32_t cube) {
     s.state = State::Ready;
     s.linear = u;
   }
-  Cube* const outer_cube = t_cube;
-  Slot* const outer_slot = t_slot;
-  t_cube = &c;
+  Cube* const outer_cube = t_here.cube;
+  Slot* const outer_slot = t_here.slot;
+  t_here.cube = &c;
   if (!L.fibers) {
     for (uint32_t u = 0; u < c.units; ++u) {
-      t_slot = &w.slots[u];
+      t_here.slot = &w.slots[u];
       L.module->unit(L.slots);
     }
   } else {
     for (uint32_t u = 0; u < c.units; ++u) {
       Slot& s = w.slots[u];
       if (!s.fiber.stack && !fiber_map(s.fiber)) {
-        t_cube = outer_cube;
-        t_slot = outer_slot;
+        t_here.cube = outer_cube;
+        t_here.slot = outer_slot;
         return Fault{cube, u,
                      fmt::format("{}: cannot map a stack for unit {} of kernel '{}': {}", L.device,
                                  u, L.kernel, std::strerror(errno))};
@@ -821,14 +827,14 @@ std::optional<Fault> run_cube(const Launch& L, Worker& w, uint32_t cube) {
         diagnose(c);
         break;
       }
-      t_slot = first;
+      t_here.slot = first;
       fiber_enter_from_main(w.main);
       fiber_switch(w.main, first->fiber);
       if (c.stop) break;
     }
   }
-  t_cube = outer_cube;
-  t_slot = outer_slot;
+  t_here.cube = outer_cube;
+  t_here.slot = outer_slot;
   return std::move(c.fault);
 }
 
