@@ -494,6 +494,18 @@ kiln_status kiln_stream_new(kiln_runtime* rt, kiln_stream** out) {
   });
 }
 
+kiln_status kiln_stream_wrap(kiln_runtime* rt, void* cu_stream, kiln_stream** out) {
+  if (!out) return invalid("kiln_stream_wrap", "out is NULL");
+  *out = nullptr;
+  if (!rt) return invalid("kiln_stream_wrap", "the runtime is NULL");
+  return guarded("kiln_stream_wrap", [&] {
+    auto s = rt->rt.wrap_stream(cu_stream);
+    if (!s) return fail(s.error());
+    *out = new kiln_stream{*s};
+    return KILN_OK;
+  });
+}
+
 kiln_status kiln_stream_sync(kiln_runtime* rt, kiln_stream* stream) {
   if (!rt) return invalid("kiln_stream_sync", "the runtime is NULL");
   if (!stream) return invalid("kiln_stream_sync", "the stream is NULL");

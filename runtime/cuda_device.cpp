@@ -221,12 +221,27 @@ Result<std::unique_ptr<CudaStream>> CudaStream::create(const CudaDevice& dev) {
   return s;
 }
 
+Result<std::unique_ptr<CudaStream>> CudaStream::wrap(const CudaDevice& dev,
+                                                     cuda_driver::CUstream external) {
+  std::unique_ptr<CudaStream> s(new CudaStream);
+  s->ctx_ = dev.context();
+  s->stream_ = external;
+  s->owned_ = false;
+  KILN_TRY(s->ctx_->bind());
+  const Api& api = *s->ctx_->api;
+  KILN_TRY(
+      s->ctx_->check(api.cuMemAlloc_v2(&s->report_, sizeof(ReportHeader) + kPrintCapacity),
+                     fmt::format("allocating a stream's report buffer on {}", dev.info().name)));
+  KILN_TRY(s->reset_report());
+  return s;
+}
+
 CudaStream::~CudaStream() {
   if (!ctx_ || !ctx_->bind()) return;
-  if (stream_) {
-    ctx_->api->cuStreamSynchronize(stream_);
-    ctx_->api->cuStreamDestroy_v2(stream_);
-  }
+  // Launches still running write the report buffer: wait for them (on a caller's stream too)
+  // before freeing it.
+  if (stream_ || !owned_) ctx_->api->cuStreamSynchronize(stream_);
+  if (stream_ && owned_) ctx_->api->cuStreamDestroy_v2(stream_);
   if (report_) ctx_->api->cuMemFree_v2(report_);
 }
 
@@ -472,6 +487,11 @@ Result<std::shared_ptr<const LoadedKernel>> CudaDevice::load(const backend::Arti
 
 Result<std::unique_ptr<DeviceStream>> CudaDevice::new_stream() {
   KILN_ASSIGN(auto s, CudaStream::create(*this));
+  return std::unique_ptr<DeviceStream>(std::make_unique<CudaDeviceStream>(*this, std::move(s)));
+}
+
+Result<std::unique_ptr<DeviceStream>> CudaDevice::wrap_stream(void* native) {
+  KILN_ASSIGN(auto s, CudaStream::wrap(*this, static_cast<cuda_driver::CUstream>(native)));
   return std::unique_ptr<DeviceStream>(std::make_unique<CudaDeviceStream>(*this, std::move(s)));
 }
 

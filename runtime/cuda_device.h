@@ -51,6 +51,7 @@ class CudaDevice : public Device {
   std::string grid_problem(const std::array<uint32_t, 3>& cubes) const override;
   Result<std::shared_ptr<const LoadedKernel>> load(const backend::Artifact& a) override;
   Result<std::unique_ptr<DeviceStream>> new_stream() override;
+  Result<std::unique_ptr<DeviceStream>> wrap_stream(void* native) override;
 
   const std::shared_ptr<CudaContext>& context() const { return ctx_; }
   // What kiln compiles for: sm_XY[a] when NVRTC supports the device's arch (CUBIN), else the
@@ -96,6 +97,9 @@ Result<std::shared_ptr<CudaKernel>> load_cuda_kernel(const CudaDevice& dev,
 class CudaStream {
  public:
   static Result<std::unique_ptr<CudaStream>> create(const CudaDevice& dev);
+  // Over a stream the caller owns (0 is the legacy default stream): never destroyed here.
+  static Result<std::unique_ptr<CudaStream>> wrap(const CudaDevice& dev,
+                                                  cuda_driver::CUstream external);
   ~CudaStream();
   cuda_driver::CUstream handle() const { return stream_; }
 
@@ -109,6 +113,7 @@ class CudaStream {
  private:
   std::shared_ptr<CudaContext> ctx_;
   cuda_driver::CUstream stream_ = nullptr;
+  bool owned_ = true;  // false: a caller's stream, which kiln does not destroy
   cuda_driver::CUdeviceptr report_ = 0;
   uint32_t seq_ = 0;
   // The launches since the last sync that can report (prints, asserts, checked mode), by

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <mutex>
 
+#include <fmt/format.h>
+
 namespace kiln {
 
 namespace {
@@ -30,6 +32,13 @@ void register_device_family(DeviceFamily family) {
 std::vector<DeviceFamily> device_families() {
   std::lock_guard<std::mutex> lock(families_mu());
   return families();
+}
+
+Result<std::unique_ptr<DeviceStream>> Device::wrap_stream(void*) {
+  return Error(ErrorKind::Unsupported,
+               fmt::format("{} has no native streams to wrap; external streams are CUDA streams "
+                           "(CUstream) of a cuda:N runtime",
+                           info().name));
 }
 
 }  // namespace kiln

@@ -93,6 +93,9 @@ class Device {
   // Makes a compiled artifact (from the backend or the disk cache) launchable here.
   virtual Result<std::shared_ptr<const LoadedKernel>> load(const backend::Artifact& a) = 0;
   virtual Result<std::unique_ptr<DeviceStream>> new_stream() = 0;
+  // A stream over a native stream the caller owns (a CUstream on CUDA), for launches that must
+  // order with another framework's work; kiln neither creates nor destroys it.
+  virtual Result<std::unique_ptr<DeviceStream>> wrap_stream(void* native);
 
  protected:
   std::shared_ptr<MemoryPool> pool_;

@@ -163,6 +163,10 @@ kiln_status kiln_launch(kiln_runtime* rt, const kiln_kernel* kernel, const uint3
 /* ---- streams ---- */
 
 kiln_status kiln_stream_new(kiln_runtime* rt, kiln_stream** out);
+/* A stream over a CUstream the caller owns and keeps alive longer than the handle (0: the
+ * legacy default stream), so launches order with another framework's work on it; a cuda:N
+ * runtime only (KILN_UNSUPPORTED elsewhere). Releasing the handle does not destroy it. */
+kiln_status kiln_stream_wrap(kiln_runtime* rt, void* cu_stream, kiln_stream** out);
 kiln_status kiln_stream_sync(kiln_runtime* rt, kiln_stream* stream);
 void kiln_stream_release(kiln_stream* stream);
 

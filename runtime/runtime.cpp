@@ -257,6 +257,15 @@ Result<Stream> Runtime::new_stream() {
   return s;
 }
 
+Result<Stream> Runtime::wrap_stream(void* native) {
+  auto s = std::make_shared<detail::StreamState>();
+  s->device = s_->device.get();
+  KILN_ASSIGN(s->stream, s_->device->wrap_stream(native));
+  Stream out;
+  out.s_ = std::move(s);
+  return out;
+}
+
 Status Runtime::sync() {
   return sync(s_->default_stream);
 }

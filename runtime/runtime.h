@@ -205,6 +205,11 @@ class Runtime {
   // ---- streams ----
   Stream default_stream() const;
   Result<Stream> new_stream();
+  // A stream over a native stream the caller owns and keeps alive longer than this Stream (a
+  // CUstream of this runtime's GPU, e.g. a framework's current stream; 0 is the legacy default
+  // stream): kiln's launches on it order with the caller's work, and sync() waits for it. The
+  // CPU and the emulator have no native streams (an Unsupported error).
+  Result<Stream> wrap_stream(void* native);
   // Waits for the stream's launches; returns the first fault they reported (and delivers
   // their prints).
   Status sync();

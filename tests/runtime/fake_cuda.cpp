@@ -20,6 +20,7 @@ struct Launch {
   unsigned grid[3], block[3], shared;
   uint64_t slots[64];
   int count;
+  void* stream;
 };
 Launch g_last{};
 
@@ -257,8 +258,8 @@ CUresult cuFuncSetAttribute(void*, int, int) {
 // the parameters', given as FAKE_CUDA_REPORT=<slot>) a print of site 0 with one operand 42 from
 // cube 1 unit 2, and a checked-mode fault at site 0 (index 7, bound 5) from cube 3 unit 4.
 CUresult cuLaunchKernel(void*, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                        unsigned bz, unsigned shared, void*, void** params, void**) {
-  g_last = Launch{{gx, gy, gz}, {bx, by, bz}, shared, {}, 0};
+                        unsigned bz, unsigned shared, void* stream, void** params, void**) {
+  g_last = Launch{{gx, gy, gz}, {bx, by, bz}, shared, {}, 0, stream};
   const auto* slots = static_cast<const uint64_t*>(params[0]);
   const char* report_slot = std::getenv("FAKE_CUDA_REPORT");
   const int n = report_slot ? std::atoi(report_slot) + 2 : 16;

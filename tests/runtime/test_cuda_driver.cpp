@@ -24,6 +24,7 @@ struct FakeLaunch {
   unsigned grid[3], block[3], shared;
   uint64_t slots[64];
   int count;
+  void* stream;
 };
 const FakeLaunch& last_launch() {
   void* lib = dlopen(std::getenv("KILN_CUDA_DRIVER"), RTLD_NOW | RTLD_NOLOAD);
@@ -232,6 +233,36 @@ TEST_CASE("events and streams on the GPU", "[fake]") {
   REQUIRE(ce.ok());
   CHECK_FALSE(Event::elapsed_ms(*a, *ce).ok());
   CHECK_FALSE(rt.wait(*s, *ce).ok());
+#endif
+}
+
+TEST_CASE("launches on a CUstream the caller owns use it, and kiln leaves it alive",
+          "[fake][nvrtc]") {
+  test::ScopedCache cache;
+  auto rt = open_gpu();
+  Tensor x = test::f32_tensor(rt, std::vector<float>(1024, 1.0f));
+  Tensor y = test::f32_tensor(rt, std::vector<float>(1024, 2.0f));
+  auto axpy = test::kernel(rt, "axpy");
+  void* theirs = reinterpret_cast<void*>(uintptr_t{0x5eed});  // never dereferenced by kiln
+  {
+    auto s = rt.wrap_stream(theirs);
+    KILN_REQUIRE_OK(s);
+    LaunchOptions o;
+    o.stream = &*s;
+    KILN_REQUIRE_OK(rt.launch_with(o, axpy, 1, 256, x, y, 3.0f));
+    CHECK(last_launch().stream == theirs);
+    KILN_REQUIRE_OK(rt.sync(*s));
+  }  // the fake driver's cuStreamDestroy would free() it: a destroyed external stream crashes
+  auto legacy = rt.wrap_stream(nullptr);  // the legacy default stream
+  KILN_REQUIRE_OK(legacy);
+  KILN_REQUIRE_OK(rt.sync(*legacy));
+#if KILN_TEST_HAVE_CPU
+  auto cpu = Runtime::open("cpu");
+  REQUIRE(cpu.ok());
+  auto none = cpu->wrap_stream(theirs);
+  REQUIRE_FALSE(none.ok());
+  CHECK(none.error().kind == ErrorKind::Unsupported);
+  CHECK_THAT(none.error().message, Contains("cpu has no native streams to wrap"));
 #endif
 }
 
