@@ -187,6 +187,31 @@ std::string format_of(kiln::ir::ElemType t) {
   return "";
 }
 
+// rt.launch / rt.launch_on.
+void launch(kiln::Runtime& rt, const kiln::Stream* stream, py::object kernel, py::object cubes,
+            py::object cube_dim, py::args args, py::kwargs kwargs) {
+  kiln::Kernel k = py::isinstance<py::str>(kernel) ? take(rt.kernel(kernel.cast<std::string>()))
+                                                   : kernel.cast<kiln::Kernel>();
+  std::vector<kiln::Tensor> keep;
+  keep.reserve(args.size() + kwargs.size());
+  std::vector<kiln::LooseArg> list;
+  for (py::handle v : args) list.push_back(loose(rt, v, keep));
+  for (auto [key, v] : kwargs) {
+    list.push_back(loose(rt, v, keep));
+    list.back().name = key.cast<std::string>();
+  }
+  std::vector<kiln::LaunchArg> ordered = take(kiln::order_args(k, list));
+  const kiln::Dim3 c = dim3(cubes), d = dim3(cube_dim);
+  kiln::LaunchOptions o;
+  o.stream = stream;
+  kiln::Status st;
+  {
+    py::gil_scoped_release nogil;
+    st = rt.launch_args(k, c, d, o, ordered);
+  }
+  check(st);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(kiln, m) {
@@ -282,6 +307,8 @@ PYBIND11_MODULE(kiln, m) {
           },
           "A NumPy copy of the tensor (np.from_dlpack(t) reads a CPU tensor without a copy).");
 
+  py::class_<kiln::Stream>(m, "Stream", "A queue of launches of one runtime.");
+
   py::class_<kiln::Kernel>(m, "Kernel", "A registered kernel.")
       .def_property_readonly("name", [](const kiln::Kernel& k) { return k.name(); })
       .def_property_readonly("params",
@@ -341,29 +368,28 @@ PYBIND11_MODULE(kiln, m) {
             return t;
           },
           py::arg("array"), "A new tensor with a copy of a NumPy array (for any device).")
+      .def("new_stream", [](kiln::Runtime& rt) { return take(rt.new_stream()); })
+      .def(
+          "wrap_stream",
+          [](kiln::Runtime& rt, uintptr_t handle) {
+            return take(rt.wrap_stream(reinterpret_cast<void*>(handle)));
+          },
+          py::arg("cu_stream"),
+          "A kiln.Stream over a CUDA stream another framework owns, by its handle "
+          "(torch.cuda.current_stream().cuda_stream); cuda:N runtimes only.")
+      .def(
+          "launch_on",
+          [](kiln::Runtime& rt, const kiln::Stream& stream, py::object kernel, py::object cubes,
+             py::object cube_dim, py::args args, py::kwargs kwargs) {
+            launch(rt, &stream, kernel, cubes, cube_dim, args, kwargs);
+          },
+          py::arg("stream"), py::arg("kernel"), py::arg("cubes"), py::arg("cube_dim"),
+          "launch() on a stream of this runtime (new_stream, wrap_stream).")
       .def(
           "launch",
           [](kiln::Runtime& rt, py::object kernel, py::object cubes, py::object cube_dim,
              py::args args, py::kwargs kwargs) {
-            kiln::Kernel k = py::isinstance<py::str>(kernel)
-                                 ? take(rt.kernel(kernel.cast<std::string>()))
-                                 : kernel.cast<kiln::Kernel>();
-            std::vector<kiln::Tensor> keep;
-            keep.reserve(args.size() + kwargs.size());
-            std::vector<kiln::LooseArg> list;
-            for (py::handle v : args) list.push_back(loose(rt, v, keep));
-            for (auto [key, v] : kwargs) {
-              list.push_back(loose(rt, v, keep));
-              list.back().name = key.cast<std::string>();
-            }
-            std::vector<kiln::LaunchArg> ordered = take(kiln::order_args(k, list));
-            const kiln::Dim3 c = dim3(cubes), d = dim3(cube_dim);
-            kiln::Status st;
-            {
-              py::gil_scoped_release nogil;
-              st = rt.launch_args(k, c, d, {}, ordered);
-            }
-            check(st);
+            launch(rt, nullptr, kernel, cubes, cube_dim, args, kwargs);
           },
           py::arg("kernel"), py::arg("cubes"), py::arg("cube_dim"),
           "Launches a kernel (a kiln.Kernel or a name) over `cubes` cubes of `cube_dim` units. "
@@ -372,13 +398,15 @@ PYBIND11_MODULE(kiln, m) {
           "comptime values by name (numbers, or text such as 'Fast').")
       .def(
           "sync",
-          [](kiln::Runtime& rt) {
+          [](kiln::Runtime& rt, const kiln::Stream* stream) {
             kiln::Status st;
             {
               py::gil_scoped_release nogil;
-              st = rt.sync();
+              st = stream ? rt.sync(*stream) : rt.sync();
             }
             check(st);
           },
-          "Waits for the launches; raises kiln.Error for the first fault they reported.");
+          py::arg("stream") = nullptr,
+          "Waits for the launches (of the default stream, or of `stream`); raises kiln.Error "
+          "for the first fault they reported.");
 }

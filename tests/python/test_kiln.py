@@ -144,6 +144,22 @@ class NumPy(unittest.TestCase):
         self.assertIn("kernels/examples/row_sum.cpp:", str(e.exception))
 
 
+class Streams(unittest.TestCase):
+    def test_launches_on_a_stream_of_their_own(self):
+        rt = cpu()
+        s = rt.new_stream()
+        x = np.arange(512, dtype=np.float32)
+        y = np.zeros(512, np.float32)
+        rt.launch_on(s, "axpy", 2, 256, x, y, 1.0)
+        rt.sync(s)
+        np.testing.assert_array_equal(y, x)
+
+    def test_a_cuda_stream_handle_needs_a_gpu_runtime(self):
+        with self.assertRaises(kiln.Error) as e:
+            cpu().wrap_stream(0)
+        self.assertEqual(e.exception.kind, "unsupported")
+
+
 class Plugins(unittest.TestCase):
     def test_load_plugin_registers_its_kernels(self):
         path = os.environ.get("KILN_USER_PLUGIN")
@@ -200,5 +216,5 @@ if __name__ == "__main__":
             sys.exit(77)
         sys.argv[1:1] = ["PyTorch"]
     else:
-        sys.argv[1:1] = ["Devices", "NumPy", "Plugins"]
+        sys.argv[1:1] = ["Devices", "NumPy", "Streams", "Plugins"]
     unittest.main()
