@@ -289,6 +289,32 @@ PYBIND11_MODULE(kiln, m) {
                                      std::stoi(info.name.substr(info.name.find(':') + 1)));
              return py::make_tuple(static_cast<int>(kDLCPU), 0);
            })
+      .def_property_readonly(
+          "__array_interface__",
+          [](const kiln::Tensor& t) {
+            // NumPy's view of a CPU tensor, without a copy and writable unless the tensor is
+            // read-only (np.asarray(t)); NumPy keeps the tensor alive as the array's base.
+            if (!t.device()->host_accessible())
+              throw py::attribute_error(fmt::format(
+                  "a tensor of {} is not in host memory; use t.numpy() for a copy",
+                  t.device()->info().name));
+            const std::string f = format_of(t.dtype());
+            if (f.empty()) throw py::attribute_error("bf16 has no NumPy type");
+            static const char* const typestr[] = {"|b1", "|i1", "<i2", "<i4", "<i8", "|u1", "<u2",
+                                                  "<u4", "<u8", "<f2", "",    "<f4", "<f8"};
+            py::dict d;
+            std::vector<int64_t> shape, strides;
+            for (int i = 0; i < t.rank(); ++i) {
+              shape.push_back(t.shape(i));
+              strides.push_back(t.stride(i) * static_cast<int64_t>(t.element_bytes()));
+            }
+            d["shape"] = py::tuple(py::cast(shape));
+            d["strides"] = py::tuple(py::cast(strides));
+            d["typestr"] = typestr[static_cast<int>(t.dtype())];
+            d["data"] = py::make_tuple(reinterpret_cast<uintptr_t>(t.data()), t.read_only());
+            d["version"] = 3;
+            return d;
+          })
       .def(
           "numpy",
           [](const kiln::Tensor& t) {

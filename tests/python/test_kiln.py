@@ -83,10 +83,19 @@ class NumPy(unittest.TestCase):
         n = np.from_dlpack(t)
         np.testing.assert_array_equal(n, x)
         np.testing.assert_array_equal(t.numpy(), x)
-        if n.flags.writeable:  # NumPy 2 marks what it imports writable; NumPy 1 cannot tell
-            again = rt.tensor(n)  # kiln -> NumPy -> kiln: still the same memory
-            self.assertEqual(np.from_dlpack(again).__array_interface__["data"][0],
-                             n.__array_interface__["data"][0])
+        # np.asarray: a writable view of the same memory (NumPy 1 marks what it takes through
+        # DLPack read-only, and will not export that again).
+        w = np.asarray(t)
+        self.assertTrue(w.flags.writeable)
+        self.assertEqual(w.__array_interface__["data"][0], n.__array_interface__["data"][0])
+        again = rt.tensor(w)  # kiln -> NumPy -> kiln: still the same memory
+        self.assertEqual(np.asarray(again).__array_interface__["data"][0],
+                         w.__array_interface__["data"][0])
+        w[1, 2] = -1.0
+        self.assertEqual(np.asarray(again)[1, 2], -1.0)
+        del t, again
+        gc.collect()
+        self.assertEqual(w[1, 2], -1.0)  # NumPy's view keeps the memory alive
 
     def test_read_only_arrays_are_not_written(self):
         rt = cpu()
