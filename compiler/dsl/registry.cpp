@@ -308,7 +308,9 @@ KernelRegistration& Registry::add(KernelDef def) {
   for (auto it = defs_.rbegin(); it != defs_.rend(); ++it) {
     const KernelDef& d = **it;
     if (d.name != def.name) continue;
-    if (d.object == def.object && !loading_.empty() && d.file != def.file) {
+    const bool same_fn = !d.instantiations.empty() && !def.instantiations.empty() &&
+                         d.instantiations.front().fn == def.instantiations.front().fn;
+    if (d.object == def.object && same_fn && d.file != def.file) {
       // Two kernel functions of the same C++ name in two libraries, and the dynamic linker
       // bound one library's reference to the other's function.
       def.problem = fmt::format(
