@@ -228,9 +228,10 @@ Result<Tensor> from_dlpack(Runtime& rt, DLManagedTensorVersioned* m) {
     if (m->deleter) m->deleter(m);
   };
   if (m->version.major != DLPACK_MAJOR_VERSION) {
+    const DLPackVersion v = m->version;  // the deleter frees `m`
     release();
-    return bad(fmt::format("version {}.{}; kiln reads major version {}", m->version.major,
-                           m->version.minor, DLPACK_MAJOR_VERSION));
+    return bad(fmt::format("version {}.{}; kiln reads major version {}", v.major, v.minor,
+                           DLPACK_MAJOR_VERSION));
   }
   return wrap_dl(rt, m->dl_tensor, (m->flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0, release);
 }
