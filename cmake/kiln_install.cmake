@@ -11,7 +11,7 @@ include(CMakePackageConfigHelpers)
 # Installed binaries find kiln's libraries next to them, and LLVM where it was linked from.
 set(CMAKE_INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR};$ORIGIN")
 set(CMAKE_INSTALL_RPATH_USE_LINK_PATH ON)
-foreach(t kiln_ir kiln_compiler kiln_runtime kiln_kernels kiln)
+foreach(t kiln_ir kiln_compiler kiln_runtime kiln_kernels kiln kiln-nvrtc-worker)
   set_target_properties(${t} PROPERTIES INSTALL_RPATH "${CMAKE_INSTALL_RPATH}"
                                         INSTALL_RPATH_USE_LINK_PATH ON)
 endforeach()
@@ -22,7 +22,7 @@ set_target_properties(kiln_kernels PROPERTIES EXPORT_NAME kernels)
 
 install(TARGETS kiln_ir kiln_compiler kiln_runtime kiln_kernels EXPORT kilnTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
-install(TARGETS kiln RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(TARGETS kiln kiln-nvrtc-worker RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 
 # Headers: everything a kernel author or an embedding program includes. The CPU code
 # generator's internals include LLVM and stay behind.

@@ -17,6 +17,8 @@ namespace {
 
 std::vector<std::string> candidate_paths() {
   std::vector<std::string> paths;
+  // A particular library first (a test's stand-in, another toolkit's NVRTC).
+  if (const char* p = std::getenv("KILN_NVRTC_LIBRARY"); p && *p) paths.push_back(p);
   if (const char* p = std::getenv("CUDA_PATH"); p && *p) {
     paths.push_back(fmt::format("{}/lib64/libnvrtc.so", p));
     paths.push_back(fmt::format("{}/lib/libnvrtc.so", p));
@@ -147,8 +149,8 @@ Resources parse_resources(const std::string& log) {
   return r;
 }
 
-Result<CompiledCuda> compile_cuda(const std::string& source, const std::string& name,
-                                  const std::string& arch, bool fast_math) {
+Result<CompiledCuda> compile_in_process(const std::string& source, const std::string& name,
+                                        const std::string& arch, bool fast_math) {
   KILN_ASSIGN(const NvrtcApi* api, nvrtc());
   const auto t0 = std::chrono::steady_clock::now();
   NvrtcApi::Program prog = nullptr;

@@ -66,10 +66,30 @@ struct CompiledCuda {
   double compile_ms = 0;
 };
 
+// Where NVRTC runs. In this process (the default: no process start, about 1 ms), or in a
+// worker process of its own (kiln-nvrtc-worker, next to kiln's libraries), so that a crash
+// inside NVRTC (its embedded ptxas has been seen to crash on some wgmma code that the
+// standalone ptxas accepts) is a compile error instead of the end of the host program.
+enum class NvrtcMode { InProcess, Worker };
+// KILN_NVRTC=inprocess|worker chooses for every compile; any other value is an error naming
+// the variable.
+Result<NvrtcMode> nvrtc_mode_from_env();
+
 // Compiles CUDA C++ (with the kiln prelude available to #include) for `arch` ("sm_90a" gives
 // PTX and CUBIN; "compute_90a" only PTX), with -lineinfo and, if asked, fast math. A failure
-// is an error holding the compiler's log and the source it compiled.
+// is an error holding the compiler's log and the source it compiled. Without a mode,
+// KILN_NVRTC decides (in process by default).
 Result<CompiledCuda> compile_cuda(const std::string& source, const std::string& name,
                                   const std::string& arch, bool fast_math);
+Result<CompiledCuda> compile_cuda(const std::string& source, const std::string& name,
+                                  const std::string& arch, bool fast_math, NvrtcMode mode);
+
+// The worker's side (kiln-nvrtc-worker): reads one request from `in`, compiles it in this
+// process, writes the answer to `out`; returns the process's exit status.
+int nvrtc_worker_main(int in, int out);
+
+// In this process, whatever KILN_NVRTC says (the worker's own compile).
+Result<CompiledCuda> compile_in_process(const std::string& source, const std::string& name,
+                                        const std::string& arch, bool fast_math);
 
 }  // namespace kiln::cuda

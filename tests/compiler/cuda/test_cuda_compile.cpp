@@ -5,6 +5,8 @@
 
 #include <set>
 
+#include <stdlib.h>
+
 #include "ir/printer.h"
 #include "kernels/kernels.h"
 #include "tests/compiler/cuda/cuda_test_util.h"
@@ -191,6 +193,46 @@ TEST_CASE("an NVRTC failure carries the log and the generated source", "[cuda][c
                                     Contains("the generated CUDA C++") && Contains("   1  extern"));
   auto bad_arch = cuda::compile_cuda("extern \"C\" __global__ void k() {}", "k.cu", "sm_1", false);
   CHECK_FALSE(bad_arch.ok());
+}
+
+TEST_CASE("NVRTC in a worker process compiles what it compiles in process", "[cuda][compile]") {
+  const std::string src =
+      "extern \"C\" __global__ void k(float* x) { x[threadIdx.x] = 2.0f * x[threadIdx.x]; }";
+  auto here = cuda::compile_cuda(src, "w.cu", "sm_90a", false, cuda::NvrtcMode::InProcess);
+  auto there = cuda::compile_cuda(src, "w.cu", "sm_90a", false, cuda::NvrtcMode::Worker);
+  INFO((there.ok() ? std::string() : there.error().message));
+  REQUIRE(here.ok());
+  REQUIRE(there.ok());
+  CHECK(there->ptx == here->ptx);
+  CHECK(there->cubin == here->cubin);
+  CHECK(there->resources.known);
+  CHECK(there->resources.registers == here->resources.registers);
+  // A compile error comes back with its log and the source, as in process.
+  auto broken = cuda::compile_cuda("extern \"C\" __global__ void k() { undefined_thing(); }",
+                                   "broken.cu", "sm_80", false, cuda::NvrtcMode::Worker);
+  REQUIRE_FALSE(broken.ok());
+  CHECK(broken.error().kind == ErrorKind::Compile);
+  CHECK_THAT(broken.error().message, Contains("undefined_thing") && Contains("   1  extern"));
+}
+
+TEST_CASE("a crash inside NVRTC in the worker is a compile error and the program goes on",
+          "[cuda][compile]") {
+  // The worker loads the stand-in, whose compile raises SIGSEGV; this process never loads it.
+  ::setenv("KILN_NVRTC_LIBRARY", KILN_FAKE_NVRTC_CRASH, 1);
+  auto r = cuda::compile_cuda("extern \"C\" __global__ void k() {}", "crash.cu", "sm_90a", false,
+                              cuda::NvrtcMode::Worker);
+  ::unsetenv("KILN_NVRTC_LIBRARY");
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().kind == ErrorKind::Compile);
+  CHECK_THAT(r.error().message,
+             Contains("NVRTC crashed (signal 11: Segmentation fault) compiling crash.cu for "
+                      "sm_90a in its worker process"));
+  // KILN_NVRTC chooses the mode; a value it does not know is an error naming it.
+  ::setenv("KILN_NVRTC", "elsewhere", 1);
+  auto bad = cuda::compile_cuda("extern \"C\" __global__ void k() {}", "k.cu", "sm_90a", false);
+  ::unsetenv("KILN_NVRTC");
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.error().message, Contains("KILN_NVRTC=elsewhere"));
 }
 
 // Coverage driven by the op list: every op kind of ir/ops.def is in a kernel these tests compile

@@ -1,0 +1,239 @@
+// NVRTC in a worker process (nvrtc.h, NvrtcMode::Worker): the request and answer travel over a
+// socket pair as length-prefixed fields; a worker that dies (a crash inside NVRTC) is a
+// compile error naming the signal, and the host program goes on.
+#include <dlfcn.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "compiler/cuda/nvrtc.h"
+
+extern char** environ;
+
+namespace kiln::cuda {
+
+namespace {
+
+constexpr uint32_t kRequestMagic = 0x4b4e5651;  // "KNVQ"
+constexpr uint32_t kAnswerMagic = 0x4b4e5641;   // "KNVA"
+constexpr const char* kWorkerName = "kiln-nvrtc-worker";
+
+// ---- framing --------------------------------------------------------------------------------
+
+void put_u32(std::string& b, uint32_t v) {
+  b.append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+void put_bytes(std::string& b, const void* p, size_t n) {
+  const uint64_t len = n;
+  b.append(reinterpret_cast<const char*>(&len), sizeof len);
+  b.append(static_cast<const char*>(p), n);
+}
+void put_text(std::string& b, const std::string& s) {
+  put_bytes(b, s.data(), s.size());
+}
+
+struct Reader {
+  const std::string& b;
+  size_t at = 0;
+  bool ok = true;
+  uint32_t u32() {
+    uint32_t v = 0;
+    if (at + sizeof v > b.size()) {
+      ok = false;
+      return 0;
+    }
+    std::memcpy(&v, b.data() + at, sizeof v);
+    at += sizeof v;
+    return v;
+  }
+  std::string text() {
+    uint64_t n = 0;
+    if (at + sizeof n > b.size()) {
+      ok = false;
+      return {};
+    }
+    std::memcpy(&n, b.data() + at, sizeof n);
+    at += sizeof n;
+    if (n > b.size() - at) {
+      ok = false;
+      return {};
+    }
+    std::string s = b.substr(at, n);
+    at += n;
+    return s;
+  }
+};
+
+// Writes all of `data` (no SIGPIPE: a worker that died is an error here, not a signal).
+bool send_all(int fd, const std::string& data) {
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::send(fd, data.data() + done, data.size() - done, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+bool read_all(int fd, std::string& out) {
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return false;
+    if (n == 0) return true;
+    out.append(buf, static_cast<size_t>(n));
+  }
+}
+
+// The worker program: KILN_NVRTC_WORKER, else beside kiln's libraries (build/bin next to
+// build/lib, PREFIX/bin next to PREFIX/lib).
+Result<std::string> worker_path() {
+  if (const char* p = std::getenv("KILN_NVRTC_WORKER"); p && *p) return std::string(p);
+  Dl_info info{};
+  if (!dladdr(reinterpret_cast<const void*>(&nvrtc_worker_main), &info) || !info.dli_fname)
+    return Error(ErrorKind::NotFound, "cannot tell where libkiln_compiler is, to find " +
+                                          std::string(kWorkerName) + "; set KILN_NVRTC_WORKER");
+  std::string dir = info.dli_fname;
+  dir = dir.substr(0, dir.find_last_of('/') == std::string::npos ? 0 : dir.find_last_of('/'));
+  if (dir.empty()) dir = ".";
+  std::string tried;
+  for (const std::string& p : {dir + "/../bin/" + kWorkerName, dir + "/" + kWorkerName,
+                               dir + "/../libexec/" + kWorkerName}) {
+    struct stat st {};
+    if (::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(p.c_str(), X_OK) == 0)
+      return p;
+    tried += "\n  " + p;
+  }
+  return Error(ErrorKind::NotFound,
+               fmt::format("the NVRTC worker program ({}) is not installed next to kiln's "
+                           "libraries; tried:{}\nset KILN_NVRTC_WORKER to its path, or compile "
+                           "in process (KILN_NVRTC=inprocess)",
+                           kWorkerName, tried));
+}
+
+}  // namespace
+
+Result<NvrtcMode> nvrtc_mode_from_env() {
+  const char* v = std::getenv("KILN_NVRTC");
+  if (!v || !*v || std::strcmp(v, "inprocess") == 0) return NvrtcMode::InProcess;
+  if (std::strcmp(v, "worker") == 0) return NvrtcMode::Worker;
+  return Error(ErrorKind::InvalidArgument,
+               fmt::format("KILN_NVRTC={}: use 'inprocess' (the default) or 'worker' (NVRTC in "
+                           "a process of its own)",
+                           v));
+}
+
+Result<CompiledCuda> compile_cuda(const std::string& source, const std::string& name,
+                                  const std::string& arch, bool fast_math) {
+  KILN_ASSIGN(const NvrtcMode mode, nvrtc_mode_from_env());
+  return compile_cuda(source, name, arch, fast_math, mode);
+}
+
+Result<CompiledCuda> compile_cuda(const std::string& source, const std::string& name,
+                                  const std::string& arch, bool fast_math, NvrtcMode mode) {
+  if (mode == NvrtcMode::InProcess) return compile_in_process(source, name, arch, fast_math);
+  const auto t0 = std::chrono::steady_clock::now();
+  KILN_ASSIGN(const std::string worker, worker_path());
+  int fds[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0)
+    return Error(ErrorKind::Io,
+                 fmt::format("starting {}: socketpair: {}", kWorkerName, std::strerror(errno)));
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], 0);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
+  char* const argv[] = {const_cast<char*>(worker.c_str()), nullptr};
+  pid_t pid = 0;
+  const int spawned = ::posix_spawn(&pid, worker.c_str(), &actions, nullptr, argv, environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(fds[1]);
+  if (spawned != 0) {
+    ::close(fds[0]);
+    return Error(ErrorKind::Io, fmt::format("starting {}: {}", worker, std::strerror(spawned)));
+  }
+  std::string request;
+  put_u32(request, kRequestMagic);
+  put_u32(request, fast_math ? 1 : 0);
+  put_text(request, arch);
+  put_text(request, name);
+  put_text(request, source);
+  const bool sent = send_all(fds[0], request);
+  ::shutdown(fds[0], SHUT_WR);
+  std::string answer;
+  const bool got = read_all(fds[0], answer);
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    return Error(ErrorKind::Compile,
+                 fmt::format("NVRTC crashed (signal {}: {}) compiling {} for {} in its worker "
+                             "process ({}); the program goes on. NVRTC's embedded ptxas has "
+                             "been seen to crash on code that the standalone ptxas accepts",
+                             sig, strsignal(sig), name, arch, worker));
+  }
+  Reader r{answer};
+  if (!sent || !got || r.u32() != kAnswerMagic)
+    return Error(ErrorKind::Compile,
+                 fmt::format("the NVRTC worker ({}) gave no answer compiling {} for {} (exit "
+                             "status {})",
+                             worker, name, arch, WIFEXITED(status) ? WEXITSTATUS(status) : -1));
+  const uint32_t ok = r.u32();
+  const uint32_t kind = r.u32();
+  std::string message = r.text();
+  CompiledCuda out;
+  out.ptx = r.text();
+  const std::string cubin = r.text();
+  if (!r.ok)
+    return Error(ErrorKind::Compile,
+                 fmt::format("the NVRTC worker's answer for {} is truncated", name));
+  if (!ok) return Error(static_cast<ErrorKind>(kind), std::move(message));
+  out.log = std::move(message);
+  out.cubin.assign(cubin.begin(), cubin.end());
+  out.resources = parse_resources(out.log);
+  out.compile_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+int nvrtc_worker_main(int in, int out) {
+  std::string request;
+  if (!read_all(in, request)) return 2;
+  Reader r{request};
+  if (r.u32() != kRequestMagic) return 2;
+  const bool fast_math = r.u32() != 0;
+  const std::string arch = r.text(), name = r.text(), source = r.text();
+  if (!r.ok) return 2;
+  auto compiled = compile_in_process(source, name, arch, fast_math);
+  std::string answer;
+  put_u32(answer, kAnswerMagic);
+  put_u32(answer, compiled.ok() ? 1 : 0);
+  put_u32(answer, compiled.ok() ? 0 : static_cast<uint32_t>(compiled.error().kind));
+  if (compiled.ok()) {
+    put_text(answer, compiled->log);
+    put_text(answer, compiled->ptx);
+    put_bytes(answer, compiled->cubin.data(), compiled->cubin.size());
+  } else {
+    put_text(answer, compiled.error().message);
+    put_text(answer, "");
+    put_text(answer, "");
+  }
+  return send_all(out, answer) ? 0 : 2;
+}
+
+}  // namespace kiln::cuda
