@@ -175,10 +175,11 @@ Result<Tensor> wrap_dl(Runtime& rt, const DLTensor& t, bool read_only,
   if (reinterpret_cast<uintptr_t>(base) % static_cast<uintptr_t>(es) != 0)
     return bad(fmt::format("the data pointer {} is not aligned to the element size {}", base, es));
   const auto n = static_cast<size_t>(t.ndim);
-  std::function<void()> owned = std::move(release);
-  guard.r = nullptr;  // from here the buffer runs it, also when wrap fails
+  // wrap takes `release` only when it succeeds (then the buffer runs it); on an error the
+  // guard runs it.
   KILN_ASSIGN(Tensor out, rt.wrap(base, dtype, std::span<const int64_t>(shape.data(), n),
-                                  std::span<const int64_t>(strides.data(), n), std::move(owned)));
+                                  std::span<const int64_t>(strides.data(), n), release));
+  guard.r = nullptr;
   return read_only ? out.as_read_only() : out;
 }
 

@@ -96,7 +96,9 @@ kiln_status kiln_tensor_empty(kiln_runtime* rt, kiln_dtype dtype, const int64_t*
                               kiln_tensor** out);
 /* Existing memory as a tensor, without a copy: host memory for the CPU, a CUdeviceptr for a
  * GPU. strides (in elements) may be NULL for row-major; release(release_ctx), when not NULL,
- * runs once the last tensor using the memory is gone. */
+ * runs once the last tensor using the memory is gone. When the call fails (a NULL or
+ * misaligned pointer, a view past what it can reach), release is not called: the memory is
+ * still the caller's. */
 kiln_status kiln_tensor_wrap(kiln_runtime* rt, void* data, kiln_dtype dtype, const int64_t* shape,
                              const int64_t* strides, int rank, void (*release)(void*),
                              void* release_ctx, kiln_tensor** out);

@@ -226,6 +226,23 @@ Result<Tensor> Runtime::wrap(void* data, ir::ElemType dtype, std::span<const int
   if (reinterpret_cast<uintptr_t>(data) % static_cast<uintptr_t>(ir::elem_bytes(dtype)) != 0)
     return Error(ErrorKind::InvalidArgument,
                  "wrap: the pointer is not aligned to the element size");
+  // Everything the tensor would refuse is refused here, before the memory is taken: on an
+  // error `release` is not called and the memory stays the caller's.
+  if (shape.size() > static_cast<size_t>(kMaxTensorRank))
+    return Error(ErrorKind::InvalidArgument,
+                 fmt::format("wrap: a tensor has at most {} dimensions, got {}", kMaxTensorRank,
+                             shape.size()));
+  if (!strides.empty() && strides.size() != shape.size())
+    return Error(ErrorKind::InvalidArgument,
+                 fmt::format("wrap: {} strides for {} dimensions", strides.size(), shape.size()));
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] < 0)
+      return Error(ErrorKind::InvalidArgument,
+                   fmt::format("wrap: dimension {} is {}", d, shape[d]));
+    if (!strides.empty() && strides[d] < 0)
+      return Error(ErrorKind::InvalidArgument,
+                   fmt::format("wrap: stride {} is {}; strides are not negative", d, strides[d]));
+  }
   // The extent the view reaches bounds the wrapped size.
   int64_t last = 0, n = 1;
   for (size_t d = 0; d < shape.size(); ++d) {

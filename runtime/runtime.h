@@ -195,7 +195,8 @@ class Runtime {
     return empty(dtype, std::span<const int64_t>(shape.begin(), shape.size()));
   }
   // Existing memory as a tensor, without a copy: host memory on the CPU, device memory (a
-  // CUdeviceptr) on a GPU. `release` runs when the last tensor using it goes.
+  // CUdeviceptr) on a GPU. `release` runs when the last tensor using it goes; on an error it
+  // is not called (the memory is still the caller's).
   Result<Tensor> wrap(void* data, ir::ElemType dtype, std::span<const int64_t> shape,
                       std::span<const int64_t> strides = {}, std::function<void()> release = {});
   MemoryStats memory_stats() const;

@@ -261,7 +261,17 @@ int main(void) {
   REQUIRE_OK(kiln_tensor_wrap(rt, mine, KILN_F32, shape, NULL, 1, count_release, NULL, &wrapped));
   kiln_tensor_release(wrapped);
   CHECK(released == 1);
+  /* A refused wrap does not take the memory: release is not called. */
+  const int64_t negative[1] = {-3};
+  CHECK(kiln_tensor_wrap(rt, mine, KILN_F32, negative, NULL, 1, count_release, NULL, &wrapped) ==
+        KILN_INVALID_ARGUMENT);
+  CHECK(wrapped == NULL && released == 1);
   free(mine);
+  /* A refused DLPack import still runs the deleter, once. */
+  m = make_managed(N, kDLFloat, 32, 0);
+  ((Owned*)m->manager_ctx)->shape[0] = -1;
+  CHECK(kiln_tensor_from_dlpack(rt, m, &wrapped) == KILN_INVALID_ARGUMENT);
+  CHECK(deleted == 6);
 
   /* Streams. */
   kiln_stream* s = NULL;
