@@ -59,6 +59,10 @@ namespace {
 // ucontext does the same, slower.
 
 constexpr size_t kStackBytes = 256 * 1024;
+// Every unit runs on a stack of kStackBytes aligned to kStackBytes, whose top kHeaderBytes
+// hold the running unit's Slot: the engine's entry points find the unit from their own frame
+// address (no thread-local lookup on every threadIdx and every access).
+constexpr size_t kHeaderBytes = 64;
 
 struct Fiber {
   char* stack = nullptr;  // kStackBytes, with a guard page below
@@ -116,8 +120,8 @@ kiln_emu_fiber_entry:
 // Lays out a new fiber's stack as kiln_emu_switch leaves a suspended one: it resumes in
 // kiln_emu_fiber_entry, which calls fn(arg) with the stack aligned as after a call.
 void fiber_start(Fiber& f, void (*fn)(void*), void* arg) {
-  auto* s = reinterpret_cast<uint64_t*>(reinterpret_cast<uintptr_t>(f.stack + kStackBytes) &
-                                        ~uintptr_t{15});
+  auto* s = reinterpret_cast<uint64_t*>(
+      reinterpret_cast<uintptr_t>(f.stack + kStackBytes - kHeaderBytes) & ~uintptr_t{15});
   *--s = reinterpret_cast<uint64_t>(&kiln_emu_fiber_entry);
   *--s = 0;                                // rbp
   *--s = reinterpret_cast<uint64_t>(arg);  // rbx
@@ -139,7 +143,7 @@ void fiber_trampoline() {
 void fiber_start(Fiber& f, void (*fn)(void*), void* arg) {
   getcontext(&f.ctx);
   f.ctx.uc_stack.ss_sp = f.stack;
-  f.ctx.uc_stack.ss_size = kStackBytes;
+  f.ctx.uc_stack.ss_size = kStackBytes - kHeaderBytes;
   f.ctx.uc_link = nullptr;
   makecontext(&f.ctx, fiber_trampoline, 0);
   // The arguments reach the trampoline through thread-locals, set just before its first run.
@@ -196,13 +200,22 @@ void fiber_enter_from_main([[maybe_unused]] Fiber& main) {
 #endif
 }
 
+// A stack aligned to kStackBytes with a guard page below it: an overflow faults instead of
+// corrupting. Mapped at twice the size, then trimmed to the aligned part.
 char* map_stack() {
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-  void* p = ::mmap(nullptr, kStackBytes + page, PROT_READ | PROT_WRITE,
+  const size_t span = 2 * kStackBytes + page;
+  void* p = ::mmap(nullptr, span, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) return nullptr;
-  ::mprotect(p, page, PROT_NONE);  // a guard page: an overflow faults instead of corrupting
-  return static_cast<char*>(p) + page;
+  const auto start = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t stack = (start + page + kStackBytes - 1) & ~uintptr_t{kStackBytes - 1};
+  const uintptr_t end = start + span;
+  if (stack - page > start) ::munmap(p, stack - page - start);
+  if (stack + kStackBytes < end)
+    ::munmap(reinterpret_cast<void*>(stack + kStackBytes), end - stack - kStackBytes);
+  ::mprotect(reinterpret_cast<void*>(stack - page), page, PROT_NONE);
+  return reinterpret_cast<char*>(stack);
 }
 void unmap_stack(char* stack) {
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
@@ -250,18 +263,6 @@ struct RangeCache {
 };
 struct Cube;
 struct Slot;
-// What this host thread is running: the cube and unit (read on every threadIdx of an emulated
-// kernel) and its cache of allocations (read on every global access). One thread-local, so a
-// function reaches all of it with one TLS lookup. Not initial-exec: a library loaded with
-// dlopen (by Python, by a framework) may find no static TLS room left for it; the TLS
-// descriptors this file is compiled with on x86-64 (-mtls-dialect=gnu2, runtime/CMakeLists.txt)
-// keep each lookup cheap.
-struct ThreadState {
-  Cube* cube = nullptr;
-  Slot* slot = nullptr;
-  RangeCache ranges;
-};
-thread_local ThreadState t_here;
 
 bool in_allocation(uintptr_t a, uint64_t bytes, RangeCache& c) {
   if (a + bytes < a) return false;
@@ -310,6 +311,7 @@ enum class State : uint8_t { Ready, Barrier, Collective, Done };
 
 struct Slot {
   Unit u{};
+  Cube* cube = nullptr;  // the cube it runs in
   Fiber fiber;
   State state = State::Ready;
   uint32_t linear = 0;
@@ -348,9 +350,12 @@ struct Worker {
   std::vector<Shadow> shadow;
   uint32_t gen = 0;
   Fiber main;
+  Fiber plain;        // where the units of a kernel without barriers run, one after another
+  RangeCache ranges;  // the allocations this thread's units hit last
   ~Worker() {
     for (Slot& s : slots)
       if (s.fiber.stack) fiber_unmap(s.fiber);
+    if (plain.stack) fiber_unmap(plain);
   }
 };
 Worker& worker() {
@@ -391,27 +396,49 @@ struct Cube {
   }
 };
 
+// The unit whose stack this is (kHeaderBytes): called by the entry points below, which run on
+// a unit's stack.
+inline Slot*& stack_slot(char* stack) {
+  return *reinterpret_cast<Slot**>(stack + kStackBytes - kHeaderBytes);
+}
+__attribute__((always_inline)) inline Slot& here() {
+  const auto frame = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  return *stack_slot(reinterpret_cast<char*>(frame & ~uintptr_t{kStackBytes - 1}));
+}
+
 // Hands the thread to the next ready unit of this pass (units run in order), or back to the
-// scheduler when none is left; returns when this unit runs again (whoever resumes a unit sets
-// t_here.slot to it first).
+// scheduler when none is left; returns when this unit runs again.
 void yield(Slot& s) {
-  Cube& c = *t_here.cube;
+  Cube& c = *s.cube;
   const bool finished = s.state == State::Done;
   if (!c.stop)
     for (uint32_t u = s.linear + 1; u < c.units; ++u) {
       Slot& next = c.w.slots[u];
       if (next.state != State::Ready) continue;
-      t_here.slot = &next;
       fiber_switch(s.fiber, next.fiber, finished);
       return;
     }
   fiber_switch(s.fiber, c.w.main, finished);
 }
 
+// The units of a kernel without barriers or collectives, in order, on the worker's plain
+// stack; then back to the scheduler.
+void plain_main(void* arg) {
+  Cube& c = *static_cast<Cube*>(arg);
+  Worker& w = c.w;
+  fiber_arrived(w.plain);
+  for (uint32_t u = 0; u < c.units; ++u) {
+    stack_slot(w.plain.stack) = &w.slots[u];
+    c.L.module->unit(c.L.slots);
+  }
+  fiber_switch(w.plain, w.main, /*finished=*/true);
+  KILN_CHECK(false, "a finished emulator stack was resumed");
+}
+
 void fiber_main(void* arg) {
   Slot& s = *static_cast<Slot*>(arg);
   fiber_arrived(s.fiber);
-  t_here.cube->L.module->unit(t_here.cube->L.slots);
+  s.cube->L.module->unit(s.cube->L.slots);
   s.state = State::Done;
   yield(s);
   KILN_CHECK(false, "a finished emulator fiber was resumed");
@@ -425,7 +452,7 @@ inline bool same_file(const char* a, const char* b) {
 }
 
 Unit* api_current() {
-  return &t_here.slot->u;
+  return &here().u;
 }
 
 void report_no_fibers(Cube& c, Slot& s, const char* what, const char* file, uint32_t line) {
@@ -435,8 +462,8 @@ void report_no_fibers(Cube& c, Slot& s, const char* what, const char* file, uint
 }
 
 void api_barrier(const char* file, uint32_t line) {
-  Cube& c = *t_here.cube;
-  Slot& s = *t_here.slot;
+  Slot& s = here();
+  Cube& c = *s.cube;
   if (!c.L.fibers) {
     report_no_fibers(c, s, "a sync_cube", file, line);
     return;
@@ -570,8 +597,8 @@ void complete(Cube& c, const WarpOp& op, uint32_t warp) {
 
 uint64_t api_collective(uint32_t kind, uint32_t mask, uint64_t value, uint32_t operand,
                         const char* file, uint32_t line) {
-  Cube& c = *t_here.cube;
-  Slot& s = *t_here.slot;
+  Slot& s = here();
+  Cube& c = *s.cube;
   if (!c.L.fibers) {
     report_no_fibers(c, s, collective_words(kind), file, line);
     return value;
@@ -680,9 +707,8 @@ void check_shared(Cube& c, Slot& s, uintptr_t offset, uint64_t bytes, uint32_t h
 }
 
 bool api_access(const void* p, uint64_t bytes, uint32_t how, const char* file, uint32_t line) {
-  ThreadState& here = t_here;
-  Cube& c = *here.cube;
-  Slot& s = *here.slot;
+  Slot& s = here();
+  Cube& c = *s.cube;
   const auto a = reinterpret_cast<uintptr_t>(p);
   const auto shared = reinterpret_cast<uintptr_t>(s.u.shared);
   if (c.L.shared_bytes && a >= shared && a + bytes <= shared + c.L.shared_bytes) {
@@ -691,7 +717,7 @@ bool api_access(const void* p, uint64_t bytes, uint32_t how, const char* file, u
   }
   const auto scratch = reinterpret_cast<uintptr_t>(s.u.scratch);
   if (a >= scratch && a + bytes <= scratch + sizeof s.u.scratch) return true;
-  if (in_allocation(a, bytes, here.ranges)) return true;
+  if (in_allocation(a, bytes, c.w.ranges)) return true;
   c.report(s.linear,
            fmt::format("{}: error: out-of-bounds {} of global memory in {}: {} bytes at {:#x} are "
                        "outside every allocation of {}{}; the access was skipped (on a GPU: an "
@@ -703,8 +729,8 @@ bool api_access(const void* p, uint64_t bytes, uint32_t how, const char* file, u
 
 void api_out_of_bounds(uint32_t space, uint32_t how, uint64_t index, uint64_t count,
                        const char* file, uint32_t line) {
-  Cube& c = *t_here.cube;
-  Slot& s = *t_here.slot;
+  Slot& s = here();
+  Cube& c = *s.cube;
   c.report(
       s.linear,
       fmt::format("{}: error: out-of-bounds {} of a {} array in kernel '{}': line index {} is "
@@ -791,26 +817,28 @@ std::optional<Fault> run_cube(const Launch& L, Worker& w, uint32_t cube) {
     s.u.shared = w.shared.data();
     s.state = State::Ready;
     s.linear = u;
+    s.cube = &c;
   }
-  Cube* const outer_cube = t_here.cube;
-  Slot* const outer_slot = t_here.slot;
-  t_here.cube = &c;
   if (!L.fibers) {
-    for (uint32_t u = 0; u < c.units; ++u) {
-      t_here.slot = &w.slots[u];
-      L.module->unit(L.slots);
-    }
+    // The units run one after another on a stack of the engine's (so that they find their
+    // slot as fibers do), in one switch from the thread's own stack and back.
+    if (!w.plain.stack && !fiber_map(w.plain))
+      return Fault{cube, 0,
+                   fmt::format("{}: cannot map a stack for kernel '{}': {}", L.device, L.kernel,
+                               std::strerror(errno))};
+    fiber_start(w.plain, plain_main, &c);
+    fiber_enter_from_main(w.main);
+    fiber_switch(w.main, w.plain);
   } else {
     for (uint32_t u = 0; u < c.units; ++u) {
       Slot& s = w.slots[u];
       if (!s.fiber.stack && !fiber_map(s.fiber)) {
-        t_here.cube = outer_cube;
-        t_here.slot = outer_slot;
         return Fault{cube, u,
                      fmt::format("{}: cannot map a stack for unit {} of kernel '{}': {}", L.device,
                                  u, L.kernel, std::strerror(errno))};
       }
       fiber_start(s.fiber, fiber_main, &s);
+      stack_slot(s.fiber.stack) = &s;
     }
     // Each pass starts at the first ready unit; the units hand the thread on in order (yield)
     // and the last one of the pass comes back here.
@@ -827,14 +855,11 @@ std::optional<Fault> run_cube(const Launch& L, Worker& w, uint32_t cube) {
         diagnose(c);
         break;
       }
-      t_here.slot = first;
       fiber_enter_from_main(w.main);
       fiber_switch(w.main, first->fiber);
       if (c.stop) break;
     }
   }
-  t_here.cube = outer_cube;
-  t_here.slot = outer_slot;
   return std::move(c.fault);
 }
 
