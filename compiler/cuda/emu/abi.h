@@ -18,7 +18,7 @@ struct Dim3 {
   uint32_t x, y, z;
 };
 
-// What a running unit sees; the emulator keeps the current one per host thread.
+// What a running unit sees; the emulator finds the current one from the running stack.
 struct Unit {
   Dim3 thread_idx, block_idx, block_dim, grid_dim;
   unsigned char* shared;                  // the cube's shared-memory arena
