@@ -295,9 +295,9 @@ PYBIND11_MODULE(kiln, m) {
             // NumPy's view of a CPU tensor, without a copy and writable unless the tensor is
             // read-only (np.asarray(t)); NumPy keeps the tensor alive as the array's base.
             if (!t.device()->host_accessible())
-              throw py::attribute_error(fmt::format(
-                  "a tensor of {} is not in host memory; use t.numpy() for a copy",
-                  t.device()->info().name));
+              throw py::attribute_error(
+                  fmt::format("a tensor of {} is not in host memory; use t.numpy() for a copy",
+                              t.device()->info().name));
             const std::string f = format_of(t.dtype());
             if (f.empty()) throw py::attribute_error("bf16 has no NumPy type");
             static const char* const typestr[] = {"|b1", "|i1", "<i2", "<i4", "<i8", "|u1", "<u2",
@@ -406,17 +406,15 @@ PYBIND11_MODULE(kiln, m) {
       .def(
           "launch_on",
           [](kiln::Runtime& rt, const kiln::Stream& stream, py::object kernel, py::object cubes,
-             py::object cube_dim, py::args args, py::kwargs kwargs) {
-            launch(rt, &stream, kernel, cubes, cube_dim, args, kwargs);
-          },
+             py::object cube_dim, py::args args,
+             py::kwargs kwargs) { launch(rt, &stream, kernel, cubes, cube_dim, args, kwargs); },
           py::arg("stream"), py::arg("kernel"), py::arg("cubes"), py::arg("cube_dim"),
           "launch() on a stream of this runtime (new_stream, wrap_stream).")
       .def(
           "launch",
           [](kiln::Runtime& rt, py::object kernel, py::object cubes, py::object cube_dim,
-             py::args args, py::kwargs kwargs) {
-            launch(rt, nullptr, kernel, cubes, cube_dim, args, kwargs);
-          },
+             py::args args,
+             py::kwargs kwargs) { launch(rt, nullptr, kernel, cubes, cube_dim, args, kwargs); },
           py::arg("kernel"), py::arg("cubes"), py::arg("cube_dim"),
           "Launches a kernel (a kiln.Kernel or a name) over `cubes` cubes of `cube_dim` units. "
           "Positional arguments follow the kernel's parameters: tensors (kiln.Tensor or "
