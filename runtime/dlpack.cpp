@@ -137,6 +137,7 @@ Result<Tensor> wrap_dl(Runtime& rt, const DLTensor& t, bool read_only,
   } guard{&release};
   if (t.ndim < 0 || t.ndim > static_cast<int32_t>(kMaxTensorRank))
     return bad(fmt::format("{} dimensions; kiln tensors have 0 to {}", t.ndim, kMaxTensorRank));
+  if (t.ndim > 0 && !t.shape) return bad(fmt::format("{} dimensions but no shape", t.ndim));
   KILN_ASSIGN(const ir::ElemType dtype, elem_of(t.dtype));
   if (std::string p = device_problem(rt, t.device); !p.empty()) return bad(p);
   if (!t.data && t.ndim > 0) {

@@ -272,6 +272,11 @@ int main(void) {
   ((Owned*)m->manager_ctx)->shape[0] = -1;
   CHECK(kiln_tensor_from_dlpack(rt, m, &wrapped) == KILN_INVALID_ARGUMENT);
   CHECK(deleted == 6);
+  m = make_managed(N, kDLFloat, 32, 0);
+  m->dl_tensor.shape = NULL; /* a producer's mistake: an error, not a crash */
+  CHECK(kiln_tensor_from_dlpack(rt, m, &wrapped) == KILN_INVALID_ARGUMENT);
+  CHECK(strstr(kiln_last_error(), "no shape") != NULL);
+  CHECK(deleted == 7);
 
   /* Streams. */
   kiln_stream* s = NULL;
