@@ -124,6 +124,8 @@ int main(void) {
   REQUIRE_OK(kiln_sync(rt));
   REQUIRE_OK(kiln_tensor_download(y, hy, sizeof hy));
   for (int i = 0; i < N; ++i) CHECK(hy[i] == 2.0f * (float)i + 1.0f);
+  const uint32_t no_cubes[3] = {0, 1, 1};
+  CHECK(kiln_launch(rt, axpy, no_cubes, cube256, args, 3, NULL) == KILN_INVALID_ARGUMENT);
   CHECK(kiln_launch(rt, axpy, cubes, cube256, args, 2, NULL) == KILN_INVALID_ARGUMENT);
   CHECK(strstr(kiln_last_error(), "'a' (argument 3) is missing") != NULL);
 
