@@ -26,18 +26,6 @@ class CpuKernel final : public LoadedKernel {
   std::unique_ptr<cpu::CompiledKernel> k_;
 };
 
-class CpuEvent final : public DeviceEvent {
- public:
-  std::chrono::steady_clock::time_point at = std::chrono::steady_clock::now();
-  Result<double> since(const DeviceEvent& earlier) const override {
-    const auto* e = dynamic_cast<const CpuEvent*>(&earlier);
-    if (!e || earlier.device != device)
-      return Error(ErrorKind::InvalidArgument,
-                   "elapsed_ms: the events come from different devices");
-    return std::chrono::duration<double, std::milli>(at - e->at).count();
-  }
-};
-
 class CpuStream final : public DeviceStream {
  public:
   explicit CpuStream(const void* device) : device_(device) {}
@@ -62,7 +50,7 @@ class CpuStream final : public DeviceStream {
     return {};
   }
   Result<std::shared_ptr<DeviceEvent>> record() override {
-    auto e = std::make_shared<CpuEvent>();  // launches before it have finished already
+    auto e = std::make_shared<HostEvent>();  // launches before it have finished already
     e->device = device_;
     return std::shared_ptr<DeviceEvent>(std::move(e));
   }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -50,6 +51,20 @@ class DeviceEvent {
   // Milliseconds from `earlier` to this event, waiting for this one; both of this device.
   virtual Result<double> since(const DeviceEvent& earlier) const = 0;
   const void* device = nullptr;  // the Device that recorded it
+};
+
+// An event of a device whose launches finish before launch() returns (the CPU, the CUDA
+// emulator): the host time at which it was recorded.
+class HostEvent final : public DeviceEvent {
+ public:
+  std::chrono::steady_clock::time_point at = std::chrono::steady_clock::now();
+  Result<double> since(const DeviceEvent& earlier) const override {
+    const auto* e = dynamic_cast<const HostEvent*>(&earlier);
+    if (!e || earlier.device != device)
+      return Error(ErrorKind::InvalidArgument,
+                   "elapsed_ms: the events come from different devices");
+    return std::chrono::duration<double, std::milli>(at - e->at).count();
+  }
 };
 
 // A queue of launches that run in order on one device. Not thread-safe: the runtime locks.

@@ -47,18 +47,6 @@ class EmuKernel final : public LoadedKernel {
   const abi::KernelInfo& info() const override { return kernel_info; }
 };
 
-class EmuEvent final : public DeviceEvent {
- public:
-  std::chrono::steady_clock::time_point at = std::chrono::steady_clock::now();
-  Result<double> since(const DeviceEvent& earlier) const override {
-    const auto* e = dynamic_cast<const EmuEvent*>(&earlier);
-    if (!e || earlier.device != device)
-      return Error(ErrorKind::InvalidArgument,
-                   "elapsed_ms: the events come from different devices");
-    return std::chrono::duration<double, std::milli>(at - e->at).count();
-  }
-};
-
 class EmuStream final : public DeviceStream {
  public:
   EmuStream(const void* device, std::string name)
@@ -123,7 +111,7 @@ class EmuStream final : public DeviceStream {
     return {};
   }
   Result<std::shared_ptr<DeviceEvent>> record() override {
-    auto e = std::make_shared<EmuEvent>();  // launches before it have finished already
+    auto e = std::make_shared<HostEvent>();  // launches before it have finished already
     e->device = device_;
     return std::shared_ptr<DeviceEvent>(std::move(e));
   }

@@ -836,6 +836,15 @@ class Gen {
 
 }  // namespace
 
+backend::Limits limits() {
+  backend::Limits l;
+  l.max_units_per_cube = 1024;
+  l.max_shared_bytes = 48 * 1024;
+  l.max_line = 16;
+  l.index_bits = 32;
+  return l;
+}
+
 Result<Source> generate(const ir::Kernel& k, const CodegenOptions& options) {
   return Gen(k, options).run();
 }

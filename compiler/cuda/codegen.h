@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "compiler/abi.h"
+#include "compiler/backend.h"
 #include "ir/ir.h"
 
 namespace kiln::cuda {
@@ -45,6 +46,11 @@ struct Source {
 inline constexpr uint32_t kReportSlots = 2;
 
 Result<Source> generate(const ir::Kernel& k, const CodegenOptions& options);
+
+// What generated CUDA C++ may use on every target: 1024 units per cube, 48 KiB of static
+// shared memory (more is dynamic, up to the device's opt-in limit), lines of 16, 32-bit
+// indices. The CUDA backend and the emulator, which runs the same code, both answer with it.
+backend::Limits limits();
 
 // The prelude's text and the name the generated source includes it by.
 const std::string& prelude();

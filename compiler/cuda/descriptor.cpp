@@ -98,14 +98,7 @@ class CudaBackend final : public backend::Backend {
     return {fmt::format("cuda     NVRTC {}.{}: {}", (*nv)->major, (*nv)->minor, list)};
   }
   int plane_width(const backend::Target&) const override { return 32; }  // a warp
-  backend::Limits limits(const backend::Target&) const override {
-    backend::Limits l;
-    l.max_units_per_cube = 1024;
-    l.max_shared_bytes = 48 * 1024;  // static; more is dynamic, up to the device's opt-in limit
-    l.max_line = 16;
-    l.index_bits = 32;
-    return l;
-  }
+  backend::Limits limits(const backend::Target&) const override { return cuda::limits(); }
   const std::vector<backend::Stage>& own_stages() const override {
     static const std::vector<backend::Stage> s = {
         {"cuda", ".cu", "the CUDA C++ kiln generates (with the kiln prelude)"},

@@ -235,14 +235,7 @@ class EmuBackend final : public backend::Backend {
                     cxx->version)};
   }
   int plane_width(const backend::Target&) const override { return 32; }
-  backend::Limits limits(const backend::Target&) const override {
-    backend::Limits l;
-    l.max_units_per_cube = 1024;
-    l.max_shared_bytes = 48 * 1024;
-    l.max_line = 16;
-    l.index_bits = 32;
-    return l;
-  }
+  backend::Limits limits(const backend::Target&) const override { return cuda::limits(); }
   const std::vector<backend::Stage>& own_stages() const override {
     static const std::vector<backend::Stage> s = {
         {"cuda", ".cu", "the CUDA C++ the CUDA backend generates for the emulated arch"},
