@@ -127,6 +127,12 @@ ValueId Builder::op(OpKind kind, std::span<const ValueId> operands, SourceLoc at
                          kind == OpKind::AllocShared ? "cube" : "unit"));
     return kNoValue;
   }
+  if (kind == OpKind::AllocFrag && depth() != 0) {
+    fail(at,
+         "a matrix fragment must be declared at the top level of the kernel, not inside "
+         "if/loop bodies: it is allocated once per plane");
+    return kNoValue;
+  }
   if ((kind == OpKind::Break || kind == OpKind::Continue) && loop_depth() == 0) {
     fail(at, fmt::format("'{}' outside a loop; it must be inside a for/while/loop body",
                          kind == OpKind::Break ? "break" : "continue"));

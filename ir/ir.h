@@ -66,6 +66,21 @@
 //   of lane `lane` (which must be the same for every unit); plane.shuffle gives each unit the
 //   value of lane `lane` (per unit); plane.shuffle_xor reads lane plane_lane ^ mask. A lane
 //   index out of range reads the unit's own value.
+// Matrix fragments. A fragment (frag<USE, T, M, N, K>) is a tile of a matrix multiply owned by
+//   a plane: the A operand (M x K), the B operand (K x N) or the accumulator (M x N) of
+//   acc += A * B. alloc.frag gives each plane of the cube its own, uninitialized. Every unit of
+//   the plane runs each fragment op together, with the same operands (plane-uniform control
+//   and values; the cube holds whole planes of 32). frag.load sets element (r, c) for r < rows
+//   and c < cols to mem[index + r*stride + c] (row) or mem[index + c*stride + r] (col), and the
+//   others to 0; frag.store writes those elements of an accumulator the same way, and no
+//   others; the indices are u32 arithmetic, and each access follows the memory rules (checked
+//   mode reports an element past the memory). frag.fill sets every element. Inputs: f16, bf16,
+//   f32 (read as tf32: rounded to 10 mantissa bits, ties away from zero, when loaded or
+//   filled), i8, u8; accumulators: f32 (float inputs), i32 (integer inputs), and f16/bf16 as
+//   targets of frag.cast, which converts element by element as `cast` does. frag.mma adds the
+//   exact products over k to each accumulator element: for f32 accumulators the sum may be
+//   formed in any order and with any rounding at least as accurate as f32 (backends differ in
+//   the last bits); integer sums wrap. frag.plane (lowered kernels) is plane %p's copy.
 // Control flow. `for %i = %a to %b step %s` runs %i = a, a+s, ... while i < b (step > 0)
 //   or i > b (step < 0); step == 0 runs no iteration. `loop` repeats until `break`. break,
 //   continue and return are the last op of their region. return ends the unit's kernel.

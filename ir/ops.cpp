@@ -100,6 +100,113 @@ int count_placeholders(std::string_view f) {
   return n;
 }
 
+// The operand rules of the fragment ops (everything but alloc.frag).
+std::string check_frag_op(Sig sig, const std::string& name, std::span<const Type> ops,
+                          const Attr& attr) {
+  auto tn = [](const Type& t) { return type_name(t); };
+  auto need_frag = [&](size_t i, const char* what) -> std::string {
+    if (!ops[i].is_frag())
+      return fmt::format("the {} of '{}' must be a fragment, got {}", what, name, tn(ops[i]));
+    return {};
+  };
+  auto need_u32 = [&](size_t i, const char* what) -> std::string {
+    if (!is_u32(ops[i]))
+      return fmt::format("the {} of '{}' must be u32, got {}", what, name, tn(ops[i]));
+    return {};
+  };
+  // Fragments load from and store to global or shared memory of single elements of their type.
+  auto need_memory = [&](size_t m, const Type& f, bool write) -> std::string {
+    const Type& t = ops[m];
+    if (!(t.is_global() || t.kind == TypeKind::Shared))
+      return fmt::format("'{}' needs global or shared memory, got {}", name, tn(t));
+    if (t.lanes != 1)
+      return fmt::format(
+          "'{}' addresses single elements: the memory's line width must be 1, got {}", name, tn(t));
+    if (t.elem != f.elem)
+      return fmt::format("'{}' of {} needs memory of {}, got {}", name, tn(f), elem_name(f.elem),
+                         tn(t));
+    if (write && t.read_only)
+      return fmt::format("cannot store to read-only memory {}; declare the parameter writable",
+                         tn(t));
+    return {};
+  };
+  auto same_shape = [&](const Type& a, const Type& b) -> std::string {
+    if (a.m != b.m || a.n != b.n || a.k != b.k)
+      return fmt::format("'{}' needs fragments of one shape m x n x k, got {} and {}", name, tn(a),
+                         tn(b));
+    return {};
+  };
+#define KILN_REQ(expr)          \
+  do {                          \
+    std::string e_ = (expr);    \
+    if (!e_.empty()) return e_; \
+  } while (0)
+  switch (sig) {
+    case Sig::FragFill:
+      KILN_REQ(need_frag(0, "first operand"));
+      if (!(ops[1] == ops[0].scalar()))
+        return fmt::format("'frag.fill' of {} needs a {} scalar, got {}", tn(ops[0]),
+                           elem_name(ops[0].elem), tn(ops[1]));
+      break;
+    case Sig::FragLoad:
+      KILN_REQ(need_frag(0, "first operand"));
+      KILN_REQ(need_memory(1, ops[0], false));
+      KILN_REQ(need_u32(2, "index"));
+      KILN_REQ(need_u32(3, "stride"));
+      KILN_REQ(need_u32(4, "row count"));
+      KILN_REQ(need_u32(5, "column count"));
+      break;
+    case Sig::FragStore:
+      KILN_REQ(need_frag(5, "last operand"));
+      if (ops[5].use != FragUse::Acc)
+        return fmt::format("'frag.store' stores accumulators, not {}", tn(ops[5]));
+      KILN_REQ(need_memory(0, ops[5], true));
+      KILN_REQ(need_u32(1, "index"));
+      KILN_REQ(need_u32(2, "stride"));
+      KILN_REQ(need_u32(3, "row count"));
+      KILN_REQ(need_u32(4, "column count"));
+      break;
+    case Sig::FragMma: {
+      KILN_REQ(need_frag(0, "accumulator"));
+      KILN_REQ(need_frag(1, "a operand"));
+      KILN_REQ(need_frag(2, "b operand"));
+      const Type &c = ops[0], &a = ops[1], &b = ops[2];
+      if (c.use != FragUse::Acc || a.use != FragUse::A || b.use != FragUse::B)
+        return fmt::format("'frag.mma' takes an accumulator, an A and a B fragment, got {}, {}, {}",
+                           tn(c), tn(a), tn(b));
+      KILN_REQ(same_shape(c, a));
+      KILN_REQ(same_shape(c, b));
+      if (a.elem != b.elem)
+        return fmt::format("'frag.mma' needs A and B of one element type, got {} and {}",
+                           elem_name(a.elem), elem_name(b.elem));
+      if (c.elem != frag_acc_elem(a.elem))
+        return fmt::format(
+            "'frag.mma' of {} inputs accumulates in {}, not {}; cast the "
+            "accumulator after the multiplies",
+            elem_name(a.elem), elem_name(frag_acc_elem(a.elem)), elem_name(c.elem));
+      break;
+    }
+    case Sig::FragCast:
+      KILN_REQ(need_frag(0, "destination"));
+      KILN_REQ(need_frag(1, "source"));
+      if (ops[0].use != FragUse::Acc || ops[1].use != FragUse::Acc)
+        return fmt::format("'frag.cast' converts accumulators, got {} and {}", tn(ops[0]),
+                           tn(ops[1]));
+      KILN_REQ(same_shape(ops[0], ops[1]));
+      break;
+    case Sig::FragPlane:
+      KILN_REQ(need_frag(0, "first operand"));
+      KILN_REQ(need_u32(1, "plane"));
+      break;
+    default:
+      break;
+  }
+#undef KILN_REQ
+  if ((sig == Sig::FragLoad || sig == Sig::FragStore) && attr.i > 1)
+    return fmt::format("'{}' has an invalid layout {} (row or col)", name, attr.i);
+  return {};
+}
+
 }  // namespace
 
 const OpInfo& op_info(OpKind kind) {
@@ -122,6 +229,7 @@ int sig_operand_count(Sig sig) {
     case Sig::Nullary:
     case Sig::Loop:
     case Sig::Jump:
+    case Sig::AllocFrag:
       return 0;
     case Sig::Unary:
     case Sig::Cast:
@@ -144,15 +252,22 @@ int sig_operand_count(Sig sig) {
     case Sig::VarWrite:
     case Sig::PlaneLane:
     case Sig::Units:
+    case Sig::FragFill:
+    case Sig::FragCast:
+    case Sig::FragPlane:
       return 2;
     case Sig::Ternary:
     case Sig::Select:
     case Sig::Store:
     case Sig::Atomic:
     case Sig::For:
+    case Sig::FragMma:
       return 3;
     case Sig::AtomicCas:
       return 4;
+    case Sig::FragLoad:
+    case Sig::FragStore:
+      return 6;
     case Sig::Print:
       return -1;
   }
@@ -171,6 +286,11 @@ bool sig_has_result(Sig sig) {
     case Sig::Jump:
     case Sig::Print:
     case Sig::Assert:
+    case Sig::FragFill:
+    case Sig::FragLoad:
+    case Sig::FragStore:
+    case Sig::FragMma:
+    case Sig::FragCast:
       return false;
     default:
       return true;
@@ -185,6 +305,7 @@ bool sig_result_is_explicit(Sig sig) {
     case Sig::Broadcast:
     case Sig::AllocShared:
     case Sig::AllocLocal:
+    case Sig::AllocFrag:
       return true;
     default:
       return false;
@@ -202,6 +323,51 @@ int sig_region_count(Sig sig) {
     default:
       return 0;
   }
+}
+
+int frag_k_step(ElemType e) {
+  switch (e) {
+    case ElemType::F16:
+    case ElemType::BF16:
+      return 16;
+    case ElemType::F32:  // tf32
+      return 8;
+    case ElemType::I8:
+    case ElemType::U8:
+      return 32;
+    default:
+      return 0;
+  }
+}
+
+ElemType frag_acc_elem(ElemType e) {
+  return is_int(e) ? ElemType::I32 : ElemType::F32;
+}
+
+std::string frag_type_error(const Type& t) {
+  if (t.kind != TypeKind::Frag) return fmt::format("{} is not a fragment", type_name(t));
+  if (t.m != 16 && t.m != 32)
+    return fmt::format("{}: m must be 16 or 32, got {}", type_name(t), t.m);
+  if (t.n != 8 && t.n != 16 && t.n != 32)
+    return fmt::format("{}: n must be 8, 16 or 32, got {}", type_name(t), t.n);
+  if (t.use == FragUse::Acc) {
+    if (t.elem != ElemType::F32 && t.elem != ElemType::F16 && t.elem != ElemType::BF16 &&
+        t.elem != ElemType::I32)
+      return fmt::format("{}: an accumulator holds f32, f16, bf16 or i32, not {}", type_name(t),
+                         elem_name(t.elem));
+    if (t.k != 8 && t.k != 16 && t.k != 32 && t.k != 64)
+      return fmt::format("{}: k must be 8, 16, 32 or 64, got {}", type_name(t), t.k);
+    return {};
+  }
+  const int step = frag_k_step(t.elem);
+  if (step == 0)
+    return fmt::format(
+        "{}: matrix inputs are f16, bf16, f32 (multiplied as tf32), i8 or u8, not {}", type_name(t),
+        elem_name(t.elem));
+  if (t.k != step && t.k != 2 * step)
+    return fmt::format("{}: k must be {} or {} for {} inputs, got {}", type_name(t), step, 2 * step,
+                       elem_name(t.elem), t.k);
+  return {};
 }
 
 bool int_literal_fits(ElemType t, uint64_t bits) {
@@ -497,6 +663,21 @@ std::string check_op_types(OpKind kind, std::span<const Type> ops, const Attr& a
     case Sig::Assert:
       if (!(ops[0] == Type::value(ElemType::Bool)))
         return fmt::format("the condition of 'assert' must be a bool scalar, got {}", tn(ops[0]));
+      break;
+    case Sig::AllocFrag:
+      if (declared.kind != TypeKind::Frag)
+        return fmt::format("'alloc.frag' must produce a frag<...> type, not {}", tn(declared));
+      KILN_REQ(frag_type_error(declared));
+      out = declared;
+      break;
+    case Sig::FragFill:
+    case Sig::FragLoad:
+    case Sig::FragStore:
+    case Sig::FragMma:
+    case Sig::FragCast:
+    case Sig::FragPlane:
+      KILN_REQ(check_frag_op(info.sig, name, ops, attr));
+      if (info.sig == Sig::FragPlane) out = ops[0];
       break;
   }
 #undef KILN_REQ

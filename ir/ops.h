@@ -55,6 +55,13 @@ enum class Sig : uint8_t {
   Nullary,        // NAME
   PlaneReduce,    // %r = NAME %a : T
   PlaneLane,      // %r = NAME %a, %lane : T                 lane: u32
+  AllocFrag,      // %r = alloc.frag : frag<USE, T, M, N, K>
+  FragFill,       // frag.fill %f, %v                         v: scalar of f's element type
+  FragLoad,       // frag.load %f, %m, %i, %stride, %rows, %cols, row|col   m: global or shared
+  FragStore,      // frag.store %m, %i, %stride, %rows, %cols, %f, row|col  f: an accumulator
+  FragMma,        // frag.mma %acc, %a, %b                   acc += a * b
+  FragCast,       // frag.cast %dst, %src                    accumulators of one shape
+  FragPlane,      // %r = frag.plane %f, %p : frag<...>      (lowered kernels only)
   If,             // if %c { ... } [else { ... }]
   For,            // for %i = %a to %b step %s [unroll N|full] { ... }
   Loop,           // loop { ... }
@@ -134,6 +141,14 @@ inline constexpr uint64_t kUnrollFull = 0xffffffffu;  // `unroll full`
 // a location (callers add it).
 std::string check_op_types(OpKind kind, std::span<const Type> operands, const Attr& attr,
                            Type& result);
+
+// Why a fragment type is not one kiln supports, or "" (the shapes and element types of
+// docs/dsl.md "Matrices": m 16 or 32, n 8, 16 or 32, k one or two instruction steps).
+std::string frag_type_error(const Type& t);
+// The k of one multiply instruction for inputs of element type `e` (0 if not an input type).
+int frag_k_step(ElemType e);
+// The accumulator element type of a multiply with inputs of type `e`.
+ElemType frag_acc_elem(ElemType e);
 
 // Whether `bits` (an integer literal stored as two's complement in 64 bits) fits in `t`.
 bool int_literal_fits(ElemType t, uint64_t bits);

@@ -288,6 +288,26 @@ class Parser {
       advance();
       return Type::void_type();
     }
+    if (word == "frag") {
+      advance();
+      expect_punct('<');
+      if (tok_.kind != Tok::Ident || (tok_.text != "a" && tok_.text != "b" && tok_.text != "acc"))
+        expected("a fragment use (a, b or acc)");
+      const FragUse use = tok_.text == "a"   ? FragUse::A
+                          : tok_.text == "b" ? FragUse::B
+                                             : FragUse::Acc;
+      advance();
+      expect_punct(',');
+      const Type elem = parse_line_type();
+      if (elem.lanes != 1) fail("a fragment's element type is a scalar type such as f16");
+      int dims[3];
+      for (int& d : dims) {
+        expect_punct(',');
+        d = static_cast<int>(parse_uint("a fragment dimension", 255));
+      }
+      expect_punct('>');
+      return Type::frag(use, elem.elem, dims[0], dims[1], dims[2]);
+    }
     if (word == "tensor" || word == "array" || word == "shared" || word == "local" ||
         word == "var") {
       advance();
@@ -562,6 +582,17 @@ class Parser {
       case Sig::ShapeStride:
         operands(1);
         immediate("a dimension");
+        break;
+      case Sig::FragLoad:
+      case Sig::FragStore:
+        operands(6);
+        expect_punct(',');
+        if (is_ident("row") || is_ident("col")) {
+          op.attr.i = is_ident("col") ? 1 : 0;
+          advance();
+        } else {
+          expected("the memory layout, row or col");
+        }
         break;
       default:
         operands(sig_operand_count(info.sig));

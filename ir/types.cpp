@@ -43,6 +43,18 @@ ElemClass elem_class(ElemType t) {
   return kElemInfo[static_cast<int>(t)].cls;
 }
 
+std::string_view frag_use_name(FragUse u) {
+  switch (u) {
+    case FragUse::A:
+      return "a";
+    case FragUse::B:
+      return "b";
+    case FragUse::Acc:
+      return "acc";
+  }
+  return "?";
+}
+
 namespace {
 std::string line_name(const Type& t) {
   if (t.lanes == 1) return std::string(elem_name(t.elem));
@@ -66,6 +78,9 @@ std::string type_name(const Type& t) {
       return fmt::format("local<{}, {}>", line_name(t), t.count);
     case TypeKind::Var:
       return fmt::format("var<{}>", line_name(t));
+    case TypeKind::Frag:
+      return fmt::format("frag<{}, {}, {}, {}, {}>", frag_use_name(t.use), elem_name(t.elem), t.m,
+                         t.n, t.k);
   }
   KILN_CHECK(false, "unknown type kind");
   return {};

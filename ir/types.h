@@ -65,16 +65,28 @@ enum class TypeKind : uint8_t {
   Shared,  // cube-shared memory of a fixed number of lines
   Local,   // unit-private memory of a fixed number of lines
   Var,     // a mutable variable holding one line
+  Frag,    // a matrix fragment owned by a plane (use, element type, shape m x n x k)
 };
+
+// What a matrix fragment is for: the left (m x k) or right (k x n) operand of a matrix
+// multiply-accumulate, or its accumulator (m x n).
+enum class FragUse : uint8_t { A = 0, B = 1, Acc = 2 };
+std::string_view frag_use_name(FragUse u);  // "a", "b", "acc"
+
+// The memory layout of a fragment load or store (an op attribute): element (r, c) of the tile
+// is at index + r * stride + c (row) or index + c * stride + r (col).
+enum class FragLayout : uint8_t { Row = 0, Col = 1 };
 
 // One value type. Memory and var types carry the line they hold in elem/lanes.
 struct Type {
   TypeKind kind = TypeKind::Void;
   ElemType elem = ElemType::Bool;
   uint8_t lanes = 1;
-  uint8_t rank = 0;        // Tensor only
-  bool read_only = false;  // Tensor and Array only
-  uint32_t count = 0;      // Shared and Local: number of lines
+  uint8_t rank = 0;          // Tensor only
+  bool read_only = false;    // Tensor and Array only
+  uint32_t count = 0;        // Shared and Local: number of lines
+  FragUse use = FragUse::A;  // Frag only, with the shape m x n x k of the multiply it is for
+  uint8_t m = 0, n = 0, k = 0;
 
   static Type void_type() { return Type{}; }
   static Type value(ElemType e, int lanes = 1) {
@@ -108,6 +120,15 @@ struct Type {
     t.kind = TypeKind::Local;
     return t;
   }
+  static Type frag(FragUse use, ElemType e, int m, int n, int k) {
+    Type t = value(e, 1);
+    t.kind = TypeKind::Frag;
+    t.use = use;
+    t.m = static_cast<uint8_t>(m);
+    t.n = static_cast<uint8_t>(n);
+    t.k = static_cast<uint8_t>(k);
+    return t;
+  }
   static Type var(ElemType e, int lanes) {
     Type t = value(e, lanes);
     t.kind = TypeKind::Var;
@@ -122,6 +143,10 @@ struct Type {
   }
   bool is_global() const { return kind == TypeKind::Tensor || kind == TypeKind::Array; }
   bool is_var() const { return kind == TypeKind::Var; }
+  bool is_frag() const { return kind == TypeKind::Frag; }
+  // A fragment's rows and columns: m x k (A), k x n (B), m x n (accumulator).
+  int frag_rows() const { return use == FragUse::B ? k : m; }
+  int frag_cols() const { return use == FragUse::A ? k : n; }
   // The line a memory object or variable holds, or the value type itself.
   Type line() const { return value(elem, lanes); }
   Type scalar() const { return value(elem, 1); }
@@ -138,12 +163,13 @@ struct Type {
 
   friend bool operator==(const Type& a, const Type& b) {
     return a.kind == b.kind && a.elem == b.elem && a.lanes == b.lanes && a.rank == b.rank &&
-           a.read_only == b.read_only && a.count == b.count;
+           a.read_only == b.read_only && a.count == b.count && a.use == b.use && a.m == b.m &&
+           a.n == b.n && a.k == b.k;
   }
 };
 
 // Canonical text: f32, f32x4, tensor<f32x4, 2, ro>, array<u32>, shared<f32, 256>,
-// local<i32x2, 8>, var<f32x4>, void.
+// local<i32x2, 8>, var<f32x4>, frag<acc, f32, 16, 16, 16>, void.
 std::string type_name(const Type& t);
 
 }  // namespace kiln::ir

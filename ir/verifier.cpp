@@ -27,6 +27,11 @@ bool is_identifier(const std::string& s) {
   return true;
 }
 
+bool is_frag_op(OpKind k) {
+  return k == OpKind::FragFill || k == OpKind::FragLoad || k == OpKind::FragStore ||
+         k == OpKind::FragMma || k == OpKind::FragCast;
+}
+
 class Verifier {
  public:
   explicit Verifier(const Kernel& k)
@@ -35,7 +40,8 @@ class Verifier {
   Status run() {
     check_kernel();
     walk(k_.body, [&](const Op& op) {
-      if (op.kind == OpKind::Units) lowered_ = true;
+      if (op.kind == OpKind::Units || op.kind == OpKind::FragPlane) lowered_ = true;
+      if (is_frag_op(op.kind)) frag_op_ = &op;
     });
     if (errors_.empty()) region(k_.body, 0, 0, false);
     // A lowered kernel has no barriers left to check.
@@ -246,15 +252,24 @@ class Verifier {
     // unit must be inside a units loop, and barriers and plane ops are gone.
     if (lowered_) {
       if (op.kind == OpKind::Units && in_units) op_error(op, "'units' loops do not nest");
+      // Fragment ops stay, once per plane, on the plane's copy (frag.plane).
+      if (is_frag_op(op.kind) && in_units)
+        op_error(op, fmt::format("'{}' runs once per plane and cannot be inside a units loop",
+                                 info.name));
       if (op.kind == OpKind::UnitPos || op.kind == OpKind::AbsolutePos ||
           op.kind == OpKind::PlaneLane || op.kind == OpKind::PlanePos ||
-          has_flag(op.kind, op_flags::Barrier) || has_flag(op.kind, op_flags::PlaneOp))
+          has_flag(op.kind, op_flags::Barrier) ||
+          (has_flag(op.kind, op_flags::PlaneOp) && !is_frag_op(op.kind)))
         op_error(op, fmt::format("'{}' cannot appear in a lowered kernel (one with units "
                                  "loops); compute it from the unit index",
                                  info.name));
       if (op.kind == OpKind::Break && in_units) op_error(op, "'break' cannot leave a units loop");
     }
     // Placement.
+    if (op.kind == OpKind::AllocFrag && depth != 0)
+      op_error(op,
+               "'alloc.frag' must be at the top level of the kernel, not inside control "
+               "flow: a fragment is allocated once per plane");
     if (op.kind == OpKind::AllocLocal && units_body) {
       // per-unit memory of a lowered kernel, allocated for each unit
     } else if ((op.kind == OpKind::AllocShared || op.kind == OpKind::AllocLocal) && depth != 0)
@@ -283,6 +298,11 @@ class Verifier {
 
   void check_uniformity() {
     const UniformityInfo u = analyze_uniformity(k_);
+    if (frag_op_ && k_.units_per_cube() % 32 != 0)
+      op_error(*frag_op_,
+               fmt::format("'{}' needs whole planes, but the cube has {} units, not a multiple of "
+                           "32; make the cube size a multiple of 32",
+                           op_name(frag_op_->kind), k_.units_per_cube()));
     size_t index = 0;  // control is in pre-order, as walk visits
     walk(k_.body, [&](const Op& op) {
       const auto ctl = u.control[index++];
@@ -299,6 +319,18 @@ class Verifier {
                                  "it before the branch and use the result inside",
                                  name, cause_words(ctl.cause)));
       }
+      // What a plane's fragment op reads besides fragments is the plane's (one index, one
+      // stride, one fill value for the whole plane).
+      if (is_frag_op(op.kind))
+        for (ValueId x : op.operands)
+          if (!k_.type_of(x).is_frag() && !k_.type_of(x).is_memory() &&
+              u.of(x) == Uniformity::Varying)
+            op_error(op, fmt::format("operand {} of '{}' differs between the units of a plane; "
+                                     "a plane works on a fragment together, so the index, stride "
+                                     "and fill value must be the same for the whole plane "
+                                     "(compute them from plane_pos(), cube_pos() or uniform "
+                                     "values)",
+                                     vname(x), name));
       if (op.kind == OpKind::PlaneBroadcast && op.operands.size() == 2 &&
           u.of(op.operands[1]) == Uniformity::Varying)
         op_error(op,
@@ -313,6 +345,7 @@ class Verifier {
   std::vector<std::string> errors_;
   bool truncated_ = false;
   bool lowered_ = false;
+  const Op* frag_op_ = nullptr;  // one fragment op of the kernel, if any
 };
 
 }  // namespace

@@ -494,7 +494,16 @@ void Gen::emit_scalar(const ir::Op& op) {
       set(op.result, unary(op));
       return;
     case OpKind::AllocShared:
+    case OpKind::AllocFrag:
       return;  // placed up front
+    case OpKind::FragPlane:
+    case OpKind::FragFill:
+    case OpKind::FragLoad:
+    case OpKind::FragStore:
+    case OpKind::FragMma:
+    case OpKind::FragCast:
+      emit_frag(op);
+      return;
     case OpKind::AllocLocal: {
       const ir::Type& t = type(op.result);
       Mem m;

@@ -76,8 +76,10 @@ class Gen {
     B.SetInsertPoint(entry_);
     load_arguments();
     // Shared allocations (including context arrays) get fixed offsets in the arena.
-    for (const ir::Op& op : K.body.ops)
+    for (const ir::Op& op : K.body.ops) {
       if (op.kind == OpKind::AllocShared) place_shared(op);
+      if (op.kind == OpKind::AllocFrag) place_frag(op);
+    }
 
     if (rows_schedule()) {
       emit_cube_rows();
@@ -640,6 +642,22 @@ class Gen {
   }
 
   void emit_scalar(const ir::Op& op);
+
+  // ---- matrix fragments (fragments.cpp)
+  // ---------------------------------------------------------- A fragment is a row-major tile of
+  // 4-byte elements (f32 for float fragments, i32 for integer ones) per plane in the shared arena;
+  // frag.plane points at one plane's copy.
+  void place_frag(const ir::Op& op);
+  void emit_frag(const ir::Op& op);
+  Value* frag_to_compute(Value* x, const ir::Type& frag, ElemType from);
+  Value* frag_from_compute(Value* x, ElemType to, int lanes);
+  Value* frag_round(Value* x, ElemType to);
+  Value* frag_indices(Value* index, Value* stride, int r, int c0, int w, bool col_major);
+  Value* frag_mask(int r, int c0, int w, Value* rows, Value* cols);
+  Value* frag_check(const ir::Op& op, ValueId mem, Value* idx, Value* mask, uint32_t site);
+  void frag_load(const ir::Op& op);
+  void frag_store(const ir::Op& op);
+  void frag_mma(const ir::Op& op);
 
   llvm::LLVMContext& C;
   llvm::Module& M;

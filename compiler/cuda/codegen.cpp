@@ -76,6 +76,11 @@ std::string mem_line_c(const Type& t) {
   const std::string e = t.elem == ElemType::Bool ? "mbool" : std::string(ir::elem_name(t.elem));
   return t.lanes == 1 ? "kiln::" + e : fmt::format("kiln::{}x{}", e, t.lanes);
 }
+// A fragment's C++ type: kiln::frag_acc<kiln::f32, 16, 16, 16>.
+std::string frag_c(const Type& t) {
+  const char* use = t.use == ir::FragUse::A ? "a" : t.use == ir::FragUse::B ? "b" : "acc";
+  return fmt::format("kiln::frag_{}<{}, {}, {}, {}>", use, elem_c(t.elem), t.m, t.n, t.k);
+}
 std::string uint_c(ElemType e) {
   switch (ir::elem_bits(e)) {
     case 8:
@@ -373,6 +378,10 @@ class Gen {
       if (access && O.checked)
         used_.insert(
             {op.operands[0], type(op.operands[0]).kind == TypeKind::Tensor ? "ext" : "len"});
+      if ((op.kind == OpKind::FragLoad || op.kind == OpKind::FragStore) && O.checked) {
+        const ValueId m = op.operands[op.kind == OpKind::FragLoad ? 1 : 0];
+        used_.insert({m, type(m).kind == TypeKind::Tensor ? "ext" : "len"});
+      }
     });
   }
   bool used(ValueId mem, const std::string& what) const { return used_.count({mem, what}) > 0; }
@@ -510,10 +519,11 @@ class Gen {
         return param_name_.at(p.name) + (t.kind == TypeKind::Tensor ? "_ext" : "_len");
     return "0u";
   }
-  uint32_t access_site(const ir::Op& op) {
+  uint32_t access_site(const ir::Op& op, size_t mem_operand = 0) {
     const auto id = static_cast<uint32_t>(info_.accesses.size());
     info_.accesses.push_back(abi::AccessSite{std::string(ir::op_name(op.kind)),
-                                             memory_words(op.operands[0]), K.loc_string(op.loc)});
+                                             memory_words(op.operands[mem_operand]),
+                                             K.loc_string(op.loc)});
     return id;
   }
 
@@ -819,7 +829,38 @@ class Gen {
                          v(op.operands[0]), id));
         return {};
       }
+      case OpKind::AllocFrag: {
+        const Type& t = type(op.result);
+        const std::string name = fmt::format("frag{}", op.result);
+        mem_name_[op.result] = name;
+        line(fmt::format("{} {};", frag_c(t), name));
+        return {};
+      }
+      case OpKind::FragFill:
+        line(fmt::format("kiln::frag_fill({}, {});", v(op.operands[0]), v(op.operands[1])));
+        return {};
+      case OpKind::FragLoad:
+      case OpKind::FragStore: {
+        const bool load = op.kind == OpKind::FragLoad;
+        const size_t m = load ? 1 : 0;
+        const std::string check = O.checked ? fmt::format("{}, kiln_report, kiln_key, {}u",
+                                                          bound(op.operands[m]), access_site(op, m))
+                                            : "0u, nullptr, 0ull, 0u";
+        std::string args;
+        for (ValueId x : op.operands) args += (args.empty() ? "" : ", ") + v(x);
+        line(fmt::format("kiln::frag_{}({}, {}u, {});", load ? "load" : "store", args, op.attr.i,
+                         check));
+        return {};
+      }
+      case OpKind::FragMma:
+        line(fmt::format("kiln::frag_mma({}, {}, {});", v(op.operands[0]), v(op.operands[1]),
+                         v(op.operands[2])));
+        return {};
+      case OpKind::FragCast:
+        line(fmt::format("kiln::frag_cast({}, {});", v(op.operands[0]), v(op.operands[1])));
+        return {};
       case OpKind::Units:
+      case OpKind::FragPlane:
         break;
     }
     return Error(ErrorKind::Unsupported, fmt::format("{}: the CUDA backend cannot generate '{}'",

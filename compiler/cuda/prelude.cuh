@@ -753,4 +753,208 @@ __device__ __forceinline__ u64 print_bits(T x) {
   return b;
 }
 
+// ---- matrix fragments: mma.sync (sm_80 and later) ------------------------------------------------
+
+// A plane's fragment is spread over its 32 lanes as the PTX ISA lays out the operands of
+// mma.sync ("Matrix Fragments for mma.m16n8k16 / m16n8k8 / m16n8k32"): a fragment of shape
+// m x n x k is a grid of instruction tiles (A: 16 x ks, B: ks x 8, accumulator: 16 x 8, where ks
+// is 16 for f16/bf16, 8 for tf32 and 32 for i8/u8), tile after tile in each lane's registers.
+// With g = lane / 4 and t = lane % 4, P elements packed per 32-bit register (2, 1, 4) and
+// register r holding elements h = 0..P-1:
+//   A   row g + 8 * (r & 1),            col P * t + h + ks/2 * (r >> 1)
+//   B   row P * t + h + ks/2 * r,       col g
+//   acc row g + 8 * (e >> 1),           col 2 * t + (e & 1)      (element e = 0..3)
+template <class T> struct mma_input;
+template <> struct mma_input<f16> { static const int ks = 16, pack = 2; };
+template <> struct mma_input<bf16> { static const int ks = 16, pack = 2; };
+template <> struct mma_input<f32> { static const int ks = 8, pack = 1; };  // tf32
+template <> struct mma_input<i8> { static const int ks = 32, pack = 4; };
+template <> struct mma_input<u8> { static const int ks = 32, pack = 4; };
+
+template <class T, int M, int N, int K>
+struct alignas(4) frag_a {
+  typedef T elem;
+  static const int ks = mma_input<T>::ks, pack = mma_input<T>::pack, per_tile = ks / 2,
+                   k_tiles = K / ks, count = (M / 16) * k_tiles * per_tile;
+  T x[count];
+  __device__ static void at(int e, u32 lane, u32& row, u32& col) {
+    const int tile = e / per_tile, w = e % per_tile, r = w / pack, h = w % pack;
+    row = (u32)(tile / k_tiles * 16) + (lane >> 2) + 8u * (u32)(r & 1);
+    col = (u32)(tile % k_tiles * ks) + (u32)pack * (lane & 3u) + (u32)h + (u32)(ks / 2 * (r >> 1));
+  }
+};
+template <class T, int M, int N, int K>
+struct alignas(4) frag_b {
+  typedef T elem;
+  static const int ks = mma_input<T>::ks, pack = mma_input<T>::pack, per_tile = ks / 4,
+                   n_tiles = N / 8, count = (K / ks) * n_tiles * per_tile;
+  T x[count];
+  __device__ static void at(int e, u32 lane, u32& row, u32& col) {
+    const int tile = e / per_tile, w = e % per_tile, r = w / pack, h = w % pack;
+    row = (u32)(tile / n_tiles * ks) + (u32)pack * (lane & 3u) + (u32)h + (u32)(ks / 2 * r);
+    col = (u32)(tile % n_tiles * 8) + (lane >> 2);
+  }
+};
+template <class T, int M, int N, int K>
+struct frag_acc {
+  typedef T elem;
+  static const int n_tiles = N / 8, count = (M / 16) * n_tiles * 4;
+  T x[count];
+  __device__ static void at(int e, u32 lane, u32& row, u32& col) {
+    const int tile = e / 4, w = e % 4;
+    row = (u32)(tile / n_tiles * 16) + (lane >> 2) + 8u * (u32)(w >> 1);
+    col = (u32)(tile % n_tiles * 8) + 2u * (lane & 3u) + (u32)(w & 1);
+  }
+};
+
+// cvt.rna.tf32.f32: to the nearest tf32 (10 mantissa bits), ties away from zero, kept in an f32.
+__device__ __forceinline__ f32 tf32_round(f32 x) {
+#ifdef KILN_EMULATION
+  const u32 b = __float_as_uint(x);
+  if ((b & 0x7f800000u) == 0x7f800000u) return x;  // infinities and NaN keep their bits
+  return __uint_as_float((b + 0x1000u) & 0xffffe000u);
+#else
+  u32 r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return __uint_as_float(r);
+#endif
+}
+template <class T> __device__ __forceinline__ T frag_in(T x) { return x; }
+__device__ __forceinline__ f32 frag_in(f32 x) { return tf32_round(x); }
+template <class F> struct frag_is_input { static const bool value = true; };
+template <class T, int M, int N, int K> struct frag_is_input<frag_acc<T, M, N, K> > { static const bool value = false; };
+
+// Every element of the fragment is `v`.
+template <class F, class T>
+__device__ __forceinline__ void frag_fill(F& f, T v) {
+  for (int e = 0; e < F::count; ++e) f.x[e] = frag_is_input<F>::value ? frag_in(v) : v;
+}
+// Element (r, c) of the tile is mem[index + r * stride + c] (row) or mem[index + c * stride + r]
+// (col); only r < rows and c < cols are read (the others are zero) or written. Checked launches
+// pass the memory's bound and the report; an element past the bound reads zero and is reported.
+template <class F, class Mem>
+__device__ __forceinline__ void frag_load(F& f, const Mem& mem, u32 index, u32 stride, u32 rows, u32 cols,
+                                          u32 col_major, u32 bound, report* rep, u64 key,
+                                          u32 site KILN_WHERE) {
+  const u32 lane = unit_linear() & 31u;
+  for (int e = 0; e < F::count; ++e) {
+    u32 r, c;
+    F::at(e, lane, r, c);
+    const u32 i = index + (col_major ? c * stride + r : r * stride + c);
+    if (r >= rows || c >= cols) {
+      f.x[e] = typename F::elem();
+    } else if (rep && i >= bound) {
+      f.x[e] = fault<typename F::elem>(rep, key, site, i, bound);
+    } else {
+      f.x[e] = frag_is_input<F>::value ? frag_in(load(mem, i KILN_AT)) : load(mem, i KILN_AT);
+    }
+  }
+}
+template <class F, class Mem>
+__device__ __forceinline__ void frag_store(const Mem& mem, u32 index, u32 stride, u32 rows, u32 cols,
+                                           const F& f, u32 col_major, u32 bound, report* rep,
+                                           u64 key, u32 site KILN_WHERE) {
+  const u32 lane = unit_linear() & 31u;
+  for (int e = 0; e < F::count; ++e) {
+    u32 r, c;
+    F::at(e, lane, r, c);
+    const u32 i = index + (col_major ? c * stride + r : r * stride + c);
+    if (r >= rows || c >= cols)
+      continue;
+    else if (rep && i >= bound)
+      fault_store(rep, key, site, i, bound);
+    else
+      store(mem, i, f.x[e] KILN_AT);
+  }
+}
+template <class D, class S, int M, int N, int K>
+__device__ __forceinline__ void frag_cast(frag_acc<D, M, N, K>& d, const frag_acc<S, M, N, K>& s) {
+  for (int e = 0; e < frag_acc<D, M, N, K>::count; ++e) d.x[e] = cast<D>(s.x[e]);
+}
+
+// One mma.sync instruction: d (4 accumulators of a 16 x 8 tile) += a (4 registers) * b (2).
+#ifdef KILN_EMULATION
+// The host runs it as the ISA defines it: each lane gathers the rows of A and columns of B its
+// four results need from the lanes that hold them (shuffles), then accumulates in order over k.
+// The products are exact; each is added in f32 (tf32 inputs use their top 19 bits).
+inline f32 mma_madd(f32 acc, f16 a, f16 b) { return fmaf(to_f32(a), to_f32(b), acc); }
+inline f32 mma_madd(f32 acc, bf16 a, bf16 b) { return fmaf(to_f32(a), to_f32(b), acc); }
+inline f32 mma_madd(f32 acc, f32 a, f32 b) {
+  return fmaf(__uint_as_float(__float_as_uint(a) & 0xffffe000u),
+              __uint_as_float(__float_as_uint(b) & 0xffffe000u), acc);
+}
+inline i32 mma_madd(i32 acc, i8 a, i8 b) { return (i32)((u32)acc + (u32)((i32)a * (i32)b)); }
+inline i32 mma_madd(i32 acc, u8 a, u8 b) { return (i32)((u32)acc + (u32)a * (u32)b); }
+template <class T, class C>
+inline void mma_tile(C* d, const u32* a, const u32* b KILN_WHERE) {
+  const int ks = mma_input<T>::ks, pack = mma_input<T>::pack;
+  const u32 lane = unit_linear() & 31u, g = lane >> 2, t = lane & 3u;
+  T arow[2][32], bcol[2][32];  // rows g and g + 8 of A, columns 2t and 2t + 1 of B
+  for (u32 src_t = 0; src_t < 4; ++src_t) {
+    u32 ar[4], br[2][2];
+    for (int r = 0; r < 4; ++r) ar[r] = __shfl_sync(0xffffffffu, a[r], (int)(4 * g + src_t) KILN_AT);
+    for (int n = 0; n < 2; ++n)
+      for (int r = 0; r < 2; ++r)
+        br[n][r] = __shfl_sync(0xffffffffu, b[r], (int)(4 * (2 * t + n) + src_t) KILN_AT);
+    for (int r = 0; r < 4; ++r)
+      for (int h = 0; h < pack; ++h) {
+        T x;
+        memcpy(&x, reinterpret_cast<const unsigned char*>(&ar[r]) + h * sizeof(T), sizeof(T));
+        arow[r & 1][pack * src_t + h + ks / 2 * (r >> 1)] = x;
+      }
+    for (int n = 0; n < 2; ++n)
+      for (int r = 0; r < 2; ++r)
+        for (int h = 0; h < pack; ++h) {
+          T x;
+          memcpy(&x, reinterpret_cast<const unsigned char*>(&br[n][r]) + h * sizeof(T), sizeof(T));
+          bcol[n][pack * src_t + h + ks / 2 * r] = x;
+        }
+  }
+  for (int e = 0; e < 4; ++e) {
+    C acc = d[e];
+    for (int k = 0; k < ks; ++k) acc = mma_madd(acc, arow[e >> 1][k], bcol[e & 1][k]);
+    d[e] = acc;
+  }
+}
+#else
+template <class T, class C> __device__ __forceinline__ void mma_tile(C* d, const u32* a, const u32* b);
+#define KILN_MMA_F32(T, SHAPE, PTYPE)                                                                   \
+  template <> __device__ __forceinline__ void mma_tile<T, f32>(f32* d, const u32* a, const u32* b) {  \
+    asm volatile("mma.sync.aligned." SHAPE ".row.col.f32." PTYPE "." PTYPE ".f32 {%0, %1, %2, %3}, " \
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"                                      \
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                     \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));                 \
+  }
+KILN_MMA_F32(f16, "m16n8k16", "f16")
+KILN_MMA_F32(bf16, "m16n8k16", "bf16")
+KILN_MMA_F32(f32, "m16n8k8", "tf32")
+#undef KILN_MMA_F32
+#define KILN_MMA_I32(T, PTYPE)                                                                       \
+  template <> __device__ __forceinline__ void mma_tile<T, i32>(i32* d, const u32* a, const u32* b) { \
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32." PTYPE "." PTYPE ".s32 {%0, %1, %2, %3}, " \
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"                                     \
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])                                    \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));                \
+  }
+KILN_MMA_I32(i8, "s8")
+KILN_MMA_I32(u8, "u8")
+#undef KILN_MMA_I32
+#endif
+
+// acc += a * b, tile by tile.
+template <class C, class T, int M, int N, int K>
+__device__ __forceinline__ void frag_mma(frag_acc<C, M, N, K>& acc, const frag_a<T, M, N, K>& a,
+                                         const frag_b<T, M, N, K>& b KILN_WHERE) {
+  typedef frag_a<T, M, N, K> FA;
+  typedef frag_b<T, M, N, K> FB;
+  for (int tm = 0; tm < M / 16; ++tm)
+    for (int tn = 0; tn < N / 8; ++tn)
+      for (int tk = 0; tk < FA::k_tiles; ++tk) {
+        u32 ar[4], br[2];
+        memcpy(ar, &a.x[(tm * FA::k_tiles + tk) * FA::per_tile], sizeof ar);
+        memcpy(br, &b.x[(tk * FB::n_tiles + tn) * FB::per_tile], sizeof br);
+        mma_tile<T>(&acc.x[(tm * (N / 8) + tn) * 4], ar, br KILN_AT);
+      }
+}
+
 }  // namespace kiln

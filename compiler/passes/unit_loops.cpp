@@ -288,8 +288,8 @@ class Lowering {
     for (const Op& op : r.ops) {
       if (op.kind == OpKind::SyncCube) {
         flush_cube(s);
-      } else if (op.kind == OpKind::AllocShared) {
-        root_->map[op.result] = prologue(OpKind::AllocShared, in_.type_of(op.result));
+      } else if (op.kind == OpKind::AllocShared || op.kind == OpKind::AllocFrag) {
+        root_->map[op.result] = prologue(op.kind, in_.type_of(op.result));
       } else if (is_jump(op.kind)) {
         flush_cube(s);
         at_ = op.loc;
@@ -388,6 +388,9 @@ class Lowering {
                  op->kind == OpKind::PlaneAll) {
         flush_plane(s);
         plane_reduce(*op, s);
+      } else if (is_frag_op(op->kind)) {
+        flush_plane(s);
+        frag_op(*op, s);
       } else if (is_plane_op(op->kind)) {  // shuffles: the first op of the next loop
         flush_plane(s);
         pending_[&s].push_back(op);
@@ -445,6 +448,20 @@ class Lowering {
       emit(sb, OpKind::Store, {ctx_array(op.result), w, r});
       s.target->ops.push_back(std::move(store_loop));
     }
+  }
+
+  // A fragment op runs once per plane on the plane's copy of each fragment; its other operands
+  // are the same for every unit of the plane (the verifier checks), so the first unit's serve.
+  void frag_op(const Op& op, Scope& s) {
+    at_ = op.loc;
+    Op c;
+    c.kind = op.kind;
+    c.attr = op.attr;
+    c.loc = op.loc;
+    for (ValueId x : op.operands)
+      c.operands.push_back(
+          in_.type_of(x).is_frag() ? emit(s, OpKind::FragPlane, {get(s, x), s.plane}) : get(s, x));
+    s.target->ops.push_back(std::move(c));
   }
 
   // `for i = start to end step 1`, not unrolled (one copy of a plane's code, or a few dozen

@@ -35,6 +35,7 @@ struct Case {
   std::string expected;  // a substring of the message, which starts with t.kir:LINE:COL
 };
 
+const std::string kAcc = "  %0 = alloc.frag : frag<acc, f32, 16, 16, 16>\n";
 const std::string kVaryingIf = "  %p = unit_pos : u32\n  %c = lt %p, %u : bool\n  if %c {\n";
 
 std::vector<Case> cases() {
@@ -177,6 +178,23 @@ std::vector<Case> cases() {
        "the 'print' format has 2 placeholders but 1 value is given"},
       {OpKind::Assert, "  assert %f, \"positive\"\n",
        "the condition of 'assert' must be a bool scalar, got f32"},
+      {OpKind::AllocFrag, "  %0 = alloc.frag : frag<a, f64, 16, 16, 16>\n",
+       "matrix inputs are f16, bf16, f32 (multiplied as tf32), i8 or u8, not f64"},
+      {OpKind::FragFill, kAcc + "  frag.fill %0, %i\n",
+       "'frag.fill' of frag<acc, f32, 16, 16, 16> needs a f32 scalar, got i32"},
+      {OpKind::FragLoad, kAcc + "  frag.load %0, %af, %u, %u, %u, %u, row\n",
+       "the memory's line width must be 1, got array<f32x4>"},
+      {OpKind::FragStore, kAcc + "  frag.store %ro, %u, %u, %u, %u, %0, row\n",
+       "cannot store to read-only memory"},
+      {OpKind::FragMma,
+       kAcc + "  %1 = alloc.frag : frag<a, f16, 16, 16, 16>\n"
+              "  %2 = alloc.frag : frag<b, bf16, 16, 16, 16>\n  frag.mma %0, %1, %2\n",
+       "'frag.mma' needs A and B of one element type, got f16 and bf16"},
+      {OpKind::FragCast,
+       kAcc + "  %1 = alloc.frag : frag<acc, f16, 16, 8, 16>\n  frag.cast %1, %0\n",
+       "'frag.cast' needs fragments of one shape m x n x k"},
+      {OpKind::FragPlane, kAcc + "  %1 = frag.plane %0, %f : frag<acc, f32, 16, 16, 16>\n",
+       "the plane of 'frag.plane' must be u32, got f32"},
   };
 }
 
@@ -222,6 +240,49 @@ TEST_CASE("lowered kernels keep unit-level ops inside units loops", "[ir][verifi
   CHECK(verify_body(
             "  %0 = const 0 : u32\n  units %1 = %0 to %u {\n    %2 = alloc.local : local<f32, 2>\n"
             "    continue\n  }\n") == "(ok)");
+}
+
+TEST_CASE("matrix fragments: shapes, types, placement and plane uniformity", "[ir][verifier]") {
+  CHECK_THAT(verify_body("  %0 = alloc.frag : frag<a, f16, 16, 16, 8>\n"),
+             Catch::Contains("k must be 16 or 32 for f16 inputs, got 8"));
+  CHECK_THAT(verify_body("  %0 = alloc.frag : frag<acc, f32, 8, 16, 16>\n"),
+             Catch::Contains("m must be 16 or 32, got 8"));
+  CHECK_THAT(verify_body("  %0 = alloc.frag : frag<acc, i8, 16, 16, 32>\n"),
+             Catch::Contains("an accumulator holds f32, f16, bf16 or i32, not i8"));
+  CHECK_THAT(verify_body(kAcc + "  %1 = alloc.frag : frag<a, i8, 16, 16, 32>\n"
+                                "  %2 = alloc.frag : frag<b, i8, 16, 16, 32>\n"
+                                "  %3 = alloc.frag : frag<acc, f32, 16, 16, 32>\n"
+                                "  frag.mma %3, %1, %2\n"),
+             Catch::Contains("'frag.mma' of i8 inputs accumulates in i32, not f32"));
+  CHECK_THAT(verify_body("  %0 = alloc.frag : frag<a, f32, 16, 16, 8>\n"
+                         "  frag.store %t, %u, %u, %u, %u, %0, row\n"),
+             Catch::Contains("'frag.store' stores accumulators"));
+  CHECK_THAT(verify_body("  %0 = alloc.frag : frag<acc, f32, 16, 16, 16>\n"
+                         "  frag.load %0, %t, %u, %u, %u, %u, diagonal\n"),
+             Catch::Contains("the memory layout, row or col"));
+  CHECK_THAT(verify_body("  if %b {\n  " + kAcc + "  }\n"),
+             Catch::Contains("'alloc.frag' must be at the top level of the kernel"));
+  // A plane works on its fragment together: no unit-dependent control flow or operands.
+  CHECK_THAT(verify_body(kAcc + kVaryingIf + "    frag.fill %0, %f\n  }\n"),
+             Catch::Contains("'frag.fill' is under control flow that differs between the units "
+                             "of a plane"));
+  CHECK_THAT(verify_body(kAcc + "  %1 = unit_pos : u32\n"
+                                "  frag.store %t, %1, %u, %u, %u, %0, row\n"),
+             Catch::Contains("operand %1 of 'frag.store' differs between the units of a plane"));
+  CHECK(verify_body(kAcc + "  %1 = plane_pos : u32\n  frag.store %t, %1, %u, %u, %u, %0, col\n") ==
+        "(ok)");
+  // Fragments in a lowered kernel run once per plane, never inside a units loop.
+  CHECK_THAT(verify_body(kAcc + "  units %1 = %u to %u {\n"
+                                "    %2 = frag.plane %0, %1 : frag<acc, f32, 16, 16, 16>\n"
+                                "    frag.fill %2, %f\n  }\n"),
+             Catch::Contains("'frag.fill' runs once per plane and cannot be inside a units loop"));
+  auto k = parse("kernel @k(%f: f32) cube_dim(48, 1, 1) {\n" + kAcc + "  frag.fill %0, %f\n}\n",
+                 "t.kir");
+  REQUIRE(k.ok());
+  auto st = verify(*k);
+  REQUIRE(!st.ok());
+  CHECK_THAT(st.error().message,
+             Catch::Contains("'frag.fill' needs whole planes, but the cube has 48 units"));
 }
 
 TEST_CASE("kernel-level rules", "[ir][verifier]") {

@@ -91,7 +91,8 @@ std::string host_machine() {
   return ::uname(&u) == 0 ? std::string(u.machine) : std::string("unknown");
 }
 
-// Whether the kernel has barriers or plane operations: then its units must run as fibers.
+// Whether the kernel has barriers or plane operations (the multiply of matrix fragments
+// among them): then its units must run as fibers.
 bool needs_fibers(const ir::Kernel& k) {
   bool any = false;
   ir::walk(k.body, [&](const ir::Op& op) {
@@ -106,6 +107,7 @@ bool needs_fibers(const ir::Kernel& k) {
       case ir::OpKind::PlaneBroadcast:
       case ir::OpKind::PlaneShuffle:
       case ir::OpKind::PlaneShuffleXor:
+      case ir::OpKind::FragMma:  // its emulation gathers operands from other lanes
         any = true;
         break;
       default:

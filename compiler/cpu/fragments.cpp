@@ -1,0 +1,347 @@
+// Matrix fragments on the CPU. The unit-loop lowering keeps fragment ops at plane level (once per
+// plane, on the plane's copy from frag.plane); here each becomes SIMD code over the fragment's
+// rows: loads and stores move rows as vectors, and frag.mma is a register-blocked micro-kernel:
+// a block of accumulator rows stays in vector registers while k runs, each step loading one row
+// of B and broadcasting one element of A per accumulator row into a fused multiply-add.
+#include "compiler/cpu/gen.h"
+
+namespace kiln::cpu::detail {
+
+namespace {
+
+constexpr uint32_t kPlaneWidth = 32;  // plane_dim on the CPU (ir/ir.h)
+
+bool int_frag(const ir::Type& t) {
+  return ir::is_int(t.elem);
+}
+
+// Bytes of one plane's copy of a fragment: rows x cols 4-byte elements.
+uint64_t frag_bytes(const ir::Type& t) {
+  return uint64_t{static_cast<uint64_t>(t.frag_rows())} * t.frag_cols() * 4;
+}
+
+// Elements moved per vector: whole rows up to 16.
+int frag_width(const ir::Type& t) {
+  return std::min(t.frag_cols(), 16);
+}
+
+}  // namespace
+
+void Gen::place_frag(const ir::Op& op) {
+  const ir::Type& t = type(op.result);
+  const uint32_t planes = (K.units_per_cube() + kPlaneWidth - 1) / kPlaneWidth;
+  const uint64_t bytes = frag_bytes(t) * planes;
+  const uint32_t offset = shared_bytes_;
+  shared_bytes_ += static_cast<uint32_t>((bytes + 63) / 64 * 64);
+  info_.shared_bytes = shared_bytes_;
+  vals_[op.result] = B.CreateConstInBoundsGEP1_32(B.getInt8Ty(), shared_, offset,
+                                                  fmt::format("frag{}", op.result));
+}
+
+// A memory element converted to what the fragment holds: f32 (f16, bf16 and f32 inputs, the
+// latter rounded to tf32 as a tensor core reads them) or i32.
+Value* Gen::frag_to_compute(Value* x, const ir::Type& frag, ElemType from) {
+  const int lanes =
+      x->getType()->isVectorTy()
+          ? static_cast<int>(llvm::cast<llvm::FixedVectorType>(x->getType())->getNumElements())
+          : 1;
+  ir::Type lt = ir::Type::value(from, lanes);
+  switch (from) {
+    case ElemType::F16:
+    case ElemType::BF16:
+      return promote(x, lt);
+    case ElemType::F32: {
+      if (frag.use == ir::FragUse::Acc) return x;
+      // cvt.rna.tf32.f32: round the 13 low mantissa bits away, ties away from zero; infinities
+      // and NaN keep their bits.
+      llvm::Type* it = vec(B.getInt32Ty(), lanes);
+      auto k = [&](uint32_t c) { return llvm::ConstantInt::get(it, c); };
+      Value* bits = B.CreateBitCast(x, it);
+      Value* rounded = B.CreateAnd(B.CreateAdd(bits, k(0x1000)), k(0xffffe000u));
+      Value* special = B.CreateICmpEQ(B.CreateAnd(bits, k(0x7f800000u)), k(0x7f800000u));
+      return B.CreateBitCast(B.CreateSelect(special, bits, rounded), x->getType());
+    }
+    case ElemType::I8:
+      return B.CreateSExt(x, vec(B.getInt32Ty(), lanes));
+    case ElemType::U8:
+      return B.CreateZExt(x, vec(B.getInt32Ty(), lanes));
+    default:
+      return x;  // i32 accumulators
+  }
+}
+
+// A fragment's f32/i32 value as an element of type `to`, for stores.
+Value* Gen::frag_from_compute(Value* x, ElemType to, int lanes) {
+  const ir::Type t = ir::Type::value(to, lanes);
+  if (to == ElemType::F16 || to == ElemType::BF16) return demote(x, t);
+  return x;
+}
+
+// Rounds an f32/i32 fragment value to what an accumulator of type `to` holds (frag.cast).
+Value* Gen::frag_round(Value* x, ElemType to) {
+  llvm::Type* xt = x->getType();
+  const int lanes = static_cast<int>(llvm::cast<llvm::FixedVectorType>(xt)->getNumElements());
+  llvm::Type* f32 = vec(B.getFloatTy(), lanes);
+  const bool from_int = xt->getScalarType()->isIntegerTy();
+  switch (to) {
+    case ElemType::I32:
+      return from_int ? x : saturating_cast(x, vec(B.getInt32Ty(), lanes), true);
+    case ElemType::F32:
+      return from_int ? B.CreateSIToFP(x, f32) : x;
+    case ElemType::F16:
+    case ElemType::BF16: {
+      // Through f64 from integers (exact), so the value is rounded once.
+      Value* f = from_int ? B.CreateSIToFP(x, vec(B.getDoubleTy(), lanes)) : x;
+      const ir::Type t = ir::Type::value(to, lanes);
+      if (to == ElemType::F16) return promote(B.CreateFPTrunc(f, ty(t)), t);
+      if (from_int) f = round_to_odd_f32(f, lanes);
+      return promote(to_bf16(f, lanes), t);
+    }
+    default:
+      KILN_CHECK(false, "frag.cast to an element type the verifier rejects");
+      return x;
+  }
+}
+
+void Gen::emit_frag(const ir::Op& op) {
+  switch (op.kind) {
+    case OpKind::FragPlane: {
+      const ir::Type& t = type(op.result);
+      Value* offset =
+          B.CreateMul(B.CreateZExt(v(op.operands[1]), B.getInt64Ty()), B.getInt64(frag_bytes(t)));
+      set(op.result, B.CreateInBoundsGEP(B.getInt8Ty(), v(op.operands[0]), offset));
+      return;
+    }
+    case OpKind::FragFill: {
+      const ir::Type& t = type(op.operands[0]);
+      const int w = frag_width(t);
+      Value* x = frag_to_compute(v(op.operands[1]), t, t.elem);
+      Value* line = B.CreateVectorSplat(static_cast<unsigned>(w), x);
+      const uint64_t count = static_cast<uint64_t>(t.frag_rows()) * t.frag_cols() / w;
+      for (uint64_t i = 0; i < count; ++i)
+        B.CreateAlignedStore(line,
+                             B.CreateConstInBoundsGEP1_64(line->getType(), v(op.operands[0]), i),
+                             llvm::Align(4));
+      return;
+    }
+    case OpKind::FragLoad:
+      frag_load(op);
+      return;
+    case OpKind::FragStore:
+      frag_store(op);
+      return;
+    case OpKind::FragMma:
+      frag_mma(op);
+      return;
+    case OpKind::FragCast: {
+      const ir::Type& d = type(op.operands[0]);
+      const ir::Type& src = type(op.operands[1]);
+      const int w = frag_width(d);
+      llvm::Type* st = vec(int_frag(src) ? B.getInt32Ty() : B.getFloatTy(), w);
+      const uint64_t count = static_cast<uint64_t>(d.frag_rows()) * d.frag_cols() / w;
+      for (uint64_t i = 0; i < count; ++i) {
+        Value* x = B.CreateAlignedLoad(st, B.CreateConstInBoundsGEP1_64(st, v(op.operands[1]), i),
+                                       llvm::Align(4));
+        Value* r = frag_round(x, d.elem);
+        B.CreateAlignedStore(r, B.CreateConstInBoundsGEP1_64(r->getType(), v(op.operands[0]), i),
+                             llvm::Align(4));
+      }
+      return;
+    }
+    default:
+      KILN_CHECK(false, "emit_frag called for another op");
+  }
+}
+
+// The element indices of row r, columns [c0, c0 + w) of a tile at `index` (u32 arithmetic, as
+// the IR computes indices): index + r * stride + c (row-major) or index + c * stride + r.
+Value* Gen::frag_indices(Value* index, Value* stride, int r, int c0, int w, bool col_major) {
+  std::vector<llvm::Constant*> cs;
+  for (int c = 0; c < w; ++c) cs.push_back(B.getInt32(static_cast<uint32_t>(c0 + c)));
+  Value* cols = llvm::ConstantVector::get(cs);
+  Value* s = B.CreateVectorSplat(static_cast<unsigned>(w), stride);
+  Value* base = B.CreateVectorSplat(static_cast<unsigned>(w), index);
+  Value* rr = B.CreateVectorSplat(static_cast<unsigned>(w), B.getInt32(static_cast<uint32_t>(r)));
+  return B.CreateAdd(base, col_major ? B.CreateAdd(B.CreateMul(cols, s), rr)
+                                     : B.CreateAdd(B.CreateMul(rr, s), cols));
+}
+
+// Which lanes of the vector for columns [c0, c0 + w) of row r are inside rows x cols.
+Value* Gen::frag_mask(int r, int c0, int w, Value* rows, Value* cols) {
+  Value* row_ok = B.CreateICmpULT(B.getInt32(static_cast<uint32_t>(r)), rows);
+  std::vector<llvm::Constant*> idx;
+  for (int c = 0; c < w; ++c) idx.push_back(B.getInt32(static_cast<uint32_t>(c0 + c)));
+  Value* lanes = B.CreateICmpULT(llvm::ConstantVector::get(idx),
+                                 B.CreateVectorSplat(static_cast<unsigned>(w), cols));
+  return B.CreateAnd(lanes, B.CreateVectorSplat(static_cast<unsigned>(w), row_ok));
+}
+
+// Checked launches: the lanes of `mask` whose index is past the memory's extent are reported
+// (the first of them, once per row) and dropped from the mask.
+Value* Gen::frag_check(const ir::Op& op, ValueId mem, Value* idx, Value* mask, uint32_t site) {
+  if (!O.checked) return mask;
+  const auto w =
+      static_cast<unsigned>(llvm::cast<llvm::FixedVectorType>(idx->getType())->getNumElements());
+  Value* extent = B.CreateVectorSplat(w, mem_.at(mem).extent);
+  Value* inside = B.CreateICmpULT(idx, extent);
+  Value* bad = B.CreateAnd(mask, B.CreateNot(inside));
+  auto* fault_bb = llvm::BasicBlock::Create(C, "frag.fault", F);
+  auto* cont = llvm::BasicBlock::Create(C, "frag.checked", F);
+  B.CreateCondBr(B.CreateOrReduce(bad), fault_bb, cont);
+  B.SetInsertPoint(fault_bb);
+  Value* bits = B.CreateZExt(B.CreateBitCast(bad, B.getIntNTy(w)), B.getInt32Ty());
+  Value* first = B.CreateIntrinsic(llvm::Intrinsic::cttz, {B.getInt32Ty()}, {bits, B.getTrue()});
+  call_fault(site, B.CreateExtractElement(idx, first), mem_.at(mem).extent, unit_or_zero());
+  B.CreateBr(cont);
+  B.SetInsertPoint(cont);
+  (void)op;
+  return B.CreateAnd(mask, inside);
+}
+
+// Rows of the tile move as vectors of up to 16 elements: a row-major tile's rows are contiguous
+// and use masked loads and stores; a column-major tile's rows are gathered and scattered.
+// Elements outside rows x cols read zero and are not written.
+void Gen::frag_load(const ir::Op& op) {
+  const ir::Type& t = type(op.operands[0]);
+  const ValueId mem = op.operands[1];
+  const ir::Type& mt = type(mem);
+  const int w = frag_width(t), rows = t.frag_rows(), cols = t.frag_cols();
+  const bool col_major = op.attr.i == 1;
+  Value* index = v(op.operands[2]);
+  Value* stride = v(op.operands[3]);
+  Value* valid_rows = v(op.operands[4]);
+  Value* valid_cols = v(op.operands[5]);
+  llvm::Type* et = mem_scalar_ty(mt.elem);
+  llvm::Type* lt = vec(et, w);
+  llvm::Type* ct = int_frag(t) ? B.getInt32Ty() : B.getFloatTy();
+  const uint32_t site = O.checked ? access_site(op, mem) : 0;
+  for (int r = 0; r < rows; ++r) {
+    for (int c0 = 0; c0 < cols; c0 += w) {
+      Value* idx = frag_indices(index, stride, r, c0, w, col_major);
+      Value* mask = frag_check(op, mem, idx, frag_mask(r, c0, w, valid_rows, valid_cols), site);
+      Value* zero = llvm::Constant::getNullValue(lt);
+      Value* line;
+      if (!col_major) {
+        line = B.CreateMaskedLoad(lt, element_ptr(mem, B.CreateExtractElement(idx, uint64_t{0})),
+                                  align_of(mt), mask, zero);
+      } else {
+        Value* ptrs =
+            B.CreateInBoundsGEP(et, mem_.at(mem).base, B.CreateZExt(idx, vec(B.getInt64Ty(), w)));
+        line = B.CreateMaskedGather(lt, ptrs, align_of(mt), mask, zero);
+      }
+      Value* x = frag_to_compute(line, t, mt.elem);
+      B.CreateAlignedStore(
+          x, B.CreateConstInBoundsGEP1_64(ct, v(op.operands[0]), uint64_t(r) * cols + c0),
+          llvm::Align(4));
+    }
+  }
+}
+
+void Gen::frag_store(const ir::Op& op) {
+  const ValueId mem = op.operands[0];
+  const ir::Type& mt = type(mem);
+  const ir::Type& t = type(op.operands[5]);
+  const int w = frag_width(t), rows = t.frag_rows(), cols = t.frag_cols();
+  const bool col_major = op.attr.i == 1;
+  Value* index = v(op.operands[1]);
+  Value* stride = v(op.operands[2]);
+  Value* valid_rows = v(op.operands[3]);
+  Value* valid_cols = v(op.operands[4]);
+  llvm::Type* ct = vec(int_frag(t) ? B.getInt32Ty() : B.getFloatTy(), w);
+  const uint32_t site = O.checked ? access_site(op, mem) : 0;
+  for (int r = 0; r < rows; ++r) {
+    for (int c0 = 0; c0 < cols; c0 += w) {
+      Value* x =
+          B.CreateAlignedLoad(ct,
+                              B.CreateConstInBoundsGEP1_64(ct->getScalarType(), v(op.operands[5]),
+                                                           uint64_t(r) * cols + c0),
+                              llvm::Align(4));
+      Value* line = frag_from_compute(x, mt.elem, w);
+      Value* idx = frag_indices(index, stride, r, c0, w, col_major);
+      Value* mask = frag_check(op, mem, idx, frag_mask(r, c0, w, valid_rows, valid_cols), site);
+      if (!col_major) {
+        B.CreateMaskedStore(line, element_ptr(mem, B.CreateExtractElement(idx, uint64_t{0})),
+                            align_of(mt), mask);
+      } else {
+        Value* ptrs = B.CreateInBoundsGEP(mem_scalar_ty(mt.elem), mem_.at(mem).base,
+                                          B.CreateZExt(idx, vec(B.getInt64Ty(), w)));
+        B.CreateMaskedScatter(line, ptrs, align_of(mt), mask);
+      }
+    }
+  }
+}
+
+// acc (m x n) += a (m x k) * b (k x n). Blocks of accumulator rows (at most 16 vectors) stay in
+// registers across a loop over k; each step loads row k of B once and, per accumulator row,
+// multiplies it by a broadcast A element. Floats use one fused multiply-add per step (the sum
+// runs over k in order); integers wrap.
+void Gen::frag_mma(const ir::Op& op) {
+  const ir::Type& ct = type(op.operands[0]);
+  const int m = ct.m, n = ct.n, k = ct.k;
+  const int w = std::min(n, 16), nv = n / w;
+  const int block = std::max(1, 16 / nv);
+  const bool ints = int_frag(ct);
+  llvm::Type* st = ints ? B.getInt32Ty() : B.getFloatTy();
+  llvm::Type* vt = vec(st, w);
+  Value* acc_p = v(op.operands[0]);
+  Value* a_p = v(op.operands[1]);
+  Value* b_p = v(op.operands[2]);
+  for (int m0 = 0; m0 < m; m0 += block) {
+    const int rows = std::min(block, m - m0);
+    std::vector<Value*> acc;
+    for (int r = 0; r < rows; ++r)
+      for (int j = 0; j < nv; ++j)
+        acc.push_back(B.CreateAlignedLoad(
+            vt, B.CreateConstInBoundsGEP1_64(st, acc_p, uint64_t(m0 + r) * n + j * w),
+            llvm::Align(4)));
+    // for kk in [0, k): the accumulators are phis.
+    auto* pre = B.GetInsertBlock();
+    auto* body = llvm::BasicBlock::Create(C, "mma.k", F);
+    auto* exit = llvm::BasicBlock::Create(C, "mma.done", F);
+    B.CreateBr(body);
+    B.SetInsertPoint(body);
+    auto* kk = B.CreatePHI(B.getInt64Ty(), 2, "kk");
+    kk->addIncoming(B.getInt64(0), pre);
+    std::vector<llvm::PHINode*> phis;
+    for (Value* a : acc) {
+      auto* p = B.CreatePHI(vt, 2);
+      p->addIncoming(a, pre);
+      phis.push_back(p);
+    }
+    std::vector<Value*> brow;
+    for (int j = 0; j < nv; ++j)
+      brow.push_back(B.CreateAlignedLoad(
+          vt,
+          B.CreateInBoundsGEP(st, b_p,
+                              B.CreateAdd(B.CreateMul(kk, B.getInt64(n)), B.getInt64(j * w))),
+          llvm::Align(4)));
+    std::vector<Value*> next;
+    for (int r = 0; r < rows; ++r) {
+      Value* a = B.CreateAlignedLoad(
+          st, B.CreateInBoundsGEP(st, a_p, B.CreateAdd(B.getInt64(uint64_t(m0 + r) * k), kk)),
+          llvm::Align(4));
+      Value* splat = B.CreateVectorSplat(static_cast<unsigned>(w), a);
+      for (int j = 0; j < nv; ++j) {
+        Value* c = phis[static_cast<size_t>(r * nv + j)];
+        next.push_back(ints ? B.CreateAdd(c, B.CreateMul(splat, brow[static_cast<size_t>(j)]))
+                            : B.CreateIntrinsic(llvm::Intrinsic::fma, {vt},
+                                                {splat, brow[static_cast<size_t>(j)], c}));
+      }
+    }
+    Value* kn = B.CreateAdd(kk, B.getInt64(1));
+    auto* latch = B.GetInsertBlock();
+    kk->addIncoming(kn, latch);
+    for (size_t i = 0; i < phis.size(); ++i) phis[i]->addIncoming(next[i], latch);
+    loop_metadata(
+        B.CreateCondBr(B.CreateICmpULT(kn, B.getInt64(static_cast<uint64_t>(k))), body, exit),
+        static_cast<uint64_t>(std::min(k, 8)));
+    B.SetInsertPoint(exit);
+    for (int r = 0; r < rows; ++r)
+      for (int j = 0; j < nv; ++j)
+        B.CreateAlignedStore(next[static_cast<size_t>(r * nv + j)],
+                             B.CreateConstInBoundsGEP1_64(st, acc_p, uint64_t(m0 + r) * n + j * w),
+                             llvm::Align(4));
+  }
+}
+
+}  // namespace kiln::cpu::detail

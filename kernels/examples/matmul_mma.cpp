@@ -1,0 +1,124 @@
+// matmul_mma: C = A * B (or C += A * B) on matrix fragments: one source for the CPU (register-
+// blocked SIMD), the CUDA emulator and every GPU target (mma.sync tensor cores). Each plane owns
+// an accumulator tile of frag_m x frag_n; a cube holds planes_m x planes_n planes; the k loop
+// loads a tile of A and of B per step (frag_k is the instruction's k: 16 for f16/bf16, 8 for
+// f32 multiplied as tf32, 32 for i8/u8) and multiplies them into the accumulator. Tiles at the
+// matrix edges load and store only the elements inside the matrix, so any M, N and K work.
+// With b_transposed, b holds B^T (N x K, row-major), read through a column-major tile.
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "compiler/dsl/dsl.h"
+#include "kernels/run.h"
+
+using namespace kiln::dsl;
+
+namespace {
+
+// T is a DSL type (f16, i8, ...); its host type decides the accumulator and the k step.
+template <class T>
+using mma_acc_t = std::conditional_t<std::is_integral_v<host_of_t<T>>, int32_t, float>;
+
+template <class T>
+constexpr int mma_k_step() {
+  if constexpr (std::is_integral_v<host_of_t<T>>) return 32;
+  if constexpr (std::is_same_v<host_of_t<T>, float>) return 8;
+  return 16;
+}
+
+}  // namespace
+
+template <class T>
+void matmul_mma(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, int frag_m,
+                int frag_n, int planes_m, int planes_n, bool b_transposed, bool accumulate) {
+  using Acc = mma_acc_t<T>;
+  const int ks = mma_k_step<T>();
+  auto fa = matrix_a<T>(frag_m, frag_n, ks);
+  auto fb = matrix_b<T>(frag_m, frag_n, ks);
+  auto acc = accumulator<Acc>(frag_m, frag_n, ks);
+  u32 m = a.shape(0), k = a.shape(1), n = c.shape(1);
+  u32 lda = a.stride(0), ldb = b.stride(0), ldc = c.stride(0);
+  u32 p = plane_pos();
+  u32 row0 = (cube_pos_y() * planes_m + p / planes_n) * frag_m;
+  u32 col0 = (cube_pos_x() * planes_n + p % planes_n) * frag_n;
+  // How many rows and columns of this plane's tile are inside C (none past the edge).
+  u32 rows = select(row0 < m, m - row0, 0u), cols = select(col0 < n, n - col0, 0u);
+  if (accumulate)
+    load(acc, c, row0 * ldc + col0, ldc, rows, cols);
+  else
+    fill(acc, Acc(0));
+  for_range(0u, k, static_cast<uint32_t>(ks), [&](u32 k0) {
+    u32 left = k - k0;
+    load(fa, a, row0 * lda + k0, lda, rows, left);
+    if (b_transposed)
+      load(fb, b, col0 * ldb + k0, ldb, left, cols, Layout::Col);
+    else
+      load(fb, b, k0 * ldb + col0, ldb, left, cols);
+    mma(acc, fa, fb);
+  });
+  store(c, row0 * ldc + col0, ldc, rows, cols, acc);
+}
+KILN_KERNEL_GENERIC(matmul_mma,
+                    "a: rank=2, b: rank=2, c: rank=2, frag_m = 32 in 16..32, "
+                    "frag_n = 32 in 8..32, planes_m = 2 in 1..8, planes_n = 2 in 1..8, "
+                    "b_transposed = false, accumulate = false",
+                    f16, bf16, f32, i8, u8)
+    .cube_dim([](const ComptimeArgs& c) -> CubeDim {
+      return {static_cast<uint32_t>(32 * c.integer("planes_m") * c.integer("planes_n")), 1, 1};
+    })
+    .describe("C = A * B on matrix fragments (tensor cores on the GPU, SIMD on the CPU)");
+
+namespace {
+
+// What the tensor cores read of an f32 input: tf32, rounded to nearest with ties away.
+double tf32(double x) {
+  float f = static_cast<float>(x);
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+}  // namespace
+
+KILN_RUN(matmul_mma)
+    .shape("a", {200, 72})
+    .shape("b", {72, 136})  // K x N, or N x K with b_transposed
+    .shape("c",
+           [](const kiln::kernels::RunData& d) {
+             return std::vector<int64_t>{d.dim("a", 0),
+                                         d.dim("b", d.comptime("b_transposed") ? 0 : 1)};
+           })
+    .values("a", 0, 7)
+    .values("b", 0, 7)
+    .cubes([](const kiln::kernels::RunData& d) {
+      const int64_t tm = d.comptime("frag_m") * d.comptime("planes_m");
+      const int64_t tn = d.comptime("frag_n") * d.comptime("planes_n");
+      return kiln::Dim3(kiln::kernels::ceil_div(d.dim("c", 1), tn),
+                        kiln::kernels::ceil_div(d.dim("c", 0), tm));
+    })
+    .tolerance(1e-5, 1e-3)
+    .flops([](const kiln::kernels::RunData& d) {
+      return 2.0 * static_cast<double>(d.dim("c", 0)) * static_cast<double>(d.dim("c", 1)) *
+             static_cast<double>(d.dim("a", 1));
+    })
+    .reference([](kiln::kernels::RunData& d) {
+      const auto m = static_cast<size_t>(d.dim("c", 0)), n = static_cast<size_t>(d.dim("c", 1));
+      const auto k = static_cast<size_t>(d.dim("a", 1));
+      const bool bt = d.comptime("b_transposed") != 0, acc = d.comptime("accumulate") != 0;
+      const bool is_tf32 = d.dtype("a") == kiln::ir::ElemType::F32;
+      auto in = [&](double x) { return is_tf32 ? tf32(x) : x; };
+      const auto& a = d["a"];
+      const auto& b = d["b"];
+      auto& c = d["c"];
+      for (size_t i = 0; i < m; ++i)
+        for (size_t j = 0; j < n; ++j) {
+          double s = acc ? c[i * n + j] : 0.0;
+          for (size_t kk = 0; kk < k; ++kk)
+            s += in(a[i * k + kk]) * in(bt ? b[j * k + kk] : b[kk * n + j]);
+          c[i * n + j] = s;
+        }
+    });

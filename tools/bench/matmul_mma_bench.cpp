@@ -1,0 +1,121 @@
+// matmul_mma (kernels/examples/matmul_mma.cpp: the portable tensor-core matmul over matrix
+// fragments) on the CPU, against OpenBLAS sgemm and against the machine's peak FMA rate, both
+// measured in the same run on all threads. f32 inputs are multiplied as tf32 (as a tensor core
+// does), bf16 inputs as bf16; both accumulate in f32, so every variant does 2*M*N*K flops of
+// f32 FMA work. Ratios above 1 mean kiln is faster. Results are checked against OpenBLAS first.
+//   matmul_mma_bench [--quick]
+// Run it without OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE set: they make OpenBLAS pick slower kernels.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ir/float16.h"
+#include "kernels/kernels.h"
+#include "runtime/runtime.h"
+#include "tools/bench/bench_util.h"
+#include "tools/bench/matmul_peers.h"
+
+using namespace kiln;
+using bench::must;
+
+namespace {
+
+struct Timing {
+  double ms, gflops;
+};
+
+// kiln's matmul_mma on `rt`'s device: c = a * b with a M x K, b K x N of element type `t`.
+Timing run_kiln(Runtime& rt, ir::ElemType t, const void* a, const void* b, float* c, int64_t n,
+                int reps) {
+  Tensor ta = must(rt.wrap(const_cast<void*>(a), t, std::vector<int64_t>{n, n}));
+  Tensor tb = must(rt.wrap(const_cast<void*>(b), t, std::vector<int64_t>{n, n}));
+  Tensor tc = must(rt.wrap(c, ir::ElemType::F32, std::vector<int64_t>{n, n}));
+  auto kern = must(rt.kernel("matmul_mma"));
+  const auto tiles = static_cast<uint32_t>((n + 63) / 64);  // 2 x 2 planes of 32 x 32
+  auto once = [&] {
+    must(rt.launch(kern, Dim3(tiles, tiles), Dim3(128), ta, tb, tc, 32, 32, 2, 2, false, false));
+    must(rt.sync());
+  };
+  once();  // compiles
+  const double s = bench::median_seconds(once, reps, 7);
+  return {s * 1e3, 2.0 * static_cast<double>(n) * n * n / s / 1e9};
+}
+
+double max_rel_error(const std::vector<float>& got, const std::vector<float>& want) {
+  double err = 0, mag = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    err = std::max(err, std::fabs(static_cast<double>(got[i]) - want[i]));
+    mag = std::max(mag, std::fabs(static_cast<double>(want[i])));
+  }
+  return err / std::max(mag, 1e-30);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  (void)kernels::builtin_names();
+  Runtime rt = must(Runtime::open("cpu"));
+  std::printf("matmul_mma_bench: %s, %d threads%s\n", rt.device().description.c_str(),
+              rt.device().cores, quick ? " (quick sizes)" : "");
+  const double peak = bench::peak_fma_gflops();
+  std::printf("peak f32 FMA rate (a tight loop of independent FMAs, all threads): %.0f GFLOP/s\n",
+              peak);
+  if (!bench::have_openblas()) {
+    std::printf("OpenBLAS: not found at build time (install libopenblas-dev); no sgemm ratios\n");
+  } else {
+    const char* env = std::getenv("OPENBLAS_CORETYPE");
+    std::printf("OpenBLAS: %s kernels%s%s\n", bench::openblas_core(),
+                env ? ", chosen by OPENBLAS_CORETYPE=" : " (its own choice)", env ? env : "");
+    if (std::string(bench::openblas_core()) == "Prescott")
+      std::printf("  (OpenBLAS's generic kernels: it did not recognize this CPU; compare with "
+                  "OPENBLAS_CORETYPE=SkylakeX or Cooperlake on an AVX-512 host)\n");
+  }
+  std::printf("\n%6s  %10s %10s  %10s %10s  %9s %9s  %8s %8s\n", "n", "sgemm", "", "kiln tf32",
+              "", "kiln bf16", "", "tf32/", "bf16/");
+  std::printf("%6s  %10s %10s  %10s %10s  %9s %9s  %8s %8s\n", "", "ms", "GFLOP/s", "ms",
+              "GFLOP/s", "ms", "GFLOP/s", "sgemm", "peak");
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  for (int64_t n : quick ? std::vector<int64_t>{256, 512} : std::vector<int64_t>{256, 512, 1024, 2048}) {
+    const size_t nn = static_cast<size_t>(n * n);
+    std::vector<float> a(nn), b(nn), c(nn), ref(nn);
+    for (float& x : a) x = d(rng);
+    for (float& x : b) x = d(rng);
+    std::vector<uint16_t> a16(nn), b16(nn);
+    for (size_t i = 0; i < nn; ++i) {
+      a16[i] = bf16_bits(a[i]);
+      b16[i] = bf16_bits(b[i]);
+    }
+    const int reps = n <= 512 ? 10 : 1;
+    double blas_ms = 0, blas_gf = 0;
+    if (bench::have_openblas()) {
+      auto sgemm = [&] { bench::peer_sgemm(a.data(), b.data(), ref.data(), n, n, n); };
+      sgemm();
+      const double s = bench::median_seconds(sgemm, reps, 7);
+      blas_ms = s * 1e3;
+      blas_gf = 2.0 * static_cast<double>(n) * n * n / s / 1e9;
+    }
+    const Timing tf = run_kiln(rt, ir::ElemType::F32, a.data(), b.data(), c.data(), n, reps);
+    if (bench::have_openblas()) {
+      // tf32 inputs: about 2^-11 relative per product.
+      const double e = max_rel_error(c, ref);
+      if (e > 2e-2) bench::die("kiln's tf32 matmul differs from sgemm by " + std::to_string(e));
+    }
+    const Timing bf = run_kiln(rt, ir::ElemType::BF16, a16.data(), b16.data(), c.data(), n, reps);
+    if (bench::have_openblas()) {
+      const double e = max_rel_error(c, ref);
+      if (e > 5e-2) bench::die("kiln's bf16 matmul differs from sgemm by " + std::to_string(e));
+    }
+    std::printf("%6lld  %10.3f %10.1f  %10.3f %10.1f  %9.3f %9.1f  %8.2f %8.2f\n",
+                static_cast<long long>(n), blas_ms, blas_gf, tf.ms, tf.gflops, bf.ms, bf.gflops,
+                blas_gf > 0 ? tf.gflops / blas_gf : 0.0, bf.gflops / peak);
+  }
+  std::printf("\ntf32/sgemm: kiln's f32 (as tf32) throughput over OpenBLAS sgemm's; bf16/peak: "
+              "kiln's bf16 throughput as a fraction of the peak FMA rate.\n");
+  return 0;
+}
