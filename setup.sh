@@ -14,6 +14,7 @@ packages=(
   llvm-22-dev llvm-22-tools  # LLVM (ORC, NVPTX) and lit/FileCheck for the text tests
   libfmt-dev catch2 libcli11-dev nlohmann-json3-dev libxxhash-dev
   python3-dev pybind11-dev python3-numpy  # the Python module and its NumPy tests
+  libopenblas-dev  # the sgemm peer of tools/bench/matmul_mma_bench (never linked into kiln)
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -13,6 +13,7 @@
 
 #include <xxhash.h>
 
+#include "compiler/dsl/context.h"
 #include "ir/printer.h"
 
 namespace kiln::backend {
@@ -29,6 +30,10 @@ std::vector<const Backend*>& table() {
 }
 
 }  // namespace
+
+std::vector<ir::MatrixConfig> Backend::matrix_configs(const Target&) const {
+  return ir::matrix_configs();
+}
 
 std::string Backend::unsupported(const ir::Kernel&, const ir::Op&, const Target&) const {
   return {};
@@ -90,6 +95,13 @@ Status check_supported(const Backend& b, const ir::Kernel& k, const Target& t) {
   return Error(ErrorKind::Unsupported,
                fmt::format("{}: error: '{}' is not supported on {}: {}", k.where(*where),
                            ir::op_name(where->kind), t.name, problem));
+}
+
+std::shared_ptr<const dsl::TraceTarget> trace_target(const Target& t) {
+  auto tt = std::make_shared<dsl::TraceTarget>();
+  tt->name = t.name;
+  tt->matrix = t.backend->matrix_configs(t);
+  return tt;
 }
 
 void register_backend(const Backend* b) {

@@ -20,6 +20,10 @@
 #include "compiler/abi.h"
 #include "ir/ir.h"
 
+namespace kiln::dsl {
+struct TraceTarget;
+}
+
 namespace kiln::backend {
 
 class Backend;
@@ -89,6 +93,9 @@ class Backend {
   // Empty when the target supports `op` with its operand and result types; otherwise why not.
   // Optional: the default supports every op.
   virtual std::string unsupported(const ir::Kernel& k, const ir::Op& op, const Target& t) const;
+  // The matrix multiplies (fragment shapes and types) the target runs; every one the IR
+  // accepts unless the backend says otherwise. Kernels ask at trace time (dsl::has_mma).
+  virtual std::vector<ir::MatrixConfig> matrix_configs(const Target& t) const;
 
   // Stages after "ir" and "ir-opt", in order.
   virtual const std::vector<Stage>& own_stages() const = 0;
@@ -123,6 +130,9 @@ Status check_supported(const Backend& b, const ir::Kernel& k, const Target& t);
 // Adds a backend (kiln's own register when the compiler library loads; a test or a plugin may
 // add more). The backend must live as long as the process.
 void register_backend(const Backend* b);
+
+// What a trace for `t` tells the kernel about its target (dsl::target_name(), dsl::has_mma).
+std::shared_ptr<const dsl::TraceTarget> trace_target(const Target& t);
 std::vector<const Backend*> all();
 const Backend* find(std::string_view name);
 // The backend whose target `text` is, parsed; the error lists the targets every backend takes.

@@ -344,6 +344,19 @@ ElemType frag_acc_elem(ElemType e) {
   return is_int(e) ? ElemType::I32 : ElemType::F32;
 }
 
+const std::vector<MatrixConfig>& matrix_configs() {
+  static const std::vector<MatrixConfig> all = [] {
+    std::vector<MatrixConfig> v;
+    for (ElemType in : {ElemType::F16, ElemType::BF16, ElemType::F32, ElemType::I8, ElemType::U8})
+      for (int m : {16, 32})
+        for (int n : {8, 16, 32})
+          for (int steps : {1, 2})
+            v.push_back({in, frag_acc_elem(in), m, n, frag_k_step(in) * steps});
+    return v;
+  }();
+  return all;
+}
+
 std::string frag_type_error(const Type& t) {
   if (t.kind != TypeKind::Frag) return fmt::format("{} is not a fragment", type_name(t));
   if (t.m != 16 && t.m != 32)

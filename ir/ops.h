@@ -7,6 +7,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ir/types.h"
 
@@ -141,6 +142,16 @@ inline constexpr uint64_t kUnrollFull = 0xffffffffu;  // `unroll full`
 // a location (callers add it).
 std::string check_op_types(OpKind kind, std::span<const Type> operands, const Attr& attr,
                            Type& result);
+
+// One matrix multiply a target runs on fragments: inputs, accumulator and shape m x n x k.
+struct MatrixConfig {
+  ElemType input = ElemType::F16;
+  ElemType acc = ElemType::F32;
+  int m = 16, n = 16, k = 16;
+  friend bool operator==(const MatrixConfig&, const MatrixConfig&) = default;
+};
+// Every multiply the IR accepts (frag_type_error's rules), in a fixed order.
+const std::vector<MatrixConfig>& matrix_configs();
 
 // Why a fragment type is not one kiln supports, or "" (the shapes and element types of
 // docs/dsl.md "Matrices": m 16 or 32, n 8, 16 or 32, k one or two instruction steps).

@@ -133,7 +133,9 @@ Result<std::shared_ptr<const LoadedKernel>> build(const detail::BuildRequest& re
   report.kernel = req.def->name;
   const auto t_all = Clock::now();
   auto t = Clock::now();
-  KILN_ASSIGN(ir::Kernel traced, dsl::trace(*req.def, *req.inst, req.trace));
+  dsl::TraceRequest trace_req = req.trace;
+  trace_req.target = backend::trace_target(target);
+  KILN_ASSIGN(ir::Kernel traced, dsl::trace(*req.def, *req.inst, trace_req));
   report.trace_ms = ms_since(t);
   t = Clock::now();
   KILN_ASSIGN(ir::Kernel prepared, b.prepare(traced));

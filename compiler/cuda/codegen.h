@@ -52,6 +52,12 @@ Result<Source> generate(const ir::Kernel& k, const CodegenOptions& options);
 // indices. The CUDA backend and the emulator, which runs the same code, both answer with it.
 backend::Limits limits();
 
+// The matrix multiplies generated code runs on an arch: every one the IR accepts from sm_80 on
+// (mma.sync for f16, bf16, tf32, s8 and u8), none before. The CUDA backend and the emulator
+// answer with it, and reject fragments of any other multiply.
+std::vector<ir::MatrixConfig> matrix_configs(const Target& arch);
+std::string unsupported_fragment(const ir::Op& op, const ir::Kernel& k, const Target& arch);
+
 // The prelude's text and the name the generated source includes it by.
 const std::string& prelude();
 inline constexpr const char* kPreludeName = "kiln_prelude.cuh";

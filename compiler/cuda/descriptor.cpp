@@ -98,6 +98,13 @@ class CudaBackend final : public backend::Backend {
     return {fmt::format("cuda     NVRTC {}.{}: {}", (*nv)->major, (*nv)->minor, list)};
   }
   int plane_width(const backend::Target&) const override { return 32; }  // a warp
+  std::vector<ir::MatrixConfig> matrix_configs(const backend::Target& t) const override {
+    return cuda::matrix_configs(arch_of(t).target);
+  }
+  std::string unsupported(const ir::Kernel& k, const ir::Op& op,
+                          const backend::Target& t) const override {
+    return cuda::unsupported_fragment(op, k, arch_of(t).target);
+  }
   backend::Limits limits(const backend::Target&) const override { return cuda::limits(); }
   const std::vector<backend::Stage>& own_stages() const override {
     static const std::vector<backend::Stage> s = {

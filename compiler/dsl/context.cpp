@@ -17,6 +17,11 @@ TraceContext::TraceContext(std::string kernel_name)
   t_active = this;
 }
 
+const TraceTarget& TraceContext::target() const {
+  static const TraceTarget any;
+  return target_ ? *target_ : any;
+}
+
 TraceContext::~TraceContext() {
   t_active = previous_;
 }

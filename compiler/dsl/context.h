@@ -2,6 +2,7 @@
 // context's builder. One context per trace, installed for the trace's duration only.
 #pragma once
 
+#include <memory>
 #include <source_location>
 #include <string>
 #include <utility>
@@ -10,6 +11,14 @@
 #include "ir/builder.h"
 
 namespace kiln::dsl {
+
+// The target a kernel is traced for, as kernels may ask about it (dsl::target_name(),
+// dsl::has_mma): its name and the matrix multiplies it runs. A trace for no particular target
+// (kiln show --emit ir, tests) is for "any", which runs every multiply the IR accepts.
+struct TraceTarget {
+  std::string name = "any";
+  std::vector<ir::MatrixConfig> matrix = ir::matrix_configs();
+};
 
 class TraceContext {
  public:
@@ -24,6 +33,8 @@ class TraceContext {
   static TraceContext* active();
 
   ir::Builder& builder() { return builder_; }
+  const TraceTarget& target() const;
+  void set_target(std::shared_ptr<const TraceTarget> t) { target_ = std::move(t); }
 
   // The IR location of a DSL call site; remembered as the latest location.
   ir::SourceLoc loc(const std::source_location& where);
@@ -37,6 +48,7 @@ class TraceContext {
 
  private:
   ir::Builder builder_;
+  std::shared_ptr<const TraceTarget> target_;
   TraceContext* previous_;
   ir::SourceLoc last_;
   // file_name() pointers seen so far and their file index: source_location hands out the same

@@ -44,6 +44,26 @@ class Fragment {
   ir::ValueId id_ = ir::kNoValue;
 };
 
+// ---- the target's multiplies, asked at trace time -------------------------------------------
+
+// The target the kernel is being traced for: "cpu", "sm_90a", "cuda-emu", ..., or "any" when
+// the trace is for no particular target.
+inline const std::string& target_name() {
+  return TraceContext::current().target().name;
+}
+// The matrix multiplies the target runs (inputs, accumulator, m x n x k).
+inline const std::vector<ir::MatrixConfig>& mma_configs() {
+  return TraceContext::current().target().matrix;
+}
+// Whether the target multiplies fragments of inputs V in shape m x n x k: a kernel picks its
+// tile configuration per target with it, at trace time.
+template <class V>
+bool has_mma(int m, int n, int k) {
+  for (const ir::MatrixConfig& c : mma_configs())
+    if (c.input == elem_v<host_of_t<V>> && c.m == m && c.n == n && c.k == k) return true;
+  return false;
+}
+
 namespace detail {
 
 template <class V>
@@ -57,8 +77,24 @@ Fragment<V> alloc_frag(ir::FragUse use, int m, int n, int k, const SrcLoc& where
                                 m, n, k));
     return Fragment<V>();
   }
-  return Fragment<V>(ctx.builder().op(ir::OpKind::AllocFrag, {}, ctx.loc(where),
-                                      ir::Type::frag(use, elem_v<T>, m, n, k)));
+  const ir::Type t = ir::Type::frag(use, elem_v<T>, m, n, k);
+  if (use != ir::FragUse::Acc && ir::frag_type_error(t).empty()) {
+    // A valid operand of a multiply the target does not run: say which target, and what it has.
+    bool found = false;
+    for (const ir::MatrixConfig& c : mma_configs())
+      found = found || (c.input == elem_v<T> && c.m == m && c.n == n && c.k == k);
+    if (!found) {
+      ctx.fail(where,
+               fmt::format("{} is not available on {}: it has {}; ask has_mma<T>(m, n, k) at "
+                           "trace time and choose another path there",
+                           ir::type_name(t), ctx.target().name,
+                           mma_configs().empty() ? std::string("no matrix multiplies")
+                                                 : std::to_string(mma_configs().size()) +
+                                                       " other matrix multiplies"));
+      return Fragment<V>();
+    }
+  }
+  return Fragment<V>(ctx.builder().op(ir::OpKind::AllocFrag, {}, ctx.loc(where), t));
 }
 
 inline uint64_t layout_attr(Layout l) {

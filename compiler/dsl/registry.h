@@ -69,9 +69,12 @@ struct TraceRequest {
   std::vector<ArgDesc> args;            // one per runtime parameter, in order
   std::vector<ComptimeValue> comptime;  // one per comptime parameter, in order
   std::array<uint32_t, 3> cube_dim{1, 1, 1};
+  // The target the kernel is traced for (null: "any"); runtimes and `kiln show --target` set it.
+  std::shared_ptr<const TraceTarget> target;
 };
 
 class TraceContext;
+struct TraceTarget;
 using GenericFn = void (*)();
 
 // One C++ function behind a kernel name (a generic kernel has one per element type).

@@ -1,7 +1,7 @@
 // matmul_mma: C = A * B (or C += A * B) on matrix fragments: one source for the CPU (register-
 // blocked SIMD), the CUDA emulator and every GPU target (mma.sync tensor cores). Each plane owns
 // an accumulator tile of frag_m x frag_n; a cube holds planes_m x planes_n planes; the k loop
-// loads a tile of A and of B per step (frag_k is the instruction's k: 16 for f16/bf16, 8 for
+// loads a tile of A and of B per step (k_steps instruction steps of k: 16 for f16/bf16, 8 for
 // f32 multiplied as tf32, 32 for i8/u8) and multiplies them into the accumulator. Tiles at the
 // matrix edges load and store only the elements inside the matrix, so any M, N and K work.
 // With b_transposed, b holds B^T (N x K, row-major), read through a column-major tile.
@@ -32,9 +32,10 @@ constexpr int mma_k_step() {
 
 template <class T>
 void matmul_mma(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, int frag_m,
-                int frag_n, int planes_m, int planes_n, bool b_transposed, bool accumulate) {
+                int frag_n, int k_steps, int planes_m, int planes_n, bool b_transposed,
+                bool accumulate) {
   using Acc = mma_acc_t<T>;
-  const int ks = mma_k_step<T>();
+  const int ks = mma_k_step<T>() * k_steps;
   auto fa = matrix_a<T>(frag_m, frag_n, ks);
   auto fb = matrix_b<T>(frag_m, frag_n, ks);
   auto acc = accumulator<Acc>(frag_m, frag_n, ks);
@@ -62,7 +63,7 @@ void matmul_mma(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, in
 }
 KILN_KERNEL_GENERIC(matmul_mma,
                     "a: rank=2, b: rank=2, c: rank=2, frag_m = 32 in 16..32, "
-                    "frag_n = 32 in 8..32, planes_m = 2 in 1..8, planes_n = 2 in 1..8, "
+                    "frag_n = 32 in 8..32, k_steps = 2 in 1..2, planes_m = 2 in 1..8, planes_n = 2 in 1..8, "
                     "b_transposed = false, accumulate = false",
                     f16, bf16, f32, i8, u8)
     .cube_dim([](const ComptimeArgs& c) -> CubeDim {

@@ -237,6 +237,13 @@ class EmuBackend final : public backend::Backend {
                     cxx->version)};
   }
   int plane_width(const backend::Target&) const override { return 32; }
+  std::vector<ir::MatrixConfig> matrix_configs(const backend::Target& t) const override {
+    return cuda::matrix_configs(arch_of(t).target);
+  }
+  std::string unsupported(const ir::Kernel& k, const ir::Op& op,
+                          const backend::Target& t) const override {
+    return cuda::unsupported_fragment(op, k, arch_of(t).target);
+  }
   backend::Limits limits(const backend::Target&) const override { return cuda::limits(); }
   const std::vector<backend::Stage>& own_stages() const override {
     static const std::vector<backend::Stage> s = {
