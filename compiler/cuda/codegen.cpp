@@ -894,9 +894,10 @@ std::vector<ir::MatrixConfig> matrix_configs(const Target& arch) {
 std::string unsupported_fragment(const ir::Op& op, const ir::Kernel& k, const Target& arch) {
   if (op.kind != OpKind::AllocFrag || arch.sm >= 80) return {};
   const Type& t = k.type_of(op.result);
-  return fmt::format("{} needs mma.sync for {} (sm_80 and later); {} has no matrix multiplies "
-                     "kiln uses",
-                     ir::type_name(t), ir::elem_name(t.elem), arch.name());
+  return fmt::format(
+      "{} needs mma.sync for {} (sm_80 and later); {} has no matrix multiplies "
+      "kiln uses",
+      ir::type_name(t), ir::elem_name(t.elem), arch.name());
 }
 
 Result<Source> generate(const ir::Kernel& k, const CodegenOptions& options) {

@@ -84,13 +84,13 @@ Fragment<V> alloc_frag(ir::FragUse use, int m, int n, int k, const SrcLoc& where
     for (const ir::MatrixConfig& c : mma_configs())
       found = found || (c.input == elem_v<T> && c.m == m && c.n == n && c.k == k);
     if (!found) {
-      ctx.fail(where,
-               fmt::format("{} is not available on {}: it has {}; ask has_mma<T>(m, n, k) at "
-                           "trace time and choose another path there",
-                           ir::type_name(t), ctx.target().name,
-                           mma_configs().empty() ? std::string("no matrix multiplies")
-                                                 : std::to_string(mma_configs().size()) +
-                                                       " other matrix multiplies"));
+      ctx.fail(where, fmt::format(
+                          "{} is not available on {}: it has {}; ask has_mma<T>(m, n, k) at "
+                          "trace time and choose another path there",
+                          ir::type_name(t), ctx.target().name,
+                          mma_configs().empty()
+                              ? std::string("no matrix multiplies")
+                              : std::to_string(mma_configs().size()) + " other matrix multiplies"));
       return Fragment<V>();
     }
   }

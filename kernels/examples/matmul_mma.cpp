@@ -61,11 +61,12 @@ void matmul_mma(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, in
   });
   store(c, row0 * ldc + col0, ldc, rows, cols, acc);
 }
-KILN_KERNEL_GENERIC(matmul_mma,
-                    "a: rank=2, b: rank=2, c: rank=2, frag_m = 32 in 16..32, "
-                    "frag_n = 32 in 8..32, k_steps = 2 in 1..2, planes_m = 2 in 1..8, planes_n = 2 in 1..8, "
-                    "b_transposed = false, accumulate = false",
-                    f16, bf16, f32, i8, u8)
+KILN_KERNEL_GENERIC(
+    matmul_mma,
+    "a: rank=2, b: rank=2, c: rank=2, frag_m = 32 in 16..32, "
+    "frag_n = 32 in 8..32, k_steps = 2 in 1..2, planes_m = 2 in 1..8, planes_n = 2 in 1..8, "
+    "b_transposed = false, accumulate = false",
+    f16, bf16, f32, i8, u8)
     .cube_dim([](const ComptimeArgs& c) -> CubeDim {
       return {static_cast<uint32_t>(32 * c.integer("planes_m") * c.integer("planes_n")), 1, 1};
     })

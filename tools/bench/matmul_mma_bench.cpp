@@ -72,16 +72,18 @@ int main(int argc, char** argv) {
     std::printf("OpenBLAS: %s kernels%s%s\n", bench::openblas_core(),
                 env ? ", chosen by OPENBLAS_CORETYPE=" : " (its own choice)", env ? env : "");
     if (std::string(bench::openblas_core()) == "Prescott")
-      std::printf("  (OpenBLAS's generic kernels: it did not recognize this CPU; compare with "
-                  "OPENBLAS_CORETYPE=SkylakeX or Cooperlake on an AVX-512 host)\n");
+      std::printf(
+          "  (OpenBLAS's generic kernels: it did not recognize this CPU; compare with "
+          "OPENBLAS_CORETYPE=SkylakeX or Cooperlake on an AVX-512 host)\n");
   }
-  std::printf("\n%6s  %10s %10s  %10s %10s  %9s %9s  %8s %8s\n", "n", "sgemm", "", "kiln tf32",
-              "", "kiln bf16", "", "tf32/", "bf16/");
-  std::printf("%6s  %10s %10s  %10s %10s  %9s %9s  %8s %8s\n", "", "ms", "GFLOP/s", "ms",
-              "GFLOP/s", "ms", "GFLOP/s", "sgemm", "peak");
+  std::printf("\n%6s  %10s %10s  %10s %10s  %9s %9s  %8s %8s\n", "n", "sgemm", "", "kiln tf32", "",
+              "kiln bf16", "", "tf32/", "bf16/");
+  std::printf("%6s  %10s %10s  %10s %10s  %9s %9s  %8s %8s\n", "", "ms", "GFLOP/s", "ms", "GFLOP/s",
+              "ms", "GFLOP/s", "sgemm", "peak");
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> d(-1.0f, 1.0f);
-  for (int64_t n : quick ? std::vector<int64_t>{256, 512} : std::vector<int64_t>{256, 512, 1024, 2048}) {
+  for (int64_t n :
+       quick ? std::vector<int64_t>{256, 512} : std::vector<int64_t>{256, 512, 1024, 2048}) {
     const size_t nn = static_cast<size_t>(n * n);
     std::vector<float> a(nn), b(nn), c(nn), ref(nn);
     for (float& x : a) x = d(rng);
@@ -115,7 +117,8 @@ int main(int argc, char** argv) {
                 static_cast<long long>(n), blas_ms, blas_gf, tf.ms, tf.gflops, bf.ms, bf.gflops,
                 blas_gf > 0 ? tf.gflops / blas_gf : 0.0, bf.gflops / peak);
   }
-  std::printf("\ntf32/sgemm: kiln's f32 (as tf32) throughput over OpenBLAS sgemm's; bf16/peak: "
-              "kiln's bf16 throughput as a fraction of the peak FMA rate.\n");
+  std::printf(
+      "\ntf32/sgemm: kiln's f32 (as tf32) throughput over OpenBLAS sgemm's; bf16/peak: "
+      "kiln's bf16 throughput as a fraction of the peak FMA rate.\n");
   return 0;
 }

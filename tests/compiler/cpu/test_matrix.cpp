@@ -107,6 +107,19 @@ void t_frag_cast(Tensor<const f16> a, Tensor<const f16> b, Tensor<D> c) {
   convert(out, acc);
   store(c, 0u, 16u, out);
 }
+// A 16 x 16 tile read from a tensor that may be too short for it (checked mode).
+void t_frag_short(Tensor<const f16> a, Tensor<f32> c) {
+  auto fa = matrix_a<f16>(16, 16, 16);
+  auto fb = matrix_b<f16>(16, 16, 16);
+  auto acc = accumulator<f32>(16, 16, 16);
+  fill(acc, 0.0f);
+  fill(fb, f16(1.0f));
+  load(fa, a, 0u, 16u);
+  mma(acc, fa, fb);
+  store(c, 0u, 16u, acc);
+}
+KILN_KERNEL(t_frag_short, "a, c").cube_dim(32);
+
 KILN_KERNEL_GENERIC(t_frag_cast, "a: rank=2, b: rank=2, c: rank=2", f16, bf16, i32).cube_dim(32);
 
 // The value an input element has inside the multiply (f32 inputs are read as tf32).
@@ -317,3 +330,34 @@ TEST_CASE("matrix fragments: accumulators convert to f16, bf16 and i32", "[cpu][
       }
   }
 }
+
+#ifndef KILN_TEST_CUDA
+TEST_CASE("matrix fragments: checked mode reports the first element past the memory",
+          "[cpu][matrix]") {
+  {
+    const bool checked = true;
+    const dsl::KernelDef* def = dsl::Registry::global().find("t_frag_short");
+    REQUIRE(def);
+    auto sel = dsl::select(*def, {});
+    REQUIRE(sel.ok());
+    auto k = dsl::trace(*def, *sel->inst, sel->request);
+    REQUIRE(k.ok());
+    auto lowered = kiln::backend::find("cpu")->prepare(*k);
+    REQUIRE(lowered.ok());
+    kiln::cpu::CompileOptions o;
+    o.target = test::host();
+    o.checked = checked;
+    auto kern = kiln::cpu::compile(*lowered, o);
+    REQUIRE(kern.ok());
+    std::vector<uint16_t> a(200, kiln::f16_bits(1.0));  // rows 12.5 to 15 are missing
+    std::vector<float> c(256, -1.0f);
+    auto r = test::try_run(**kern, {1, 1, 1}, {TensorView(a.data(), {200}), test::tensor(c)});
+    REQUIRE(!r.ok());
+    INFO(r.error().message);
+    CHECK_THAT(r.error().message, Catch::Contains("frag.load") &&
+                                      Catch::Contains("line index 200 is not below 200") &&
+                                      Catch::Contains("tensor 'a'") &&
+                                      Catch::Contains("tests/compiler/cpu/test_matrix.cpp:"));
+  }
+}
+#endif

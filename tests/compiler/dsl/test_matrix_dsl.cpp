@@ -86,8 +86,7 @@ KILN_KERNEL(m_pick, "c").cube_dim(32);
 
 TEST_CASE("fragment misuse is a trace error at the kernel's line", "[dsl][matrix]") {
   CHECK_THAT(test::trace_error("m_varying"),
-             Contains(at("ERR:varying-index")) &&
-                 Contains("differs between the units of a plane"));
+             Contains(at("ERR:varying-index")) && Contains("differs between the units of a plane"));
   const std::string div = test::trace_error("m_divergent");
   CHECK_THAT(div, Contains(at("ERR:divergent-fill")) &&
                       Contains("'frag.fill' is under control flow that differs between the units "
@@ -104,8 +103,7 @@ TEST_CASE("fragment misuse is a trace error at the kernel's line", "[dsl][matrix
              Contains("needs whole planes, but the cube has 48 units"));
 }
 
-TEST_CASE("kernels ask the target they are traced for which multiplies it runs",
-          "[dsl][matrix]") {
+TEST_CASE("kernels ask the target they are traced for which multiplies it runs", "[dsl][matrix]") {
   const dsl::KernelDef* def = dsl::Registry::global().find("m_pick");
   REQUIRE(def);
   auto sel = dsl::select(*def, {});
