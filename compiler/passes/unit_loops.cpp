@@ -452,16 +452,39 @@ class Lowering {
 
   // A fragment op runs once per plane on the plane's copy of each fragment; its other operands
   // are the same for every unit of the plane (the verifier checks), so the first unit's serve.
+  // After a return (the verifier allows only returns the whole plane takes together) it runs
+  // only for planes whose units are still running.
   void frag_op(const Op& op, Scope& s) {
     at_ = op.loc;
+    ++facts_.units_loops;  // a later place where returned units must be skipped
+    Op guard;
+    Scope gs;
+    Scope* at = &s;
+    if (plan_.done_flags) {
+      const ValueId done = emit(s, OpKind::Load, {done_, s.plane_first});
+      guard.kind = OpKind::If;
+      guard.loc = op.loc;
+      guard.operands = {emit(s, OpKind::Not, {done})};
+      guard.regions.resize(2);
+      gs.level = s.level;
+      gs.parent = &s;
+      gs.target = &guard.regions[0];
+      gs.plane = s.plane;
+      gs.plane_first = s.plane_first;
+      gs.plane_end = s.plane_end;
+      gs.in_lifted_loop = s.in_lifted_loop;
+      at = &gs;
+    }
     Op c;
     c.kind = op.kind;
     c.attr = op.attr;
     c.loc = op.loc;
     for (ValueId x : op.operands)
-      c.operands.push_back(
-          in_.type_of(x).is_frag() ? emit(s, OpKind::FragPlane, {get(s, x), s.plane}) : get(s, x));
-    s.target->ops.push_back(std::move(c));
+      c.operands.push_back(in_.type_of(x).is_frag()
+                               ? emit(*at, OpKind::FragPlane, {get(*at, x), at->plane})
+                               : get(*at, x));
+    at->target->ops.push_back(std::move(c));
+    if (plan_.done_flags) s.target->ops.push_back(std::move(guard));
   }
 
   // `for i = start to end step 1`, not unrolled (one copy of a plane's code, or a few dozen

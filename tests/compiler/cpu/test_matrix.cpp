@@ -120,6 +120,18 @@ void t_frag_short(Tensor<const f16> a, Tensor<f32> c) {
 }
 KILN_KERNEL(t_frag_short, "a, c").cube_dim(32);
 
+// Plane 1 returns early (every unit of it: a plane-uniform return), after a unit-level loop;
+// only plane 0 stores its tile.
+void t_frag_return(Tensor<f32> c) {
+  auto acc = accumulator<f32>(16, 16, 16);
+  c[unit_pos() + 512u] = 1.0f;
+  if_(plane_pos() == 1u, [&] { return_(); });
+  c[unit_pos() + 512u] = 2.0f;
+  fill(acc, 3.0f);
+  store(c, plane_pos() * 256u, 16u, acc);
+}
+KILN_KERNEL(t_frag_return, "c").cube_dim(64);
+
 KILN_KERNEL_GENERIC(t_frag_cast, "a: rank=2, b: rank=2, c: rank=2", f16, bf16, i32).cube_dim(32);
 
 // The value an input element has inside the multiply (f32 inputs are read as tf32).
@@ -329,6 +341,15 @@ TEST_CASE("matrix fragments: accumulators convert to f16, bf16 and i32", "[cpu][
         REQUIRE(c.get(size_t(i * 16 + j)) == want.get(0));
       }
   }
+}
+
+TEST_CASE("matrix fragments: a plane that returned runs no fragment op", "[cpu][matrix]") {
+  auto kern = test::compile_kernel("t_frag_return");
+  std::vector<float> c(576, -1.0f);
+  test::run(*kern, {1, 1, 1}, {test::tensor(c)});
+  for (size_t i = 0; i < 256; ++i) REQUIRE(c[i] == 3.0f);
+  for (size_t i = 256; i < 512; ++i) REQUIRE(c[i] == -1.0f);
+  for (size_t u = 0; u < 64; ++u) REQUIRE(c[512 + u] == (u < 32 ? 2.0f : 1.0f));
 }
 
 #ifndef KILN_TEST_CUDA
