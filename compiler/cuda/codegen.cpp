@@ -845,11 +845,17 @@ class Gen {
         const size_t m = load ? 1 : 0;
         const std::string check = O.checked ? fmt::format("{}, kiln_report, kiln_key, {}u",
                                                           bound(op.operands[m]), access_site(op, m))
-                                            : "0u, nullptr, 0ull, 0u";
+                                            : fmt::format("{}, nullptr, 0ull, 0u",
+                                                          type(op.operands[m]).kind ==
+                                                                  TypeKind::Shared
+                                                              ? bound(op.operands[m])
+                                                              : "0u");
         std::string args;
         for (ValueId x : op.operands) args += (args.empty() ? "" : ", ") + v(x);
-        line(fmt::format("kiln::frag_{}({}, {}u, {});", load ? "load" : "store", args, op.attr.i,
-                         check));
+        // Loads from shared memory may go through ldmatrix (kiln::frag_load_shared).
+        const bool shared = load && type(op.operands[1]).kind == TypeKind::Shared;
+        line(fmt::format("kiln::frag_{}({}, {}u, {});",
+                         !load ? "store" : shared ? "load_shared" : "load", args, op.attr.i, check));
         return {};
       }
       case OpKind::FragMma:

@@ -807,6 +807,12 @@ struct frag_acc {
   }
 };
 
+// The rows and columns of a fragment's tile (A: m x k, B: k x n, accumulator: m x n).
+template <class F> struct frag_dims;
+template <class T, int M, int N, int K> struct frag_dims<frag_a<T, M, N, K> > { static const u32 rows = M, cols = K; };
+template <class T, int M, int N, int K> struct frag_dims<frag_b<T, M, N, K> > { static const u32 rows = K, cols = N; };
+template <class T, int M, int N, int K> struct frag_dims<frag_acc<T, M, N, K> > { static const u32 rows = M, cols = N; };
+
 // cvt.rna.tf32.f32: to the nearest tf32 (10 mantissa bits), ties away from zero, kept in an f32.
 __device__ __forceinline__ f32 tf32_round(f32 x) {
 #ifdef KILN_EMULATION
@@ -850,6 +856,124 @@ __device__ __forceinline__ void frag_load(F& f, const Mem& mem, u32 index, u32 s
     }
   }
 }
+// ldmatrix (sm_75 and later): four 8 x 8 matrices of 16-bit elements from shared memory, the
+// rows of matrix i addressed by lanes 8i..8i+7 (16 bytes each, 16-byte aligned). Lane t gets,
+// of each matrix, row t/4 and columns 2(t%4), 2(t%4)+1 in one register (.trans: rows 2(t%4),
+// 2(t%4)+1 of column t/4), which is mma.sync's layout of A (and, transposed, of B).
+#ifdef KILN_EMULATION
+inline u32 ldmatrix_pair(const u16* p0, const u16* p1 KILN_WHERE) {
+  emu::access(p0, 2, emu::kLoad | emu::kSharedSpace, where);
+  emu::access(p1, 2, emu::kLoad | emu::kSharedSpace, where);
+  return (u32)*p0 | ((u32)*p1 << 16);
+}
+inline void ldmatrix_x4(u32* r, const void* row, bool trans KILN_WHERE) {
+  const u32 lane = unit_linear() & 31u;
+  const unsigned long long mine = (unsigned long long)(uintptr_t)row;
+  for (u32 i = 0; i < 4; ++i) {
+    if (!trans) {
+      const u16* p = (const u16*)(uintptr_t)__shfl_sync(0xffffffffu, mine, (int)(8 * i + lane / 4) KILN_AT);
+      r[i] = ldmatrix_pair(p + 2 * (lane % 4), p + 2 * (lane % 4) + 1 KILN_AT);
+    } else {
+      const u16* p0 = (const u16*)(uintptr_t)__shfl_sync(0xffffffffu, mine, (int)(8 * i + 2 * (lane % 4)) KILN_AT);
+      const u16* p1 = (const u16*)(uintptr_t)__shfl_sync(0xffffffffu, mine, (int)(8 * i + 2 * (lane % 4) + 1) KILN_AT);
+      r[i] = ldmatrix_pair(p0 + lane / 4, p1 + lane / 4 KILN_AT);
+    }
+  }
+}
+template <class T> inline const T* shared_base(const bounded<T>& a) { return a.p; }
+template <class T> inline u32 shared_count(const bounded<T>& a, u32) { return a.n; }
+#else
+__device__ __forceinline__ void ldmatrix_x4(u32* r, const void* row, bool trans) {
+  const u32 a = (u32)__cvta_generic_to_shared(row);
+  if (trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+template <class T> __device__ __forceinline__ const T* shared_base(const T* p) { return p; }
+template <class T> __device__ __forceinline__ u32 shared_count(const T*, u32 bound) { return bound; }
+#endif
+
+// Whether a fragment of 16-bit inputs can come from shared memory through ldmatrix: the whole
+// tile inside the valid extents (and inside the array, when its length is known), every row
+// 16-byte aligned. The same for every lane, since the operands are the plane's.
+template <class T>
+__device__ __forceinline__ bool ldmatrix_fits(const T* base, u32 index, u32 stride, u32 rows, u32 cols, u32 col_major,
+                                              u32 frag_rows, u32 frag_cols, u32 count) {
+  if (rows < frag_rows || cols < frag_cols) return false;
+  if ((reinterpret_cast<u64>(base + index) & 15u) != 0 || ((stride * 2u) & 15u) != 0) return false;
+  const unsigned long long last = (unsigned long long)index +
+      (col_major ? (unsigned long long)(frag_cols - 1) * stride + (frag_rows - 1)
+                 : (unsigned long long)(frag_rows - 1) * stride + (frag_cols - 1));
+  return last < count;
+}
+template <class T, int M, int N, int K>
+__device__ __forceinline__ void frag_ldmatrix(frag_a<T, M, N, K>& f, const T* base, u32 index, u32 stride,
+                                              u32 col_major KILN_WHERE) {
+  typedef frag_a<T, M, N, K> F;
+  const u32 lane = unit_linear() & 31u, mi = lane / 8, r8 = lane % 8;
+  for (int tm = 0; tm < M / 16; ++tm)
+    for (int tk = 0; tk < F::k_tiles; ++tk) {
+      const u32 row = tm * 16 + 8 * (mi & 1), col = tk * 16 + 8 * (mi >> 1);
+      // Row-major: lane gives row `row + r8` of the tile at column `col`; column-major: memory
+      // row `col + r8` (a column of A) at element `row`, transposed on the way.
+      const u32 at = col_major ? (col + r8) * stride + row : (row + r8) * stride + col;
+      u32 r[4];
+      ldmatrix_x4(r, base + index + at, col_major != 0 KILN_AT);
+      memcpy(&f.x[(tm * F::k_tiles + tk) * F::per_tile], r, sizeof r);
+    }
+}
+template <class T, int M, int N, int K>
+__device__ __forceinline__ void frag_ldmatrix(frag_b<T, M, N, K>& f, const T* base, u32 index, u32 stride,
+                                              u32 col_major KILN_WHERE) {
+  typedef frag_b<T, M, N, K> F;
+  const u32 lane = unit_linear() & 31u, mi = lane / 8, r8 = lane % 8;
+  for (int tk = 0; tk < K / 16; ++tk)
+    for (int tn = 0; tn < F::n_tiles; tn += 2) {  // two 8-column tiles per ldmatrix.x4
+      const u32 k = tk * 16 + 8 * (mi & 1), n = tn * 8 + 8 * (mi >> 1);
+      // Row-major (k rows): lane gives row `k + r8` at column `n`, transposed into mma's B
+      // layout; column-major: memory row `n + r8` (a column of B) at element `k`.
+      const u32 at = col_major ? (n + r8) * stride + k : (k + r8) * stride + n;
+      u32 r[4];
+      ldmatrix_x4(r, base + index + at, col_major == 0 KILN_AT);
+      memcpy(&f.x[(tk * F::n_tiles + tn) * F::per_tile], r, 2 * sizeof(u32));
+      memcpy(&f.x[(tk * F::n_tiles + tn + 1) * F::per_tile], r + 2, 2 * sizeof(u32));
+    }
+}
+template <class F> struct frag_ldmatrix_kind { static const bool value = false; };
+template <int M, int N, int K> struct frag_ldmatrix_kind<frag_a<f16, M, N, K> > { static const bool value = true; };
+template <int M, int N, int K> struct frag_ldmatrix_kind<frag_a<bf16, M, N, K> > { static const bool value = true; };
+template <int M, int N, int K> struct frag_ldmatrix_kind<frag_b<f16, M, N, K> > { static const bool value = N % 16 == 0; };
+template <int M, int N, int K> struct frag_ldmatrix_kind<frag_b<bf16, M, N, K> > { static const bool value = N % 16 == 0; };
+template <bool Use> struct frag_shared_loader {
+  template <class F, class Mem>
+  __device__ static bool run(F&, const Mem&, u32, u32, u32, u32, u32, u32 KILN_WHERE) { return false; }
+};
+template <> struct frag_shared_loader<true> {
+  template <class F, class Mem>
+  __device__ static bool run(F& f, const Mem& mem, u32 index, u32 stride, u32 rows, u32 cols, u32 col_major,
+                             u32 bound KILN_WHERE) {
+    const typename F::elem* base = shared_base(mem);
+    if (!ldmatrix_fits(base, index, stride, rows, cols, col_major, frag_dims<F>::rows, frag_dims<F>::cols,
+                       shared_count(mem, bound)))
+      return false;
+    frag_ldmatrix(f, base, index, stride, col_major KILN_AT);
+    return true;
+  }
+};
+// A fragment load from shared memory: through ldmatrix where it fits, else element by element.
+template <class F, class Mem>
+__device__ __forceinline__ void frag_load_shared(F& f, const Mem& mem, u32 index, u32 stride, u32 rows, u32 cols,
+                                                 u32 col_major, u32 bound, report* rep, u64 key,
+                                                 u32 site KILN_WHERE) {
+  if (frag_shared_loader<frag_ldmatrix_kind<F>::value>::run(f, mem, index, stride, rows, cols, col_major,
+                                                            bound KILN_AT))
+    return;
+  frag_load(f, mem, index, stride, rows, cols, col_major, bound, rep, key, site KILN_AT);
+}
+
 template <class F, class Mem>
 __device__ __forceinline__ void frag_store(const Mem& mem, u32 index, u32 stride, u32 rows, u32 cols,
                                            const F& f, u32 col_major, u32 bound, report* rep,

@@ -4,7 +4,9 @@
 // loads a tile of A and of B per step (k_steps instruction steps of k: 16 for f16/bf16, 8 for
 // f32 multiplied as tf32, 32 for i8/u8) and multiplies them into the accumulator. Tiles at the
 // matrix edges load and store only the elements inside the matrix, so any M, N and K work.
-// With b_transposed, b holds B^T (N x K, row-major), read through a column-major tile.
+// With b_transposed, b holds B^T (N x K, row-major), read through a column-major tile. With
+// stage_shared, each step's tiles of the cube go through shared memory first, where the planes
+// share them (on a GPU, ldmatrix loads 16-bit fragments from there).
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -33,7 +35,7 @@ constexpr int mma_k_step() {
 template <class T>
 void matmul_mma(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, int frag_m,
                 int frag_n, int k_steps, int planes_m, int planes_n, bool b_transposed,
-                bool accumulate) {
+                bool accumulate, bool stage_shared) {
   using Acc = mma_acc_t<T>;
   const int ks = mma_k_step<T>() * k_steps;
   auto fa = matrix_a<T>(frag_m, frag_n, ks);
@@ -50,22 +52,52 @@ void matmul_mma(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, in
     load(acc, c, row0 * ldc + col0, ldc, rows, cols);
   else
     fill(acc, Acc(0));
-  for_range(0u, k, static_cast<uint32_t>(ks), [&](u32 k0) {
-    u32 left = k - k0;
-    load(fa, a, row0 * lda + k0, lda, rows, left);
-    if (b_transposed)
-      load(fb, b, col0 * ldb + k0, ldb, left, cols, Layout::Col);
-    else
-      load(fb, b, k0 * ldb + col0, ldb, left, cols);
-    mma(acc, fa, fb);
-  });
+  if (!stage_shared) {
+    // Each plane reads its tiles straight from the matrices.
+    for_range(0u, k, static_cast<uint32_t>(ks), [&](u32 k0) {
+      u32 left = k - k0;
+      load(fa, a, row0 * lda + k0, lda, rows, left);
+      if (b_transposed)
+        load(fb, b, col0 * ldb + k0, ldb, left, cols, Layout::Col);
+      else
+        load(fb, b, k0 * ldb + col0, ldb, left, cols);
+      mma(acc, fa, fb);
+    });
+  } else {
+    // The cube's rows of A and columns of B for each step go through shared memory, copied by
+    // all its units (zero outside the matrices); the planes load their tiles from there (on a
+    // GPU, 16-bit tiles with ldmatrix).
+    const uint32_t tm = static_cast<uint32_t>(planes_m * frag_m),
+                   tn = static_cast<uint32_t>(planes_n * frag_n), uks = static_cast<uint32_t>(ks),
+                   units = static_cast<uint32_t>(32 * planes_m * planes_n);
+    auto as = shared_array<T>(tm * uks);
+    auto bs = shared_array<T>(uks * tn);
+    u32 crow = cube_pos_y() * tm, ccol = cube_pos_x() * tn;
+    for_range(0u, k, uks, [&](u32 k0) {
+      for_range(unit_pos(), tm * uks, units, [&](u32 e) {
+        u32 r = e / uks, kk = e % uks;
+        u32 idx = (crow + r) * lda + k0 + kk;
+        as[e] = select(crow + r < m && k0 + kk < k, a[min(idx, a.len() - 1u)], T(0));
+      });
+      for_range(unit_pos(), uks * tn, units, [&](u32 e) {
+        u32 kk = e / tn, j = e % tn;
+        u32 idx = b_transposed ? (ccol + j) * ldb + k0 + kk : (k0 + kk) * ldb + ccol + j;
+        bs[e] = select(k0 + kk < k && ccol + j < n, b[min(idx, b.len() - 1u)], T(0));
+      });
+      sync_cube();
+      load(fa, as, (p / planes_n) * static_cast<uint32_t>(frag_m) * uks, uks);
+      load(fb, bs, (p % planes_n) * static_cast<uint32_t>(frag_n), tn);
+      mma(acc, fa, fb);
+      sync_cube();
+    });
+  }
   store(c, row0 * ldc + col0, ldc, rows, cols, acc);
 }
 KILN_KERNEL_GENERIC(
     matmul_mma,
     "a: rank=2, b: rank=2, c: rank=2, frag_m = 32 in 16..32, "
     "frag_n = 32 in 8..32, k_steps = 2 in 1..2, planes_m = 2 in 1..8, planes_n = 2 in 1..8, "
-    "b_transposed = false, accumulate = false",
+    "b_transposed = false, accumulate = false, stage_shared = false",
     f16, bf16, f32, i8, u8)
     .cube_dim([](const ComptimeArgs& c) -> CubeDim {
       return {static_cast<uint32_t>(32 * c.integer("planes_m") * c.integer("planes_n")), 1, 1};

@@ -33,7 +33,8 @@ constexpr int k_step() {
 
 // C = init + A * B (or C += A * B), one tile per plane, two planes per cube stacked in m. A is
 // M x K (a_col: a holds A^T), B is K x N (b_col: b holds B^T), C is M x N (c_col: c holds C^T).
-// With via_shared, each step's A tile goes through shared memory.
+// With via_shared, each step's A and B tiles go through shared memory (on a GPU, 16-bit tiles
+// then load with ldmatrix).
 template <class T>
 void t_frag(Tensor<const T> a, Tensor<const T> b, Tensor<acc_t<T>> c, int fm, int fn, int kmul,
             bool a_col, bool b_col, bool c_col, bool accumulate, int init, bool via_shared) {
@@ -42,7 +43,7 @@ void t_frag(Tensor<const T> a, Tensor<const T> b, Tensor<acc_t<T>> c, int fm, in
   auto fa = matrix_a<T>(fm, fn, fk);
   auto fb = matrix_b<T>(fm, fn, fk);
   auto acc = accumulator<Acc>(fm, fn, fk);
-  auto tile = shared_array<T>(static_cast<uint32_t>(2 * fm * fk));
+  auto tiles = shared_array<T>(static_cast<uint32_t>(2 * (fm * fk + fk * fn)));
   u32 m = select(a_col, a.shape(1), a.shape(0)), k = select(a_col, a.shape(0), a.shape(1));
   u32 n = select(c_col, c.shape(0), c.shape(1));
   u32 lda = a.stride(0), ldb = b.stride(0), ldc = c.stride(0);
@@ -60,25 +61,36 @@ void t_frag(Tensor<const T> a, Tensor<const T> b, Tensor<acc_t<T>> c, int fm, in
   for_range(0u, k, static_cast<uint32_t>(fk), [&](u32 k0) {
     u32 left = k - k0;
     if (via_shared) {
-      // Each plane copies its A tile (zero outside A) row-major into its half of `tile`.
-      u32 base = p * static_cast<uint32_t>(fm * fk);
-      for_range(plane_lane(), static_cast<uint32_t>(fm * fk), 32u, [&](u32 e) {
-        u32 r = e / static_cast<uint32_t>(fk), cc = e % static_cast<uint32_t>(fk);
-        u32 idx = select(a_col, (k0 + cc) * lda + row0 + r, (row0 + r) * lda + k0 + cc);
-        tile[base + e] = select(r < rows && cc < left, a[min(idx, a.len() - 1u)], T(0));
+      // Each plane copies its A and B tiles (zero outside the matrices) into its part of
+      // `tiles`, laid out as in memory (A^T and B^T with a_col and b_col), and loads from there.
+      const uint32_t asz = static_cast<uint32_t>(fm * fk), bsz = static_cast<uint32_t>(fk * fn);
+      const uint32_t ufm = static_cast<uint32_t>(fm), ufn = static_cast<uint32_t>(fn),
+                     ufk = static_cast<uint32_t>(fk);
+      u32 abase = p * (asz + bsz), bbase = abase + asz;
+      for_range(plane_lane(), asz, 32u, [&](u32 e) {
+        u32 r = a_col ? e % ufm : e / ufk, cc = a_col ? e / ufm : e % ufk;
+        u32 idx = a_col ? (k0 + cc) * lda + row0 + r : (row0 + r) * lda + k0 + cc;
+        tiles[abase + e] = select(r < rows && cc < left, a[min(idx, a.len() - 1u)], T(0));
+      });
+      for_range(plane_lane(), bsz, 32u, [&](u32 e) {
+        u32 kk = b_col ? e % ufk : e / ufn, j = b_col ? e / ufk : e % ufn;
+        u32 idx = b_col ? (col0 + j) * ldb + k0 + kk : (k0 + kk) * ldb + col0 + j;
+        tiles[bbase + e] = select(kk < left && j < cols, b[min(idx, b.len() - 1u)], T(0));
       });
       sync_cube();
-      load(fa, tile, base, static_cast<uint32_t>(fk));
+      load(fa, tiles, abase, a_col ? ufm : ufk, a_col ? Layout::Col : Layout::Row);
+      load(fb, tiles, bbase, b_col ? ufk : ufn, b_col ? Layout::Col : Layout::Row);
       sync_cube();
-    } else if (a_col) {
-      load(fa, a, k0 * lda + row0, lda, rows, left, Layout::Col);
     } else {
-      load(fa, a, row0 * lda + k0, lda, rows, left);
+      if (a_col)
+        load(fa, a, k0 * lda + row0, lda, rows, left, Layout::Col);
+      else
+        load(fa, a, row0 * lda + k0, lda, rows, left);
+      if (b_col)
+        load(fb, b, col0 * ldb + k0, ldb, left, cols, Layout::Col);
+      else
+        load(fb, b, k0 * ldb + col0, ldb, left, cols);
     }
-    if (b_col)
-      load(fb, b, col0 * ldb + k0, ldb, left, cols, Layout::Col);
-    else
-      load(fb, b, k0 * ldb + col0, ldb, left, cols);
     mma(acc, fa, fb);
   });
   if (c_col)
@@ -299,6 +311,8 @@ TEST_CASE("matrix fragments: every input type and shape against a double referen
       {32, 32, 1, false, false, false, true, false, 0},
       {32, 16, 1, true, false, true, false, false, -2},
       {16, 32, 1, false, false, false, false, true, 0},
+      {32, 16, 2, true, true, false, true, true, 1},
+      {16, 8, 1, true, false, true, false, true, 2},
   };
   for (const char* dtype : {"f16", "bf16", "f32", "i8", "u8"})
     for (const Config& cfg : shapes) {

@@ -96,14 +96,19 @@ ir::Kernel fragment_kernel() {
   for (const In& in : {In{"f16", "%h", "f32", "%f", 16}, In{"bf16", "%bh", "f32", "%f", 32},
                        In{"f32", "%f", "f32", "%f", 8}, In{"i8", "%s", "i32", "%i", 32},
                        In{"u8", "%u", "i32", "%i", 64}}) {
-    const std::string a = frag("a", in.elem, 16, 8, in.k), b = frag("b", in.elem, 16, 8, in.k);
-    const std::string c = frag("acc", in.acc, 16, 8, in.k);
+    const std::string a = frag("a", in.elem, 16, 16, in.k), b = frag("b", in.elem, 16, 16, in.k);
+    const std::string c = frag("acc", in.acc, 16, 16, in.k);
     t += fmt::format("  frag.load {}, {}, %z, %n, %n, %n, row\n", a, in.mem);
     t += fmt::format("  frag.load {}, {}, %z, %n, %n, %n, col\n", b, in.mem);
+    // From shared memory too: ldmatrix (and its transposing form) for 16-bit inputs.
+    const std::string sh = "%s" + std::to_string(v++);
+    t += fmt::format("  {} = alloc.shared : shared<{}, 2048>\n", sh, in.elem);
+    t += fmt::format("  frag.load {}, {}, %z, %n, %n, %n, col\n", a, sh);
+    t += fmt::format("  frag.load {}, {}, %z, %n, %n, %n, row\n", b, sh);
     t += fmt::format("  frag.load {}, {}, %z, %n, %n, %n, row\n", c, in.out);
     t += fmt::format("  frag.mma {}, {}, {}\n", c, a, b);
     for (const char* to : {"f32", "f16", "bf16", "i32"}) {
-      const std::string d = frag("acc", to, 16, 8, in.k);
+      const std::string d = frag("acc", to, 16, 16, in.k);
       t += fmt::format("  frag.cast {}, {}\n", d, c);
       const char* mem = std::string(to) == "f32"    ? "%f"
                         : std::string(to) == "f16"  ? "%h"
