@@ -5,7 +5,7 @@
 //   auto b = matrix_b<f16>(16, 16, 16);        // 16 x 16 of B
 //   auto c = accumulator<f32>(16, 16, 16);     // 16 x 16 of C
 //   fill(c, 0.0f);
-//   for_(0u, k, 16u, [&](u32 kk) {
+//   for_range(0u, k, 16u, [&](u32 kk) {
 //     load(a, x, row * k + kk, k);             // element (r, c) at x[index + r * stride + c]
 //     load(b, y, kk * n + col, n);
 //     mma(c, a, b);                            // c += a * b
@@ -84,13 +84,14 @@ Fragment<V> alloc_frag(ir::FragUse use, int m, int n, int k, const SrcLoc& where
     for (const ir::MatrixConfig& c : mma_configs())
       found = found || (c.input == elem_v<T> && c.m == m && c.n == n && c.k == k);
     if (!found) {
-      ctx.fail(where, fmt::format(
-                          "{} is not available on {}: it has {}; ask has_mma<T>(m, n, k) at "
-                          "trace time and choose another path there",
-                          ir::type_name(t), ctx.target().name,
-                          mma_configs().empty()
-                              ? std::string("no matrix multiplies")
-                              : std::to_string(mma_configs().size()) + " other matrix multiplies"));
+      std::string shapes;  // what the target has for this input type
+      for (const ir::MatrixConfig& c : mma_configs())
+        if (c.input == elem_v<T>)
+          shapes += fmt::format("{}{}x{}x{}", shapes.empty() ? "" : ", ", c.m, c.n, c.k);
+      ctx.fail(where, fmt::format("{} is not available on {}: it multiplies {} fragments {}; ask "
+                                  "has_mma<T>(m, n, k) at trace time and choose another path there",
+                                  ir::type_name(t), ctx.target().name, ir::elem_name(elem_v<T>),
+                                  shapes.empty() ? std::string("in no shape") : "of " + shapes));
       return Fragment<V>();
     }
   }

@@ -136,7 +136,7 @@ TEST_CASE("kernels ask the target they are traced for which multiplies it runs",
   req.target = backend::trace_target(*t);
   auto k = dsl::trace(*mm, *msel->inst, req);
   REQUIRE(!k.ok());
-  CHECK_THAT(k.error().message, Contains("is not available on sm_75: it has no matrix "
-                                         "multiplies; ask has_mma<T>(m, n, k)"));
+  CHECK_THAT(k.error().message, Contains("is not available on sm_75: it multiplies f16 "
+                                         "fragments in no shape; ask has_mma<T>(m, n, k)"));
   CHECK_THAT(k.error().message, Contains(kFile));
 }
