@@ -4,7 +4,8 @@
 # the CPU's numeric op tests compiled for the GPU, prints/asserts/checked faults, streams,
 # events, memory; the NVRTC compile tests for every target; the driver tests), `kiln demo`, and
 # the GPU benchmarks with their peers measured in the same run (axpy against a device-to-device
-# copy, launch overhead against a raw cuLaunchKernel). Aims at well under 8 minutes in all.
+# copy, launch overhead against a raw cuLaunchKernel, matmul_mma's TFLOP/s against
+# torch.matmul). Aims at well under 8 minutes in all.
 #
 #   tools/gpu-check.sh OUT_DIR [--quick]
 #
@@ -104,6 +105,34 @@ phase "kiln demo"
 phase "benchmarks"
 "$build/bin/gpu_bench" $quick 2>&1 | record
 [ "${PIPESTATUS[0]}" -eq 0 ] || fail "gpu_bench"
+
+# The peer of gpu_bench's matmul: torch.matmul (cuBLAS) on the same shape and type, when the
+# machine's python3 has PyTorch with CUDA.
+phase "torch.matmul peer"
+if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+  KILN_QUICK="$quick" python3 - <<'PY' 2>&1 | record
+import os, torch
+n = 2048 if os.environ.get("KILN_QUICK") else 8192
+a = torch.rand(n, n, device="cuda", dtype=torch.bfloat16) * 2 - 1
+b = torch.rand(n, n, device="cuda", dtype=torch.bfloat16) * 2 - 1
+for _ in range(3):
+    c = (a @ b).float()
+torch.cuda.synchronize()
+times = []
+for _ in range(5):
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    c = torch.matmul(a, b)
+    end.record()
+    torch.cuda.synchronize()
+    times.append(start.elapsed_time(end))
+ms = sorted(times)[len(times) // 2]
+print(f"torch.matmul bf16 {n}x{n}x{n} (torch {torch.__version__}): {ms:.3f} ms, "
+      f"{2 * n ** 3 / ms / 1e9:.1f} TFLOP/s")
+PY
+else
+  echo "torch.matmul: skipped (this python3 has no PyTorch with CUDA)" | record
+fi
 
 phase "done: $([ $status = 0 ] && echo passed || echo FAILED)" | record
 exit $status

@@ -3,9 +3,13 @@
 //            data (cuMemcpyDtoD), both as bandwidth: bytes read and written per second
 //   launch   a cached tiny kernel (1 cube, 1 unit, 3 arguments) launched through kiln against
 //            a raw cuLaunchKernel of the same compiled function, per launch (enqueue), then sync
+//   matmul   kernels/examples/matmul_mma (mma.sync on tensor cores) on bf16 n x n x n, tiles
+//            straight from global memory and staged in shared memory (ldmatrix), in TFLOP/s;
+//            its peer, torch.matmul, is measured by tools/gpu-check.sh in the same run
 // Without a GPU it says why and exits 77. Usage: gpu_bench [--quick]
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -16,6 +20,7 @@
 #include "compiler/cuda/nvrtc.h"
 #include "compiler/dsl/dsl.h"
 #include "compiler/passes/pipeline.h"
+#include "ir/float16.h"
 #include "kernels/kernels.h"
 #include "runtime/cpu_exec.h"
 #include "runtime/cuda_device.h"
@@ -129,6 +134,63 @@ void bench_launch(Runtime& rt, bool quick) {
       reps, median(t_kiln) * 1e6, median(t_raw) * 1e6, median(t_kiln) / median(t_raw));
 }
 
+void bench_matmul(Runtime& rt, bool quick) {
+  const int64_t n = quick ? 2048 : 8192;
+  const size_t nn = static_cast<size_t>(n * n);
+  std::vector<uint16_t> ha(nn), hb(nn);
+  uint32_t seed = 12345;
+  auto rnd = [&] {  // uniform in [-1, 1), as bf16
+    seed = seed * 1664525u + 1013904223u;
+    return bf16_bits(static_cast<double>(seed >> 8) / 8388608.0 - 1.0);
+  };
+  for (auto& x : ha) x = rnd();
+  for (auto& x : hb) x = rnd();
+  auto a = must(rt.empty(ir::ElemType::BF16, {n, n}));
+  auto b = must(rt.empty(ir::ElemType::BF16, {n, n}));
+  auto c = must(rt.empty(ir::ElemType::F32, {n, n}));
+  must(a.upload(std::span<const uint16_t>(ha)));
+  must(b.upload(std::span<const uint16_t>(hb)));
+  auto kern = must(rt.kernel("matmul_mma"));
+  const auto tiles = static_cast<uint32_t>((n + 63) / 64);  // 2 x 2 planes of 32 x 32
+  for (bool staged : {false, true}) {
+    auto once = [&] {
+      must(rt.launch(kern, Dim3(tiles, tiles), Dim3(128), a, b, c, 32, 32, 2, 2, 2, false, false,
+                     staged));
+    };
+    once();  // compiles
+    must(rt.sync());
+    std::vector<double> t;
+    for (int i = 0; i < (quick ? 3 : 5); ++i) {
+      const auto t0 = Clock::now();
+      once();
+      must(rt.sync());
+      t.push_back(seconds_since(t0));
+    }
+    // Spot-check 16 elements against a double-precision dot product.
+    std::vector<float> hc(nn);
+    must(c.download(std::span<float>(hc)));
+    double worst = 0;
+    for (int s = 0; s < 16; ++s) {
+      const int64_t i = (s * 7919) % n, j = (s * 104729) % n;
+      double want = 0, mag = 0;
+      for (int64_t k = 0; k < n; ++k) {
+        const double p = bf16_value(ha[static_cast<size_t>(i * n + k)]) *
+                         bf16_value(hb[static_cast<size_t>(k * n + j)]);
+        want += p;
+        mag += std::abs(p);
+      }
+      worst = std::max(worst, std::abs(hc[static_cast<size_t>(i * n + j)] - want) / mag);
+    }
+    const double s = median(t);
+    std::printf("matmul  bf16 %lldx%lldx%lld%s: %.3f ms, %.1f TFLOP/s (spot check: worst error "
+                "%.2g of the sum of |products|)\n",
+                static_cast<long long>(n), static_cast<long long>(n), static_cast<long long>(n),
+                staged ? ", tiles staged in shared memory" : ", tiles from global memory",
+                s * 1e3, 2.0 * static_cast<double>(n) * n * n / s / 1e12, worst);
+    if (worst > 1e-3) die("matmul_mma's result is wrong on the GPU");
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -143,5 +205,6 @@ int main(int argc, char** argv) {
               rt->device().description.c_str(), rt->device().arch.c_str(), rt->device().cores);
   bench_axpy(*rt, quick);
   bench_launch(*rt, quick);
+  bench_matmul(*rt, quick);
   return 0;
 }
