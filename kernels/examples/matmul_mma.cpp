@@ -4,6 +4,7 @@
 // loads a tile of A and of B per step (k_steps instruction steps of k: 16 for f16/bf16, 8 for
 // f32 multiplied as tf32, 32 for i8/u8) and multiplies them into the accumulator. Tiles at the
 // matrix edges load and store only the elements inside the matrix, so any M, N and K work.
+// On a target without these multiplies (has_mma, asked at trace time) it takes a plain path.
 // With b_transposed, b holds B^T (N x K, row-major), read through a column-major tile. With
 // stage_shared, each step's tiles of the cube go through shared memory first, where the planes
 // share them (on a GPU, ldmatrix loads 16-bit fragments from there).
@@ -38,6 +39,39 @@ void matmul_mma(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, in
                 bool accumulate, bool stage_shared) {
   using Acc = mma_acc_t<T>;
   const int ks = mma_k_step<T>() * k_steps;
+  if (!has_mma<T>(frag_m, frag_n, ks)) {
+    // The target has no such matrix multiply (a GPU before sm_80): each unit computes elements
+    // of the cube's tile with plain multiply-adds, reading f32 inputs as tf32 as a tensor core
+    // would, so both paths compute the same products.
+    const uint32_t tm = static_cast<uint32_t>(planes_m * frag_m),
+                   tn = static_cast<uint32_t>(planes_n * frag_n),
+                   units = static_cast<uint32_t>(32 * planes_m * planes_n);
+    u32 m = a.shape(0), k = a.shape(1), n = c.shape(1);
+    u32 lda = a.stride(0), ldb = b.stride(0), ldc = c.stride(0);
+    auto input = [](const Val<host_of_t<T>>& x) -> Val<Acc> {
+      if constexpr (std::is_same_v<host_of_t<T>, float>) {
+        u32 bits = bitcast<uint32_t>(x);
+        u32 rounded = (bits + 0x1000u) & 0xffffe000u;
+        return bitcast<float>(select((bits & 0x7f800000u) == 0x7f800000u, bits, rounded));
+      } else {
+        return cast<Acc>(x);
+      }
+    };
+    for_range(unit_pos(), tm * tn, units, [&](u32 e) {
+      u32 row = cube_pos_y() * tm + e / tn, col = cube_pos_x() * tn + e % tn;
+      if_(row < m && col < n, [&] {
+        Var<Acc> sum = Acc(0);
+        if (accumulate) sum = c[row * ldc + col];
+        for_range(0u, k, 1u, [&](u32 kk) {
+          Val<host_of_t<T>> x = a[row * lda + kk];
+          Val<host_of_t<T>> y = b_transposed ? b[col * ldb + kk] : b[kk * ldb + col];
+          sum += input(x) * input(y);
+        });
+        c[row * ldc + col] = sum;
+      });
+    });
+    return;
+  }
   auto fa = matrix_a<T>(frag_m, frag_n, ks);
   auto fb = matrix_b<T>(frag_m, frag_n, ks);
   auto acc = accumulator<Acc>(frag_m, frag_n, ks);

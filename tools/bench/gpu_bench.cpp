@@ -182,11 +182,12 @@ void bench_matmul(Runtime& rt, bool quick) {
       worst = std::max(worst, std::abs(hc[static_cast<size_t>(i * n + j)] - want) / mag);
     }
     const double s = median(t);
-    std::printf("matmul  bf16 %lldx%lldx%lld%s: %.3f ms, %.1f TFLOP/s (spot check: worst error "
-                "%.2g of the sum of |products|)\n",
-                static_cast<long long>(n), static_cast<long long>(n), static_cast<long long>(n),
-                staged ? ", tiles staged in shared memory" : ", tiles from global memory",
-                s * 1e3, 2.0 * static_cast<double>(n) * n * n / s / 1e12, worst);
+    std::printf(
+        "matmul  bf16 %lldx%lldx%lld%s: %.3f ms, %.1f TFLOP/s (spot check: worst error "
+        "%.2g of the sum of |products|)\n",
+        static_cast<long long>(n), static_cast<long long>(n), static_cast<long long>(n),
+        staged ? ", tiles staged in shared memory" : ", tiles from global memory", s * 1e3,
+        2.0 * static_cast<double>(n) * n * n / s / 1e12, worst);
     if (worst > 1e-3) die("matmul_mma's result is wrong on the GPU");
   }
 }
