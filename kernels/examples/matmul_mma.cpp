@@ -39,6 +39,12 @@ void matmul_mma(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, in
                 bool accumulate, bool stage_shared) {
   using Acc = mma_acc_t<T>;
   const int ks = mma_k_step<T>() * k_steps;
+  u32 m = a.shape(0), k = a.shape(1), n = c.shape(1);
+  u32 lda = a.stride(0), ldb = b.stride(0), ldc = c.stride(0);
+  // Shapes that do not fit together are an error at sync that names this line.
+  assert_(
+      b.shape(b_transposed ? 1 : 0) == k && b.shape(b_transposed ? 0 : 1) == n && c.shape(0) == m,
+      "a must be M x K, b K x N (N x K with b_transposed) and c M x N");
   if (!has_mma<T>(frag_m, frag_n, ks)) {
     // The target has no such matrix multiply (a GPU before sm_80): each unit computes elements
     // of the cube's tile with plain multiply-adds, reading f32 inputs as tf32 as a tensor core
@@ -46,8 +52,6 @@ void matmul_mma(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, in
     const uint32_t tm = static_cast<uint32_t>(planes_m * frag_m),
                    tn = static_cast<uint32_t>(planes_n * frag_n),
                    units = static_cast<uint32_t>(32 * planes_m * planes_n);
-    u32 m = a.shape(0), k = a.shape(1), n = c.shape(1);
-    u32 lda = a.stride(0), ldb = b.stride(0), ldc = c.stride(0);
     auto input = [](const Val<host_of_t<T>>& x) -> Val<Acc> {
       if constexpr (std::is_same_v<host_of_t<T>, float>) {
         u32 bits = bitcast<uint32_t>(x);
@@ -75,8 +79,6 @@ void matmul_mma(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, in
   auto fa = matrix_a<T>(frag_m, frag_n, ks);
   auto fb = matrix_b<T>(frag_m, frag_n, ks);
   auto acc = accumulator<Acc>(frag_m, frag_n, ks);
-  u32 m = a.shape(0), k = a.shape(1), n = c.shape(1);
-  u32 lda = a.stride(0), ldb = b.stride(0), ldc = c.stride(0);
   u32 p = plane_pos();
   u32 row0 = (cube_pos_y() * planes_m + p / planes_n) * frag_m;
   u32 col0 = (cube_pos_x() * planes_n + p % planes_n) * frag_n;
