@@ -61,6 +61,13 @@ void m_memory(Tensor<const f32> a) {
 }
 KILN_KERNEL(m_memory, "a").cube_dim(32);
 
+// Shapes that are no numbers of rows at all.
+void m_zero(Tensor<const f16> a, int m) {
+  auto fa = matrix_a<f16>(m, 16, 16);  // ERR:zero
+  load(fa, a, 0u, 16u);
+}
+KILN_KERNEL(m_zero, "a, m = 0").cube_dim(32);
+
 // A cube without whole planes.
 void m_partial(Tensor<f32> c) {
   auto acc = accumulator<f32>(16, 16, 16);
@@ -99,6 +106,12 @@ TEST_CASE("fragment misuse is a trace error at the kernel's line", "[dsl][matrix
   CHECK_THAT(test::trace_error("m_memory"),
              Contains(at("ERR:memory") + "'frag.load' of frag<a, f16, 16, 16, 16> needs memory "
                                          "of f16"));
+  for (const char* m : {"0", "-16", "300"}) {
+    dsl::SpecOptions o;
+    o.set["m"] = m;
+    CHECK_THAT(test::trace_error("m_zero", o),
+               Contains(at("ERR:zero") + "fragment shape " + m + "x16x16 is out of range"));
+  }
   CHECK_THAT(test::trace_error("m_partial"),
              Contains("needs whole planes, but the cube has 48 units"));
 }
