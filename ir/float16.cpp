@@ -96,4 +96,13 @@ double round_to(FloatFormat f, double v) {
   return v;
 }
 
+double round_to_tf32(double v) {
+  float f = static_cast<float>(v);
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
 }  // namespace kiln

@@ -33,6 +33,10 @@ double f16_value(uint16_t bits);
 uint16_t bf16_bits(double v);
 double bf16_value(uint16_t bits);
 
+// What a tensor core reads of an f32 input: v as f32, then rounded to tf32 (10 stored mantissa
+// bits) to nearest with ties away from zero, as cvt.rna.tf32.f32 does; infinities and NaN stay.
+double round_to_tf32(double v);
+
 // The four float formats of the IR, and rounding of a double to each.
 enum class FloatFormat { F16, BF16, F32, F64 };
 double round_to(FloatFormat f, double v);

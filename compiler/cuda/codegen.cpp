@@ -843,19 +843,22 @@ class Gen {
       case OpKind::FragStore: {
         const bool load = op.kind == OpKind::FragLoad;
         const size_t m = load ? 1 : 0;
-        const std::string check = O.checked ? fmt::format("{}, kiln_report, kiln_key, {}u",
-                                                          bound(op.operands[m]), access_site(op, m))
-                                            : fmt::format("{}, nullptr, 0ull, 0u",
-                                                          type(op.operands[m]).kind ==
-                                                                  TypeKind::Shared
-                                                              ? bound(op.operands[m])
-                                                              : "0u");
+        const std::string check =
+            O.checked
+                ? fmt::format("{}, kiln_report, kiln_key, {}u", bound(op.operands[m]),
+                              access_site(op, m))
+                : fmt::format("{}, nullptr, 0ull, 0u", type(op.operands[m]).kind == TypeKind::Shared
+                                                           ? bound(op.operands[m])
+                                                           : "0u");
         std::string args;
         for (ValueId x : op.operands) args += (args.empty() ? "" : ", ") + v(x);
         // Loads from shared memory may go through ldmatrix (kiln::frag_load_shared).
         const bool shared = load && type(op.operands[1]).kind == TypeKind::Shared;
         line(fmt::format("kiln::frag_{}({}, {}u, {});",
-                         !load ? "store" : shared ? "load_shared" : "load", args, op.attr.i, check));
+                         !load    ? "store"
+                         : shared ? "load_shared"
+                                  : "load",
+                         args, op.attr.i, check));
         return {};
       }
       case OpKind::FragMma:

@@ -16,11 +16,25 @@
 // verifier checks this), and the cube must hold whole planes.
 #pragma once
 
+#include <type_traits>
+
 #include "compiler/dsl/memory.h"
 
 namespace kiln::dsl {
 
 enum class Layout { Row, Col };
+
+// The accumulator type of a multiply with inputs V (f32, or i32 for i8 and u8 inputs), and the k
+// of one instruction step (16 for f16/bf16, 8 for f32 multiplied as tf32, 32 for i8/u8): a
+// fragment's k is one or two steps.
+template <class V>
+using mma_acc_t = std::conditional_t<std::is_integral_v<host_of_t<V>>, int32_t, float>;
+template <class V>
+constexpr int mma_k_step() {
+  if constexpr (std::is_integral_v<host_of_t<V>>) return 32;
+  if constexpr (std::is_same_v<host_of_t<V>, float>) return 8;
+  return 16;
+}
 
 // A plane's fragment of element type V (a DSL type such as f16, or its host type).
 template <class V>

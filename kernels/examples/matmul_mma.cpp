@@ -14,24 +14,10 @@
 #include <vector>
 
 #include "compiler/dsl/dsl.h"
+#include "ir/float16.h"
 #include "kernels/run.h"
 
 using namespace kiln::dsl;
-
-namespace {
-
-// T is a DSL type (f16, i8, ...); its host type decides the accumulator and the k step.
-template <class T>
-using mma_acc_t = std::conditional_t<std::is_integral_v<host_of_t<T>>, int32_t, float>;
-
-template <class T>
-constexpr int mma_k_step() {
-  if constexpr (std::is_integral_v<host_of_t<T>>) return 32;
-  if constexpr (std::is_same_v<host_of_t<T>, float>) return 8;
-  return 16;
-}
-
-}  // namespace
 
 template <class T>
 void matmul_mma(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, int frag_m,
@@ -140,20 +126,6 @@ KILN_KERNEL_GENERIC(
     })
     .describe("C = A * B on matrix fragments (tensor cores on the GPU, SIMD on the CPU)");
 
-namespace {
-
-// What the tensor cores read of an f32 input: tf32, rounded to nearest with ties away.
-double tf32(double x) {
-  float f = static_cast<float>(x);
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-}  // namespace
-
 KILN_RUN(matmul_mma)
     .shape("a", {200, 72})
     .shape("b", {72, 136})  // K x N, or N x K with b_transposed
@@ -180,7 +152,7 @@ KILN_RUN(matmul_mma)
       const auto k = static_cast<size_t>(d.dim("a", 1));
       const bool bt = d.comptime("b_transposed") != 0, acc = d.comptime("accumulate") != 0;
       const bool is_tf32 = d.dtype("a") == kiln::ir::ElemType::F32;
-      auto in = [&](double x) { return is_tf32 ? tf32(x) : x; };
+      auto in = [&](double x) { return is_tf32 ? kiln::round_to_tf32(x) : x; };
       const auto& a = d["a"];
       const auto& b = d["b"];
       auto& c = d["c"];

@@ -39,7 +39,8 @@ Timing run_kiln(Runtime& rt, ir::ElemType t, const void* a, const void* b, float
   auto kern = must(rt.kernel("matmul_mma"));
   const auto tiles = static_cast<uint32_t>((n + 63) / 64);  // 2 x 2 planes of 32 x 32
   auto once = [&] {
-    must(rt.launch(kern, Dim3(tiles, tiles), Dim3(128), ta, tb, tc, 32, 32, 2, 2, 2, false, false, false));
+    must(rt.launch(kern, Dim3(tiles, tiles), Dim3(128), ta, tb, tc, 32, 32, 2, 2, 2, false, false,
+                   false));
     must(rt.sync());
   };
   once();  // compiles

@@ -22,24 +22,15 @@ using kiln::TensorView;
 
 namespace {
 
-template <class T>
-using acc_t = std::conditional_t<std::is_integral_v<host_of_t<T>>, int32_t, float>;
-template <class T>
-constexpr int k_step() {
-  if constexpr (std::is_integral_v<host_of_t<T>>) return 32;
-  if constexpr (std::is_same_v<host_of_t<T>, float>) return 8;
-  return 16;
-}
-
 // C = init + A * B (or C += A * B), one tile per plane, two planes per cube stacked in m. A is
 // M x K (a_col: a holds A^T), B is K x N (b_col: b holds B^T), C is M x N (c_col: c holds C^T).
 // With via_shared, each step's A and B tiles go through shared memory (on a GPU, 16-bit tiles
 // then load with ldmatrix).
 template <class T>
-void t_frag(Tensor<const T> a, Tensor<const T> b, Tensor<acc_t<T>> c, int fm, int fn, int kmul,
+void t_frag(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, int fm, int fn, int kmul,
             bool a_col, bool b_col, bool c_col, bool accumulate, int init, bool via_shared) {
-  using Acc = acc_t<T>;
-  const int fk = k_step<T>() * kmul;
+  using Acc = mma_acc_t<T>;
+  const int fk = mma_k_step<T>() * kmul;
   auto fa = matrix_a<T>(fm, fn, fk);
   auto fb = matrix_b<T>(fm, fn, fk);
   auto acc = accumulator<Acc>(fm, fn, fk);
@@ -145,16 +136,6 @@ void t_frag_return(Tensor<f32> c) {
 KILN_KERNEL(t_frag_return, "c").cube_dim(64);
 
 KILN_KERNEL_GENERIC(t_frag_cast, "a: rank=2, b: rank=2, c: rank=2", f16, bf16, i32).cube_dim(32);
-
-// The value an input element has inside the multiply (f32 inputs are read as tf32).
-double tf32(double x) {
-  float f = static_cast<float>(x);
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 // Host storage of an element type, filled from doubles and read back as doubles.
 struct Buffer {
@@ -271,11 +252,11 @@ void check_frag(const char* dtype, const Config& cfg, int64_t M, int64_t N, int6
   const Buffer c0 = c;
   auto ai = [&](int64_t i, int64_t k) {
     const double x = a.get(static_cast<size_t>(cfg.a_col ? k * M + i : i * K + k));
-    return t == ir::ElemType::F32 ? tf32(x) : x;
+    return t == ir::ElemType::F32 ? kiln::round_to_tf32(x) : x;
   };
   auto bi = [&](int64_t k, int64_t j) {
     const double x = b.get(static_cast<size_t>(cfg.b_col ? j * K + k : k * N + j));
-    return t == ir::ElemType::F32 ? tf32(x) : x;
+    return t == ir::ElemType::F32 ? kiln::round_to_tf32(x) : x;
   };
   auto ci = [&](int64_t i, int64_t j) {
     return static_cast<size_t>(cfg.c_col ? j * M + i : i * N + j);
@@ -317,7 +298,7 @@ TEST_CASE("matrix fragments: every input type and shape against a double referen
   for (const char* dtype : {"f16", "bf16", "f32", "i8", "u8"})
     for (const Config& cfg : shapes) {
       // Sizes that are no multiple of the tile: partial tiles on every edge.
-      check_frag(dtype, cfg, 2 * 2 * cfg.fm + 5, 3 * cfg.fn - 3, 3 * k_step<f16>() + 7);
+      check_frag(dtype, cfg, 2 * 2 * cfg.fm + 5, 3 * cfg.fn - 3, 3 * mma_k_step<f16>() + 7);
     }
 }
 
