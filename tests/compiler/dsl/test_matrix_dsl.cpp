@@ -89,7 +89,32 @@ void m_pick(Tensor<f32> c) {
 }
 KILN_KERNEL(m_pick, "c").cube_dim(32);
 
+// The kernel of docs/dsl.md, "Matrices", as printed there.
+void doc_matmul_f16(Tensor<const f16> a, Tensor<const f16> b, Tensor<f32> c) {
+  auto fa = matrix_a<f16>(32, 32, 16);      // 32 x 16 of A, for m32 n32 k16 multiplies
+  auto fb = matrix_b<f16>(32, 32, 16);      // 16 x 32 of B
+  auto acc = accumulator<f32>(32, 32, 16);  // 32 x 32 of C
+  u32 m = a.shape(0), k = a.shape(1), n = c.shape(1);
+  u32 row0 = (cube_pos_y() * 2u + plane_pos() / 2u) * 32u;  // 4 planes: 2 x 2 tiles
+  u32 col0 = (cube_pos_x() * 2u + plane_pos() % 2u) * 32u;
+  u32 rows = select(row0 < m, m - row0, 0u), cols = select(col0 < n, n - col0, 0u);
+  fill(acc, 0.0f);
+  for_range(0u, k, 16u, [&](u32 k0) {
+    load(fa, a, row0 * k + k0, k, rows, k - k0);  // only rows x (k - k0) elements are read
+    load(fb, b, k0 * n + col0, n, k - k0, cols);
+    mma(acc, fa, fb);  // acc += fa * fb
+  });
+  store(c, row0 * n + col0, n, rows, cols, acc);  // only the part inside C is written
+}
+KILN_KERNEL(doc_matmul_f16, "a: rank=2, b: rank=2, c: rank=2").cube_dim(128);
+
 }  // namespace
+
+TEST_CASE("the kernel of docs/dsl.md traces to fragment ops", "[dsl][matrix]") {
+  const std::string ir = test::traced_ir("doc_matmul_f16");
+  CHECK_THAT(ir, Contains("alloc.frag : frag<a, f16, 32, 32, 16>") && Contains("frag.mma") &&
+                     Contains("frag.store %c"));
+}
 
 TEST_CASE("fragment misuse is a trace error at the kernel's line", "[dsl][matrix]") {
   CHECK_THAT(test::trace_error("m_varying"),
