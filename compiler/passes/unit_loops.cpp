@@ -456,7 +456,7 @@ class Lowering {
   // only for planes whose units are still running.
   void frag_op(const Op& op, Scope& s) {
     at_ = op.loc;
-    ++facts_.units_loops;  // a later place where returned units must be skipped
+    ++facts_.frag_ops;
     Op guard;
     Scope gs;
     Scope* at = &s;
@@ -779,7 +779,8 @@ Result<ir::Kernel> lower_unit_loops(const ir::Kernel& k, uint32_t plane_width) {
     for (const auto& [v, segs] : facts.segments)
       if (segs.size() > 1) next.ctx_vars.insert(v);
     next.done_flags =
-        plan.done_flags || (facts.unit_return && (facts.units_loops > 1 || facts.loop_in_loop));
+        plan.done_flags ||
+        (facts.unit_return && (facts.units_loops + facts.frag_ops > 1 || facts.loop_in_loop));
     stable = next.ctx == plan.ctx && next.ctx_vars == plan.ctx_vars &&
              next.done_flags == plan.done_flags;
     plan = std::move(next);

@@ -23,6 +23,7 @@ struct Facts {
   std::map<ir::ValueId, std::set<int>> segments;  // variable or local array -> loops touching it
   bool unit_return = false;
   int units_loops = 0;
+  int frag_ops = 0;  // fragment ops, which run per plane and must skip planes that returned
   bool loop_in_loop = false;  // a units loop runs repeatedly (in a lifted loop or per plane)
 };
 
