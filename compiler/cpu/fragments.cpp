@@ -198,75 +198,86 @@ Value* Gen::frag_check(const ir::Op& op, ValueId mem, Value* idx, Value* mask, u
   return B.CreateAnd(mask, inside);
 }
 
+// What a frag.load or frag.store addresses: the memory, the tile's placement and valid extent.
+struct Gen::FragAccess {
+  ValueId mem;
+  ir::Type mt, t;  // the memory and the fragment
+  int w, rows, cols;
+  bool col_major;
+  Value *index, *stride, *valid_rows, *valid_cols;
+  uint32_t site;
+};
+
+// frag.load %f, %m, %i, %stride, %rows, %cols and frag.store %m, %i, %stride, %rows, %cols, %f.
+Gen::FragAccess Gen::frag_access(const ir::Op& op) {
+  const bool load = op.kind == OpKind::FragLoad;
+  const size_t m = load ? 1 : 0, first = load ? 2 : 1;
+  FragAccess a;
+  a.mem = op.operands[m];
+  a.mt = type(a.mem);
+  a.t = type(op.operands[load ? 0 : 5]);
+  a.w = frag_width(a.t);
+  a.rows = a.t.frag_rows();
+  a.cols = a.t.frag_cols();
+  a.col_major = op.attr.i == 1;
+  a.index = v(op.operands[first]);
+  a.stride = v(op.operands[first + 1]);
+  a.valid_rows = v(op.operands[first + 2]);
+  a.valid_cols = v(op.operands[first + 3]);
+  a.site = O.checked ? access_site(op, a.mem) : 0;
+  return a;
+}
+
+// The lanes of row r, columns [c0, c0 + w) that are inside the tile's extent (and, checked, the
+// memory), and where they are: one pointer for a row-major row (contiguous), else a vector of
+// pointers for a gather or scatter.
+std::pair<Value*, Value*> Gen::frag_row(const ir::Op& op, const FragAccess& a, int r, int c0) {
+  Value* idx = frag_indices(a.index, a.stride, r, c0, a.w, a.col_major);
+  Value* mask =
+      frag_check(op, a.mem, idx, frag_mask(r, c0, a.w, a.valid_rows, a.valid_cols), a.site);
+  if (!a.col_major) return {element_ptr(a.mem, B.CreateExtractElement(idx, uint64_t{0})), mask};
+  return {B.CreateInBoundsGEP(mem_scalar_ty(a.mt.elem), mem_.at(a.mem).base,
+                              B.CreateZExt(idx, vec(B.getInt64Ty(), a.w))),
+          mask};
+}
+
 // Rows of the tile move as vectors of up to 16 elements: a row-major tile's rows are contiguous
 // and use masked loads and stores; a column-major tile's rows are gathered and scattered.
 // Elements outside rows x cols read zero and are not written.
 void Gen::frag_load(const ir::Op& op) {
-  const ir::Type& t = type(op.operands[0]);
-  const ValueId mem = op.operands[1];
-  const ir::Type& mt = type(mem);
-  const int w = frag_width(t), rows = t.frag_rows(), cols = t.frag_cols();
-  const bool col_major = op.attr.i == 1;
-  Value* index = v(op.operands[2]);
-  Value* stride = v(op.operands[3]);
-  Value* valid_rows = v(op.operands[4]);
-  Value* valid_cols = v(op.operands[5]);
-  llvm::Type* et = mem_scalar_ty(mt.elem);
-  llvm::Type* lt = vec(et, w);
-  llvm::Type* ct = int_frag(t) ? B.getInt32Ty() : B.getFloatTy();
-  const uint32_t site = O.checked ? access_site(op, mem) : 0;
-  for (int r = 0; r < rows; ++r) {
-    for (int c0 = 0; c0 < cols; c0 += w) {
-      Value* idx = frag_indices(index, stride, r, c0, w, col_major);
-      Value* mask = frag_check(op, mem, idx, frag_mask(r, c0, w, valid_rows, valid_cols), site);
-      Value* zero = llvm::Constant::getNullValue(lt);
-      Value* line;
-      if (!col_major) {
-        line = B.CreateMaskedLoad(lt, element_ptr(mem, B.CreateExtractElement(idx, uint64_t{0})),
-                                  align_of(mt), mask, zero);
-      } else {
-        Value* ptrs =
-            B.CreateInBoundsGEP(et, mem_.at(mem).base, B.CreateZExt(idx, vec(B.getInt64Ty(), w)));
-        line = B.CreateMaskedGather(lt, ptrs, align_of(mt), mask, zero);
-      }
-      Value* x = frag_to_compute(line, t, mt.elem);
+  const FragAccess a = frag_access(op);
+  llvm::Type* lt = vec(mem_scalar_ty(a.mt.elem), a.w);
+  llvm::Type* ct = int_frag(a.t) ? B.getInt32Ty() : B.getFloatTy();
+  Value* zero = llvm::Constant::getNullValue(lt);
+  for (int r = 0; r < a.rows; ++r) {
+    for (int c0 = 0; c0 < a.cols; c0 += a.w) {
+      auto [ptr, mask] = frag_row(op, a, r, c0);
+      Value* line = a.col_major ? B.CreateMaskedGather(lt, ptr, align_of(a.mt), mask, zero)
+                                : B.CreateMaskedLoad(lt, ptr, align_of(a.mt), mask, zero);
       B.CreateAlignedStore(
-          x, B.CreateConstInBoundsGEP1_64(ct, v(op.operands[0]), uint64_t(r) * cols + c0),
+          frag_to_compute(line, a.t, a.mt.elem),
+          B.CreateConstInBoundsGEP1_64(ct, v(op.operands[0]), uint64_t(r) * a.cols + c0),
           llvm::Align(4));
     }
   }
 }
 
 void Gen::frag_store(const ir::Op& op) {
-  const ValueId mem = op.operands[0];
-  const ir::Type& mt = type(mem);
-  const ir::Type& t = type(op.operands[5]);
-  const int w = frag_width(t), rows = t.frag_rows(), cols = t.frag_cols();
-  const bool col_major = op.attr.i == 1;
-  Value* index = v(op.operands[1]);
-  Value* stride = v(op.operands[2]);
-  Value* valid_rows = v(op.operands[3]);
-  Value* valid_cols = v(op.operands[4]);
-  llvm::Type* ct = vec(int_frag(t) ? B.getInt32Ty() : B.getFloatTy(), w);
-  const uint32_t site = O.checked ? access_site(op, mem) : 0;
-  for (int r = 0; r < rows; ++r) {
-    for (int c0 = 0; c0 < cols; c0 += w) {
+  const FragAccess a = frag_access(op);
+  llvm::Type* ct = vec(int_frag(a.t) ? B.getInt32Ty() : B.getFloatTy(), a.w);
+  for (int r = 0; r < a.rows; ++r) {
+    for (int c0 = 0; c0 < a.cols; c0 += a.w) {
       Value* x =
           B.CreateAlignedLoad(ct,
                               B.CreateConstInBoundsGEP1_64(ct->getScalarType(), v(op.operands[5]),
-                                                           uint64_t(r) * cols + c0),
+                                                           uint64_t(r) * a.cols + c0),
                               llvm::Align(4));
-      Value* line = frag_from_compute(x, mt.elem, w);
-      Value* idx = frag_indices(index, stride, r, c0, w, col_major);
-      Value* mask = frag_check(op, mem, idx, frag_mask(r, c0, w, valid_rows, valid_cols), site);
-      if (!col_major) {
-        B.CreateMaskedStore(line, element_ptr(mem, B.CreateExtractElement(idx, uint64_t{0})),
-                            align_of(mt), mask);
-      } else {
-        Value* ptrs = B.CreateInBoundsGEP(mem_scalar_ty(mt.elem), mem_.at(mem).base,
-                                          B.CreateZExt(idx, vec(B.getInt64Ty(), w)));
-        B.CreateMaskedScatter(line, ptrs, align_of(mt), mask);
-      }
+      Value* line = frag_from_compute(x, a.mt.elem, a.w);
+      auto [ptr, mask] = frag_row(op, a, r, c0);
+      if (a.col_major)
+        B.CreateMaskedScatter(line, ptr, align_of(a.mt), mask);
+      else
+        B.CreateMaskedStore(line, ptr, align_of(a.mt), mask);
     }
   }
 }

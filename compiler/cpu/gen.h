@@ -655,6 +655,9 @@ class Gen {
   Value* frag_indices(Value* index, Value* stride, int r, int c0, int w, bool col_major);
   Value* frag_mask(int r, int c0, int w, Value* rows, Value* cols);
   Value* frag_check(const ir::Op& op, ValueId mem, Value* idx, Value* mask, uint32_t site);
+  struct FragAccess;
+  FragAccess frag_access(const ir::Op& op);
+  std::pair<Value*, Value*> frag_row(const ir::Op& op, const FragAccess& a, int r, int c0);
   void frag_load(const ir::Op& op);
   void frag_store(const ir::Op& op);
   void frag_mma(const ir::Op& op);
