@@ -586,7 +586,8 @@ class Parser {
       case Sig::FragLoad:
       case Sig::FragStore:
         operands(6);
-        expect_punct(',');
+        if (!is_punct(',')) expected("', row' or ', col' (the memory layout) after the operands");
+        advance();
         if (is_ident("row") || is_ident("col")) {
           op.attr.i = is_ident("col") ? 1 : 0;
           advance();
