@@ -35,6 +35,10 @@ std::vector<ir::MatrixConfig> Backend::matrix_configs(const Target&) const {
   return ir::matrix_configs();
 }
 
+bool Backend::has_wgmma(const Target&) const {
+  return true;
+}
+
 std::string Backend::unsupported(const ir::Kernel&, const ir::Op&, const Target&) const {
   return {};
 }
@@ -101,6 +105,7 @@ std::shared_ptr<const dsl::TraceTarget> trace_target(const Target& t) {
   auto tt = std::make_shared<dsl::TraceTarget>();
   tt->name = t.name;
   tt->matrix = t.backend->matrix_configs(t);
+  tt->wgmma = t.backend->has_wgmma(t);
   return tt;
 }
 

@@ -96,6 +96,9 @@ class Backend {
   // The matrix multiplies (fragment shapes and types) the target runs; every one the IR
   // accepts unless the backend says otherwise. Kernels ask at trace time (dsl::has_mma).
   virtual std::vector<ir::MatrixConfig> matrix_configs(const Target& t) const;
+  // Whether the target runs warpgroup multiplies (wgmma.*): all by default (the CPU), sm_90a
+  // only among the GPUs.
+  virtual bool has_wgmma(const Target& t) const;
 
   // Stages after "ir" and "ir-opt", in order.
   virtual const std::vector<Stage>& own_stages() const = 0;

@@ -198,6 +198,46 @@ std::string check_frag_op(Sig sig, const std::string& name, std::span<const Type
       KILN_REQ(need_frag(0, "first operand"));
       KILN_REQ(need_u32(1, "plane"));
       break;
+    case Sig::WgmmaDesc:
+      if (ops[0].kind != TypeKind::Shared)
+        return fmt::format(
+            "'wgmma.desc' describes a matrix in shared memory, not {}; copy the tile into a "
+            "shared array first",
+            tn(ops[0]));
+      KILN_REQ(need_u32(1, "index"));
+      KILN_REQ(need_u32(2, "leading byte offset"));
+      KILN_REQ(need_u32(3, "stride byte offset"));
+      if (!wgmma_swizzle_valid(attr.i))
+        return fmt::format("'wgmma.desc' has swizzle {}; it must be 0 (none), 32, 64 or 128 bytes",
+                           attr.i);
+      break;
+    case Sig::Wgmma: {
+      KILN_REQ(need_frag(0, "accumulator"));
+      const Type& c = ops[0];
+      const auto in = static_cast<ElemType>(attr.i & 0xff);
+      const int step = frag_k_step(in);
+      if ((attr.i >> 8) != 0 || step == 0)
+        return fmt::format("'wgmma.mma' multiplies f16, bf16, f32 (as tf32), i8 or u8 inputs; "
+                           "its input type attribute is invalid ({})",
+                           attr.i);
+      if (c.use != FragUse::Acc || c.m != 16 || c.k != step)
+        return fmt::format("'wgmma.mma' of {} inputs accumulates into a plane's 16 rows of the "
+                           "warpgroup's product, frag<acc, {}, 16, N, {}>; got {}",
+                           elem_name(in), elem_name(frag_acc_elem(in)), step, tn(c));
+      if (c.elem != frag_acc_elem(in))
+        return fmt::format("'wgmma.mma' of {} inputs accumulates in {}, not {}", elem_name(in),
+                           elem_name(frag_acc_elem(in)), elem_name(c.elem));
+      if (!wgmma_n_valid(in, c.n))
+        return fmt::format("'wgmma.mma' of {} inputs has no n = {} (n: {})", elem_name(in), c.n,
+                           is_int(in) ? "8, 16, 24, then multiples of 16 up to 256"
+                                      : "multiples of 8 up to 256");
+      for (size_t i : {size_t{1}, size_t{2}})
+        if (!(ops[i] == Type::value(ElemType::U64)))
+          return fmt::format("the {} descriptor of 'wgmma.mma' must be a u64 from 'wgmma.desc', "
+                             "got {}",
+                             i == 1 ? "A" : "B", tn(ops[i]));
+      break;
+    }
     default:
       break;
   }
@@ -230,6 +270,7 @@ int sig_operand_count(Sig sig) {
     case Sig::Loop:
     case Sig::Jump:
     case Sig::AllocFrag:
+    case Sig::WgmmaWait:
       return 0;
     case Sig::Unary:
     case Sig::Cast:
@@ -262,8 +303,10 @@ int sig_operand_count(Sig sig) {
     case Sig::Atomic:
     case Sig::For:
     case Sig::FragMma:
+    case Sig::Wgmma:
       return 3;
     case Sig::AtomicCas:
+    case Sig::WgmmaDesc:
       return 4;
     case Sig::FragLoad:
     case Sig::FragStore:
@@ -291,6 +334,8 @@ bool sig_has_result(Sig sig) {
     case Sig::FragStore:
     case Sig::FragMma:
     case Sig::FragCast:
+    case Sig::Wgmma:
+    case Sig::WgmmaWait:
       return false;
     default:
       return true;
@@ -344,6 +389,32 @@ ElemType frag_acc_elem(ElemType e) {
   return is_int(e) ? ElemType::I32 : ElemType::F32;
 }
 
+bool is_frag_op(OpKind k) {
+  switch (k) {
+    case OpKind::FragFill:
+    case OpKind::FragLoad:
+    case OpKind::FragStore:
+    case OpKind::FragMma:
+    case OpKind::FragCast:
+    case OpKind::Wgmma:
+    case OpKind::WgmmaFence:
+    case OpKind::WgmmaCommit:
+    case OpKind::WgmmaWait:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool wgmma_n_valid(ElemType e, int n) {
+  if (frag_k_step(e) == 0 || n < 8 || n > 256 || n % 8 != 0) return false;
+  return !is_int(e) || n <= 24 || n % 16 == 0;
+}
+
+bool wgmma_swizzle_valid(uint64_t bytes) {
+  return bytes == 0 || bytes == 32 || bytes == 64 || bytes == 128;
+}
+
 const std::vector<MatrixConfig>& matrix_configs() {
   static const std::vector<MatrixConfig> all = [] {
     std::vector<MatrixConfig> v;
@@ -361,9 +432,11 @@ std::string frag_type_error(const Type& t) {
   if (t.kind != TypeKind::Frag) return fmt::format("{} is not a fragment", type_name(t));
   if (t.m != 16 && t.m != 32)
     return fmt::format("{}: m must be 16 or 32, got {}", type_name(t), t.m);
-  if (t.n != 8 && t.n != 16 && t.n != 32)
-    return fmt::format("{}: n must be 8, 16 or 32, got {}", type_name(t), t.n);
   if (t.use == FragUse::Acc) {
+    // Accumulators of warpgroup multiplies (wgmma.mma) are up to 256 columns wide.
+    if (t.n < 8 || t.n > 256 || t.n % 8 != 0)
+      return fmt::format("{}: n must be a multiple of 8 up to 256 for an accumulator, got {}",
+                         type_name(t), t.n);
     if (t.elem != ElemType::F32 && t.elem != ElemType::F16 && t.elem != ElemType::BF16 &&
         t.elem != ElemType::I32)
       return fmt::format("{}: an accumulator holds f32, f16, bf16 or i32, not {}", type_name(t),
@@ -372,6 +445,8 @@ std::string frag_type_error(const Type& t) {
       return fmt::format("{}: k must be 8, 16, 32 or 64, got {}", type_name(t), t.k);
     return {};
   }
+  if (t.n != 8 && t.n != 16 && t.n != 32)
+    return fmt::format("{}: n must be 8, 16 or 32, got {}", type_name(t), t.n);
   const int step = frag_k_step(t.elem);
   if (step == 0)
     return fmt::format(
@@ -689,8 +764,17 @@ std::string check_op_types(OpKind kind, std::span<const Type> ops, const Attr& a
     case Sig::FragMma:
     case Sig::FragCast:
     case Sig::FragPlane:
+    case Sig::Wgmma:
       KILN_REQ(check_frag_op(info.sig, name, ops, attr));
       if (info.sig == Sig::FragPlane) out = ops[0];
+      break;
+    case Sig::WgmmaDesc:
+      KILN_REQ(check_frag_op(info.sig, name, ops, attr));
+      out = Type::value(ElemType::U64);
+      break;
+    case Sig::WgmmaWait:
+      if (attr.i > 7)
+        return fmt::format("'wgmma.wait' leaves 0 to 7 groups in flight, not {}", attr.i);
       break;
   }
 #undef KILN_REQ

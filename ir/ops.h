@@ -63,6 +63,9 @@ enum class Sig : uint8_t {
   FragMma,        // frag.mma %acc, %a, %b                   acc += a * b
   FragCast,       // frag.cast %dst, %src                    accumulators of one shape
   FragPlane,      // %r = frag.plane %f, %p : frag<...>      (lowered kernels only)
+  WgmmaDesc,      // %r = wgmma.desc %m, %i, %lbo, %sbo, SWIZZLE : u64   m: shared memory
+  Wgmma,          // wgmma.mma %acc, %adesc, %bdesc, T        acc += A * B (T: the input type)
+  WgmmaWait,      // wgmma.wait N                             N: groups left in flight
   If,             // if %c { ... } [else { ... }]
   For,            // for %i = %a to %b step %s [unroll N|full] { ... }
   Loop,           // loop { ... }
@@ -160,6 +163,15 @@ std::string frag_type_error(const Type& t);
 int frag_k_step(ElemType e);
 // The accumulator element type of a multiply with inputs of type `e`.
 ElemType frag_acc_elem(ElemType e);
+
+// Ops a plane runs together on fragments (once per plane after the CPU's unit-loop lowering):
+// the frag.* ops but frag.plane, and the wgmma ops but wgmma.desc.
+bool is_frag_op(OpKind k);
+// Whether a warpgroup multiply (wgmma.mma) of inputs `e` has an n x 64 product of n columns:
+// 8..256 in steps of 8 (i8/u8: 8, 16, 24, then steps of 16 up to 256).
+bool wgmma_n_valid(ElemType e, int n);
+// The swizzle modes of a shared-memory matrix descriptor, in bytes (0: none).
+bool wgmma_swizzle_valid(uint64_t bytes);
 
 // Whether `bits` (an integer literal stored as two's complement in 64 bits) fits in `t`.
 bool int_literal_fits(ElemType t, uint64_t bits);

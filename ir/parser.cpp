@@ -303,7 +303,7 @@ class Parser {
       int dims[3];
       for (int& d : dims) {
         expect_punct(',');
-        d = static_cast<int>(parse_uint("a fragment dimension", 255));
+        d = static_cast<int>(parse_uint("a fragment dimension", 1024));
       }
       expect_punct('>');
       return Type::frag(use, elem.elem, dims[0], dims[1], dims[2]);
@@ -594,6 +594,22 @@ class Parser {
         } else {
           expected("the memory layout, row or col");
         }
+        break;
+      case Sig::WgmmaDesc:
+        operands(4);
+        immediate("the swizzle in bytes (0, 32, 64 or 128)");
+        break;
+      case Sig::Wgmma: {
+        operands(3);
+        expect_punct(',');
+        const auto e = tok_.kind == Tok::Ident ? parse_elem_type(tok_.text) : std::nullopt;
+        if (!e) expected("the input element type of the multiply, such as bf16");
+        op.attr.i = static_cast<uint64_t>(*e);
+        advance();
+        break;
+      }
+      case Sig::WgmmaWait:
+        op.attr.i = parse_uint("the number of groups left in flight", 0xffffffffu);
         break;
       default:
         operands(sig_operand_count(info.sig));

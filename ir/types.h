@@ -86,7 +86,7 @@ struct Type {
   bool read_only = false;    // Tensor and Array only
   uint32_t count = 0;        // Shared and Local: number of lines
   FragUse use = FragUse::A;  // Frag only, with the shape m x n x k of the multiply it is for
-  uint8_t m = 0, n = 0, k = 0;
+  uint16_t m = 0, n = 0, k = 0;
 
   static Type void_type() { return Type{}; }
   static Type value(ElemType e, int lanes = 1) {
@@ -124,9 +124,9 @@ struct Type {
     Type t = value(e, 1);
     t.kind = TypeKind::Frag;
     t.use = use;
-    t.m = static_cast<uint8_t>(m);
-    t.n = static_cast<uint8_t>(n);
-    t.k = static_cast<uint8_t>(k);
+    t.m = static_cast<uint16_t>(m);
+    t.n = static_cast<uint16_t>(n);
+    t.k = static_cast<uint16_t>(k);
     return t;
   }
   static Type var(ElemType e, int lanes) {

@@ -4,6 +4,7 @@
 #include "ir/verifier.h"
 
 #include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 
 #include <fmt/format.h>
@@ -27,11 +28,6 @@ bool is_identifier(const std::string& s) {
   return true;
 }
 
-bool is_frag_op(OpKind k) {
-  return k == OpKind::FragFill || k == OpKind::FragLoad || k == OpKind::FragStore ||
-         k == OpKind::FragMma || k == OpKind::FragCast;
-}
-
 class Verifier {
  public:
   explicit Verifier(const Kernel& k)
@@ -42,6 +38,8 @@ class Verifier {
     walk(k_.body, [&](const Op& op) {
       if (op.kind == OpKind::Units || op.kind == OpKind::FragPlane) lowered_ = true;
       if (is_frag_op(op.kind)) frag_op_ = &op;
+      if (op.kind == OpKind::Wgmma) wgmma_op_ = &op;
+      if (op.result != kNoValue && op.result < k_.value_types.size()) def_kind_[op.result] = op.kind;
     });
     if (errors_.empty()) region(k_.body, 0, 0, false);
     // A lowered kernel has no barriers left to check.
@@ -303,6 +301,11 @@ class Verifier {
                fmt::format("'{}' needs whole planes, but the cube has {} units, not a multiple of "
                            "32; make the cube size a multiple of 32",
                            op_name(frag_op_->kind), k_.units_per_cube()));
+    if (wgmma_op_ && k_.units_per_cube() % 128 != 0)
+      op_error(*wgmma_op_,
+               fmt::format("'wgmma.mma' needs whole warpgroups (4 planes, 128 units), but the "
+                           "cube has {} units; make the cube size a multiple of 128",
+                           k_.units_per_cube()));
     size_t index = 0;  // control is in pre-order, as walk visits
     walk(k_.body, [&](const Op& op) {
       const auto ctl = u.control[index++];
@@ -331,6 +334,17 @@ class Verifier {
                                      "(compute them from plane_pos(), cube_pos() or uniform "
                                      "values)",
                                      vname(x), name));
+      // A multiply's descriptors describe shared memory: they come from wgmma.desc itself, not
+      // from arithmetic on other values.
+      if (op.kind == OpKind::Wgmma)
+        for (size_t i : {size_t{1}, size_t{2}}) {
+          const auto d = def_kind_.find(op.operands[i]);
+          if (d == def_kind_.end() || d->second != OpKind::WgmmaDesc)
+            op_error(op, fmt::format("the {} descriptor {} of 'wgmma.mma' does not come from "
+                                     "'wgmma.desc'; build each descriptor with wgmma.desc from "
+                                     "its shared array",
+                                     i == 1 ? "A" : "B", vname(op.operands[i])));
+        }
       if (op.kind == OpKind::PlaneBroadcast && op.operands.size() == 2 &&
           u.of(op.operands[1]) == Uniformity::Varying)
         op_error(op,
@@ -345,7 +359,9 @@ class Verifier {
   std::vector<std::string> errors_;
   bool truncated_ = false;
   bool lowered_ = false;
-  const Op* frag_op_ = nullptr;  // one fragment op of the kernel, if any
+  const Op* frag_op_ = nullptr;   // one fragment op of the kernel, if any
+  const Op* wgmma_op_ = nullptr;  // one warpgroup multiply, if any
+  std::unordered_map<ValueId, OpKind> def_kind_;  // what defines each op result
 };
 
 }  // namespace

@@ -739,8 +739,16 @@ void api_out_of_bounds(uint32_t space, uint32_t how, uint64_t index, uint64_t co
                   c.L.kernel, index, count, c.cube, s.linear));
 }
 
-const Api g_api = {abi::kAbiVersion, api_current, api_barrier,
-                   api_collective,   api_access,  api_out_of_bounds};
+void api_misuse(const char* what, const char* file, uint32_t line) {
+  Slot& s = here();
+  Cube& c = *s.cube;
+  c.report(s.linear, fmt::format("{}: error: {} in kernel '{}' (cube {}, unit {}); on a GPU the "
+                                 "result is undefined",
+                                 at(file, line), what, c.L.kernel, c.cube, s.linear));
+}
+
+const Api g_api = {abi::kAbiVersion, api_current,       api_barrier, api_collective,
+                   api_access,       api_out_of_bounds, api_misuse};
 
 // Why no unit can go on: the first collective or barrier that cannot complete.
 void diagnose(Cube& c) {

@@ -35,4 +35,9 @@ void kiln_rt_print(void* state, uint32_t site, uint32_t cube, uint32_t unit, con
 void kiln_rt_assert_failed(void* state, uint32_t site, uint32_t cube, uint32_t unit);
 void kiln_rt_fault(void* state, uint32_t site, uint32_t index, uint32_t bound, uint32_t cube,
                    uint32_t unit);
+// wgmma.mma for one plane: acc (16 x n, row-major f32 or i32) += rows 16 (plane % 4) .. + 15
+// of A times B, read through their descriptors from the cube's shared arena. Returns 0, or 1 +
+// the first byte offset past the arena that a descriptor reaches (read as zero).
+uint32_t kiln_rt_wgmma(void* acc, uint32_t plane, const void* shared, uint32_t shared_bytes,
+                       uint64_t adesc, uint64_t bdesc, uint32_t elem, uint32_t n);
 }

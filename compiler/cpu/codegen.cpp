@@ -502,8 +502,14 @@ void Gen::emit_scalar(const ir::Op& op) {
     case OpKind::FragStore:
     case OpKind::FragMma:
     case OpKind::FragCast:
+    case OpKind::WgmmaDesc:
+    case OpKind::Wgmma:
       emit_frag(op);
       return;
+    case OpKind::WgmmaFence:
+    case OpKind::WgmmaCommit:
+    case OpKind::WgmmaWait:
+      return;  // a multiply is done when it returns on the CPU
     case OpKind::AllocLocal: {
       const ir::Type& t = type(op.result);
       Mem m;

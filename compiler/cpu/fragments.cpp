@@ -110,8 +110,15 @@ void Gen::emit_frag(const ir::Op& op) {
       Value* offset =
           B.CreateMul(B.CreateZExt(v(op.operands[1]), B.getInt64Ty()), B.getInt64(frag_bytes(t)));
       set(op.result, B.CreateInBoundsGEP(B.getInt8Ty(), v(op.operands[0]), offset));
+      frag_plane_of_[op.result] = v(op.operands[1]);
       return;
     }
+    case OpKind::WgmmaDesc:
+      wgmma_desc(op);
+      return;
+    case OpKind::Wgmma:
+      wgmma(op);
+      return;
     case OpKind::FragFill: {
       const ir::Type& t = type(op.operands[0]);
       const int w = frag_width(t);
@@ -353,6 +360,60 @@ void Gen::frag_mma(const ir::Op& op) {
                              B.CreateConstInBoundsGEP1_64(st, acc_p, uint64_t(m0 + r) * n + j * w),
                              llvm::Align(4));
   }
+}
+
+}  // namespace kiln::cpu::detail
+
+namespace kiln::cpu::detail {
+
+// A shared-memory matrix descriptor as the GPU encodes it (PTX ISA, "Matrix Descriptor
+// Format"), with the address taken from the start of the cube's arena.
+void Gen::wgmma_desc(const ir::Op& op) {
+  const ir::Type& t = type(op.operands[0]);
+  Value* at = B.CreatePtrDiff(B.getInt8Ty(), element_ptr(op.operands[0], v(op.operands[1])),
+                              shared_);
+  (void)t;
+  auto field = [&](Value* x, uint64_t mask, uint64_t shift) {
+    Value* f = B.CreateAnd(B.CreateLShr(B.CreateZExt(x, B.getInt64Ty()), 4), mask);
+    return B.CreateShl(f, shift);
+  };
+  const uint64_t mode = op.attr.i == 128 ? 1 : op.attr.i == 64 ? 2 : op.attr.i == 32 ? 3 : 0;
+  Value* d = B.CreateLShr(B.CreateAnd(at, B.getInt64(0x3ffff)), 4);
+  d = B.CreateOr(d, field(v(op.operands[2]), 0x3fff, 16));
+  d = B.CreateOr(d, field(v(op.operands[3]), 0x3fff, 32));
+  d = B.CreateOr(d, B.getInt64(mode << 62));
+  set(op.result, d);
+}
+
+// wgmma.mma runs in kiln_rt_wgmma (compiler/cpu/abi.cpp), once per plane: the 16 rows of the
+// plane's accumulator. A descriptor that reaches past the arena reads zeros; checked launches
+// report it.
+void Gen::wgmma(const ir::Op& op) {
+  const ir::Type& acc = type(op.operands[0]);
+  auto plane = frag_plane_of_.find(op.operands[0]);
+  KILN_CHECK(plane != frag_plane_of_.end(), "wgmma.mma on a fragment that is not a plane's copy");
+  auto callee = M.getOrInsertFunction(
+      "kiln_rt_wgmma",
+      llvm::FunctionType::get(B.getInt32Ty(),
+                              {B.getPtrTy(), B.getInt32Ty(), B.getPtrTy(), B.getInt32Ty(),
+                               B.getInt64Ty(), B.getInt64Ty(), B.getInt32Ty(), B.getInt32Ty()},
+                              false));
+  Value* bad = B.CreateCall(
+      callee, {v(op.operands[0]), plane->second, shared_, B.getInt32(info_.shared_bytes),
+               v(op.operands[1]), v(op.operands[2]), B.getInt32(static_cast<uint32_t>(op.attr.i)),
+               B.getInt32(static_cast<uint32_t>(acc.n))});
+  if (!O.checked) return;
+  const auto site = static_cast<uint32_t>(info_.accesses.size());
+  info_.accesses.push_back(AccessSite{"wgmma.mma", "the cube's shared memory (in bytes)",
+                                      K.loc_string(op.loc)});
+  auto* fault_bb = llvm::BasicBlock::Create(C, "wgmma.fault", F);
+  auto* cont = llvm::BasicBlock::Create(C, "wgmma.checked", F);
+  B.CreateCondBr(B.CreateICmpNE(bad, B.getInt32(0)), fault_bb, cont);
+  B.SetInsertPoint(fault_bb);
+  call_fault(site, B.CreateSub(bad, B.getInt32(1)), B.getInt32(info_.shared_bytes),
+             B.getInt32(0));
+  B.CreateBr(cont);
+  B.SetInsertPoint(cont);
 }
 
 }  // namespace kiln::cpu::detail

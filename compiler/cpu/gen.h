@@ -14,6 +14,8 @@
 
 #include <cmath>
 #include <functional>
+#include <map>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -76,6 +78,9 @@ class Gen {
     B.SetInsertPoint(entry_);
     load_arguments();
     // Shared allocations (including context arrays) get fixed offsets in the arena.
+    ir::walk(K.body, [&](const ir::Op& op) {
+      if (op.kind == OpKind::WgmmaDesc) wgmma_arrays_.insert(op.operands[0]);
+    });
     for (const ir::Op& op : K.body.ops) {
       if (op.kind == OpKind::AllocShared) place_shared(op);
       if (op.kind == OpKind::AllocFrag) place_frag(op);
@@ -273,6 +278,8 @@ class Gen {
   void place_shared(const ir::Op& op) {
     const ir::Type& t = type(op.result);
     const uint64_t bytes = uint64_t{t.count} * t.lanes * ir::elem_bytes(t.elem);
+    // wgmma operands start on 1024 bytes of the arena, where a swizzle's pattern starts.
+    if (wgmma_arrays_.count(op.result)) shared_bytes_ = (shared_bytes_ + 1023) / 1024 * 1024;
     const uint32_t offset = shared_bytes_;
     shared_bytes_ += static_cast<uint32_t>((bytes + 63) / 64 * 64);
     info_.shared_bytes = shared_bytes_;
@@ -661,6 +668,8 @@ class Gen {
   void frag_load(const ir::Op& op);
   void frag_store(const ir::Op& op);
   void frag_mma(const ir::Op& op);
+  void wgmma_desc(const ir::Op& op);
+  void wgmma(const ir::Op& op);
 
   llvm::LLVMContext& C;
   llvm::Module& M;
@@ -679,6 +688,8 @@ class Gen {
   Value* cube_pos_[4] = {};
   Value* cube_count_[4] = {};
   uint32_t shared_bytes_ = 0;
+  std::set<ValueId> wgmma_arrays_;            // shared arrays wgmma.desc describes
+  std::map<ValueId, Value*> frag_plane_of_;   // frag.plane results: the plane they belong to
   std::vector<Value*> vals_;
   std::unordered_map<ValueId, Mem> mem_;
   std::unordered_map<ValueId, llvm::AllocaInst*> vars_;

@@ -261,6 +261,8 @@ class Jit {
         llvm::orc::ExecutorAddr::fromPtr(&kiln_rt_assert_failed), llvm::JITSymbolFlags::Exported};
     runtime[jit_->mangleAndIntern("kiln_rt_fault")] = {
         llvm::orc::ExecutorAddr::fromPtr(&kiln_rt_fault), llvm::JITSymbolFlags::Exported};
+    runtime[jit_->mangleAndIntern("kiln_rt_wgmma")] = {
+        llvm::orc::ExecutorAddr::fromPtr(&kiln_rt_wgmma), llvm::JITSymbolFlags::Exported};
     if (auto e = jd->define(llvm::orc::absoluteSymbols(std::move(runtime))))
       return Error(ErrorKind::Compile, "JIT: " + llvm_error(std::move(e)));
     auto buffer = llvm::MemoryBuffer::getMemBufferCopy(

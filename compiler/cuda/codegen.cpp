@@ -295,6 +295,7 @@ class Gen {
                     K.cube_dim[1], K.cube_dim[2], O.checked ? ", checked mode" : "");
     out += fmt::format("#include \"{}\"\n\n", kPreludeName);
     const uint32_t slots = info_.layout.slot_count + kReportSlots;
+    out += wgmma_instructions();
     out += fmt::format("struct {}_args {{ kiln::u64 slot[{}]; }};\n\n", info_.symbol, slots);
     out += fmt::format(
         "extern \"C\" __global__ void __launch_bounds__({}) {}(const {}_args args) {{\n", units_,
@@ -310,6 +311,7 @@ class Gen {
           info_.layout.slot_count + 1);
     }
     if (info_.dynamic_shared_bytes) out += "  KILN_DYNAMIC_SHARED_BASE();\n";
+    if (!wgmma_ops_.empty()) out += "  kiln::wgmma_state kiln_wg;\n";
     out += body_;
     out += "}\n";
     Source s;
@@ -329,6 +331,8 @@ class Gen {
   ir::SourceLoc last_loc_{};
   std::map<ValueId, std::string> mem_name_;  // parameters and memory objects: their C++ names
   std::map<ValueId, uint32_t> shared_offset_;
+  std::set<ValueId> wgmma_arrays_, wgmma_accs_;    // shared arrays and accumulators of wgmma
+  std::set<std::pair<ElemType, int>> wgmma_ops_;  // (input type, n) of each wgmma.mma
   std::set<std::pair<ValueId, std::string>> used_;  // metadata the body reads
   std::map<std::string, std::string> param_name_;
   uint32_t shared_total_ = 0;
@@ -388,11 +392,21 @@ class Gen {
 
   // Shared arrays: static when they fit in 48 KiB, else one dynamic allocation.
   void plan_shared() {
+    // Arrays that hold wgmma operands start on 1024 bytes, so a swizzle's pattern (which follows
+    // the absolute address) starts with the array.
+    ir::walk(K.body, [&](const ir::Op& op) {
+      if (op.kind == OpKind::WgmmaDesc) wgmma_arrays_.insert(op.operands[0]);
+      if (op.kind == OpKind::Wgmma) {
+        wgmma_accs_.insert(op.operands[0]);
+        wgmma_ops_.insert({static_cast<ElemType>(op.attr.i), type(op.operands[0]).n});
+      }
+    });
     ir::walk(K.body, [&](const ir::Op& op) {
       if (op.kind != OpKind::AllocShared) return;
       const Type& t = type(op.result);
       const uint64_t bytes =
           uint64_t{t.count} * t.lanes * static_cast<uint64_t>(ir::elem_bytes(t.elem));
+      if (wgmma_arrays_.count(op.result)) shared_total_ = (shared_total_ + 1023) / 1024 * 1024;
       shared_offset_[op.result] = shared_total_;
       shared_total_ += static_cast<uint32_t>((bytes + 15) / 16 * 16);
     });
@@ -478,6 +492,45 @@ class Gen {
   }
 
   // ---- emission ----------------------------------------------------------------------------
+
+  // The emulator checks every access to a wgmma accumulator against the multiplies in flight.
+  void wgmma_touch(const ir::Op& op) {
+    for (ValueId x : op.operands)
+      if (wgmma_accs_.count(x)) line(fmt::format("kiln::wgmma_touch(kiln_wg, &{});", v(x)));
+  }
+  // One wgmma.mma_async instruction per (input type, n) the kernel uses, for the GPU: d is n/2
+  // registers (PTX ISA, "wgmma.mma_async": f16/bf16 take scale and transpose immediates, tf32
+  // the scales only, s8/u8 neither).
+  std::string wgmma_instructions() const {
+    if (wgmma_ops_.empty()) return {};
+    std::string out = "#ifndef KILN_EMULATION\nnamespace kiln {\n";
+    for (const auto& [in, n] : wgmma_ops_) {
+      const bool integer = ir::is_int(in);
+      const int regs = n / 2, k = ir::frag_k_step(in);
+      const std::string t = in == ElemType::F32 ? "tf32"
+                            : in == ElemType::I8  ? "s8"
+                            : in == ElemType::U8  ? "u8"
+                                                  : std::string(ir::elem_name(in));
+      std::string list;
+      for (int i = 0; i < regs; ++i) list += fmt::format("{}%{}", i ? ", " : "", i);
+      const std::string tail = integer ? "p" : in == ElemType::F32 ? "p, 1, 1" : "p, 1, 1, 0, 0";
+      std::string outs;
+      for (int i = 0; i < regs; ++i)
+        outs += fmt::format("{}\"+{}\"(d[{}])", i ? ", " : "", integer ? "r" : "f", i);
+      out += fmt::format(
+          "template <> struct wgmma_op<{}, {}> {{\n"
+          "  __device__ static void run({}* d, u64 a, u64 b) {{\n"
+          "    asm volatile(\"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{}, 0;\\n"
+          "wgmma.mma_async.sync.aligned.m64n{}k{}.{}.{}.{} {{{}}}, %{}, %{}, {};\\n}}\\n\"\n"
+          "                 : {}\n"
+          "                 : \"l\"(a), \"l\"(b), \"r\"(1));\n"
+          "  }}\n}};\n",
+          elem_c(in), n, integer ? "i32" : "f32", regs + 2, n, k, integer ? "s32" : "f32", t, t,
+          list, regs, regs + 1, tail, outs);
+    }
+    out += "}  // namespace kiln\n#endif\n\n";
+    return out;
+  }
 
   void line(const std::string& text) {
     body_.append(static_cast<size_t>(indent_) * 2, ' ');
@@ -645,6 +698,11 @@ class Gen {
         const std::string name = fmt::format("shared{}", op.result);
         mem_name_[op.result] = name;
         // Through the prelude's macros, which give the emulator (cuda-emu) a per-cube arena.
+        if (!info_.dynamic_shared_bytes && wgmma_arrays_.count(op.result)) {
+          line(fmt::format("KILN_SHARED_ALIGNED({}, {}, {}, {}, 1024);", mem_line_c(t), name,
+                           t.count, shared_offset_.at(op.result)));
+          return {};
+        }
         line(fmt::format("{}({}, {}, {}, {});",
                          info_.dynamic_shared_bytes ? "KILN_SHARED_DYNAMIC" : "KILN_SHARED",
                          mem_line_c(t), name, t.count, shared_offset_.at(op.result)));
@@ -837,12 +895,34 @@ class Gen {
         return {};
       }
       case OpKind::FragFill:
+        wgmma_touch(op);
         line(fmt::format("kiln::frag_fill({}, {});", v(op.operands[0]), v(op.operands[1])));
+        return {};
+      case OpKind::WgmmaDesc:
+        def(op, fmt::format("kiln::wgmma_desc({}, {}, {}, {}, {}u)", v(op.operands[0]),
+                            v(op.operands[1]), v(op.operands[2]), v(op.operands[3]), op.attr.i));
+        return {};
+      case OpKind::Wgmma:
+        line(fmt::format("kiln::wgmma<{}>(kiln_wg, {}, {}, {});",
+                         elem_c(static_cast<ElemType>(op.attr.i)), v(op.operands[0]),
+                         v(op.operands[1]), v(op.operands[2])));
+        return {};
+      case OpKind::WgmmaFence:
+        line("kiln::wgmma_fence(kiln_wg);");
+        return {};
+      case OpKind::WgmmaCommit:
+        line("kiln::wgmma_commit(kiln_wg);");
+        return {};
+      case OpKind::WgmmaWait:
+        line(fmt::format("kiln::wgmma_wait<{}>(kiln_wg);", op.attr.i));
+        // The accumulators are the tensor cores' until the wait: no access moves above it.
+        for (ValueId acc : wgmma_accs_) line(fmt::format("kiln::wgmma_fence_operand({});", v(acc)));
         return {};
       case OpKind::FragLoad:
       case OpKind::FragStore: {
         const bool load = op.kind == OpKind::FragLoad;
         const size_t m = load ? 1 : 0;
+        wgmma_touch(op);
         const std::string check =
             O.checked
                 ? fmt::format("{}, kiln_report, kiln_key, {}u", bound(op.operands[m]),
@@ -862,10 +942,12 @@ class Gen {
         return {};
       }
       case OpKind::FragMma:
+        wgmma_touch(op);
         line(fmt::format("kiln::frag_mma({}, {}, {});", v(op.operands[0]), v(op.operands[1]),
                          v(op.operands[2])));
         return {};
       case OpKind::FragCast:
+        wgmma_touch(op);
         line(fmt::format("kiln::frag_cast({}, {});", v(op.operands[0]), v(op.operands[1])));
         return {};
       case OpKind::Units:
@@ -900,7 +982,18 @@ std::vector<ir::MatrixConfig> matrix_configs(const Target& arch) {
   return ir::matrix_configs();
 }
 
+bool has_wgmma(const Target& arch) {
+  return arch.sm == 90 && arch.arch_specific;
+}
+
 std::string unsupported_fragment(const ir::Op& op, const ir::Kernel& k, const Target& arch) {
+  const bool wgmma = op.kind == OpKind::WgmmaDesc || op.kind == OpKind::Wgmma ||
+                     op.kind == OpKind::WgmmaFence || op.kind == OpKind::WgmmaCommit ||
+                     op.kind == OpKind::WgmmaWait;
+  if (wgmma && !has_wgmma(arch))
+    return fmt::format("wgmma is an sm_90a instruction; {} has none (ask has_wgmma() at trace "
+                       "time and take the fragment path, mma(), there)",
+                       arch.name());
   if (op.kind != OpKind::AllocFrag || arch.sm >= 80) return {};
   const Type& t = k.type_of(op.result);
   return fmt::format(

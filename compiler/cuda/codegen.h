@@ -57,6 +57,8 @@ backend::Limits limits();
 // answer with it, and reject fragments of any other multiply.
 std::vector<ir::MatrixConfig> matrix_configs(const Target& arch);
 std::string unsupported_fragment(const ir::Op& op, const ir::Kernel& k, const Target& arch);
+// Whether the arch has warpgroup multiplies (wgmma): sm_90a only.
+bool has_wgmma(const Target& arch);
 
 // The prelude's text and the name the generated source includes it by.
 const std::string& prelude();

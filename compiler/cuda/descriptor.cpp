@@ -101,6 +101,9 @@ class CudaBackend final : public backend::Backend {
   std::vector<ir::MatrixConfig> matrix_configs(const backend::Target& t) const override {
     return cuda::matrix_configs(arch_of(t).target);
   }
+  bool has_wgmma(const backend::Target& t) const override {
+    return cuda::has_wgmma(arch_of(t).target);
+  }
   std::string unsupported(const ir::Kernel& k, const ir::Op& op,
                           const backend::Target& t) const override {
     return cuda::unsupported_fragment(op, k, arch_of(t).target);

@@ -18,7 +18,8 @@
 #define KILN_SHARED(T, name, count, offset) __shared__ T name[count]
 #define KILN_SHARED_DYNAMIC(T, name, count, offset) \
   T* const name = reinterpret_cast<T*>(kiln_dynamic_shared + (offset))
-#define KILN_DYNAMIC_SHARED_BASE() extern __shared__ __align__(16) unsigned char kiln_dynamic_shared[]
+#define KILN_SHARED_ALIGNED(T, name, count, offset, align) __shared__ __align__(align) T name[count]
+#define KILN_DYNAMIC_SHARED_BASE() extern __shared__ __align__(1024) unsigned char kiln_dynamic_shared[]
 #define KILN_LOCAL(T, name, count) T name[count]
 #endif
 
@@ -1080,5 +1081,147 @@ __device__ __forceinline__ void frag_mma(frag_acc<C, M, N, K>& acc, const frag_a
         mma_tile<T>(&acc.x[(tm * (N / 8) + tn) * 4], ar, br KILN_AT);
       }
 }
+
+// ---- warpgroup multiplies: wgmma (sm_90a) ---------------------------------------------------------
+
+// A shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"): bits 0-13 the start
+// address in the shared window >> 4, 16-29 the leading byte offset >> 4, 32-45 the stride byte
+// offset >> 4, 62-63 the swizzle (0 none, 1 128 B, 2 64 B, 3 32 B).
+__device__ __forceinline__ u64 wgmma_desc_bits(u32 address, u32 lbo, u32 sbo, u32 swizzle) {
+  const u64 mode = swizzle == 128 ? 1 : swizzle == 64 ? 2 : swizzle == 32 ? 3 : 0;
+  return (u64)((address & 0x3ffffu) >> 4) | ((u64)((lbo >> 4) & 0x3fffu) << 16) |
+         ((u64)((sbo >> 4) & 0x3fffu) << 32) | (mode << 62);
+}
+
+// The shared-window byte of element (mn, k) of a K-major operand (rows mn of A, or columns n of
+// B, with k contiguous) under descriptor d. Without swizzle the matrix is made of core matrices
+// of 8 rows of 16 bytes: LBO separates core matrices along k, SBO along mn. With a swizzle of W
+// bytes, rows are W bytes long and SBO separates groups of 8 rows; the 16-byte chunks of a row
+// are permuted by XOR with address bits 7 and up (Swizzle<log2(W/16), 4, 3>, the pattern TMA
+// writes), so the pattern follows the absolute address.
+__device__ __forceinline__ u32 wgmma_kmajor_byte(u64 d, u32 mn, u32 k, u32 size) {
+  const u32 start = (u32)(d & 0x3fffu) << 4, lbo = (u32)((d >> 16) & 0x3fffu) << 4,
+            sbo = (u32)((d >> 32) & 0x3fffu) << 4, mode = (u32)(d >> 62), per16 = 16u / size;
+  if (mode == 0) return start + mn / 8 * sbo + mn % 8 * 16 + k / per16 * lbo + k % per16 * size;
+  const u32 w = mode == 1 ? 128u : mode == 2 ? 64u : 32u;
+  const u32 byte = start + mn / 8 * sbo + mn % 8 * w + k * size;
+  return byte ^ (((byte >> 7) & (w / 16 - 1)) << 4);
+}
+
+#ifdef KILN_EMULATION
+template <class T>
+inline u64 wgmma_desc(const bounded<T>& mem, u32 index, u32 lbo, u32 sbo, u32 swizzle) {
+  const u32 address = (u32)(reinterpret_cast<const unsigned char*>(mem.p + index) - emu::unit()->shared);
+  return wgmma_desc_bits(address, lbo, sbo, swizzle);
+}
+// What the emulator checks of a unit's wgmma use (PTX ISA, wgmma.fence and wgmma.wait_group):
+// a wgmma.fence before the first multiply and between any other access to an accumulator and
+// the next multiply into it; no access to an accumulator while a multiply into it is in flight
+// (issued, and not yet completed by a wait that leaves fewer groups pending).
+struct wgmma_state {
+  struct slot {
+    const void* acc;
+    u32 group;    // the group of the last multiply into it (0: none)
+    u32 touched;  // fences before its last access by another op + 1 (0: never accessed)
+  };
+  slot slots[32];
+  int count = 0;
+  u32 open = 1, done = 0, fences = 0;  // the group being filled; groups completed
+  slot* find(const void* acc) {
+    for (int i = 0; i < count; ++i)
+      if (slots[i].acc == acc) return &slots[i];
+    if (count == 32) return &slots[31];
+    slots[count] = slot{acc, 0, 0};
+    return &slots[count++];
+  }
+};
+inline void wgmma_touch(wgmma_state& s, const void* acc KILN_WHERE) {
+  wgmma_state::slot* t = s.find(acc);
+  if (t->group > s.done)
+    emu::misuse("a fragment op uses an accumulator while a wgmma.mma into it is in flight; "
+                "wgmma_commit() and wgmma_wait(0) first (or wait with fewer groups pending)",
+                where);
+  t->touched = s.fences + 1;
+}
+inline void wgmma_fence(wgmma_state& s KILN_WHERE) {
+  (void)where;
+  ++s.fences;
+}
+inline void wgmma_commit(wgmma_state& s KILN_WHERE) {
+  (void)where;
+  ++s.open;
+}
+template <int N>
+inline void wgmma_wait(wgmma_state& s KILN_WHERE) {
+  (void)where;
+  if (s.open - 1 >= (u32)N && s.open - 1 - (u32)N > s.done) s.done = s.open - 1 - (u32)N;
+}
+template <class F> inline void wgmma_fence_operand(F&) {}
+template <class T>
+inline T wgmma_read(u64 d, u32 mn, u32 k KILN_WHERE) {
+  const unsigned char* p = emu::unit()->shared + wgmma_kmajor_byte(d, mn, k, sizeof(T));
+  T x = T();
+  if (emu::access(p, sizeof(T), emu::kLoad, where)) memcpy(&x, p, sizeof(T));
+  return x;
+}
+// The host runs a multiply as the ISA defines it: each unit computes its own accumulator
+// elements (rows 16w..16w+15 of the product for warp w of the warpgroup, in mma.sync's
+// accumulator layout) from A and B in shared memory, in order over k.
+template <class T, class C, int N, int K>
+inline void wgmma(wgmma_state& s, frag_acc<C, 16, N, K>& acc, u64 adesc, u64 bdesc KILN_WHERE) {
+  wgmma_state::slot* t = s.find(&acc);
+  if (s.fences == 0)
+    emu::misuse("wgmma.mma before any wgmma_fence(); a warpgroup fences before its first "
+                "multiply",
+                where);
+  else if (t->touched == s.fences + 1)
+    emu::misuse("wgmma.mma into an accumulator that another fragment op used after the last "
+                "wgmma_fence(); fence between them",
+                where);
+  t->group = s.open;
+  typedef frag_acc<C, 16, N, K> F;
+  const u32 lane = unit_linear() & 31u, w = (unit_linear() >> 5) & 3u;
+  for (int e = 0; e < F::count; ++e) {
+    u32 r, c;
+    F::at(e, lane, r, c);
+    C sum = acc.x[e];
+    for (u32 k = 0; k < (u32)K; ++k)
+      sum = mma_madd(sum, wgmma_read<T>(adesc, 16 * w + r, k KILN_AT), wgmma_read<T>(bdesc, c, k KILN_AT));
+    acc.x[e] = sum;
+  }
+}
+#else
+template <class T>
+__device__ __forceinline__ u64 wgmma_desc(const T* mem, u32 index, u32 lbo, u32 sbo, u32 swizzle) {
+  return wgmma_desc_bits((u32)__cvta_generic_to_shared(mem + index), lbo, sbo, swizzle);
+}
+struct wgmma_state {};
+__device__ __forceinline__ void wgmma_touch(wgmma_state&, const void*) {}
+__device__ __forceinline__ void wgmma_fence(wgmma_state&) {
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit(wgmma_state&) {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait(wgmma_state&) {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving accesses to an accumulator across a wait: the registers are
+// written by the tensor cores until the wait returns.
+__device__ __forceinline__ void wgmma_reg_fence(f32& x) { asm volatile("" : "+f"(x)::"memory"); }
+__device__ __forceinline__ void wgmma_reg_fence(i32& x) { asm volatile("" : "+r"(x)::"memory"); }
+template <class F>
+__device__ __forceinline__ void wgmma_fence_operand(F& f) {
+  for (int e = 0; e < F::count; ++e) wgmma_reg_fence(f.x[e]);
+}
+// One wgmma.mma_async per (input type, n): the kernel's code defines those it uses (their
+// operand lists are n/2 registers long).
+template <class T, int N> struct wgmma_op;
+template <class T, class C, int N, int K>
+__device__ __forceinline__ void wgmma(wgmma_state&, frag_acc<C, 16, N, K>& acc, u64 adesc, u64 bdesc) {
+  wgmma_op<T, N>::run(acc.x, adesc, bdesc);
+}
+#endif
 
 }  // namespace kiln

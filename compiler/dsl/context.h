@@ -18,6 +18,7 @@ namespace kiln::dsl {
 struct TraceTarget {
   std::string name = "any";
   std::vector<ir::MatrixConfig> matrix = ir::matrix_configs();
+  bool wgmma = true;  // whether it runs warpgroup multiplies (wgmma.*)
 };
 
 class TraceContext {

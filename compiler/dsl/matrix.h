@@ -84,7 +84,7 @@ template <class V>
 Fragment<V> alloc_frag(ir::FragUse use, int m, int n, int k, const SrcLoc& where) {
   auto& ctx = TraceContext::current();
   using T = host_of_t<V>;
-  const auto in_range = [](int x) { return x > 0 && x < 256; };
+  const auto in_range = [](int x) { return x > 0 && x <= 1024; };
   if (!in_range(m) || !in_range(n) || !in_range(k)) {
     ctx.fail(where, fmt::format("fragment shape {}x{}x{} is out of range; see docs/dsl.md "
                                 "\"Matrices\" for the shapes",
@@ -198,6 +198,145 @@ template <class D, class S>
 void convert(const Fragment<D>& dst, const Fragment<S>& src, SrcLoc where = SrcLoc::current()) {
   auto& ctx = TraceContext::current();
   ctx.builder().op(ir::OpKind::FragCast, {dst.id(), src.id()}, ctx.loc(where));
+}
+
+// ---- warpgroup multiplies: wgmma (sm_90a) ----------------------------------------------------
+//
+// A warpgroup (4 planes, 128 units: planes 4g..4g+3) multiplies a 64 x k tile of A by a k x n
+// tile of B, both in shared memory, read through descriptors; each plane accumulates its 16
+// rows of the 64 x n product (plane p % 4 holds rows 16 (p % 4) .. 16 (p % 4) + 15) in an
+// ordinary accumulator, accumulator<f32>(16, n, k), so fill, store and convert work as before:
+//
+//   auto acc = accumulator<f32>(16, 128, 16);         // this plane's rows of a 64 x 128 tile
+//   fill(acc, 0.0f);
+//   wgmma_fence();                                    // before the first multiply
+//   wgmma<bf16>(acc, wgmma_tile_desc(a_s, 0u, 64, Swizzle::B128, 0u),
+//                    wgmma_tile_desc(b_s, 0u, 128, Swizzle::B128, 0u));
+//   wgmma_commit();
+//   wgmma_wait(0);                                    // before reading acc
+//   store(c, (16u * (plane_pos() % 4u)) * 128u, 128u, acc);
+//
+// Both operands are K-major (A: m rows of k; B: n rows of k, i.e. B transposed), as wgmma reads
+// tf32 and 8-bit inputs; docs/dsl.md "Warpgroup multiplies" shows the shared-memory layouts.
+// The target must have wgmma (has_wgmma()): sm_90a, the CPU and cuda-emu (sm_90a).
+
+// The swizzle of a shared-memory matrix layout: none, or the 16-byte chunks of each row of 32,
+// 64 or 128 bytes permuted by the row's position (the layouts TMA writes).
+enum class Swizzle : uint32_t { None = 0, B32 = 32, B64 = 64, B128 = 128 };
+
+// Whether the target runs warpgroup multiplies (asked at trace time, like has_mma).
+inline bool has_wgmma() {
+  return TraceContext::current().target().wgmma;
+}
+
+namespace detail {
+inline bool need_wgmma(const SrcLoc& where) {
+  auto& ctx = TraceContext::current();
+  if (ctx.target().wgmma) return true;
+  ctx.fail(where, fmt::format("wgmma is an sm_90a instruction; {} has none: ask has_wgmma() at "
+                              "trace time and take another path (mma() on fragments) there",
+                              ctx.target().name));
+  return false;
+}
+}  // namespace detail
+
+// The descriptor of a matrix in shared memory starting at mem[index]: its leading and stride
+// byte offsets (multiples of 16) and swizzle, as the PTX ISA defines them for K-major operands:
+// without swizzle, core matrices of 8 rows x 16 bytes, LBO bytes apart along k and SBO bytes
+// apart along the rows; with a swizzle of W bytes, rows of W bytes, groups of 8 rows SBO apart.
+template <class V>
+Val<uint64_t> wgmma_desc(const SharedArray<V>& mem, Arg<uint32_t> index, Arg<uint32_t> lbo,
+                         Arg<uint32_t> sbo, Swizzle swizzle = Swizzle::None) {
+  auto& ctx = TraceContext::current();
+  if (!detail::need_wgmma(index.where())) return Val<uint64_t>();
+  ir::Attr a;
+  a.i = static_cast<uint64_t>(swizzle);
+  return Val<uint64_t>::from_id(ctx.builder().op(
+      ir::OpKind::WgmmaDesc, {mem.id(), index.value(1), lbo.value(1), sbo.value(1)}, index.at(),
+      {}, a));
+}
+
+// kiln's layout of a K-major tile of `rows` rows (a multiple of 8) and any number of k columns
+// in shared memory: the element index of (r, k) from the tile's start. With a swizzle of W
+// bytes: atoms of 8 rows x W bytes, stacked along the rows, then along k; without: core
+// matrices of 8 rows x 16 bytes, stacked the same way. The tile's start must be 1024-byte
+// aligned in the array (index 0 is: arrays used by wgmma_desc start on 1024 bytes).
+template <class V>
+Val<uint32_t> wgmma_tile_index(Swizzle swizzle, int rows, Val<uint32_t> r, Val<uint32_t> k) {
+  const uint32_t size = sizeof(host_of_t<V>), groups = static_cast<uint32_t>(rows) / 8;
+  const uint32_t w = static_cast<uint32_t>(swizzle);
+  if (w == 0) {
+    const uint32_t per16 = 16 / size;
+    const Val<uint32_t> byte = ((k / per16) * groups + r / 8u) * 128u + (r % 8u) * 16u +
+                               (k % per16) * size;
+    return byte / size;
+  }
+  const uint32_t per_row = w / size;
+  const Val<uint32_t> byte = ((k / per_row) * groups + r / 8u) * (8u * w) + (r % 8u) * w +
+                             (k % per_row) * size;
+  return (byte ^ (((byte >> 7u) & (w / 16 - 1)) << 4u)) / size;
+}
+
+// The descriptor of k-step `step` (the instruction's k columns: 16 for f16/bf16, 8 for tf32,
+// 32 for i8/u8; 32 bytes) of a tile laid out by wgmma_tile_index at mem[base].
+template <class V>
+Val<uint64_t> wgmma_tile_desc(const SharedArray<V>& mem, Val<uint32_t> base, int rows,
+                              Swizzle swizzle, Val<uint32_t> step,
+                              SrcLoc where = SrcLoc::current()) {
+  const uint32_t size = sizeof(host_of_t<V>), groups = static_cast<uint32_t>(rows) / 8;
+  const uint32_t w = static_cast<uint32_t>(swizzle);
+  if (rows <= 0 || rows % 8 != 0) {
+    TraceContext::current().fail(
+        where, fmt::format("a wgmma tile has a multiple of 8 rows, not {}", rows));
+    return Val<uint64_t>();
+  }
+  if (w == 0)  // core-matrix columns 2 step and 2 step + 1; LBO between them, SBO down
+    return wgmma_desc(mem, Arg<uint32_t>(base + step * (2u * groups * 128u / size), where),
+                      Arg<uint32_t>(groups * 128u, where), Arg<uint32_t>(128u, where),
+                      swizzle);
+  const uint32_t steps_per_row = w / 32;  // 32 bytes of k per step
+  const Val<uint32_t> index = base + (step / steps_per_row) * (groups * 8u * w / size) +
+                              (step % steps_per_row) * (32u / size);
+  return wgmma_desc(mem, Arg<uint32_t>(index, where), Arg<uint32_t>(16u, where),
+                    Arg<uint32_t>(8u * w, where), swizzle);
+}
+
+// acc += A * B for the warpgroup: A (64 x k, K-major) and B (n x k, K-major) from their
+// descriptors, inputs of type V (f16, bf16, f32 as tf32, i8, u8); acc is this plane's
+// accumulator<mma_acc_t<V>>(16, n, mma_k_step<V>()). Asynchronous on the GPU: fence before,
+// commit and wait before the accumulator is read.
+template <class V, class C>
+void wgmma(const Fragment<C>& acc, Arg<uint64_t> a, Arg<uint64_t> b,
+           SrcLoc where = SrcLoc::current()) {
+  auto& ctx = TraceContext::current();
+  if (!detail::need_wgmma(where)) return;
+  ir::Attr attr;
+  attr.i = static_cast<uint64_t>(elem_v<host_of_t<V>>);
+  ctx.builder().op(ir::OpKind::Wgmma, {acc.id(), a.value(1), b.value(1)}, ctx.loc(where), {},
+                   attr);
+}
+// Orders earlier accesses to accumulators before the multiplies after it (wgmma.fence).
+inline void wgmma_fence(SrcLoc where = SrcLoc::current()) {
+  auto& ctx = TraceContext::current();
+  if (detail::need_wgmma(where)) ctx.builder().op(ir::OpKind::WgmmaFence, {}, ctx.loc(where));
+}
+// Closes the group of multiplies issued since the last commit (wgmma.commit_group).
+inline void wgmma_commit(SrcLoc where = SrcLoc::current()) {
+  auto& ctx = TraceContext::current();
+  if (detail::need_wgmma(where)) ctx.builder().op(ir::OpKind::WgmmaCommit, {}, ctx.loc(where));
+}
+// Waits until at most `pending` (0..7) committed groups are still running (wgmma.wait_group):
+// the accumulators of the others may then be read.
+inline void wgmma_wait(int pending, SrcLoc where = SrcLoc::current()) {
+  auto& ctx = TraceContext::current();
+  if (pending < 0 || pending > 7) {
+    ctx.fail(where, fmt::format("wgmma_wait leaves 0 to 7 groups pending, not {}", pending));
+    return;
+  }
+  if (!detail::need_wgmma(where)) return;
+  ir::Attr a;
+  a.i = static_cast<uint64_t>(pending);
+  ctx.builder().op(ir::OpKind::WgmmaWait, {}, ctx.loc(where), {}, a);
 }
 
 }  // namespace kiln::dsl

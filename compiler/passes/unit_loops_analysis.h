@@ -38,10 +38,7 @@ struct OpFacts {
 inline bool is_plane_op(ir::OpKind k) {
   return ir::has_flag(k, ir::op_flags::PlaneOp);
 }
-inline bool is_frag_op(ir::OpKind k) {
-  return k == ir::OpKind::FragFill || k == ir::OpKind::FragLoad || k == ir::OpKind::FragStore ||
-         k == ir::OpKind::FragMma || k == ir::OpKind::FragCast;
-}
+using ir::is_frag_op;
 inline bool is_jump(ir::OpKind k) {
   return k == ir::OpKind::Break || k == ir::OpKind::Continue || k == ir::OpKind::Return;
 }

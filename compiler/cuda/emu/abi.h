@@ -12,7 +12,7 @@
 
 namespace kiln::emu {
 
-inline constexpr uint32_t kAbiVersion = 1;
+inline constexpr uint32_t kAbiVersion = 2;
 
 struct Dim3 {
   uint32_t x, y, z;
@@ -63,6 +63,9 @@ struct Api {
   // An index past the end of a shared or local array.
   void (*out_of_bounds)(uint32_t space, uint32_t how, uint64_t index, uint64_t count,
                         const char* file, uint32_t line);
+  // A misuse of a CUDA feature that the hardware leaves undefined (a wgmma accumulator read
+  // while the multiply is in flight, ...): `what` says which and how to fix it.
+  void (*misuse)(const char* what, const char* file, uint32_t line);
 };
 
 }  // namespace kiln::emu

@@ -34,6 +34,10 @@ inline void out_of_bounds(uint32_t space, uint32_t how, uint64_t index, uint64_t
                           const Site& s) {
   g_api->out_of_bounds(space, how, index, count, s.file_name(), s.line());
 }
+// A misuse of a CUDA feature the emulator checks (wgmma fences and waits): reported like a fault.
+inline void misuse(const char* what, const Site& s) {
+  g_api->misuse(what, s.file_name(), s.line());
+}
 inline void sync_threads(const Site& s = Site::current()) {
   g_api->barrier(s.file_name(), s.line());
 }
@@ -114,6 +118,7 @@ inline float flush(float x) {
     reinterpret_cast<T*>(::kiln::emu::unit()->shared + (offset)), (count), ::kiln::emu::kShared \
   }
 #define KILN_SHARED_DYNAMIC(T, name, count, offset) KILN_SHARED(T, name, count, offset)
+#define KILN_SHARED_ALIGNED(T, name, count, offset, align) KILN_SHARED(T, name, count, offset)
 #define KILN_DYNAMIC_SHARED_BASE() static_assert(true, "")
 #define KILN_LOCAL(T, name, count)               \
   T name##_storage[count];                       \
