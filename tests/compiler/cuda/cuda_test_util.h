@@ -113,4 +113,18 @@ inline ir::Kernel traced(const dsl::KernelDef& def, const dsl::SpecOptions& opts
   return std::move(*k);
 }
 
+// Traces a registered kernel for a CUDA target (which it may ask about: has_mma, has_wgmma);
+// the trace's error when the kernel refuses the target.
+inline Result<ir::Kernel> traced_for(const dsl::KernelDef& def, const std::string& arch,
+                                     const dsl::SpecOptions& opts = {}) {
+  auto sel = dsl::select(def, opts);
+  INFO((sel.ok() ? std::string() : sel.error().message));
+  REQUIRE(sel.ok());
+  auto target = backend::find("cuda")->parse_target(arch);
+  REQUIRE(target.ok());
+  dsl::TraceRequest request = sel->request;
+  request.target = backend::trace_target(*target);
+  return dsl::trace(def, *sel->inst, request);
+}
+
 }  // namespace kiln::test
