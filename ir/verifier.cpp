@@ -3,6 +3,7 @@
 // plane ops. Errors are collected (up to a limit) so one run reports every problem.
 #include "ir/verifier.h"
 
+#include <algorithm>
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
@@ -325,15 +326,19 @@ class Verifier {
       // What a plane's fragment op reads besides fragments is the plane's (one index, one
       // stride, one fill value for the whole plane).
       if (is_frag_op(op.kind))
-        for (ValueId x : op.operands)
-          if (!k_.type_of(x).is_frag() && !k_.type_of(x).is_memory() &&
+        for (size_t i = 0; i < op.operands.size(); ++i) {
+          const ValueId x = op.operands[i];
+          const bool seen =
+              std::find(op.operands.begin(), op.operands.begin() + i, x) != op.operands.begin() + i;
+          if (!seen && !k_.type_of(x).is_frag() && !k_.type_of(x).is_memory() &&
               u.of(x) == Uniformity::Varying)
             op_error(op, fmt::format("operand {} of '{}' differs between the units of a plane; "
-                                     "a plane works on a fragment together, so the index, stride "
-                                     "and fill value must be the same for the whole plane "
-                                     "(compute them from plane_pos(), cube_pos() or uniform "
-                                     "values)",
+                                     "a plane works on a fragment together, so its index, stride, "
+                                     "fill value and descriptors must be the same for the whole "
+                                     "plane (compute them from plane_pos(), cube_pos() or "
+                                     "uniform values)",
                                      vname(x), name));
+        }
       // A multiply's descriptors describe shared memory: they come from wgmma.desc itself, not
       // from arithmetic on other values.
       if (op.kind == OpKind::Wgmma)

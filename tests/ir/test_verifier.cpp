@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "ir/parser.h"
 #include "ir/verifier.h"
 
@@ -195,6 +197,15 @@ std::vector<Case> cases() {
        "'frag.cast' needs fragments of one shape m x n x k"},
       {OpKind::FragPlane, kAcc + "  %1 = frag.plane %0, %f : frag<acc, f32, 16, 16, 16>\n",
        "the plane of 'frag.plane' must be u32, got f32"},
+      {OpKind::WgmmaDesc, "  %0 = wgmma.desc %t, %u, %u, %u, 128 : u64\n",
+       "'wgmma.desc' describes a matrix in shared memory, not tensor<f32, 2>"},
+      {OpKind::Wgmma, kAcc + "  wgmma.mma %0, %u, %u, bf16\n",
+       "the A descriptor of 'wgmma.mma' must be a u64 from 'wgmma.desc', got u32"},
+      {OpKind::WgmmaFence, kVaryingIf + "    wgmma.fence\n  }\n",
+       "'wgmma.fence' is under control flow that differs between the units of a plane"},
+      {OpKind::WgmmaCommit, kVaryingIf + "    wgmma.commit\n  }\n",
+       "'wgmma.commit' is under control flow that differs between the units of a plane"},
+      {OpKind::WgmmaWait, "  wgmma.wait 9\n", "'wgmma.wait' leaves 0 to 7 groups in flight, not 9"},
   };
 }
 
@@ -283,6 +294,50 @@ TEST_CASE("matrix fragments: shapes, types, placement and plane uniformity", "[i
   REQUIRE(!st.ok());
   CHECK_THAT(st.error().message,
              Catch::Contains("'frag.fill' needs whole planes, but the cube has 48 units"));
+}
+
+TEST_CASE("wgmma: descriptors from shared memory, shapes and whole warpgroups", "[ir][verifier]") {
+  auto msg = [](const std::string& body, int units = 128) {
+    auto k = parse(fmt::format("kernel @k(%u: u32, %d: u64) cube_dim({}, 1, 1) {{\n"
+                               "  %s = alloc.shared : shared<bf16, 8192>\n{}}}\n",
+                               units, body),
+                   "t.kir");
+    REQUIRE(k.ok());
+    auto st = verify(*k);
+    return st.ok() ? std::string("(ok)") : st.error().message;
+  };
+  const std::string desc = "  %a = wgmma.desc %s, %u, %u, %u, 128 : u64\n";
+  const std::string ok = "  %0 = alloc.frag : frag<acc, f32, 16, 64, 16>\n" + desc +
+                         "  wgmma.fence\n  wgmma.mma %0, %a, %a, bf16\n  wgmma.commit\n"
+                         "  wgmma.wait 0\n";
+  CHECK(msg(ok) == "(ok)");
+  CHECK_THAT(msg(ok, 64), Catch::Contains("'wgmma.mma' needs whole warpgroups (4 planes, 128 "
+                                          "units), but the cube has 64 units"));
+  // Descriptors come from wgmma.desc on shared memory, not from other values.
+  CHECK_THAT(msg("  %0 = alloc.frag : frag<acc, f32, 16, 64, 16>\n" + desc +
+                 "  wgmma.mma %0, %a, %d, bf16\n"),
+             Catch::Contains("the B descriptor %d of 'wgmma.mma' does not come from 'wgmma.desc'"));
+  CHECK_THAT(msg("  %0 = wgmma.desc %s, %u, %u, %u, 48 : u64\n"),
+             Catch::Contains("it must be 0 (none), 32, 64 or 128 bytes"));
+  // The accumulator is a plane's 16 rows of the product, of the input type's k and n.
+  CHECK_THAT(msg("  %0 = alloc.frag : frag<acc, f32, 32, 64, 16>\n" + desc +
+                 "  wgmma.mma %0, %a, %a, bf16\n"),
+             Catch::Contains("accumulates into a plane's 16 rows of the warpgroup's product, "
+                             "frag<acc, f32, 16, N, 16>; got frag<acc, f32, 32, 64, 16>"));
+  CHECK_THAT(msg("  %0 = alloc.frag : frag<acc, i32, 16, 40, 32>\n" + desc +
+                 "  wgmma.mma %0, %a, %a, i8\n"),
+             Catch::Contains("'wgmma.mma' of i8 inputs has no n = 40"));
+  CHECK_THAT(msg("  %0 = alloc.frag : frag<acc, f32, 16, 64, 32>\n" + desc +
+                 "  wgmma.mma %0, %a, %a, u8\n"),
+             Catch::Contains("'wgmma.mma' of u8 inputs accumulates in i32, not f32"));
+  CHECK_THAT(msg("  %0 = alloc.frag : frag<acc, f32, 16, 264, 16>\n"),
+             Catch::Contains("n must be a multiple of 8 up to 256 for an accumulator, got 264"));
+  // Descriptors are the plane's: no unit-dependent start.
+  CHECK_THAT(msg("  %0 = alloc.frag : frag<acc, f32, 16, 64, 16>\n  %p = unit_pos : u32\n"
+                 "  %a = wgmma.desc %s, %p, %u, %u, 0 : u64\n  wgmma.mma %0, %a, %a, f16\n"),
+             Catch::Contains("operand %3 of 'wgmma.mma' differs between the units of a plane; a "
+                             "plane works on a fragment together, so its index, stride, fill "
+                             "value and descriptors must be the same for the whole plane"));
 }
 
 TEST_CASE("kernel-level rules", "[ir][verifier]") {

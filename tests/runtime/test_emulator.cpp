@@ -43,6 +43,24 @@ void emu_local(Tensor<f32> y, u32 n) {
 }
 KILN_KERNEL(emu_local, "y, n").cube_dim(1);
 
+// A warpgroup multiply of a zero tile, with its fence, commit and wait in place or missing
+// (mode 1: no fence; 2: the store before the wait; 3: a fill between the fence and the multiply).
+void emu_wgmma(Tensor<f32> y, int mode) {
+  auto acc = accumulator<f32>(16, 8, 16);
+  auto s = shared_array<bf16>(64 * 16);
+  for_range(unit_pos(), 64u * 16u, 128u, [&](u32 i) { s[i] = bf16(0.0f); });
+  sync_cube();
+  fill(acc, 1.0f);
+  if (mode != 1) wgmma_fence();
+  if (mode == 3) fill(acc, 2.0f);
+  wgmma<bf16>(acc, wgmma_desc(s, 0u, 128u, 256u), wgmma_desc(s, 0u, 128u, 256u));  // WGMMA
+  wgmma_commit();
+  if (mode == 2) store(y, plane_pos() * 128u, 8u, acc);  // EARLY_STORE
+  wgmma_wait(0);
+  store(y, plane_pos() * 128u, 8u, acc);
+}
+KILN_KERNEL(emu_wgmma, "y, mode = 0").cube_dim(128);
+
 namespace kiln {
 namespace {
 
@@ -292,6 +310,41 @@ TEST_CASE("warp votes, ballots and reductions follow CUDA", "[emulator]") {
       8);
   KILN_REQUIRE_OK(r.status);
   CHECK(r.out == std::vector<float>{11, 496, -16, 1, 1, 1, 15, 50});
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+TEST_CASE("wgmma without its fence, or an accumulator read before the wait, is reported",
+          "[emulator][wgmma]") {
+  Runtime* rt = emulator();
+  if (!rt) return;
+  Tensor y = test::f32_tensor(*rt, std::vector<float>(4 * 128, 0.0f));
+  auto k = test::kernel(*rt, "emu_wgmma");
+  auto run = [&](int mode) {
+    KILN_REQUIRE_OK(rt->launch(k, 1, 128, y, mode));
+    return rt->sync();
+  };
+  KILN_REQUIRE_OK(run(0));
+  for (float v : test::to_host<float>(y)) REQUIRE(v == 1.0f);  // 1 + 0 * 0
+  Status st = run(1);
+  REQUIRE_FALSE(st.ok());
+  CHECK_THAT(st.error().message,
+             Contains(loc("WGMMA") + ": error: wgmma.mma before any wgmma_fence()") &&
+                 Contains("kernel 'emu_wgmma' (cube 0, unit 0)"));
+  st = run(2);
+  REQUIRE_FALSE(st.ok());
+  CHECK_THAT(st.error().message,
+             Contains(loc("EARLY_STORE") + ": error: a fragment op uses an accumulator while a "
+                                           "wgmma.mma into it is in flight"));
+  st = run(3);
+  REQUIRE_FALSE(st.ok());
+  CHECK_THAT(st.error().message,
+             Contains(loc("WGMMA") + ": error: wgmma.mma into an accumulator that another "
+                                     "fragment op used after the last wgmma_fence()"));
 }
 
 }  // namespace

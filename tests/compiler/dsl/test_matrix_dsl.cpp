@@ -131,7 +131,7 @@ TEST_CASE("fragment misuse is a trace error at the kernel's line", "[dsl][matrix
   CHECK_THAT(test::trace_error("m_memory"),
              Contains(at("ERR:memory") + "'frag.load' of frag<a, f16, 16, 16, 16> needs memory "
                                          "of f16"));
-  for (const char* m : {"0", "-16", "300"}) {
+  for (const char* m : {"0", "-16", "2000"}) {
     dsl::SpecOptions o;
     o.set["m"] = m;
     CHECK_THAT(test::trace_error("m_zero", o),
