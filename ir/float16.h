@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 namespace kiln {
 
@@ -30,6 +31,23 @@ inline double round_to_bf16(double v) {
 
 uint16_t f16_bits(double v);  // rounds, then encodes
 double f16_value(uint16_t bits);
+
+// f16 bits to float, exactly and inline, without branches (loops that convert many
+// vectorize): normal numbers move their exponent bias from 15 to 127, subnormals are their
+// mantissa times 2^-24 (a normal float, so a flush-to-zero mode cannot lose them), infinities
+// and NaN keep their mantissa. Equal to f16_value for every non-NaN input.
+inline float f16_to_float(uint16_t h) {
+  const uint32_t em = h & 0x7fffu;
+  const uint32_t wide = em >= 0x7c00u ? 0x7f800000u | (em & 0x3ffu) << 13 : (em + 0x1c000u) << 13;
+  float f;
+  std::memcpy(&f, &wide, 4);
+  if (em < 0x400u) f = static_cast<float>(static_cast<int32_t>(em)) * 0x1p-24f;
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  bits |= static_cast<uint32_t>(h & 0x8000u) << 16;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
 uint16_t bf16_bits(double v);
 double bf16_value(uint16_t bits);
 

@@ -217,25 +217,28 @@ std::string check_frag_op(Sig sig, const std::string& name, std::span<const Type
       const auto in = static_cast<ElemType>(attr.i & 0xff);
       const int step = frag_k_step(in);
       if ((attr.i >> 8) != 0 || step == 0)
-        return fmt::format("'wgmma.mma' multiplies f16, bf16, f32 (as tf32), i8 or u8 inputs; "
-                           "its input type attribute is invalid ({})",
-                           attr.i);
+        return fmt::format(
+            "'wgmma.mma' multiplies f16, bf16, f32 (as tf32), i8 or u8 inputs; "
+            "its input type attribute is invalid ({})",
+            attr.i);
       if (c.use != FragUse::Acc || c.m != 16 || c.k != step)
-        return fmt::format("'wgmma.mma' of {} inputs accumulates into a plane's 16 rows of the "
-                           "warpgroup's product, frag<acc, {}, 16, N, {}>; got {}",
-                           elem_name(in), elem_name(frag_acc_elem(in)), step, tn(c));
+        return fmt::format(
+            "'wgmma.mma' of {} inputs accumulates into a plane's 16 rows of the "
+            "warpgroup's product, frag<acc, {}, 16, N, {}>; got {}",
+            elem_name(in), elem_name(frag_acc_elem(in)), step, tn(c));
       if (c.elem != frag_acc_elem(in))
         return fmt::format("'wgmma.mma' of {} inputs accumulates in {}, not {}", elem_name(in),
                            elem_name(frag_acc_elem(in)), elem_name(c.elem));
       if (!wgmma_n_valid(in, c.n))
-        return fmt::format("'wgmma.mma' of {} inputs has no n = {} (n: {})", elem_name(in), c.n,
-                           is_int(in) ? "8, 16, 24, then multiples of 16 up to 256"
-                                      : "multiples of 8 up to 256");
+        return fmt::format(
+            "'wgmma.mma' of {} inputs has no n = {} (n: {})", elem_name(in), c.n,
+            is_int(in) ? "8, 16, 24, then multiples of 16 up to 256" : "multiples of 8 up to 256");
       for (size_t i : {size_t{1}, size_t{2}})
         if (!(ops[i] == Type::value(ElemType::U64)))
-          return fmt::format("the {} descriptor of 'wgmma.mma' must be a u64 from 'wgmma.desc', "
-                             "got {}",
-                             i == 1 ? "A" : "B", tn(ops[i]));
+          return fmt::format(
+              "the {} descriptor of 'wgmma.mma' must be a u64 from 'wgmma.desc', "
+              "got {}",
+              i == 1 ? "A" : "B", tn(ops[i]));
       break;
     }
     default:

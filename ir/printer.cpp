@@ -189,9 +189,8 @@ class Printer {
         if (info.sig == Sig::WgmmaDesc || info.sig == Sig::WgmmaWait)
           parts.push_back(fmt::format("{}", op.attr.i));
         if (info.sig == Sig::Wgmma)
-          parts.push_back(op.attr.i < 256
-                              ? std::string(elem_name(static_cast<ElemType>(op.attr.i)))
-                              : fmt::format("type?{}", op.attr.i));
+          parts.push_back(op.attr.i < 256 ? std::string(elem_name(static_cast<ElemType>(op.attr.i)))
+                                          : fmt::format("type?{}", op.attr.i));
         break;
     }
     for (size_t i = 0; i < parts.size(); ++i) {

@@ -40,7 +40,8 @@ class Verifier {
       if (op.kind == OpKind::Units || op.kind == OpKind::FragPlane) lowered_ = true;
       if (is_frag_op(op.kind)) frag_op_ = &op;
       if (op.kind == OpKind::Wgmma) wgmma_op_ = &op;
-      if (op.result != kNoValue && op.result < k_.value_types.size()) def_kind_[op.result] = op.kind;
+      if (op.result != kNoValue && op.result < k_.value_types.size())
+        def_kind_[op.result] = op.kind;
     });
     if (errors_.empty()) region(k_.body, 0, 0, false);
     // A lowered kernel has no barriers left to check.
@@ -364,8 +365,8 @@ class Verifier {
   std::vector<std::string> errors_;
   bool truncated_ = false;
   bool lowered_ = false;
-  const Op* frag_op_ = nullptr;   // one fragment op of the kernel, if any
-  const Op* wgmma_op_ = nullptr;  // one warpgroup multiply, if any
+  const Op* frag_op_ = nullptr;                   // one fragment op of the kernel, if any
+  const Op* wgmma_op_ = nullptr;                  // one warpgroup multiply, if any
   std::unordered_map<ValueId, OpKind> def_kind_;  // what defines each op result
 };
 

@@ -370,8 +370,8 @@ namespace kiln::cpu::detail {
 // Format"), with the address taken from the start of the cube's arena.
 void Gen::wgmma_desc(const ir::Op& op) {
   const ir::Type& t = type(op.operands[0]);
-  Value* at = B.CreatePtrDiff(B.getInt8Ty(), element_ptr(op.operands[0], v(op.operands[1])),
-                              shared_);
+  Value* at =
+      B.CreatePtrDiff(B.getInt8Ty(), element_ptr(op.operands[0], v(op.operands[1])), shared_);
   (void)t;
   auto field = [&](Value* x, uint64_t mask, uint64_t shift) {
     Value* f = B.CreateAnd(B.CreateLShr(B.CreateZExt(x, B.getInt64Ty()), 4), mask);
@@ -404,14 +404,13 @@ void Gen::wgmma(const ir::Op& op) {
                B.getInt32(static_cast<uint32_t>(acc.n))});
   if (!O.checked) return;
   const auto site = static_cast<uint32_t>(info_.accesses.size());
-  info_.accesses.push_back(AccessSite{"wgmma.mma", "the cube's shared memory (in bytes)",
-                                      K.loc_string(op.loc)});
+  info_.accesses.push_back(
+      AccessSite{"wgmma.mma", "the cube's shared memory (in bytes)", K.loc_string(op.loc)});
   auto* fault_bb = llvm::BasicBlock::Create(C, "wgmma.fault", F);
   auto* cont = llvm::BasicBlock::Create(C, "wgmma.checked", F);
   B.CreateCondBr(B.CreateICmpNE(bad, B.getInt32(0)), fault_bb, cont);
   B.SetInsertPoint(fault_bb);
-  call_fault(site, B.CreateSub(bad, B.getInt32(1)), B.getInt32(info_.shared_bytes),
-             B.getInt32(0));
+  call_fault(site, B.CreateSub(bad, B.getInt32(1)), B.getInt32(info_.shared_bytes), B.getInt32(0));
   B.CreateBr(cont);
   B.SetInsertPoint(cont);
 }

@@ -688,8 +688,8 @@ class Gen {
   Value* cube_pos_[4] = {};
   Value* cube_count_[4] = {};
   uint32_t shared_bytes_ = 0;
-  std::set<ValueId> wgmma_arrays_;            // shared arrays wgmma.desc describes
-  std::map<ValueId, Value*> frag_plane_of_;   // frag.plane results: the plane they belong to
+  std::set<ValueId> wgmma_arrays_;           // shared arrays wgmma.desc describes
+  std::map<ValueId, Value*> frag_plane_of_;  // frag.plane results: the plane they belong to
   std::vector<Value*> vals_;
   std::unordered_map<ValueId, Mem> mem_;
   std::unordered_map<ValueId, llvm::AllocaInst*> vars_;

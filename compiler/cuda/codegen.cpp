@@ -331,8 +331,8 @@ class Gen {
   ir::SourceLoc last_loc_{};
   std::map<ValueId, std::string> mem_name_;  // parameters and memory objects: their C++ names
   std::map<ValueId, uint32_t> shared_offset_;
-  std::set<ValueId> wgmma_arrays_, wgmma_accs_;    // shared arrays and accumulators of wgmma
-  std::set<std::pair<ElemType, int>> wgmma_ops_;  // (input type, n) of each wgmma.mma
+  std::set<ValueId> wgmma_arrays_, wgmma_accs_;     // shared arrays and accumulators of wgmma
+  std::set<std::pair<ElemType, int>> wgmma_ops_;    // (input type, n) of each wgmma.mma
   std::set<std::pair<ValueId, std::string>> used_;  // metadata the body reads
   std::map<std::string, std::string> param_name_;
   uint32_t shared_total_ = 0;
@@ -507,10 +507,10 @@ class Gen {
     for (const auto& [in, n] : wgmma_ops_) {
       const bool integer = ir::is_int(in);
       const int regs = n / 2, k = ir::frag_k_step(in);
-      const std::string t = in == ElemType::F32 ? "tf32"
-                            : in == ElemType::I8  ? "s8"
-                            : in == ElemType::U8  ? "u8"
-                                                  : std::string(ir::elem_name(in));
+      const std::string t = in == ElemType::F32  ? "tf32"
+                            : in == ElemType::I8 ? "s8"
+                            : in == ElemType::U8 ? "u8"
+                                                 : std::string(ir::elem_name(in));
       std::string list;
       for (int i = 0; i < regs; ++i) list += fmt::format("{}%{}", i ? ", " : "", i);
       const std::string tail = integer ? "p" : in == ElemType::F32 ? "p, 1, 1" : "p, 1, 1, 0, 0";
@@ -991,9 +991,10 @@ std::string unsupported_fragment(const ir::Op& op, const ir::Kernel& k, const Ta
                      op.kind == OpKind::WgmmaFence || op.kind == OpKind::WgmmaCommit ||
                      op.kind == OpKind::WgmmaWait;
   if (wgmma && !has_wgmma(arch))
-    return fmt::format("wgmma is an sm_90a instruction; {} has none (ask has_wgmma() at trace "
-                       "time and take the fragment path, mma(), there)",
-                       arch.name());
+    return fmt::format(
+        "wgmma is an sm_90a instruction; {} has none (ask has_wgmma() at trace "
+        "time and take the fragment path, mma(), there)",
+        arch.name());
   if (op.kind != OpKind::AllocFrag || arch.sm >= 80) return {};
   const Type& t = k.type_of(op.result);
   return fmt::format(

@@ -251,9 +251,9 @@ Val<uint64_t> wgmma_desc(const SharedArray<V>& mem, Arg<uint32_t> index, Arg<uin
   if (!detail::need_wgmma(index.where())) return Val<uint64_t>();
   ir::Attr a;
   a.i = static_cast<uint64_t>(swizzle);
-  return Val<uint64_t>::from_id(ctx.builder().op(
-      ir::OpKind::WgmmaDesc, {mem.id(), index.value(1), lbo.value(1), sbo.value(1)}, index.at(),
-      {}, a));
+  return Val<uint64_t>::from_id(
+      ctx.builder().op(ir::OpKind::WgmmaDesc,
+                       {mem.id(), index.value(1), lbo.value(1), sbo.value(1)}, index.at(), {}, a));
 }
 
 // kiln's layout of a K-major tile of `rows` rows (a multiple of 8) and any number of k columns
@@ -267,13 +267,13 @@ Val<uint32_t> wgmma_tile_index(Swizzle swizzle, int rows, Val<uint32_t> r, Val<u
   const uint32_t w = static_cast<uint32_t>(swizzle);
   if (w == 0) {
     const uint32_t per16 = 16 / size;
-    const Val<uint32_t> byte = ((k / per16) * groups + r / 8u) * 128u + (r % 8u) * 16u +
-                               (k % per16) * size;
+    const Val<uint32_t> byte =
+        ((k / per16) * groups + r / 8u) * 128u + (r % 8u) * 16u + (k % per16) * size;
     return byte / size;
   }
   const uint32_t per_row = w / size;
-  const Val<uint32_t> byte = ((k / per_row) * groups + r / 8u) * (8u * w) + (r % 8u) * w +
-                             (k % per_row) * size;
+  const Val<uint32_t> byte =
+      ((k / per_row) * groups + r / 8u) * (8u * w) + (r % 8u) * w + (k % per_row) * size;
   return (byte ^ (((byte >> 7u) & (w / 16 - 1)) << 4u)) / size;
 }
 
@@ -292,8 +292,7 @@ Val<uint64_t> wgmma_tile_desc(const SharedArray<V>& mem, Val<uint32_t> base, int
   }
   if (w == 0)  // core-matrix columns 2 step and 2 step + 1; LBO between them, SBO down
     return wgmma_desc(mem, Arg<uint32_t>(base + step * (2u * groups * 128u / size), where),
-                      Arg<uint32_t>(groups * 128u, where), Arg<uint32_t>(128u, where),
-                      swizzle);
+                      Arg<uint32_t>(groups * 128u, where), Arg<uint32_t>(128u, where), swizzle);
   const uint32_t steps_per_row = w / 32;  // 32 bytes of k per step
   const Val<uint32_t> index = base + (step / steps_per_row) * (groups * 8u * w / size) +
                               (step % steps_per_row) * (32u / size);
@@ -312,8 +311,7 @@ void wgmma(const Fragment<C>& acc, Arg<uint64_t> a, Arg<uint64_t> b,
   if (!detail::need_wgmma(where)) return;
   ir::Attr attr;
   attr.i = static_cast<uint64_t>(elem_v<host_of_t<V>>);
-  ctx.builder().op(ir::OpKind::Wgmma, {acc.id(), a.value(1), b.value(1)}, ctx.loc(where), {},
-                   attr);
+  ctx.builder().op(ir::OpKind::Wgmma, {acc.id(), a.value(1), b.value(1)}, ctx.loc(where), {}, attr);
 }
 // Orders earlier accesses to accumulators before the multiplies after it (wgmma.fence).
 inline void wgmma_fence(SrcLoc where = SrcLoc::current()) {

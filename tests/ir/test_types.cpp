@@ -57,6 +57,18 @@ TEST_CASE("f16 rounding and encoding", "[ir][float16]") {
     if (std::isnan(v)) continue;
     REQUIRE(f16_bits(v) == bits);
   }
+  for (uint32_t b = 0; b < 0x10000; ++b) {  // the inline conversion agrees, bit for bit
+    const auto bits = static_cast<uint16_t>(b);
+    const double v = f16_value(bits);
+    const float f = f16_to_float(bits);
+    INFO("f16 bits 0x" << std::hex << b);
+    if (std::isnan(v)) {
+      REQUIRE(std::isnan(f));
+      continue;
+    }
+    REQUIRE(static_cast<double>(f) == v);
+    REQUIRE(std::signbit(f) == std::signbit(v));
+  }
 }
 
 TEST_CASE("bf16 rounding and encoding", "[ir][float16]") {

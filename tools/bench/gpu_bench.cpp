@@ -5,7 +5,8 @@
 //            a raw cuLaunchKernel of the same compiled function, per launch (enqueue), then sync
 //   matmul   kernels/examples/matmul_mma (mma.sync on tensor cores) on bf16 n x n x n, tiles
 //            straight from global memory and staged in shared memory (ldmatrix), in TFLOP/s;
-//            its peer, torch.matmul, is measured by tools/gpu-check.sh in the same run
+//            its peer, torch.matmul, is measured by tools/gpu-check.sh in the same run;
+//            then kernels/examples/matmul_wgmma (wgmma, sm_90a devices only) on the same data
 // Without a GPU it says why and exits 77. Usage: gpu_bench [--quick]
 #include <algorithm>
 #include <chrono>
@@ -134,6 +135,70 @@ void bench_launch(Runtime& rt, bool quick) {
       reps, median(t_kiln) * 1e6, median(t_raw) * 1e6, median(t_kiln) / median(t_raw));
 }
 
+// kernels/examples/matmul_wgmma (wgmma.mma_async from shared memory, sm_90a only) on the same
+// bf16 matrices as matmul_mma: B is uploaded transposed (both operands K-major); 64-row
+// warpgroup tiles, two warpgroups per cube, a 128-byte swizzle, one wait per round of k (no
+// pipelining yet, so this is wgmma's floor, not its ceiling). Not on other architectures.
+void bench_wgmma(Runtime& rt, int64_t n, const std::vector<uint16_t>& ha,
+                 const std::vector<uint16_t>& hb, Tensor& a, Tensor& c, bool quick) {
+  if (rt.device().arch != "sm_90a") {
+    std::printf("matmul_wgmma: skipped (wgmma needs sm_90a; this device is %s)\n",
+                rt.device().arch.c_str());
+    return;
+  }
+  const size_t nn = static_cast<size_t>(n * n);
+  std::vector<uint16_t> hbt(nn);
+  for (int64_t k = 0; k < n; ++k)
+    for (int64_t j = 0; j < n; ++j)
+      hbt[static_cast<size_t>(j * n + k)] = hb[static_cast<size_t>(k * n + j)];
+  auto bt = must(rt.empty(ir::ElemType::BF16, {n, n}));
+  must(bt.upload(std::span<const uint16_t>(hbt)));
+  auto kern = must(rt.kernel("matmul_wgmma"));
+  for (int tile_n : {128, 256}) {
+    const auto cubes_n = static_cast<uint32_t>((n + tile_n - 1) / tile_n),
+               cubes_m = static_cast<uint32_t>((n + 127) / 128);
+    auto once = [&]() -> Status {
+      return rt.launch(kern, Dim3(cubes_n, cubes_m), Dim3(256), a, bt, c, tile_n, 2, 128, 1);
+    };
+    // The first launch compiles; a failure here (the first wgmma kernels ever run on a GPU) is
+    // reported, and the benchmark goes on.
+    auto first = once();
+    if (first) first = rt.sync();
+    if (!first) {
+      std::printf("matmul_wgmma tile_n %d: FAILED: %s\n", tile_n, first.error().message.c_str());
+      continue;
+    }
+    std::vector<double> t;
+    for (int i = 0; i < (quick ? 3 : 5); ++i) {
+      const auto t0 = Clock::now();
+      must(once());
+      must(rt.sync());
+      t.push_back(seconds_since(t0));
+    }
+    std::vector<float> hc(nn);
+    must(c.download(std::span<float>(hc)));
+    double worst = 0;
+    for (int s = 0; s < 16; ++s) {
+      const int64_t i = (s * 7919) % n, j = (s * 104729) % n;
+      double want = 0, mag = 0;
+      for (int64_t k = 0; k < n; ++k) {
+        const double p = bf16_value(ha[static_cast<size_t>(i * n + k)]) *
+                         bf16_value(hb[static_cast<size_t>(k * n + j)]);
+        want += p;
+        mag += std::abs(p);
+      }
+      worst = std::max(worst, std::abs(hc[static_cast<size_t>(i * n + j)] - want) / mag);
+    }
+    const double s = median(t);
+    std::printf(
+        "matmul_wgmma bf16 %lldx%lldx%lld, 128 x %d tiles: %.3f ms, %.1f TFLOP/s (spot check: "
+        "worst error %.2g of the sum of |products|)%s\n",
+        static_cast<long long>(n), static_cast<long long>(n), static_cast<long long>(n), tile_n,
+        s * 1e3, 2.0 * static_cast<double>(n) * n * n / s / 1e12, worst,
+        worst > 1e-3 ? "  WRONG" : "");
+  }
+}
+
 void bench_matmul(Runtime& rt, bool quick) {
   const int64_t n = quick ? 2048 : 8192;
   const size_t nn = static_cast<size_t>(n * n);
@@ -190,6 +255,7 @@ void bench_matmul(Runtime& rt, bool quick) {
         2.0 * static_cast<double>(n) * n * n / s / 1e12, worst);
     if (worst > 1e-3) die("matmul_mma's result is wrong on the GPU");
   }
+  bench_wgmma(rt, n, ha, hb, a, c, quick);
 }
 
 }  // namespace

@@ -48,6 +48,24 @@ Timing run_kiln(Runtime& rt, ir::ElemType t, const void* a, const void* b, float
   return {s * 1e3, 2.0 * static_cast<double>(n) * n * n / s / 1e9};
 }
 
+// kiln's matmul_wgmma (kernels/examples/matmul_wgmma.cpp) on the CPU: c = a * bt^T, bt holding
+// B transposed (both operands K-major, as wgmma reads them); 128 x 128 tiles, two warpgroups.
+Timing run_wgmma(Runtime& rt, ir::ElemType t, const void* a, const void* bt, float* c, int64_t n,
+                 int reps) {
+  Tensor ta = must(rt.wrap(const_cast<void*>(a), t, std::vector<int64_t>{n, n}));
+  Tensor tb = must(rt.wrap(const_cast<void*>(bt), t, std::vector<int64_t>{n, n}));
+  Tensor tc = must(rt.wrap(c, ir::ElemType::F32, std::vector<int64_t>{n, n}));
+  auto kern = must(rt.kernel("matmul_wgmma"));
+  const auto tiles = static_cast<uint32_t>((n + 127) / 128);
+  auto once = [&] {
+    must(rt.launch(kern, Dim3(tiles, tiles), Dim3(256), ta, tb, tc, 128, 2, 128, 1));
+    must(rt.sync());
+  };
+  once();  // compiles
+  const double s = bench::median_seconds(once, reps, 7);
+  return {s * 1e3, 2.0 * static_cast<double>(n) * n * n / s / 1e9};
+}
+
 double max_rel_error(const std::vector<float>& got, const std::vector<float>& want) {
   double err = 0, mag = 0;
   for (size_t i = 0; i < got.size(); ++i) {
@@ -79,10 +97,10 @@ int main(int argc, char** argv) {
           "  (OpenBLAS's generic kernels: it did not recognize this CPU; compare with "
           "OPENBLAS_CORETYPE=SkylakeX or Cooperlake on an AVX-512 host)\n");
   }
-  std::printf("\n%6s  %10s %10s  %10s %10s  %9s %9s  %8s %8s\n", "n", "sgemm", "", "kiln tf32", "",
-              "kiln bf16", "", "tf32/", "bf16/");
-  std::printf("%6s  %10s %10s  %10s %10s  %9s %9s  %8s %8s\n", "", "ms", "GFLOP/s", "ms", "GFLOP/s",
-              "ms", "GFLOP/s", "sgemm", "peak");
+  std::printf("\n%6s  %10s %10s  %10s %10s  %9s %9s  %9s %9s  %8s %8s %8s\n", "n", "sgemm", "",
+              "kiln tf32", "", "kiln bf16", "", "wgmma", "bf16", "tf32/", "bf16/", "wgmma/");
+  std::printf("%6s  %10s %10s  %10s %10s  %9s %9s  %9s %9s  %8s %8s %8s\n", "", "ms", "GFLOP/s",
+              "ms", "GFLOP/s", "ms", "GFLOP/s", "ms", "GFLOP/s", "sgemm", "peak", "peak");
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> d(-1.0f, 1.0f);
   for (int64_t n :
@@ -91,16 +109,20 @@ int main(int argc, char** argv) {
     std::vector<float> a(nn), b(nn), c(nn), ref(nn);
     for (float& x : a) x = d(rng);
     for (float& x : b) x = d(rng);
-    std::vector<uint16_t> a16(nn), b16(nn);
+    std::vector<uint16_t> a16(nn), b16(nn), bt16(nn);
     for (size_t i = 0; i < nn; ++i) {
       a16[i] = bf16_bits(a[i]);
       b16[i] = bf16_bits(b[i]);
+      bt16[(i % static_cast<size_t>(n)) * static_cast<size_t>(n) + i / static_cast<size_t>(n)] =
+          b16[i];
     }
     const int reps = n <= 512 ? 10 : 1;
     // kiln first, then OpenBLAS, then a pause: OpenBLAS's threads keep spinning for a while
     // after a call, which would slow whatever runs next on this 2-core machine.
     const Timing tf = run_kiln(rt, ir::ElemType::F32, a.data(), b.data(), c.data(), n, reps);
     std::vector<float> c_tf = c;
+    const Timing wg = run_wgmma(rt, ir::ElemType::BF16, a16.data(), bt16.data(), c.data(), n, reps);
+    std::vector<float> c_wg = c;
     const Timing bf = run_kiln(rt, ir::ElemType::BF16, a16.data(), b16.data(), c.data(), n, reps);
     double blas_ms = 0, blas_gf = 0;
     if (bench::have_openblas()) {
@@ -114,13 +136,17 @@ int main(int argc, char** argv) {
       const double et = max_rel_error(c_tf, ref), eb = max_rel_error(c, ref);
       if (et > 2e-2) bench::die("kiln's tf32 matmul differs from sgemm by " + std::to_string(et));
       if (eb > 5e-2) bench::die("kiln's bf16 matmul differs from sgemm by " + std::to_string(eb));
+      const double ew = max_rel_error(c_wg, ref);
+      if (ew > 5e-2) bench::die("kiln's wgmma matmul differs from sgemm by " + std::to_string(ew));
     }
-    std::printf("%6lld  %10.3f %10.1f  %10.3f %10.1f  %9.3f %9.1f  %8.2f %8.2f\n",
-                static_cast<long long>(n), blas_ms, blas_gf, tf.ms, tf.gflops, bf.ms, bf.gflops,
-                blas_gf > 0 ? tf.gflops / blas_gf : 0.0, bf.gflops / peak);
+    std::printf(
+        "%6lld  %10.3f %10.1f  %10.3f %10.1f  %9.3f %9.1f  %9.3f %9.1f  %8.2f %8.2f %8.2f\n",
+        static_cast<long long>(n), blas_ms, blas_gf, tf.ms, tf.gflops, bf.ms, bf.gflops, wg.ms,
+        wg.gflops, blas_gf > 0 ? tf.gflops / blas_gf : 0.0, bf.gflops / peak, wg.gflops / peak);
   }
   std::printf(
       "\ntf32/sgemm: kiln's f32 (as tf32) throughput over OpenBLAS sgemm's; bf16/peak: "
-      "kiln's bf16 throughput as a fraction of the peak FMA rate.\n");
+      "kiln's bf16 throughput as a fraction of the peak FMA rate; wgmma: matmul_wgmma (bf16,\n"
+      "B transposed), whose multiplies run in kiln_rt_wgmma, once per plane and k step.\n");
   return 0;
 }

@@ -127,8 +127,8 @@ void check_wgmma(const char* dtype, int n, int swizzle, int rounds, int64_t M, i
   const ir::ElemType t = *ir::parse_elem_type(dtype);
   const bool ints = ir::is_int(t);
   const ir::ElemType ct = ints ? ir::ElemType::I32 : ir::ElemType::F32;
-  INFO(dtype << " n " << n << " swizzle " << swizzle << " rounds " << rounds << ", M " << M
-             << " N " << N << " K " << K);
+  INFO(dtype << " n " << n << " swizzle " << swizzle << " rounds " << rounds << ", M " << M << " N "
+             << N << " K " << K);
   dsl::SpecOptions o;
   o.dtype["a"] = dtype;
   o.dtype["b"] = dtype;
@@ -144,7 +144,9 @@ void check_wgmma(const char* dtype, int n, int swizzle, int rounds, int64_t M, i
   for (Buffer* x : {&a, &b})
     for (size_t i = 0; i < x->n; ++i) x->set(i, ints ? di(test::rng()) : d(test::rng()));
   for (size_t i = 0; i < c.n; ++i) c.set(i, 1000);  // every element is written
-  auto el = [&](const Buffer& x, size_t i) { return t == ir::ElemType::F32 ? x.as_tf32(i) : x.get(i); };
+  auto el = [&](const Buffer& x, size_t i) {
+    return t == ir::ElemType::F32 ? x.as_tf32(i) : x.get(i);
+  };
   std::vector<HostArg> args{a.view(M, K), b.view(N, K), c.view(M, N)};
   const auto cubes_n = static_cast<uint32_t>((N + n - 1) / n);
   const auto cubes_m = static_cast<uint32_t>((M + 64 * kGroups - 1) / (64 * kGroups));
@@ -153,7 +155,8 @@ void check_wgmma(const char* dtype, int n, int swizzle, int rounds, int64_t M, i
     for (int64_t j = 0; j < N; ++j) {
       double want = 0, mag = 0;
       for (int64_t k = 0; k < K; ++k) {
-        const double p = el(a, static_cast<size_t>(i * K + k)) * el(b, static_cast<size_t>(j * K + k));
+        const double p =
+            el(a, static_cast<size_t>(i * K + k)) * el(b, static_cast<size_t>(j * K + k));
         want += p;
         mag += std::fabs(p);
       }
@@ -166,7 +169,8 @@ void check_wgmma(const char* dtype, int n, int swizzle, int rounds, int64_t M, i
 
 }  // namespace
 
-TEST_CASE("wgmma: every input type and swizzle against a double reference", "[cpu][matrix][wgmma]") {
+TEST_CASE("wgmma: every input type and swizzle against a double reference",
+          "[cpu][matrix][wgmma]") {
   for (const char* dtype : {"bf16", "f16", "f32", "i8", "u8"})
     for (int swizzle : {0, 32, 64, 128}) {
       // Edges that are no multiple of a tile; K over several rounds.
@@ -179,3 +183,64 @@ TEST_CASE("wgmma: n from 8 to 256", "[cpu][matrix][wgmma]") {
   for (int n : {8, 24, 64, 256}) check_wgmma("bf16", n, 128, 1, 100, n + 3, 64);
   check_wgmma("u8", 16, 64, 2, 70, 40, 300);
 }
+
+#ifndef KILN_TEST_CUDA
+namespace {
+// A B descriptor `b_base` elements into the last shared array: past the cube's shared memory
+// when b_base is large enough.
+void t_wgmma_past(Tensor<f32> c, u32 b_base) {
+  auto acc = accumulator<f32>(16, 16, 16);
+  auto as = shared_array<bf16>(64u * 16u);
+  auto bs = shared_array<bf16>(16u * 16u);
+  for_range(unit_pos(), 64u * 16u, 128u, [&](u32 e) { as[e] = bf16(1.0f); });
+  for_range(unit_pos(), 16u * 16u, 128u, [&](u32 e) { bs[e] = bf16(2.0f); });
+  sync_cube();
+  fill(acc, 0.0f);
+  wgmma_fence();
+  wgmma<bf16>(acc, wgmma_tile_desc(as, 0u, 64, Swizzle::None, 0u),
+              wgmma_tile_desc(bs, b_base, 16, Swizzle::None, 0u));
+  wgmma_commit();
+  wgmma_wait(0);
+  store(c, (16u * plane_pos()) * 16u, 16u, acc);
+}
+KILN_KERNEL(t_wgmma_past, "c, b_base").cube_dim(128);
+}  // namespace
+
+TEST_CASE("wgmma: checked mode reports a descriptor past the shared memory",
+          "[cpu][matrix][wgmma]") {
+  const dsl::KernelDef* def = dsl::Registry::global().find("t_wgmma_past");
+  REQUIRE(def);
+  auto sel = dsl::select(*def, {});
+  REQUIRE(sel.ok());
+  auto k = dsl::trace(*def, *sel->inst, sel->request);
+  REQUIRE(k.ok());
+  auto lowered = kiln::backend::find("cpu")->prepare(*k);
+  REQUIRE(lowered.ok());
+  for (const bool checked : {false, true}) {
+    kiln::cpu::CompileOptions o;
+    o.target = test::host();
+    o.checked = checked;
+    auto kern = kiln::cpu::compile(*lowered, o);
+    REQUIRE(kern.ok());
+    // In bounds: every element is 16 products of 1 * 2.
+    std::vector<float> c(64 * 16, -1.0f);
+    auto ok = test::try_run(**kern, {1, 1, 1}, {test::tensor(c), test::scalar_u32(0)});
+    INFO((ok.ok() ? std::string() : ok.error().message));
+    REQUIRE(ok.ok());
+    for (float x : c) REQUIRE(x == 32.0f);
+    // 128 elements in, B's second column of core matrices starts where B's array, the last of
+    // the arena, ends: it reads as zero, and a checked launch reports its first byte.
+    auto past = test::try_run(**kern, {1, 1, 1}, {test::tensor(c), test::scalar_u32(128)});
+    if (!checked) {
+      REQUIRE(past.ok());
+      continue;
+    }
+    REQUIRE(!past.ok());
+    INFO(past.error().message);
+    CHECK_THAT(past.error().message, Catch::Contains("wgmma.mma") &&
+                                         Catch::Contains("shared memory") &&
+                                         Catch::Matches(".*index ([0-9]+) is not below \\1 .*") &&
+                                         Catch::Contains("tests/compiler/cpu/test_wgmma.cpp:"));
+  }
+}
+#endif
