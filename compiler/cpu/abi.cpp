@@ -92,19 +92,21 @@ T element(const uint8_t* p) {
     uint32_t w;
     std::memcpy(&w, p, 4);
     return bits_float(w & 0xffffe000u);
-  } else {
+  } else if constexpr (E == ElemType::F16) {
+#ifdef __FLT16_MAX__
+    // The compiler's conversion: vcvtph2ps in the clones that have F16C; exact in every clone
+    // (NaNs stay NaN).
+    _Float16 x;
+    std::memcpy(&x, p, 2);
+    return static_cast<float>(x);
+#else
     uint16_t h;
     std::memcpy(&h, p, 2);
-    if constexpr (E == ElemType::F16) {
-#ifdef __FLT16_MAX__
-      // The compiler's conversion: vcvtph2ps in the clones that have F16C, exact everywhere.
-      _Float16 x;
-      std::memcpy(&x, p, 2);
-      return static_cast<float>(x);
-#else
-      return kiln::f16_to_float(h);
+    return kiln::f16_to_float(h);
 #endif
-    }
+  } else {  // bf16: the high half of an f32
+    uint16_t h;
+    std::memcpy(&h, p, 2);
     return bits_float(static_cast<uint32_t>(h) << 16);
   }
 }
@@ -149,7 +151,6 @@ KILN_WGMMA_CLONES uint32_t read_operand(const uint8_t* shared, uint32_t bytes, u
 // over k for each element with one rounding per step (fma), as the emulator computes it;
 // integers wrap. The loop over n is the vector loop; the clones give it FMA and wide vectors
 // where the host has them (the result is the same in every clone).
-
 KILN_WGMMA_CLONES void multiply_f32(float* __restrict acc, const float* __restrict a,
                                     const float* __restrict b, uint32_t n, uint32_t k_step) {
   for (uint32_t r = 0; r < 16; ++r) {
