@@ -151,26 +151,20 @@ KILN_WGMMA_CLONES uint32_t read_operand(const uint8_t* shared, uint32_t bytes, u
 // over k for each element with one rounding per step (fma), as the emulator computes it;
 // integers wrap. The loop over n is the vector loop; the clones give it FMA and wide vectors
 // where the host has them (the result is the same in every clone).
-KILN_WGMMA_CLONES void multiply_f32(float* __restrict acc, const float* __restrict a,
-                                    const float* __restrict b, uint32_t n, uint32_t k_step) {
+template <class T>
+KILN_WGMMA_CLONES void multiply(T* __restrict acc, const T* __restrict a, const T* __restrict b,
+                                uint32_t n, uint32_t k_step) {
   for (uint32_t r = 0; r < 16; ++r) {
-    float* __restrict d = acc + static_cast<size_t>(r) * n;
+    T* __restrict d = acc + static_cast<size_t>(r) * n;
     for (uint32_t k = 0; k < k_step; ++k) {
-      const float x = a[r * k_step + k];
-      const float* __restrict bk = b + static_cast<size_t>(k) * n;
-      for (uint32_t c = 0; c < n; ++c) d[c] = std::fma(x, bk[c], d[c]);
-    }
-  }
-}
-
-KILN_WGMMA_CLONES void multiply_i32(uint32_t* __restrict acc, const uint32_t* __restrict a,
-                                    const uint32_t* __restrict b, uint32_t n, uint32_t k_step) {
-  for (uint32_t r = 0; r < 16; ++r) {
-    uint32_t* __restrict d = acc + static_cast<size_t>(r) * n;
-    for (uint32_t k = 0; k < k_step; ++k) {
-      const uint32_t x = a[r * k_step + k];
-      const uint32_t* __restrict bk = b + static_cast<size_t>(k) * n;
-      for (uint32_t c = 0; c < n; ++c) d[c] += x * bk[c];
+      const T x = a[r * k_step + k];
+      const T* __restrict bk = b + static_cast<size_t>(k) * n;
+      for (uint32_t c = 0; c < n; ++c) {
+        if constexpr (std::is_integral_v<T>)
+          d[c] += x * bk[c];
+        else
+          d[c] = std::fma(x, bk[c], d[c]);
+      }
     }
   }
 }
@@ -187,10 +181,7 @@ uint32_t plane_wgmma(T* acc, uint32_t plane, const uint8_t* shared, uint32_t byt
   const uint32_t bad_a =
       read_operand<E>(shared, bytes, adesc, 16 * (plane % 4), 16, k_step, a, k_step, 1);
   const uint32_t bad_b = read_operand<E>(shared, bytes, bdesc, 0, n, k_step, b, 1, n);
-  if constexpr (std::is_integral_v<T>)
-    multiply_i32(acc, a, b, n, k_step);
-  else
-    multiply_f32(acc, a, b, n, k_step);
+  multiply(acc, a, b, n, k_step);
   return bad_a ? bad_a : bad_b;
 }
 

@@ -135,6 +135,25 @@ void bench_launch(Runtime& rt, bool quick) {
       reps, median(t_kiln) * 1e6, median(t_raw) * 1e6, median(t_kiln) / median(t_raw));
 }
 
+// The worst error of 16 elements of c = a * b (bf16 n x n, f32 result) against a double-precision
+// dot product, relative to the sum of the products' magnitudes.
+double spot_check(const std::vector<uint16_t>& ha, const std::vector<uint16_t>& hb,
+                  const std::vector<float>& hc, int64_t n) {
+  double worst = 0;
+  for (int s = 0; s < 16; ++s) {
+    const int64_t i = (s * 7919) % n, j = (s * 104729) % n;
+    double want = 0, mag = 0;
+    for (int64_t k = 0; k < n; ++k) {
+      const double p = bf16_value(ha[static_cast<size_t>(i * n + k)]) *
+                       bf16_value(hb[static_cast<size_t>(k * n + j)]);
+      want += p;
+      mag += std::abs(p);
+    }
+    worst = std::max(worst, std::abs(hc[static_cast<size_t>(i * n + j)] - want) / mag);
+  }
+  return worst;
+}
+
 // kernels/examples/matmul_wgmma (wgmma.mma_async from shared memory, sm_90a only) on the same
 // bf16 matrices as matmul_mma: B is uploaded transposed (both operands K-major); 64-row
 // warpgroup tiles, two warpgroups per cube, a 128-byte swizzle, one wait per round of k (no
@@ -177,18 +196,7 @@ void bench_wgmma(Runtime& rt, int64_t n, const std::vector<uint16_t>& ha,
     }
     std::vector<float> hc(nn);
     must(c.download(std::span<float>(hc)));
-    double worst = 0;
-    for (int s = 0; s < 16; ++s) {
-      const int64_t i = (s * 7919) % n, j = (s * 104729) % n;
-      double want = 0, mag = 0;
-      for (int64_t k = 0; k < n; ++k) {
-        const double p = bf16_value(ha[static_cast<size_t>(i * n + k)]) *
-                         bf16_value(hb[static_cast<size_t>(k * n + j)]);
-        want += p;
-        mag += std::abs(p);
-      }
-      worst = std::max(worst, std::abs(hc[static_cast<size_t>(i * n + j)] - want) / mag);
-    }
+    const double worst = spot_check(ha, hb, hc, n);
     const double s = median(t);
     std::printf(
         "matmul_wgmma bf16 %lldx%lldx%lld, 128 x %d tiles: %.3f ms, %.1f TFLOP/s (spot check: "
@@ -231,21 +239,9 @@ void bench_matmul(Runtime& rt, bool quick) {
       must(rt.sync());
       t.push_back(seconds_since(t0));
     }
-    // Spot-check 16 elements against a double-precision dot product.
     std::vector<float> hc(nn);
     must(c.download(std::span<float>(hc)));
-    double worst = 0;
-    for (int s = 0; s < 16; ++s) {
-      const int64_t i = (s * 7919) % n, j = (s * 104729) % n;
-      double want = 0, mag = 0;
-      for (int64_t k = 0; k < n; ++k) {
-        const double p = bf16_value(ha[static_cast<size_t>(i * n + k)]) *
-                         bf16_value(hb[static_cast<size_t>(k * n + j)]);
-        want += p;
-        mag += std::abs(p);
-      }
-      worst = std::max(worst, std::abs(hc[static_cast<size_t>(i * n + j)] - want) / mag);
-    }
+    const double worst = spot_check(ha, hb, hc, n);
     const double s = median(t);
     std::printf(
         "matmul  bf16 %lldx%lldx%lld%s: %.3f ms, %.1f TFLOP/s (spot check: worst error "
