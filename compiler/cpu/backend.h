@@ -19,6 +19,10 @@ struct Target {
   std::string cpu;        // LLVM CPU name, e.g. "sapphirerapids"
   std::string features;   // e.g. "+avx2,+fma,..."
   int vector_bits = 128;  // widest SIMD register: 512 with AVX-512, 256 with AVX, else 128
+  // AVX-512 VNNI (vpdpbusd): 8-bit matrix fragments multiply as dot products of four bytes
+  // (docs/backends.md, "Matrix fragments"). Set from the CPU's features; a caller may clear it
+  // to compile the plain 32-bit path instead.
+  bool vnni = false;
   bool host = true;
   // Run the units of a cube in SIMD lanes (the unit vectorizer, docs/backends.md). On unless
   // the environment sets KILN_CPU_VECTORIZE=0 when the target is made.

@@ -2,7 +2,10 @@
 // plane, on the plane's copy from frag.plane); here each becomes SIMD code over the fragment's
 // rows: loads and stores move rows as vectors, and frag.mma is a register-blocked micro-kernel:
 // a block of accumulator rows stays in vector registers while k runs, each step loading one row
-// of B and broadcasting one element of A per accumulator row into a fused multiply-add.
+// of B and broadcasting one element of A per accumulator row into a fused multiply-add (8-bit
+// inputs on a VNNI CPU: four k per step, in one vpdpbusd).
+#include <llvm/IR/IntrinsicsX86.h>
+
 #include "compiler/cpu/gen.h"
 
 namespace kiln::cpu::detail {
@@ -26,6 +29,17 @@ int frag_width(const ir::Type& t) {
 }
 
 }  // namespace
+
+// How a plane's copy of a fragment is laid out. Wide: row-major, one f32 or i32 per element. On
+// a CPU with AVX-512 VNNI, 8-bit inputs stay bytes, in the order vpdpbusd multiplies them four k
+// at a time: Bytes (an A fragment: row-major, each byte XOR 0x80, see frag_mma_vnni) and Quads
+// (a B fragment: k / 4 groups of n columns x 4 bytes, the four k of a column side by side).
+Gen::FragForm Gen::frag_form(const ir::Type& t) const {
+  if (!O.target.vnni || O.target.vector_bits < 512 || t.use == ir::FragUse::Acc ||
+      (t.elem != ElemType::I8 && t.elem != ElemType::U8))
+    return FragForm::Wide;
+  return t.use == ir::FragUse::A ? FragForm::Bytes : FragForm::Quads;
+}
 
 void Gen::place_frag(const ir::Op& op) {
   const ir::Type& t = type(op.result);
@@ -121,6 +135,13 @@ void Gen::emit_frag(const ir::Op& op) {
       return;
     case OpKind::FragFill: {
       const ir::Type& t = type(op.operands[0]);
+      if (const FragForm form = frag_form(t); form != FragForm::Wide) {
+        Value* x = v(op.operands[1]);
+        if (form == FragForm::Bytes) x = B.CreateXor(x, B.getInt8(0x80));
+        B.CreateMemSet(v(op.operands[0]), x, uint64_t(t.frag_rows()) * t.frag_cols(),
+                       llvm::MaybeAlign(4));
+        return;
+      }
       const int w = frag_width(t);
       Value* x = frag_to_compute(v(op.operands[1]), t, t.elem);
       Value* line = B.CreateVectorSplat(static_cast<unsigned>(w), x);
@@ -253,6 +274,8 @@ std::pair<Value*, Value*> Gen::frag_row(const ir::Op& op, const FragAccess& a, i
 // Elements outside rows x cols read zero and are not written.
 void Gen::frag_load(const ir::Op& op) {
   const FragAccess a = frag_access(op);
+  if (const FragForm form = frag_form(a.t); form != FragForm::Wide)
+    return frag_load_bytes(op, a, form);
   llvm::Type* lt = vec(mem_scalar_ty(a.mt.elem), a.w);
   llvm::Type* ct = int_frag(a.t) ? B.getInt32Ty() : B.getFloatTy();
   Value* zero = llvm::Constant::getNullValue(lt);
@@ -265,6 +288,41 @@ void Gen::frag_load(const ir::Op& op) {
           frag_to_compute(line, a.t, a.mt.elem),
           B.CreateConstInBoundsGEP1_64(ct, v(op.operands[0]), uint64_t(r) * a.cols + c0),
           llvm::Align(4));
+    }
+  }
+}
+
+// 8-bit A and B fragments on a VNNI CPU (frag_form): A's rows are stored XOR 0x80; B's rows
+// are loaded four at a time and interleaved, so that the four k of each column sit together.
+void Gen::frag_load_bytes(const ir::Op& op, const FragAccess& a, FragForm form) {
+  KILN_CHECK(ir::elem_bytes(a.mt.elem) == 1, "an 8-bit fragment loaded from wider memory");
+  llvm::Type* lt = vec(B.getInt8Ty(), a.w);
+  Value* zero = llvm::Constant::getNullValue(lt);
+  const int group = form == FragForm::Quads ? 4 : 1;
+  std::vector<int> concat, interleave;
+  for (int i = 0; i < 2 * a.w; ++i) concat.push_back(i);
+  for (int c = 0; c < a.w; ++c)
+    for (int g = 0; g < 4; ++g) interleave.push_back(g * a.w + c);
+  for (int r0 = 0; r0 < a.rows; r0 += group) {
+    for (int c0 = 0; c0 < a.cols; c0 += a.w) {
+      std::vector<Value*> lines;
+      for (int g = 0; g < group; ++g) {
+        auto [ptr, mask] = frag_row(op, a, r0 + g, c0);
+        lines.push_back(a.col_major ? B.CreateMaskedGather(lt, ptr, align_of(a.mt), mask, zero)
+                                    : B.CreateMaskedLoad(lt, ptr, align_of(a.mt), mask, zero));
+      }
+      Value* out;
+      uint64_t at;
+      if (form == FragForm::Bytes) {
+        out = B.CreateXor(lines[0], llvm::ConstantInt::get(lt, 0x80));
+        at = uint64_t(r0) * a.cols + c0;
+      } else {
+        out = B.CreateShuffleVector(B.CreateShuffleVector(lines[0], lines[1], concat),
+                                    B.CreateShuffleVector(lines[2], lines[3], concat), interleave);
+        at = (uint64_t(r0 / 4) * a.cols + c0) * 4;
+      }
+      B.CreateAlignedStore(out, B.CreateConstInBoundsGEP1_64(B.getInt8Ty(), v(op.operands[0]), at),
+                           llvm::Align(4));
     }
   }
 }
@@ -289,37 +347,44 @@ void Gen::frag_store(const ir::Op& op) {
   }
 }
 
+// One multiply's loop over k, as mma_blocks runs it for each block of accumulator rows.
+struct Gen::MmaSteps {
+  int steps = 0;                 // iterations: k, or k / 4 for 8-bit inputs on VNNI
+  std::vector<Value*> subtract;  // per accumulator vector, taken off before the loop (or none)
+  std::function<Value*(Value* step, int j)> b;               // B's vector j of a step
+  std::function<Value*(int row, Value* step)> a;             // A's broadcast for an accumulator row
+  std::function<Value*(Value* c, Value* a, Value* b)> madd;  // c + a * b
+};
+
 // acc (m x n) += a (m x k) * b (k x n). Blocks of accumulator rows (at most 16 vectors) stay in
-// registers across a loop over k; each step loads row k of B once and, per accumulator row,
-// multiplies it by a broadcast A element. Floats use one fused multiply-add per step (the sum
-// runs over k in order); integers wrap.
-void Gen::frag_mma(const ir::Op& op) {
+// registers across the loop over k; each step loads B's vectors once and, per accumulator row,
+// multiplies them by a broadcast of A.
+void Gen::mma_blocks(const ir::Op& op, const MmaSteps& s) {
   const ir::Type& ct = type(op.operands[0]);
-  const int m = ct.m, n = ct.n, k = ct.k;
+  const int m = ct.m, n = ct.n;
   const int w = std::min(n, 16), nv = n / w;
   const int block = std::max(1, 16 / nv);
-  const bool ints = int_frag(ct);
-  llvm::Type* st = ints ? B.getInt32Ty() : B.getFloatTy();
+  llvm::Type* st = int_frag(ct) ? B.getInt32Ty() : B.getFloatTy();
   llvm::Type* vt = vec(st, w);
   Value* acc_p = v(op.operands[0]);
-  Value* a_p = v(op.operands[1]);
-  Value* b_p = v(op.operands[2]);
   for (int m0 = 0; m0 < m; m0 += block) {
     const int rows = std::min(block, m - m0);
     std::vector<Value*> acc;
     for (int r = 0; r < rows; ++r)
-      for (int j = 0; j < nv; ++j)
-        acc.push_back(B.CreateAlignedLoad(
+      for (int j = 0; j < nv; ++j) {
+        Value* c = B.CreateAlignedLoad(
             vt, B.CreateConstInBoundsGEP1_64(st, acc_p, uint64_t(m0 + r) * n + j * w),
-            llvm::Align(4)));
-    // for kk in [0, k): the accumulators are phis.
+            llvm::Align(4));
+        acc.push_back(s.subtract.empty() ? c : B.CreateSub(c, s.subtract[size_t(j)]));
+      }
+    // for step in [0, steps): the accumulators are phis.
     auto* pre = B.GetInsertBlock();
     auto* body = llvm::BasicBlock::Create(C, "mma.k", F);
     auto* exit = llvm::BasicBlock::Create(C, "mma.done", F);
     B.CreateBr(body);
     B.SetInsertPoint(body);
-    auto* kk = B.CreatePHI(B.getInt64Ty(), 2, "kk");
-    kk->addIncoming(B.getInt64(0), pre);
+    auto* step = B.CreatePHI(B.getInt64Ty(), 2, "kk");
+    step->addIncoming(B.getInt64(0), pre);
     std::vector<llvm::PHINode*> phis;
     for (Value* a : acc) {
       auto* p = B.CreatePHI(vt, 2);
@@ -327,39 +392,111 @@ void Gen::frag_mma(const ir::Op& op) {
       phis.push_back(p);
     }
     std::vector<Value*> brow;
-    for (int j = 0; j < nv; ++j)
-      brow.push_back(B.CreateAlignedLoad(
-          vt,
-          B.CreateInBoundsGEP(st, b_p,
-                              B.CreateAdd(B.CreateMul(kk, B.getInt64(n)), B.getInt64(j * w))),
-          llvm::Align(4)));
+    for (int j = 0; j < nv; ++j) brow.push_back(s.b(step, j));
     std::vector<Value*> next;
     for (int r = 0; r < rows; ++r) {
-      Value* a = B.CreateAlignedLoad(
-          st, B.CreateInBoundsGEP(st, a_p, B.CreateAdd(B.getInt64(uint64_t(m0 + r) * k), kk)),
-          llvm::Align(4));
-      Value* splat = B.CreateVectorSplat(static_cast<unsigned>(w), a);
-      for (int j = 0; j < nv; ++j) {
-        Value* c = phis[static_cast<size_t>(r * nv + j)];
-        next.push_back(ints ? B.CreateAdd(c, B.CreateMul(splat, brow[static_cast<size_t>(j)]))
-                            : B.CreateIntrinsic(llvm::Intrinsic::fma, {vt},
-                                                {splat, brow[static_cast<size_t>(j)], c}));
-      }
+      Value* a = s.a(m0 + r, step);
+      for (int j = 0; j < nv; ++j)
+        next.push_back(s.madd(phis[size_t(r * nv + j)], a, brow[size_t(j)]));
     }
-    Value* kn = B.CreateAdd(kk, B.getInt64(1));
+    Value* after = B.CreateAdd(step, B.getInt64(1));
     auto* latch = B.GetInsertBlock();
-    kk->addIncoming(kn, latch);
+    step->addIncoming(after, latch);
     for (size_t i = 0; i < phis.size(); ++i) phis[i]->addIncoming(next[i], latch);
-    loop_metadata(
-        B.CreateCondBr(B.CreateICmpULT(kn, B.getInt64(static_cast<uint64_t>(k))), body, exit),
-        static_cast<uint64_t>(std::min(k, 8)));
+    loop_metadata(B.CreateCondBr(B.CreateICmpULT(after, B.getInt64(uint64_t(s.steps))), body, exit),
+                  static_cast<uint64_t>(std::min(s.steps, 8)));
     B.SetInsertPoint(exit);
     for (int r = 0; r < rows; ++r)
       for (int j = 0; j < nv; ++j)
-        B.CreateAlignedStore(next[static_cast<size_t>(r * nv + j)],
+        B.CreateAlignedStore(next[size_t(r * nv + j)],
                              B.CreateConstInBoundsGEP1_64(st, acc_p, uint64_t(m0 + r) * n + j * w),
                              llvm::Align(4));
   }
+}
+
+// Wide fragments: each step is one k; floats add with one fused multiply-add per step (the sum
+// runs over k in order), integers wrap.
+void Gen::frag_mma(const ir::Op& op) {
+  if (frag_form(type(op.operands[1])) != FragForm::Wide) return frag_mma_vnni(op);
+  const ir::Type& ct = type(op.operands[0]);
+  const int n = ct.n, k = ct.k, w = std::min(n, 16);
+  const bool ints = int_frag(ct);
+  llvm::Type* st = ints ? B.getInt32Ty() : B.getFloatTy();
+  llvm::Type* vt = vec(st, w);
+  Value* a_p = v(op.operands[1]);
+  Value* b_p = v(op.operands[2]);
+  MmaSteps s;
+  s.steps = k;
+  s.b = [&](Value* kk, int j) {
+    return B.CreateAlignedLoad(
+        vt,
+        B.CreateInBoundsGEP(
+            st, b_p,
+            B.CreateAdd(B.CreateMul(kk, B.getInt64(uint64_t(n))), B.getInt64(uint64_t(j * w)))),
+        llvm::Align(4));
+  };
+  s.a = [&](int row, Value* kk) {
+    Value* x = B.CreateAlignedLoad(
+        st, B.CreateInBoundsGEP(st, a_p, B.CreateAdd(B.getInt64(uint64_t(row) * k), kk)),
+        llvm::Align(4));
+    return B.CreateVectorSplat(static_cast<unsigned>(w), x);
+  };
+  s.madd = [&](Value* c, Value* a, Value* b) {
+    return ints ? B.CreateAdd(c, B.CreateMul(a, b))
+                : B.CreateIntrinsic(llvm::Intrinsic::fma, {vt}, {a, b, c});
+  };
+  mma_blocks(op, s);
+}
+
+// 8-bit inputs on a VNNI CPU: vpdpbusd adds four products of unsigned and signed bytes into each
+// i32 lane, so a step is four k. A's bytes were stored XOR 0x80 (frag_form):
+//   i8: sum a b = sum (a + 128) b - 128 sum b, the shifted a on dpbusd's unsigned side;
+//   u8: sum a b = sum b (a - 128) + 128 sum b, b on the unsigned side and the shifted a signed.
+// Either way the correction is one dpbusd of B against 0x80 bytes, taken off the accumulators
+// before the loop. The arithmetic wraps as i32 sums do, so the result is exact.
+void Gen::frag_mma_vnni(const ir::Op& op) {
+  const ir::Type& ct = type(op.operands[0]);
+  const bool signed_in = type(op.operands[1]).elem == ElemType::I8;
+  const int n = ct.n, k = ct.k, w = std::min(n, 16), nv = n / w;
+  llvm::Type* i32 = B.getInt32Ty();
+  llvm::Type* vt = vec(i32, w);
+  llvm::Function* fn = llvm::Intrinsic::getOrInsertDeclaration(
+      &M, w == 16 ? llvm::Intrinsic::x86_avx512_vpdpbusd_512
+                  : llvm::Intrinsic::x86_avx512_vpdpbusd_256);
+  llvm::FunctionType* ft = fn->getFunctionType();
+  auto dot = [&](Value* c, Value* u, Value* s) -> Value* {
+    return B.CreateCall(
+        fn, {c, B.CreateBitCast(u, ft->getParamType(1)), B.CreateBitCast(s, ft->getParamType(2))});
+  };
+  auto madd = [&, signed_in](Value* c, Value* a, Value* b) {
+    return signed_in ? dot(c, a, b) : dot(c, b, a);
+  };
+  Value* a_p = v(op.operands[1]);
+  Value* b_p = v(op.operands[2]);
+  MmaSteps s;
+  s.steps = k / 4;
+  s.b = [&](Value* q, int j) -> Value* {
+    return B.CreateAlignedLoad(
+        vt,
+        B.CreateInBoundsGEP(
+            i32, b_p,
+            B.CreateAdd(B.CreateMul(q, B.getInt64(uint64_t(n))), B.getInt64(uint64_t(j * w)))),
+        llvm::Align(4));
+  };
+  s.a = [&](int row, Value* q) {
+    Value* x = B.CreateAlignedLoad(
+        i32, B.CreateInBoundsGEP(i32, a_p, B.CreateAdd(B.getInt64(uint64_t(row) * (k / 4)), q)),
+        llvm::Align(4));
+    return B.CreateVectorSplat(static_cast<unsigned>(w), x);
+  };
+  s.madd = madd;
+  Value* x80 = llvm::ConstantInt::get(vt, 0x80808080u);
+  for (int j = 0; j < nv; ++j) {
+    Value* corr = llvm::Constant::getNullValue(vt);
+    for (int q = 0; q < k / 4; ++q) corr = madd(corr, x80, s.b(B.getInt64(uint64_t(q)), j));
+    s.subtract.push_back(corr);
+  }
+  mma_blocks(op, s);
 }
 
 }  // namespace kiln::cpu::detail

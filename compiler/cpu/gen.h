@@ -651,9 +651,12 @@ class Gen {
   void emit_scalar(const ir::Op& op);
 
   // ---- matrix fragments (fragments.cpp)
-  // ---------------------------------------------------------- A fragment is a row-major tile of
-  // 4-byte elements (f32 for float fragments, i32 for integer ones) per plane in the shared arena;
-  // frag.plane points at one plane's copy.
+  // ---------------------------------------------------------- A fragment is a tile of 4-byte
+  // slots per element per plane in the shared arena; frag.plane points at one plane's copy. It
+  // is row-major f32 (float fragments) or i32 (integer ones), except 8-bit A and B fragments on
+  // a VNNI CPU, which keep bytes in the order vpdpbusd reads them (FragForm).
+  enum class FragForm { Wide, Bytes, Quads };
+  FragForm frag_form(const ir::Type& t) const;
   void place_frag(const ir::Op& op);
   void emit_frag(const ir::Op& op);
   Value* frag_to_compute(Value* x, const ir::Type& frag, ElemType from);
@@ -666,8 +669,12 @@ class Gen {
   FragAccess frag_access(const ir::Op& op);
   std::pair<Value*, Value*> frag_row(const ir::Op& op, const FragAccess& a, int r, int c0);
   void frag_load(const ir::Op& op);
+  void frag_load_bytes(const ir::Op& op, const FragAccess& a, FragForm form);
   void frag_store(const ir::Op& op);
+  struct MmaSteps;
   void frag_mma(const ir::Op& op);
+  void frag_mma_vnni(const ir::Op& op);
+  void mma_blocks(const ir::Op& op, const MmaSteps& s);
   void wgmma_desc(const ir::Op& op);
   void wgmma(const ir::Op& op);
 

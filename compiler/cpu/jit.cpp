@@ -58,21 +58,22 @@ Result<std::unique_ptr<llvm::TargetMachine>> target_machine(const Target& t) {
   return tm;
 }
 
+// Whether a feature list ("+avx2,-avx512f,...") enables `f`.
+bool has_feature(const std::string& features, const std::string& f) {
+  const std::string item = "+" + f;
+  size_t pos = 0;
+  while ((pos = features.find(item, pos)) != std::string::npos) {
+    const size_t end = pos + item.size();
+    if ((pos == 0 || features[pos - 1] == ',') && (end == features.size() || features[end] == ','))
+      return true;
+    pos = end;
+  }
+  return false;
+}
+
 int vector_bits_of(const std::string& features) {
-  auto has = [&](const std::string& f) {
-    const std::string item = "+" + f;
-    size_t pos = 0;
-    while ((pos = features.find(item, pos)) != std::string::npos) {
-      const size_t end = pos + item.size();
-      if ((pos == 0 || features[pos - 1] == ',') &&
-          (end == features.size() || features[end] == ','))
-        return true;
-      pos = end;
-    }
-    return false;
-  };
-  if (has("avx512f")) return 512;
-  if (has("avx")) return 256;
+  if (has_feature(features, "avx512f")) return 512;
+  if (has_feature(features, "avx")) return 256;
   return 128;
 }
 
@@ -146,6 +147,7 @@ Result<Target> host_target() {
   std::sort(feats.begin(), feats.end());  // deterministic: it is part of cache keys
   for (const std::string& f : feats) t.features += (t.features.empty() ? "" : ",") + f;
   t.vector_bits = vector_bits_of(t.features);
+  t.vnni = t.vector_bits == 512 && has_feature(t.features, "avx512vnni");
   t.host = true;
   KILN_ASSIGN(t.vectorize, vectorize_from_environment());
   return t;
@@ -195,6 +197,7 @@ Result<Target> make_target(const std::string& cpu, const std::string& features) 
   KILN_ASSIGN(auto tm, target_machine(t));
   const llvm::MCSubtargetInfo* sti = tm->getMCSubtargetInfo();
   t.vector_bits = sti->checkFeatures("+avx512f") ? 512 : sti->checkFeatures("+avx") ? 256 : 128;
+  t.vnni = t.vector_bits == 512 && sti->checkFeatures("+avx512vnni");
   KILN_ASSIGN(t.vectorize, vectorize_from_environment());
   return t;
 }

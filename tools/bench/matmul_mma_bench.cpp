@@ -31,11 +31,12 @@ struct Timing {
 };
 
 // kiln's matmul_mma on `rt`'s device: c = a * b with a M x K, b K x N of element type `t`.
-Timing run_kiln(Runtime& rt, ir::ElemType t, const void* a, const void* b, float* c, int64_t n,
+Timing run_kiln(Runtime& rt, ir::ElemType t, const void* a, const void* b, void* c, int64_t n,
                 int reps) {
   Tensor ta = must(rt.wrap(const_cast<void*>(a), t, std::vector<int64_t>{n, n}));
   Tensor tb = must(rt.wrap(const_cast<void*>(b), t, std::vector<int64_t>{n, n}));
-  Tensor tc = must(rt.wrap(c, ir::ElemType::F32, std::vector<int64_t>{n, n}));
+  const ir::ElemType ct = ir::is_int(t) ? ir::ElemType::I32 : ir::ElemType::F32;
+  Tensor tc = must(rt.wrap(c, ct, std::vector<int64_t>{n, n}));
   auto kern = must(rt.kernel("matmul_mma"));
   const auto tiles = static_cast<uint32_t>((n + 63) / 64);  // 2 x 2 planes of 32 x 32
   auto once = [&] {
@@ -86,6 +87,14 @@ int main(int argc, char** argv) {
   const double peak = bench::peak_fma_gflops();
   std::printf("peak f32 FMA rate (a tight loop of independent FMAs, all threads): %.0f GFLOP/s\n",
               peak);
+  const double peak_i8 = bench::peak_dot_i8_gops(), peak_bf16 = bench::peak_dot_bf16_gflops();
+  if (peak_i8 > 0)
+    std::printf("peak int8 dot rate (vpdpbusd, all threads): %.0f GOP/s\n", peak_i8);
+  else
+    std::printf("peak int8 dot rate: this CPU has no AVX-512 VNNI\n");
+  if (peak_bf16 > 0)
+    std::printf("peak bf16 dot rate (vdpbf16ps, all threads; kiln does not use it): %.0f GFLOP/s\n",
+                peak_bf16);
   if (!bench::have_openblas()) {
     std::printf("OpenBLAS: not found at build time (install libopenblas-dev); no sgemm ratios\n");
   } else {
@@ -144,9 +153,36 @@ int main(int argc, char** argv) {
         static_cast<long long>(n), blas_ms, blas_gf, tf.ms, tf.gflops, bf.ms, bf.gflops, wg.ms,
         wg.gflops, blas_gf > 0 ? tf.gflops / blas_gf : 0.0, bf.gflops / peak, wg.gflops / peak);
   }
+  // 8-bit inputs, i32 sums: against the dot-product peak (or the FMA peak without VNNI).
+  std::printf("\n%6s  %10s %10s  %8s\n", "n", "kiln i8", "", "i8/");
+  std::printf("%6s  %10s %10s  %8s\n", "", "ms", "GOP/s", peak_i8 > 0 ? "dotpeak" : "fmapeak");
+  for (int64_t n :
+       quick ? std::vector<int64_t>{256, 512} : std::vector<int64_t>{256, 512, 1024, 2048}) {
+    const size_t nn = static_cast<size_t>(n * n);
+    std::vector<int8_t> a(nn), b(nn);
+    std::vector<int32_t> c(nn);
+    std::uniform_int_distribution<int> di(-128, 127);
+    for (int8_t& x : a) x = static_cast<int8_t>(di(rng));
+    for (int8_t& x : b) x = static_cast<int8_t>(di(rng));
+    const Timing t =
+        run_kiln(rt, ir::ElemType::I8, a.data(), b.data(), c.data(), n, n <= 512 ? 10 : 1);
+    for (int s = 0; s < 64; ++s) {  // exact sums at sampled places
+      const size_t i = static_cast<size_t>(rng() % static_cast<uint32_t>(n)),
+                   j = static_cast<size_t>(rng() % static_cast<uint32_t>(n)), un = size_t(n);
+      int64_t want = 0;
+      for (size_t k = 0; k < un; ++k) want += int64_t{a[i * un + k]} * b[k * un + j];
+      if (c[i * un + j] != want)
+        bench::die("kiln's i8 matmul: C(" + std::to_string(i) + ", " + std::to_string(j) +
+                   ") = " + std::to_string(c[i * un + j]) + ", want " + std::to_string(want));
+    }
+    std::printf("%6lld  %10.3f %10.1f  %8.2f\n", static_cast<long long>(n), t.ms, t.gflops,
+                t.gflops / (peak_i8 > 0 ? peak_i8 : peak));
+  }
   std::printf(
       "\ntf32/sgemm: kiln's f32 (as tf32) throughput over OpenBLAS sgemm's; bf16/peak: "
       "kiln's bf16 throughput as a fraction of the peak FMA rate; wgmma: matmul_wgmma (bf16,\n"
-      "B transposed), whose multiplies run in kiln_rt_wgmma, once per plane and k step.\n");
+      "B transposed), whose multiplies run in kiln_rt_wgmma, once per plane and k step; i8: i8\n"
+      "inputs, i32 sums (vpdpbusd where the CPU has AVX-512 VNNI), checked exactly at 64 "
+      "places.\n");
   return 0;
 }

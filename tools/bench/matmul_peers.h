@@ -13,5 +13,10 @@ const char* openblas_core();
 void peer_sgemm(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k);
 // The machine's f32 FMA throughput on all threads, from a tight loop of independent FMAs.
 double peak_fma_gflops();
+// The machine's 8-bit dot-product throughput (vpdpbusd: 64 multiplies and adds per instruction,
+// counted as 128 operations) on all threads; 0 on a CPU without AVX-512 VNNI.
+double peak_dot_i8_gops();
+// The same for bf16 pairs (vdpbf16ps: 32 multiplies and adds, 64 flops); 0 without AVX512_BF16.
+double peak_dot_bf16_gflops();
 
 }  // namespace kiln::bench

@@ -45,13 +45,26 @@ inline const char* device_name() {
   return "cpu";
 }
 
+// The target compile_ir compiles for: the host, or another (a variant of the host's features)
+// while a TargetScope lives.
+inline const cpu::Target*& scoped_target() {
+  static const cpu::Target* t = nullptr;
+  return t;
+}
+struct TargetScope {
+  explicit TargetScope(const cpu::Target& t) { scoped_target() = &t; }
+  ~TargetScope() { scoped_target() = nullptr; }
+  TargetScope(const TargetScope&) = delete;
+  TargetScope& operator=(const TargetScope&) = delete;
+};
+
 // Lowers and compiles a verified kernel for the host; fails the test on error.
 inline std::unique_ptr<cpu::CompiledKernel> compile_ir(const ir::Kernel& k) {
   auto lowered = backend::find("cpu")->prepare(k);
   INFO((lowered.ok() ? std::string() : lowered.error().message));
   REQUIRE(lowered.ok());
   cpu::CompileOptions o;
-  o.target = host();
+  o.target = scoped_target() ? *scoped_target() : host();
   auto c = cpu::compile(*lowered, o);
   INFO((c.ok() ? std::string() : c.error().message));
   REQUIRE(c.ok());

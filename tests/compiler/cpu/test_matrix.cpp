@@ -137,6 +137,24 @@ KILN_KERNEL(t_frag_return, "c").cube_dim(64);
 
 KILN_KERNEL_GENERIC(t_frag_cast, "a: rank=2, b: rank=2, c: rank=2", f16, bf16, i32).cube_dim(32);
 
+// A and B filled with one value each (at k = 2 steps): every element of C is k * x * y. `a` is
+// not read; its element type picks the instance.
+template <class T>
+void t_frag_fill_ab(Tensor<const T> a, Tensor<mma_acc_t<T>> c, int x, int y) {
+  (void)a;
+  const int k = 2 * mma_k_step<T>();
+  auto fa = matrix_a<T>(16, 16, k);
+  auto fb = matrix_b<T>(16, 16, k);
+  auto acc = accumulator<mma_acc_t<T>>(16, 16, k);
+  fill(fa, T(x));
+  fill(fb, T(y));
+  fill(acc, mma_acc_t<T>(0));
+  mma(acc, fa, fb);
+  store(c, 0u, 16u, acc);
+}
+KILN_KERNEL_GENERIC(t_frag_fill_ab, "a: rank=2, c: rank=2, x = 1, y = 1", f16, bf16, f32, i8, u8)
+    .cube_dim(32);
+
 // Host storage of an element type, filled from doubles and read back as doubles.
 struct Buffer {
   ir::ElemType type;
@@ -338,6 +356,31 @@ TEST_CASE("matrix fragments: accumulators convert to f16, bf16 and i32", "[cpu][
   }
 }
 
+TEST_CASE("matrix fragments: A and B filled with one value, the extremes of 8-bit types",
+          "[cpu][matrix]") {
+  struct Case {
+    const char* dtype;
+    int x, y;
+  };
+  for (const Case& t :
+       {Case{"i8", -128, -128}, Case{"i8", -128, 127}, Case{"i8", 127, 127}, Case{"u8", 255, 255},
+        Case{"u8", 0, 255}, Case{"f16", -2, 3}, Case{"bf16", 5, -2}, Case{"f32", 3, 8}}) {
+    INFO(t.dtype << " " << t.x << " * " << t.y);
+    const ir::ElemType et = *ir::parse_elem_type(t.dtype);
+    dsl::SpecOptions o;
+    o.dtype["a"] = t.dtype;
+    o.set["x"] = std::to_string(t.x);
+    o.set["y"] = std::to_string(t.y);
+    auto kern = test::compile_kernel("t_frag_fill_ab", o);
+    const ir::ElemType ct = ir::is_int(et) ? ir::ElemType::I32 : ir::ElemType::F32;
+    Buffer a(et, 1), c(ct, 256);
+    std::vector<HostArg> args{a.view(1, 1), c.view(16, 16)};
+    test::run(*kern, {1, 1, 1}, args);
+    const double k = 2.0 * (ir::is_int(et) ? 32 : et == ir::ElemType::F32 ? 8 : 16);
+    for (size_t i = 0; i < 256; ++i) REQUIRE(c.get(i) == k * t.x * t.y);
+  }
+}
+
 TEST_CASE("matrix fragments: a plane that returned runs no fragment op", "[cpu][matrix]") {
   auto kern = test::compile_kernel("t_frag_return");
   std::vector<float> c(576, -1.0f);
@@ -348,6 +391,30 @@ TEST_CASE("matrix fragments: a plane that returned runs no fragment op", "[cpu][
 }
 
 #ifndef KILN_TEST_CUDA
+// On a CPU with AVX-512 VNNI, 8-bit fragments multiply with vpdpbusd (docs/backends.md); the
+// other test cases run whichever path the host has. Here both run.
+TEST_CASE("matrix fragments: 8-bit inputs with and without VNNI dot products", "[cpu][matrix]") {
+  kiln::cpu::Target plain = test::host();
+  plain.vnni = false;
+  std::vector<const kiln::cpu::Target*> targets{&plain};
+  if (test::host().vnni)
+    targets.push_back(&test::host());
+  else
+    WARN("this CPU has no AVX-512 VNNI: only the plain 32-bit path ran");
+  const Config shapes[] = {
+      {16, 8, 1, false, false, false, false, false, 5},
+      {32, 16, 2, true, true, true, true, false, 0},
+      {16, 32, 1, false, true, false, true, true, -3},
+  };
+  for (const kiln::cpu::Target* t : targets) {
+    INFO((t->vnni ? "vpdpbusd" : "plain"));
+    test::TargetScope scope(*t);
+    for (const char* dtype : {"i8", "u8"})
+      for (const Config& cfg : shapes)
+        check_frag(dtype, cfg, 2 * 2 * cfg.fm + 3, 2 * cfg.fn + 1, 75);
+  }
+}
+
 TEST_CASE("matrix fragments: checked mode reports the first element past the memory",
           "[cpu][matrix]") {
   {
