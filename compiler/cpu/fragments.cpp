@@ -350,11 +350,21 @@ void Gen::frag_store(const ir::Op& op) {
 // One multiply's loop over k, as mma_blocks runs it for each block of accumulator rows.
 struct Gen::MmaSteps {
   int steps = 0;                 // iterations: k, or k / 4 for 8-bit inputs on VNNI
+  llvm::Type* word = nullptr;    // the 4-byte word A and B hold per step: f32, i32, or 4 bytes
   std::vector<Value*> subtract;  // per accumulator vector, taken off before the loop (or none)
-  std::function<Value*(Value* step, int j)> b;               // B's vector j of a step
-  std::function<Value*(int row, Value* step)> a;             // A's broadcast for an accumulator row
   std::function<Value*(Value* c, Value* a, Value* b)> madd;  // c + a * b
 };
+
+// B's vector j (w words) at a step: B holds `steps` rows of n words.
+Value* Gen::mma_b(const ir::Op& op, const MmaSteps& s, Value* step, int j) {
+  const int n = type(op.operands[0]).n, w = std::min(n, 16);
+  return B.CreateAlignedLoad(
+      vec(s.word, w),
+      B.CreateInBoundsGEP(
+          s.word, v(op.operands[2]),
+          B.CreateAdd(B.CreateMul(step, B.getInt64(uint64_t(n))), B.getInt64(uint64_t(j * w)))),
+      llvm::Align(4));
+}
 
 // acc (m x n) += a (m x k) * b (k x n). Blocks of accumulator rows (at most 16 vectors) stay in
 // registers across the loop over k; each step loads B's vectors once and, per accumulator row,
@@ -392,10 +402,17 @@ void Gen::mma_blocks(const ir::Op& op, const MmaSteps& s) {
       phis.push_back(p);
     }
     std::vector<Value*> brow;
-    for (int j = 0; j < nv; ++j) brow.push_back(s.b(step, j));
+    for (int j = 0; j < nv; ++j) brow.push_back(mma_b(op, s, step, j));
     std::vector<Value*> next;
     for (int r = 0; r < rows; ++r) {
-      Value* a = s.a(m0 + r, step);
+      // A holds m rows of `steps` words; one is broadcast per accumulator row.
+      Value* a = B.CreateVectorSplat(
+          static_cast<unsigned>(w),
+          B.CreateAlignedLoad(
+              s.word,
+              B.CreateInBoundsGEP(s.word, v(op.operands[1]),
+                                  B.CreateAdd(B.getInt64(uint64_t(m0 + r) * s.steps), step)),
+              llvm::Align(4)));
       for (int j = 0; j < nv; ++j)
         next.push_back(s.madd(phis[size_t(r * nv + j)], a, brow[size_t(j)]));
     }
@@ -423,24 +440,9 @@ void Gen::frag_mma(const ir::Op& op) {
   const bool ints = int_frag(ct);
   llvm::Type* st = ints ? B.getInt32Ty() : B.getFloatTy();
   llvm::Type* vt = vec(st, w);
-  Value* a_p = v(op.operands[1]);
-  Value* b_p = v(op.operands[2]);
   MmaSteps s;
   s.steps = k;
-  s.b = [&](Value* kk, int j) {
-    return B.CreateAlignedLoad(
-        vt,
-        B.CreateInBoundsGEP(
-            st, b_p,
-            B.CreateAdd(B.CreateMul(kk, B.getInt64(uint64_t(n))), B.getInt64(uint64_t(j * w)))),
-        llvm::Align(4));
-  };
-  s.a = [&](int row, Value* kk) {
-    Value* x = B.CreateAlignedLoad(
-        st, B.CreateInBoundsGEP(st, a_p, B.CreateAdd(B.getInt64(uint64_t(row) * k), kk)),
-        llvm::Align(4));
-    return B.CreateVectorSplat(static_cast<unsigned>(w), x);
-  };
+  s.word = st;
   s.madd = [&](Value* c, Value* a, Value* b) {
     return ints ? B.CreateAdd(c, B.CreateMul(a, b))
                 : B.CreateIntrinsic(llvm::Intrinsic::fma, {vt}, {a, b, c});
@@ -471,29 +473,15 @@ void Gen::frag_mma_vnni(const ir::Op& op) {
   auto madd = [&, signed_in](Value* c, Value* a, Value* b) {
     return signed_in ? dot(c, a, b) : dot(c, b, a);
   };
-  Value* a_p = v(op.operands[1]);
-  Value* b_p = v(op.operands[2]);
   MmaSteps s;
   s.steps = k / 4;
-  s.b = [&](Value* q, int j) -> Value* {
-    return B.CreateAlignedLoad(
-        vt,
-        B.CreateInBoundsGEP(
-            i32, b_p,
-            B.CreateAdd(B.CreateMul(q, B.getInt64(uint64_t(n))), B.getInt64(uint64_t(j * w)))),
-        llvm::Align(4));
-  };
-  s.a = [&](int row, Value* q) {
-    Value* x = B.CreateAlignedLoad(
-        i32, B.CreateInBoundsGEP(i32, a_p, B.CreateAdd(B.getInt64(uint64_t(row) * (k / 4)), q)),
-        llvm::Align(4));
-    return B.CreateVectorSplat(static_cast<unsigned>(w), x);
-  };
+  s.word = i32;
   s.madd = madd;
   Value* x80 = llvm::ConstantInt::get(vt, 0x80808080u);
   for (int j = 0; j < nv; ++j) {
     Value* corr = llvm::Constant::getNullValue(vt);
-    for (int q = 0; q < k / 4; ++q) corr = madd(corr, x80, s.b(B.getInt64(uint64_t(q)), j));
+    for (int q = 0; q < k / 4; ++q)
+      corr = madd(corr, x80, mma_b(op, s, B.getInt64(uint64_t(q)), j));
     s.subtract.push_back(corr);
   }
   mma_blocks(op, s);

@@ -675,6 +675,7 @@ class Gen {
   void frag_mma(const ir::Op& op);
   void frag_mma_vnni(const ir::Op& op);
   void mma_blocks(const ir::Op& op, const MmaSteps& s);
+  Value* mma_b(const ir::Op& op, const MmaSteps& s, Value* step, int j);
   void wgmma_desc(const ir::Op& op);
   void wgmma(const ir::Op& op);
 
