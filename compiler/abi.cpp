@@ -51,6 +51,10 @@ std::string format_scalar(ir::ElemType e, uint64_t bits) {
       return fmt::format("{}", f16_value(static_cast<uint16_t>(bits)));
     case ElemType::BF16:
       return fmt::format("{}", bf16_value(static_cast<uint16_t>(bits)));
+    case ElemType::F8E4M3:
+      return fmt::format("{}", e4m3_value(static_cast<uint8_t>(bits)));
+    case ElemType::F8E5M2:
+      return fmt::format("{}", e5m2_value(static_cast<uint8_t>(bits)));
     case ElemType::F32: {
       float f;
       const auto b = static_cast<uint32_t>(bits);

@@ -1,6 +1,7 @@
-// Rounding and encoding of f16 and bf16 values, done with exact double arithmetic.
+// Rounding and encoding of f16, bf16 and f8 values, done with exact double arithmetic.
 #include "ir/float16.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -82,6 +83,60 @@ double bf16_value(uint16_t bits) {
   return decode(bits, 7, 8);
 }
 
+namespace {
+
+// Round to nearest even on a grid of mant_bits stored bits with the smallest normal exponent
+// emin, saturating at max_finite (infinities too); NaN stays.
+double round_saturating(double v, int mant_bits, int emin, double max_finite) {
+  if (std::isnan(v) || v == 0.0) return v;
+  if (std::isinf(v)) return std::copysign(max_finite, v);
+  int e = 0;
+  std::frexp(std::fabs(v), &e);
+  const int exp = std::max(e - 1, emin);
+  const double quantum = std::ldexp(1.0, exp - mant_bits);
+  const double r = std::min(std::nearbyint(std::fabs(v) / quantum) * quantum, max_finite);
+  return std::copysign(r, v);
+}
+
+}  // namespace
+
+double round_to_e4m3(double v) {
+  return round_saturating(v, 3, -6, 448.0);
+}
+double round_to_e5m2(double v) {
+  return round_saturating(v, 2, -14, 57344.0);
+}
+
+uint8_t e4m3_bits(double v) {
+  const double r = round_to_e4m3(v);
+  if (std::isnan(r)) return 0x7f;
+  // Encoded like a 4-bit-exponent IEEE format whose all-ones exponent is still a normal binade.
+  const uint32_t sign = std::signbit(r) ? 0x80u : 0u;
+  const double a = std::fabs(r);
+  if (a < 0x1p-6) return static_cast<uint8_t>(sign | static_cast<uint32_t>(std::ldexp(a, 9)));
+  int e = 0;
+  std::frexp(a, &e);
+  const int exp = e - 1;
+  const uint32_t mant = static_cast<uint32_t>(std::ldexp(a, 3 - exp)) - 8u;
+  return static_cast<uint8_t>(sign | static_cast<uint32_t>(exp + 7) << 3 | mant);
+}
+double e4m3_value(uint8_t bits) {
+  const uint32_t em = bits & 0x7fu;
+  if (em == 0x7f) return NAN;
+  const uint32_t exp = em >> 3, mant = em & 7u;
+  const double v = exp == 0
+                       ? std::ldexp(static_cast<double>(mant), -9)
+                       : std::ldexp(static_cast<double>(mant | 8u), static_cast<int>(exp) - 10);
+  return (bits & 0x80u) ? -v : v;
+}
+uint8_t e5m2_bits(double v) {
+  const double r = round_to_e5m2(v);
+  return std::isnan(r) ? 0x7f : static_cast<uint8_t>(encode(r, 2, 5));
+}
+double e5m2_value(uint8_t bits) {
+  return decode(bits, 2, 5);
+}
+
 double round_to(FloatFormat f, double v) {
   switch (f) {
     case FloatFormat::F16:
@@ -92,6 +147,10 @@ double round_to(FloatFormat f, double v) {
       return static_cast<double>(static_cast<float>(v));
     case FloatFormat::F64:
       return v;
+    case FloatFormat::E4M3:
+      return round_to_e4m3(v);
+    case FloatFormat::E5M2:
+      return round_to_e5m2(v);
   }
   return v;
 }

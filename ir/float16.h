@@ -1,4 +1,4 @@
-// Half-precision formats on the host: rounding to f16/bf16 and their bit encodings.
+// Narrow float formats on the host: rounding to f16/bf16/f8 and their bit encodings.
 // Used for literals in the IR, for host-side tensors and for reference computations in tests.
 #pragma once
 
@@ -16,6 +16,17 @@ struct f16_t {
 struct bf16_t {
   uint16_t bits = 0;
   friend bool operator==(bf16_t, bf16_t) = default;
+};
+// Host storage of the 8-bit floats (OCP FP8): e4m3 is the "fn" variant (bias 7, no infinities,
+// S.1111.111 is NaN, the largest value 448) and e5m2 is IEEE-like (bias 15, infinities, the
+// largest finite value 57344).
+struct f8e4m3_t {
+  uint8_t bits = 0;
+  friend bool operator==(f8e4m3_t, f8e4m3_t) = default;
+};
+struct f8e5m2_t {
+  uint8_t bits = 0;
+  friend bool operator==(f8e5m2_t, f8e5m2_t) = default;
 };
 
 // Rounds v to the nearest value of a binary format with `mant_bits` stored mantissa bits and
@@ -51,12 +62,22 @@ inline float f16_to_float(uint16_t h) {
 uint16_t bf16_bits(double v);
 double bf16_value(uint16_t bits);
 
+// Rounding to the 8-bit floats is to nearest even and saturates: every value beyond the
+// largest finite one, infinities included, becomes that value with its sign (the only rounding
+// PTX's cvt has, cvt.rn.satfinite); NaN stays NaN. Encoded NaN: 0x7f for both.
+double round_to_e4m3(double v);
+double round_to_e5m2(double v);
+uint8_t e4m3_bits(double v);  // rounds, then encodes
+double e4m3_value(uint8_t bits);
+uint8_t e5m2_bits(double v);
+double e5m2_value(uint8_t bits);
+
 // What a tensor core reads of an f32 input: v as f32, then rounded to tf32 (10 stored mantissa
 // bits) to nearest with ties away from zero, as cvt.rna.tf32.f32 does; infinities and NaN stay.
 double round_to_tf32(double v);
 
-// The four float formats of the IR, and rounding of a double to each.
-enum class FloatFormat { F16, BF16, F32, F64 };
+// The float formats of the IR, and rounding of a double to each.
+enum class FloatFormat { F16, BF16, F32, F64, E4M3, E5M2 };
 double round_to(FloatFormat f, double v);
 
 }  // namespace kiln

@@ -35,11 +35,15 @@
 //   clamp(x, lo, hi) == min(max(x, lo), hi).
 // Floats. IEEE 754 binary16/bfloat16/32/64 with round-to-nearest-even and no flush of
 //   denormals; no fast-math unless a launch option asks for it. f16 and bf16 ops behave as if
-//   computed in f32 and rounded once to the type. Comparisons are ordered: every comparison
-//   with NaN is false except `ne`, which is true. min and max return the other operand when one
-//   is NaN (IEEE minimumNumber), and NaN only when both are; which zero min(-0, +0) returns is
-//   unspecified. rem is C's fmod. fma rounds once. Math functions: sqrt is correctly rounded;
-//   the others are accurate to a few ULP (docs/backends.md lists each), with IEEE special
+//   computed in f32 and rounded once to the type. The 8-bit floats f8e4m3 (OCP FP8 "e4m3fn":
+//   bias 7, no infinities, S.1111.111 the only NaN, largest 448) and f8e5m2 (IEEE-like, bias
+//   15, largest finite 57344) do too, and rounding to them (op results and casts) saturates:
+//   to nearest even, anything beyond the largest finite value (infinities too) becoming it
+//   with its sign, NaN staying NaN (PTX's cvt.rn.satfinite). Comparisons are ordered: every
+//   comparison with NaN is false except `ne`, which is true. min and max return the other operand
+//   when one is NaN (IEEE minimumNumber), and NaN only when both are; which zero min(-0, +0)
+//   returns is unspecified. rem is C's fmod. fma rounds once. Math functions: sqrt is correctly
+//   rounded; the others are accurate to a few ULP (docs/backends.md lists each), with IEEE special
 //   values (exp(-inf) = 0, log(0) = -inf, log(-1) = NaN, ...). round rounds half away from
 //   zero.
 // Conversions (cast). int->int truncates or extends by the source's signedness. float->int
@@ -76,8 +80,9 @@
 //   others; the indices are u32 arithmetic, and each access follows the memory rules (checked
 //   mode reports an element past the memory). frag.fill sets every element. Inputs: f16, bf16,
 //   f32 (read as tf32: rounded to 10 mantissa bits, ties away from zero, when loaded or
-//   filled), i8, u8; accumulators: f32 (float inputs), i32 (integer inputs), and f16/bf16 as
-//   targets of frag.cast, which converts element by element as `cast` does. frag.mma adds the
+//   filled), i8, u8, f8e4m3, f8e5m2; accumulators: f32 (float inputs), i32 (integer
+//   inputs), and f16/bf16 as targets of frag.cast, which converts element by element as
+//   `cast` does. frag.mma adds the
 //   exact products over k to each accumulator element: for f32 accumulators the sum may be
 //   formed in any order and with any rounding at least as accurate as f32 (backends differ in
 //   the last bits); integer sums wrap. frag.plane (lowered kernels) is plane %p's copy.

@@ -53,7 +53,7 @@ std::string_view class_words(OperandClass c) {
     case OperandClass::Int:
       return "integers";
     case OperandClass::Float:
-      return "floats (f16, bf16, f32, f64)";
+      return "floats (f16, bf16, f32, f64, f8e4m3, f8e5m2)";
     case OperandClass::IntOrBool:
       return "integers or bool";
     case OperandClass::Bool:
@@ -218,7 +218,7 @@ std::string check_frag_op(Sig sig, const std::string& name, std::span<const Type
       const int step = frag_k_step(in);
       if ((attr.i >> 8) != 0 || step == 0)
         return fmt::format(
-            "'wgmma.mma' multiplies f16, bf16, f32 (as tf32), i8 or u8 inputs; "
+            "'wgmma.mma' multiplies f16, bf16, f32 (as tf32), i8, u8, f8e4m3 or f8e5m2 inputs; "
             "its input type attribute is invalid ({})",
             attr.i);
       if (c.use != FragUse::Acc || c.m != 16 || c.k != step)
@@ -382,6 +382,8 @@ int frag_k_step(ElemType e) {
       return 8;
     case ElemType::I8:
     case ElemType::U8:
+    case ElemType::F8E4M3:
+    case ElemType::F8E5M2:
       return 32;
     default:
       return 0;
@@ -421,7 +423,8 @@ bool wgmma_swizzle_valid(uint64_t bytes) {
 const std::vector<MatrixConfig>& matrix_configs() {
   static const std::vector<MatrixConfig> all = [] {
     std::vector<MatrixConfig> v;
-    for (ElemType in : {ElemType::F16, ElemType::BF16, ElemType::F32, ElemType::I8, ElemType::U8})
+    for (ElemType in : {ElemType::F16, ElemType::BF16, ElemType::F32, ElemType::I8, ElemType::U8,
+                        ElemType::F8E4M3, ElemType::F8E5M2})
       for (int m : {16, 32})
         for (int n : {8, 16, 32})
           for (int steps : {1, 2})
@@ -453,8 +456,9 @@ std::string frag_type_error(const Type& t) {
   const int step = frag_k_step(t.elem);
   if (step == 0)
     return fmt::format(
-        "{}: matrix inputs are f16, bf16, f32 (multiplied as tf32), i8 or u8, not {}", type_name(t),
-        elem_name(t.elem));
+        "{}: matrix inputs are f16, bf16, f32 (multiplied as tf32), i8, u8, f8e4m3 or f8e5m2, "
+        "not {}",
+        type_name(t), elem_name(t.elem));
   if (t.k != step && t.k != 2 * step)
     return fmt::format("{}: k must be {} or {} for {} inputs, got {}", type_name(t), step, 2 * step,
                        elem_name(t.elem), t.k);
@@ -481,6 +485,12 @@ double round_float_literal(ElemType t, double v) {
       return round_to(FloatFormat::BF16, v);
     case ElemType::F32:
       return round_to(FloatFormat::F32, v);
+    // A literal past the largest finite value (what rounds beyond it) is infinite, as for the
+    // other formats, so that it is reported out of range instead of saturated.
+    case ElemType::F8E4M3:
+      return std::fabs(v) > 464.0 ? std::copysign(INFINITY, v) : round_to_e4m3(v);
+    case ElemType::F8E5M2:
+      return std::fabs(v) >= 61440.0 ? std::copysign(INFINITY, v) : round_to_e5m2(v);
     default:
       return v;
   }
@@ -534,6 +544,8 @@ std::string check_op_types(OpKind kind, std::span<const Type> ops, const Attr& a
       if (!declared.is_value()) return fmt::format("a constant must have a value type");
       if (is_float(declared.elem)) {
         if (attr.i != 0) return "a float constant must carry its value as a float literal";
+        if (declared.elem == ElemType::F8E4M3 && std::isinf(attr.f))
+          return "f8e4m3 has no infinity (its largest value is 448)";
         if (!std::isnan(attr.f) && !std::isinf(attr.f)) {
           const double r = round_float_literal(declared.elem, attr.f);
           if (std::isinf(r))

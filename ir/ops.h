@@ -175,7 +175,8 @@ bool wgmma_swizzle_valid(uint64_t bytes);
 
 // Whether `bits` (an integer literal stored as two's complement in 64 bits) fits in `t`.
 bool int_literal_fits(ElemType t, uint64_t bits);
-// Rounds a float literal to the precision of `t` (f16, bf16, f32 or f64).
+// Rounds a float literal to the precision of `t` (f16, bf16, f32, f64, f8e4m3, f8e5m2); one
+// beyond the largest finite value is infinite (never saturated).
 double round_float_literal(ElemType t, double v);
 
 }  // namespace kiln::ir

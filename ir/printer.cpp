@@ -20,19 +20,6 @@ namespace {
 
 constexpr size_t kLocColumn = 56;
 
-FloatFormat float_format(ElemType t) {
-  switch (t) {
-    case ElemType::F16:
-      return FloatFormat::F16;
-    case ElemType::BF16:
-      return FloatFormat::BF16;
-    case ElemType::F32:
-      return FloatFormat::F32;
-    default:
-      return FloatFormat::F64;
-  }
-}
-
 class Printer {
  public:
   explicit Printer(const Kernel& k) : k_(k), names_(k.value_types.size()) {}
@@ -219,11 +206,10 @@ std::string format_literal(ElemType t, const Attr& attr) {
   const double v = attr.f;
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v < 0 ? "-inf" : "inf";
-  const FloatFormat f = float_format(t);
   std::string s;
   for (int p = 1; p <= 17; ++p) {
     s = fmt::format("{:.{}g}", v, p);
-    if (round_to(f, std::strtod(s.c_str(), nullptr)) == v) break;
+    if (round_float_literal(t, std::strtod(s.c_str(), nullptr)) == v) break;
   }
   if (s.find_first_of(".e") == std::string::npos) s += ".0";
   return s;

@@ -22,14 +22,16 @@ namespace kiln::ir {
   X(F16, "f16", 16, Float)         \
   X(BF16, "bf16", 16, Float)       \
   X(F32, "f32", 32, Float)         \
-  X(F64, "f64", 64, Float)
+  X(F64, "f64", 64, Float)         \
+  X(F8E4M3, "f8e4m3", 8, Float)    \
+  X(F8E5M2, "f8e5m2", 8, Float)
 
 enum class ElemType : uint8_t {
 #define X(e, s, b, c) e,
   KILN_FOR_EACH_ELEM_TYPE(X)
 #undef X
 };
-inline constexpr int kNumElemTypes = 13;
+inline constexpr int kNumElemTypes = 15;
 
 enum class ElemClass : uint8_t { Bool, Signed, Unsigned, Float };
 
@@ -46,6 +48,11 @@ inline bool is_int(ElemType t) {
 }
 inline bool is_signed(ElemType t) {
   return elem_class(t) == ElemClass::Signed;
+}
+// The 8-bit floats (OCP FP8): e4m3 (the "fn" variant: no infinities, one NaN, up to 448) and
+// e5m2 (IEEE-like, up to 57344).
+inline bool is_f8(ElemType t) {
+  return t == ElemType::F8E4M3 || t == ElemType::F8E5M2;
 }
 inline bool is_bool(ElemType t) {
   return t == ElemType::Bool;

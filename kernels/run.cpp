@@ -74,6 +74,12 @@ void put_elem(ElemType t, double v, void* p) {
     case ElemType::BF16:
       put(bf16_bits(v));
       break;
+    case ElemType::F8E4M3:
+      put(e4m3_bits(v));
+      break;
+    case ElemType::F8E5M2:
+      put(e5m2_bits(v));
+      break;
     case ElemType::F32:
       put(static_cast<float>(v));
       break;
@@ -119,6 +125,10 @@ double get_elem(ElemType t, const void* p) {
       std::memcpy(&b, p, 2);
       return bf16_value(b);
     }
+    case ElemType::F8E4M3:
+      return e4m3_value(*static_cast<const uint8_t*>(p));
+    case ElemType::F8E5M2:
+      return e5m2_value(*static_cast<const uint8_t*>(p));
     case ElemType::F32:
       return get(float{});
     case ElemType::F64:
@@ -156,6 +166,10 @@ std::pair<double, double> default_tolerance(ElemType t) {
       return {4e-3, 2e-3};
     case ElemType::BF16:
       return {3e-2, 1e-2};
+    case ElemType::F8E4M3:  // 3 and 2 mantissa bits
+      return {1.3e-1, 6.3e-2};
+    case ElemType::F8E5M2:
+      return {2.5e-1, 1.3e-1};
     default:
       return {0, 0};
   }

@@ -21,8 +21,11 @@ Error bad(std::string what) {
 std::string dtype_text(DLDataType t) {
   static const char* const names[] = {"int",    "uint",    "float", "opaque",
                                       "bfloat", "complex", "bool"};
-  const std::string code = t.code < 7 ? names[t.code] : fmt::format("code {}", t.code);
-  return fmt::format("{}{}{}", code, t.bits, t.lanes == 1 ? "" : fmt::format("x{}", t.lanes));
+  const std::string lanes = t.lanes == 1 ? "" : fmt::format("x{}", t.lanes);
+  if (t.code < 7) return fmt::format("{}{}{}", names[t.code], t.bits, lanes);
+  if (t.code == kDLFloat8_e4m3fn) return "float8_e4m3fn" + lanes;
+  if (t.code == kDLFloat8_e5m2) return "float8_e5m2" + lanes;
+  return fmt::format("type code {} of {} bits{}", t.code, t.bits, lanes);
 }
 
 Result<ir::ElemType> elem_of(DLDataType t) {
@@ -36,6 +39,12 @@ Result<ir::ElemType> elem_of(DLDataType t) {
         break;
       case kDLBfloat:
         if (t.bits == 16) return ElemType::BF16;
+        break;
+      case kDLFloat8_e4m3fn:
+        if (t.bits == 8) return ElemType::F8E4M3;
+        break;
+      case kDLFloat8_e5m2:
+        if (t.bits == 8) return ElemType::F8E5M2;
         break;
       case kDLInt:
         if (t.bits == 8) return ElemType::I8;
@@ -58,7 +67,7 @@ Result<ir::ElemType> elem_of(DLDataType t) {
   }
   return bad(
       fmt::format("element type {} has no kiln type (kiln has bool, i8-i64, u8-u64, f16, "
-                  "bf16, f32, f64, one lane each)",
+                  "bf16, f32, f64, f8e4m3 (float8_e4m3fn), f8e5m2, one lane each)",
                   dtype_text(t)));
 }
 
@@ -78,7 +87,10 @@ DLDataType dl_of(ir::ElemType t) {
       d.code = kDLUInt;
       break;
     case ir::ElemClass::Float:
-      d.code = t == ElemType::BF16 ? kDLBfloat : kDLFloat;
+      d.code = t == ElemType::BF16     ? kDLBfloat
+               : t == ElemType::F8E4M3 ? kDLFloat8_e4m3fn
+               : t == ElemType::F8E5M2 ? kDLFloat8_e5m2
+                                       : kDLFloat;
       break;
   }
   return d;

@@ -47,6 +47,8 @@ typedef enum {
   kDLBfloat = 4,
   kDLComplex = 5,
   kDLBool = 6,
+  kDLFloat8_e4m3fn = 10, /* DLPack 1.1: the FP8 codes kiln has */
+  kDLFloat8_e5m2 = 12,
 } DLDataTypeCode;
 
 typedef struct {

@@ -53,7 +53,9 @@ typedef enum kiln_dtype {
   KILN_F16,
   KILN_BF16,
   KILN_F32,
-  KILN_F64
+  KILN_F64,
+  KILN_F8E4M3, /* OCP FP8 e4m3 ("fn": no infinities, largest 448) */
+  KILN_F8E5M2  /* OCP FP8 e5m2 */
 } kiln_dtype;
 
 typedef struct kiln_runtime kiln_runtime;

@@ -101,6 +101,8 @@ Result<uint64_t> scalar_bits(const dsl::KernelDef& def, const dsl::ParamInfo& p,
     const double r = ir::round_float_literal(t, v);
     if (std::isinf(r) && !std::isinf(v))
       return arg_error(def, p, fmt::format("{} is out of range for {}", v, ir::elem_name(t)));
+    if (t == ElemType::F8E4M3 && std::isinf(v))
+      return arg_error(def, p, "f8e4m3 has no infinity (its largest value is 448)");
     if (a.num != LaunchArg::Num::Float &&
         (r != v || (a.num == LaunchArg::Num::Int ? static_cast<int64_t>(v) != a.i
                                                  : static_cast<uint64_t>(v) != a.u)))
@@ -114,6 +116,10 @@ Result<uint64_t> scalar_bits(const dsl::KernelDef& def, const dsl::ParamInfo& p,
         return uint64_t{f16_bits(r)};
       case ElemType::BF16:
         return uint64_t{bf16_bits(r)};
+      case ElemType::F8E4M3:
+        return uint64_t{e4m3_bits(r)};
+      case ElemType::F8E5M2:
+        return uint64_t{e5m2_bits(r)};
       case ElemType::F32: {
         const float f = static_cast<float>(r);
         uint32_t b;

@@ -43,7 +43,7 @@ kiln::ir::ElemType parse_dtype(const std::string& name) {
   if (!t)
     raise(kiln::Error(kiln::ErrorKind::InvalidArgument,
                       fmt::format("'{}' is not an element type (bool, i8-i64, u8-u64, f16, bf16, "
-                                  "f32, f64)",
+                                  "f32, f64, f8e4m3, f8e5m2)",
                                   name)));
   return *t;
 }
@@ -182,6 +182,8 @@ std::string format_of(kiln::ir::ElemType t) {
     case ElemType::F64:
       return "d";
     case ElemType::BF16:
+    case ElemType::F8E4M3:
+    case ElemType::F8E5M2:
       return "";
   }
   return "";
@@ -299,9 +301,12 @@ PYBIND11_MODULE(kiln, m) {
                   fmt::format("a tensor of {} is not in host memory; use t.numpy() for a copy",
                               t.device()->info().name));
             const std::string f = format_of(t.dtype());
-            if (f.empty()) throw py::attribute_error("bf16 has no NumPy type");
-            static const char* const typestr[] = {"|b1", "|i1", "<i2", "<i4", "<i8", "|u1", "<u2",
-                                                  "<u4", "<u8", "<f2", "",    "<f4", "<f8"};
+            if (f.empty())
+              throw py::attribute_error(
+                  fmt::format("{} has no NumPy type", kiln::ir::elem_name(t.dtype())));
+            static const char* const typestr[] = {"|b1", "|i1", "<i2", "<i4", "<i8",
+                                                  "|u1", "<u2", "<u4", "<u8", "<f2",
+                                                  "",    "<f4", "<f8", "",    ""};
             py::dict d;
             std::vector<int64_t> shape, strides;
             for (int i = 0; i < t.rank(); ++i) {
@@ -321,7 +326,8 @@ PYBIND11_MODULE(kiln, m) {
             const std::string f = format_of(t.dtype());
             if (f.empty())
               raise(kiln::Error(kiln::ErrorKind::Unsupported,
-                                "bf16 has no NumPy type; read it with torch.from_dlpack"));
+                                fmt::format("{} has no NumPy type; read it with torch.from_dlpack",
+                                            kiln::ir::elem_name(t.dtype()))));
             auto s = t.shape();
             std::vector<py::ssize_t> shape(s.begin(), s.end());
             py::array out(py::dtype(f), shape);

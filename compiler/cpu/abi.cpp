@@ -78,8 +78,15 @@ float bits_float(uint32_t b) {
 #define KILN_WGMMA_CLONES
 #endif
 
+// The bytes of one element of a wgmma input type.
+template <kiln::ir::ElemType E>
+constexpr uint32_t kInputBytes =
+    E == kiln::ir::ElemType::F32                                    ? 4
+    : E == kiln::ir::ElemType::F16 || E == kiln::ir::ElemType::BF16 ? 2
+                                                                    : 1;
+
 // Element i of a 16-byte chunk of E as what the tensor core multiplies (T: float or the i32
-// accumulator's bits): f16/bf16 exactly, f32 as tf32 (the low 13 mantissa bits ignored),
+// accumulator's bits): f16/bf16/f8 exactly, f32 as tf32 (the low 13 mantissa bits ignored),
 // i8/u8 as integers.
 template <kiln::ir::ElemType E, class T>
 T element(const uint8_t* p) {
@@ -88,6 +95,13 @@ T element(const uint8_t* p) {
     return static_cast<T>(static_cast<int32_t>(static_cast<int8_t>(*p)));
   } else if constexpr (E == ElemType::U8) {
     return static_cast<T>(*p);
+  } else if constexpr (E == ElemType::F8E5M2) {  // the high byte of an f16
+    return kiln::f16_to_float(static_cast<uint16_t>(*p << 8));
+  } else if constexpr (E == ElemType::F8E4M3) {
+    // Exponent and mantissa where an f32 keeps them read 2^120 too small (compiler/cpu/gen.h).
+    const uint32_t em = *p & 0x7fu;
+    const float a = em == 0x7f ? bits_float(0x7fc00000u) : bits_float(em << 20) * 0x1p120f;
+    return (*p & 0x80u) ? -a : a;
   } else if constexpr (E == ElemType::F32) {
     uint32_t w;
     std::memcpy(&w, p, 4);
@@ -118,10 +132,7 @@ template <kiln::ir::ElemType E, class T>
 KILN_WGMMA_CLONES uint32_t read_operand(const uint8_t* shared, uint32_t bytes, uint64_t d,
                                         uint32_t row0, uint32_t rows, uint32_t k_step, T* out,
                                         size_t row_stride, size_t col_stride) {
-  constexpr uint32_t size = E == kiln::ir::ElemType::F32                                 ? 4
-                            : E == kiln::ir::ElemType::I8 || E == kiln::ir::ElemType::U8 ? 1
-                                                                                         : 2,
-                     per16 = 16 / size;
+  constexpr uint32_t size = kInputBytes<E>, per16 = 16 / size;
   uint32_t bad = 0;
   for (uint32_t r = 0; r < rows; ++r)
     for (uint32_t k0 = 0; k0 < k_step; k0 += per16) {
@@ -172,9 +183,7 @@ KILN_WGMMA_CLONES void multiply(T* __restrict acc, const T* __restrict a, const 
 template <kiln::ir::ElemType E, class T>
 uint32_t plane_wgmma(T* acc, uint32_t plane, const uint8_t* shared, uint32_t bytes, uint64_t adesc,
                      uint64_t bdesc, uint32_t n) {
-  constexpr uint32_t k_step = E == kiln::ir::ElemType::F32                                 ? 8
-                              : E == kiln::ir::ElemType::I8 || E == kiln::ir::ElemType::U8 ? 32
-                                                                                           : 16;
+  constexpr uint32_t k_step = 32 / kInputBytes<E>;  // 32 bytes of k per instruction
   // At most 16 x 32 of A and 32 x 256 of B (k_step * element size is 32 bytes).
   alignas(64) T a[16 * k_step];
   alignas(64) T b[k_step * 256];
@@ -205,6 +214,10 @@ extern "C" uint32_t kiln_rt_wgmma(void* acc, uint32_t plane, const void* shared,
       return plane_wgmma<ElemType::I8>(i, plane, s, shared_bytes, adesc, bdesc, n);
     case ElemType::U8:
       return plane_wgmma<ElemType::U8>(i, plane, s, shared_bytes, adesc, bdesc, n);
+    case ElemType::F8E4M3:
+      return plane_wgmma<ElemType::F8E4M3>(f, plane, s, shared_bytes, adesc, bdesc, n);
+    case ElemType::F8E5M2:
+      return plane_wgmma<ElemType::F8E5M2>(f, plane, s, shared_bytes, adesc, bdesc, n);
     default:
       KILN_CHECK(false, "kiln_rt_wgmma of an element type the verifier refuses");
       return 0;

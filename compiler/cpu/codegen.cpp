@@ -226,16 +226,24 @@ Value* Gen::cast(const ir::Op& op) {
   const bool ff = ir::is_float(from.elem), tf = ir::is_float(to.elem);
   if (from.elem == to.elem) return a;
   if (to.elem == ElemType::Bool) {  // x != 0 (NaN != 0 is true)
-    if (ff) return B.CreateFCmpUNE(a, llvm::Constant::getNullValue(a->getType()));
+    if (ff) {
+      Value* x = promote(a, from);
+      return B.CreateFCmpUNE(x, llvm::Constant::getNullValue(x->getType()));
+    }
     return B.CreateICmpNE(a, llvm::Constant::getNullValue(a->getType()));
   }
-  if (from.elem == ElemType::Bool) return tf ? B.CreateUIToFP(a, dst) : B.CreateZExt(a, dst);
+  if (from.elem == ElemType::Bool) {
+    if (!tf) return B.CreateZExt(a, dst);
+    return demote(B.CreateUIToFP(a, compute_ty(to)), to);  // 0 and 1 are exact everywhere
+  }
   if (ff && tf) {
     Value* x = a;
     if (is_half(from.elem)) x = promote(x, from);  // exact
     if (is_half(to.elem) && x->getType()->getScalarType()->isDoubleTy())
       x = round_to_odd_f32(x, from.lanes);
     if (to.elem == ElemType::BF16) return to_bf16(x, to.lanes);
+    if (ir::is_f8(to.elem))
+      return to_f8(B.CreateFPCast(x, vec(B.getFloatTy(), to.lanes)), to.elem, to.lanes);
     return B.CreateFPCast(x, dst);
   }
   if (ff) {  // float -> int: round toward zero, saturate, NaN -> 0
@@ -253,11 +261,12 @@ Value* Gen::cast(const ir::Op& op) {
       Value* f = sgn ? B.CreateSIToFP(a, d) : B.CreateUIToFP(a, d);
       return to_bf16(round_to_odd_f32(f, from.lanes), to.lanes);
     }
-    if (to.elem == ElemType::F16) {
-      // Through f32: exact below 2^24, and every larger integer is infinite in f16.
+    if (to.elem == ElemType::F16 || ir::is_f8(to.elem)) {
+      // Through f32: exact below 2^24, and every larger integer is infinite in f16 (or
+      // saturates in f8).
       llvm::Type* mid = vec(B.getFloatTy(), from.lanes);
       Value* f = sgn ? B.CreateSIToFP(a, mid) : B.CreateUIToFP(a, mid);
-      return B.CreateFPTrunc(f, dst);
+      return ir::is_f8(to.elem) ? to_f8(f, to.elem, to.lanes) : B.CreateFPTrunc(f, dst);
     }
     return sgn ? B.CreateSIToFP(a, dst) : B.CreateUIToFP(a, dst);
   }

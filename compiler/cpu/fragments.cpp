@@ -52,7 +52,7 @@ void Gen::place_frag(const ir::Op& op) {
                                                   fmt::format("frag{}", op.result));
 }
 
-// A memory element converted to what the fragment holds: f32 (f16, bf16 and f32 inputs, the
+// A memory element converted to what the fragment holds: f32 (f16, bf16, f8 and f32 inputs, the
 // latter rounded to tf32 as a tensor core reads them) or i32.
 Value* Gen::frag_to_compute(Value* x, const ir::Type& frag, ElemType from) {
   const int lanes =
@@ -63,6 +63,8 @@ Value* Gen::frag_to_compute(Value* x, const ir::Type& frag, ElemType from) {
   switch (from) {
     case ElemType::F16:
     case ElemType::BF16:
+    case ElemType::F8E4M3:
+    case ElemType::F8E5M2:
       return promote(x, lt);
     case ElemType::F32: {
       if (frag.use == ir::FragUse::Acc) return x;

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <set>
@@ -29,6 +30,7 @@
 
 #include "compiler/cpu/codegen.h"
 #include "compiler/cpu/math.h"
+#include "ir/float16.h"
 
 namespace kiln::cpu::detail {
 
@@ -156,6 +158,9 @@ class Gen {
         return llvm::Type::getFloatTy(C);
       case ElemType::F64:
         return llvm::Type::getDoubleTy(C);
+      case ElemType::F8E4M3:  // LLVM IR has no 8-bit float: the bits, converted by gen.h
+      case ElemType::F8E5M2:
+        return llvm::Type::getInt8Ty(C);
     }
     return nullptr;
   }
@@ -167,8 +172,10 @@ class Gen {
     return e == ElemType::Bool ? llvm::Type::getInt8Ty(C) : scalar_ty(e);
   }
   llvm::Type* mem_ty(const ir::Type& t) const { return vec(mem_scalar_ty(t.elem), t.lanes); }
-  // f16 and bf16 compute in f32.
-  bool is_half(ElemType e) const { return e == ElemType::F16 || e == ElemType::BF16; }
+  // f16, bf16 and the f8 types compute in f32.
+  bool is_half(ElemType e) const {
+    return e == ElemType::F16 || e == ElemType::BF16 || ir::is_f8(e);
+  }
   llvm::Type* compute_ty(const ir::Type& t) const {
     return is_half(t.elem) ? vec(llvm::Type::getFloatTy(C), t.lanes) : ty(t);
   }
@@ -194,7 +201,64 @@ class Gen {
 
   Value* promote(Value* x, const ir::Type& t) {
     if (t.elem == ElemType::BF16) return from_bf16(x, t.lanes);
+    if (t.elem == ElemType::F8E4M3) return from_e4m3(x, t.lanes);
+    if (t.elem == ElemType::F8E5M2) return from_e5m2(x, t.lanes);
     return t.elem == ElemType::F16 ? B.CreateFPExt(x, compute_ty(t)) : x;
+  }
+  // e4m3 -> f32 exactly: its exponent and mantissa, placed where an f32 keeps its own, read
+  // 2^120 times too small (subnormals too, as f32 subnormals); one multiply rescales them.
+  // S.1111.111 is NaN; the sign is put back as a bit.
+  Value* from_e4m3(Value* x, int lanes) {
+    llvm::Type* i32 = vec(B.getInt32Ty(), lanes);
+    llvm::Type* f32 = vec(B.getFloatTy(), lanes);
+    auto k = [&](uint32_t c) { return llvm::ConstantInt::get(i32, c); };
+    Value* b = B.CreateZExt(x, i32);
+    Value* em = B.CreateAnd(b, k(0x7f));
+    Value* mag = B.CreateFMul(B.CreateBitCast(B.CreateShl(em, k(20)), f32),
+                              llvm::ConstantFP::get(f32, 0x1p120));
+    Value* bits =
+        B.CreateOr(B.CreateBitCast(mag, i32), B.CreateShl(B.CreateAnd(b, k(0x80)), k(24)));
+    return B.CreateSelect(B.CreateICmpEQ(em, k(0x7f)), llvm::ConstantFP::getNaN(f32),
+                          B.CreateBitCast(bits, f32));
+  }
+  // e5m2 -> f32 exactly: e5m2 is the high byte of an f16.
+  Value* from_e5m2(Value* x, int lanes) {
+    llvm::Type* i16 = vec(B.getInt16Ty(), lanes);
+    Value* h = B.CreateShl(B.CreateZExt(x, i16), llvm::ConstantInt::get(i16, 8));
+    return B.CreateFPExt(B.CreateBitCast(h, vec(B.getHalfTy(), lanes)), vec(B.getFloatTy(), lanes));
+  }
+  // f32 -> f8 to nearest even, saturating at the largest finite value (infinities too), NaN to
+  // 0x7f (ir/ir.h; PTX's cvt.rn.satfinite). Below the smallest normal f8, adding `magic` (whose
+  // f32 quantum is the f8 subnormals' quantum: 2^14 for e4m3's 2^-9, 2^7 for e5m2's 2^-16)
+  // makes the float add round; above it, the f32 bits are rounded at the f8 mantissa and
+  // rebiased.
+  Value* to_f8(Value* x, ElemType e, int lanes) {
+    const bool e4 = e == ElemType::F8E4M3;
+    const uint32_t shift = e4 ? 20 : 21;  // 23 - mantissa bits
+    const uint32_t rebias = e4 ? (127 - 7) << 3 : (127 - 15) << 2;
+    const uint32_t max_finite = e4 ? 0x7e : 0x7b;              // 448, 57344
+    const uint32_t min_normal = e4 ? 0x3c800000 : 0x38800000;  // 2^-6, 2^-14
+    const float magic = e4 ? 16384.0f : 128.0f;                // 2^14, 2^7
+    llvm::Type* i32 = vec(B.getInt32Ty(), lanes);
+    llvm::Type* f32 = vec(B.getFloatTy(), lanes);
+    auto k = [&](uint32_t c) { return llvm::ConstantInt::get(i32, c); };
+    Value* u = B.CreateBitCast(x, i32);
+    Value* a = B.CreateAnd(u, k(0x7fffffff));
+    Value* sign = B.CreateAnd(B.CreateLShr(u, k(24)), k(0x80));
+    uint32_t magic_bits;
+    std::memcpy(&magic_bits, &magic, 4);
+    Value* sub = B.CreateSub(
+        B.CreateBitCast(B.CreateFAdd(B.CreateBitCast(a, f32), llvm::ConstantFP::get(f32, magic)),
+                        i32),
+        k(magic_bits));
+    Value* odd = B.CreateAnd(B.CreateLShr(a, k(shift)), k(1));
+    Value* up =
+        B.CreateLShr(B.CreateAdd(a, B.CreateAdd(k((1u << (shift - 1)) - 1), odd)), k(shift));
+    Value* normal = B.CreateSub(
+        B.CreateBinaryIntrinsic(llvm::Intrinsic::umin, up, k(rebias + max_finite)), k(rebias));
+    Value* m = B.CreateSelect(B.CreateICmpULT(a, k(min_normal)), sub, normal);
+    m = B.CreateSelect(B.CreateICmpUGT(a, k(0x7f800000)), k(0x7f), m);
+    return B.CreateTrunc(B.CreateOr(sign, m), vec(B.getInt8Ty(), lanes));
   }
   // bf16 -> f32 exactly, by a shift: LLVM's scalar lowering of the conversion on x86 flushed
   // denormals (found when the scalar tests first ran without the vectorizer).
@@ -206,6 +270,7 @@ class Gen {
   }
   Value* demote(Value* x, const ir::Type& t) {
     if (t.elem == ElemType::BF16) return to_bf16(x, t.lanes);
+    if (ir::is_f8(t.elem)) return to_f8(x, t.elem, t.lanes);
     return t.elem == ElemType::F16 ? B.CreateFPTrunc(x, ty(t)) : x;
   }
   // f32 -> bf16 rounded to nearest even, by integer arithmetic: x86's vcvtneps2bf16 (what LLVM
@@ -633,6 +698,8 @@ class Gen {
   Value* constant(const ir::Op& op) {
     const ir::Type& t = type(op.result);
     llvm::Type* lt = ty(t);
+    if (t.elem == ElemType::F8E4M3) return llvm::ConstantInt::get(lt, e4m3_bits(op.attr.f));
+    if (t.elem == ElemType::F8E5M2) return llvm::ConstantInt::get(lt, e5m2_bits(op.attr.f));
     if (ir::is_float(t.elem)) return llvm::ConstantFP::get(lt, op.attr.f);
     return llvm::ConstantInt::get(lt, op.attr.i);
   }

@@ -139,6 +139,10 @@ std::string literal(ElemType e, const ir::Attr& a) {
       return fmt::format("kiln::f16{{0x{:04x}}} /* {} */", f16_bits(a.f), a.f);
     case ElemType::BF16:
       return fmt::format("kiln::bf16{{0x{:04x}}} /* {} */", bf16_bits(a.f), a.f);
+    case ElemType::F8E4M3:
+      return fmt::format("kiln::f8e4m3{{0x{:02x}}} /* {} */", e4m3_bits(a.f), a.f);
+    case ElemType::F8E5M2:
+      return fmt::format("kiln::f8e5m2{{0x{:02x}}} /* {} */", e5m2_bits(a.f), a.f);
     case ElemType::F32: {
       const auto f = static_cast<float>(a.f);
       uint32_t bits;
@@ -475,6 +479,10 @@ class Gen {
           case ElemType::BF16:
             value = fmt::format("{}{{(kiln::u16)args.slot[{}]}}", ty, s);
             break;
+          case ElemType::F8E4M3:
+          case ElemType::F8E5M2:
+            value = fmt::format("{}{{(kiln::u8)args.slot[{}]}}", ty, s);
+            break;
           case ElemType::F32:
             value = fmt::format("__uint_as_float((kiln::u32)args.slot[{}])", s);
             break;
@@ -500,20 +508,23 @@ class Gen {
   }
   // One wgmma.mma_async instruction per (input type, n) the kernel uses, for the GPU: d is n/2
   // registers (PTX ISA, "wgmma.mma_async": f16/bf16 take scale and transpose immediates, tf32
-  // the scales only, s8/u8 neither).
+  // and e4m3/e5m2 the scales only, s8/u8 neither).
   std::string wgmma_instructions() const {
     if (wgmma_ops_.empty()) return {};
     std::string out = "#ifndef KILN_EMULATION\nnamespace kiln {\n";
     for (const auto& [in, n] : wgmma_ops_) {
       const bool integer = ir::is_int(in);
       const int regs = n / 2, k = ir::frag_k_step(in);
-      const std::string t = in == ElemType::F32  ? "tf32"
-                            : in == ElemType::I8 ? "s8"
-                            : in == ElemType::U8 ? "u8"
-                                                 : std::string(ir::elem_name(in));
+      const std::string t = in == ElemType::F32      ? "tf32"
+                            : in == ElemType::I8     ? "s8"
+                            : in == ElemType::U8     ? "u8"
+                            : in == ElemType::F8E4M3 ? "e4m3"
+                            : in == ElemType::F8E5M2 ? "e5m2"
+                                                     : std::string(ir::elem_name(in));
       std::string list;
       for (int i = 0; i < regs; ++i) list += fmt::format("{}%{}", i ? ", " : "", i);
-      const std::string tail = integer ? "p" : in == ElemType::F32 ? "p, 1, 1" : "p, 1, 1, 0, 0";
+      const bool transposable = in == ElemType::F16 || in == ElemType::BF16;
+      const std::string tail = integer ? "p" : transposable ? "p, 1, 1, 0, 0" : "p, 1, 1";
       std::string outs;
       for (int i = 0; i < regs; ++i)
         outs += fmt::format("{}\"+{}\"(d[{}])", i ? ", " : "", integer ? "r" : "f", i);
@@ -979,7 +990,10 @@ backend::Limits limits() {
 
 std::vector<ir::MatrixConfig> matrix_configs(const Target& arch) {
   if (arch.sm < 80) return {};
-  return ir::matrix_configs();
+  std::vector<ir::MatrixConfig> v;
+  for (const ir::MatrixConfig& c : ir::matrix_configs())
+    if (!ir::is_f8(c.input) || arch.sm >= 89) v.push_back(c);  // f8 mma.sync: sm_89 on
+  return v;
 }
 
 bool has_wgmma(const Target& arch) {
@@ -995,8 +1009,14 @@ std::string unsupported_fragment(const ir::Op& op, const ir::Kernel& k, const Ta
         "wgmma is an sm_90a instruction; {} has none (ask has_wgmma() at trace "
         "time and take the fragment path, mma(), there)",
         arch.name());
-  if (op.kind != OpKind::AllocFrag || arch.sm >= 80) return {};
+  if (op.kind != OpKind::AllocFrag) return {};
   const Type& t = k.type_of(op.result);
+  if (ir::is_f8(t.elem) && t.use != ir::FragUse::Acc && arch.sm < 89)
+    return fmt::format(
+        "{} needs mma.sync for {} (sm_89 and later); {} multiplies no 8-bit floats (ask "
+        "has_mma<T>(m, n, k) at trace time and convert the inputs to f16 or bf16 there)",
+        ir::type_name(t), ir::elem_name(t.elem), arch.name());
+  if (arch.sm >= 80) return {};
   return fmt::format(
       "{} needs mma.sync for {} (sm_80 and later); {} has no matrix multiplies "
       "kiln uses",

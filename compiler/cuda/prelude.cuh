@@ -1,6 +1,6 @@
 // kiln's CUDA prelude: the types and functions generated kernels are written with. It gives
 // every op of kiln's IR exactly the semantics ir/ir.h promises (wrapping signed integers,
-// division by zero, saturating float->int casts, f16/bf16 computed in f32 and rounded once,
+// division by zero, saturating float->int casts, f16/bf16/f8 computed in f32 and rounded once,
 // IEEE min/max, ...), lines of 1 to 16 lanes with 16-byte vector loads and stores, plane
 // (warp) operations on partial planes, and the report buffer through which prints, failed
 // asserts and checked-mode faults reach the host. NVRTC compiles it with each kernel; it
@@ -37,6 +37,9 @@ typedef float f32;
 typedef double f64;
 struct f16 { u16 bits; };
 struct bf16 { u16 bits; };
+// OCP FP8: e4m3 ("fn": no infinities, S.1111.111 is NaN, largest 448) and e5m2 (IEEE-like).
+struct f8e4m3 { u8 bits; };
+struct f8e5m2 { u8 bits; };
 
 // ---- traits ---------------------------------------------------------------------------------
 
@@ -61,6 +64,8 @@ KILN_INT_TRAITS(u64, u64, false, 64, 0ull, 18446744073709551615ull)
 template <> struct traits<bool> { static const bool is_float = false, is_signed = false; static const int bits = 1; };
 template <> struct traits<f16> { static const bool is_float = true, is_signed = true; static const int bits = 16; };
 template <> struct traits<bf16> { static const bool is_float = true, is_signed = true; static const int bits = 16; };
+template <> struct traits<f8e4m3> { static const bool is_float = true, is_signed = true; static const int bits = 8; };
+template <> struct traits<f8e5m2> { static const bool is_float = true, is_signed = true; static const int bits = 8; };
 template <> struct traits<f32> { static const bool is_float = true, is_signed = true; static const int bits = 32; };
 template <> struct traits<f64> { static const bool is_float = true, is_signed = true; static const int bits = 64; };
 
@@ -116,16 +121,78 @@ __device__ __forceinline__ f32 f32_round_odd(f64 x) {
   return r;
 }
 
-// The type arithmetic runs in: f16 and bf16 compute in f32 and round once (ir/ir.h).
+// f8 -> f32, exactly. e5m2 is the high byte of an f16. e4m3's exponent and mantissa, placed
+// where an f32 keeps its own, read 2^120 times too small (subnormals included, as an f32
+// subnormal): one multiply rescales them.
+__device__ __forceinline__ f32 to_f32(f8e5m2 x) { return to_f32(f16{(u16)((u32)x.bits << 8)}); }
+__device__ __forceinline__ f32 to_f32(f8e4m3 x) {
+  const u32 em = x.bits & 0x7fu;
+  const f32 a = em == 0x7fu ? __uint_as_float(0x7fc00000u) : __uint_as_float(em << 20) * 0x1p120f;
+  return (x.bits & 0x80u) ? -a : a;
+}
+// f32 -> f8: to nearest even, saturating at the largest finite value (infinities too), NaN
+// to NaN: PTX's cvt.rn.satfinite (sm_89 and later), done with integer arithmetic elsewhere.
+// Below the smallest normal, adding 2^14 (e4m3) or 2^7 (e5m2) leaves the f8 quantum as the
+// f32 one, so the float add rounds; above it, the f32's bits are rounded at the f8 mantissa.
+__device__ __forceinline__ f8e4m3 f8e4m3_of(f32 f) {
+  f8e4m3 r;
+#if !defined(KILN_EMULATION) && __CUDA_ARCH__ >= 890
+  u16 two;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(two) : "f"(0.0f), "f"(f));
+  r.bits = (u8)two;
+#else
+  const u32 u = __float_as_uint(f), a = u & 0x7fffffffu, sign = (u >> 24) & 0x80u;
+  u32 m;
+  if (a > 0x7f800000u) {
+    m = 0x7fu;
+  } else if (a < 0x3c800000u) {
+    m = __float_as_uint(__uint_as_float(a) + 16384.0f) - 0x46800000u;
+  } else {
+    m = (a + 0x7ffffu + ((a >> 20) & 1u)) >> 20;  // 960 = (127 - 7) << 3
+    m = m < 960u + 0x7eu ? m - 960u : 0x7eu;
+  }
+  r.bits = (u8)(sign | m);
+#endif
+  return r;
+}
+__device__ __forceinline__ f8e5m2 f8e5m2_of(f32 f) {
+  f8e5m2 r;
+#if !defined(KILN_EMULATION) && __CUDA_ARCH__ >= 890
+  u16 two;
+  asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(two) : "f"(0.0f), "f"(f));
+  r.bits = (u8)two;
+#else
+  const u32 u = __float_as_uint(f), a = u & 0x7fffffffu, sign = (u >> 24) & 0x80u;
+  u32 m;
+  if (a > 0x7f800000u) {
+    m = 0x7fu;
+  } else if (a < 0x38800000u) {
+    m = __float_as_uint(__uint_as_float(a) + 128.0f) - 0x43000000u;
+  } else {
+    m = (a + 0xfffffu + ((a >> 21) & 1u)) >> 21;  // 448 = (127 - 15) << 2
+    m = m < 448u + 0x7bu ? m - 448u : 0x7bu;
+  }
+  r.bits = (u8)(sign | m);
+#endif
+  return r;
+}
+
+// The type arithmetic runs in: f16, bf16 and f8 compute in f32 and round once (ir/ir.h).
 template <class T> struct calc { typedef T type; };
 template <> struct calc<f16> { typedef f32 type; };
 template <> struct calc<bf16> { typedef f32 type; };
+template <> struct calc<f8e4m3> { typedef f32 type; };
+template <> struct calc<f8e5m2> { typedef f32 type; };
 template <class T> __device__ __forceinline__ T up(T x) { return x; }
 __device__ __forceinline__ f32 up(f16 x) { return to_f32(x); }
 __device__ __forceinline__ f32 up(bf16 x) { return to_f32(x); }
+__device__ __forceinline__ f32 up(f8e4m3 x) { return to_f32(x); }
+__device__ __forceinline__ f32 up(f8e5m2 x) { return to_f32(x); }
 template <class T> __device__ __forceinline__ T down(typename calc<T>::type x) { return x; }
 template <> __device__ __forceinline__ f16 down<f16>(f32 x) { return f16_of(x); }
 template <> __device__ __forceinline__ bf16 down<bf16>(f32 x) { return bf16_of(x); }
+template <> __device__ __forceinline__ f8e4m3 down<f8e4m3>(f32 x) { return f8e4m3_of(x); }
+template <> __device__ __forceinline__ f8e5m2 down<f8e5m2>(f32 x) { return f8e5m2_of(x); }
 
 // ---- lines ----------------------------------------------------------------------------------
 
@@ -254,6 +321,7 @@ __device__ __forceinline__ void store(const bounded<L>& a, u32 i, const V& x KIL
 KILN_LINE_NAMES(i8) KILN_LINE_NAMES(i16) KILN_LINE_NAMES(i32) KILN_LINE_NAMES(i64)
 KILN_LINE_NAMES(u8) KILN_LINE_NAMES(u16) KILN_LINE_NAMES(u32) KILN_LINE_NAMES(u64)
 KILN_LINE_NAMES(f16) KILN_LINE_NAMES(bf16) KILN_LINE_NAMES(f32) KILN_LINE_NAMES(f64)
+KILN_LINE_NAMES(f8e4m3) KILN_LINE_NAMES(f8e5m2)
 KILN_LINE_NAMES(mbool)
 typedef line<bool, 2> boolx2; typedef line<bool, 4> boolx4; typedef line<bool, 8> boolx8;
 typedef line<bool, 16> boolx16;
@@ -489,6 +557,8 @@ template <class To> struct convert {
   __device__ static To from(bool x) { return x ? 1 : 0; }
   __device__ static To from(f16 x) { return float_to_int<To>(to_f32(x)); }
   __device__ static To from(bf16 x) { return float_to_int<To>(to_f32(x)); }
+  __device__ static To from(f8e4m3 x) { return float_to_int<To>(to_f32(x)); }
+  __device__ static To from(f8e5m2 x) { return float_to_int<To>(to_f32(x)); }
   __device__ static To from(f32 x) { return float_to_int<To>(x); }
   __device__ static To from(f64 x) { return float_to_int<To>(x); }
 };
@@ -509,6 +579,8 @@ template <> struct convert<f16> {
   __device__ static f16 from(bool x) { return f16_of(x ? 1.0f : 0.0f); }
   __device__ static f16 from(f16 x) { return x; }
   __device__ static f16 from(bf16 x) { return f16_of(to_f32(x)); }
+  __device__ static f16 from(f8e4m3 x) { return f16_of(to_f32(x)); }
+  __device__ static f16 from(f8e5m2 x) { return f16_of(to_f32(x)); }
   __device__ static f16 from(f32 x) { return f16_of(x); }
   __device__ static f16 from(f64 x) { return f16_of(f32_round_odd(x)); }
 };
@@ -517,9 +589,27 @@ template <> struct convert<bf16> {
   __device__ static bf16 from(bool x) { return bf16_of(x ? 1.0f : 0.0f); }
   __device__ static bf16 from(f16 x) { return bf16_of(to_f32(x)); }
   __device__ static bf16 from(bf16 x) { return x; }
+  __device__ static bf16 from(f8e4m3 x) { return bf16_of(to_f32(x)); }
+  __device__ static bf16 from(f8e5m2 x) { return bf16_of(to_f32(x)); }
   __device__ static bf16 from(f32 x) { return bf16_of(x); }
   __device__ static bf16 from(f64 x) { return bf16_of(f32_round_odd(x)); }
 };
+// To f8: integers through f32 (exact up to 2^24, and larger ones saturate either way), floats
+// through f32 (f64 rounded to odd first, so that the value is rounded once).
+#define KILN_F8_CONVERT(T)                                                               \
+  template <> struct convert<T> {                                                        \
+    template <class From> __device__ static T from(From x) { return T##_of((f32)x); }    \
+    __device__ static T from(bool x) { return T##_of(x ? 1.0f : 0.0f); }                 \
+    __device__ static T from(f16 x) { return T##_of(to_f32(x)); }                        \
+    __device__ static T from(bf16 x) { return T##_of(to_f32(x)); }                       \
+    __device__ static T from(f8e4m3 x) { return T##_of(to_f32(x)); }                     \
+    __device__ static T from(f8e5m2 x) { return T##_of(to_f32(x)); }                     \
+    __device__ static T from(f32 x) { return T##_of(x); }                                \
+    __device__ static T from(f64 x) { return T##_of(f32_round_odd(x)); }                 \
+  };
+KILN_F8_CONVERT(f8e4m3)
+KILN_F8_CONVERT(f8e5m2)
+#undef KILN_F8_CONVERT
 template <class To, class From>
 __device__ __forceinline__ To cast(From x) { return convert<To>::from(x); }
 template <class To, class From, int N>
@@ -759,7 +849,8 @@ __device__ __forceinline__ u64 print_bits(T x) {
 // A plane's fragment is spread over its 32 lanes as the PTX ISA lays out the operands of
 // mma.sync ("Matrix Fragments for mma.m16n8k16 / m16n8k8 / m16n8k32"): a fragment of shape
 // m x n x k is a grid of instruction tiles (A: 16 x ks, B: ks x 8, accumulator: 16 x 8, where ks
-// is 16 for f16/bf16, 8 for tf32 and 32 for i8/u8), tile after tile in each lane's registers.
+// is 16 for f16/bf16, 8 for tf32 and 32 for i8/u8 and the f8 types: m16n8k32 lays out 8-bit
+// floats as it does 8-bit integers), tile after tile in each lane's registers.
 // With g = lane / 4 and t = lane % 4, P elements packed per 32-bit register (2, 1, 4) and
 // register r holding elements h = 0..P-1:
 //   A   row g + 8 * (r & 1),            col P * t + h + ks/2 * (r >> 1)
@@ -771,6 +862,8 @@ template <> struct mma_input<bf16> { static const int ks = 16, pack = 2; };
 template <> struct mma_input<f32> { static const int ks = 8, pack = 1; };  // tf32
 template <> struct mma_input<i8> { static const int ks = 32, pack = 4; };
 template <> struct mma_input<u8> { static const int ks = 32, pack = 4; };
+template <> struct mma_input<f8e4m3> { static const int ks = 32, pack = 4; };  // sm_89 and later
+template <> struct mma_input<f8e5m2> { static const int ks = 32, pack = 4; };
 
 template <class T, int M, int N, int K>
 struct alignas(4) frag_a {
@@ -1004,6 +1097,8 @@ __device__ __forceinline__ void frag_cast(frag_acc<D, M, N, K>& d, const frag_ac
 // The products are exact; each is added in f32 (tf32 inputs use their top 19 bits).
 inline f32 mma_madd(f32 acc, f16 a, f16 b) { return fmaf(to_f32(a), to_f32(b), acc); }
 inline f32 mma_madd(f32 acc, bf16 a, bf16 b) { return fmaf(to_f32(a), to_f32(b), acc); }
+inline f32 mma_madd(f32 acc, f8e4m3 a, f8e4m3 b) { return fmaf(to_f32(a), to_f32(b), acc); }
+inline f32 mma_madd(f32 acc, f8e5m2 a, f8e5m2 b) { return fmaf(to_f32(a), to_f32(b), acc); }
 inline f32 mma_madd(f32 acc, f32 a, f32 b) {
   return fmaf(__uint_as_float(__float_as_uint(a) & 0xffffe000u),
               __uint_as_float(__float_as_uint(b) & 0xffffe000u), acc);
@@ -1053,6 +1148,10 @@ template <class T, class C> __device__ __forceinline__ void mma_tile(C* d, const
 KILN_MMA_F32(f16, "m16n8k16", "f16")
 KILN_MMA_F32(bf16, "m16n8k16", "bf16")
 KILN_MMA_F32(f32, "m16n8k8", "tf32")
+#if __CUDA_ARCH__ >= 890
+KILN_MMA_F32(f8e4m3, "m16n8k32", "e4m3")
+KILN_MMA_F32(f8e5m2, "m16n8k32", "e5m2")
+#endif
 #undef KILN_MMA_F32
 #define KILN_MMA_I32(T, PTYPE)                                                                       \
   template <> __device__ __forceinline__ void mma_tile<T, i32>(i32* d, const u32* a, const u32* b) { \

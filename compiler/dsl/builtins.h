@@ -79,12 +79,13 @@ Val<R> call(ir::OpKind kind, const char* what, const SrcLoc& w, const As&... as)
 
 // ---- math -------------------------------------------------------------------------------------
 
-#define KILN_DSL_FLOAT_UNARY(name, kind)                                                        \
-  template <DslExpr E>                                                                          \
-  Val<typename E::elem_type> name(const E& x, SrcLoc w = SrcLoc::current()) {                   \
-    using T = typename E::elem_type;                                                            \
-    static_assert(is_float_elem_v<T>, "kiln: " #name "() takes a float (f16, bf16, f32, f64)"); \
-    return detail::call<T, T>(ir::OpKind::kind, #name, w, x);                                   \
+#define KILN_DSL_FLOAT_UNARY(name, kind)                                                    \
+  template <DslExpr E>                                                                      \
+  Val<typename E::elem_type> name(const E& x, SrcLoc w = SrcLoc::current()) {               \
+    using T = typename E::elem_type;                                                        \
+    static_assert(is_float_elem_v<T>,                                                       \
+                  "kiln: " #name "() takes a float (f16, bf16, f32, f64, f8e4m3, f8e5m2)"); \
+    return detail::call<T, T>(ir::OpKind::kind, #name, w, x);                               \
   }
 KILN_DSL_FLOAT_UNARY(sqrt, Sqrt)
 KILN_DSL_FLOAT_UNARY(rsqrt, Rsqrt)

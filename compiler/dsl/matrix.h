@@ -25,13 +25,13 @@ namespace kiln::dsl {
 enum class Layout { Row, Col };
 
 // The accumulator type of a multiply with inputs V (f32, or i32 for i8 and u8 inputs), and the k
-// of one instruction step (16 for f16/bf16, 8 for f32 multiplied as tf32, 32 for i8/u8): a
-// fragment's k is one or two steps.
+// of one instruction step (16 for f16/bf16, 8 for f32 multiplied as tf32, 32 for i8/u8 and the
+// f8 types): a fragment's k is one or two steps.
 template <class V>
 using mma_acc_t = std::conditional_t<std::is_integral_v<host_of_t<V>>, int32_t, float>;
 template <class V>
 constexpr int mma_k_step() {
-  if constexpr (std::is_integral_v<host_of_t<V>>) return 32;
+  if constexpr (std::is_integral_v<host_of_t<V>> || sizeof(host_of_t<V>) == 1) return 32;
   if constexpr (std::is_same_v<host_of_t<V>, float>) return 8;
   return 16;
 }
@@ -301,9 +301,9 @@ Val<uint64_t> wgmma_tile_desc(const SharedArray<V>& mem, Val<uint32_t> base, int
 }
 
 // acc += A * B for the warpgroup: A (64 x k, K-major) and B (n x k, K-major) from their
-// descriptors, inputs of type V (f16, bf16, f32 as tf32, i8, u8); acc is this plane's
-// accumulator<mma_acc_t<V>>(16, n, mma_k_step<V>()). Asynchronous on the GPU: fence before,
-// commit and wait before the accumulator is read.
+// descriptors, inputs of type V (f16, bf16, f32 as tf32, i8, u8, f8e4m3, f8e5m2); acc is this
+// plane's accumulator<mma_acc_t<V>>(16, n, mma_k_step<V>()). Asynchronous on the GPU: fence
+// before, commit and wait before the accumulator is read.
 template <class V, class C>
 void wgmma(const Fragment<C>& acc, Arg<uint64_t> a, Arg<uint64_t> b,
            SrcLoc where = SrcLoc::current()) {

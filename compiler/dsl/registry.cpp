@@ -545,7 +545,7 @@ Result<Selection> select(const KernelDef& def, const SpecOptions& opts) {
     if (!want)
       return Error(ErrorKind::InvalidArgument,
                    fmt::format("unknown element type '{}' for '{}' (bool, i8..i64, u8..u64, "
-                               "f16, bf16, f32, f64)",
+                               "f16, bf16, f32, f64, f8e4m3, f8e5m2)",
                                dt, name));
     for (size_t i = 0; i < first.params.size(); ++i)
       if (first.params[i].name == name) wanted[i] = *want;

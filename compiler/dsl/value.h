@@ -51,6 +51,8 @@ KILN_DSL_ELEM(kiln::f16_t, F16)
 KILN_DSL_ELEM(kiln::bf16_t, BF16)
 KILN_DSL_ELEM(float, F32)
 KILN_DSL_ELEM(double, F64)
+KILN_DSL_ELEM(kiln::f8e4m3_t, F8E4M3)
+KILN_DSL_ELEM(kiln::f8e5m2_t, F8E5M2)
 #undef KILN_DSL_ELEM
 
 template <class T>
@@ -63,7 +65,8 @@ inline constexpr ir::ElemType elem_v = ElemOf<T>::value;
 template <class T>
 inline constexpr bool is_float_elem_v =
     std::is_floating_point_v<T> || std::is_same_v<T, kiln::f16_t> ||
-    std::is_same_v<T, kiln::bf16_t>;
+    std::is_same_v<T, kiln::bf16_t> || std::is_same_v<T, kiln::f8e4m3_t> ||
+    std::is_same_v<T, kiln::f8e5m2_t>;
 template <class T>
 inline constexpr bool is_int_elem_v = std::is_integral_v<T> && !std::is_same_v<T, bool>;
 
@@ -458,6 +461,8 @@ using u32 = Val<uint32_t>;
 using u64 = Val<uint64_t>;
 using f16 = Val<kiln::f16_t>;
 using bf16 = Val<kiln::bf16_t>;
+using f8e4m3 = Val<kiln::f8e4m3_t>;
+using f8e5m2 = Val<kiln::f8e5m2_t>;
 using f32 = Val<float>;
 using f64 = Val<double>;
 

@@ -2,8 +2,9 @@
 // blocked SIMD), the CUDA emulator and every GPU target (mma.sync tensor cores). Each plane owns
 // an accumulator tile of frag_m x frag_n; a cube holds planes_m x planes_n planes; the k loop
 // loads a tile of A and of B per step (k_steps instruction steps of k: 16 for f16/bf16, 8 for
-// f32 multiplied as tf32, 32 for i8/u8) and multiplies them into the accumulator. Tiles at the
-// matrix edges load and store only the elements inside the matrix, so any M, N and K work.
+// f32 multiplied as tf32, 32 for i8/u8 and the f8 types) and multiplies them into the
+// accumulator (f32 for float inputs, i32 for integer ones). Tiles at the matrix edges load and
+// store only the elements inside the matrix, so any M, N and K work.
 // On a target without these multiplies (has_mma, asked at trace time) it takes a plain path.
 // With b_transposed, b holds B^T (N x K, row-major), read through a column-major tile. With
 // stage_shared, each step's tiles of the cube go through shared memory first, where the planes
@@ -120,7 +121,7 @@ KILN_KERNEL_GENERIC(
     "a: rank=2, b: rank=2, c: rank=2, frag_m = 32 in 16..32, "
     "frag_n = 32 in 8..32, k_steps = 2 in 1..2, planes_m = 2 in 1..8, planes_n = 2 in 1..8, "
     "b_transposed = false, accumulate = false, stage_shared = false",
-    f16, bf16, f32, i8, u8)
+    f16, bf16, f32, i8, u8, f8e4m3, f8e5m2)
     .cube_dim([](const ComptimeArgs& c) -> CubeDim {
       return {static_cast<uint32_t>(32 * c.integer("planes_m") * c.integer("planes_n")), 1, 1};
     })

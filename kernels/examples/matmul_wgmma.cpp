@@ -61,7 +61,7 @@ void matmul_wgmma(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, 
 KILN_KERNEL_GENERIC(matmul_wgmma,
                     "a: rank=2, b: rank=2, c: rank=2, tile_n = 128 in 8..256, warpgroups = 2 in "
                     "1..2, swizzle = 128 in 0..128, k_rows = 1 in 1..4",
-                    f16, bf16, f32, i8, u8)
+                    f16, bf16, f32, i8, u8, f8e4m3, f8e5m2)
     .cube_dim([](const ComptimeArgs& c) -> CubeDim {
       return {static_cast<uint32_t>(128 * c.integer("warpgroups")), 1, 1};
     })

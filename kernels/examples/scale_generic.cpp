@@ -11,9 +11,9 @@ void scale_generic(Tensor<T> x, T factor) {
   u32 i = absolute_pos();
   if_(i < x.len(), [&] { x[i] = x[i] * factor; });
 }
-KILN_KERNEL_GENERIC(scale_generic, "x: line=max, factor", f32, f64, f16, bf16)
+KILN_KERNEL_GENERIC(scale_generic, "x: line=max, factor", f32, f64, f16, bf16, f8e4m3, f8e5m2)
     .cube_dim(256)
-    .describe("x *= factor for f32, f64, f16 and bf16");
+    .describe("x *= factor for f32, f64, f16, bf16 and the f8 types");
 
 KILN_RUN(scale_generic)
     .shape("x", {1 << 22})

@@ -279,6 +279,25 @@ int main(void) {
   CHECK(kiln_tensor_from_dlpack(rt, m, &wrapped) == KILN_INVALID_ARGUMENT);
   CHECK(strstr(kiln_last_error(), "no shape") != NULL);
   CHECK(deleted == 7);
+  /* FP8: float8_e4m3fn and float8_e5m2 are f8e4m3 and f8e5m2, both ways; other variants
+     are refused by name. */
+  m = make_managed(N, kDLFloat8_e4m3fn, 8, 0);
+  REQUIRE_OK(kiln_tensor_from_dlpack(rt, m, &wrapped));
+  CHECK(kiln_tensor_dtype(wrapped) == KILN_F8E4M3);
+  REQUIRE_OK(kiln_tensor_to_dlpack(wrapped, &back));
+  CHECK(back->dl_tensor.dtype.code == kDLFloat8_e4m3fn && back->dl_tensor.dtype.bits == 8);
+  back->deleter(back);
+  kiln_tensor_release(wrapped);
+  CHECK(deleted == 8);
+  m = make_managed(N, kDLFloat8_e5m2, 8, 0);
+  REQUIRE_OK(kiln_tensor_from_dlpack(rt, m, &wrapped));
+  CHECK(kiln_tensor_dtype(wrapped) == KILN_F8E5M2);
+  kiln_tensor_release(wrapped);
+  CHECK(deleted == 9);
+  m = make_managed(N, 11 /* kDLFloat8_e4m3fnuz */, 8, 0);
+  CHECK(kiln_tensor_from_dlpack(rt, m, &wrapped) == KILN_INVALID_ARGUMENT);
+  CHECK(strstr(kiln_last_error(), "type code 11 of 8 bits has no kiln type") != NULL);
+  CHECK(deleted == 10);
 
   /* Streams. */
   kiln_stream* s = NULL;

@@ -65,10 +65,10 @@ inline ir::Kernel build(ElemType t, int lanes, const std::vector<Case>& cases) {
   return std::move(*k);
 }
 
-inline const ElemType kAll[] = {ElemType::Bool, ElemType::I8,  ElemType::I16,  ElemType::I32,
-                                ElemType::I64,  ElemType::U8,  ElemType::U16,  ElemType::U32,
-                                ElemType::U64,  ElemType::F16, ElemType::BF16, ElemType::F32,
-                                ElemType::F64};
+inline const ElemType kAll[] = {ElemType::Bool, ElemType::I8,     ElemType::I16,   ElemType::I32,
+                                ElemType::I64,  ElemType::U8,     ElemType::U16,   ElemType::U32,
+                                ElemType::U64,  ElemType::F16,    ElemType::BF16,  ElemType::F32,
+                                ElemType::F64,  ElemType::F8E4M3, ElemType::F8E5M2};
 
 inline std::vector<Case> cases_for(ElemType t) {
   std::vector<Case> c;
@@ -106,8 +106,9 @@ inline std::vector<Case> cases_for(ElemType t) {
 
 namespace kiln::test {
 inline const std::pair<ir::ElemType, ir::ElemType> kBitcastPairs[] = {
-    {ir::ElemType::F32, ir::ElemType::U32},  {ir::ElemType::I32, ir::ElemType::F32},
-    {ir::ElemType::F64, ir::ElemType::I64},  {ir::ElemType::F16, ir::ElemType::U16},
-    {ir::ElemType::BF16, ir::ElemType::I16}, {ir::ElemType::F16, ir::ElemType::BF16},
-    {ir::ElemType::U8, ir::ElemType::I8}};
+    {ir::ElemType::F32, ir::ElemType::U32},   {ir::ElemType::I32, ir::ElemType::F32},
+    {ir::ElemType::F64, ir::ElemType::I64},   {ir::ElemType::F16, ir::ElemType::U16},
+    {ir::ElemType::BF16, ir::ElemType::I16},  {ir::ElemType::F16, ir::ElemType::BF16},
+    {ir::ElemType::U8, ir::ElemType::I8},     {ir::ElemType::F8E4M3, ir::ElemType::U8},
+    {ir::ElemType::I8, ir::ElemType::F8E5M2}, {ir::ElemType::F8E5M2, ir::ElemType::F8E4M3}};
 }  // namespace kiln::test

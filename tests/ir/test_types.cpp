@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "ir/float16.h"
+#include "ir/ops.h"
 #include "ir/types.h"
 
 using namespace kiln;
@@ -83,4 +84,44 @@ TEST_CASE("bf16 rounding and encoding", "[ir][float16]") {
     if (std::isnan(v)) continue;
     REQUIRE(bf16_bits(v) == bits);
   }
+}
+
+TEST_CASE("f8 rounding, saturation and encoding", "[ir][float16]") {
+  // e4m3 ("fn"): bias 7, no infinities, S.1111.111 is the only NaN.
+  CHECK(e4m3_bits(1.0) == 0x38);
+  CHECK(e4m3_bits(448.0) == 0x7e);
+  CHECK(e4m3_bits(-448.0) == 0xfe);
+  CHECK(e4m3_value(0x01) == std::ldexp(1.0, -9));  // the smallest subnormal
+  CHECK(e4m3_value(0x08) == std::ldexp(1.0, -6));  // the smallest normal
+  CHECK(std::isnan(e4m3_value(0x7f)));
+  CHECK(std::isnan(e4m3_value(0xff)));
+  CHECK(e4m3_value(0x78) == 256.0);      // exponent field 15 is a normal binade
+  CHECK(round_to_e4m3(1.0625) == 1.0);   // a tie, to even
+  CHECK(round_to_e4m3(1.1875) == 1.25);  // a tie, to even
+  CHECK(round_to_e4m3(464.0) == 448.0);  // the tie above the largest value: to even, 448
+  CHECK(round_to_e4m3(1e6) == 448.0);    // saturates
+  CHECK(round_to_e4m3(-INFINITY) == -448.0);
+  CHECK(std::isnan(round_to_e4m3(NAN)));
+  CHECK(e4m3_bits(NAN) == 0x7f);
+  CHECK(round_to_e4m3(std::ldexp(1.0, -10)) == 0.0);                      // a tie, to even (zero)
+  CHECK(round_to_e4m3(3 * std::ldexp(1.0, -10)) == std::ldexp(1.0, -8));  // a tie, to even
+  // e5m2: the high byte of an f16, with infinities; conversions saturate all the same.
+  CHECK(e5m2_bits(1.0) == 0x3c);
+  CHECK(e5m2_bits(57344.0) == 0x7b);
+  CHECK(e5m2_value(0x7c) == INFINITY);
+  CHECK(round_to_e5m2(61439.0) == 57344.0);
+  CHECK(round_to_e5m2(INFINITY) == 57344.0);
+  CHECK(e5m2_value(0x01) == std::ldexp(1.0, -16));
+  for (uint32_t b = 0; b < 0x100; ++b) {
+    const auto bits = static_cast<uint8_t>(b);
+    const double v4 = e4m3_value(bits), v5 = e5m2_value(bits);
+    if (!std::isnan(v4)) REQUIRE(e4m3_bits(v4) == bits);
+    if (!std::isnan(v5) && !std::isinf(v5)) REQUIRE(e5m2_bits(v5) == bits);
+    if (!std::isnan(v5)) REQUIRE(v5 == f16_value(static_cast<uint16_t>(b << 8)));
+  }
+  // Literals beyond the largest value are out of range (infinite), never saturated.
+  CHECK(ir::round_float_literal(ir::ElemType::F8E4M3, 464.0) == 448.0);
+  CHECK(std::isinf(ir::round_float_literal(ir::ElemType::F8E4M3, 465.0)));
+  CHECK(ir::round_float_literal(ir::ElemType::F8E5M2, 61439.0) == 57344.0);
+  CHECK(std::isinf(ir::round_float_literal(ir::ElemType::F8E5M2, 61440.0)));
 }

@@ -153,9 +153,12 @@ int main(int argc, char** argv) {
         static_cast<long long>(n), blas_ms, blas_gf, tf.ms, tf.gflops, bf.ms, bf.gflops, wg.ms,
         wg.gflops, blas_gf > 0 ? tf.gflops / blas_gf : 0.0, bf.gflops / peak, wg.gflops / peak);
   }
-  // 8-bit inputs, i32 sums: against the dot-product peak (or the FMA peak without VNNI).
-  std::printf("\n%6s  %10s %10s  %8s\n", "n", "kiln i8", "", "i8/");
-  std::printf("%6s  %10s %10s  %8s\n", "", "ms", "GOP/s", peak_i8 > 0 ? "dotpeak" : "fmapeak");
+  // 8-bit inputs: i8 with i32 sums, against the dot-product peak (or the FMA peak without
+  // VNNI); f8e4m3 with f32 sums (widened to f32 and multiplied with FMAs), against the FMA peak.
+  std::printf("\n%6s  %10s %10s  %8s  %10s %10s  %8s\n", "n", "kiln i8", "", "i8/", "kiln e4m3", "",
+              "e4m3/");
+  std::printf("%6s  %10s %10s  %8s  %10s %10s  %8s\n", "", "ms", "GOP/s",
+              peak_i8 > 0 ? "dotpeak" : "fmapeak", "ms", "GFLOP/s", "fmapeak");
   for (int64_t n :
        quick ? std::vector<int64_t>{256, 512} : std::vector<int64_t>{256, 512, 1024, 2048}) {
     const size_t nn = static_cast<size_t>(n * n);
@@ -175,14 +178,36 @@ int main(int argc, char** argv) {
         bench::die("kiln's i8 matmul: C(" + std::to_string(i) + ", " + std::to_string(j) +
                    ") = " + std::to_string(c[i * un + j]) + ", want " + std::to_string(want));
     }
-    std::printf("%6lld  %10.3f %10.1f  %8.2f\n", static_cast<long long>(n), t.ms, t.gflops,
-                t.gflops / (peak_i8 > 0 ? peak_i8 : peak));
+    // The same sizes in f8e4m3 (values of the form x/16, |x| < 16: exact in e4m3 and in
+    // every f32 partial sum, so the check can be exact too).
+    std::vector<uint8_t> a8(nn), b8(nn);
+    std::vector<float> c8(nn);
+    std::uniform_int_distribution<int> d8(-15, 15);
+    for (size_t i = 0; i < nn; ++i) {
+      a8[i] = e4m3_bits(d8(rng) / 16.0);
+      b8[i] = e4m3_bits(d8(rng) / 16.0);
+    }
+    const Timing t8 =
+        run_kiln(rt, ir::ElemType::F8E4M3, a8.data(), b8.data(), c8.data(), n, n <= 512 ? 10 : 1);
+    for (int s = 0; s < 64; ++s) {
+      const size_t i = static_cast<size_t>(rng() % static_cast<uint32_t>(n)),
+                   j = static_cast<size_t>(rng() % static_cast<uint32_t>(n)), un = size_t(n);
+      double want = 0;
+      for (size_t k = 0; k < un; ++k)
+        want += e4m3_value(a8[i * un + k]) * e4m3_value(b8[k * un + j]);
+      if (c8[i * un + j] != want)
+        bench::die("kiln's f8e4m3 matmul: C(" + std::to_string(i) + ", " + std::to_string(j) +
+                   ") = " + std::to_string(c8[i * un + j]) + ", want " + std::to_string(want));
+    }
+    std::printf("%6lld  %10.3f %10.1f  %8.2f  %10.3f %10.1f  %8.2f\n", static_cast<long long>(n),
+                t.ms, t.gflops, t.gflops / (peak_i8 > 0 ? peak_i8 : peak), t8.ms, t8.gflops,
+                t8.gflops / peak);
   }
   std::printf(
       "\ntf32/sgemm: kiln's f32 (as tf32) throughput over OpenBLAS sgemm's; bf16/peak: "
       "kiln's bf16 throughput as a fraction of the peak FMA rate; wgmma: matmul_wgmma (bf16,\n"
       "B transposed), whose multiplies run in kiln_rt_wgmma, once per plane and k step; i8: i8\n"
       "inputs, i32 sums (vpdpbusd where the CPU has AVX-512 VNNI), checked exactly at 64 "
-      "places.\n");
+      "places;\ne4m3: f8e4m3 inputs, f32 sums, checked exactly at 64 places.\n");
   return 0;
 }

@@ -93,7 +93,7 @@ KILN_KERNEL_GENERIC(t_frag,
                     "a: rank=2, b: rank=2, c: rank=2, fm = 16, fn = 16, kmul = 1, a_col = false, "
                     "b_col = false, c_col = false, accumulate = false, init = 0, "
                     "via_shared = false",
-                    f16, bf16, f32, i8, u8)
+                    f16, bf16, f32, i8, u8, f8e4m3, f8e5m2)
     .cube_dim(64);
 
 // An f16 multiply whose f32 accumulator is converted to D (f16, bf16 or i32) and stored.
@@ -152,7 +152,8 @@ void t_frag_fill_ab(Tensor<const T> a, Tensor<mma_acc_t<T>> c, int x, int y) {
   mma(acc, fa, fb);
   store(c, 0u, 16u, acc);
 }
-KILN_KERNEL_GENERIC(t_frag_fill_ab, "a: rank=2, c: rank=2, x = 1, y = 1", f16, bf16, f32, i8, u8)
+KILN_KERNEL_GENERIC(t_frag_fill_ab, "a: rank=2, c: rank=2, x = 1, y = 1", f16, bf16, f32, i8, u8,
+                    f8e4m3, f8e5m2)
     .cube_dim(32);
 
 // Host storage of an element type, filled from doubles and read back as doubles.
@@ -181,6 +182,12 @@ struct Buffer {
       case ir::ElemType::I8:
       case ir::ElemType::U8:
         bytes[i] = static_cast<uint8_t>(static_cast<int>(v));
+        break;
+      case ir::ElemType::F8E4M3:
+        bytes[i] = kiln::e4m3_bits(v);
+        break;
+      case ir::ElemType::F8E5M2:
+        bytes[i] = kiln::e5m2_bits(v);
         break;
       case ir::ElemType::I32: {
         const auto x = static_cast<int32_t>(v);
@@ -212,6 +219,10 @@ struct Buffer {
         return static_cast<int8_t>(bytes[i]);
       case ir::ElemType::U8:
         return bytes[i];
+      case ir::ElemType::F8E4M3:
+        return kiln::e4m3_value(bytes[i]);
+      case ir::ElemType::F8E5M2:
+        return kiln::e5m2_value(bytes[i]);
       case ir::ElemType::I32: {
         int32_t x;
         std::memcpy(&x, &bytes[i * 4], 4);
@@ -313,7 +324,7 @@ TEST_CASE("matrix fragments: every input type and shape against a double referen
       {32, 16, 2, true, true, false, true, true, 1},
       {16, 8, 1, true, false, true, false, true, 2},
   };
-  for (const char* dtype : {"f16", "bf16", "f32", "i8", "u8"})
+  for (const char* dtype : {"f16", "bf16", "f32", "i8", "u8", "f8e4m3", "f8e5m2"})
     for (const Config& cfg : shapes) {
       // Sizes that are no multiple of the tile: partial tiles on every edge.
       check_frag(dtype, cfg, 2 * 2 * cfg.fm + 5, 3 * cfg.fn - 3, 3 * mma_k_step<f16>() + 7);
@@ -364,7 +375,8 @@ TEST_CASE("matrix fragments: A and B filled with one value, the extremes of 8-bi
   };
   for (const Case& t :
        {Case{"i8", -128, -128}, Case{"i8", -128, 127}, Case{"i8", 127, 127}, Case{"u8", 255, 255},
-        Case{"u8", 0, 255}, Case{"f16", -2, 3}, Case{"bf16", 5, -2}, Case{"f32", 3, 8}}) {
+        Case{"u8", 0, 255}, Case{"f16", -2, 3}, Case{"bf16", 5, -2}, Case{"f32", 3, 8},
+        Case{"f8e4m3", -448, 448}, Case{"f8e5m2", 57344, -3}}) {
     INFO(t.dtype << " " << t.x << " * " << t.y);
     const ir::ElemType et = *ir::parse_elem_type(t.dtype);
     dsl::SpecOptions o;
@@ -376,7 +388,9 @@ TEST_CASE("matrix fragments: A and B filled with one value, the extremes of 8-bi
     Buffer a(et, 1), c(ct, 256);
     std::vector<HostArg> args{a.view(1, 1), c.view(16, 16)};
     test::run(*kern, {1, 1, 1}, args);
-    const double k = 2.0 * (ir::is_int(et) ? 32 : et == ir::ElemType::F32 ? 8 : 16);
+    const double k = 2.0 * (ir::is_int(et) || ir::is_f8(et) ? 32
+                            : et == ir::ElemType::F32       ? 8
+                                                            : 16);
     for (size_t i = 0; i < 256; ++i) REQUIRE(c.get(i) == k * t.x * t.y);
   }
 }

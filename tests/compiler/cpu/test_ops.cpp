@@ -39,7 +39,10 @@ uint64_t norm(ElemType t, uint64_t v) {  // to the type's width, sign-extended w
   if (ir::is_signed(t) && bits(t) < 64 && (v >> (bits(t) - 1)) & 1) v |= ~mask(t);
   return v;
 }
+// A value rounded to the type as a cast or an op result is (f8: saturating, not infinite).
 double round_t(ElemType t, double x) {
+  if (t == ElemType::F8E4M3) return round_to_e4m3(x);
+  if (t == ElemType::F8E5M2) return round_to_e5m2(x);
   return ir::round_float_literal(t, x);
 }
 
@@ -58,6 +61,12 @@ V load(ElemType t, const uint8_t* p) {
       v.f = bf16_value(b);
       break;
     }
+    case ElemType::F8E4M3:
+      v.f = e4m3_value(*p);
+      break;
+    case ElemType::F8E5M2:
+      v.f = e5m2_value(*p);
+      break;
     case ElemType::F32: {
       float f;
       std::memcpy(&f, p, 4);
@@ -88,6 +97,12 @@ void store(ElemType t, uint8_t* p, V v) {
       std::memcpy(p, &b, 2);
       break;
     }
+    case ElemType::F8E4M3:
+      *p = e4m3_bits(v.f);
+      break;
+    case ElemType::F8E5M2:
+      *p = e5m2_bits(v.f);
+      break;
     case ElemType::F32: {
       const float f = static_cast<float>(v.f);
       std::memcpy(p, &f, 4);
@@ -114,17 +129,23 @@ std::vector<V> edges(ElemType t) {
   std::vector<V> e;
   if (t == ElemType::Bool) return {V{0, 0}, V{0, 1}};
   if (ir::is_float(t)) {
-    const double max = t == ElemType::F16    ? 65504.0
-                       : t == ElemType::BF16 ? 3.3895313892515355e38
-                       : t == ElemType::F32  ? 3.4028234663852886e38
-                                             : std::numeric_limits<double>::max();
-    const double tiny = t == ElemType::F16    ? std::ldexp(1.0, -24)
-                        : t == ElemType::BF16 ? std::ldexp(1.0, -133)
-                        : t == ElemType::F32  ? std::ldexp(1.0, -149)
-                                              : std::numeric_limits<double>::denorm_min();
-    const double min_normal = t == ElemType::F16   ? std::ldexp(1.0, -14)
-                              : t == ElemType::F64 ? 2.2250738585072014e-308
-                                                   : std::ldexp(1.0, -126);
+    const double max = t == ElemType::F8E4M3   ? 448.0
+                       : t == ElemType::F8E5M2 ? 57344.0
+                       : t == ElemType::F16    ? 65504.0
+                       : t == ElemType::BF16   ? 3.3895313892515355e38
+                       : t == ElemType::F32    ? 3.4028234663852886e38
+                                               : std::numeric_limits<double>::max();
+    const double tiny = t == ElemType::F8E4M3   ? std::ldexp(1.0, -9)
+                        : t == ElemType::F8E5M2 ? std::ldexp(1.0, -16)
+                        : t == ElemType::F16    ? std::ldexp(1.0, -24)
+                        : t == ElemType::BF16   ? std::ldexp(1.0, -133)
+                        : t == ElemType::F32    ? std::ldexp(1.0, -149)
+                                                : std::numeric_limits<double>::denorm_min();
+    const double min_normal = t == ElemType::F8E4M3   ? std::ldexp(1.0, -6)
+                              : t == ElemType::F8E5M2 ? std::ldexp(1.0, -14)
+                              : t == ElemType::F16    ? std::ldexp(1.0, -14)
+                              : t == ElemType::F64    ? 2.2250738585072014e-308
+                                                      : std::ldexp(1.0, -126);
     for (double x : std::initializer_list<double>{0.0,
                                                   -0.0,
                                                   1.0,

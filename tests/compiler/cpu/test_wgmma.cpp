@@ -71,7 +71,7 @@ void t_wgmma(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, int n
 }
 KILN_KERNEL_GENERIC(t_wgmma,
                     "a: rank=2, b: rank=2, c: rank=2, n = 64, swizzle = 128, rounds_per_row = 1",
-                    f16, bf16, f32, i8, u8)
+                    f16, bf16, f32, i8, u8, f8e4m3, f8e5m2)
     .cube_dim(128 * kGroups);
 
 // Host storage of an element type, filled from doubles and read back as doubles.
@@ -90,6 +90,10 @@ struct Buffer {
     } else if (type == ir::ElemType::I32) {
       const auto x = static_cast<int32_t>(v);
       std::memcpy(&bytes[i * 4], &x, 4);
+    } else if (type == ir::ElemType::F8E4M3) {
+      bytes[i] = kiln::e4m3_bits(v);
+    } else if (type == ir::ElemType::F8E5M2) {
+      bytes[i] = kiln::e5m2_bits(v);
     } else {
       bytes[i] = static_cast<uint8_t>(static_cast<int>(v));
     }
@@ -109,6 +113,8 @@ struct Buffer {
       std::memcpy(&f, &u, 4);
       return f;
     }
+    if (type == ir::ElemType::F8E4M3) return kiln::e4m3_value(bytes[i]);
+    if (type == ir::ElemType::F8E5M2) return kiln::e5m2_value(bytes[i]);
     return type == ir::ElemType::I8 ? static_cast<int8_t>(bytes[i]) : bytes[i];
   }
   double as_tf32(size_t i) const {
@@ -171,7 +177,7 @@ void check_wgmma(const char* dtype, int n, int swizzle, int rounds, int64_t M, i
 
 TEST_CASE("wgmma: every input type and swizzle against a double reference",
           "[cpu][matrix][wgmma]") {
-  for (const char* dtype : {"bf16", "f16", "f32", "i8", "u8"})
+  for (const char* dtype : {"bf16", "f16", "f32", "i8", "u8", "f8e4m3", "f8e5m2"})
     for (int swizzle : {0, 32, 64, 128}) {
       // Edges that are no multiple of a tile; K over several rounds.
       const int n = std::string(dtype) == "i8" ? 48 : 32;

@@ -193,7 +193,7 @@ TEST_CASE("the example kernels are registered with their parameters", "[dsl][reg
   CHECK(p[2].kind == ParamKind::Comptime);
   CHECK(p[2].comptime_type == "int");
   CHECK(p[2].default_value->format() == "256");
-  CHECK(Registry::global().find("scale_generic")->instantiations.size() == 4);
+  CHECK(Registry::global().find("scale_generic")->instantiations.size() == 6);
 }
 
 TEST_CASE("comptime value types parse, format and encode", "[dsl][comptime]") {
