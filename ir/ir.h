@@ -81,7 +81,7 @@
 //   mode reports an element past the memory). frag.fill sets every element. Inputs: f16, bf16,
 //   f32 (read as tf32: rounded to 10 mantissa bits, ties away from zero, when loaded or
 //   filled), i8, u8, f8e4m3, f8e5m2; accumulators: f32 (float inputs), i32 (integer
-//   inputs), and f16/bf16 as targets of frag.cast, which converts element by element as
+//   inputs), and f16/bf16/f8 as targets of frag.cast, which converts element by element as
 //   `cast` does. frag.mma adds the
 //   exact products over k to each accumulator element: for f32 accumulators the sum may be
 //   formed in any order and with any rounding at least as accurate as f32 (backends differ in

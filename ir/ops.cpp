@@ -444,9 +444,9 @@ std::string frag_type_error(const Type& t) {
       return fmt::format("{}: n must be a multiple of 8 up to 256 for an accumulator, got {}",
                          type_name(t), t.n);
     if (t.elem != ElemType::F32 && t.elem != ElemType::F16 && t.elem != ElemType::BF16 &&
-        t.elem != ElemType::I32)
-      return fmt::format("{}: an accumulator holds f32, f16, bf16 or i32, not {}", type_name(t),
-                         elem_name(t.elem));
+        t.elem != ElemType::I32 && !is_f8(t.elem))
+      return fmt::format("{}: an accumulator holds f32, f16, bf16, f8e4m3, f8e5m2 or i32, not {}",
+                         type_name(t), elem_name(t.elem));
     if (t.k != 8 && t.k != 16 && t.k != 32 && t.k != 64)
       return fmt::format("{}: k must be 8, 16, 32 or 64, got {}", type_name(t), t.k);
     return {};

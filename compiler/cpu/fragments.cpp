@@ -89,7 +89,7 @@ Value* Gen::frag_to_compute(Value* x, const ir::Type& frag, ElemType from) {
 // A fragment's f32/i32 value as an element of type `to`, for stores.
 Value* Gen::frag_from_compute(Value* x, ElemType to, int lanes) {
   const ir::Type t = ir::Type::value(to, lanes);
-  if (to == ElemType::F16 || to == ElemType::BF16) return demote(x, t);
+  if (to == ElemType::F16 || to == ElemType::BF16 || ir::is_f8(to)) return demote(x, t);
   return x;
 }
 
@@ -112,6 +112,12 @@ Value* Gen::frag_round(Value* x, ElemType to) {
       if (to == ElemType::F16) return promote(B.CreateFPTrunc(f, ty(t)), t);
       if (from_int) f = round_to_odd_f32(f, lanes);
       return promote(to_bf16(f, lanes), t);
+    }
+    case ElemType::F8E4M3:
+    case ElemType::F8E5M2: {
+      // From integers through f32: exact up to 2^24, and larger ones saturate either way.
+      const ir::Type t = ir::Type::value(to, lanes);
+      return promote(to_f8(from_int ? B.CreateSIToFP(x, f32) : x, to, lanes), t);
     }
     default:
       KILN_CHECK(false, "frag.cast to an element type the verifier rejects");

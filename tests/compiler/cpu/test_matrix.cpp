@@ -96,7 +96,8 @@ KILN_KERNEL_GENERIC(t_frag,
                     f16, bf16, f32, i8, u8, f8e4m3, f8e5m2)
     .cube_dim(64);
 
-// An f16 multiply whose f32 accumulator is converted to D (f16, bf16 or i32) and stored.
+// An f16 multiply whose f32 accumulator is converted to D (f16, bf16, i32 or an f8 type) and
+// stored.
 template <class D>
 void t_frag_cast(Tensor<const f16> a, Tensor<const f16> b, Tensor<D> c) {
   auto fa = matrix_a<f16>(16, 16, 16);
@@ -135,7 +136,8 @@ void t_frag_return(Tensor<f32> c) {
 }
 KILN_KERNEL(t_frag_return, "c").cube_dim(64);
 
-KILN_KERNEL_GENERIC(t_frag_cast, "a: rank=2, b: rank=2, c: rank=2", f16, bf16, i32).cube_dim(32);
+KILN_KERNEL_GENERIC(t_frag_cast, "a: rank=2, b: rank=2, c: rank=2", f16, bf16, i32, f8e4m3, f8e5m2)
+    .cube_dim(32);
 
 // A and B filled with one value each (at k = 2 steps): every element of C is k * x * y. `a` is
 // not read; its element type picks the instance.
@@ -337,8 +339,10 @@ TEST_CASE("matrix fragments: a tile smaller than the fragment, and K below one s
   check_frag("f32", {32, 32, 2, true, true, true, true, false, 0}, 1, 1, 1);
 }
 
-TEST_CASE("matrix fragments: accumulators convert to f16, bf16 and i32", "[cpu][matrix]") {
-  for (const char* dtype : {"f16", "bf16", "i32"}) {
+TEST_CASE("matrix fragments: accumulators convert to f16, bf16, i32 and the f8 types",
+          "[cpu][matrix]") {
+  // f8: sums up to 1024 pass f8e4m3's largest value (448), so saturation is checked too.
+  for (const char* dtype : {"f16", "bf16", "i32", "f8e4m3", "f8e5m2"}) {
     INFO(dtype);
     const ir::ElemType ot = *ir::parse_elem_type(dtype);
     dsl::SpecOptions o;

@@ -84,11 +84,12 @@ TEST_CASE("every instantiation, line width and checked mode compiles", "[cuda][c
 // The op-kind kernels: every op case of every type, every cast, the bitcasts, and the
 // transcendental functions the CPU's math tests measure.
 // Matrix fragments of every input type and shape step (mma.sync of each kind), with every
-// accumulator conversion, in one kernel.
-ir::Kernel fragment_kernel() {
+// accumulator conversion, in one kernel; f8 inputs (sm_89 and later) with `f8_inputs`.
+ir::Kernel fragment_kernel(bool f8_inputs) {
   std::string t =
       "kernel @fragments(%h: tensor<f16, 2>, %bh: tensor<bf16, 2>, %f: tensor<f32, 2>, "
-      "%s: tensor<i8, 2>, %u: tensor<u8, 2>, %i: tensor<i32, 2>) cube_dim(64, 1, 1) {\n"
+      "%s: tensor<i8, 2>, %u: tensor<u8, 2>, %i: tensor<i32, 2>, %e4: tensor<f8e4m3, 2>, "
+      "%e5: tensor<f8e5m2, 2>) cube_dim(64, 1, 1) {\n"
       "  %z = const 0 : u32\n  %n = const 32 : u32\n";
   int v = 0;
   auto frag = [&](const char* use, const char* e, int m, int n, int k) {
@@ -103,9 +104,14 @@ ir::Kernel fragment_kernel() {
     const char* out;
     int k;
   };
-  for (const In& in : {In{"f16", "%h", "f32", "%f", 16}, In{"bf16", "%bh", "f32", "%f", 32},
-                       In{"f32", "%f", "f32", "%f", 8}, In{"i8", "%s", "i32", "%i", 32},
-                       In{"u8", "%u", "i32", "%i", 64}}) {
+  std::vector<In> inputs{In{"f16", "%h", "f32", "%f", 16}, In{"bf16", "%bh", "f32", "%f", 32},
+                         In{"f32", "%f", "f32", "%f", 8}, In{"i8", "%s", "i32", "%i", 32},
+                         In{"u8", "%u", "i32", "%i", 64}};
+  if (f8_inputs) {
+    inputs.push_back(In{"f8e4m3", "%e4", "f32", "%f", 32});
+    inputs.push_back(In{"f8e5m2", "%e5", "f32", "%f", 64});
+  }
+  for (const In& in : inputs) {
     const std::string a = frag("a", in.elem, 16, 16, in.k), b = frag("b", in.elem, 16, 16, in.k);
     const std::string c = frag("acc", in.acc, 16, 16, in.k);
     t += fmt::format("  frag.load {}, {}, %z, %n, %n, %n, row\n", a, in.mem);
@@ -117,13 +123,16 @@ ir::Kernel fragment_kernel() {
     t += fmt::format("  frag.load {}, {}, %z, %n, %n, %n, row\n", b, sh);
     t += fmt::format("  frag.load {}, {}, %z, %n, %n, %n, row\n", c, in.out);
     t += fmt::format("  frag.mma {}, {}, {}\n", c, a, b);
-    for (const char* to : {"f32", "f16", "bf16", "i32"}) {
+    for (const char* to : {"f32", "f16", "bf16", "i32", "f8e4m3", "f8e5m2"}) {
       const std::string d = frag("acc", to, 16, 16, in.k);
       t += fmt::format("  frag.cast {}, {}\n", d, c);
-      const char* mem = std::string(to) == "f32"    ? "%f"
-                        : std::string(to) == "f16"  ? "%h"
-                        : std::string(to) == "bf16" ? "%bh"
-                                                    : "%i";
+      const std::string name = to;
+      const char* mem = name == "f32"      ? "%f"
+                        : name == "f16"    ? "%h"
+                        : name == "bf16"   ? "%bh"
+                        : name == "f8e4m3" ? "%e4"
+                        : name == "f8e5m2" ? "%e5"
+                                           : "%i";
       t += fmt::format("  frag.store {}, %z, %n, %n, %n, {}, col\n", mem, d);
     }
   }
@@ -134,7 +143,7 @@ ir::Kernel fragment_kernel() {
   return std::move(*k);
 }
 
-std::vector<ir::Kernel> op_test_kernels() {
+std::vector<ir::Kernel> op_test_kernels(const std::string& arch) {
   using namespace test::ops;
   std::vector<ir::Kernel> out;
   for (ElemType t : kAll)
@@ -155,13 +164,13 @@ std::vector<ir::Kernel> op_test_kernels() {
     math.push_back({OpKind::Pow, t, 2});
     out.push_back(build(t, 1, math));
   }
-  out.push_back(fragment_kernel());
+  out.push_back(fragment_kernel(arch != "sm_80"));
   return out;
 }
 
 // One test case per target, so that ctest runs them in parallel.
 void compile_op_kernels(const char* arch) {
-  for (const ir::Kernel& k : op_test_kernels()) {
+  for (const ir::Kernel& k : op_test_kernels(arch)) {
     INFO(arch << ", " << ir::print(k).substr(0, 200));
     test::cuda_build(k, arch);
   }
@@ -298,6 +307,29 @@ TEST_CASE("a crash inside NVRTC in the worker is a compile error and the program
   CHECK_THAT(bad.error().message, Contains("KILN_NVRTC=elsewhere"));
 }
 
+// f8 inputs need sm_89: on sm_80 the backend refuses their fragments (f8 accumulators, which
+// only hold converted results, are fine), naming the type, the target and what to do.
+TEST_CASE("f8 matrix inputs are refused before sm_89", "[cuda][compile][fp8]") {
+  const ir::Kernel k = fragment_kernel(true);
+  for (const char* arch : {"sm_80", "sm_89"}) {
+    auto target = cuda::parse_target(arch);
+    REQUIRE(target.ok());
+    std::vector<std::string> refused;
+    for (const ir::Op& op : k.body.ops) {
+      const std::string why = cuda::unsupported_fragment(op, k, *target);
+      if (!why.empty()) refused.push_back(why);
+    }
+    if (std::string(arch) == "sm_89") {
+      CHECK(refused.empty());
+      continue;
+    }
+    REQUIRE(refused.size() == 4);  // A and B of f8e4m3 and of f8e5m2
+    CHECK_THAT(refused[0], Contains("frag<a, f8e4m3, 16, 16, 32> needs mma.sync for f8e4m3 (sm_89 "
+                                    "and later); sm_80 multiplies no 8-bit floats"));
+    CHECK(cuda::matrix_configs(*target).size() < ir::matrix_configs().size());
+  }
+}
+
 // Coverage driven by the op list: every op kind of ir/ops.def is in a kernel these tests compile
 // for every target (only `units`, which exists in kernels lowered for the CPU, is not).
 TEST_CASE("every op kind is compiled by the CUDA tests", "[cuda][compile][coverage]") {
@@ -305,7 +337,7 @@ TEST_CASE("every op kind is compiled by the CUDA tests", "[cuda][compile][covera
   const backend::Backend* cuda = backend::find("cuda");
   REQUIRE(cuda);
   auto ops = test::registered_kernel_ops(*cuda);
-  for (const ir::Kernel& k : op_test_kernels()) test::collect_ops(k, ops);
+  for (const ir::Kernel& k : op_test_kernels("sm_90a")) test::collect_ops(k, ops);
   // units and frag.plane exist only in kernels lowered for the CPU.
   CHECK(test::missing_ops(ops, {ir::OpKind::Units, ir::OpKind::FragPlane}) == "");
 }
