@@ -19,9 +19,10 @@ struct Target {
   std::string cpu;        // LLVM CPU name, e.g. "sapphirerapids"
   std::string features;   // e.g. "+avx2,+fma,..."
   int vector_bits = 128;  // widest SIMD register: 512 with AVX-512, 256 with AVX, else 128
-  // AVX-512 VNNI (vpdpbusd): 8-bit matrix fragments multiply as dot products of four bytes
-  // (docs/backends.md, "Matrix fragments"). Set from the CPU's features; a caller may clear it
-  // to compile the plain 32-bit path instead.
+  // vpdpbusd, from AVX-512 VNNI on 512-bit CPUs or AVX-VNNI on 256-bit ones (no AVX-512):
+  // 8-bit matrix fragments multiply as dot products of four bytes (docs/backends.md,
+  // "Matrix fragments"). Set from the CPU's features; a caller may clear it to compile the
+  // plain 32-bit path instead.
   bool vnni = false;
   bool host = true;
   // Run the units of a cube in SIMD lanes (the unit vectorizer, docs/backends.md). On unless

@@ -31,11 +31,12 @@ int frag_width(const ir::Type& t) {
 }  // namespace
 
 // How a plane's copy of a fragment is laid out. Wide: row-major, one f32 or i32 per element. On
-// a CPU with AVX-512 VNNI, 8-bit inputs stay bytes, in the order vpdpbusd multiplies them four k
-// at a time: Bytes (an A fragment: row-major, each byte XOR 0x80, see frag_mma_vnni) and Quads
-// (a B fragment: k / 4 groups of n columns x 4 bytes, the four k of a column side by side).
+// a CPU with vpdpbusd (AVX-512 VNNI, or AVX-VNNI on 256-bit CPUs), 8-bit inputs stay bytes, in the
+// order vpdpbusd multiplies them four k at a time: Bytes (an A fragment: row-major, each byte XOR
+// 0x80, see frag_mma_vnni) and Quads (a B fragment: k / 4 groups of n columns x 4 bytes, the four k
+// of a column side by side).
 Gen::FragForm Gen::frag_form(const ir::Type& t) const {
-  if (!O.target.vnni || O.target.vector_bits < 512 || t.use == ir::FragUse::Acc ||
+  if (!O.target.vnni || t.use == ir::FragUse::Acc ||
       (t.elem != ElemType::I8 && t.elem != ElemType::U8))
     return FragForm::Wide;
   return t.use == ir::FragUse::A ? FragForm::Bytes : FragForm::Quads;
@@ -470,13 +471,32 @@ void Gen::frag_mma_vnni(const ir::Op& op) {
   const int n = ct.n, k = ct.k, w = std::min(n, 16), nv = n / w;
   llvm::Type* i32 = B.getInt32Ty();
   llvm::Type* vt = vec(i32, w);
-  llvm::Function* fn = llvm::Intrinsic::getOrInsertDeclaration(
-      &M, w == 16 ? llvm::Intrinsic::x86_avx512_vpdpbusd_512
-                  : llvm::Intrinsic::x86_avx512_vpdpbusd_256);
+  // 16 lanes in one zmm instruction with AVX-512 VNNI; else (AVX-VNNI on a 256-bit CPU, or
+  // 8-column tiles) 8 lanes per ymm instruction, two per 16-lane vector.
+  const bool wide = w == 16 && O.target.vector_bits >= 512;
+  llvm::Function* fn =
+      llvm::Intrinsic::getOrInsertDeclaration(&M, wide ? llvm::Intrinsic::x86_avx512_vpdpbusd_512
+                                                       : llvm::Intrinsic::x86_avx512_vpdpbusd_256);
   llvm::FunctionType* ft = fn->getFunctionType();
-  auto dot = [&](Value* c, Value* u, Value* s) -> Value* {
+  auto dot8 = [&](Value* c, Value* u, Value* s) -> Value* {
     return B.CreateCall(
         fn, {c, B.CreateBitCast(u, ft->getParamType(1)), B.CreateBitCast(s, ft->getParamType(2))});
+  };
+  auto dot = [&](Value* c, Value* u, Value* s) -> Value* {
+    if (wide || w == 8) return dot8(c, u, s);
+    // 16 i32 lanes (64 bytes of each operand) as two halves of 8.
+    llvm::Type* b64 = vec(B.getInt8Ty(), 64);
+    u = B.CreateBitCast(u, b64);
+    s = B.CreateBitCast(s, b64);
+    std::vector<int> lo8, hi8, lo32, hi32, all;
+    for (int i = 0; i < 8; ++i) lo8.push_back(i), hi8.push_back(8 + i);
+    for (int i = 0; i < 32; ++i) lo32.push_back(i), hi32.push_back(32 + i);
+    for (int i = 0; i < 16; ++i) all.push_back(i);
+    Value* lo = dot8(B.CreateShuffleVector(c, lo8), B.CreateShuffleVector(u, lo32),
+                     B.CreateShuffleVector(s, lo32));
+    Value* hi = dot8(B.CreateShuffleVector(c, hi8), B.CreateShuffleVector(u, hi32),
+                     B.CreateShuffleVector(s, hi32));
+    return B.CreateShuffleVector(lo, hi, all);
   };
   auto madd = [&, signed_in](Value* c, Value* a, Value* b) {
     return signed_in ? dot(c, a, b) : dot(c, b, a);

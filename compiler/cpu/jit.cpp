@@ -147,7 +147,9 @@ Result<Target> host_target() {
   std::sort(feats.begin(), feats.end());  // deterministic: it is part of cache keys
   for (const std::string& f : feats) t.features += (t.features.empty() ? "" : ",") + f;
   t.vector_bits = vector_bits_of(t.features);
-  t.vnni = t.vector_bits == 512 && has_feature(t.features, "avx512vnni");
+  // vpdpbusd: zmm with AVX-512 VNNI on 512-bit CPUs, ymm with AVX-VNNI on 256-bit ones.
+  t.vnni = t.vector_bits == 512 ? has_feature(t.features, "avx512vnni")
+                                : t.vector_bits == 256 && has_feature(t.features, "avxvnni");
   t.host = true;
   KILN_ASSIGN(t.vectorize, vectorize_from_environment());
   return t;
@@ -197,7 +199,8 @@ Result<Target> make_target(const std::string& cpu, const std::string& features) 
   KILN_ASSIGN(auto tm, target_machine(t));
   const llvm::MCSubtargetInfo* sti = tm->getMCSubtargetInfo();
   t.vector_bits = sti->checkFeatures("+avx512f") ? 512 : sti->checkFeatures("+avx") ? 256 : 128;
-  t.vnni = t.vector_bits == 512 && sti->checkFeatures("+avx512vnni");
+  t.vnni = t.vector_bits == 512 ? sti->checkFeatures("+avx512vnni")
+                                : t.vector_bits == 256 && sti->checkFeatures("+avxvnni");
   KILN_ASSIGN(t.vectorize, vectorize_from_environment());
   return t;
 }

@@ -418,14 +418,23 @@ TEST_CASE("matrix fragments: 8-bit inputs with and without VNNI dot products", "
   if (test::host().vnni)
     targets.push_back(&test::host());
   else
-    WARN("this CPU has no AVX-512 VNNI: only the plain 32-bit path ran");
+    WARN("this CPU has no vpdpbusd: only the plain 32-bit path ran");
+  // The 256-bit AVX-VNNI path (CPUs without AVX-512): the host with AVX-512 turned off, where
+  // the host has AVX-VNNI.
+  kiln::cpu::Target ymm = test::host();
+  ymm.features += ",-avx512f";
+  ymm.vector_bits = 256;
+  if (test::host().vector_bits == 512 && ymm.features.find("+avxvnni") != std::string::npos)
+    targets.push_back(&ymm);
+  else
+    WARN("this CPU has no AVX-VNNI next to AVX-512: the 256-bit vpdpbusd path did not run");
   const Config shapes[] = {
       {16, 8, 1, false, false, false, false, false, 5},
       {32, 16, 2, true, true, true, true, false, 0},
       {16, 32, 1, false, true, false, true, true, -3},
   };
   for (const kiln::cpu::Target* t : targets) {
-    INFO((t->vnni ? "vpdpbusd" : "plain"));
+    INFO((t->vnni ? "vpdpbusd" : "plain") << ", " << t->vector_bits << "-bit vectors");
     test::TargetScope scope(*t);
     for (const char* dtype : {"i8", "u8"})
       for (const Config& cfg : shapes)
