@@ -98,9 +98,11 @@ T element(const uint8_t* p) {
   } else if constexpr (E == ElemType::F8E5M2) {  // the high byte of an f16
     return kiln::f16_to_float(static_cast<uint16_t>(*p << 8));
   } else if constexpr (E == ElemType::F8E4M3) {
-    // Exponent and mantissa where an f32 keeps them read 2^120 too small (compiler/cpu/gen.h).
+    // As compiler/cpu/gen.h widens it: normals rescaled by 2^120, subnormals converted.
     const uint32_t em = *p & 0x7fu;
-    const float a = em == 0x7f ? bits_float(0x7fc00000u) : bits_float(em << 20) * 0x1p120f;
+    const float a = em == 0x7f ? bits_float(0x7fc00000u)
+                    : em < 8   ? static_cast<float>(em) * 0x1p-9f
+                               : bits_float(em << 20) * 0x1p120f;
     return (*p & 0x80u) ? -a : a;
   } else if constexpr (E == ElemType::F32) {
     uint32_t w;

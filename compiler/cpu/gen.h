@@ -205,17 +205,20 @@ class Gen {
     if (t.elem == ElemType::F8E5M2) return from_e5m2(x, t.lanes);
     return t.elem == ElemType::F16 ? B.CreateFPExt(x, compute_ty(t)) : x;
   }
-  // e4m3 -> f32 exactly: its exponent and mantissa, placed where an f32 keeps its own, read
-  // 2^120 times too small (subnormals too, as f32 subnormals); one multiply rescales them.
-  // S.1111.111 is NaN; the sign is put back as a bit.
+  // e4m3 -> f32 exactly: a normal's exponent and mantissa, placed where an f32 keeps its own,
+  // read 2^120 times too small; one multiply rescales them. Subnormals are their mantissa times
+  // 2^-9 (converted, so no f32 subnormal is involved and a flush-to-zero mode cannot lose
+  // them). S.1111.111 is NaN; the sign is put back as a bit.
   Value* from_e4m3(Value* x, int lanes) {
     llvm::Type* i32 = vec(B.getInt32Ty(), lanes);
     llvm::Type* f32 = vec(B.getFloatTy(), lanes);
     auto k = [&](uint32_t c) { return llvm::ConstantInt::get(i32, c); };
     Value* b = B.CreateZExt(x, i32);
     Value* em = B.CreateAnd(b, k(0x7f));
-    Value* mag = B.CreateFMul(B.CreateBitCast(B.CreateShl(em, k(20)), f32),
-                              llvm::ConstantFP::get(f32, 0x1p120));
+    Value* normal = B.CreateFMul(B.CreateBitCast(B.CreateShl(em, k(20)), f32),
+                                 llvm::ConstantFP::get(f32, 0x1p120));
+    Value* sub = B.CreateFMul(B.CreateUIToFP(em, f32), llvm::ConstantFP::get(f32, 0x1p-9));
+    Value* mag = B.CreateSelect(B.CreateICmpULT(em, k(8)), sub, normal);
     Value* bits =
         B.CreateOr(B.CreateBitCast(mag, i32), B.CreateShl(B.CreateAnd(b, k(0x80)), k(24)));
     return B.CreateSelect(B.CreateICmpEQ(em, k(0x7f)), llvm::ConstantFP::getNaN(f32),

@@ -121,13 +121,15 @@ __device__ __forceinline__ f32 f32_round_odd(f64 x) {
   return r;
 }
 
-// f8 -> f32, exactly. e5m2 is the high byte of an f16. e4m3's exponent and mantissa, placed
-// where an f32 keeps its own, read 2^120 times too small (subnormals included, as an f32
-// subnormal): one multiply rescales them.
+// f8 -> f32, exactly. e5m2 is the high byte of an f16. A normal e4m3's exponent and mantissa,
+// placed where an f32 keeps its own, read 2^120 times too small: one multiply rescales them; a
+// subnormal is its mantissa times 2^-9 (no f32 subnormal involved, so --ftz cannot lose it).
 __device__ __forceinline__ f32 to_f32(f8e5m2 x) { return to_f32(f16{(u16)((u32)x.bits << 8)}); }
 __device__ __forceinline__ f32 to_f32(f8e4m3 x) {
   const u32 em = x.bits & 0x7fu;
-  const f32 a = em == 0x7fu ? __uint_as_float(0x7fc00000u) : __uint_as_float(em << 20) * 0x1p120f;
+  const f32 a = em == 0x7fu ? __uint_as_float(0x7fc00000u)
+                : em < 8u    ? (f32)em * 0x1p-9f
+                             : __uint_as_float(em << 20) * 0x1p120f;
   return (x.bits & 0x80u) ? -a : a;
 }
 // f32 -> f8: to nearest even, saturating at the largest finite value (infinities too), NaN
