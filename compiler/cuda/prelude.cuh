@@ -133,9 +133,27 @@ __device__ __forceinline__ f32 to_f32(f8e4m3 x) {
   return (x.bits & 0x80u) ? -a : a;
 }
 // f32 -> f8: to nearest even, saturating at the largest finite value (infinities too), NaN
-// to NaN: PTX's cvt.rn.satfinite (sm_89 and later), done with integer arithmetic elsewhere.
-// Below the smallest normal, adding 2^14 (e4m3) or 2^7 (e5m2) leaves the f8 quantum as the
-// f32 one, so the float add rounds; above it, the f32's bits are rounded at the f8 mantissa.
+// to NaN: PTX's cvt.rn.satfinite (sm_89 and later), done with integer arithmetic elsewhere
+// (as compiler/cpu/gen.h does): below the smallest normal the float add of a constant rounds,
+// above it the f32's bits are rounded at the f8 mantissa and rebiased. f8_bits is that, for
+// `mant` mantissa bits, exponent bias `bias` and the largest finite encoding `max_bits`.
+__device__ __forceinline__ u8 f8_bits(f32 f, u32 mant, u32 bias, u32 max_bits) {
+  const u32 u = __float_as_uint(f), a = u & 0x7fffffffu, sign = (u >> 24) & 0x80u;
+  const u32 shift = 23u - mant, rebias = (127u - bias) << mant;
+  u32 m;
+  if (a > 0x7f800000u) {
+    m = 0x7fu;
+  } else if (a < (128u - bias) << 23) {  // below the smallest normal, 2^(1 - bias)
+    // 2^(24 - bias - mant), an f32 whose quantum is the f8 subnormals' 2^(1 - bias - mant):
+    // adding it makes the f32 adder round there.
+    const u32 magic = (151u - bias - mant) << 23;
+    m = __float_as_uint(__uint_as_float(a) + __uint_as_float(magic)) - magic;
+  } else {
+    m = (a + (1u << (shift - 1)) - 1u + ((a >> shift) & 1u)) >> shift;
+    m = m < rebias + max_bits ? m - rebias : max_bits;
+  }
+  return (u8)(sign | m);
+}
 __device__ __forceinline__ f8e4m3 f8e4m3_of(f32 f) {
   f8e4m3 r;
 #if !defined(KILN_EMULATION) && __CUDA_ARCH__ >= 890
@@ -143,17 +161,7 @@ __device__ __forceinline__ f8e4m3 f8e4m3_of(f32 f) {
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(two) : "f"(0.0f), "f"(f));
   r.bits = (u8)two;
 #else
-  const u32 u = __float_as_uint(f), a = u & 0x7fffffffu, sign = (u >> 24) & 0x80u;
-  u32 m;
-  if (a > 0x7f800000u) {
-    m = 0x7fu;
-  } else if (a < 0x3c800000u) {
-    m = __float_as_uint(__uint_as_float(a) + 16384.0f) - 0x46800000u;
-  } else {
-    m = (a + 0x7ffffu + ((a >> 20) & 1u)) >> 20;  // 960 = (127 - 7) << 3
-    m = m < 960u + 0x7eu ? m - 960u : 0x7eu;
-  }
-  r.bits = (u8)(sign | m);
+  r.bits = f8_bits(f, 3, 7, 0x7e);
 #endif
   return r;
 }
@@ -164,17 +172,7 @@ __device__ __forceinline__ f8e5m2 f8e5m2_of(f32 f) {
   asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(two) : "f"(0.0f), "f"(f));
   r.bits = (u8)two;
 #else
-  const u32 u = __float_as_uint(f), a = u & 0x7fffffffu, sign = (u >> 24) & 0x80u;
-  u32 m;
-  if (a > 0x7f800000u) {
-    m = 0x7fu;
-  } else if (a < 0x38800000u) {
-    m = __float_as_uint(__uint_as_float(a) + 128.0f) - 0x43000000u;
-  } else {
-    m = (a + 0xfffffu + ((a >> 21) & 1u)) >> 21;  // 448 = (127 - 15) << 2
-    m = m < 448u + 0x7bu ? m - 448u : 0x7bu;
-  }
-  r.bits = (u8)(sign | m);
+  r.bits = f8_bits(f, 2, 15, 0x7b);
 #endif
   return r;
 }
