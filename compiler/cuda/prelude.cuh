@@ -990,14 +990,15 @@ template <class T> __device__ __forceinline__ const T* shared_base(const T* p) {
 template <class T> __device__ __forceinline__ u32 shared_count(const T*, u32 bound) { return bound; }
 #endif
 
-// Whether a fragment of 16-bit inputs can come from shared memory through ldmatrix: the whole
-// tile inside the valid extents (and inside the array, when its length is known), every row
-// 16-byte aligned. The same for every lane, since the operands are the plane's.
+// Whether a fragment of 16- or 8-bit inputs can come from shared memory through ldmatrix: the
+// whole tile inside the valid extents (and inside the array, when its length is known), every
+// row 16-byte aligned. The same for every lane, since the operands are the plane's.
 template <class T>
 __device__ __forceinline__ bool ldmatrix_fits(const T* base, u32 index, u32 stride, u32 rows, u32 cols, u32 col_major,
                                               u32 frag_rows, u32 frag_cols, u32 count) {
   if (rows < frag_rows || cols < frag_cols) return false;
-  if ((reinterpret_cast<u64>(base + index) & 15u) != 0 || ((stride * 2u) & 15u) != 0) return false;
+  if ((reinterpret_cast<u64>(base + index) & 15u) != 0 || ((stride * (u32)sizeof(T)) & 15u) != 0)
+    return false;
   const unsigned long long last = (unsigned long long)index +
       (col_major ? (unsigned long long)(frag_cols - 1) * stride + (frag_rows - 1)
                  : (unsigned long long)(frag_rows - 1) * stride + (frag_cols - 1));
@@ -1008,9 +1009,12 @@ __device__ __forceinline__ void frag_ldmatrix(frag_a<T, M, N, K>& f, const T* ba
                                               u32 col_major KILN_WHERE) {
   typedef frag_a<T, M, N, K> F;
   const u32 lane = unit_linear() & 31u, mi = lane / 8, r8 = lane % 8;
+  // A 16 x 16 tile of 16-bit elements, or 16 x 32 of 8-bit ones (row-major only: the same bytes
+  // as 16 x 16 b16, where a lane's register holds four consecutive k, as m16n8k32 wants).
+  const u32 half = sizeof(T) == 1 ? 16u : 8u;
   for (int tm = 0; tm < M / 16; ++tm)
     for (int tk = 0; tk < F::k_tiles; ++tk) {
-      const u32 row = tm * 16 + 8 * (mi & 1), col = tk * 16 + 8 * (mi >> 1);
+      const u32 row = tm * 16 + 8 * (mi & 1), col = tk * F::ks + half * (mi >> 1);
       // Row-major: lane gives row `row + r8` of the tile at column `col`; column-major: memory
       // row `col + r8` (a column of A) at element `row`, transposed on the way.
       const u32 at = col_major ? (col + r8) * stride + row : (row + r8) * stride + col;
@@ -1024,9 +1028,12 @@ __device__ __forceinline__ void frag_ldmatrix(frag_b<T, M, N, K>& f, const T* ba
                                               u32 col_major KILN_WHERE) {
   typedef frag_b<T, M, N, K> F;
   const u32 lane = unit_linear() & 31u, mi = lane / 8, r8 = lane % 8;
-  for (int tk = 0; tk < K / 16; ++tk)
+  // 8-bit B comes column-major only: memory row n holds 32 k, as 16 b16, and a lane's register
+  // gets four consecutive k of its column, as m16n8k32 wants.
+  const u32 half = sizeof(T) == 1 ? 16u : 8u;
+  for (int tk = 0; tk < K / F::ks; ++tk)
     for (int tn = 0; tn < F::n_tiles; tn += 2) {  // two 8-column tiles per ldmatrix.x4
-      const u32 k = tk * 16 + 8 * (mi & 1), n = tn * 8 + 8 * (mi >> 1);
+      const u32 k = tk * F::ks + half * (mi & 1), n = tn * 8 + 8 * (mi >> 1);
       // Row-major (k rows): lane gives row `k + r8` at column `n`, transposed into mma's B
       // layout; column-major: memory row `n + r8` (a column of B) at element `k`.
       const u32 at = col_major ? (n + r8) * stride + k : (k + r8) * stride + n;
@@ -1041,6 +1048,21 @@ template <int M, int N, int K> struct frag_ldmatrix_kind<frag_a<f16, M, N, K> > 
 template <int M, int N, int K> struct frag_ldmatrix_kind<frag_a<bf16, M, N, K> > { static const bool value = true; };
 template <int M, int N, int K> struct frag_ldmatrix_kind<frag_b<f16, M, N, K> > { static const bool value = N % 16 == 0; };
 template <int M, int N, int K> struct frag_ldmatrix_kind<frag_b<bf16, M, N, K> > { static const bool value = N % 16 == 0; };
+#define KILN_LDMATRIX_8BIT(T)                                                                                        \
+  template <int M, int N, int K> struct frag_ldmatrix_kind<frag_a<T, M, N, K> > { static const bool value = true; }; \
+  template <int M, int N, int K> struct frag_ldmatrix_kind<frag_b<T, M, N, K> > { static const bool value = N % 16 == 0; };
+KILN_LDMATRIX_8BIT(i8) KILN_LDMATRIX_8BIT(u8) KILN_LDMATRIX_8BIT(f8e4m3) KILN_LDMATRIX_8BIT(f8e5m2)
+#undef KILN_LDMATRIX_8BIT
+// The layouts ldmatrix serves: any for 16-bit elements (.trans transposes them); for 8-bit
+// ones, A row-major and B column-major (k contiguous), since a transpose moves 16-bit halves.
+template <class T, int M, int N, int K>
+__device__ __forceinline__ bool ldmatrix_layout(const frag_a<T, M, N, K>&, u32 col_major) {
+  return sizeof(T) == 2 || col_major == 0;
+}
+template <class T, int M, int N, int K>
+__device__ __forceinline__ bool ldmatrix_layout(const frag_b<T, M, N, K>&, u32 col_major) {
+  return sizeof(T) == 2 || col_major != 0;
+}
 template <bool Use> struct frag_shared_loader {
   template <class F, class Mem>
   __device__ static bool run(F&, const Mem&, u32, u32, u32, u32, u32, u32 KILN_WHERE) { return false; }
@@ -1050,6 +1072,7 @@ template <> struct frag_shared_loader<true> {
   __device__ static bool run(F& f, const Mem& mem, u32 index, u32 stride, u32 rows, u32 cols, u32 col_major,
                              u32 bound KILN_WHERE) {
     const typename F::elem* base = shared_base(mem);
+    if (!ldmatrix_layout(f, col_major)) return false;
     if (!ldmatrix_fits(base, index, stride, rows, cols, col_major, frag_dims<F>::rows, frag_dims<F>::cols,
                        shared_count(mem, bound)))
       return false;
