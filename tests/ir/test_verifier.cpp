@@ -259,7 +259,7 @@ TEST_CASE("matrix fragments: shapes, types, placement and plane uniformity", "[i
   CHECK_THAT(verify_body("  %0 = alloc.frag : frag<acc, f32, 8, 16, 16>\n"),
              Catch::Contains("m must be 16 or 32, got 8"));
   CHECK_THAT(verify_body("  %0 = alloc.frag : frag<acc, i8, 16, 16, 32>\n"),
-             Catch::Contains("an accumulator holds f32, f16, bf16 or i32, not i8"));
+             Catch::Contains("an accumulator holds f32, f16, bf16, f8e4m3, f8e5m2 or i32, not i8"));
   CHECK_THAT(verify_body(kAcc + "  %1 = alloc.frag : frag<a, i8, 16, 16, 32>\n"
                                 "  %2 = alloc.frag : frag<b, i8, 16, 16, 32>\n"
                                 "  %3 = alloc.frag : frag<acc, f32, 16, 16, 32>\n"
