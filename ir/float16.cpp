@@ -147,10 +147,6 @@ double round_to(FloatFormat f, double v) {
       return static_cast<double>(static_cast<float>(v));
     case FloatFormat::F64:
       return v;
-    case FloatFormat::E4M3:
-      return round_to_e4m3(v);
-    case FloatFormat::E5M2:
-      return round_to_e5m2(v);
   }
   return v;
 }

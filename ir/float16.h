@@ -76,8 +76,9 @@ double e5m2_value(uint8_t bits);
 // bits) to nearest with ties away from zero, as cvt.rna.tf32.f32 does; infinities and NaN stay.
 double round_to_tf32(double v);
 
-// The float formats of the IR, and rounding of a double to each.
-enum class FloatFormat { F16, BF16, F32, F64, E4M3, E5M2 };
+// The four IEEE-style float formats of the IR, and rounding of a double to each (the f8 types
+// round with round_to_e4m3 / round_to_e5m2, above).
+enum class FloatFormat { F16, BF16, F32, F64 };
 double round_to(FloatFormat f, double v);
 
 }  // namespace kiln

@@ -154,28 +154,27 @@ __device__ __forceinline__ u8 f8_bits(f32 f, u32 mant, u32 bias, u32 max_bits) {
   }
   return (u8)(sign | m);
 }
-__device__ __forceinline__ f8e4m3 f8e4m3_of(f32 f) {
-  f8e4m3 r;
+// f8e4m3_of and f8e5m2_of.
 #if !defined(KILN_EMULATION) && __CUDA_ARCH__ >= 890
-  u16 two;
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(two) : "f"(0.0f), "f"(f));
-  r.bits = (u8)two;
+#define KILN_F8_OF(T, PTX, MANT, BIAS, MAX)                                          \
+  __device__ __forceinline__ T T##_of(f32 f) {                                       \
+    u16 two;                                                                         \
+    asm("cvt.rn.satfinite." PTX "x2.f32 %0, %1, %2;" : "=h"(two) : "f"(0.0f), "f"(f)); \
+    T r;                                                                             \
+    r.bits = (u8)two;                                                                \
+    return r;                                                                        \
+  }
 #else
-  r.bits = f8_bits(f, 3, 7, 0x7e);
+#define KILN_F8_OF(T, PTX, MANT, BIAS, MAX)                \
+  __device__ __forceinline__ T T##_of(f32 f) {             \
+    T r;                                                   \
+    r.bits = f8_bits(f, MANT, BIAS, MAX);                  \
+    return r;                                              \
+  }
 #endif
-  return r;
-}
-__device__ __forceinline__ f8e5m2 f8e5m2_of(f32 f) {
-  f8e5m2 r;
-#if !defined(KILN_EMULATION) && __CUDA_ARCH__ >= 890
-  u16 two;
-  asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(two) : "f"(0.0f), "f"(f));
-  r.bits = (u8)two;
-#else
-  r.bits = f8_bits(f, 2, 15, 0x7b);
-#endif
-  return r;
-}
+KILN_F8_OF(f8e4m3, "e4m3", 3, 7, 0x7e)
+KILN_F8_OF(f8e5m2, "e5m2", 2, 15, 0x7b)
+#undef KILN_F8_OF
 
 // The type arithmetic runs in: f16, bf16 and f8 compute in f32 and round once (ir/ir.h).
 template <class T> struct calc { typedef T type; };
