@@ -99,6 +99,9 @@ class Backend {
   // Whether the target runs warpgroup multiplies (wgmma.*): all by default (the CPU), sm_90a
   // only among the GPUs.
   virtual bool has_wgmma(const Target& t) const;
+  // Whether the target has tensor memory and tcgen05 (tmem.*, tcgen05.*): all by default (the
+  // CPU), sm_100a only among the GPUs.
+  virtual bool has_tcgen05(const Target& t) const;
 
   // Stages after "ir" and "ir-opt", in order.
   virtual const std::vector<Stage>& own_stages() const = 0;

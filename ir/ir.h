@@ -86,6 +86,22 @@
 //   exact products over k to each accumulator element: for f32 accumulators the sum may be
 //   formed in any order and with any rounding at least as accurate as f32 (backends differ in
 //   the last bits); integer sums wrap. frag.plane (lowered kernels) is plane %p's copy.
+// Tensor memory and tcgen05 (cube ops). mbar.*, tmem.*, tcgen05.mma, tcgen05.commit and
+//   tmem.load are reached by every unit of the cube together (uniform control flow, uniform
+//   operands) and act once for the cube. A cube has 128 lanes x 512 32-bit columns of tensor
+//   memory; tmem.alloc N (a power of two from 32 to 512) gives the address of N free columns
+//   (lane 0 << 16 | first column); tmem.free returns them, and a cube must free all it allocated
+//   before it ends. mbar.init %m, %i, C makes m[i] an mbarrier counting C arrivals per phase,
+//   phase 0 pending; a phase completes when its C-th arrival comes, and the next one starts.
+//   tcgen05.mma %t, %a, %b, %acc, T, N: D (128 x N 32-bit cells at %t: row r in lane r, column
+//   c at the address's column + c) = A * B^T (+ D if %acc), A (128 x k) and B (N x k) K-major in
+//   shared memory through their descriptors, k one instruction step of T; f32 sums as frag.mma,
+//   i32 for i8/u8, wrapping. It is asynchronous: tcgen05.commit %m, %i arrives once on the
+//   mbarrier when every multiply issued before it has completed, and only after a mbar.wait
+//   %m, %i, %p (until the phase of parity %p has completed) may tensor memory it writes be read
+//   (tmem.load) or freed, or the shared memory it reads be written. tmem.load %m, %i, %t, N copies
+//   D's 128 x N cells to m[i + r N + c] (a shared array of f32, i32 or u32); every unit sees them
+//   when it returns. The cube holds a multiple of 128 units.
 // Control flow. `for %i = %a to %b step %s` runs %i = a, a+s, ... while i < b (step > 0)
 //   or i > b (step < 0); step == 0 runs no iteration. `loop` repeats until `break`. break,
 //   continue and return are the last op of their region. return ends the unit's kernel.

@@ -201,14 +201,14 @@ std::string check_frag_op(Sig sig, const std::string& name, std::span<const Type
     case Sig::WgmmaDesc:
       if (ops[0].kind != TypeKind::Shared)
         return fmt::format(
-            "'wgmma.desc' describes a matrix in shared memory, not {}; copy the tile into a "
+            "'{}' describes a matrix in shared memory, not {}; copy the tile into a "
             "shared array first",
-            tn(ops[0]));
+            name, tn(ops[0]));
       KILN_REQ(need_u32(1, "index"));
       KILN_REQ(need_u32(2, "leading byte offset"));
       KILN_REQ(need_u32(3, "stride byte offset"));
       if (!wgmma_swizzle_valid(attr.i))
-        return fmt::format("'wgmma.desc' has swizzle {}; it must be 0 (none), 32, 64 or 128 bytes",
+        return fmt::format("'{}' has swizzle {}; it must be 0 (none), 32, 64 or 128 bytes", name,
                            attr.i);
       break;
     case Sig::Wgmma: {
@@ -250,6 +250,86 @@ std::string check_frag_op(Sig sig, const std::string& name, std::span<const Type
   return {};
 }
 
+// The operand rules of the mbarrier, tensor-memory and tcgen05 ops.
+std::string check_tcgen05_op(Sig sig, const std::string& name, std::span<const Type> ops,
+                             const Attr& attr) {
+  auto tn = [](const Type& t) { return type_name(t); };
+  auto need_u32 = [&](size_t i, const char* what) -> std::string {
+    if (!is_u32(ops[i]))
+      return fmt::format("the {} of '{}' must be u32, got {}", what, name, tn(ops[i]));
+    return {};
+  };
+  auto need_columns = [&]() -> std::string {
+    if (!tmem_columns_valid(attr.i))
+      return fmt::format("'{}' of {} columns: tensor memory is allocated in a power of two of "
+                         "columns from 32 to 512",
+                         name, attr.i);
+    return {};
+  };
+  // An mbarrier is one u64 of a writable shared array.
+  auto need_mbarrier = [&]() -> std::string {
+    const Type& m = ops[0];
+    if (m.kind != TypeKind::Shared || m.elem != ElemType::U64 || m.lanes != 1)
+      return fmt::format("'{}' needs an mbarrier, an element of a shared array of u64, not {}",
+                         name, tn(m));
+    return need_u32(1, "index");
+  };
+  switch (sig) {
+    case Sig::MbarInit:
+      if (attr.i == 0 || attr.i >= (1u << 20))
+        return fmt::format("'{}' counts 1 to {} arrivals per phase, not {}", name,
+                           (1u << 20) - 1, attr.i);
+      return need_mbarrier();
+    case Sig::MbarRef:
+      return need_mbarrier();
+    case Sig::MbarWait: {
+      std::string e = need_mbarrier();
+      return e.empty() ? need_u32(2, "phase parity") : e;
+    }
+    case Sig::TmemAlloc:
+      return need_columns();
+    case Sig::TmemFree: {
+      std::string e = need_u32(0, "tensor-memory address");
+      return e.empty() ? need_columns() : e;
+    }
+    case Sig::Tcgen05Mma: {
+      const auto in = static_cast<ElemType>(attr.i & 0xff);
+      const int n = static_cast<int>(attr.i >> 8);
+      if ((attr.i & 0xff) >= 256 || frag_k_step(in) == 0 || (attr.i >> 24) != 0)
+        return fmt::format("'{}' multiplies f16, bf16, f32 (as tf32), i8, u8, f8e4m3 or f8e5m2 "
+                           "inputs; its type attribute is invalid ({})",
+                           name, attr.i);
+      if (!tcgen05_n_valid(in, n))
+        return fmt::format("'{}' of 128 rows has N a multiple of 16 from 16 to 256, not {}", name,
+                           n);
+      std::string e = need_u32(0, "tensor-memory address");
+      if (!e.empty()) return e;
+      for (size_t i : {size_t{1}, size_t{2}})
+        if (!(ops[i] == Type::value(ElemType::U64)))
+          return fmt::format("the {} descriptor of '{}' must be a u64 from 'tcgen05.desc', got {}",
+                             i == 1 ? "A" : "B", name, tn(ops[i]));
+      if (!(ops[3] == Type::value(ElemType::Bool)))
+        return fmt::format("the accumulate flag of '{}' must be a bool scalar, got {}", name,
+                           tn(ops[3]));
+      return {};
+    }
+    case Sig::TmemLoad: {
+      const Type& m = ops[0];
+      if (m.kind != TypeKind::Shared || m.lanes != 1 ||
+          (m.elem != ElemType::F32 && m.elem != ElemType::I32 && m.elem != ElemType::U32))
+        return fmt::format("'{}' copies 32-bit columns into a shared array of f32, i32 or u32, "
+                           "not {}",
+                           name, tn(m));
+      if (attr.i < 8 || attr.i > 512 || attr.i % 8 != 0)
+        return fmt::format("'{}' copies a multiple of 8 columns up to 512, not {}", name, attr.i);
+      std::string e = need_u32(1, "index");
+      return e.empty() ? need_u32(2, "tensor-memory address") : e;
+    }
+    default:
+      return {};
+  }
+}
+
 }  // namespace
 
 const OpInfo& op_info(OpKind kind) {
@@ -274,6 +354,7 @@ int sig_operand_count(Sig sig) {
     case Sig::Jump:
     case Sig::AllocFrag:
     case Sig::WgmmaWait:
+    case Sig::TmemAlloc:
       return 0;
     case Sig::Unary:
     case Sig::Cast:
@@ -288,6 +369,7 @@ int sig_operand_count(Sig sig) {
     case Sig::PlaneReduce:
     case Sig::If:
     case Sig::Assert:
+    case Sig::TmemFree:
       return 1;
     case Sig::Binary:
     case Sig::Compare:
@@ -299,6 +381,8 @@ int sig_operand_count(Sig sig) {
     case Sig::FragFill:
     case Sig::FragCast:
     case Sig::FragPlane:
+    case Sig::MbarInit:
+    case Sig::MbarRef:
       return 2;
     case Sig::Ternary:
     case Sig::Select:
@@ -307,9 +391,12 @@ int sig_operand_count(Sig sig) {
     case Sig::For:
     case Sig::FragMma:
     case Sig::Wgmma:
+    case Sig::MbarWait:
+    case Sig::TmemLoad:
       return 3;
     case Sig::AtomicCas:
     case Sig::WgmmaDesc:
+    case Sig::Tcgen05Mma:
       return 4;
     case Sig::FragLoad:
     case Sig::FragStore:
@@ -339,6 +426,12 @@ bool sig_has_result(Sig sig) {
     case Sig::FragCast:
     case Sig::Wgmma:
     case Sig::WgmmaWait:
+    case Sig::MbarInit:
+    case Sig::MbarWait:
+    case Sig::MbarRef:
+    case Sig::TmemFree:
+    case Sig::Tcgen05Mma:
+    case Sig::TmemLoad:
       return false;
     default:
       return true;
@@ -418,6 +511,29 @@ bool wgmma_n_valid(ElemType e, int n) {
 
 bool wgmma_swizzle_valid(uint64_t bytes) {
   return bytes == 0 || bytes == 32 || bytes == 64 || bytes == 128;
+}
+
+bool tcgen05_n_valid(ElemType e, int n) {
+  return frag_k_step(e) != 0 && n >= 16 && n <= 256 && n % 16 == 0;
+}
+
+bool tmem_columns_valid(uint64_t columns) {
+  return columns >= 32 && columns <= 512 && (columns & (columns - 1)) == 0;
+}
+
+bool is_cube_op(OpKind k) {
+  switch (k) {
+    case OpKind::MbarInit:
+    case OpKind::MbarWait:
+    case OpKind::TmemAlloc:
+    case OpKind::TmemFree:
+    case OpKind::Tcgen05Mma:
+    case OpKind::Tcgen05Commit:
+    case OpKind::TmemLoad:
+      return true;
+    default:
+      return false;
+  }
 }
 
 const std::vector<MatrixConfig>& matrix_configs() {
@@ -790,6 +906,20 @@ std::string check_op_types(OpKind kind, std::span<const Type> ops, const Attr& a
     case Sig::WgmmaWait:
       if (attr.i > 7)
         return fmt::format("'wgmma.wait' leaves 0 to 7 groups in flight, not {}", attr.i);
+      break;
+    case Sig::MbarInit:
+    case Sig::MbarWait:
+    case Sig::MbarRef:
+      KILN_REQ(check_tcgen05_op(info.sig, name, ops, attr));
+      break;
+    case Sig::TmemAlloc:
+      KILN_REQ(check_tcgen05_op(info.sig, name, ops, attr));
+      out = Type::value(ElemType::U32);
+      break;
+    case Sig::TmemFree:
+    case Sig::Tcgen05Mma:
+    case Sig::TmemLoad:
+      KILN_REQ(check_tcgen05_op(info.sig, name, ops, attr));
       break;
   }
 #undef KILN_REQ

@@ -66,6 +66,13 @@ enum class Sig : uint8_t {
   WgmmaDesc,      // %r = wgmma.desc %m, %i, %lbo, %sbo, SWIZZLE : u64   m: shared memory
   Wgmma,          // wgmma.mma %acc, %adesc, %bdesc, T        acc += A * B (T: the input type)
   WgmmaWait,      // wgmma.wait N                             N: groups left in flight
+  MbarInit,       // mbar.init %m, %i, COUNT                  m: shared u64 (the mbarrier m[i])
+  MbarWait,       // mbar.wait %m, %i, %parity                until that phase has completed
+  MbarRef,        // NAME %m, %i                              m: shared u64
+  TmemAlloc,      // %r = tmem.alloc COLUMNS : u32            the tensor-memory address
+  TmemFree,       // tmem.free %t, COLUMNS
+  Tcgen05Mma,     // tcgen05.mma %t, %adesc, %bdesc, %acc, T, N   D (128 x N) [+]= A * B
+  TmemLoad,       // tmem.load %m, %i, %t, N                  m[i + r N + c] = D[r][c], 128 x N
   If,             // if %c { ... } [else { ... }]
   For,            // for %i = %a to %b step %s [unroll N|full] { ... }
   Loop,           // loop { ... }
@@ -172,6 +179,14 @@ bool is_frag_op(OpKind k);
 bool wgmma_n_valid(ElemType e, int n);
 // The swizzle modes of a shared-memory matrix descriptor, in bytes (0: none).
 bool wgmma_swizzle_valid(uint64_t bytes);
+// Whether a tcgen05.mma (M = 128, cta_group::1) of inputs `e` has an N of `n` columns: a
+// multiple of 16 from 16 to 256.
+bool tcgen05_n_valid(ElemType e, int n);
+// Whether `columns` is a tensor-memory allocation size: a power of two from 32 to 512.
+bool tmem_columns_valid(uint64_t columns);
+// The cube-level ops of tensor memory and tcgen05 (every unit reaches them together; they run
+// once per cube).
+bool is_cube_op(OpKind k);
 
 // Whether `bits` (an integer literal stored as two's complement in 64 bits) fits in `t`.
 bool int_literal_fits(ElemType t, uint64_t bits);

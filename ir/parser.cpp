@@ -611,6 +611,32 @@ class Parser {
       case Sig::WgmmaWait:
         op.attr.i = parse_uint("the number of groups left in flight", 0xffffffffu);
         break;
+      case Sig::MbarInit:
+        operands(2);
+        immediate("the number of arrivals per phase");
+        break;
+      case Sig::TmemAlloc:
+        op.attr.i = parse_uint("the number of tensor-memory columns", 0xffffffffu);
+        break;
+      case Sig::TmemFree:
+        operands(1);
+        immediate("the number of tensor-memory columns");
+        break;
+      case Sig::TmemLoad:
+        operands(3);
+        immediate("the number of columns");
+        break;
+      case Sig::Tcgen05Mma: {
+        operands(4);
+        expect_punct(',');
+        const auto e = tok_.kind == Tok::Ident ? parse_elem_type(tok_.text) : std::nullopt;
+        if (!e) expected("the input element type of the multiply, such as bf16");
+        advance();
+        expect_punct(',');
+        const uint64_t n = parse_uint("the number of columns N", 0xffffu);
+        op.attr.i = static_cast<uint64_t>(*e) | n << 8;
+        break;
+      }
       default:
         operands(sig_operand_count(info.sig));
         break;

@@ -173,8 +173,16 @@ class Printer {
           parts.push_back(fmt::format("{}", op.attr.i));
         if (info.sig == Sig::FragLoad || info.sig == Sig::FragStore)
           parts.push_back(op.attr.i == 1 ? "col" : op.attr.i == 0 ? "row" : "layout?");
-        if (info.sig == Sig::WgmmaDesc || info.sig == Sig::WgmmaWait)
+        if (info.sig == Sig::WgmmaDesc || info.sig == Sig::WgmmaWait ||
+            info.sig == Sig::MbarInit || info.sig == Sig::TmemAlloc ||
+            info.sig == Sig::TmemFree || info.sig == Sig::TmemLoad)
           parts.push_back(fmt::format("{}", op.attr.i));
+        if (info.sig == Sig::Tcgen05Mma) {
+          const uint64_t e = op.attr.i & 0xff;
+          parts.push_back(e < kNumElemTypes ? std::string(elem_name(static_cast<ElemType>(e)))
+                                            : fmt::format("type?{}", e));
+          parts.push_back(fmt::format("{}", op.attr.i >> 8));
+        }
         if (info.sig == Sig::Wgmma)
           parts.push_back(op.attr.i < 256 ? std::string(elem_name(static_cast<ElemType>(op.attr.i)))
                                           : fmt::format("type?{}", op.attr.i));

@@ -40,6 +40,7 @@ class Verifier {
       if (op.kind == OpKind::Units || op.kind == OpKind::FragPlane) lowered_ = true;
       if (is_frag_op(op.kind)) frag_op_ = &op;
       if (op.kind == OpKind::Wgmma) wgmma_op_ = &op;
+      if (op.kind == OpKind::Tcgen05Mma || op.kind == OpKind::TmemLoad) tcgen05_op_ = &op;
       if (op.result != kNoValue && op.result < k_.value_types.size())
         def_kind_[op.result] = op.kind;
     });
@@ -256,9 +257,13 @@ class Verifier {
       if (is_frag_op(op.kind) && in_units)
         op_error(op, fmt::format("'{}' runs once per plane and cannot be inside a units loop",
                                  info.name));
+      // Cube-level ops (tensor memory, tcgen05, mbarriers) stay, once per cube.
+      if (is_cube_op(op.kind) && in_units)
+        op_error(op, fmt::format("'{}' runs once per cube and cannot be inside a units loop",
+                                 info.name));
       if (op.kind == OpKind::UnitPos || op.kind == OpKind::AbsolutePos ||
           op.kind == OpKind::PlaneLane || op.kind == OpKind::PlanePos ||
-          has_flag(op.kind, op_flags::Barrier) ||
+          (has_flag(op.kind, op_flags::Barrier) && !is_cube_op(op.kind)) ||
           (has_flag(op.kind, op_flags::PlaneOp) && !is_frag_op(op.kind)))
         op_error(op, fmt::format("'{}' cannot appear in a lowered kernel (one with units "
                                  "loops); compute it from the unit index",
@@ -308,6 +313,12 @@ class Verifier {
                fmt::format("'wgmma.mma' needs whole warpgroups (4 planes, 128 units), but the "
                            "cube has {} units; make the cube size a multiple of 128",
                            k_.units_per_cube()));
+    if (tcgen05_op_ && k_.units_per_cube() % 128 != 0)
+      op_error(*tcgen05_op_,
+               fmt::format("'{}' needs the 128 lanes of tensor memory covered by 4 whole planes "
+                           "(128 units), but the cube has {} units; make the cube size a "
+                           "multiple of 128",
+                           op_name(tcgen05_op_->kind), k_.units_per_cube()));
     size_t index = 0;  // control is in pre-order, as walk visits
     walk(k_.body, [&](const Op& op) {
       const auto ctl = u.control[index++];
@@ -351,6 +362,24 @@ class Verifier {
                                      "its shared array",
                                      i == 1 ? "A" : "B", vname(op.operands[i])));
         }
+      // A cube-level op runs once for the cube: what it reads is the cube's.
+      if (is_cube_op(op.kind))
+        for (ValueId x : op.operands)
+          if (!k_.type_of(x).is_memory() && u.of(x) != Uniformity::Uniform)
+            op_error(op, fmt::format("operand {} of '{}' differs between the units of the cube; "
+                                     "the op runs once for the whole cube, so its addresses, "
+                                     "descriptors, indices and flags must be the same for every "
+                                     "unit (compute them from cube_pos() or uniform values)",
+                                     vname(x), name));
+      if (op.kind == OpKind::Tcgen05Mma)
+        for (size_t i : {size_t{1}, size_t{2}}) {
+          const auto d = def_kind_.find(op.operands[i]);
+          if (d == def_kind_.end() || d->second != OpKind::Tcgen05Desc)
+            op_error(op, fmt::format("the {} descriptor {} of 'tcgen05.mma' does not come from "
+                                     "'tcgen05.desc'; build each descriptor with tcgen05.desc "
+                                     "from its shared array",
+                                     i == 1 ? "A" : "B", vname(op.operands[i])));
+        }
       if (op.kind == OpKind::PlaneBroadcast && op.operands.size() == 2 &&
           u.of(op.operands[1]) == Uniformity::Varying)
         op_error(op,
@@ -367,6 +396,7 @@ class Verifier {
   bool lowered_ = false;
   const Op* frag_op_ = nullptr;                   // one fragment op of the kernel, if any
   const Op* wgmma_op_ = nullptr;                  // one warpgroup multiply, if any
+  const Op* tcgen05_op_ = nullptr;                // one tcgen05.mma or tmem.load, if any
   std::unordered_map<ValueId, OpKind> def_kind_;  // what defines each op result
 };
 

@@ -327,6 +327,11 @@ RunRecipe& RunRecipe::flops(std::function<double(const RunData&)> fn) {
   return *this;
 }
 
+RunRecipe& RunRecipe::gpu_arch(std::string arch) {
+  gpu_arch_ = std::move(arch);
+  return *this;
+}
+
 RunRecipe& run_recipe(std::string_view kernel) {
   std::lock_guard<std::mutex> lock(recipes_mu());
   auto it = recipes().find(kernel);

@@ -90,8 +90,12 @@ class RunRecipe {
   // The arithmetic operations of one launch (2*M*N*K for a matmul), for a throughput in
   // GFLOP/s next to the bandwidth: what a compute-bound kernel is measured by.
   RunRecipe& flops(std::function<double(const RunData&)> fn);
+  // The one GPU architecture a per-architecture kernel is written for ("sm_100a"): `kiln demo`
+  // runs it on an emulator of that architecture and skips GPUs of another.
+  RunRecipe& gpu_arch(std::string arch);
 
   const std::string& kernel() const { return kernel_; }
+  const std::string& gpu_arch() const { return gpu_arch_; }
 
  private:
   friend struct RunRecipeAccess;
@@ -108,6 +112,7 @@ class RunRecipe {
   std::function<void(RunData&)> reference_;
   std::optional<std::pair<double, double>> tolerance_;
   std::function<double(const RunData&)> flops_;
+  std::string gpu_arch_;
 };
 
 // The recipe registered for `kernel` (created on first use).

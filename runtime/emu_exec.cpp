@@ -319,6 +319,8 @@ struct Slot {
   uint32_t line = 0;
   uint64_t value = 0, result = 0;  // its part in the collective it waits at
   uint32_t operand = 0;
+  uint64_t spin_progress = 0;  // the cube's progress when it last spun, and spins since then
+  uint32_t idle_spins = 0;
 };
 
 // A collective some lanes of a warp wait at: its site, kind and mask. Several can wait at
@@ -352,6 +354,8 @@ struct Worker {
   Fiber main;
   Fiber plain;        // where the units of a kernel without barriers run, one after another
   RangeCache ranges;  // the allocations this thread's units hit last
+  std::vector<uint32_t> tmem;  // the cube's tensor memory (tcgen05), 128 x 512 cells
+  abi::TmemState tmem_state{};
   ~Worker() {
     for (Slot& s : slots)
       if (s.fiber.stack) fiber_unmap(s.fiber);
@@ -384,6 +388,8 @@ struct Cube {
   std::vector<uint32_t> warp_epoch;
   std::optional<Fault> fault;
   bool stop = false;  // abandon the cube (a barrier or collective can never complete)
+  // Counts what lets a waiting unit go on: barriers, collectives, writes, units finishing.
+  uint64_t progress = 0;
 
   Cube(const Launch& l, Worker& wk) : L(l), w(wk), warps(wk.warps) {}
 
@@ -440,6 +446,7 @@ void fiber_main(void* arg) {
   fiber_arrived(s.fiber);
   s.cube->L.module->unit(s.cube->L.slots);
   s.state = State::Done;
+  ++s.cube->progress;
   yield(s);
   KILN_CHECK(false, "a finished emulator fiber was resumed");
 }
@@ -464,6 +471,7 @@ void report_no_fibers(Cube& c, Slot& s, const char* what, const char* file, uint
 void api_barrier(const char* file, uint32_t line) {
   Slot& s = here();
   Cube& c = *s.cube;
+  ++c.progress;
   if (!c.L.fibers) {
     report_no_fibers(c, s, "a sync_cube", file, line);
     return;
@@ -599,6 +607,7 @@ uint64_t api_collective(uint32_t kind, uint32_t mask, uint64_t value, uint32_t o
                         const char* file, uint32_t line) {
   Slot& s = here();
   Cube& c = *s.cube;
+  ++c.progress;
   if (!c.L.fibers) {
     report_no_fibers(c, s, collective_words(kind), file, line);
     return value;
@@ -674,6 +683,7 @@ void check_shared(Cube& c, Slot& s, uintptr_t offset, uint64_t bytes, uint32_t h
                                at(e.file, e.line)));
       return;
     }
+    if (how & abi::kAsync) continue;
     if (how & abi::kLoad) {
       if (e.read_gen != c.w.gen || e.read_epoch != c.epoch) {
         e.read_gen = c.w.gen;
@@ -709,6 +719,7 @@ void check_shared(Cube& c, Slot& s, uintptr_t offset, uint64_t bytes, uint32_t h
 bool api_access(const void* p, uint64_t bytes, uint32_t how, const char* file, uint32_t line) {
   Slot& s = here();
   Cube& c = *s.cube;
+  if (how & abi::kStore) ++c.progress;  // a waiting unit re-reads before it spins again
   const auto a = reinterpret_cast<uintptr_t>(p);
   const auto shared = reinterpret_cast<uintptr_t>(s.u.shared);
   if (c.L.shared_bytes && a >= shared && a + bytes <= shared + c.L.shared_bytes) {
@@ -747,8 +758,29 @@ void api_misuse(const char* what, const char* file, uint32_t line) {
                                  at(file, line), what, c.L.kernel, c.cube, s.linear));
 }
 
+// A unit waits for memory another unit writes (an mbarrier phase): the others run first. When
+// whole passes of the scheduler go by with no progress, every unit still running is waiting
+// like this one, and none will ever go on.
+void api_spin(const char* what, const char* file, uint32_t line) {
+  Slot& s = here();
+  Cube& c = *s.cube;
+  if (!c.L.fibers) {
+    report_no_fibers(c, s, "a wait", file, line);
+    return;
+  }
+  if (s.spin_progress != c.progress) {
+    s.spin_progress = c.progress;
+    s.idle_spins = 0;
+  } else if (++s.idle_spins > 3) {
+    c.report(s.linear, fmt::format("{}: error: {} in {}; the cube was stopped", at(file, line),
+                                   what, c.where_in(s.linear)));
+    c.stop = true;
+  }
+  yield(s);
+}
+
 const Api g_api = {abi::kAbiVersion, api_current,       api_barrier, api_collective,
-                   api_access,       api_out_of_bounds, api_misuse};
+                   api_access,       api_out_of_bounds, api_misuse,  api_spin};
 
 // Why no unit can go on: the first collective or barrier that cannot complete.
 void diagnose(Cube& c) {
@@ -813,6 +845,8 @@ std::optional<Fault> run_cube(const Launch& L, Worker& w, uint32_t cube) {
     w.gen = 1;
   }
   if (w.slots.size() < c.units) w.slots.resize(c.units);
+  if (w.tmem.empty()) w.tmem.resize(128 * 512);
+  w.tmem_state = abi::TmemState{};
   const Dim3 block{cube % L.cubes.x, (cube / L.cubes.x) % L.cubes.y,
                    cube / (L.cubes.x * L.cubes.y)};
   for (uint32_t u = 0; u < c.units; ++u) {
@@ -823,7 +857,11 @@ std::optional<Fault> run_cube(const Launch& L, Worker& w, uint32_t cube) {
     s.u.block_dim = L.cube_dim;
     s.u.grid_dim = L.cubes;
     s.u.shared = w.shared.data();
+    s.u.tmem = w.tmem.data();
+    s.u.tmem_state = &w.tmem_state;
     s.state = State::Ready;
+    s.spin_progress = 0;
+    s.idle_spins = 0;
     s.linear = u;
     s.cube = &c;
   }
@@ -868,6 +906,11 @@ std::optional<Fault> run_cube(const Launch& L, Worker& w, uint32_t cube) {
       if (c.stop) break;
     }
   }
+  if (!c.fault && w.tmem_state.allocated)
+    c.report(0, fmt::format("{}: error: tensor memory is still allocated when cube {} of kernel "
+                            "'{}' ends (on a GPU the next cube on that SM waits for it forever); "
+                            "tmem_free() every allocation before the kernel returns",
+                            at(w.tmem_state.file, w.tmem_state.line), c.cube, L.kernel));
   return std::move(c.fault);
 }
 

@@ -225,3 +225,206 @@ extern "C" uint32_t kiln_rt_wgmma(void* acc, uint32_t plane, const void* shared,
       return 0;
   }
 }
+
+// ---- tensor memory and tcgen05 -----------------------------------------------------------------
+
+namespace {
+
+using kiln::cpu::TmemBlock;
+namespace tm = kiln::cpu;
+
+// The mbarrier word, as the emulator lays it out (compiler/cuda/prelude.cuh, mbar_word): bit 63
+// set once initialized, the count at bits 0-19, the arrivals pending at 20-39, the phase at 40-62.
+constexpr uint64_t kMbarInit = uint64_t{1} << 63;
+
+bool tmem_allocated(const TmemBlock* b, uint32_t col, uint32_t n) {
+  for (uint32_t x = col / 32; x < (col + n + 31) / 32; ++x)
+    if (x >= 16 || !(b->allocated >> x & 1u)) return false;
+  return true;
+}
+
+// A tcgen05 shared-memory descriptor in wgmma's form (the same layouts; only the swizzle field
+// moves), for kmajor_byte.
+uint64_t tcgen05_as_wgmma(uint64_t d) {
+  const auto mode = static_cast<uint32_t>(d >> 61);
+  const uint64_t wg = mode == 2 ? 1 : mode == 4 ? 2 : mode == 6 ? 3 : 0;
+  return (d & 0x3fff3fff3fffull) | wg << 62;
+}
+
+// D (128 x n at column col) = A * B^T (+ D), 16 rows at a time through the wgmma path's
+// operand reads and multiply.
+template <kiln::ir::ElemType E, class T>
+uint32_t tcgen05_multiply(TmemBlock* b, const uint8_t* shared, uint32_t bytes, uint32_t col,
+                          uint64_t adesc, uint64_t bdesc, bool accumulate, uint32_t n) {
+  constexpr uint32_t k_step = 32 / kInputBytes<E>;
+  alignas(64) T a[16 * k_step];
+  alignas(64) T bm[k_step * 256];
+  alignas(64) T acc[16 * 256];
+  const uint64_t ad = tcgen05_as_wgmma(adesc), bd = tcgen05_as_wgmma(bdesc);
+  uint32_t bad = read_operand<E>(shared, bytes, bd, 0, n, k_step, bm, 1, n);
+  for (uint32_t r0 = 0; r0 < 128; r0 += 16) {
+    const uint32_t bad_a = read_operand<E>(shared, bytes, ad, r0, 16, k_step, a, k_step, 1);
+    if (!bad) bad = bad_a;
+    for (uint32_t r = 0; r < 16; ++r) {
+      uint32_t* cells = b->cells + (r0 + r) * 512 + col;
+      if (accumulate)
+        std::memcpy(acc + r * n, cells, 4 * n);
+      else
+        std::memset(acc + r * n, 0, 4 * n);
+    }
+    multiply(acc, a, bm, n, k_step);
+    for (uint32_t r = 0; r < 16; ++r)
+      std::memcpy(b->cells + (r0 + r) * 512 + col, acc + r * n, 4 * n);
+  }
+  return bad;
+}
+
+}  // namespace
+
+namespace kiln::cpu {
+
+const char* tmem_misuse_message(uint32_t code) {
+  switch (code) {
+    case kMbarNotInitialized:
+      return "an mbarrier used before mbarrier_init()";
+    case kMbarNeverCompletes:
+      return "an mbarrier wait that can never complete: on the CPU every arrival before the wait "
+             "has happened, and the phase it waits for still has arrivals pending (a "
+             "tcgen05_commit on it before the wait, or the parity of a phase that has not "
+             "completed: phase k has parity k % 2)";
+    case kTmemFull:
+      return "tmem_alloc() of more tensor-memory columns than are free (512 in all)";
+    case kTmemFreeNotAllocated:
+      return "tmem_free() of columns that are not allocated (free what tmem_alloc returned, with "
+             "the same number of columns)";
+    case kTmemFreeInFlight:
+      return "tmem_free() while a tcgen05_mma is not yet waited for; tcgen05_commit() and "
+             "mbarrier_wait() first";
+    case kMmaNotAllocated:
+      return "a tcgen05_mma into tensor-memory columns that are not allocated";
+    case kMmaPastArena:
+      return "a tcgen05_mma descriptor reaches past the cube's shared memory (read as zeros)";
+    case kLoadNotAllocated:
+      return "tmem_load() of tensor-memory columns that are not allocated";
+    case kLoadInFlight:
+      return "tmem_load() while a tcgen05_mma is not yet committed and waited for; "
+             "tcgen05_commit() and mbarrier_wait() first";
+    case kLoadPastEnd:
+      return "tmem_load() of 128 x n columns past the end of its destination array";
+    case kTmemNotFreed:
+      return "tensor memory still allocated when the cube ended; tmem_free() it before the "
+             "kernel returns";
+    default:
+      return "tensor-memory misuse";
+  }
+}
+
+}  // namespace kiln::cpu
+
+extern "C" uint32_t kiln_rt_mbar_init(uint64_t* bar, uint32_t count) {
+  *bar = kMbarInit | uint64_t{count} << 20 | count;
+  return 0;
+}
+
+extern "C" uint32_t kiln_rt_mbar_wait(void* t, const uint64_t* bar, uint32_t parity) {
+  auto* b = static_cast<TmemBlock*>(t);
+  if (!(*bar & kMbarInit)) return tm::kMbarNotInitialized;
+  if (((*bar >> 40) & 1u) == (parity & 1u)) return tm::kMbarNeverCompletes;
+  b->waited = b->committed;
+  return 0;
+}
+
+extern "C" uint32_t kiln_rt_tmem_alloc(void* t, uint32_t columns, uint32_t* address) {
+  auto* b = static_cast<TmemBlock*>(t);
+  const uint32_t chunks = columns / 32, mask = (1u << chunks) - 1;
+  for (uint32_t x = 0; x + chunks <= 16; x += chunks)
+    if (((b->allocated >> x) & mask) == 0) {
+      b->allocated |= mask << x;
+      *address = x * 32;
+      return 0;
+    }
+  *address = 0;
+  return tm::kTmemFull;
+}
+
+extern "C" uint32_t kiln_rt_tmem_free(void* t, uint32_t address, uint32_t columns) {
+  auto* b = static_cast<TmemBlock*>(t);
+  const uint32_t col = address & 0xffffu;
+  if ((address >> 16) != 0 || col % columns != 0 || !tmem_allocated(b, col, columns))
+    return tm::kTmemFreeNotAllocated;
+  if (b->issued > b->waited) return tm::kTmemFreeInFlight;
+  b->allocated &= ~(((1u << (columns / 32)) - 1) << (col / 32));
+  return 0;
+}
+
+extern "C" uint32_t kiln_rt_tcgen05_mma(void* t, const void* shared, uint32_t shared_bytes,
+                                        uint32_t d, uint64_t adesc, uint64_t bdesc,
+                                        uint32_t accumulate, uint32_t elem, uint32_t n) {
+  using kiln::ir::ElemType;
+  auto* b = static_cast<TmemBlock*>(t);
+  const uint32_t col = d & 0xffffu;
+  if ((d >> 16) != 0 || !tmem_allocated(b, col, n)) return tm::kMmaNotAllocated;
+  ++b->issued;
+  const auto* s = static_cast<const uint8_t*>(shared);
+  const bool acc = accumulate != 0;
+  uint32_t bad = 0;
+  switch (static_cast<ElemType>(elem)) {
+    case ElemType::F16:
+      bad = tcgen05_multiply<ElemType::F16, float>(b, s, shared_bytes, col, adesc, bdesc, acc, n);
+      break;
+    case ElemType::BF16:
+      bad = tcgen05_multiply<ElemType::BF16, float>(b, s, shared_bytes, col, adesc, bdesc, acc, n);
+      break;
+    case ElemType::F32:
+      bad = tcgen05_multiply<ElemType::F32, float>(b, s, shared_bytes, col, adesc, bdesc, acc, n);
+      break;
+    case ElemType::F8E4M3:
+      bad = tcgen05_multiply<ElemType::F8E4M3, float>(b, s, shared_bytes, col, adesc, bdesc, acc,
+                                                      n);
+      break;
+    case ElemType::F8E5M2:
+      bad = tcgen05_multiply<ElemType::F8E5M2, float>(b, s, shared_bytes, col, adesc, bdesc, acc,
+                                                      n);
+      break;
+    case ElemType::I8:
+      bad = tcgen05_multiply<ElemType::I8, uint32_t>(b, s, shared_bytes, col, adesc, bdesc, acc, n);
+      break;
+    case ElemType::U8:
+      bad = tcgen05_multiply<ElemType::U8, uint32_t>(b, s, shared_bytes, col, adesc, bdesc, acc, n);
+      break;
+    default:
+      KILN_CHECK(false, "kiln_rt_tcgen05_mma of an element type the verifier refuses");
+  }
+  return bad ? uint32_t{tm::kMmaPastArena} : 0u;
+}
+
+extern "C" uint32_t kiln_rt_tcgen05_commit(void* t, uint64_t* bar) {
+  auto* b = static_cast<TmemBlock*>(t);
+  const uint64_t x = *bar;
+  if (!(x & kMbarInit)) return tm::kMbarNotInitialized;
+  b->committed = b->issued;  // a multiply is done when it returns on the CPU
+  const uint64_t count = x & 0xfffffu, pending = (x >> 20) & 0xfffffu,
+                 phase = (x >> 40) & 0x7fffffu;
+  *bar = pending > 1 ? (x & ~(uint64_t{0xfffff} << 20)) | (pending - 1) << 20
+                     : kMbarInit | ((phase + 1) & 0x7fffffu) << 40 | count << 20 | count;
+  return 0;
+}
+
+extern "C" uint32_t kiln_rt_tmem_load(void* t, void* dst, uint32_t dst_count, uint32_t index,
+                                      uint32_t address, uint32_t n) {
+  auto* b = static_cast<TmemBlock*>(t);
+  const uint32_t col = address & 0xffffu;
+  if ((address >> 16) != 0 || !tmem_allocated(b, col, n)) return tm::kLoadNotAllocated;
+  if (b->issued > b->waited) return tm::kLoadInFlight;
+  if (uint64_t{index} + 128ull * n > dst_count) return tm::kLoadPastEnd;
+  auto* out = static_cast<uint32_t*>(dst) + index;
+  for (uint32_t r = 0; r < 128; ++r) std::memcpy(out + r * n, b->cells + r * 512 + col, 4 * n);
+  return 0;
+}
+
+extern "C" uint32_t kiln_rt_tmem_end(void* t) {
+  auto* b = static_cast<TmemBlock*>(t);
+  const uint32_t r = b->allocated ? uint32_t{tm::kTmemNotFreed} : 0u;
+  b->allocated = b->issued = b->committed = b->waited = 0;
+  return r;
+}

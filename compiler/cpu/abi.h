@@ -26,6 +26,34 @@ using abi::LaunchState;
 using abi::ParamSlots;
 using abi::PrintSite;
 
+// The cube's tensor memory on the CPU, at the end of its arena: what is allocated and how far
+// the multiplies are (counts), then 128 lanes of 512 32-bit columns, lane-major.
+struct TmemBlock {
+  uint32_t allocated;  // bit c: columns 32c .. 32c + 31
+  uint32_t issued, committed, waited;
+  uint32_t pad[12];
+  uint32_t cells[128 * 512];
+};
+
+// What the kiln_rt_ tensor-memory functions return besides 0 (done): the misuse they found.
+// Each op's codes are consecutive, so that a kernel maps them to its assert sites by offset.
+enum TmemMisuse : uint32_t {
+  kMbarNotInitialized = 1,
+  kMbarNeverCompletes,
+  kTmemFull,
+  kTmemFreeNotAllocated,
+  kTmemFreeInFlight,
+  kMmaNotAllocated,
+  kMmaPastArena,
+  kLoadNotAllocated,
+  kLoadInFlight,
+  kLoadPastEnd,
+  kTmemNotFreed,
+  kTmemMisuseEnd
+};
+// The message of a misuse, for the kernel's assert site.
+const char* tmem_misuse_message(uint32_t code);
+
 }  // namespace kiln::cpu
 
 // Called by compiled kernels (resolved by the JIT).
@@ -40,4 +68,20 @@ void kiln_rt_fault(void* state, uint32_t site, uint32_t index, uint32_t bound, u
 // the first byte offset past the arena that a descriptor reaches (read as zero).
 uint32_t kiln_rt_wgmma(void* acc, uint32_t plane, const void* shared, uint32_t shared_bytes,
                        uint64_t adesc, uint64_t bdesc, uint32_t elem, uint32_t n);
+// The cube ops of tensor memory and tcgen05, run once per cube with `tm` the cube's TmemBlock
+// (ir/ir.h, "Tensor memory"; the mbarrier word is laid out as the emulator's). Each returns 0
+// or a kiln::cpu::TmemMisuse; a multiply or copy that finds one does nothing.
+uint32_t kiln_rt_mbar_init(uint64_t* bar, uint32_t count);
+uint32_t kiln_rt_mbar_wait(void* tm, const uint64_t* bar, uint32_t parity);
+uint32_t kiln_rt_tmem_alloc(void* tm, uint32_t columns, uint32_t* address);
+uint32_t kiln_rt_tmem_free(void* tm, uint32_t address, uint32_t columns);
+uint32_t kiln_rt_tcgen05_mma(void* tm, const void* shared, uint32_t shared_bytes, uint32_t d,
+                             uint64_t adesc, uint64_t bdesc, uint32_t accumulate, uint32_t elem,
+                             uint32_t n);
+uint32_t kiln_rt_tcgen05_commit(void* tm, uint64_t* bar);
+uint32_t kiln_rt_tmem_load(void* tm, void* dst, uint32_t dst_count, uint32_t index,
+                           uint32_t address, uint32_t n);
+// At the end of each cube: kTmemNotFreed if columns are still allocated; the block is then
+// reset for the next cube either way.
+uint32_t kiln_rt_tmem_end(void* tm);
 }

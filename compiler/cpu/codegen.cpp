@@ -519,6 +519,18 @@ void Gen::emit_scalar(const ir::Op& op) {
     case OpKind::WgmmaCommit:
     case OpKind::WgmmaWait:
       return;  // a multiply is done when it returns on the CPU
+    case OpKind::Tcgen05Desc:
+      tcgen05_desc(op);
+      return;
+    case OpKind::MbarInit:
+    case OpKind::MbarWait:
+    case OpKind::TmemAlloc:
+    case OpKind::TmemFree:
+    case OpKind::Tcgen05Mma:
+    case OpKind::Tcgen05Commit:
+    case OpKind::TmemLoad:
+      cube_op(op);
+      return;
     case OpKind::AllocLocal: {
       const ir::Type& t = type(op.result);
       Mem m;

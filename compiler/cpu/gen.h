@@ -81,12 +81,14 @@ class Gen {
     load_arguments();
     // Shared allocations (including context arrays) get fixed offsets in the arena.
     ir::walk(K.body, [&](const ir::Op& op) {
-      if (op.kind == OpKind::WgmmaDesc) wgmma_arrays_.insert(op.operands[0]);
+      if (op.kind == OpKind::WgmmaDesc || op.kind == OpKind::Tcgen05Desc)
+        wgmma_arrays_.insert(op.operands[0]);
     });
     for (const ir::Op& op : K.body.ops) {
       if (op.kind == OpKind::AllocShared) place_shared(op);
       if (op.kind == OpKind::AllocFrag) place_frag(op);
     }
+    place_tmem();
 
     if (rows_schedule()) {
       emit_cube_rows();
@@ -103,11 +105,13 @@ class Gen {
     B.CreateCondBr(B.CreateICmpULT(c, F->getArg(2)), body, exit);
     B.SetInsertPoint(body);
     set_cube(c);
+    tmem_cube_start();
     region(K.body);
     if (!B.GetInsertBlock()->getTerminator()) B.CreateBr(cube_latch_);
     B.SetInsertPoint(cube_latch_);
+    tmem_cube_end();
     auto* next = B.CreateAdd(c, B.getInt32(1), "cube.next");
-    c->addIncoming(next, cube_latch_);
+    c->addIncoming(next, B.GetInsertBlock());  // the latch, or the end of its tmem check
     B.CreateBr(header);
     B.SetInsertPoint(exit);
     B.CreateRetVoid();
@@ -749,6 +753,15 @@ class Gen {
   void wgmma_desc(const ir::Op& op);
   void wgmma(const ir::Op& op);
 
+  // ---- tensor memory, tcgen05 and mbarriers (tensor_memory.cpp) --------------------------------
+  // Kernels with cube ops keep the cube's TmemBlock at the end of the arena (tmem_).
+  void place_tmem();
+  void tmem_cube_start();
+  void tmem_cube_end();
+  void report_misuse(Value* code, uint32_t first, uint32_t last, const std::string& where);
+  void tcgen05_desc(const ir::Op& op);
+  void cube_op(const ir::Op& op);
+
   llvm::LLVMContext& C;
   llvm::Module& M;
   const ir::Kernel& K;
@@ -767,6 +780,9 @@ class Gen {
   Value* cube_count_[4] = {};
   uint32_t shared_bytes_ = 0;
   std::set<ValueId> wgmma_arrays_;           // shared arrays wgmma.desc describes
+  Value* tmem_ = nullptr;                    // the cube's TmemBlock, in kernels with cube ops
+  uint32_t tmem_offset_ = 0;                 // its offset in the arena
+  std::string tmem_alloc_at_;                // where it is first allocated (for a leak)
   std::map<ValueId, Value*> frag_plane_of_;  // frag.plane results: the plane they belong to
   std::vector<Value*> vals_;
   std::unordered_map<ValueId, Mem> mem_;

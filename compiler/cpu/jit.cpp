@@ -269,6 +269,19 @@ class Jit {
         llvm::orc::ExecutorAddr::fromPtr(&kiln_rt_fault), llvm::JITSymbolFlags::Exported};
     runtime[jit_->mangleAndIntern("kiln_rt_wgmma")] = {
         llvm::orc::ExecutorAddr::fromPtr(&kiln_rt_wgmma), llvm::JITSymbolFlags::Exported};
+    const std::pair<const char*, void*> tmem_functions[] = {
+        {"kiln_rt_mbar_init", reinterpret_cast<void*>(&kiln_rt_mbar_init)},
+        {"kiln_rt_mbar_wait", reinterpret_cast<void*>(&kiln_rt_mbar_wait)},
+        {"kiln_rt_tmem_alloc", reinterpret_cast<void*>(&kiln_rt_tmem_alloc)},
+        {"kiln_rt_tmem_free", reinterpret_cast<void*>(&kiln_rt_tmem_free)},
+        {"kiln_rt_tcgen05_mma", reinterpret_cast<void*>(&kiln_rt_tcgen05_mma)},
+        {"kiln_rt_tcgen05_commit", reinterpret_cast<void*>(&kiln_rt_tcgen05_commit)},
+        {"kiln_rt_tmem_load", reinterpret_cast<void*>(&kiln_rt_tmem_load)},
+        {"kiln_rt_tmem_end", reinterpret_cast<void*>(&kiln_rt_tmem_end)},
+    };
+    for (const auto& [name, fn] : tmem_functions)
+      runtime[jit_->mangleAndIntern(name)] = {llvm::orc::ExecutorAddr::fromPtr(fn),
+                                              llvm::JITSymbolFlags::Exported};
     if (auto e = jd->define(llvm::orc::absoluteSymbols(std::move(runtime))))
       return Error(ErrorKind::Compile, "JIT: " + llvm_error(std::move(e)));
     auto buffer = llvm::MemoryBuffer::getMemBufferCopy(

@@ -337,6 +337,7 @@ class Gen {
   std::map<ValueId, uint32_t> shared_offset_;
   std::set<ValueId> wgmma_arrays_, wgmma_accs_;     // shared arrays and accumulators of wgmma
   std::set<std::pair<ElemType, int>> wgmma_ops_;    // (input type, n) of each wgmma.mma
+  std::map<ValueId, uint32_t> tmem_slot_;           // tmem.alloc result -> its slot's offset
   std::set<std::pair<ValueId, std::string>> used_;  // metadata the body reads
   std::map<std::string, std::string> param_name_;
   uint32_t shared_total_ = 0;
@@ -399,7 +400,8 @@ class Gen {
     // Arrays that hold wgmma operands start on 1024 bytes, so a swizzle's pattern (which follows
     // the absolute address) starts with the array.
     ir::walk(K.body, [&](const ir::Op& op) {
-      if (op.kind == OpKind::WgmmaDesc) wgmma_arrays_.insert(op.operands[0]);
+      if (op.kind == OpKind::WgmmaDesc || op.kind == OpKind::Tcgen05Desc)
+        wgmma_arrays_.insert(op.operands[0]);
       if (op.kind == OpKind::Wgmma) {
         wgmma_accs_.insert(op.operands[0]);
         wgmma_ops_.insert({static_cast<ElemType>(op.attr.i), type(op.operands[0]).n});
@@ -413,6 +415,12 @@ class Gen {
       if (wgmma_arrays_.count(op.result)) shared_total_ = (shared_total_ + 1023) / 1024 * 1024;
       shared_offset_[op.result] = shared_total_;
       shared_total_ += static_cast<uint32_t>((bytes + 15) / 16 * 16);
+    });
+    // Each tmem.alloc writes the allocated address into a shared slot of its own.
+    ir::walk(K.body, [&](const ir::Op& op) {
+      if (op.kind != OpKind::TmemAlloc) return;
+      tmem_slot_[op.result] = shared_total_;
+      shared_total_ += 16;
     });
     info_.shared_bytes = shared_total_;
     if (shared_total_ > kStaticSharedLimit) info_.dynamic_shared_bytes = shared_total_;
@@ -803,7 +811,44 @@ class Gen {
         return {};
       }
       case OpKind::SyncCube:
+        if (!wgmma_arrays_.empty()) line("kiln::fence_async_shared();");
         line("__syncthreads();");
+        return {};
+      case OpKind::MbarInit:
+        line(fmt::format("kiln::mbar_init({}, {}, {}u);", v(op.operands[0]), v(op.operands[1]),
+                         op.attr.i));
+        return {};
+      case OpKind::MbarWait:
+        line(fmt::format("kiln::mbar_wait({}, {}, {});", v(op.operands[0]), v(op.operands[1]),
+                         v(op.operands[2])));
+        return {};
+      case OpKind::TmemAlloc: {
+        const std::string slot = fmt::format("tmem_slot{}", op.result);
+        line(fmt::format("{}(kiln::u32, {}, 4, {});",
+                         info_.dynamic_shared_bytes ? "KILN_SHARED_DYNAMIC" : "KILN_SHARED", slot,
+                         tmem_slot_.at(op.result)));
+        def(op, fmt::format("kiln::tmem_alloc<{}u>({})", op.attr.i, slot));
+        return {};
+      }
+      case OpKind::TmemFree:
+        line(fmt::format("kiln::tmem_free<{}u>({});", op.attr.i, v(op.operands[0])));
+        return {};
+      case OpKind::Tcgen05Desc:
+        def(op, fmt::format("kiln::tcgen05_desc({}, {}, {}, {}, {}u)", v(op.operands[0]),
+                            v(op.operands[1]), v(op.operands[2]), v(op.operands[3]), op.attr.i));
+        return {};
+      case OpKind::Tcgen05Mma:
+        line(fmt::format("kiln::tcgen05_mma<{}, {}>({}, {}, {}, {});",
+                         elem_c(static_cast<ElemType>(op.attr.i & 0xff)), op.attr.i >> 8,
+                         v(op.operands[0]), v(op.operands[1]), v(op.operands[2]),
+                         v(op.operands[3])));
+        return {};
+      case OpKind::Tcgen05Commit:
+        line(fmt::format("kiln::tcgen05_commit({}, {});", v(op.operands[0]), v(op.operands[1])));
+        return {};
+      case OpKind::TmemLoad:
+        line(fmt::format("kiln::tmem_load<{}u>({}, {}, {});", op.attr.i, v(op.operands[0]),
+                         v(op.operands[1]), v(op.operands[2])));
         return {};
       case OpKind::SyncPlane:
         line(fmt::format("kiln::sync_plane({}u);", units_));
@@ -1000,6 +1045,10 @@ bool has_wgmma(const Target& arch) {
   return arch.sm == 90 && arch.arch_specific;
 }
 
+bool has_tcgen05(const Target& arch) {
+  return arch.sm == 100 && arch.arch_specific;
+}
+
 std::string unsupported_fragment(const ir::Op& op, const ir::Kernel& k, const Target& arch) {
   const bool wgmma = op.kind == OpKind::WgmmaDesc || op.kind == OpKind::Wgmma ||
                      op.kind == OpKind::WgmmaFence || op.kind == OpKind::WgmmaCommit ||
@@ -1009,6 +1058,18 @@ std::string unsupported_fragment(const ir::Op& op, const ir::Kernel& k, const Ta
         "wgmma is an sm_90a instruction; {} has none (ask has_wgmma() at trace "
         "time and take the fragment path, mma(), there)",
         arch.name());
+  const bool mbarrier = op.kind == OpKind::MbarInit || op.kind == OpKind::MbarWait;
+  if (mbarrier && arch.sm < 80)
+    return fmt::format("mbarriers need sm_80 or later; {} has none", arch.name());
+  if (ir::is_cube_op(op.kind) && !mbarrier && !has_tcgen05(arch))
+    return fmt::format(
+        "tensor memory and tcgen05 are sm_100a instructions; {} has none (ask has_tcgen05() at "
+        "trace time and take another path there)",
+        arch.name());
+  if (op.kind == OpKind::Tcgen05Desc && !has_tcgen05(arch))
+    return fmt::format("tcgen05.desc describes operands of tcgen05.mma, which {} lacks (sm_100a "
+                       "only)",
+                       arch.name());
   if (op.kind != OpKind::AllocFrag) return {};
   const Type& t = k.type_of(op.result);
   if (ir::is_f8(t.elem) && t.use != ir::FragUse::Acc && arch.sm < 89)

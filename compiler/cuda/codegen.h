@@ -59,6 +59,8 @@ std::vector<ir::MatrixConfig> matrix_configs(const Target& arch);
 std::string unsupported_fragment(const ir::Op& op, const ir::Kernel& k, const Target& arch);
 // Whether the arch has warpgroup multiplies (wgmma): sm_90a only.
 bool has_wgmma(const Target& arch);
+// Whether the arch has tensor memory and tcgen05: sm_100a only (sm_120a has neither).
+bool has_tcgen05(const Target& arch);
 
 // The prelude's text and the name the generated source includes it by.
 const std::string& prelude();

@@ -1278,11 +1278,13 @@ inline void wgmma_wait(wgmma_state& s KILN_WHERE) {
   if (s.open - 1 >= (u32)N && s.open - 1 - (u32)N > s.done) s.done = s.open - 1 - (u32)N;
 }
 template <class F> inline void wgmma_fence_operand(F&) {}
+// `how`: kLoad, or kLoad | kAsync for a tcgen05 read, which an mbarrier wait orders before
+// later stores.
 template <class T>
-inline T wgmma_read(u64 d, u32 mn, u32 k KILN_WHERE) {
+inline T wgmma_read(u64 d, u32 mn, u32 k, u32 how KILN_WHERE) {
   const unsigned char* p = emu::unit()->shared + wgmma_kmajor_byte(d, mn, k, sizeof(T));
   T x = T();
-  if (emu::access(p, sizeof(T), emu::kLoad, where)) memcpy(&x, p, sizeof(T));
+  if (emu::access(p, sizeof(T), how, where)) memcpy(&x, p, sizeof(T));
   return x;
 }
 // The host runs a multiply as the ISA defines it: each unit computes its own accumulator
@@ -1307,7 +1309,8 @@ inline void wgmma(wgmma_state& s, frag_acc<C, 16, N, K>& acc, u64 adesc, u64 bde
     F::at(e, lane, r, c);
     C sum = acc.x[e];
     for (u32 k = 0; k < (u32)K; ++k)
-      sum = mma_madd(sum, wgmma_read<T>(adesc, 16 * w + r, k KILN_AT), wgmma_read<T>(bdesc, c, k KILN_AT));
+      sum = mma_madd(sum, wgmma_read<T>(adesc, 16 * w + r, k, emu::kLoad KILN_AT),
+                     wgmma_read<T>(bdesc, c, k, emu::kLoad KILN_AT));
     acc.x[e] = sum;
   }
 }
@@ -1344,5 +1347,336 @@ __device__ __forceinline__ void wgmma(wgmma_state&, frag_acc<C, 16, N, K>& acc, 
   wgmma_op<T, N>::run(acc.x, adesc, bdesc);
 }
 #endif
+
+// ---- mbarriers, tensor memory and tcgen05 (sm_100a) -------------------------------------------
+//
+// kiln's tcgen05 ops are cube operations: every unit calls these functions together, and one
+// unit (unit 0; warp 0 for the warp-wide alloc and free, warps 0-3 for tcgen05.ld) issues the
+// instructions. Tensor-memory addresses are (lane << 16) | column.
+
+// A tcgen05 shared-memory matrix descriptor (PTX ISA, "Shared memory descriptor"): bits 0-13
+// the start address >> 4, 16-29 the leading byte offset >> 4, 32-45 the stride byte offset >> 4,
+// 46-48 the fixed 0b001, 61-63 the swizzle (0 none, 2 128 B, 4 64 B, 6 32 B). The layouts are
+// wgmma's: the emulator reads them through the wgmma form.
+__device__ __forceinline__ u64 tcgen05_desc_bits(u32 address, u32 lbo, u32 sbo, u32 swizzle) {
+  const u64 mode = swizzle == 128 ? 2 : swizzle == 64 ? 4 : swizzle == 32 ? 6 : 0;
+  return (u64)((address & 0x3ffffu) >> 4) | ((u64)((lbo >> 4) & 0x3fffu) << 16) |
+         ((u64)((sbo >> 4) & 0x3fffu) << 32) | (1ull << 46) | (mode << 61);
+}
+// The instruction descriptor of tcgen05.mma (PTX ISA, "Instruction descriptor", kinds tf32,
+// f16, f8f6f4 and i8): D type at bits 4-5 (1 f32, 2 s32), A and B types at 7-9 and 10-12, both
+// K-major (bits 15, 16 clear), N >> 3 at 17-22 and M >> 4 at 24-28; M is 128.
+template <class T> struct tcgen05_kind;
+template <> struct tcgen05_kind<f16> { enum : u32 { kind = 0, type = 0, d = 1 }; };
+template <> struct tcgen05_kind<bf16> { enum : u32 { kind = 0, type = 1, d = 1 }; };
+template <> struct tcgen05_kind<f32> { enum : u32 { kind = 1, type = 2, d = 1 }; };
+template <> struct tcgen05_kind<f8e4m3> { enum : u32 { kind = 2, type = 0, d = 1 }; };
+template <> struct tcgen05_kind<f8e5m2> { enum : u32 { kind = 2, type = 1, d = 1 }; };
+template <> struct tcgen05_kind<u8> { enum : u32 { kind = 3, type = 0, d = 2 }; };
+template <> struct tcgen05_kind<i8> { enum : u32 { kind = 3, type = 1, d = 2 }; };
+template <class T, int N>
+__device__ __forceinline__ constexpr u32 tcgen05_idesc() {
+  typedef tcgen05_kind<T> K;
+  return K::d << 4 | K::type << 7 | K::type << 10 | (u32)(N >> 3) << 17 | (128u >> 4) << 24;
+}
+
+// The accumulator of a multiply of T and the k of one instruction (32 bytes of k).
+// (Enumerators, not static members: those would be globals in every kernel's PTX.)
+template <class T> struct tcgen05_acc {
+  typedef f32 type;
+  enum : int { k = 32 / (int)sizeof(T) };
+};
+template <> struct tcgen05_acc<i8> { typedef i32 type; enum : int { k = 32 }; };
+template <> struct tcgen05_acc<u8> { typedef i32 type; enum : int { k = 32 }; };
+// A tensor-memory cell as the element type of the array it is copied into.
+template <class T> __device__ __forceinline__ T tmem_cell(u32 bits);
+template <> __device__ __forceinline__ f32 tmem_cell<f32>(u32 bits) { return __uint_as_float(bits); }
+template <> __device__ __forceinline__ i32 tmem_cell<i32>(u32 bits) { return (i32)bits; }
+template <> __device__ __forceinline__ u32 tmem_cell<u32>(u32 bits) { return bits; }
+
+#ifdef KILN_EMULATION
+// The emulator's mbarrier, one u64 in shared memory: bit 63 set once initialized, the arrival
+// count at bits 0-19, the arrivals still pending in this phase at 20-39, the phase at 40-62.
+inline u64* mbar_word(const bounded<u64>& bars, u32 i KILN_WHERE) {
+  if (i >= bars.n) {
+    emu::out_of_bounds(bars.space, emu::kAtomic, i, bars.n, where);
+    return nullptr;
+  }
+  return bars.p + i;
+}
+inline void mbar_init(const bounded<u64>& bars, u32 i, u32 count KILN_WHERE) {
+  u64* w = mbar_word(bars, i KILN_AT);
+  if (w && unit_linear() == 0 && emu::access(w, 8, emu::kStore, where))
+    *w = 1ull << 63 | (u64)count << 20 | count;
+  emu::sync_threads(where);
+}
+// One arrival (tcgen05.commit's): the phase completes when none is pending.
+inline void mbar_arrive(u64* w KILN_WHERE) {
+  if (!emu::access(w, 8, emu::kAtomic, where)) return;
+  u64 x = *w;
+  if (!(x >> 63)) {
+    emu::misuse("an arrival on an mbarrier that was never initialized; mbarrier_init() it first",
+                where);
+    return;
+  }
+  const u64 count = x & 0xfffffu, pending = (x >> 20) & 0xfffffu, phase = (x >> 40) & 0x7fffffu;
+  x = pending > 1 ? (x & ~(0xfffffull << 20)) | (pending - 1) << 20
+                  : 1ull << 63 | ((phase + 1) & 0x7fffffu) << 40 | count << 20 | count;
+  *w = x;
+}
+inline void mbar_wait(const bounded<u64>& bars, u32 i, u32 parity KILN_WHERE) {
+  u64* w = mbar_word(bars, i KILN_AT);
+  if (!w) return;
+  for (;;) {
+    if (!emu::access(w, 8, emu::kAtomic, where)) return;
+    const u64 x = *w;
+    if (!(x >> 63)) {
+      emu::misuse("a wait on an mbarrier that was never initialized; mbarrier_init() it first",
+                  where);
+      return;
+    }
+    if ((((x >> 40) & 1u) != (parity & 1u))) break;  // the phase of that parity is complete
+    emu::spin("an mbarrier wait that can never complete: the phase it waits for has arrivals "
+              "pending that nothing will make (a tcgen05_commit on it before the wait, or the "
+              "parity of a phase that has completed: phase k has parity k % 2)",
+              where);
+  }
+  emu::TmemState* st = emu::unit()->tmem_state;
+  if (st->committed > st->waited) st->waited = st->committed;
+}
+// The shared-memory descriptor in wgmma's form (the same layouts), for wgmma_read.
+inline u64 tcgen05_as_wgmma(u64 d) {
+  const u32 mode = (u32)(d >> 61);
+  const u64 wg = mode == 2 ? 1 : mode == 4 ? 2 : mode == 6 ? 3 : 0;
+  return (d & 0x3fff3fff3fffull) | wg << 62;
+}
+template <class T>
+inline u64 tcgen05_desc(const bounded<T>& mem, u32 index, u32 lbo, u32 sbo, u32 swizzle) {
+  const u32 address = (u32)(reinterpret_cast<const unsigned char*>(mem.p + index) - emu::unit()->shared);
+  return tcgen05_desc_bits(address, lbo, sbo, swizzle);
+}
+// Columns [c, c + n) of an allocation: each 32-column chunk allocated.
+inline bool tmem_allocated(u32 c, u32 n) {
+  const u32 mask = emu::unit()->tmem_state->allocated;
+  for (u32 x = c / 32; x < (c + n + 31) / 32; ++x)
+    if (x >= 16 || !(mask >> x & 1u)) return false;
+  return true;
+}
+template <u32 C>
+inline u32 tmem_alloc(const bounded<u32>& slot KILN_WHERE) {
+  emu::TmemState* st = emu::unit()->tmem_state;
+  emu::sync_threads(where);  // the others wait while the first unit allocates, as on a GPU
+  if (unit_linear() == 0) {
+    u32 chunks = C / 32, at = 16;
+    for (u32 x = 0; x + chunks <= 16; x += chunks)
+      if (((st->allocated >> x) & ((1u << chunks) - 1)) == 0) {
+        at = x;
+        break;
+      }
+    if (at == 16) {
+      emu::misuse("tmem_alloc() of more tensor-memory columns than are free (512 in all; on a "
+                  "GPU it waits until another cube frees some, here forever)",
+                  where);
+      slot.p[0] = 0;
+    } else {
+      st->allocated |= ((1u << chunks) - 1) << at;
+      st->file = where.file_name();
+      st->line = where.line();
+      slot.p[0] = at * 32;
+    }
+  }
+  emu::sync_threads(where);
+  return slot.p[0];
+}
+template <u32 C>
+inline void tmem_free(u32 t KILN_WHERE) {
+  emu::TmemState* st = emu::unit()->tmem_state;
+  emu::sync_threads(where);
+  if (unit_linear() == 0) {
+    const u32 c = t & 0xffffu;
+    if ((t >> 16) != 0 || c % C != 0 || !tmem_allocated(c, C))
+      emu::misuse("tmem_free() of columns that are not allocated (free what tmem_alloc returned, "
+                  "with the same number of columns)",
+                  where);
+    else if (st->issued > st->waited)
+      emu::misuse("tmem_free() while a tcgen05_mma may still write tensor memory; "
+                  "tcgen05_commit() and mbarrier_wait() first",
+                  where);
+    else
+      st->allocated &= ~(((1u << (C / 32)) - 1) << (c / 32));
+  }
+}
+// The host runs the multiply when it is issued, as the ISA defines its result: D (128 x N at
+// the address's columns) = A * B^T (+ D), in order over k for each element.
+template <class T, int N>
+inline void tcgen05_mma(u32 d, u64 adesc, u64 bdesc, bool accumulate KILN_WHERE) {
+  if (unit_linear() != 0) return;
+  typedef typename tcgen05_acc<T>::type C;
+  emu::TmemState* st = emu::unit()->tmem_state;
+  const u32 col = d & 0xffffu;
+  if ((d >> 16) != 0 || !tmem_allocated(col, N)) {
+    emu::misuse("a tcgen05_mma into tensor-memory columns that are not allocated (the "
+                "address must be what tmem_alloc returned, plus columns inside the allocation)",
+                where);
+    return;
+  }
+  ++st->issued;
+  const u64 a = tcgen05_as_wgmma(adesc), b = tcgen05_as_wgmma(bdesc);
+  const int K = tcgen05_acc<T>::k;
+  uint32_t* tm = emu::unit()->tmem;
+  for (u32 r = 0; r < 128; ++r) {
+    T arow[32];
+    for (int k = 0; k < K; ++k) arow[k] = wgmma_read<T>(a, r, (u32)k, emu::kLoad | emu::kAsync KILN_AT);
+    for (u32 c = 0; c < (u32)N; ++c) {
+      uint32_t* cell = tm + r * 512 + col + c;
+      C sum = C(0);
+      if (accumulate) memcpy(&sum, cell, 4);
+      for (int k = 0; k < K; ++k)
+        sum = mma_madd(sum, arow[k], wgmma_read<T>(b, c, (u32)k, emu::kLoad | emu::kAsync KILN_AT));
+      memcpy(cell, &sum, 4);
+    }
+  }
+}
+inline void tcgen05_commit(const bounded<u64>& bars, u32 i KILN_WHERE) {
+  if (unit_linear() != 0) return;
+  u64* w = mbar_word(bars, i KILN_AT);
+  if (!w) return;
+  emu::TmemState* st = emu::unit()->tmem_state;
+  st->committed = st->issued;  // the multiplies run when issued: they are done
+  mbar_arrive(w KILN_AT);
+}
+template <u32 N, class T>
+inline void tmem_load(const bounded<T>& dst, u32 index, u32 t KILN_WHERE) {
+  emu::sync_threads(where);
+  if (unit_linear() == 0) {
+    emu::TmemState* st = emu::unit()->tmem_state;
+    const u32 col = t & 0xffffu;
+    if ((t >> 16) != 0 || !tmem_allocated(col, N)) {
+      emu::misuse("tmem_load() of tensor-memory columns that are not allocated", where);
+    } else if (st->issued > st->waited) {
+      emu::misuse("tmem_load() while a tcgen05_mma may still write tensor memory (the multiply "
+                  "issued last has not been committed and waited for): tcgen05_commit() and "
+                  "mbarrier_wait() first",
+                  where);
+    } else if ((u64)index + 128ull * N > dst.n) {
+      emu::out_of_bounds(dst.space, emu::kStore, index + 128u * N - 1u, dst.n, where);
+    } else {
+      const uint32_t* tm = emu::unit()->tmem;
+      for (u32 r = 0; r < 128; ++r) {
+        T* row = dst.p + index + r * N;
+        if (!emu::access(row, sizeof(T) * N, emu::kStore, where)) break;
+        memcpy(row, tm + r * 512 + col, 4 * N);
+      }
+    }
+  }
+  emu::sync_threads(where);
+}
+#else
+__device__ __forceinline__ u32 shared_address(const void* p) {
+  return (u32)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void mbar_init(u64* bars, u32 i, u32 count) {
+  if (unit_linear() == 0) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_address(bars + i)),
+                 "r"(count) : "memory");
+#if __CUDA_ARCH__ >= 900
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+  }
+  __syncthreads();
+}
+__device__ __forceinline__ void mbar_wait(u64* bars, u32 i, u32 parity) {
+  const u32 a = shared_address(bars + i);
+  u32 done = 0;
+  while (!done) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done) : "r"(a), "r"(parity) : "memory");
+#else
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done) : "r"(a), "r"(parity) : "memory");
+#endif
+  }
+}
+template <class T>
+__device__ __forceinline__ u64 tcgen05_desc(const T* mem, u32 index, u32 lbo, u32 sbo, u32 swizzle) {
+  return tcgen05_desc_bits(shared_address(mem + index), lbo, sbo, swizzle);
+}
+template <u32 C>
+__device__ __forceinline__ u32 tmem_alloc(u32* slot) {
+  if ((unit_linear() >> 5) == 0)
+    asm volatile("tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [%0], %1;" ::"r"(
+                     shared_address(slot)), "n"(C) : "memory");
+  asm volatile("tcgen05.fence::before_thread_sync;" ::: "memory");
+  __syncthreads();
+  asm volatile("tcgen05.fence::after_thread_sync;" ::: "memory");
+  const u32 t = *(volatile u32*)slot;
+  __syncthreads();  // read by every unit before another allocation writes the slot
+  return t;
+}
+template <u32 C>
+__device__ __forceinline__ void tmem_free(u32 t) {
+  asm volatile("tcgen05.fence::before_thread_sync;" ::: "memory");
+  __syncthreads();
+  asm volatile("tcgen05.fence::after_thread_sync;" ::: "memory");
+  if ((unit_linear() >> 5) == 0)
+    asm volatile("tcgen05.dealloc.cta_group::1.sync.aligned.b32 %0, %1;" ::"r"(t), "n"(C) : "memory");
+}
+template <class T, int N>
+__device__ __forceinline__ void tcgen05_mma(u32 d, u64 adesc, u64 bdesc, bool accumulate) {
+  if (unit_linear() != 0) return;
+  constexpr u32 idesc = tcgen05_idesc<T, N>();
+  const u32 acc = accumulate ? 1u : 0u;
+  asm volatile("tcgen05.fence::after_thread_sync;" ::: "memory");
+#define KILN_TCGEN05_MMA(KIND)                                                              \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\n"                                 \
+               "tcgen05.mma.cta_group::1.kind::" KIND " [%0], %1, %2, %3, p;\n}\n" ::"r"(d), \
+               "l"(adesc), "l"(bdesc), "r"(idesc), "r"(acc) : "memory")
+  if constexpr (tcgen05_kind<T>::kind == 0) KILN_TCGEN05_MMA("f16");
+  else if constexpr (tcgen05_kind<T>::kind == 1) KILN_TCGEN05_MMA("tf32");
+  else if constexpr (tcgen05_kind<T>::kind == 2) KILN_TCGEN05_MMA("f8f6f4");
+  else KILN_TCGEN05_MMA("i8");
+#undef KILN_TCGEN05_MMA
+}
+__device__ __forceinline__ void tcgen05_commit(u64* bars, u32 i) {
+  if (unit_linear() != 0) return;
+  asm volatile("tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [%0];" ::"r"(
+                   shared_address(bars + i)) : "memory");
+}
+// Warps 0-3 read their 32 lanes of tensor memory (warp w: lanes 32w .. 32w + 31; a unit's lane
+// is its row) 8 columns at a time, and write the rows to dst.
+template <u32 N, class T>
+__device__ __forceinline__ void tmem_load(T* dst, u32 index, u32 t) {
+  const u32 w = unit_linear() >> 5, lane = unit_linear() & 31u;
+  if (w < 4) {
+    asm volatile("tcgen05.fence::after_thread_sync;" ::: "memory");
+    T* row = dst + index + (w * 32u + lane) * N;
+    for (u32 c = 0; c < N; c += 8) {
+      u32 r[8];
+      asm volatile(
+          "tcgen05.ld.sync.aligned.32x32b.x8.b32 {%0, %1, %2, %3, %4, %5, %6, %7}, [%8];\n"
+          "tcgen05.wait::ld.sync.aligned;\n"
+          : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]), "=r"(r[4]), "=r"(r[5]), "=r"(r[6]),
+            "=r"(r[7])
+          : "r"(t + ((w * 32u) << 16) + c)
+          : "memory");
+      for (int e = 0; e < 8; ++e) row[c + e] = tmem_cell<T>(r[e]);
+    }
+  }
+  asm volatile("tcgen05.fence::before_thread_sync;" ::: "memory");
+  __syncthreads();
+}
+#endif
+// Shared arrays of wgmma or tcgen05 operands are read by the async proxy: a sync_cube in such
+// a kernel orders the units' own stores to them before the multiplies after it.
+__device__ __forceinline__ void fence_async_shared() {
+#if !defined(KILN_EMULATION) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
 
 }  // namespace kiln

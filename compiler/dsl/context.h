@@ -18,7 +18,8 @@ namespace kiln::dsl {
 struct TraceTarget {
   std::string name = "any";
   std::vector<ir::MatrixConfig> matrix = ir::matrix_configs();
-  bool wgmma = true;  // whether it runs warpgroup multiplies (wgmma.*)
+  bool wgmma = true;    // whether it runs warpgroup multiplies (wgmma.*)
+  bool tcgen05 = true;  // whether it has tensor memory and tcgen05 (tmem.*, tcgen05.*)
 };
 
 class TraceContext {

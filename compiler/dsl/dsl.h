@@ -19,5 +19,6 @@
 #include "compiler/dsl/matrix.h"
 #include "compiler/dsl/memory.h"
 #include "compiler/dsl/registry.h"
+#include "compiler/dsl/tensor_memory.h"
 #include "compiler/dsl/value.h"
 #include "compiler/dsl/var.h"

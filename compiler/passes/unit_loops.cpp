@@ -1,7 +1,8 @@
 // Unit-loop fission (see unit_loops.h for what it needs and gives).
 //
 // The kernel body is walked at three levels. At cube level, sync_cube splits the body into
-// segments, and control flow that contains a barrier (or a break out of such a loop, or a
+// segments (and so does each cube op, such as tcgen05.mma, which stays between them, once per
+// cube), and control flow that contains a barrier (or a break out of such a loop, or a
 // return under a uniform condition) is kept and runs once per cube. A segment without plane
 // ops becomes one `units` loop over the cube; a segment with plane ops becomes a loop over the
 // cube's planes, inside which plane ops and sync_plane split the segment into `units` loops
@@ -288,6 +289,12 @@ class Lowering {
     for (const Op& op : r.ops) {
       if (op.kind == OpKind::SyncCube) {
         flush_cube(s);
+      } else if (is_cube_op(op.kind)) {
+        // Once per cube, after the units before it and before those after it; its operands
+        // are the cube's (the verifier checks), so the first unit's serve.
+        flush_cube(s);
+        at_ = op.loc;
+        clone(s, op);
       } else if (op.kind == OpKind::AllocShared || op.kind == OpKind::AllocFrag) {
         root_->map[op.result] = prologue(op.kind, in_.type_of(op.result));
       } else if (is_jump(op.kind)) {

@@ -9,7 +9,7 @@ using namespace ir;
 // continue leaves an op unless the op is the loop it belongs to or contains that loop.
 OpFacts scan(const Op& op, std::unordered_map<const Op*, OpFacts>& out) {
   OpFacts f;
-  f.barrier = op.kind == OpKind::SyncCube;
+  f.barrier = op.kind == OpKind::SyncCube || is_cube_op(op.kind);
   f.plane = is_plane_op(op.kind) || op.kind == OpKind::SyncPlane;
   f.returns = op.kind == OpKind::Return;
   f.escaping = op.kind == OpKind::Break || op.kind == OpKind::Continue;

@@ -29,7 +29,7 @@ struct Facts {
 
 // Per op of the input: what its regions contain.
 struct OpFacts {
-  bool barrier = false;   // a sync_cube inside
+  bool barrier = false;   // a sync_cube or a cube op (tensor memory, tcgen05) inside
   bool plane = false;     // a plane op or sync_plane inside (or the op is one)
   bool escaping = false;  // a break/continue inside that leaves the op
   bool returns = false;   // a return inside

@@ -80,6 +80,7 @@ KILN_RUN(matmul_wgmma)
       return kiln::Dim3(kiln::kernels::ceil_div(d.dim("c", 1), d.comptime("tile_n")),
                         kiln::kernels::ceil_div(d.dim("c", 0), 64 * d.comptime("warpgroups")));
     })
+    .gpu_arch("sm_90a")
     .tolerance(1e-5, 1e-3)
     .flops([](const kiln::kernels::RunData& d) {
       return 2.0 * static_cast<double>(d.dim("c", 0)) * static_cast<double>(d.dim("c", 1)) *

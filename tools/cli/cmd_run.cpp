@@ -1,6 +1,7 @@
 // `kiln run KERNEL`: runs a registered kernel on random inputs, checks it against its C++
 // reference and times it. `kiln demo`: the same for every example kernel on every device.
 #include <cmath>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -169,11 +170,42 @@ int run_demo(int repeat) {
     }
     fmt::print("  {:<14} {:>12} {:>11} {:>10}  {}\n", "kernel", "first run", "median", "GB/s",
                "check");
+    std::map<std::string, Runtime> other_emulators;  // for per-architecture kernels
     for (const std::string& name : kernels::builtin_names()) {
-      if (!kernels::find_run_recipe(name)) continue;
+      const kernels::RunRecipe* recipe = kernels::find_run_recipe(name);
+      if (!recipe) continue;
+      // A per-architecture kernel runs on an emulator of its architecture, and is skipped on
+      // GPUs of another.
+      Runtime* on = &*rt;
+      std::string where;
+      const std::string& arch = recipe->gpu_arch();
+      const auto base = [](std::string a) {
+        if (!a.empty() && a.back() == 'a') a.pop_back();
+        return a;
+      };
+      if (!arch.empty() && d.info.kind != DeviceKind::Cpu && base(d.info.arch) != base(arch)) {
+        if (!emulated) {
+          fmt::print("  {:<14} skipped: written for {}, this GPU is {}\n", name, arch,
+                     d.info.arch);
+          continue;
+        }
+        const std::string device = "cuda-emu:" + arch;
+        auto it = other_emulators.find(device);
+        if (it == other_emulators.end()) {
+          auto other = Runtime::open(device);
+          if (!other) {
+            fmt::print("  {:<14} failed: {}\n", name, other.error().message);
+            all_passed = false;
+            continue;
+          }
+          it = other_emulators.emplace(device, std::move(*other)).first;
+        }
+        on = &it->second;
+        where = " on " + device;
+      }
       kernels::RunConfig config;
       config.repeat = emulated ? std::min(repeat, 2) : repeat;
-      auto r = kernels::run(*rt, name, config);
+      auto r = kernels::run(*on, name, config);
       if (!r) {
         fmt::print("  {:<14} failed: {}\n", name, r.error().message);
         all_passed = false;
@@ -183,6 +215,7 @@ int run_demo(int repeat) {
       double worst = 0;
       for (const auto& c : r->checks) worst = std::max(worst, c.max_abs_error);
       if (r->passed) check += fmt::format(" (max error {:.2g})", worst);
+      check += where;
       for (const auto& c : r->checks)
         if (c.mismatches) check += "; " + check_summary(c);
       all_passed = all_passed && r->passed;

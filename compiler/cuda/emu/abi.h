@@ -12,7 +12,7 @@
 
 namespace kiln::emu {
 
-inline constexpr uint32_t kAbiVersion = 2;
+inline constexpr uint32_t kAbiVersion = 3;
 
 struct Dim3 {
   uint32_t x, y, z;
@@ -22,12 +22,18 @@ struct Dim3 {
 struct Unit {
   Dim3 thread_idx, block_idx, block_dim, grid_dim;
   unsigned char* shared;                  // the cube's shared-memory arena
+  // The cube's tensor memory (tcgen05): 128 lanes x 512 columns of 32 bits, lane-major, and
+  // what the emulator tracks of it (TmemState).
+  uint32_t* tmem;
+  struct TmemState* tmem_state;
   alignas(16) unsigned char scratch[64];  // the target of an atomic on an index out of range
 };
 
 // Access kinds (`how`), combinable with kSharedSpace when the caller knows the address is in
-// the cube's shared arena.
-enum : uint32_t { kLoad = 1, kStore = 2, kAtomic = 4, kSharedSpace = 8 };
+// the cube's shared arena, and kAsync for a load by the tensor cores (tcgen05.mma): checked
+// against earlier stores, but not kept as a read that later stores race with, since the
+// mbarrier wait for the multiply orders it before them.
+enum : uint32_t { kLoad = 1, kStore = 2, kAtomic = 4, kSharedSpace = 8, kAsync = 16 };
 // Memory spaces of bounded (shared and local) arrays.
 enum : uint32_t { kGlobal = 0, kShared = 1, kLocal = 2 };
 // Warp collectives (the __reduce_*_sync ones on 32-bit values, signed or unsigned).
@@ -45,6 +51,16 @@ enum : uint32_t {
   kReduceAnd = 10,
   kReduceOr = 11,
   kReduceXor = 12,
+};
+
+// Per cube: the tensor-memory columns allocated (bit c: columns 32c .. 32c + 31), the
+// multiplies issued, covered by a commit and waited for (counts), and where the last allocation
+// was made.
+struct TmemState {
+  uint32_t allocated;
+  uint32_t issued, committed, waited;
+  const char* file;
+  uint32_t line;
 };
 
 struct Api {
@@ -66,6 +82,9 @@ struct Api {
   // A misuse of a CUDA feature that the hardware leaves undefined (a wgmma accumulator read
   // while the multiply is in flight, ...): `what` says which and how to fix it.
   void (*misuse)(const char* what, const char* file, uint32_t line);
+  // The unit waits for another to change memory (an mbarrier phase): the others run first. If
+  // no unit makes progress any more, the cube is stopped with `what` as the report.
+  void (*spin)(const char* what, const char* file, uint32_t line);
 };
 
 }  // namespace kiln::emu

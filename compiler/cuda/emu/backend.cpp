@@ -111,6 +111,7 @@ bool needs_fibers(const ir::Kernel& k) {
         any = true;
         break;
       default:
+        any = any || ir::is_cube_op(op.kind);  // they synchronize the cube, or wait on it
         break;
     }
   });
@@ -242,6 +243,9 @@ class EmuBackend final : public backend::Backend {
   }
   bool has_wgmma(const backend::Target& t) const override {
     return cuda::has_wgmma(arch_of(t).target);
+  }
+  bool has_tcgen05(const backend::Target& t) const override {
+    return cuda::has_tcgen05(arch_of(t).target);
   }
   std::string unsupported(const ir::Kernel& k, const ir::Op& op,
                           const backend::Target& t) const override {

@@ -38,6 +38,9 @@ inline void out_of_bounds(uint32_t space, uint32_t how, uint64_t index, uint64_t
 inline void misuse(const char* what, const Site& s) {
   g_api->misuse(what, s.file_name(), s.line());
 }
+inline void spin(const char* what, const Site& s) {
+  g_api->spin(what, s.file_name(), s.line());
+}
 inline void sync_threads(const Site& s = Site::current()) {
   g_api->barrier(s.file_name(), s.line());
 }

@@ -113,6 +113,13 @@ inline ir::Kernel traced(const dsl::KernelDef& def, const dsl::SpecOptions& opts
   return std::move(*k);
 }
 
+// Whether a trace error is a per-architecture kernel refusing `arch`: wgmma off sm_90a, tensor
+// memory and tcgen05 off sm_100a.
+inline bool refused_arch(const std::string& message, const std::string& arch) {
+  return (message.find("is an sm_90a instruction") != std::string::npos && arch != "sm_90a") ||
+         (message.find("are sm_100a instructions") != std::string::npos && arch != "sm_100a");
+}
+
 // Traces a registered kernel for a CUDA target (which it may ask about: has_mma, has_wgmma);
 // the trace's error when the kernel refuses the target.
 inline Result<ir::Kernel> traced_for(const dsl::KernelDef& def, const std::string& arch,

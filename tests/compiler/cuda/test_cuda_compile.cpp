@@ -37,10 +37,10 @@ TEST_CASE("every registered kernel compiles for every target and assembles", "[c
   for (const dsl::KernelDef* d : kernels) {
     for (const char* arch : test::kCudaTargets) {
       INFO(d->name << " for " << arch);
-      // Traced for the target: a per-architecture kernel (matmul_wgmma) refuses the others.
+      // Traced for the target: a per-architecture kernel (matmul_wgmma, matmul_tcgen05)
+      // refuses the others.
       auto k = test::traced_for(*d, arch);
-      if (!k.ok() && k.error().message.find("is an sm_90a instruction") != std::string::npos &&
-          std::string(arch) != "sm_90a") {
+      if (!k.ok() && test::refused_arch(k.error().message, arch)) {
         ++refused;
         continue;
       }
@@ -49,7 +49,7 @@ TEST_CASE("every registered kernel compiles for every target and assembles", "[c
       test::cuda_build(*k, arch);
     }
   }
-  CHECK(refused == 4);  // matmul_wgmma, on the four targets without wgmma
+  CHECK(refused == 8);  // matmul_wgmma and matmul_tcgen05, each on four targets
 }
 
 TEST_CASE("every instantiation, line width and checked mode compiles", "[cuda][compile]") {
@@ -60,7 +60,9 @@ TEST_CASE("every instantiation, line width and checked mode compiles", "[cuda][c
         if (p.kind == dsl::ParamKind::Tensor || p.kind == dsl::ParamKind::Array)
           o.dtype[p.name] = std::string(ir::elem_name(p.dtype));
       INFO(d->name << " (" << inst.dtype_summary() << "), checked");
-      test::cuda_build(test::traced(*d, o), "sm_90a", /*checked=*/true);
+      // sm_90a, or sm_100a for the kernels that are for it alone (matmul_tcgen05).
+      const char* arch = test::traced_for(*d, "sm_90a", o).ok() ? "sm_90a" : "sm_100a";
+      test::cuda_build(test::traced(*d, o), arch, /*checked=*/true);
     }
   }
   // Wide lines: 16 f32 lanes are four 16-byte accesses; f16x8 is one.

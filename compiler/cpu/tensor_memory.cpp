@@ -1,0 +1,150 @@
+// Tensor memory, tcgen05 and mbarriers on the CPU. The unit-loop lowering keeps these cube ops
+// at cube level, once per cube; each becomes a call to its kiln_rt_ function (compiler/cpu/abi.cpp)
+// with the cube's TmemBlock, which lives at the end of the shared arena. A multiply runs when it
+// is issued, so a commit completes its mbarrier phase at once and a wait only checks that the
+// phase it names has completed. A misuse the function reports becomes a failed assert naming
+// the op's DSL line, as the emulator reports it.
+#include "compiler/cpu/gen.h"
+
+namespace kiln::cpu::detail {
+
+namespace {
+
+// The misuse codes each op can return: consecutive, from first to last.
+std::pair<uint32_t, uint32_t> misuse_codes(OpKind k) {
+  switch (k) {
+    case OpKind::MbarWait:
+      return {kMbarNotInitialized, kMbarNeverCompletes};
+    case OpKind::Tcgen05Commit:
+      return {kMbarNotInitialized, kMbarNotInitialized};
+    case OpKind::TmemAlloc:
+      return {kTmemFull, kTmemFull};
+    case OpKind::TmemFree:
+      return {kTmemFreeNotAllocated, kTmemFreeInFlight};
+    case OpKind::Tcgen05Mma:
+      return {kMmaNotAllocated, kMmaPastArena};
+    case OpKind::TmemLoad:
+      return {kLoadNotAllocated, kLoadPastEnd};
+    default:
+      return {0, 0};
+  }
+}
+
+}  // namespace
+
+void Gen::place_tmem() {
+  bool uses = false;
+  ir::walk(K.body, [&](const ir::Op& op) {
+    uses = uses || ir::is_cube_op(op.kind);
+    if (op.kind == OpKind::TmemAlloc && tmem_alloc_at_.empty())
+      tmem_alloc_at_ = K.loc_string(op.loc);
+  });
+  if (!uses) return;
+  shared_bytes_ = (shared_bytes_ + 63) / 64 * 64;
+  tmem_offset_ = shared_bytes_;
+  tmem_ = B.CreateConstInBoundsGEP1_32(B.getInt8Ty(), shared_, shared_bytes_, "tmem");
+  shared_bytes_ += static_cast<uint32_t>(sizeof(TmemBlock));
+  info_.shared_bytes = shared_bytes_;
+}
+
+void Gen::tmem_cube_start() {
+  if (tmem_) B.CreateMemSet(tmem_, B.getInt8(0), 64, llvm::MaybeAlign(64));
+}
+
+void Gen::tmem_cube_end() {
+  if (!tmem_) return;
+  auto callee = M.getOrInsertFunction(
+      "kiln_rt_tmem_end", llvm::FunctionType::get(B.getInt32Ty(), {B.getPtrTy()}, false));
+  report_misuse(B.CreateCall(callee, {tmem_}), kTmemNotFreed, kTmemNotFreed, tmem_alloc_at_);
+}
+
+// code (0 or one of first..last) -> a failed assert at the site of that code's message.
+void Gen::report_misuse(Value* code, uint32_t first, uint32_t last, const std::string& where) {
+  const auto base = static_cast<uint32_t>(info_.asserts.size());
+  for (uint32_t c = first; c <= last; ++c)
+    info_.asserts.push_back(AssertSite{tmem_misuse_message(c), where});
+  auto* fail = llvm::BasicBlock::Create(C, "tmem.misuse", F);
+  auto* cont = llvm::BasicBlock::Create(C, "tmem.ok", F);
+  B.CreateCondBr(B.CreateICmpEQ(code, B.getInt32(0)), cont, fail);
+  B.SetInsertPoint(fail);
+  auto callee = M.getOrInsertFunction(
+      "kiln_rt_assert_failed",
+      llvm::FunctionType::get(
+          B.getVoidTy(), {B.getPtrTy(), B.getInt32Ty(), B.getInt32Ty(), B.getInt32Ty()}, false));
+  B.CreateCall(callee, {state_, B.CreateAdd(B.getInt32(base - first), code), cube_,
+                        B.getInt32(0)});
+  B.CreateBr(cont);
+  B.SetInsertPoint(cont);
+}
+
+// A tcgen05 shared-memory descriptor as the GPU encodes it (compiler/cuda/prelude.cuh,
+// tcgen05_desc_bits), with the address taken from the start of the cube's arena.
+void Gen::tcgen05_desc(const ir::Op& op) {
+  Value* at =
+      B.CreatePtrDiff(B.getInt8Ty(), element_ptr(op.operands[0], v(op.operands[1])), shared_);
+  auto field = [&](Value* x, uint64_t shift) {
+    Value* f = B.CreateAnd(B.CreateLShr(B.CreateZExt(x, B.getInt64Ty()), 4), 0x3fff);
+    return B.CreateShl(f, shift);
+  };
+  const uint64_t mode = op.attr.i == 128 ? 2 : op.attr.i == 64 ? 4 : op.attr.i == 32 ? 6 : 0;
+  Value* d = B.CreateLShr(B.CreateAnd(at, B.getInt64(0x3ffff)), 4);
+  d = B.CreateOr(d, field(v(op.operands[2]), 16));
+  d = B.CreateOr(d, field(v(op.operands[3]), 32));
+  d = B.CreateOr(d, B.getInt64(uint64_t{1} << 46 | mode << 61));
+  set(op.result, d);
+}
+
+void Gen::cube_op(const ir::Op& op) {
+  KILN_CHECK(tmem_, "a cube op in a kernel without a tensor-memory block");
+  llvm::Type* i32 = B.getInt32Ty();
+  llvm::Type* i64 = B.getInt64Ty();
+  llvm::Type* ptr = B.getPtrTy();
+  auto call = [&](const char* name, std::vector<llvm::Type*> types, std::vector<Value*> args) {
+    auto callee = M.getOrInsertFunction(name, llvm::FunctionType::get(i32, types, false));
+    return B.CreateCall(callee, args);
+  };
+  auto bar = [&] { return element_ptr(op.operands[0], v(op.operands[1])); };
+  Value* code = nullptr;
+  switch (op.kind) {
+    case OpKind::MbarInit:
+      call("kiln_rt_mbar_init", {ptr, i32},
+           {bar(), B.getInt32(static_cast<uint32_t>(op.attr.i))});
+      return;
+    case OpKind::MbarWait:
+      code = call("kiln_rt_mbar_wait", {ptr, ptr, i32}, {tmem_, bar(), v(op.operands[2])});
+      break;
+    case OpKind::Tcgen05Commit:
+      code = call("kiln_rt_tcgen05_commit", {ptr, ptr}, {tmem_, bar()});
+      break;
+    case OpKind::TmemAlloc: {
+      Value* slot = entry_alloca(i32, nullptr, fmt::format("tmem.slot{}", op.result));
+      code = call("kiln_rt_tmem_alloc", {ptr, i32, ptr},
+                  {tmem_, B.getInt32(static_cast<uint32_t>(op.attr.i)), slot});
+      set(op.result, B.CreateLoad(i32, slot));
+      break;
+    }
+    case OpKind::TmemFree:
+      code = call("kiln_rt_tmem_free", {ptr, i32, i32},
+                  {tmem_, v(op.operands[0]), B.getInt32(static_cast<uint32_t>(op.attr.i))});
+      break;
+    case OpKind::Tcgen05Mma:
+      code = call("kiln_rt_tcgen05_mma", {ptr, ptr, i32, i32, i64, i64, i32, i32, i32},
+                  {tmem_, shared_, B.getInt32(tmem_offset_), v(op.operands[0]),
+                   v(op.operands[1]), v(op.operands[2]), B.CreateZExt(v(op.operands[3]), i32),
+                   B.getInt32(static_cast<uint32_t>(op.attr.i & 0xff)),
+                   B.getInt32(static_cast<uint32_t>(op.attr.i >> 8))});
+      break;
+    case OpKind::TmemLoad:
+      code = call("kiln_rt_tmem_load", {ptr, ptr, i32, i32, i32, i32},
+                  {tmem_, element_ptr(op.operands[0], B.getInt32(0)),
+                   mem_.at(op.operands[0]).len, v(op.operands[1]), v(op.operands[2]),
+                   B.getInt32(static_cast<uint32_t>(op.attr.i))});
+      break;
+    default:
+      KILN_CHECK(false, "cube_op of an op that is not a cube op");
+  }
+  const auto [first, last] = misuse_codes(op.kind);
+  report_misuse(code, first, last, K.loc_string(op.loc));
+}
+
+}  // namespace kiln::cpu::detail

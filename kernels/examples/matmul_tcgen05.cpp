@@ -1,0 +1,124 @@
+// matmul_tcgen05: C = A * B^T with Blackwell's tcgen05 multiplies into tensor memory (sm_100a),
+// the per-architecture counterpart of matmul_wgmma. a is M x K and b is N x K (B transposed:
+// both operands K-major), c is M x N. A cube of 128 units owns a 128 x tile_n tile of C, whose
+// product lives in tile_n columns of tensor memory. Per round of k it stages its A and B tiles in
+// shared memory in kiln's K-major layout for `swizzle` (what TMA writes), one unit issues a
+// tcgen05.mma per k step and commits them to an mbarrier, and every unit waits on the round's
+// phase before the tiles are overwritten. At the end the product is copied from tensor memory
+// into shared memory and stored.
+// It runs where has_tcgen05() holds: sm_100a, the CPU (kiln_rt_tcgen05_mma, once per cube) and
+// the emulator as cuda-emu:sm_100a; on other targets tracing it is an error naming the target.
+#include <cstring>
+#include <vector>
+
+#include "compiler/dsl/dsl.h"
+#include "kernels/run.h"
+
+using namespace kiln::dsl;
+
+template <class T>
+void matmul_tcgen05(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, int tile_n,
+                    int swizzle, int k_rows) {
+  using Acc = mma_acc_t<T>;
+  const Swizzle sw = static_cast<Swizzle>(swizzle);
+  // k per round: k_rows rows of the swizzle (W bytes each), or of 64 bytes without one.
+  const int row_bytes = swizzle ? swizzle : 64, steps = row_bytes / 32 * k_rows;
+  const auto kc = static_cast<uint32_t>(mma_k_step<T>() * steps),
+             un = static_cast<uint32_t>(tile_n);
+  // Tensor memory comes in powers of two of at least 32 columns.
+  int columns = 32;
+  while (columns < tile_n) columns *= 2;
+  u32 m = a.shape(0), k = a.shape(1), n = b.shape(0);
+  assert_(b.shape(1) == k && c.shape(0) == m && c.shape(1) == n,
+          "a must be M x K, b N x K (B transposed) and c M x N");
+  auto as = shared_array<T>(128u * kc);
+  auto bs = shared_array<T>(un * kc);
+  auto cs = shared_array<Acc>(128u * un);
+  auto bar = shared_array<u64>(1);
+  u32 m0 = cube_pos_y() * 128u, n0 = cube_pos_x() * un;
+  mbarrier_init(bar, 0u);
+  u32 d = tmem_alloc(columns);
+  for_range(0u, k, kc, [&](u32 k0) {
+    // The cube's A rows and B rows of this round, zero outside the matrices.
+    for_range(unit_pos(), 128u * kc, 128u, [&](u32 e) {
+      u32 r = e / kc, kk = e % kc, row = m0 + r, col = k0 + kk;
+      as[wgmma_tile_index<T>(sw, 128, r, kk)] =
+          select(row < m && col < k, a[min(row * k + col, a.len() - 1u)], T(0));
+    });
+    for_range(unit_pos(), un * kc, 128u, [&](u32 e) {
+      u32 r = e / kc, kk = e % kc, row = n0 + r, col = k0 + kk;
+      bs[wgmma_tile_index<T>(sw, tile_n, r, kk)] =
+          select(row < n && col < k, b[min(row * k + col, b.len() - 1u)], T(0));
+    });
+    sync_cube();
+    // The first multiply of the first round writes D; every other one adds to it.
+    for (int s = 0; s < steps; ++s) {
+      auto adesc = tcgen05_tile_desc(as, 0u, 128, sw, static_cast<uint32_t>(s));
+      auto bdesc = tcgen05_tile_desc(bs, 0u, tile_n, sw, static_cast<uint32_t>(s));
+      if (s == 0)
+        tcgen05_mma<T>(d, adesc, bdesc, tile_n, k0 > 0u);
+      else
+        tcgen05_mma<T>(d, adesc, bdesc, tile_n, true);
+    }
+    tcgen05_commit(bar, 0u);
+    mbarrier_wait(bar, 0u, (k0 / kc) & 1u);  // round r completes phase r
+  });
+  tmem_load(cs, 0u, d, tile_n);
+  tmem_free(d, columns);
+  // K = 0 leaves the product unwritten: it is zero.
+  for_range(unit_pos(), 128u * un, 128u, [&](u32 e) {
+    u32 r = e / un, col = e % un, row = m0 + r, cc = n0 + col;
+    if_(row < m && cc < n, [&] { c[row * n + cc] = select(k > 0u, cs[e], Acc(0)); });
+  });
+}
+KILN_KERNEL_GENERIC(matmul_tcgen05,
+                    "a: rank=2, b: rank=2, c: rank=2, tile_n = 128 in 16..256, swizzle = 128 in "
+                    "0..128, k_rows = 1 in 1..4",
+                    f16, bf16, f32, i8, u8, f8e4m3, f8e5m2)
+    .cube_dim([](const ComptimeArgs&) -> CubeDim { return {128, 1, 1}; })
+    .describe("C = A * B^T with tcgen05 and tensor memory (sm_100a; the CPU and "
+              "cuda-emu:sm_100a run it too)");
+
+KILN_RUN(matmul_tcgen05)
+    .shape("a", {200, 136})
+    .shape("b", {264, 136})  // N x K
+    .shape("c",
+           [](const kiln::kernels::RunData& d) {
+             return std::vector<int64_t>{d.dim("a", 0), d.dim("b", 0)};
+           })
+    .values("a", 0, 7)
+    .values("b", 0, 7)
+    .cubes([](const kiln::kernels::RunData& d) {
+      return kiln::Dim3(kiln::kernels::ceil_div(d.dim("c", 1), d.comptime("tile_n")),
+                        kiln::kernels::ceil_div(d.dim("c", 0), 128));
+    })
+    .gpu_arch("sm_100a")
+    .tolerance(1e-5, 1e-3)
+    .flops([](const kiln::kernels::RunData& d) {
+      return 2.0 * static_cast<double>(d.dim("c", 0)) * static_cast<double>(d.dim("c", 1)) *
+             static_cast<double>(d.dim("a", 1));
+    })
+    .reference([](kiln::kernels::RunData& d) {
+      const auto m = static_cast<size_t>(d.dim("c", 0)), n = static_cast<size_t>(d.dim("c", 1));
+      const auto k = static_cast<size_t>(d.dim("a", 1));
+      // tcgen05 reads f32 as tf32, ignoring the 13 low mantissa bits.
+      const bool is_tf32 = d.dtype("a") == kiln::ir::ElemType::F32;
+      auto in = [&](double x) {
+        if (!is_tf32) return x;
+        float f = static_cast<float>(x);
+        uint32_t u;
+        std::memcpy(&u, &f, 4);
+        u &= 0xffffe000u;
+        std::memcpy(&f, &u, 4);
+        return static_cast<double>(f);
+      };
+      const auto& a = d["a"];
+      const auto& b = d["b"];
+      auto& c = d["c"];
+      for (size_t i = 0; i < m; ++i)
+        for (size_t j = 0; j < n; ++j) {
+          double s = 0.0;
+          for (size_t kk = 0; kk < k; ++kk) s += in(a[i * k + kk]) * in(b[j * k + kk]);
+          c[i * n + j] = s;
+        }
+    });
