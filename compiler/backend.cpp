@@ -43,6 +43,10 @@ bool Backend::has_tcgen05(const Target&) const {
   return true;
 }
 
+bool Backend::has_mma_scaled(const Target&) const {
+  return true;
+}
+
 std::string Backend::unsupported(const ir::Kernel&, const ir::Op&, const Target&) const {
   return {};
 }
@@ -111,6 +115,7 @@ std::shared_ptr<const dsl::TraceTarget> trace_target(const Target& t) {
   tt->matrix = t.backend->matrix_configs(t);
   tt->wgmma = t.backend->has_wgmma(t);
   tt->tcgen05 = t.backend->has_tcgen05(t);
+  tt->mma_scaled = t.backend->has_mma_scaled(t);
   return tt;
 }
 

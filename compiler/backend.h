@@ -102,6 +102,9 @@ class Backend {
   // Whether the target has tensor memory and tcgen05 (tmem.*, tcgen05.*): all by default (the
   // CPU), sm_100a only among the GPUs.
   virtual bool has_tcgen05(const Target& t) const;
+  // Whether the target runs block-scaled multiplies (frag.mma_scaled): all by default (the
+  // CPU), sm_120a only among the GPUs.
+  virtual bool has_mma_scaled(const Target& t) const;
 
   // Stages after "ir" and "ir-opt", in order.
   virtual const std::vector<Stage>& own_stages() const = 0;

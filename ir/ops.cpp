@@ -186,6 +186,23 @@ std::string check_frag_op(Sig sig, const std::string& name, std::span<const Type
             elem_name(a.elem), elem_name(frag_acc_elem(a.elem)), elem_name(c.elem));
       break;
     }
+    case Sig::FragMmaScaled: {
+      KILN_REQ(check_frag_op(Sig::FragMma, name, ops.subspan(0, 3), attr));
+      if (!is_f8(ops[1].elem))
+        return fmt::format("'{}' multiplies f8e4m3 or f8e5m2 inputs (kind::mxf8f6f4), not {}",
+                           name, elem_name(ops[1].elem));
+      for (size_t m : {size_t{3}, size_t{6}}) {
+        const Type& t = ops[m];
+        if (!(t.is_global() || t.kind == TypeKind::Shared) || t.elem != ElemType::U8 ||
+            t.lanes != 1)
+          return fmt::format("the {} scales of '{}' are ue8m0 codes in global or shared memory "
+                             "of u8 (line width 1), not {}",
+                             m == 3 ? "A" : "B", name, tn(t));
+        KILN_REQ(need_u32(m + 1, m == 3 ? "A scale index" : "B scale index"));
+        KILN_REQ(need_u32(m + 2, m == 3 ? "A scale stride" : "B scale stride"));
+      }
+      break;
+    }
     case Sig::FragCast:
       KILN_REQ(need_frag(0, "destination"));
       KILN_REQ(need_frag(1, "source"));
@@ -401,6 +418,8 @@ int sig_operand_count(Sig sig) {
     case Sig::FragLoad:
     case Sig::FragStore:
       return 6;
+    case Sig::FragMmaScaled:
+      return 9;
     case Sig::Print:
       return -1;
   }
@@ -424,6 +443,7 @@ bool sig_has_result(Sig sig) {
     case Sig::FragStore:
     case Sig::FragMma:
     case Sig::FragCast:
+    case Sig::FragMmaScaled:
     case Sig::Wgmma:
     case Sig::WgmmaWait:
     case Sig::MbarInit:
@@ -494,6 +514,7 @@ bool is_frag_op(OpKind k) {
     case OpKind::FragStore:
     case OpKind::FragMma:
     case OpKind::FragCast:
+    case OpKind::FragMmaScaled:
     case OpKind::Wgmma:
     case OpKind::WgmmaFence:
     case OpKind::WgmmaCommit:
@@ -895,6 +916,7 @@ std::string check_op_types(OpKind kind, std::span<const Type> ops, const Attr& a
     case Sig::FragMma:
     case Sig::FragCast:
     case Sig::FragPlane:
+    case Sig::FragMmaScaled:
     case Sig::Wgmma:
       KILN_REQ(check_frag_op(info.sig, name, ops, attr));
       if (info.sig == Sig::FragPlane) out = ops[0];

@@ -62,6 +62,8 @@ enum class Sig : uint8_t {
   FragStore,      // frag.store %m, %i, %stride, %rows, %cols, %f, row|col  f: an accumulator
   FragMma,        // frag.mma %acc, %a, %b                   acc += a * b
   FragCast,       // frag.cast %dst, %src                    accumulators of one shape
+  FragMmaScaled,  // frag.mma_scaled %acc, %a, %b, %sa, %sai, %sas, %sb, %sbi, %sbs
+                  //   acc += (A * SA) (B * SB); SA(r, j) = sa[sai + r sas + j] (u8 ue8m0 codes)
   FragPlane,      // %r = frag.plane %f, %p : frag<...>      (lowered kernels only)
   WgmmaDesc,      // %r = wgmma.desc %m, %i, %lbo, %sbo, SWIZZLE : u64   m: shared memory
   Wgmma,          // wgmma.mma %acc, %adesc, %bdesc, T        acc += A * B (T: the input type)

@@ -226,6 +226,36 @@ extern "C" uint32_t kiln_rt_wgmma(void* acc, uint32_t plane, const void* shared,
   }
 }
 
+// ---- block-scaled multiplies --------------------------------------------------------------------
+
+extern "C" uint32_t kiln_rt_mma_scaled(float* acc, const float* a, const float* b, uint32_t m,
+                                       uint32_t n, uint32_t k, const uint8_t* sa, uint32_t sa_len,
+                                       uint32_t sai, uint32_t sas, const uint8_t* sb,
+                                       uint32_t sb_len, uint32_t sbi, uint32_t sbs) {
+  uint32_t bad = 0;
+  auto code = [&](const uint8_t* s, uint32_t len, uint32_t i, uint32_t tag) -> uint32_t {
+    if (i < len) return s[i];
+    if (!bad) bad = (i + 1) | tag;
+    return 127;
+  };
+  // As the emulator: each exact product scaled by 2^(ea + eb - 254), added in order over k.
+  for (uint32_t r = 0; r < m; ++r)
+    for (uint32_t c = 0; c < n; ++c) {
+      float sum = acc[r * n + c];
+      for (uint32_t j = 0; j < k / 32; ++j) {
+        const uint32_t ea = code(sa, sa_len, sai + r * sas + j, 0);
+        const uint32_t eb = code(sb, sb_len, sbi + c * sbs + j, 0x80000000u);
+        for (uint32_t kk = 32 * j; kk < 32 * j + 32; ++kk) {
+          const float p = a[r * k + kk] * b[kk * n + c];
+          sum += ea == 255 || eb == 255 ? bits_float(0x7fc00000u)
+                                        : std::ldexp(p, static_cast<int>(ea + eb) - 254);
+        }
+      }
+      acc[r * n + c] = sum;
+    }
+  return bad;
+}
+
 // ---- tensor memory and tcgen05 -----------------------------------------------------------------
 
 namespace {

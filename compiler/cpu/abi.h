@@ -68,6 +68,14 @@ void kiln_rt_fault(void* state, uint32_t site, uint32_t index, uint32_t bound, u
 // the first byte offset past the arena that a descriptor reaches (read as zero).
 uint32_t kiln_rt_wgmma(void* acc, uint32_t plane, const void* shared, uint32_t shared_bytes,
                        uint64_t adesc, uint64_t bdesc, uint32_t elem, uint32_t n);
+// frag.mma_scaled for one plane: acc (m x n, row-major f32) += (A * SA) (B * SB), A (m x k) and
+// B (k x n) row-major f32 (widened f8), SA(r, j) = sa[sai + r sas + j] and SB(c, j) =
+// sb[sbi + c sbs + j] ue8m0 codes (2^(e - 127); 255 NaN) for each k block j of 32. An index
+// past its memory reads 127; the result is 0, or 1 + that index (+ 2^31 when it is B's).
+uint32_t kiln_rt_mma_scaled(float* acc, const float* a, const float* b, uint32_t m, uint32_t n,
+                            uint32_t k, const uint8_t* sa, uint32_t sa_len, uint32_t sai,
+                            uint32_t sas, const uint8_t* sb, uint32_t sb_len, uint32_t sbi,
+                            uint32_t sbs);
 // The cube ops of tensor memory and tcgen05, run once per cube with `tm` the cube's TmemBlock
 // (ir/ir.h, "Tensor memory"; the mbarrier word is laid out as the emulator's). Each returns 0
 // or a kiln::cpu::TmemMisuse; a multiply or copy that finds one does nothing.

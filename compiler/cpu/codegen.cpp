@@ -511,6 +511,7 @@ void Gen::emit_scalar(const ir::Op& op) {
     case OpKind::FragStore:
     case OpKind::FragMma:
     case OpKind::FragCast:
+    case OpKind::FragMmaScaled:
     case OpKind::WgmmaDesc:
     case OpKind::Wgmma:
       emit_frag(op);

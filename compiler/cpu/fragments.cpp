@@ -170,6 +170,9 @@ void Gen::emit_frag(const ir::Op& op) {
     case OpKind::FragMma:
       frag_mma(op);
       return;
+    case OpKind::FragMmaScaled:
+      frag_mma_scaled(op);
+      return;
     case OpKind::FragCast: {
       const ir::Type& d = type(op.operands[0]);
       const ir::Type& src = type(op.operands[1]);
@@ -564,6 +567,49 @@ void Gen::wgmma(const ir::Op& op) {
   B.CreateCondBr(B.CreateICmpNE(bad, B.getInt32(0)), fault_bb, cont);
   B.SetInsertPoint(fault_bb);
   call_fault(site, B.CreateSub(bad, B.getInt32(1)), B.getInt32(info_.shared_bytes), B.getInt32(0));
+  B.CreateBr(cont);
+  B.SetInsertPoint(cont);
+}
+
+}  // namespace kiln::cpu::detail
+
+namespace kiln::cpu::detail {
+
+// A block-scaled multiply runs in kiln_rt_mma_scaled (compiler/cpu/abi.cpp) on the plane's
+// copies of the fragments (f8 inputs are widened to f32 when loaded). A scale index past its
+// memory reads a scale of 1; checked launches report it.
+void Gen::frag_mma_scaled(const ir::Op& op) {
+  const ir::Type& c = type(op.operands[0]);
+  llvm::Type* i32 = B.getInt32Ty();
+  llvm::Type* ptr = B.getPtrTy();
+  auto callee = M.getOrInsertFunction(
+      "kiln_rt_mma_scaled",
+      llvm::FunctionType::get(i32, {ptr, ptr, ptr, i32, i32, i32, ptr, i32, i32, i32, ptr, i32,
+                                    i32, i32},
+                              false));
+  auto scales = [&](size_t m) {
+    return std::array<Value*, 4>{element_ptr(op.operands[m], B.getInt32(0)),
+                                 mem_.at(op.operands[m]).len, v(op.operands[m + 1]),
+                                 v(op.operands[m + 2])};
+  };
+  const auto sa = scales(3), sb = scales(6);
+  Value* bad = B.CreateCall(
+      callee, {v(op.operands[0]), v(op.operands[1]), v(op.operands[2]), B.getInt32(c.m),
+               B.getInt32(c.n), B.getInt32(c.k), sa[0], sa[1], sa[2], sa[3], sb[0], sb[1], sb[2],
+               sb[3]});
+  if (!O.checked) return;
+  // bad: 0, or 1 + the index past the memory, + 2^31 when it was in B's scales.
+  const auto site = static_cast<uint32_t>(info_.accesses.size());
+  info_.accesses.push_back(AccessSite{"frag.mma_scaled", "the A scales", K.loc_string(op.loc)});
+  info_.accesses.push_back(AccessSite{"frag.mma_scaled", "the B scales", K.loc_string(op.loc)});
+  auto* fault_bb = llvm::BasicBlock::Create(C, "scales.fault", F);
+  auto* cont = llvm::BasicBlock::Create(C, "scales.checked", F);
+  B.CreateCondBr(B.CreateICmpNE(bad, B.getInt32(0)), fault_bb, cont);
+  B.SetInsertPoint(fault_bb);
+  Value* in_b = B.CreateLShr(bad, 31);
+  Value* index = B.CreateSub(B.CreateAnd(bad, 0x7fffffff), B.getInt32(1));
+  call_fault(0, index, B.CreateSelect(B.CreateICmpNE(in_b, B.getInt32(0)), sb[1], sa[1]),
+             B.getInt32(0), B.CreateAdd(B.getInt32(site), in_b));
   B.CreateBr(cont);
   B.SetInsertPoint(cont);
 }

@@ -426,13 +426,15 @@ class Gen {
     return site;
   }
 
-  void call_fault(uint32_t site, Value* index, Value* bound, Value* unit) {
+  void call_fault(uint32_t site, Value* index, Value* bound, Value* unit,
+                  Value* site_value = nullptr) {
     auto callee = M.getOrInsertFunction(
         "kiln_rt_fault", llvm::FunctionType::get(B.getVoidTy(),
                                                  {B.getPtrTy(), B.getInt32Ty(), B.getInt32Ty(),
                                                   B.getInt32Ty(), B.getInt32Ty(), B.getInt32Ty()},
                                                  false));
-    B.CreateCall(callee, {state_, B.getInt32(site), index, bound, cube_, unit});
+    B.CreateCall(callee, {state_, site_value ? site_value : B.getInt32(site), index, bound, cube_,
+                          unit});
   }
 
   llvm::AllocaInst* entry_alloca(llvm::Type* t, Value* count, const std::string& name) {
@@ -748,6 +750,7 @@ class Gen {
   struct MmaSteps;
   void frag_mma(const ir::Op& op);
   void frag_mma_vnni(const ir::Op& op);
+  void frag_mma_scaled(const ir::Op& op);
   void mma_blocks(const ir::Op& op, const MmaSteps& s);
   Value* mma_b(const ir::Op& op, const MmaSteps& s, Value* step, int j);
   void wgmma_desc(const ir::Op& op);

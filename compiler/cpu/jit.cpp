@@ -270,6 +270,7 @@ class Jit {
     runtime[jit_->mangleAndIntern("kiln_rt_wgmma")] = {
         llvm::orc::ExecutorAddr::fromPtr(&kiln_rt_wgmma), llvm::JITSymbolFlags::Exported};
     const std::pair<const char*, void*> tmem_functions[] = {
+        {"kiln_rt_mma_scaled", reinterpret_cast<void*>(&kiln_rt_mma_scaled)},
         {"kiln_rt_mbar_init", reinterpret_cast<void*>(&kiln_rt_mbar_init)},
         {"kiln_rt_mbar_wait", reinterpret_cast<void*>(&kiln_rt_mbar_wait)},
         {"kiln_rt_tmem_alloc", reinterpret_cast<void*>(&kiln_rt_tmem_alloc)},

@@ -387,6 +387,9 @@ class Gen {
       if (access && O.checked)
         used_.insert(
             {op.operands[0], type(op.operands[0]).kind == TypeKind::Tensor ? "ext" : "len"});
+      if (op.kind == OpKind::FragMmaScaled && O.checked)
+        for (size_t m : {size_t{3}, size_t{6}})
+          used_.insert({op.operands[m], type(op.operands[m]).kind == TypeKind::Tensor ? "ext" : "len"});
       if ((op.kind == OpKind::FragLoad || op.kind == OpKind::FragStore) && O.checked) {
         const ValueId m = op.operands[op.kind == OpKind::FragLoad ? 1 : 0];
         used_.insert({m, type(m).kind == TypeKind::Tensor ? "ext" : "len"});
@@ -1006,6 +1009,19 @@ class Gen {
         wgmma_touch(op);
         line(fmt::format("kiln::frag_cast({}, {});", v(op.operands[0]), v(op.operands[1])));
         return {};
+      case OpKind::FragMmaScaled: {
+        wgmma_touch(op);
+        // Each scale array with its bound, and the report where the launch is checked.
+        auto scales = [&](size_t m) {
+          return fmt::format("{}, {}, {}, {}, {}u", v(op.operands[m]), v(op.operands[m + 1]),
+                             v(op.operands[m + 2]), O.checked ? bound(op.operands[m]) : "0u",
+                             O.checked ? access_site(op, m) : 0u);
+        };
+        line(fmt::format("kiln::frag_mma_scaled({}, {}, {}, {}, {}, {});", v(op.operands[0]),
+                         v(op.operands[1]), v(op.operands[2]), scales(3), scales(6),
+                         O.checked ? "kiln_report, kiln_key" : "nullptr, 0ull"));
+        return {};
+      }
       case OpKind::Units:
       case OpKind::FragPlane:
         break;
@@ -1049,6 +1065,10 @@ bool has_tcgen05(const Target& arch) {
   return arch.sm == 100 && arch.arch_specific;
 }
 
+bool has_mma_scaled(const Target& arch) {
+  return arch.sm == 120 && arch.arch_specific;
+}
+
 std::string unsupported_fragment(const ir::Op& op, const ir::Kernel& k, const Target& arch) {
   const bool wgmma = op.kind == OpKind::WgmmaDesc || op.kind == OpKind::Wgmma ||
                      op.kind == OpKind::WgmmaFence || op.kind == OpKind::WgmmaCommit ||
@@ -1066,6 +1086,10 @@ std::string unsupported_fragment(const ir::Op& op, const ir::Kernel& k, const Ta
         "tensor memory and tcgen05 are sm_100a instructions; {} has none (ask has_tcgen05() at "
         "trace time and take another path there)",
         arch.name());
+  if (op.kind == OpKind::FragMmaScaled && !has_mma_scaled(arch))
+    return fmt::format("block-scaled mma (kind::mxf8f6f4) is an sm_120a instruction; {} has none "
+                       "(ask has_mma_scaled() at trace time)",
+                       arch.name());
   if (op.kind == OpKind::Tcgen05Desc && !has_tcgen05(arch))
     return fmt::format("tcgen05.desc describes operands of tcgen05.mma, which {} lacks (sm_100a "
                        "only)",

@@ -61,6 +61,8 @@ std::string unsupported_fragment(const ir::Op& op, const ir::Kernel& k, const Ta
 bool has_wgmma(const Target& arch);
 // Whether the arch has tensor memory and tcgen05: sm_100a only (sm_120a has neither).
 bool has_tcgen05(const Target& arch);
+// Whether the arch runs block-scaled mma.sync (kind::mxf8f6f4): sm_120a only.
+bool has_mma_scaled(const Target& arch);
 
 // The prelude's text and the name the generated source includes it by.
 const std::string& prelude();

@@ -107,6 +107,9 @@ class CudaBackend final : public backend::Backend {
   bool has_tcgen05(const backend::Target& t) const override {
     return cuda::has_tcgen05(arch_of(t).target);
   }
+  bool has_mma_scaled(const backend::Target& t) const override {
+    return cuda::has_mma_scaled(arch_of(t).target);
+  }
   std::string unsupported(const ir::Kernel& k, const ir::Op& op,
                           const backend::Target& t) const override {
     return cuda::unsupported_fragment(op, k, arch_of(t).target);

@@ -1127,11 +1127,12 @@ inline f32 mma_madd(f32 acc, f32 a, f32 b) {
 }
 inline i32 mma_madd(i32 acc, i8 a, i8 b) { return (i32)((u32)acc + (u32)((i32)a * (i32)b)); }
 inline i32 mma_madd(i32 acc, u8 a, u8 b) { return (i32)((u32)acc + (u32)a * (u32)b); }
-template <class T, class C>
-inline void mma_tile(C* d, const u32* a, const u32* b KILN_WHERE) {
+// Rows g and g + 8 of A and columns 2t and 2t + 1 of B (lane 4g + t), from the lanes that
+// hold them.
+template <class T>
+inline void mma_gather(const u32* a, const u32* b, T (&arow)[2][32], T (&bcol)[2][32] KILN_WHERE) {
   const int ks = mma_input<T>::ks, pack = mma_input<T>::pack;
   const u32 lane = unit_linear() & 31u, g = lane >> 2, t = lane & 3u;
-  T arow[2][32], bcol[2][32];  // rows g and g + 8 of A, columns 2t and 2t + 1 of B
   for (u32 src_t = 0; src_t < 4; ++src_t) {
     u32 ar[4], br[2][2];
     for (int r = 0; r < 4; ++r) ar[r] = __shfl_sync(0xffffffffu, a[r], (int)(4 * g + src_t) KILN_AT);
@@ -1152,6 +1153,12 @@ inline void mma_tile(C* d, const u32* a, const u32* b KILN_WHERE) {
           bcol[n][pack * src_t + h + ks / 2 * r] = x;
         }
   }
+}
+template <class T, class C>
+inline void mma_tile(C* d, const u32* a, const u32* b KILN_WHERE) {
+  const int ks = mma_input<T>::ks;
+  T arow[2][32], bcol[2][32];
+  mma_gather<T>(a, b, arow, bcol KILN_AT);
   for (int e = 0; e < 4; ++e) {
     C acc = d[e];
     for (int k = 0; k < ks; ++k) acc = mma_madd(acc, arow[e >> 1][k], bcol[e & 1][k]);
@@ -1186,6 +1193,91 @@ KILN_MMA_I32(i8, "s8")
 KILN_MMA_I32(u8, "u8")
 #undef KILN_MMA_I32
 #endif
+
+// ---- block-scaled multiplies: mma.sync kind::mxf8f6f4 (sm_120a) --------------------------------
+// D (16 x 8) += (A * SA) (B * SB) for one k block of 32: sa and sb are each lane's scale code
+// (ue8m0) register, read by the instruction at byte 0 (byte-id 0, thread-id 0): lane
+// 4 (r % 8) + r / 8 holds row r's of A, lane 4 c column c's of B; the others are ignored.
+#ifdef KILN_EMULATION
+// The host gathers each result's two scales from the lanes that hold them and adds each exact
+// product, scaled by 2^(sa + sb - 254) (NaN for a code of 255), in order over k, in f32.
+template <class T>
+inline void mma_tile_scaled(f32* d, const u32* a, const u32* b, u32 sa, u32 sb KILN_WHERE) {
+  const u32 lane = unit_linear() & 31u, g = lane >> 2, t = lane & 3u;
+  T arow[2][32], bcol[2][32];
+  mma_gather<T>(a, b, arow, bcol KILN_AT);
+  u32 srow[2], scol[2];
+  for (int h = 0; h < 2; ++h) {
+    srow[h] = __shfl_sync(0xffffffffu, sa, (int)(4 * g + h) KILN_AT) & 0xffu;
+    scol[h] = __shfl_sync(0xffffffffu, sb, (int)(4 * (2 * t + h)) KILN_AT) & 0xffu;
+  }
+  for (int e = 0; e < 4; ++e) {
+    const u32 ea = srow[e >> 1], eb = scol[e & 1];
+    f32 acc = d[e];
+    for (int k = 0; k < 32; ++k) {
+      const f32 p = to_f32(arow[e >> 1][k]) * to_f32(bcol[e & 1][k]);
+      acc += ea == 255u || eb == 255u ? __uint_as_float(0x7fc00000u)
+                                      : ldexpf(p, (int)ea + (int)eb - 254);
+    }
+    d[e] = acc;
+  }
+}
+#else
+template <class T> __device__ __forceinline__ void mma_tile_scaled(f32* d, const u32* a, const u32* b, u32 sa, u32 sb);
+#if __CUDA_ARCH__ >= 1200
+#define KILN_MMA_SCALED(T, PTYPE)                                                                     \
+  template <> __device__ __forceinline__ void mma_tile_scaled<T>(f32* d, const u32* a, const u32* b, \
+                                                                 u32 sa, u32 sb) {                   \
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.kind::mxf8f6f4.block_scale.scale_vec::1X.f32."   \
+                 PTYPE "." PTYPE ".f32.ue8m0 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "          \
+                 "{%0, %1, %2, %3}, %10, {0, 0}, %11, {0, 0};"                                       \
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                    \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(sa),        \
+                   "r"(sb));                                                                         \
+  }
+KILN_MMA_SCALED(f8e4m3, "e4m3")
+KILN_MMA_SCALED(f8e5m2, "e5m2")
+#undef KILN_MMA_SCALED
+#endif
+#endif
+
+// One scale code of u8 memory; past a checked launch's bound, 127 (a scale of 1), reported.
+template <class Mem>
+__device__ __forceinline__ u32 scale_code(const Mem& mem, u32 i, u32 bound, u32 site, report* rep,
+                                          u64 key KILN_WHERE) {
+  if (rep && i >= bound) {
+    (void)fault<u8>(rep, key, site, i, bound);
+    return 127u;
+  }
+  return (u32)load(mem, i KILN_AT);
+}
+// acc += (A * SA) (B * SB), tile by tile and k block by k block: SA(r, j) = sa[sai + r sas + j],
+// SB(c, j) = sb[sbi + c sbs + j]. Each lane reads the scales its register must hold.
+template <class T, int M, int N, int K, class MA, class MB>
+__device__ __forceinline__ void frag_mma_scaled(frag_acc<f32, M, N, K>& acc, const frag_a<T, M, N, K>& a,
+                                                const frag_b<T, M, N, K>& b, const MA& sa, u32 sai, u32 sas,
+                                                u32 sa_bound, u32 sa_site, const MB& sb, u32 sbi, u32 sbs,
+                                                u32 sb_bound, u32 sb_site, report* rep, u64 key KILN_WHERE) {
+  typedef frag_a<T, M, N, K> FA;
+  typedef frag_b<T, M, N, K> FB;
+  const u32 lane = unit_linear() & 31u;
+  for (int tm = 0; tm < M / 16; ++tm)
+    for (int tn = 0; tn < N / 8; ++tn)
+      for (int tk = 0; tk < FA::k_tiles; ++tk) {
+        u32 ar[4], br[2], sca = 127u, scb = 127u;
+        memcpy(ar, &a.x[(tm * FA::k_tiles + tk) * FA::per_tile], sizeof ar);
+        memcpy(br, &b.x[(tk * FB::n_tiles + tn) * FB::per_tile], sizeof br);
+        if ((lane & 3u) < 2u) {
+          const u32 r = 16u * tm + (lane >> 2) + 8u * (lane & 1u);
+          sca = scale_code(sa, sai + r * sas + tk, sa_bound, sa_site, rep, key KILN_AT);
+        }
+        if ((lane & 3u) == 0u) {
+          const u32 c = 8u * tn + (lane >> 2);
+          scb = scale_code(sb, sbi + c * sbs + tk, sb_bound, sb_site, rep, key KILN_AT);
+        }
+        mma_tile_scaled<T>(&acc.x[(tm * (N / 8) + tn) * 4], ar, br, sca, scb KILN_AT);
+      }
+}
 
 // acc += a * b, tile by tile.
 template <class C, class T, int M, int N, int K>

@@ -193,6 +193,44 @@ void mma(const Fragment<C>& acc, const Fragment<V>& a, const Fragment<V>& b,
   ctx.builder().op(ir::OpKind::FragMma, {acc.id(), a.id(), b.id()}, ctx.loc(where));
 }
 
+// Whether the target runs block-scaled multiplies (mma_scaled): sm_120a, the CPU and
+// cuda-emu:sm_120a (asked at trace time, like has_mma).
+inline bool has_mma_scaled() {
+  return TraceContext::current().target().mma_scaled;
+}
+
+// acc += (A * SA) (B * SB), the block-scaled multiply of MX formats (mma.sync
+// kind::mxf8f6f4.block_scale, sm_120a): a and b hold f8e4m3 or f8e5m2, and each row r of A and
+// column c of B has one scale per 32 k, a ue8m0 code e meaning 2^(e - 127) (255: NaN), read
+// from u8 memory (global or shared) at sa[sa_index + r * sa_stride + j] and
+// sb[sb_index + c * sb_stride + j] for k block j (0, or 0 and 1 for k = 64): the layout of MX
+// scale matrices, M x K/32 and N x K/32.
+// Fails the trace, at the caller's line, on a target without block-scaled multiplies; true where
+// they run. A kernel written for them alone calls it first, before allocating f8 fragments
+// that such a target may not have either.
+inline bool require_mma_scaled(SrcLoc where = SrcLoc::current()) {
+  auto& ctx = TraceContext::current();
+  if (ctx.target().mma_scaled) return true;
+  ctx.fail(where, fmt::format("block-scaled mma (kind::mxf8f6f4) is an sm_120a instruction; {} "
+                              "has none: ask has_mma_scaled() at trace time and scale the "
+                              "inputs before mma() there",
+                              ctx.target().name));
+  return false;
+}
+template <class C, class V, class MA, class MB>
+void mma_scaled(const Fragment<C>& acc, const Fragment<V>& a, const Fragment<V>& b, const MA& sa,
+                Arg<uint32_t> sa_index, Arg<uint32_t> sa_stride, const MB& sb,
+                Arg<uint32_t> sb_index, Arg<uint32_t> sb_stride) {
+  auto& ctx = TraceContext::current();
+  static_assert(sizeof(host_of_t<V>) == 1 && !std::is_integral_v<host_of_t<V>>,
+                "kiln: block-scaled multiplies take f8e4m3 or f8e5m2 fragments");
+  if (!require_mma_scaled(sa_index.where())) return;
+  ctx.builder().op(ir::OpKind::FragMmaScaled,
+                   {acc.id(), a.id(), b.id(), sa.id(), sa_index.value(1), sa_stride.value(1),
+                    sb.id(), sb_index.value(1), sb_stride.value(1)},
+                   sa_index.at());
+}
+
 // dst = src converted element by element (accumulators of one shape, e.g. f32 to f16).
 template <class D, class S>
 void convert(const Fragment<D>& dst, const Fragment<S>& src, SrcLoc where = SrcLoc::current()) {

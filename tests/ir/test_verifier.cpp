@@ -197,6 +197,11 @@ std::vector<Case> cases() {
        "'frag.cast' needs fragments of one shape m x n x k"},
       {OpKind::FragPlane, kAcc + "  %1 = frag.plane %0, %f : frag<acc, f32, 16, 16, 16>\n",
        "the plane of 'frag.plane' must be u32, got f32"},
+      {OpKind::FragMmaScaled,
+       kAcc + "  %1 = alloc.frag : frag<a, f16, 16, 16, 16>\n"
+              "  %2 = alloc.frag : frag<b, f16, 16, 16, 16>\n"
+              "  frag.mma_scaled %0, %1, %2, %a, %u, %u, %a, %u, %u\n",
+       "'frag.mma_scaled' multiplies f8e4m3 or f8e5m2 inputs (kind::mxf8f6f4), not f16"},
       {OpKind::WgmmaDesc, "  %0 = wgmma.desc %t, %u, %u, %u, 128 : u64\n",
        "'wgmma.desc' describes a matrix in shared memory, not tensor<f32, 2>"},
       {OpKind::Wgmma, kAcc + "  wgmma.mma %0, %u, %u, bf16\n",

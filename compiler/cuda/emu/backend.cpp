@@ -108,6 +108,7 @@ bool needs_fibers(const ir::Kernel& k) {
       case ir::OpKind::PlaneShuffle:
       case ir::OpKind::PlaneShuffleXor:
       case ir::OpKind::FragMma:  // its emulation gathers operands from other lanes
+      case ir::OpKind::FragMmaScaled:
         any = true;
         break;
       default:
@@ -246,6 +247,9 @@ class EmuBackend final : public backend::Backend {
   }
   bool has_tcgen05(const backend::Target& t) const override {
     return cuda::has_tcgen05(arch_of(t).target);
+  }
+  bool has_mma_scaled(const backend::Target& t) const override {
+    return cuda::has_mma_scaled(arch_of(t).target);
   }
   std::string unsupported(const ir::Kernel& k, const ir::Op& op,
                           const backend::Target& t) const override {

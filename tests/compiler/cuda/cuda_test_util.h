@@ -114,10 +114,13 @@ inline ir::Kernel traced(const dsl::KernelDef& def, const dsl::SpecOptions& opts
 }
 
 // Whether a trace error is a per-architecture kernel refusing `arch`: wgmma off sm_90a, tensor
-// memory and tcgen05 off sm_100a.
+// memory and tcgen05 off sm_100a, block-scaled mma off sm_120a.
 inline bool refused_arch(const std::string& message, const std::string& arch) {
-  return (message.find("is an sm_90a instruction") != std::string::npos && arch != "sm_90a") ||
-         (message.find("are sm_100a instructions") != std::string::npos && arch != "sm_100a");
+  const bool mx = message.find("(kind::mxf8f6f4) is an sm_120a instruction") != std::string::npos;
+  return (!mx && message.find("is an sm_90a instruction") != std::string::npos &&
+          arch != "sm_90a") ||
+         (message.find("are sm_100a instructions") != std::string::npos && arch != "sm_100a") ||
+         (mx && arch != "sm_120a");
 }
 
 // Traces a registered kernel for a CUDA target (which it may ask about: has_mma, has_wgmma);

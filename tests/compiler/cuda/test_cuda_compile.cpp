@@ -37,8 +37,8 @@ TEST_CASE("every registered kernel compiles for every target and assembles", "[c
   for (const dsl::KernelDef* d : kernels) {
     for (const char* arch : test::kCudaTargets) {
       INFO(d->name << " for " << arch);
-      // Traced for the target: a per-architecture kernel (matmul_wgmma, matmul_tcgen05)
-      // refuses the others.
+      // Traced for the target: a per-architecture kernel (matmul_wgmma, matmul_tcgen05,
+      // matmul_mx) refuses the others.
       auto k = test::traced_for(*d, arch);
       if (!k.ok() && test::refused_arch(k.error().message, arch)) {
         ++refused;
@@ -49,7 +49,7 @@ TEST_CASE("every registered kernel compiles for every target and assembles", "[c
       test::cuda_build(*k, arch);
     }
   }
-  CHECK(refused == 8);  // matmul_wgmma and matmul_tcgen05, each on four targets
+  CHECK(refused == 12);  // matmul_wgmma, matmul_tcgen05 and matmul_mx, each on four targets
 }
 
 TEST_CASE("every instantiation, line width and checked mode compiles", "[cuda][compile]") {
@@ -60,8 +60,13 @@ TEST_CASE("every instantiation, line width and checked mode compiles", "[cuda][c
         if (p.kind == dsl::ParamKind::Tensor || p.kind == dsl::ParamKind::Array)
           o.dtype[p.name] = std::string(ir::elem_name(p.dtype));
       INFO(d->name << " (" << inst.dtype_summary() << "), checked");
-      // sm_90a, or sm_100a for the kernels that are for it alone (matmul_tcgen05).
-      const char* arch = test::traced_for(*d, "sm_90a", o).ok() ? "sm_90a" : "sm_100a";
+      // sm_90a, or the arch a per-architecture kernel is for (matmul_tcgen05, matmul_mx).
+      const char* arch = "sm_90a";
+      for (const char* a : {"sm_90a", "sm_100a", "sm_120a"})
+        if (test::traced_for(*d, a, o).ok()) {
+          arch = a;
+          break;
+        }
       test::cuda_build(test::traced(*d, o), arch, /*checked=*/true);
     }
   }
