@@ -332,6 +332,21 @@ RunRecipe& RunRecipe::gpu_arch(std::string arch) {
   return *this;
 }
 
+Placement placement(const RunRecipe& recipe, const DeviceInfo& device) {
+  const std::string& arch = recipe.gpu_arch();
+  const auto base = [](std::string_view a) {
+    if (!a.empty() && a.back() == 'a') a.remove_suffix(1);
+    return a;
+  };
+  Placement p;
+  if (arch.empty() || device.kind == DeviceKind::Cpu || base(device.arch) == base(arch)) return p;
+  if (device.kind == DeviceKind::CudaEmulator)
+    p.emulator = "cuda-emu:" + arch;
+  else
+    p.skip = fmt::format("written for {}, this GPU is {}", arch, device.arch);
+  return p;
+}
+
 RunRecipe& run_recipe(std::string_view kernel) {
   std::lock_guard<std::mutex> lock(recipes_mu());
   auto it = recipes().find(kernel);

@@ -119,6 +119,17 @@ class RunRecipe {
 RunRecipe& run_recipe(std::string_view kernel);
 const RunRecipe* find_run_recipe(std::string_view kernel);
 
+// Where a kernel's recipe runs when asked for `device`. Any kernel runs on the CPU; a
+// per-architecture kernel (RunRecipe::gpu_arch) runs on a GPU or emulator of its architecture
+// ("sm_90" and "sm_90a" are one), on an emulator of its own architecture when `device` is an
+// emulator of another (`emulator` names it: "cuda-emu:sm_100a"), and not at all on a GPU of
+// another (`skip` says why).
+struct Placement {
+  std::string emulator;  // non-empty: open this device instead of `device`
+  std::string skip;      // non-empty: the kernel cannot run there, and why
+};
+Placement placement(const RunRecipe& recipe, const DeviceInfo& device);
+
 #define KILN_RUN_CAT2(a, b) a##b
 #define KILN_RUN_CAT(a, b) KILN_RUN_CAT2(a, b)
 #define KILN_RUN(kernel)                                                                  \

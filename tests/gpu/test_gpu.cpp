@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <map>
 
 #include "kernels/kernels.h"
 #include "kernels/run.h"
@@ -25,14 +26,31 @@ TEST_CASE("every example kernel passes its reference on the GPU and agrees with 
   auto cpu = Runtime::open("cpu");
   if (!cpu)
     WARN("GPU results are checked against the C++ references only: " << cpu.error().message);
+  std::map<std::string, Runtime> emulators;  // of other architectures, for per-arch kernels
   for (const std::string& name : kernels::builtin_names()) {
-    if (!kernels::find_run_recipe(name)) continue;
+    const kernels::RunRecipe* recipe = kernels::find_run_recipe(name);
+    if (!recipe) continue;
     INFO(name);
+    const kernels::Placement place = kernels::placement(*recipe, gpu->device());
+    if (!place.skip.empty()) {
+      WARN(name << " skipped: " << place.skip);
+      continue;
+    }
+    Runtime* on = &*gpu;
+    if (!place.emulator.empty()) {
+      auto it = emulators.find(place.emulator);
+      if (it == emulators.end()) {
+        auto other = Runtime::open(place.emulator);
+        REQUIRE(other.ok());
+        it = emulators.emplace(place.emulator, std::move(*other)).first;
+      }
+      on = &it->second;
+    }
     kernels::RunConfig config;
     config.repeat = test::emulated() ? 1 : 3;  // the emulator's time tells nothing
     config.seed = 12345;
     config.keep_outputs = true;
-    auto g = kernels::run(*gpu, name, config);
+    auto g = kernels::run(*on, name, config);
     INFO((g.ok() ? std::string() : g.error().message));
     REQUIRE(g.ok());
     for (const auto& c : g->checks) {

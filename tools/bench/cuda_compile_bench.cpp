@@ -51,11 +51,13 @@ int main() {
   }
   cpu::CompileOptions copts;
   copts.target = must(cpu::host_target());
-  std::printf("NVRTC %d.%d, sm_90a; CPU %s\n", (*nv)->major, (*nv)->minor,
+  std::printf("NVRTC %d.%d, sm_90a (a per-architecture kernel: its own); CPU %s\n", (*nv)->major, (*nv)->minor,
               copts.target.describe().c_str());
   std::printf("  %-14s %12s %12s %7s %10s\n", "kernel", "CUDA ms", "CPU ms", "ratio", "registers");
   for (const std::string& name : kernels::builtin_names()) {
-    if (!kernels::find_run_recipe(name)) continue;
+    const kernels::RunRecipe* recipe = kernels::find_run_recipe(name);
+    if (!recipe) continue;
+    const std::string arch = recipe->gpu_arch().empty() ? "sm_90a" : recipe->gpu_arch();
     const dsl::KernelDef* def = dsl::Registry::global().find(name);
     auto sel = must(dsl::select(*def, {}));
     const ir::Kernel traced = must(dsl::trace(*def, *sel.inst, sel.request));
@@ -63,7 +65,7 @@ int main() {
     const double t_cuda = median_ms([&] {
       auto src = must(cuda::generate(must(backend::find("cuda")->prepare(traced)), {}));
       registers =
-          must(cuda::compile_cuda(src.text, name + ".cu", "sm_90a", false)).resources.registers;
+          must(cuda::compile_cuda(src.text, name + ".cu", arch, false)).resources.registers;
     });
     const double t_cpu = median_ms(
         [&] { must(cpu::compile_object(must(backend::find("cpu")->prepare(traced)), copts)); });

@@ -178,30 +178,24 @@ int run_demo(int repeat) {
       // GPUs of another.
       Runtime* on = &*rt;
       std::string where;
-      const std::string& arch = recipe->gpu_arch();
-      const auto base = [](std::string a) {
-        if (!a.empty() && a.back() == 'a') a.pop_back();
-        return a;
-      };
-      if (!arch.empty() && d.info.kind != DeviceKind::Cpu && base(d.info.arch) != base(arch)) {
-        if (!emulated) {
-          fmt::print("  {:<14} skipped: written for {}, this GPU is {}\n", name, arch,
-                     d.info.arch);
-          continue;
-        }
-        const std::string device = "cuda-emu:" + arch;
-        auto it = other_emulators.find(device);
+      const kernels::Placement place = kernels::placement(*recipe, d.info);
+      if (!place.skip.empty()) {
+        fmt::print("  {:<14} skipped: {}\n", name, place.skip);
+        continue;
+      }
+      if (!place.emulator.empty()) {
+        auto it = other_emulators.find(place.emulator);
         if (it == other_emulators.end()) {
-          auto other = Runtime::open(device);
+          auto other = Runtime::open(place.emulator);
           if (!other) {
             fmt::print("  {:<14} failed: {}\n", name, other.error().message);
             all_passed = false;
             continue;
           }
-          it = other_emulators.emplace(device, std::move(*other)).first;
+          it = other_emulators.emplace(place.emulator, std::move(*other)).first;
         }
         on = &it->second;
-        where = " on " + device;
+        where = " on " + place.emulator;
       }
       kernels::RunConfig config;
       config.repeat = emulated ? std::min(repeat, 2) : repeat;
