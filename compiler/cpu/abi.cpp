@@ -33,6 +33,15 @@ extern "C" void kiln_rt_assert_failed(void* state, uint32_t site, uint32_t cube,
   s->assert_unit = unit;
 }
 
+extern "C" float kiln_rt_truncsfbf2(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  const uint32_t bf = std::isnan(x) ? (u >> 16) | 0x40u : (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  float r;
+  std::memcpy(&r, &bf, 4);  // bf16 bits in the low half, zeros above
+  return r;
+}
+
 extern "C" void kiln_rt_fault(void* state, uint32_t site, uint32_t index, uint32_t bound,
                               uint32_t cube, uint32_t unit) {
   auto* s = static_cast<kiln::abi::LaunchState*>(state);

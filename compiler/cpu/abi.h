@@ -92,4 +92,12 @@ uint32_t kiln_rt_tmem_load(void* tm, void* dst, uint32_t dst_count, uint32_t ind
 // At the end of each cube: kTmemNotFreed if columns are still allocated; the block is then
 // reset for the next cube either way.
 uint32_t kiln_rt_tmem_end(void* tm);
+
+// f32 -> bf16 to nearest even (NaN stays NaN, quieted), as codegen's own conversion rounds:
+// the compiler-runtime routine that LLVM's x86 backend calls where it widens bf16 vector
+// operations to f32 and the CPU has no bf16 conversion instruction (AVX-512 BF16, AVX-NE-
+// CONVERT). GCC 12's libgcc, Debian 12's, has none, so the JIT resolves the name to this one.
+// A bf16 comes back in the low 16 bits of the first vector register (x86-64 and AArch64
+// calling conventions), where a float's low half is: the result is a float with those bits.
+float kiln_rt_truncsfbf2(float x);
 }

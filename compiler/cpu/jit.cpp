@@ -269,7 +269,7 @@ class Jit {
         llvm::orc::ExecutorAddr::fromPtr(&kiln_rt_fault), llvm::JITSymbolFlags::Exported};
     runtime[jit_->mangleAndIntern("kiln_rt_wgmma")] = {
         llvm::orc::ExecutorAddr::fromPtr(&kiln_rt_wgmma), llvm::JITSymbolFlags::Exported};
-    const std::pair<const char*, void*> tmem_functions[] = {
+    const std::pair<const char*, void*> functions[] = {
         {"kiln_rt_mma_scaled", reinterpret_cast<void*>(&kiln_rt_mma_scaled)},
         {"kiln_rt_mbar_init", reinterpret_cast<void*>(&kiln_rt_mbar_init)},
         {"kiln_rt_mbar_wait", reinterpret_cast<void*>(&kiln_rt_mbar_wait)},
@@ -279,8 +279,11 @@ class Jit {
         {"kiln_rt_tcgen05_commit", reinterpret_cast<void*>(&kiln_rt_tcgen05_commit)},
         {"kiln_rt_tmem_load", reinterpret_cast<void*>(&kiln_rt_tmem_load)},
         {"kiln_rt_tmem_end", reinterpret_cast<void*>(&kiln_rt_tmem_end)},
+#if defined(__x86_64__) || defined(__aarch64__)
+        {"__truncsfbf2", reinterpret_cast<void*>(&kiln_rt_truncsfbf2)},  // abi.h
+#endif
     };
-    for (const auto& [name, fn] : tmem_functions)
+    for (const auto& [name, fn] : functions)
       runtime[jit_->mangleAndIntern(name)] = {llvm::orc::ExecutorAddr::fromPtr(fn),
                                               llvm::JITSymbolFlags::Exported};
     if (auto e = jd->define(llvm::orc::absoluteSymbols(std::move(runtime))))

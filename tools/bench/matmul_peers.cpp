@@ -40,10 +40,19 @@ void peer_sgemm(const float* a, const float* b, float* c, int64_t m, int64_t n, 
 #endif
 }
 
-// Twelve independent chains of 16-lane FMAs per thread (enough to cover the FMA latency on two
-// pipes), in GCC's vector extension so the compiler emits the widest FMA the host has.
+// Twelve independent chains of FMAs as wide as the host's vector registers per thread (enough to
+// cover the FMA latency on two pipes), in GCC's vector extension. The width follows the
+// compiler's -march=native: a vector wider than a register would be split in two, and the empty
+// asm that keeps the loop from being folded needs the value in one register.
 double peak_fma_gflops() {
-  typedef float v16 __attribute__((vector_size(64)));
+#if defined(__AVX512F__)
+  constexpr int kLanes = 16;
+#elif defined(__AVX__)
+  constexpr int kLanes = 8;
+#else
+  constexpr int kLanes = 4;
+#endif
+  typedef float vec __attribute__((vector_size(4 * kLanes)));
   constexpr int kChains = 12;
   constexpr long kIters = 20'000'000;
   double best = 0;
@@ -52,9 +61,9 @@ double peak_fma_gflops() {
     float sink = 0;
 #pragma omp parallel reduction(+ : sink)
     {
-      v16 acc[kChains];
-      v16 x, y;
-      for (int l = 0; l < 16; ++l) {
+      vec acc[kChains];
+      vec x, y;
+      for (int l = 0; l < kLanes; ++l) {
         x[l] = 1.0f + 1e-7f * static_cast<float>(l);
         y[l] = 0.999999f;
       }
@@ -65,10 +74,10 @@ double peak_fma_gflops() {
         asm volatile("" : "+v"(y));  // keep the loop from being folded
       }
       for (int c = 0; c < kChains; ++c)
-        for (int l = 0; l < 16; ++l) sink += acc[c][l];
+        for (int l = 0; l < kLanes; ++l) sink += acc[c][l];
     }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double flops = 2.0 * 16 * kChains * static_cast<double>(kIters) * omp_get_max_threads();
+    const double flops = 2.0 * kLanes * kChains * static_cast<double>(kIters) * omp_get_max_threads();
     if (sink == 12345.0f) best += 1e-30;  // use sink
     best = std::max(best, flops / s / 1e9);
   }

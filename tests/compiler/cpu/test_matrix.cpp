@@ -409,6 +409,17 @@ TEST_CASE("matrix fragments: a plane that returned runs no fragment op", "[cpu][
 }
 
 #ifndef KILN_TEST_CUDA
+// Where the CPU has no bf16 conversion instruction, LLVM's x86 backend calls __truncsfbf2 for
+// the bf16 vector operations it widens to f32; the JIT supplies it (compiler/cpu/abi.h). A Zen 3
+// host, whose GCC 12 runtime has no such function, failed to link every bf16 fragment kernel.
+TEST_CASE("matrix fragments: bf16 on a CPU without bf16 conversions", "[cpu][matrix]") {
+  kiln::cpu::Target plain = test::host();
+  plain.features += ",-avx512bf16,-avxneconvert";
+  test::TargetScope scope(plain);
+  check_frag("bf16", {16, 16, 2, false, true, false, false, false, 3}, 37, 45, 55);
+  check_frag("bf16", {32, 16, 1, true, false, true, false, true, -2}, 69, 45, 55);
+}
+
 // On a CPU with AVX-512 VNNI, 8-bit fragments multiply with vpdpbusd (docs/backends.md); the
 // other test cases run whichever path the host has. Here both run.
 TEST_CASE("matrix fragments: 8-bit inputs with and without VNNI dot products", "[cpu][matrix]") {
