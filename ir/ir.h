@@ -86,6 +86,13 @@
 //   exact products over k to each accumulator element: for f32 accumulators the sum may be
 //   formed in any order and with any rounding at least as accurate as f32 (backends differ in
 //   the last bits); integer sums wrap. frag.plane (lowered kernels) is plane %p's copy.
+//   frag.ldmatrix %f, %shared, %i, %stride is the whole-tile frag.load of A or B from a shared
+//   array (16-bit inputs, or 8-bit with k contiguous; B's n a multiple of 16) that the GPU does
+//   with ldmatrix: every row (col: column) of the tile must start 16-byte aligned and lie inside
+//   the array, which the emulator checks and a GPU does not.
+//   frag.mma_scaled (f8 inputs, f32 accumulator) adds each exact product a[r][k] b[k][c]
+//   scaled by 2^(ea + eb - 254), ea and eb the u8 codes of row r of A and column c of B for the
+//   k block k / 32 (a code of 255 makes it NaN), in order over k, rounding to f32 after each.
 // Tensor memory and tcgen05 (cube ops). mbar.*, tmem.*, tcgen05.mma, tcgen05.commit and
 //   tmem.load are reached by every unit of the cube together (uniform control flow, uniform
 //   operands) and act once for the cube. A cube has 128 lanes x 512 32-bit columns of tensor

@@ -186,6 +186,29 @@ std::string check_frag_op(Sig sig, const std::string& name, std::span<const Type
             elem_name(a.elem), elem_name(frag_acc_elem(a.elem)), elem_name(c.elem));
       break;
     }
+    case Sig::FragLdmatrix: {
+      KILN_REQ(need_frag(0, "first operand"));
+      const Type& f = ops[0];
+      const int bytes = elem_bytes(f.elem);
+      if (f.use == FragUse::Acc || (bytes != 2 && bytes != 1))
+        return fmt::format("'{}' loads A and B fragments of 16- or 8-bit inputs (ldmatrix moves "
+                           "16-bit halves), not {}; use 'frag.load'",
+                           name, tn(f));
+      if (f.use == FragUse::B && f.n % 16 != 0)
+        return fmt::format("'{}' loads B fragments of n a multiple of 16 (ldmatrix.x4 takes 16 "
+                           "columns), not {}; use 'frag.load'",
+                           name, tn(f));
+      if (bytes == 1 && attr.i != (f.use == FragUse::A ? 0u : 1u))
+        return fmt::format("'{}' of 8-bit inputs needs k contiguous (A row-major, B column-major: "
+                           "ldmatrix cannot transpose bytes), not {} layout for {}",
+                           name, attr.i == 1 ? "col" : "row", tn(f));
+      if (ops[1].kind != TypeKind::Shared)
+        return fmt::format("'{}' reads shared memory, not {}", name, tn(ops[1]));
+      KILN_REQ(need_memory(1, f, false));
+      KILN_REQ(need_u32(2, "index"));
+      KILN_REQ(need_u32(3, "stride"));
+      break;
+    }
     case Sig::FragMmaScaled: {
       KILN_REQ(check_frag_op(Sig::FragMma, name, ops.subspan(0, 3), attr));
       if (!is_f8(ops[1].elem))
@@ -262,7 +285,7 @@ std::string check_frag_op(Sig sig, const std::string& name, std::span<const Type
       break;
   }
 #undef KILN_REQ
-  if ((sig == Sig::FragLoad || sig == Sig::FragStore) && attr.i > 1)
+  if ((sig == Sig::FragLoad || sig == Sig::FragStore || sig == Sig::FragLdmatrix) && attr.i > 1)
     return fmt::format("'{}' has an invalid layout {} (row or col)", name, attr.i);
   return {};
 }
@@ -411,6 +434,8 @@ int sig_operand_count(Sig sig) {
     case Sig::MbarWait:
     case Sig::TmemLoad:
       return 3;
+    case Sig::FragLdmatrix:
+      return 4;
     case Sig::AtomicCas:
     case Sig::WgmmaDesc:
     case Sig::Tcgen05Mma:
@@ -444,6 +469,7 @@ bool sig_has_result(Sig sig) {
     case Sig::FragMma:
     case Sig::FragCast:
     case Sig::FragMmaScaled:
+    case Sig::FragLdmatrix:
     case Sig::Wgmma:
     case Sig::WgmmaWait:
     case Sig::MbarInit:
@@ -515,6 +541,7 @@ bool is_frag_op(OpKind k) {
     case OpKind::FragMma:
     case OpKind::FragCast:
     case OpKind::FragMmaScaled:
+    case OpKind::FragLdmatrix:
     case OpKind::Wgmma:
     case OpKind::WgmmaFence:
     case OpKind::WgmmaCommit:
@@ -917,6 +944,7 @@ std::string check_op_types(OpKind kind, std::span<const Type> ops, const Attr& a
     case Sig::FragCast:
     case Sig::FragPlane:
     case Sig::FragMmaScaled:
+    case Sig::FragLdmatrix:
     case Sig::Wgmma:
       KILN_REQ(check_frag_op(info.sig, name, ops, attr));
       if (info.sig == Sig::FragPlane) out = ops[0];

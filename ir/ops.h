@@ -60,6 +60,7 @@ enum class Sig : uint8_t {
   FragFill,       // frag.fill %f, %v                         v: scalar of f's element type
   FragLoad,       // frag.load %f, %m, %i, %stride, %rows, %cols, row|col   m: global or shared
   FragStore,      // frag.store %m, %i, %stride, %rows, %cols, %f, row|col  f: an accumulator
+  FragLdmatrix,   // frag.ldmatrix %f, %m, %i, %stride, row|col   m: shared; the whole tile
   FragMma,        // frag.mma %acc, %a, %b                   acc += a * b
   FragCast,       // frag.cast %dst, %src                    accumulators of one shape
   FragMmaScaled,  // frag.mma_scaled %acc, %a, %b, %sa, %sai, %sas, %sb, %sbi, %sbs

@@ -585,7 +585,8 @@ class Parser {
         break;
       case Sig::FragLoad:
       case Sig::FragStore:
-        operands(6);
+      case Sig::FragLdmatrix:
+        operands(info.sig == Sig::FragLdmatrix ? 4 : 6);
         if (!is_punct(',')) expected("', row' or ', col' (the memory layout) after the operands");
         advance();
         if (is_ident("row") || is_ident("col")) {

@@ -171,7 +171,8 @@ class Printer {
         for (size_t i = 0; i < op.operands.size(); ++i) parts.push_back(opnd(i));
         if (info.sig == Sig::Extract || info.sig == Sig::Insert || info.sig == Sig::ShapeStride)
           parts.push_back(fmt::format("{}", op.attr.i));
-        if (info.sig == Sig::FragLoad || info.sig == Sig::FragStore)
+        if (info.sig == Sig::FragLoad || info.sig == Sig::FragStore ||
+            info.sig == Sig::FragLdmatrix)
           parts.push_back(op.attr.i == 1 ? "col" : op.attr.i == 0 ? "row" : "layout?");
         if (info.sig == Sig::WgmmaDesc || info.sig == Sig::WgmmaWait ||
             info.sig == Sig::MbarInit || info.sig == Sig::TmemAlloc ||

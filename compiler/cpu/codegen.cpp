@@ -508,6 +508,7 @@ void Gen::emit_scalar(const ir::Op& op) {
     case OpKind::FragPlane:
     case OpKind::FragFill:
     case OpKind::FragLoad:
+    case OpKind::FragLdmatrix:
     case OpKind::FragStore:
     case OpKind::FragMma:
     case OpKind::FragCast:

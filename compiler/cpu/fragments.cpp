@@ -162,6 +162,7 @@ void Gen::emit_frag(const ir::Op& op) {
       return;
     }
     case OpKind::FragLoad:
+    case OpKind::FragLdmatrix:
       frag_load(op);
       return;
     case OpKind::FragStore:
@@ -248,9 +249,11 @@ struct Gen::FragAccess {
   uint32_t site;
 };
 
-// frag.load %f, %m, %i, %stride, %rows, %cols and frag.store %m, %i, %stride, %rows, %cols, %f.
+// frag.load %f, %m, %i, %stride, %rows, %cols and frag.store %m, %i, %stride, %rows, %cols, %f;
+// frag.ldmatrix %f, %m, %i, %stride is a frag.load of the whole tile (alignment does not matter
+// on the CPU).
 Gen::FragAccess Gen::frag_access(const ir::Op& op) {
-  const bool load = op.kind == OpKind::FragLoad;
+  const bool load = op.kind == OpKind::FragLoad || op.kind == OpKind::FragLdmatrix;
   const size_t m = load ? 1 : 0, first = load ? 2 : 1;
   FragAccess a;
   a.mem = op.operands[m];
@@ -262,8 +265,9 @@ Gen::FragAccess Gen::frag_access(const ir::Op& op) {
   a.col_major = op.attr.i == 1;
   a.index = v(op.operands[first]);
   a.stride = v(op.operands[first + 1]);
-  a.valid_rows = v(op.operands[first + 2]);
-  a.valid_cols = v(op.operands[first + 3]);
+  const bool whole = op.kind == OpKind::FragLdmatrix;
+  a.valid_rows = whole ? B.getInt32(static_cast<uint32_t>(a.rows)) : v(op.operands[first + 2]);
+  a.valid_cols = whole ? B.getInt32(static_cast<uint32_t>(a.cols)) : v(op.operands[first + 3]);
   a.site = O.checked ? access_site(op, a.mem) : 0;
   return a;
 }

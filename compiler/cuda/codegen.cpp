@@ -390,6 +390,7 @@ class Gen {
       if (op.kind == OpKind::FragMmaScaled && O.checked)
         for (size_t m : {size_t{3}, size_t{6}})
           used_.insert({op.operands[m], type(op.operands[m]).kind == TypeKind::Tensor ? "ext" : "len"});
+      if (op.kind == OpKind::FragLdmatrix && O.checked) used_.insert({op.operands[1], "len"});
       if ((op.kind == OpKind::FragLoad || op.kind == OpKind::FragStore) && O.checked) {
         const ValueId m = op.operands[op.kind == OpKind::FragLoad ? 1 : 0];
         used_.insert({m, type(m).kind == TypeKind::Tensor ? "ext" : "len"});
@@ -998,6 +999,16 @@ class Gen {
                          : shared ? "load_shared"
                                   : "load",
                          args, op.attr.i, check));
+        return {};
+      }
+      case OpKind::FragLdmatrix: {
+        const std::string check =
+            O.checked ? fmt::format("{}, kiln_report, kiln_key, {}u", bound(op.operands[1]),
+                                    access_site(op, 1))
+                      : fmt::format("{}, nullptr, 0ull, 0u", bound(op.operands[1]));
+        line(fmt::format("kiln::frag_load_ldmatrix({}, {}, {}, {}, {}u, {});", v(op.operands[0]),
+                         v(op.operands[1]), v(op.operands[2]), v(op.operands[3]), op.attr.i,
+                         check));
         return {};
       }
       case OpKind::FragMma:

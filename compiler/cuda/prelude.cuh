@@ -14,8 +14,9 @@
 #ifndef KILN_EMULATION
 #define KILN_WHERE
 #define KILN_AT
-// Shared arrays, static or placed in the dynamic allocation; local arrays.
-#define KILN_SHARED(T, name, count, offset) __shared__ T name[count]
+// Shared arrays, static or placed in the dynamic allocation; local arrays. Every shared array
+// starts on 16 bytes, as in the emulator's arena: ldmatrix needs it of a tile's rows.
+#define KILN_SHARED(T, name, count, offset) __shared__ __align__(16) T name[count]
 #define KILN_SHARED_DYNAMIC(T, name, count, offset) \
   T* const name = reinterpret_cast<T*>(kiln_dynamic_shared + (offset))
 #define KILN_SHARED_ALIGNED(T, name, count, offset, align) __shared__ __align__(align) T name[count]
@@ -1088,6 +1089,34 @@ __device__ __forceinline__ void frag_load_shared(F& f, const Mem& mem, u32 index
                                                             bound KILN_AT))
     return;
   frag_load(f, mem, index, stride, rows, cols, col_major, bound, rep, key, site KILN_AT);
+}
+
+// frag.ldmatrix: the whole tile through ldmatrix. The emulator reports a tile that ldmatrix
+// cannot read (a row off 16 bytes, or past the array) and loads it element by element; a
+// checked launch loads such a tile element by element, reporting what is out of bounds.
+template <class F, class Mem>
+__device__ __forceinline__ void frag_load_ldmatrix(F& f, const Mem& mem, u32 index, u32 stride,
+                                                   u32 col_major, u32 bound, report* rep, u64 key,
+                                                   u32 site KILN_WHERE) {
+  const typename F::elem* base = shared_base(mem);
+  const u32 rows = frag_dims<F>::rows, cols = frag_dims<F>::cols;
+#ifdef KILN_EMULATION
+  if (!ldmatrix_fits(base, index, stride, rows, cols, col_major, rows, cols,
+                     shared_count(mem, bound))) {
+    emu::misuse("ldmatrix() of a tile whose rows (columns, col layout) do not all start on 16 "
+                "bytes, or that reaches past its shared array (the index and the stride in bytes "
+                "must be multiples of 16); on a GPU a misaligned ldmatrix faults",
+                where);
+    frag_load(f, mem, index, stride, rows, cols, col_major, bound, rep, key, site KILN_AT);
+    return;
+  }
+#else
+  if (rep && !ldmatrix_fits(base, index, stride, rows, cols, col_major, rows, cols, bound)) {
+    frag_load(f, mem, index, stride, rows, cols, col_major, bound, rep, key, site);
+    return;
+  }
+#endif
+  frag_ldmatrix(f, base, index, stride, col_major KILN_AT);
 }
 
 template <class F, class Mem>

@@ -164,6 +164,22 @@ void load(const Fragment<V>& f, const Mem& mem, Arg<uint32_t> index, Arg<uint32_
       {}, a);
 }
 
+// Loads the whole tile at `index` of a shared array as load() does, through ldmatrix on the GPU
+// (load() picks it by itself where it can; this says it must): A and B fragments of 16-bit
+// inputs in either layout, or of 8-bit ones with k contiguous (A Layout::Row, B Layout::Col), B
+// with n a multiple of 16. Each row of the tile (each column, Layout::Col) must start on 16
+// bytes: the emulator reports one that does not (then loads it element by element), a GPU
+// faults or reads wrong data.
+template <class V>
+void ldmatrix(const Fragment<V>& f, const SharedArray<V>& mem, Arg<uint32_t> index,
+              Arg<uint32_t> stride, Layout layout = Layout::Row) {
+  auto& ctx = TraceContext::current();
+  ir::Attr a;
+  a.i = detail::layout_attr(layout);
+  ctx.builder().op(ir::OpKind::FragLdmatrix, {f.id(), mem.id(), index.value(1), stride.value(1)},
+                   index.at(), {}, a);
+}
+
 // Stores an accumulator to the tile at `index`, addressed as load() does.
 template <class Mem, class V>
 void store(const Mem& mem, Arg<uint32_t> index, Arg<uint32_t> stride, const Fragment<V>& f,

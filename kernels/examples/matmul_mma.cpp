@@ -8,7 +8,7 @@
 // On a target without these multiplies (has_mma, asked at trace time) it takes a plain path.
 // With b_transposed, b holds B^T (N x K, row-major), read through a column-major tile. With
 // stage_shared, each step's tiles of the cube go through shared memory first, where the planes
-// share them (on a GPU, ldmatrix loads 16-bit fragments from there).
+// share them (on a GPU, ldmatrix() loads 16- and 8-bit fragments from there).
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -108,8 +108,20 @@ void matmul_mma(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, in
         bs[e] = select(k0 + kk < k && ccol + j < n, b[min(idx, b.len() - 1u)], T(0));
       });
       sync_cube();
-      load(fa, as, (p / planes_n) * static_cast<uint32_t>(frag_m) * uks, uks);
-      load(fb, bs, (p % planes_n) * static_cast<uint32_t>(frag_n), tn);
+      // Whole tiles whose rows start on 16 bytes (shared arrays do, and a row holds a multiple
+      // of 16 elements of A, of frag_n of B): ldmatrix() takes them without the run-time test
+      // load() makes, where it can (8-bit B tiles here have n, not k, contiguous).
+      const u32 ai = (p / planes_n) * static_cast<uint32_t>(frag_m) * uks,
+                bi = (p % planes_n) * static_cast<uint32_t>(frag_n);
+      constexpr bool narrow = sizeof(host_of_t<T>) <= 2;
+      if (narrow)
+        ldmatrix(fa, as, ai, uks);
+      else
+        load(fa, as, ai, uks);
+      if (sizeof(host_of_t<T>) == 2 && frag_n % 16 == 0)
+        ldmatrix(fb, bs, bi, tn);
+      else
+        load(fb, bs, bi, tn);
       mma(acc, fa, fb);
       sync_cube();
     });

@@ -197,6 +197,9 @@ std::vector<Case> cases() {
        "'frag.cast' needs fragments of one shape m x n x k"},
       {OpKind::FragPlane, kAcc + "  %1 = frag.plane %0, %f : frag<acc, f32, 16, 16, 16>\n",
        "the plane of 'frag.plane' must be u32, got f32"},
+      {OpKind::FragLdmatrix, kAcc + "  frag.ldmatrix %0, %af, %u, %u, row\n",
+       "'frag.ldmatrix' loads A and B fragments of 16- or 8-bit inputs (ldmatrix moves 16-bit "
+       "halves), not frag<acc, f32, 16, 16, 16>; use 'frag.load'"},
       {OpKind::FragMmaScaled,
        kAcc + "  %1 = alloc.frag : frag<a, f16, 16, 16, 16>\n"
               "  %2 = alloc.frag : frag<b, f16, 16, 16, 16>\n"

@@ -128,6 +128,17 @@ ir::Kernel fragment_kernel(bool f8_inputs) {
     t += fmt::format("  {} = alloc.shared : shared<{}, 2048>\n", sh, in.elem);
     t += fmt::format("  frag.load {}, {}, %z, %n, %n, %n, col\n", a, sh);
     t += fmt::format("  frag.load {}, {}, %z, %n, %n, %n, row\n", b, sh);
+    // The explicit ldmatrix: either layout for 16-bit inputs, k contiguous for 8-bit ones.
+    const std::string e = in.elem;
+    if (e != "f32") {
+      const bool bytes = e != "f16" && e != "bf16";
+      t += fmt::format("  frag.ldmatrix {}, {}, %z, %n, row\n", a, sh);
+      t += fmt::format("  frag.ldmatrix {}, {}, %z, %n, col\n", b, sh);
+      if (!bytes) {
+        t += fmt::format("  frag.ldmatrix {}, {}, %z, %n, col\n", a, sh);
+        t += fmt::format("  frag.ldmatrix {}, {}, %z, %n, row\n", b, sh);
+      }
+    }
     t += fmt::format("  frag.load {}, {}, %z, %n, %n, %n, row\n", c, in.out);
     t += fmt::format("  frag.mma {}, {}, {}\n", c, a, b);
     for (const char* to : {"f32", "f16", "bf16", "i32", "f8e4m3", "f8e5m2"}) {
