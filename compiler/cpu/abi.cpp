@@ -36,7 +36,10 @@ extern "C" void kiln_rt_assert_failed(void* state, uint32_t site, uint32_t cube,
 extern "C" float kiln_rt_truncsfbf2(float x) {
   uint32_t u;
   std::memcpy(&u, &x, 4);
-  const uint32_t bf = std::isnan(x) ? (u >> 16) | 0x40u : (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  // A NaN keeps its high bits (quieted only where they alone would read as infinity): LLVM calls
+  // this to narrow bf16 values it widened itself, and a bitcast's NaN must come back unchanged.
+  uint32_t bf = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  if (std::isnan(x)) bf = (u >> 16) & 0x7fu ? u >> 16 : (u >> 16) | 0x40u;
   float r;
   std::memcpy(&r, &bf, 4);  // bf16 bits in the low half, zeros above
   return r;

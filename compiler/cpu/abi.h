@@ -93,7 +93,7 @@ uint32_t kiln_rt_tmem_load(void* tm, void* dst, uint32_t dst_count, uint32_t ind
 // reset for the next cube either way.
 uint32_t kiln_rt_tmem_end(void* tm);
 
-// f32 -> bf16 to nearest even (NaN stays NaN, quieted), as codegen's own conversion rounds:
+// f32 -> bf16 to nearest even, a NaN's high 16 bits kept (a bitcast round trip is exact):
 // the compiler-runtime routine that LLVM's x86 backend calls where it widens bf16 vector
 // operations to f32 and the CPU has no bf16 conversion instruction (AVX-512 BF16, AVX-NE-
 // CONVERT). GCC 12's libgcc, Debian 12's, has none, so the JIT resolves the name to this one.
