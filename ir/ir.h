@@ -108,7 +108,10 @@
 //   %m, %i, %p (until the phase of parity %p has completed) may tensor memory it writes be read
 //   (tmem.load) or freed, or the shared memory it reads be written. tmem.load %m, %i, %t, N copies
 //   D's 128 x N cells to m[i + r N + c] (a shared array of f32, i32 or u32); every unit sees them
-//   when it returns. The cube holds a multiple of 128 units.
+//   when it returns. %r = tmem.read %t, %col : T is not a cube op: unit u gets D[u % 128][%col +
+//   j] in lane j of T (f32, i32 or u32, 1 to 16 lanes), under the same wait rule; the units of a
+//   plane reach it together, with %t and %col the same for the plane. The cube holds a multiple
+//   of 128 units.
 // Control flow. `for %i = %a to %b step %s` runs %i = a, a+s, ... while i < b (step > 0)
 //   or i > b (step < 0); step == 0 runs no iteration. `loop` repeats until `break`. break,
 //   continue and return are the last op of their region. return ends the unit's kernel.

@@ -353,6 +353,10 @@ std::string check_tcgen05_op(Sig sig, const std::string& name, std::span<const T
                            tn(ops[3]));
       return {};
     }
+    case Sig::TmemRead: {
+      std::string e = need_u32(0, "tensor-memory address");
+      return e.empty() ? need_u32(1, "column") : e;
+    }
     case Sig::TmemLoad: {
       const Type& m = ops[0];
       if (m.kind != TypeKind::Shared || m.lanes != 1 ||
@@ -417,6 +421,7 @@ int sig_operand_count(Sig sig) {
     case Sig::Load:
     case Sig::VarWrite:
     case Sig::PlaneLane:
+    case Sig::TmemRead:
     case Sig::Units:
     case Sig::FragFill:
     case Sig::FragCast:
@@ -493,6 +498,7 @@ bool sig_result_is_explicit(Sig sig) {
     case Sig::AllocShared:
     case Sig::AllocLocal:
     case Sig::AllocFrag:
+    case Sig::TmemRead:
       return true;
     default:
       return false;
@@ -970,6 +976,16 @@ std::string check_op_types(OpKind kind, std::span<const Type> ops, const Attr& a
     case Sig::Tcgen05Mma:
     case Sig::TmemLoad:
       KILN_REQ(check_tcgen05_op(info.sig, name, ops, attr));
+      break;
+    case Sig::TmemRead:
+      KILN_REQ(check_tcgen05_op(info.sig, name, ops, attr));
+      if (!declared.is_value() ||
+          (declared.elem != ElemType::F32 && declared.elem != ElemType::I32 &&
+           declared.elem != ElemType::U32))
+        return fmt::format("'{}' reads 32-bit columns as f32, i32 or u32 (a line of them for "
+                           "consecutive columns), not {}",
+                           name, tn(declared));
+      out = declared;
       break;
   }
 #undef KILN_REQ

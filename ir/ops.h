@@ -76,6 +76,7 @@ enum class Sig : uint8_t {
   TmemFree,       // tmem.free %t, COLUMNS
   Tcgen05Mma,     // tcgen05.mma %t, %adesc, %bdesc, %acc, T, N   D (128 x N) [+]= A * B
   TmemLoad,       // tmem.load %m, %i, %t, N                  m[i + r N + c] = D[r][c], 128 x N
+  TmemRead,       // %r = tmem.read %t, %col : T             unit u: D[u % 128][col + j] (lane j)
   If,             // if %c { ... } [else { ... }]
   For,            // for %i = %a to %b step %s [unroll N|full] { ... }
   Loop,           // loop { ... }

@@ -40,7 +40,9 @@ class Verifier {
       if (op.kind == OpKind::Units || op.kind == OpKind::FragPlane) lowered_ = true;
       if (is_frag_op(op.kind)) frag_op_ = &op;
       if (op.kind == OpKind::Wgmma) wgmma_op_ = &op;
-      if (op.kind == OpKind::Tcgen05Mma || op.kind == OpKind::TmemLoad) tcgen05_op_ = &op;
+      if (op.kind == OpKind::Tcgen05Mma || op.kind == OpKind::TmemLoad ||
+          op.kind == OpKind::TmemRead)
+        tcgen05_op_ = &op;
       if (op.result != kNoValue && op.result < k_.value_types.size())
         def_kind_[op.result] = op.kind;
     });
@@ -329,7 +331,8 @@ class Verifier {
                                  "out of that control flow or make the condition the same for "
                                  "all units",
                                  name, cause_words(ctl.cause)));
-      } else if (has_flag(op.kind, op_flags::PlaneOp) && ctl.level == Uniformity::Varying) {
+      } else if ((has_flag(op.kind, op_flags::PlaneOp) || op.kind == OpKind::TmemRead) &&
+                 ctl.level == Uniformity::Varying) {
         op_error(op, fmt::format("'{}' is under control flow that differs between the units of "
                                  "a plane: {}. Every unit of the plane must reach it; compute "
                                  "it before the branch and use the result inside",
@@ -371,6 +374,15 @@ class Verifier {
                                      "descriptors, indices and flags must be the same for every "
                                      "unit (compute them from cube_pos() or uniform values)",
                                      vname(x), name));
+      // tcgen05.ld is a plane's instruction: one address for the whole plane.
+      if (op.kind == OpKind::TmemRead)
+        for (ValueId x : op.operands)
+          if (u.of(x) == Uniformity::Varying)
+            op_error(op, fmt::format("operand {} of 'tmem.read' differs between the units of a "
+                                     "plane; the plane reads tensor memory together (each unit "
+                                     "its own row), so the address and column must be the same "
+                                     "for the whole plane",
+                                     vname(x)));
       if (op.kind == OpKind::Tcgen05Mma)
         for (size_t i : {size_t{1}, size_t{2}}) {
           const auto d = def_kind_.find(op.operands[i]);
@@ -396,7 +408,7 @@ class Verifier {
   bool lowered_ = false;
   const Op* frag_op_ = nullptr;                   // one fragment op of the kernel, if any
   const Op* wgmma_op_ = nullptr;                  // one warpgroup multiply, if any
-  const Op* tcgen05_op_ = nullptr;                // one tcgen05.mma or tmem.load, if any
+  const Op* tcgen05_op_ = nullptr;                // one tcgen05.mma, tmem.load or tmem.read
   std::unordered_map<ValueId, OpKind> def_kind_;  // what defines each op result
 };
 

@@ -353,6 +353,12 @@ const char* tmem_misuse_message(uint32_t code) {
              "tcgen05_commit() and mbarrier_wait() first";
     case kLoadPastEnd:
       return "tmem_load() of 128 x n columns past the end of its destination array";
+    case kReadNotAllocated:
+      return "tmem_read() of tensor-memory columns that are not allocated (the address must be "
+             "what tmem_alloc returned, and the columns read inside the allocation)";
+    case kReadInFlight:
+      return "tmem_read() while a tcgen05_mma is not yet committed and waited for; "
+             "tcgen05_commit() and mbarrier_wait() first";
     case kTmemNotFreed:
       return "tensor memory still allocated when the cube ended; tmem_free() it before the "
              "kernel returns";
@@ -461,6 +467,23 @@ extern "C" uint32_t kiln_rt_tmem_load(void* t, void* dst, uint32_t dst_count, ui
   if (uint64_t{index} + 128ull * n > dst_count) return tm::kLoadPastEnd;
   auto* out = static_cast<uint32_t*>(dst) + index;
   for (uint32_t r = 0; r < 128; ++r) std::memcpy(out + r * n, b->cells + r * 512 + col, 4 * n);
+  return 0;
+}
+
+extern "C" uint32_t kiln_rt_tmem_read(void* t, uint32_t address, uint32_t column,
+                                      uint32_t unit, uint32_t lanes, uint32_t* out) {
+  auto* b = static_cast<TmemBlock*>(t);
+  const uint64_t col = uint64_t{address & 0xffffu} + column;
+  if ((address >> 16) != 0 || col + lanes > 512 ||
+      !tmem_allocated(b, static_cast<uint32_t>(col), lanes)) {
+    std::memset(out, 0, 4 * lanes);
+    return tm::kReadNotAllocated;
+  }
+  if (b->issued > b->waited) {
+    std::memset(out, 0, 4 * lanes);
+    return tm::kReadInFlight;
+  }
+  std::memcpy(out, b->cells + (unit % 128) * 512 + col, 4 * lanes);
   return 0;
 }
 

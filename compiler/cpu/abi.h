@@ -49,6 +49,8 @@ enum TmemMisuse : uint32_t {
   kLoadInFlight,
   kLoadPastEnd,
   kTmemNotFreed,
+  kReadNotAllocated,
+  kReadInFlight,
   kTmemMisuseEnd
 };
 // The message of a misuse, for the kernel's assert site.
@@ -89,6 +91,9 @@ uint32_t kiln_rt_tcgen05_mma(void* tm, const void* shared, uint32_t shared_bytes
 uint32_t kiln_rt_tcgen05_commit(void* tm, uint64_t* bar);
 uint32_t kiln_rt_tmem_load(void* tm, void* dst, uint32_t dst_count, uint32_t index,
                            uint32_t address, uint32_t n);
+// tmem.read for one unit: out[j] = D[unit % 128][address's column + column + j], j < lanes.
+uint32_t kiln_rt_tmem_read(void* tm, uint32_t address, uint32_t column, uint32_t unit,
+                           uint32_t lanes, uint32_t* out);
 // At the end of each cube: kTmemNotFreed if columns are still allocated; the block is then
 // reset for the next cube either way.
 uint32_t kiln_rt_tmem_end(void* tm);

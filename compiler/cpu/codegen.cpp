@@ -533,6 +533,9 @@ void Gen::emit_scalar(const ir::Op& op) {
     case OpKind::TmemLoad:
       cube_op(op);
       return;
+    case OpKind::TmemRead:
+      tmem_read(op);
+      return;
     case OpKind::AllocLocal: {
       const ir::Type& t = type(op.result);
       Mem m;

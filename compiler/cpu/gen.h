@@ -761,9 +761,11 @@ class Gen {
   void place_tmem();
   void tmem_cube_start();
   void tmem_cube_end();
-  void report_misuse(Value* code, uint32_t first, uint32_t last, const std::string& where);
+  void report_misuse(Value* code, uint32_t first, uint32_t last, const std::string& where,
+                     Value* unit = nullptr);
   void tcgen05_desc(const ir::Op& op);
   void cube_op(const ir::Op& op);
+  void tmem_read(const ir::Op& op);
 
   llvm::LLVMContext& C;
   llvm::Module& M;

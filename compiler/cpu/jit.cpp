@@ -278,6 +278,7 @@ class Jit {
         {"kiln_rt_tcgen05_mma", reinterpret_cast<void*>(&kiln_rt_tcgen05_mma)},
         {"kiln_rt_tcgen05_commit", reinterpret_cast<void*>(&kiln_rt_tcgen05_commit)},
         {"kiln_rt_tmem_load", reinterpret_cast<void*>(&kiln_rt_tmem_load)},
+        {"kiln_rt_tmem_read", reinterpret_cast<void*>(&kiln_rt_tmem_read)},
         {"kiln_rt_tmem_end", reinterpret_cast<void*>(&kiln_rt_tmem_end)},
 #if defined(__x86_64__) || defined(__aarch64__)
         {"__truncsfbf2", reinterpret_cast<void*>(&kiln_rt_truncsfbf2)},  // abi.h

@@ -35,7 +35,7 @@ std::pair<uint32_t, uint32_t> misuse_codes(OpKind k) {
 void Gen::place_tmem() {
   bool uses = false;
   ir::walk(K.body, [&](const ir::Op& op) {
-    uses = uses || ir::is_cube_op(op.kind);
+    uses = uses || ir::is_cube_op(op.kind) || op.kind == OpKind::TmemRead;
     if (op.kind == OpKind::TmemAlloc && tmem_alloc_at_.empty())
       tmem_alloc_at_ = K.loc_string(op.loc);
   });
@@ -59,7 +59,8 @@ void Gen::tmem_cube_end() {
 }
 
 // code (0 or one of first..last) -> a failed assert at the site of that code's message.
-void Gen::report_misuse(Value* code, uint32_t first, uint32_t last, const std::string& where) {
+void Gen::report_misuse(Value* code, uint32_t first, uint32_t last, const std::string& where,
+                        Value* unit) {
   const auto base = static_cast<uint32_t>(info_.asserts.size());
   for (uint32_t c = first; c <= last; ++c)
     info_.asserts.push_back(AssertSite{tmem_misuse_message(c), where});
@@ -72,7 +73,7 @@ void Gen::report_misuse(Value* code, uint32_t first, uint32_t last, const std::s
       llvm::FunctionType::get(
           B.getVoidTy(), {B.getPtrTy(), B.getInt32Ty(), B.getInt32Ty(), B.getInt32Ty()}, false));
   B.CreateCall(callee, {state_, B.CreateAdd(B.getInt32(base - first), code), cube_,
-                        B.getInt32(0)});
+                        unit ? unit : B.getInt32(0)});
   B.CreateBr(cont);
   B.SetInsertPoint(cont);
 }
@@ -145,6 +146,24 @@ void Gen::cube_op(const ir::Op& op) {
   }
   const auto [first, last] = misuse_codes(op.kind);
   report_misuse(code, first, last, K.loc_string(op.loc));
+}
+
+// A unit's row of tensor memory: kiln_rt_tmem_read copies the lanes into a slot of the
+// function's entry (zeros after a misuse, which fails an assert at the op's line). The units
+// loop around it runs unit by unit (units_width).
+void Gen::tmem_read(const ir::Op& op) {
+  KILN_CHECK(tmem_ && unit_, "tmem.read outside a units loop or without a tensor-memory block");
+  const ir::Type& t = type(op.result);
+  llvm::Type* i32 = B.getInt32Ty();
+  // The slot has the result's type, so it has that type's alignment for the load below.
+  llvm::AllocaInst* slot = entry_alloca(ty(t), nullptr, fmt::format("tmem.read{}", op.result));
+  auto callee = M.getOrInsertFunction(
+      "kiln_rt_tmem_read",
+      llvm::FunctionType::get(i32, {B.getPtrTy(), i32, i32, i32, i32, B.getPtrTy()}, false));
+  Value* code = B.CreateCall(callee, {tmem_, v(op.operands[0]), v(op.operands[1]), unit_,
+                                      B.getInt32(static_cast<uint32_t>(t.lanes)), slot});
+  report_misuse(code, kReadNotAllocated, kReadInFlight, K.loc_string(op.loc), unit_);
+  set(op.result, B.CreateLoad(ty(t), slot));
 }
 
 }  // namespace kiln::cpu::detail

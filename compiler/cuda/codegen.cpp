@@ -854,6 +854,10 @@ class Gen {
         line(fmt::format("kiln::tmem_load<{}u>({}, {}, {});", op.attr.i, v(op.operands[0]),
                          v(op.operands[1]), v(op.operands[2])));
         return {};
+      case OpKind::TmemRead:
+        def(op, fmt::format("kiln::tmem_read<{}>({}, {})", value_c(type(op.result)),
+                            v(op.operands[0]), v(op.operands[1])));
+        return {};
       case OpKind::SyncPlane:
         line(fmt::format("kiln::sync_plane({}u);", units_));
         return {};
@@ -1092,7 +1096,8 @@ std::string unsupported_fragment(const ir::Op& op, const ir::Kernel& k, const Ta
   const bool mbarrier = op.kind == OpKind::MbarInit || op.kind == OpKind::MbarWait;
   if (mbarrier && arch.sm < 80)
     return fmt::format("mbarriers need sm_80 or later; {} has none", arch.name());
-  if (ir::is_cube_op(op.kind) && !mbarrier && !has_tcgen05(arch))
+  if ((ir::is_cube_op(op.kind) || op.kind == OpKind::TmemRead) && !mbarrier &&
+      !has_tcgen05(arch))
     return fmt::format(
         "tensor memory and tcgen05 are sm_100a instructions; {} has none (ask has_tcgen05() at "
         "trace time and take another path there)",

@@ -1514,6 +1514,18 @@ template <class T> __device__ __forceinline__ T tmem_cell(u32 bits);
 template <> __device__ __forceinline__ f32 tmem_cell<f32>(u32 bits) { return __uint_as_float(bits); }
 template <> __device__ __forceinline__ i32 tmem_cell<i32>(u32 bits) { return (i32)bits; }
 template <> __device__ __forceinline__ u32 tmem_cell<u32>(u32 bits) { return bits; }
+// N cells as a value of L (T, or a line of N T).
+template <class L>
+__device__ __forceinline__ L tmem_lanes(const u32* r) {
+  typedef typename lanes_of<L>::elem T;
+  if constexpr (lanes_of<L>::value == 1) {
+    return tmem_cell<T>(r[0]);
+  } else {
+    L out;
+    for (int i = 0; i < lanes_of<L>::value; ++i) out.v[i] = tmem_cell<T>(r[i]);
+    return out;
+  }
+}
 
 #ifdef KILN_EMULATION
 // The emulator's mbarrier, one u64 in shared memory: bit 63 set once initialized, the arrival
@@ -1692,6 +1704,27 @@ inline void tmem_load(const bounded<T>& dst, u32 index, u32 t KILN_WHERE) {
   }
   emu::sync_threads(where);
 }
+// tcgen05.ld for one unit: its row (unit % 128) of the N columns at the address's column + col.
+template <class L>
+inline L tmem_read(u32 t, u32 col KILN_WHERE) {
+  typedef typename lanes_of<L>::elem T;
+  enum : u32 { N = lanes_of<L>::value };
+  emu::TmemState* st = emu::unit()->tmem_state;
+  const u64 c = (u64)(t & 0xffffu) + col;
+  u32 r[N] = {};
+  if ((t >> 16) != 0 || c + N > 512 || !tmem_allocated((u32)c, N))
+    emu::misuse("tmem_read() of tensor-memory columns that are not allocated (the address must be "
+                "what tmem_alloc returned, and the columns read inside the allocation)",
+                where);
+  else if (st->issued > st->waited)
+    emu::misuse("tmem_read() while a tcgen05_mma may still write tensor memory (the multiply "
+                "issued last has not been committed and waited for): tcgen05_commit() and "
+                "mbarrier_wait() first",
+                where);
+  else
+    memcpy(r, emu::unit()->tmem + (unit_linear() % 128u) * 512u + c, 4 * N);
+  return tmem_lanes<L>(r);
+}
 #else
 __device__ __forceinline__ u32 shared_address(const void* p) {
   return (u32)__cvta_generic_to_shared(p);
@@ -1790,6 +1823,43 @@ __device__ __forceinline__ void tmem_load(T* dst, u32 index, u32 t) {
   }
   asm volatile("tcgen05.fence::before_thread_sync;" ::: "memory");
   __syncthreads();
+}
+// tcgen05.ld.32x32b for one plane: unit u gets its row (u % 128; plane p reads lanes 32 (p % 4)
+// .. + 31) of N columns, and waits for them.
+template <class L>
+__device__ __forceinline__ L tmem_read(u32 t, u32 col) {
+  enum : u32 { N = lanes_of<L>::value };
+  const u32 a = t + ((((unit_linear() >> 5) & 3u) * 32u) << 16) + col;
+  u32 r[N];
+  asm volatile("tcgen05.fence::after_thread_sync;" ::: "memory");
+  if constexpr (N == 1) {
+    asm volatile("tcgen05.ld.sync.aligned.32x32b.x1.b32 {%0}, [%1];\n"
+                 "tcgen05.wait::ld.sync.aligned;\n"
+                 : "=r"(r[0]) : "r"(a) : "memory");
+  } else if constexpr (N == 2) {
+    asm volatile("tcgen05.ld.sync.aligned.32x32b.x2.b32 {%0, %1}, [%2];\n"
+                 "tcgen05.wait::ld.sync.aligned;\n"
+                 : "=r"(r[0]), "=r"(r[1]) : "r"(a) : "memory");
+  } else if constexpr (N == 4) {
+    asm volatile("tcgen05.ld.sync.aligned.32x32b.x4.b32 {%0, %1, %2, %3}, [%4];\n"
+                 "tcgen05.wait::ld.sync.aligned;\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a) : "memory");
+  } else if constexpr (N == 8) {
+    asm volatile("tcgen05.ld.sync.aligned.32x32b.x8.b32 {%0, %1, %2, %3, %4, %5, %6, %7}, [%8];\n"
+                 "tcgen05.wait::ld.sync.aligned;\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]), "=r"(r[4]), "=r"(r[5]),
+                   "=r"(r[6]), "=r"(r[7])
+                 : "r"(a) : "memory");
+  } else {
+    asm volatile("tcgen05.ld.sync.aligned.32x32b.x16.b32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
+                 "%9, %10, %11, %12, %13, %14, %15}, [%16];\n"
+                 "tcgen05.wait::ld.sync.aligned;\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]), "=r"(r[4]), "=r"(r[5]),
+                   "=r"(r[6]), "=r"(r[7]), "=r"(r[8]), "=r"(r[9]), "=r"(r[10]), "=r"(r[11]),
+                   "=r"(r[12]), "=r"(r[13]), "=r"(r[14]), "=r"(r[15])
+                 : "r"(a) : "memory");
+  }
+  return tmem_lanes<L>(r);
 }
 #endif
 // Shared arrays of wgmma or tcgen05 operands are read by the async proxy: a sync_cube in such

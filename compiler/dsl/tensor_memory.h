@@ -10,9 +10,11 @@
 //   tcgen05_commit(bar, 0u);                      // the mbarrier's phase 0 completes when done
 //   mbarrier_wait(bar, 0u, 0u);
 //   tmem_load(cs, 0u, t, 128);                    // cs[r * 128 + c] = D[r][c], 128 x 128
+//   f32 x = tmem_read<f32>(t, 8u, 4);             // or each unit's own row, into registers:
+//                                                 // D[unit % 128][8 .. 11], a line of 4
 //   tmem_free(t, 128);
 //
-// All of these are cube operations: every unit of the cube reaches them together (uniform
+// All of these but tmem_read are cube operations: every unit of the cube reaches them together (uniform
 // control flow, operands the same for every unit; the verifier checks both) and they run once
 // for the cube (on the GPU one unit issues the asynchronous ones). The cube has a multiple of
 // 128 units, so that four whole planes cover the 128 lanes of tensor memory.
@@ -197,6 +199,29 @@ void tmem_load(const SharedArray<V>& dst, Arg<uint32_t> index, Arg<uint32_t> add
   a.i = static_cast<uint64_t>(n);
   ctx.builder().op(ir::OpKind::TmemLoad, {dst.id(), index.value(1), address.value(1)},
                    index.at(), {}, a);
+}
+
+// A unit's own row of tensor memory in registers: unit u reads row u % 128 (plane p the lanes
+// 32 (p % 4) .. + 31, as tcgen05.ld gives them), `lanes` consecutive 32-bit columns (1, 2, 4, 8
+// or 16) from the tensor-memory address + column, as f32, i32 or u32 (a line of that many lanes
+// when more than 1). Every unit of a plane reads together, with the same address and column
+// (the verifier checks it); every multiply into the columns must have completed (waited on).
+template <class V>
+Val<host_of_t<V>> tmem_read(Arg<uint32_t> address, Arg<uint32_t> column, int lanes = 1) {
+  using T = host_of_t<V>;
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, int32_t> ||
+                    std::is_same_v<T, uint32_t>,
+                "kiln: tmem_read reads 32-bit columns as f32, i32 or u32");
+  auto& ctx = TraceContext::current();
+  if (!detail::need_tcgen05(address.where())) return Val<T>();
+  if (lanes != 1 && lanes != 2 && lanes != 4 && lanes != 8 && lanes != 16) {
+    ctx.fail(address.where(),
+             fmt::format("tmem_read reads 1, 2, 4, 8 or 16 columns at once, not {}", lanes));
+    return Val<T>();
+  }
+  return Val<T>::from_id(ctx.builder().op(ir::OpKind::TmemRead,
+                                     {address.value(1), column.value(1)}, address.at(),
+                                     ir::Type::value(elem_v<T>, lanes)));
 }
 
 }  // namespace kiln::dsl

@@ -4,8 +4,8 @@
 // product lives in tile_n columns of tensor memory. Per round of k it stages its A and B tiles in
 // shared memory in kiln's K-major layout for `swizzle` (what TMA writes), one unit issues a
 // tcgen05.mma per k step and commits them to an mbarrier, and every unit waits on the round's
-// phase before the tiles are overwritten. At the end the product is copied from tensor memory
-// into shared memory and stored.
+// phase before the tiles are overwritten. At the end each unit reads its row of the product
+// from tensor memory into registers, 8 columns at a time (tmem_read: tcgen05.ld), and stores it.
 // It runs where has_tcgen05() holds: sm_100a, the CPU (kiln_rt_tcgen05_mma, once per cube) and
 // the emulator as cuda-emu:sm_100a; on other targets tracing it is an error naming the target.
 #include <cstring>
@@ -33,7 +33,6 @@ void matmul_tcgen05(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c
           "a must be M x K, b N x K (B transposed) and c M x N");
   auto as = shared_array<T>(128u * kc);
   auto bs = shared_array<T>(un * kc);
-  auto cs = shared_array<Acc>(128u * un);
   auto bar = shared_array<u64>(1);
   u32 m0 = cube_pos_y() * 128u, n0 = cube_pos_x() * un;
   mbarrier_init(bar, 0u);
@@ -63,13 +62,16 @@ void matmul_tcgen05(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c
     tcgen05_commit(bar, 0u);
     mbarrier_wait(bar, 0u, (k0 / kc) & 1u);  // round r completes phase r
   });
-  tmem_load(cs, 0u, d, tile_n);
+  // Unit r's row of the product; K = 0 leaves it unwritten: it is zero.
+  u32 row = m0 + unit_pos();
+  for (int col = 0; col < tile_n; col += 8) {
+    Val<Acc> x = tmem_read<Acc>(d, static_cast<uint32_t>(col), 8);
+    for (int j = 0; j < 8; ++j) {
+      u32 cc = n0 + static_cast<uint32_t>(col + j);
+      if_(row < m && cc < n, [&] { c[row * n + cc] = select(k > 0u, extract(x, j), Acc(0)); });
+    }
+  }
   tmem_free(d, columns);
-  // K = 0 leaves the product unwritten: it is zero.
-  for_range(unit_pos(), 128u * un, 128u, [&](u32 e) {
-    u32 r = e / un, col = e % un, row = m0 + r, cc = n0 + col;
-    if_(row < m && cc < n, [&] { c[row * n + cc] = select(k > 0u, cs[e], Acc(0)); });
-  });
 }
 KILN_KERNEL_GENERIC(matmul_tcgen05,
                     "a: rank=2, b: rank=2, c: rank=2, tile_n = 128 in 16..256, swizzle = 128 in "

@@ -232,6 +232,8 @@ std::vector<Case> cases() {
        "operand %1 of 'tcgen05.commit' differs between the units of the cube"},
       {OpKind::TmemLoad, "  %0 = alloc.shared : shared<f16, 4096>\n  tmem.load %0, %u, %u, 16\n",
        "'tmem.load' copies 32-bit columns into a shared array of f32, i32 or u32"},
+      {OpKind::TmemRead, "  %0 = unit_pos : u32\n  %1 = tmem.read %u, %0 : f32x4\n",
+       "operand %0 of 'tmem.read' differs between the units of a plane"},
   };
 }
 

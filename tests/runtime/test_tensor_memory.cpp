@@ -1,7 +1,8 @@
 // Tensor memory and tcgen05 misuse is reported with the DSL line on both backends that run it
 // without a GPU, the CPU and the emulator (cuda-emu:sm_100a): a missing mbarrier_init, a copy out
 // of tensor memory before the wait, a wait on a phase that never completes, memory not freed
-// and a multiply into columns that are not allocated. The correct version passes on both.
+// a multiply into columns that are not allocated, and reads into registers before the wait or
+// past the allocation. The correct version passes on both.
 #include <catch2/catch.hpp>
 
 #include "compiler/dsl/dsl.h"
@@ -15,7 +16,8 @@ using namespace kiln::dsl;
 // D (128 x 16) = A * B^T over one k step of 16, A and B all ones (so D is 16 everywhere), with
 // one mistake chosen by mode: 1 no mbarrier_init, 2 a tmem_load before the wait, 3 a wait with
 // the parity of the phase after the one that completes, 4 no tmem_free, 5 a multiply into the
-// columns after the allocation.
+// columns after the allocation, 6 a tmem_read before the wait, 7 a tmem_read of the column after
+// the allocation.
 void tm_misuse(Tensor<f32> y, int mode) {
   auto s = shared_array<bf16>(128 * 16);
   auto cs = shared_array<f32>(128 * 16);
@@ -30,8 +32,10 @@ void tm_misuse(Tensor<f32> y, int mode) {
   tcgen05_mma<bf16>(mode == 5 ? past : d, a, b, 16, false);  // TM_MMA
   tcgen05_commit(bar, 0u);
   if (mode == 2) tmem_load(cs, 0u, d, 16);  // TM_EARLY_LOAD
+  if (mode == 6) y[unit_pos()] = tmem_read<f32>(d, 0u);  // TM_EARLY_READ
   mbarrier_wait(bar, 0u, mode == 3 ? 1u : 0u);  // TM_WAIT
   tmem_load(cs, 0u, d, 16);
+  if (mode == 7) y[unit_pos()] = extract(tmem_read<f32>(d, 30u, 4), 0);  // TM_READ_PAST
   if (mode != 4) tmem_free(d, 32);
   for_range(unit_pos(), 128u * 16u, 128u, [&](u32 i) { y[i] = cs[i]; });
 }
@@ -93,6 +97,16 @@ TEST_CASE("tensor-memory misuse is reported at its line on the CPU and the emula
     CHECK_THAT(st.error().message, Contains(loc("TM_MMA")) &&
                                        Contains("tcgen05_mma into tensor-memory columns that "
                                                 "are not allocated"));
+    st = run(6);
+    REQUIRE_FALSE(st.ok());
+    CHECK_THAT(st.error().message, Contains(loc("TM_EARLY_READ")) &&
+                                       Contains("tmem_read() while a tcgen05_mma") &&
+                                       Contains("mbarrier_wait() first"));
+    st = run(7);
+    REQUIRE_FALSE(st.ok());
+    CHECK_THAT(st.error().message,
+               Contains(loc("TM_READ_PAST")) &&
+                   Contains("tmem_read() of tensor-memory columns that are not allocated"));
   }
 }
 

@@ -78,3 +78,64 @@ TEST_CASE("tcgen05 on the CPU: every tensor-memory op, one to four rounds of k",
       }
   }
 }
+
+namespace {
+
+// tmem_read: C (two copies of 128 x 32, one per half of a 256-unit cube) = A (128 x 64) * B^T (B:
+// 32 x 64) read from tensor memory into registers, `lanes` columns at a time; unit u reads row
+// u % 128, at the address of the allocation plus the column.
+void t_tmem_read(Tensor<const bf16> a, Tensor<const bf16> b, Tensor<f32> c, int lanes) {
+  auto as = shared_array<bf16>(128 * 64);
+  auto bs = shared_array<bf16>(32 * 64);
+  auto bar = shared_array<u64>(1);
+  mbarrier_init(bar, 0u);
+  u32 d = tmem_alloc(64);
+  for_range(unit_pos(), 128u * 64u, 256u, [&](u32 e) {
+    as[wgmma_tile_index<bf16>(Swizzle::B128, 128, e / 64u, e % 64u)] = a[e];
+  });
+  for_range(unit_pos(), 32u * 64u, 256u, [&](u32 e) {
+    bs[wgmma_tile_index<bf16>(Swizzle::B128, 32, e / 64u, e % 64u)] = b[e];
+  });
+  sync_cube();
+  for (uint32_t s = 0; s < 4; ++s)
+    tcgen05_mma<bf16>(d + 32u, tcgen05_tile_desc(as, 0u, 128, Swizzle::B128, u32(s)),
+                      tcgen05_tile_desc(bs, 0u, 32, Swizzle::B128, u32(s)), 32, s > 0);
+  tcgen05_commit(bar, 0u);
+  mbarrier_wait(bar, 0u, 0u);
+  for (int col = 0; col < 32; col += lanes) {
+    f32 x = tmem_read<f32>(d, u32(32 + col), lanes);
+    for (int j = 0; j < lanes; ++j)
+      c[unit_pos() * 32u + u32(col + j)] = lanes == 1 ? x : extract(x, j);
+  }
+  tmem_free(d, 64);
+}
+KILN_KERNEL(t_tmem_read, "a: rank=2, b: rank=2, c: rank=2, lanes = 1").cube_dim(256);
+
+}  // namespace
+
+TEST_CASE("tcgen05 on the CPU: tmem_read gives each unit its row, 1 to 16 columns at a time",
+          "[cpu][matrix][tcgen05]") {
+  std::uniform_int_distribution<int> d(-4, 4);
+  std::vector<uint16_t> a(128 * 64), b(32 * 64);
+  std::vector<int> av(a.size()), bv(b.size());
+  for (size_t i = 0; i < a.size(); ++i) a[i] = kiln::bf16_bits(av[i] = d(test::rng()));
+  for (size_t i = 0; i < b.size(); ++i) b[i] = kiln::bf16_bits(bv[i] = d(test::rng()));
+  for (int lanes : {1, 2, 4, 8, 16}) {
+    INFO(lanes << " lanes");
+    kiln::dsl::SpecOptions o;
+    o.set["lanes"] = std::to_string(lanes);
+    auto k = test::compile_kernel("t_tmem_read", o);
+    std::vector<float> c(256 * 32, -1.0f);
+    std::vector<HostArg> args{TensorView(a.data(), {128, 64}), TensorView(b.data(), {32, 64}),
+                              TensorView(c.data(), {256, 32})};
+    test::run(*k, {1, 1, 1}, args);
+    for (int u = 0; u < 256; ++u)
+      for (int j = 0; j < 32; ++j) {
+        const int i = u % 128;
+        int want = 0;
+        for (int kk = 0; kk < 64; ++kk) want += av[i * 64 + kk] * bv[j * 64 + kk];
+        INFO("unit " << u << ", column " << j);
+        REQUIRE(c[u * 32 + j] == static_cast<float>(want));
+      }
+  }
+}

@@ -161,6 +161,28 @@ ir::Kernel fragment_kernel(bool f8_inputs) {
   return std::move(*k);
 }
 
+// Tensor memory on sm_100a: a multiply, both ways out (tmem.load to shared memory, tmem.read
+// into registers, every line width and 32-bit type), the free.
+ir::Kernel tcgen05_kernel() {
+  std::string t =
+      "kernel @tcgen05(%c: tensor<f32, 2>) cube_dim(128, 1, 1) {\n"
+      "  %s = alloc.shared : shared<bf16, 8192>\n  %o = alloc.shared : shared<f32, 16384>\n"
+      "  %m = alloc.shared : shared<u64, 1>\n  %z = const 0 : u32\n  %k = const 16 : u32\n"
+      "  %l = const 1024 : u32\n  %f = const false : bool\n  mbar.init %m, %z, 1\n"
+      "  %t = tmem.alloc 128 : u32\n  %d = tcgen05.desc %s, %z, %k, %l, 128 : u64\n"
+      "  tcgen05.mma %t, %d, %d, %f, bf16, 128\n  tcgen05.commit %m, %z\n"
+      "  mbar.wait %m, %z, %z\n  tmem.load %o, %z, %t, 128\n";
+  int v = 0;
+  for (const char* type : {"f32", "i32", "u32"})
+    for (const char* lanes : {"", "x2", "x4", "x8", "x16"})
+      t += fmt::format("  %r{} = tmem.read %t, %k : {}{}\n", v++, type, lanes);
+  t += "  tmem.free %t, 128\n}\n";
+  auto k = ir::parse(t, "tcgen05.kir");
+  INFO((k.ok() ? std::string() : k.error().message));
+  REQUIRE(k.ok());
+  return std::move(*k);
+}
+
 std::vector<ir::Kernel> op_test_kernels(const std::string& arch) {
   using namespace test::ops;
   std::vector<ir::Kernel> out;
@@ -183,6 +205,7 @@ std::vector<ir::Kernel> op_test_kernels(const std::string& arch) {
     out.push_back(build(t, 1, math));
   }
   out.push_back(fragment_kernel(arch != "sm_80"));
+  if (arch == "sm_100a") out.push_back(tcgen05_kernel());
   return out;
 }
 
@@ -356,6 +379,7 @@ TEST_CASE("every op kind is compiled by the CUDA tests", "[cuda][compile][covera
   REQUIRE(cuda);
   auto ops = test::registered_kernel_ops(*cuda);
   for (const ir::Kernel& k : op_test_kernels("sm_90a")) test::collect_ops(k, ops);
+  test::collect_ops(tcgen05_kernel(), ops);
   // units and frag.plane exist only in kernels lowered for the CPU.
   CHECK(test::missing_ops(ops, {ir::OpKind::Units, ir::OpKind::FragPlane}) == "");
 }
