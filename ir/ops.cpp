@@ -256,11 +256,17 @@ std::string check_frag_op(Sig sig, const std::string& name, std::span<const Type
       const Type& c = ops[0];
       const auto in = static_cast<ElemType>(attr.i & 0xff);
       const int step = frag_k_step(in);
-      if ((attr.i >> 8) != 0 || step == 0)
+      if ((attr.i >> (kWgmmaMajorShift + 2)) != 0 || step == 0)
         return fmt::format(
             "'wgmma.mma' multiplies f16, bf16, f32 (as tf32), i8, u8, f8e4m3 or f8e5m2 inputs; "
             "its input type attribute is invalid ({})",
             attr.i);
+      if (const MmaMajors mj = mma_majors(attr.i, kWgmmaMajorShift);
+          (mj.a_mn || mj.b_mn) && !mma_mn_major_valid(in))
+        return fmt::format(
+            "'wgmma.mma' of {} inputs reads K-major operands only (MN-major "
+            "operands are f16 or bf16); lay the tile out K-major",
+            elem_name(in));
       if (c.use != FragUse::Acc || c.m != 16 || c.k != step)
         return fmt::format(
             "'wgmma.mma' of {} inputs accumulates into a plane's 16 rows of the "
@@ -334,11 +340,17 @@ std::string check_tcgen05_op(Sig sig, const std::string& name, std::span<const T
     }
     case Sig::Tcgen05Mma: {
       const auto in = static_cast<ElemType>(attr.i & 0xff);
-      const int n = static_cast<int>(attr.i >> 8);
-      if ((attr.i & 0xff) >= 256 || frag_k_step(in) == 0 || (attr.i >> 24) != 0)
+      const int n = static_cast<int>((attr.i >> 8) & 0xffff);
+      if (frag_k_step(in) == 0 || (attr.i >> (kTcgen05MajorShift + 2)) != 0)
         return fmt::format("'{}' multiplies f16, bf16, f32 (as tf32), i8, u8, f8e4m3 or f8e5m2 "
                            "inputs; its type attribute is invalid ({})",
                            name, attr.i);
+      if (const MmaMajors mj = mma_majors(attr.i, kTcgen05MajorShift);
+          (mj.a_mn || mj.b_mn) && !mma_mn_major_valid(in))
+        return fmt::format(
+            "'{}' of {} inputs reads K-major operands only in kiln (MN-major "
+            "operands are f16 or bf16); lay the tile out K-major",
+            name, elem_name(in));
       if (!tcgen05_n_valid(in, n))
         return fmt::format("'{}' of 128 rows has N a multiple of 16 from 16 to 256, not {}", name,
                            n);

@@ -67,14 +67,15 @@ enum class Sig : uint8_t {
                   //   acc += (A * SA) (B * SB); SA(r, j) = sa[sai + r sas + j] (u8 ue8m0 codes)
   FragPlane,      // %r = frag.plane %f, %p : frag<...>      (lowered kernels only)
   WgmmaDesc,      // %r = wgmma.desc %m, %i, %lbo, %sbo, SWIZZLE : u64   m: shared memory
-  Wgmma,          // wgmma.mma %acc, %adesc, %bdesc, T        acc += A * B (T: the input type)
+  Wgmma,          // wgmma.mma %acc, %adesc, %bdesc, T[, MA, MB]  acc += A * B (T: the input
+                  //   type; MA, MB: k or mn, the majors of A and B, printed when not k, k)
   WgmmaWait,      // wgmma.wait N                             N: groups left in flight
   MbarInit,       // mbar.init %m, %i, COUNT                  m: shared u64 (the mbarrier m[i])
   MbarWait,       // mbar.wait %m, %i, %parity                until that phase has completed
   MbarRef,        // NAME %m, %i                              m: shared u64
   TmemAlloc,      // %r = tmem.alloc COLUMNS : u32            the tensor-memory address
   TmemFree,       // tmem.free %t, COLUMNS
-  Tcgen05Mma,     // tcgen05.mma %t, %adesc, %bdesc, %acc, T, N   D (128 x N) [+]= A * B
+  Tcgen05Mma,     // tcgen05.mma %t, %adesc, %bdesc, %acc, T, N[, MA, MB]  D (128 x N) [+]= A * B
   TmemLoad,       // tmem.load %m, %i, %t, N                  m[i + r N + c] = D[r][c], 128 x N
   TmemRead,       // %r = tmem.read %t, %col : T             unit u: D[u % 128][col + j] (lane j)
   If,             // if %c { ... } [else { ... }]
@@ -186,6 +187,24 @@ bool wgmma_swizzle_valid(uint64_t bytes);
 // Whether a tcgen05.mma (M = 128, cta_group::1) of inputs `e` has an N of `n` columns: a
 // multiple of 16 from 16 to 256.
 bool tcgen05_n_valid(ElemType e, int n);
+// The attribute of wgmma.mma: the input type in bits 0-7, then whether A and B are MN-major
+// (their mn elements contiguous in 16-byte chunks) rather than K-major. tcgen05.mma: the input
+// type in bits 0-7, N in bits 8-23, the majors in bits 24 and 25. MN-major operands are f16 or
+// bf16 (the inputs both instructions can transpose).
+struct MmaMajors {
+  bool a_mn = false, b_mn = false;
+};
+inline constexpr uint64_t kWgmmaMajorShift = 8, kTcgen05MajorShift = 24;
+inline MmaMajors mma_majors(uint64_t attr, uint64_t shift) {
+  return {((attr >> shift) & 1u) != 0, ((attr >> shift) & 2u) != 0};
+}
+inline uint64_t mma_major_bits(MmaMajors m, uint64_t shift) {
+  return (uint64_t{m.a_mn} | uint64_t{m.b_mn} << 1) << shift;
+}
+// Whether inputs `e` may be MN-major.
+inline bool mma_mn_major_valid(ElemType e) {
+  return e == ElemType::F16 || e == ElemType::BF16;
+}
 // Whether `columns` is a tensor-memory allocation size: a power of two from 32 to 512.
 bool tmem_columns_valid(uint64_t columns);
 // The cube-level ops of tensor memory and tcgen05 (every unit reaches them together; they run

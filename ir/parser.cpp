@@ -252,6 +252,23 @@ class Parser {
     advance();
     return v;
   }
+  // The optional operand majors of a multiply: ", MA, MB", each k or mn (default k, k).
+  MmaMajors parse_majors() {
+    MmaMajors m;
+    if (!is_punct(',')) return m;
+    advance();
+    auto one = [&](const char* which) {
+      if (!is_ident("k") && !is_ident("mn"))
+        expected(fmt::format("the major of {} (k or mn)", which));
+      const bool mn = is_ident("mn");
+      advance();
+      return mn;
+    };
+    m.a_mn = one("A");
+    expect_punct(',');
+    m.b_mn = one("B");
+    return m;
+  }
 
   // ---- types ----
   // A line type written as one identifier: f32 or f32x4.
@@ -607,6 +624,7 @@ class Parser {
         if (!e) expected("the input element type of the multiply, such as bf16");
         op.attr.i = static_cast<uint64_t>(*e);
         advance();
+        op.attr.i |= mma_major_bits(parse_majors(), kWgmmaMajorShift);
         break;
       }
       case Sig::WgmmaWait:
@@ -635,7 +653,8 @@ class Parser {
         advance();
         expect_punct(',');
         const uint64_t n = parse_uint("the number of columns N", 0xffffu);
-        op.attr.i = static_cast<uint64_t>(*e) | n << 8;
+        op.attr.i =
+            static_cast<uint64_t>(*e) | n << 8 | mma_major_bits(parse_majors(), kTcgen05MajorShift);
         break;
       }
       default:

@@ -150,6 +150,12 @@ class Printer {
     if (op.result != kNoValue) s = name(op.result) + " = ";
     s += info.name;
     std::vector<std::string> parts;
+    // The operand majors of a multiply, when not both K-major.
+    auto majors = [&](MmaMajors m) {
+      if (!m.a_mn && !m.b_mn) return;
+      parts.push_back(m.a_mn ? "mn" : "k");
+      parts.push_back(m.b_mn ? "mn" : "k");
+    };
     switch (info.sig) {
       case Sig::Const: {
         const Type t = op.result < k_.value_types.size() ? k_.type_of(op.result) : Type{};
@@ -182,11 +188,15 @@ class Printer {
           const uint64_t e = op.attr.i & 0xff;
           parts.push_back(e < kNumElemTypes ? std::string(elem_name(static_cast<ElemType>(e)))
                                             : fmt::format("type?{}", e));
-          parts.push_back(fmt::format("{}", op.attr.i >> 8));
+          parts.push_back(fmt::format("{}", (op.attr.i >> 8) & 0xffff));
+          majors(mma_majors(op.attr.i, kTcgen05MajorShift));
         }
-        if (info.sig == Sig::Wgmma)
-          parts.push_back(op.attr.i < 256 ? std::string(elem_name(static_cast<ElemType>(op.attr.i)))
-                                          : fmt::format("type?{}", op.attr.i));
+        if (info.sig == Sig::Wgmma) {
+          const uint64_t e = op.attr.i & 0xff;
+          parts.push_back(e < kNumElemTypes ? std::string(elem_name(static_cast<ElemType>(e)))
+                                            : fmt::format("type?{}", e));
+          majors(mma_majors(op.attr.i, kWgmmaMajorShift));
+        }
         break;
     }
     for (size_t i = 0; i < parts.size(); ++i) {

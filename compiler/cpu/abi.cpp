@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ir/float16.h"
+#include "ir/ops.h"
 #include "ir/result.h"
 #include "ir/types.h"
 
@@ -77,6 +78,22 @@ inline uint32_t kmajor_byte(uint64_t d, uint32_t mn, uint32_t k, uint32_t size) 
   return byte ^ (((byte >> 7) & (w / 16 - 1)) << 4);
 }
 
+// The same for an MN-major operand (mn contiguous; the CUDA prelude's wgmma_mnmajor_byte).
+// Without swizzle, core matrices of 8 k-rows of 16 bytes of mn: SBO separates them along mn,
+// LBO along k. With a swizzle of W bytes, rows of W bytes of mn, one per k: LBO separates the
+// W-byte columns along mn, SBO the groups of 8 rows along k. Elements mn .. mn + 16 / size - 1
+// (mn a multiple of 16 / size) are the 16 bytes from there.
+inline uint32_t mnmajor_byte(uint64_t d, uint32_t mn, uint32_t k, uint32_t size) {
+  const auto start = static_cast<uint32_t>(d & 0x3fffu) << 4;
+  const auto lbo = static_cast<uint32_t>((d >> 16) & 0x3fffu) << 4;
+  const auto sbo = static_cast<uint32_t>((d >> 32) & 0x3fffu) << 4;
+  const auto mode = static_cast<uint32_t>(d >> 62), per16 = 16u / size;
+  if (mode == 0) return start + mn / per16 * sbo + mn % per16 * size + k / 8 * lbo + k % 8 * 16;
+  const uint32_t w = mode == 1 ? 128u : mode == 2 ? 64u : 32u, per_row = w / size;
+  const uint32_t byte = start + mn / per_row * lbo + mn % per_row * size + k / 8 * sbo + k % 8 * w;
+  return byte ^ (((byte >> 7) & (w / 16 - 1)) << 4);
+}
+
 float bits_float(uint32_t b) {
   float f;
   std::memcpy(&f, &b, 4);
@@ -139,33 +156,37 @@ T element(const uint8_t* p) {
   }
 }
 
-// One operand of a plane's multiply (16 rows of A, or n rows of B), read row by row from the
-// arena into `out` (row mn's k_step values at out[mn * row_stride + k * col_stride]).
-// Returns 1 + the first byte offset past the arena (read as zero), or 0.
+// One operand of a plane's multiply (16 rows of A, or n rows of B), read 16-byte chunk by chunk
+// from the arena into `out` (row mn's k_step values at out[mn * row_stride + k * col_stride]):
+// chunks of k of a row when K-major, of mn at one k when MN-major (rows and row0 are then
+// multiples of 16 / size). Returns 1 + the first byte offset past the arena (read as zero), or 0.
 template <kiln::ir::ElemType E, class T>
 KILN_WGMMA_CLONES uint32_t read_operand(const uint8_t* shared, uint32_t bytes, uint64_t d,
                                         uint32_t row0, uint32_t rows, uint32_t k_step, T* out,
-                                        size_t row_stride, size_t col_stride) {
+                                        size_t row_stride, size_t col_stride, bool mn_major) {
   constexpr uint32_t size = kInputBytes<E>, per16 = 16 / size;
+  // One step from an element of a chunk to the next, in `out`.
+  const size_t along = mn_major ? row_stride : col_stride;
   uint32_t bad = 0;
-  for (uint32_t r = 0; r < rows; ++r)
-    for (uint32_t k0 = 0; k0 < k_step; k0 += per16) {
-      const uint32_t at = kmajor_byte(d, row0 + r, k0, size);
+  for (uint32_t r = 0; r < rows; r += mn_major ? per16 : 1)
+    for (uint32_t k0 = 0; k0 < k_step; k0 += mn_major ? 1 : per16) {
+      const uint32_t at =
+          mn_major ? mnmajor_byte(d, row0 + r, k0, size) : kmajor_byte(d, row0 + r, k0, size);
       T* o = out + r * row_stride + k0 * col_stride;
       if (at + 16 <= bytes) {
         const uint8_t* p = shared + at;
         T chunk[per16];  // converted in one (vectorizable) loop, then stored
         for (uint32_t i = 0; i < per16; ++i) chunk[i] = element<E, T>(p + i * size);
-        for (uint32_t i = 0; i < per16; ++i) o[i * col_stride] = chunk[i];
+        for (uint32_t i = 0; i < per16; ++i) o[i * along] = chunk[i];
         continue;
       }
       for (uint32_t i = 0; i < per16; ++i) {  // at the arena's end: element by element
         const uint32_t at_i = at + i * size;
         if (at_i + size > bytes) {
           if (!bad) bad = at_i + 1;
-          o[i * col_stride] = T(0);
+          o[i * along] = T(0);
         } else {
-          o[i * col_stride] = element<E, T>(shared + at_i);
+          o[i * along] = element<E, T>(shared + at_i);
         }
       }
     }
@@ -196,14 +217,14 @@ KILN_WGMMA_CLONES void multiply(T* __restrict acc, const T* __restrict a, const 
 
 template <kiln::ir::ElemType E, class T>
 uint32_t plane_wgmma(T* acc, uint32_t plane, const uint8_t* shared, uint32_t bytes, uint64_t adesc,
-                     uint64_t bdesc, uint32_t n) {
+                     uint64_t bdesc, uint32_t n, kiln::ir::MmaMajors mj) {
   constexpr uint32_t k_step = 32 / kInputBytes<E>;  // 32 bytes of k per instruction
   // At most 16 x 32 of A and 32 x 256 of B (k_step * element size is 32 bytes).
   alignas(64) T a[16 * k_step];
   alignas(64) T b[k_step * 256];
   const uint32_t bad_a =
-      read_operand<E>(shared, bytes, adesc, 16 * (plane % 4), 16, k_step, a, k_step, 1);
-  const uint32_t bad_b = read_operand<E>(shared, bytes, bdesc, 0, n, k_step, b, 1, n);
+      read_operand<E>(shared, bytes, adesc, 16 * (plane % 4), 16, k_step, a, k_step, 1, mj.a_mn);
+  const uint32_t bad_b = read_operand<E>(shared, bytes, bdesc, 0, n, k_step, b, 1, n, mj.b_mn);
   multiply(acc, a, b, n, k_step);
   return bad_a ? bad_a : bad_b;
 }
@@ -217,21 +238,22 @@ extern "C" uint32_t kiln_rt_wgmma(void* acc, uint32_t plane, const void* shared,
   const auto* s = static_cast<const uint8_t*>(shared);
   auto* f = static_cast<float*>(acc);
   auto* i = static_cast<uint32_t*>(acc);
-  switch (static_cast<ElemType>(elem)) {
+  const kiln::ir::MmaMajors mj = kiln::ir::mma_majors(elem, kiln::ir::kWgmmaMajorShift);
+  switch (static_cast<ElemType>(elem & 0xffu)) {
     case ElemType::F16:
-      return plane_wgmma<ElemType::F16>(f, plane, s, shared_bytes, adesc, bdesc, n);
+      return plane_wgmma<ElemType::F16>(f, plane, s, shared_bytes, adesc, bdesc, n, mj);
     case ElemType::BF16:
-      return plane_wgmma<ElemType::BF16>(f, plane, s, shared_bytes, adesc, bdesc, n);
+      return plane_wgmma<ElemType::BF16>(f, plane, s, shared_bytes, adesc, bdesc, n, mj);
     case ElemType::F32:
-      return plane_wgmma<ElemType::F32>(f, plane, s, shared_bytes, adesc, bdesc, n);
+      return plane_wgmma<ElemType::F32>(f, plane, s, shared_bytes, adesc, bdesc, n, mj);
     case ElemType::I8:
-      return plane_wgmma<ElemType::I8>(i, plane, s, shared_bytes, adesc, bdesc, n);
+      return plane_wgmma<ElemType::I8>(i, plane, s, shared_bytes, adesc, bdesc, n, mj);
     case ElemType::U8:
-      return plane_wgmma<ElemType::U8>(i, plane, s, shared_bytes, adesc, bdesc, n);
+      return plane_wgmma<ElemType::U8>(i, plane, s, shared_bytes, adesc, bdesc, n, mj);
     case ElemType::F8E4M3:
-      return plane_wgmma<ElemType::F8E4M3>(f, plane, s, shared_bytes, adesc, bdesc, n);
+      return plane_wgmma<ElemType::F8E4M3>(f, plane, s, shared_bytes, adesc, bdesc, n, mj);
     case ElemType::F8E5M2:
-      return plane_wgmma<ElemType::F8E5M2>(f, plane, s, shared_bytes, adesc, bdesc, n);
+      return plane_wgmma<ElemType::F8E5M2>(f, plane, s, shared_bytes, adesc, bdesc, n, mj);
     default:
       KILN_CHECK(false, "kiln_rt_wgmma of an element type the verifier refuses");
       return 0;
@@ -297,15 +319,17 @@ uint64_t tcgen05_as_wgmma(uint64_t d) {
 // operand reads and multiply.
 template <kiln::ir::ElemType E, class T>
 uint32_t tcgen05_multiply(TmemBlock* b, const uint8_t* shared, uint32_t bytes, uint32_t col,
-                          uint64_t adesc, uint64_t bdesc, bool accumulate, uint32_t n) {
+                          uint64_t adesc, uint64_t bdesc, bool accumulate, uint32_t n,
+                          kiln::ir::MmaMajors mj) {
   constexpr uint32_t k_step = 32 / kInputBytes<E>;
   alignas(64) T a[16 * k_step];
   alignas(64) T bm[k_step * 256];
   alignas(64) T acc[16 * 256];
   const uint64_t ad = tcgen05_as_wgmma(adesc), bd = tcgen05_as_wgmma(bdesc);
-  uint32_t bad = read_operand<E>(shared, bytes, bd, 0, n, k_step, bm, 1, n);
+  uint32_t bad = read_operand<E>(shared, bytes, bd, 0, n, k_step, bm, 1, n, mj.b_mn);
   for (uint32_t r0 = 0; r0 < 128; r0 += 16) {
-    const uint32_t bad_a = read_operand<E>(shared, bytes, ad, r0, 16, k_step, a, k_step, 1);
+    const uint32_t bad_a =
+        read_operand<E>(shared, bytes, ad, r0, 16, k_step, a, k_step, 1, mj.a_mn);
     if (!bad) bad = bad_a;
     for (uint32_t r = 0; r < 16; ++r) {
       uint32_t* cells = b->cells + (r0 + r) * 512 + col;
@@ -415,30 +439,36 @@ extern "C" uint32_t kiln_rt_tcgen05_mma(void* t, const void* shared, uint32_t sh
   ++b->issued;
   const auto* s = static_cast<const uint8_t*>(shared);
   const bool acc = accumulate != 0;
+  const kiln::ir::MmaMajors mj = kiln::ir::mma_majors(elem, 8);
   uint32_t bad = 0;
-  switch (static_cast<ElemType>(elem)) {
+  switch (static_cast<ElemType>(elem & 0xffu)) {
     case ElemType::F16:
-      bad = tcgen05_multiply<ElemType::F16, float>(b, s, shared_bytes, col, adesc, bdesc, acc, n);
+      bad =
+          tcgen05_multiply<ElemType::F16, float>(b, s, shared_bytes, col, adesc, bdesc, acc, n, mj);
       break;
     case ElemType::BF16:
-      bad = tcgen05_multiply<ElemType::BF16, float>(b, s, shared_bytes, col, adesc, bdesc, acc, n);
+      bad = tcgen05_multiply<ElemType::BF16, float>(b, s, shared_bytes, col, adesc, bdesc, acc, n,
+                                                    mj);
       break;
     case ElemType::F32:
-      bad = tcgen05_multiply<ElemType::F32, float>(b, s, shared_bytes, col, adesc, bdesc, acc, n);
+      bad =
+          tcgen05_multiply<ElemType::F32, float>(b, s, shared_bytes, col, adesc, bdesc, acc, n, mj);
       break;
     case ElemType::F8E4M3:
-      bad = tcgen05_multiply<ElemType::F8E4M3, float>(b, s, shared_bytes, col, adesc, bdesc, acc,
-                                                      n);
+      bad = tcgen05_multiply<ElemType::F8E4M3, float>(b, s, shared_bytes, col, adesc, bdesc, acc, n,
+                                                      mj);
       break;
     case ElemType::F8E5M2:
-      bad = tcgen05_multiply<ElemType::F8E5M2, float>(b, s, shared_bytes, col, adesc, bdesc, acc,
-                                                      n);
+      bad = tcgen05_multiply<ElemType::F8E5M2, float>(b, s, shared_bytes, col, adesc, bdesc, acc, n,
+                                                      mj);
       break;
     case ElemType::I8:
-      bad = tcgen05_multiply<ElemType::I8, uint32_t>(b, s, shared_bytes, col, adesc, bdesc, acc, n);
+      bad = tcgen05_multiply<ElemType::I8, uint32_t>(b, s, shared_bytes, col, adesc, bdesc, acc, n,
+                                                     mj);
       break;
     case ElemType::U8:
-      bad = tcgen05_multiply<ElemType::U8, uint32_t>(b, s, shared_bytes, col, adesc, bdesc, acc, n);
+      bad = tcgen05_multiply<ElemType::U8, uint32_t>(b, s, shared_bytes, col, adesc, bdesc, acc, n,
+                                                     mj);
       break;
     default:
       KILN_CHECK(false, "kiln_rt_tcgen05_mma of an element type the verifier refuses");

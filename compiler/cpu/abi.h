@@ -67,7 +67,8 @@ void kiln_rt_fault(void* state, uint32_t site, uint32_t index, uint32_t bound, u
                    uint32_t unit);
 // wgmma.mma for one plane: acc (16 x n, row-major f32 or i32) += rows 16 (plane % 4) .. + 15
 // of A times B, read through their descriptors from the cube's shared arena. Returns 0, or 1 +
-// the first byte offset past the arena that a descriptor reaches (read as zero).
+// the first byte offset past the arena that a descriptor reaches (read as zero). `elem`: the
+// op's attribute (the input type, and whether A and B are MN-major; ir/ops.h, MmaMajors).
 uint32_t kiln_rt_wgmma(void* acc, uint32_t plane, const void* shared, uint32_t shared_bytes,
                        uint64_t adesc, uint64_t bdesc, uint32_t elem, uint32_t n);
 // frag.mma_scaled for one plane: acc (m x n, row-major f32) += (A * SA) (B * SB), A (m x k) and
@@ -85,6 +86,7 @@ uint32_t kiln_rt_mbar_init(uint64_t* bar, uint32_t count);
 uint32_t kiln_rt_mbar_wait(void* tm, const uint64_t* bar, uint32_t parity);
 uint32_t kiln_rt_tmem_alloc(void* tm, uint32_t columns, uint32_t* address);
 uint32_t kiln_rt_tmem_free(void* tm, uint32_t address, uint32_t columns);
+// tcgen05.mma: `elem` is the input type in bits 0-7, A and B MN-major in bits 8 and 9.
 uint32_t kiln_rt_tcgen05_mma(void* tm, const void* shared, uint32_t shared_bytes, uint32_t d,
                              uint64_t adesc, uint64_t bdesc, uint32_t accumulate, uint32_t elem,
                              uint32_t n);

@@ -130,10 +130,12 @@ void Gen::cube_op(const ir::Op& op) {
       break;
     case OpKind::Tcgen05Mma:
       code = call("kiln_rt_tcgen05_mma", {ptr, ptr, i32, i32, i64, i64, i32, i32, i32},
-                  {tmem_, shared_, B.getInt32(tmem_offset_), v(op.operands[0]),
-                   v(op.operands[1]), v(op.operands[2]), B.CreateZExt(v(op.operands[3]), i32),
-                   B.getInt32(static_cast<uint32_t>(op.attr.i & 0xff)),
-                   B.getInt32(static_cast<uint32_t>(op.attr.i >> 8))});
+                  {tmem_, shared_, B.getInt32(tmem_offset_), v(op.operands[0]), v(op.operands[1]),
+                   v(op.operands[2]), B.CreateZExt(v(op.operands[3]), i32),
+                   // the input type, and the majors in bits 8 and 9
+                   B.getInt32(static_cast<uint32_t>(
+                       (op.attr.i & 0xff) | ((op.attr.i >> ir::kTcgen05MajorShift) & 3) << 8)),
+                   B.getInt32(static_cast<uint32_t>((op.attr.i >> 8) & 0xffff))});
       break;
     case OpKind::TmemLoad:
       code = call("kiln_rt_tmem_load", {ptr, ptr, i32, i32, i32, i32},

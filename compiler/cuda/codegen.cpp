@@ -336,7 +336,8 @@ class Gen {
   std::map<ValueId, std::string> mem_name_;  // parameters and memory objects: their C++ names
   std::map<ValueId, uint32_t> shared_offset_;
   std::set<ValueId> wgmma_arrays_, wgmma_accs_;     // shared arrays and accumulators of wgmma
-  std::set<std::pair<ElemType, int>> wgmma_ops_;    // (input type, n) of each wgmma.mma
+  // (input type, n, majors: bit 0 A MN-major, bit 1 B) of each wgmma.mma
+  std::set<std::tuple<ElemType, int, int>> wgmma_ops_;
   std::map<ValueId, uint32_t> tmem_slot_;           // tmem.alloc result -> its slot's offset
   std::set<std::pair<ValueId, std::string>> used_;  // metadata the body reads
   std::map<std::string, std::string> param_name_;
@@ -408,7 +409,8 @@ class Gen {
         wgmma_arrays_.insert(op.operands[0]);
       if (op.kind == OpKind::Wgmma) {
         wgmma_accs_.insert(op.operands[0]);
-        wgmma_ops_.insert({static_cast<ElemType>(op.attr.i), type(op.operands[0]).n});
+        wgmma_ops_.insert({static_cast<ElemType>(op.attr.i & 0xff), type(op.operands[0]).n,
+                           static_cast<int>(op.attr.i >> ir::kWgmmaMajorShift)});
       }
     });
     ir::walk(K.body, [&](const ir::Op& op) {
@@ -524,7 +526,7 @@ class Gen {
   std::string wgmma_instructions() const {
     if (wgmma_ops_.empty()) return {};
     std::string out = "#ifndef KILN_EMULATION\nnamespace kiln {\n";
-    for (const auto& [in, n] : wgmma_ops_) {
+    for (const auto& [in, n, majors] : wgmma_ops_) {
       const bool integer = ir::is_int(in);
       const int regs = n / 2, k = ir::frag_k_step(in);
       const std::string t = in == ElemType::F32      ? "tf32"
@@ -536,20 +538,24 @@ class Gen {
       std::string list;
       for (int i = 0; i < regs; ++i) list += fmt::format("{}%{}", i ? ", " : "", i);
       const bool transposable = in == ElemType::F16 || in == ElemType::BF16;
-      const std::string tail = integer ? "p" : transposable ? "p, 1, 1, 0, 0" : "p, 1, 1";
+      // imm-trans-a/b: 1 for an MN-major operand (the verifier allows them for f16/bf16 only)
+      const std::string tail = integer ? "p"
+                               : transposable
+                                   ? fmt::format("p, 1, 1, {}, {}", majors & 1, (majors >> 1) & 1)
+                                   : "p, 1, 1";
       std::string outs;
       for (int i = 0; i < regs; ++i)
         outs += fmt::format("{}\"+{}\"(d[{}])", i ? ", " : "", integer ? "r" : "f", i);
       out += fmt::format(
-          "template <> struct wgmma_op<{}, {}> {{\n"
+          "template <> struct wgmma_op<{}, {}, {}> {{\n"
           "  __device__ static void run({}* d, u64 a, u64 b) {{\n"
           "    asm volatile(\"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{}, 0;\\n"
           "wgmma.mma_async.sync.aligned.m64n{}k{}.{}.{}.{} {{{}}}, %{}, %{}, {};\\n}}\\n\"\n"
           "                 : {}\n"
           "                 : \"l\"(a), \"l\"(b), \"r\"(1));\n"
           "  }}\n}};\n",
-          elem_c(in), n, integer ? "i32" : "f32", regs + 2, n, k, integer ? "s32" : "f32", t, t,
-          list, regs, regs + 1, tail, outs);
+          elem_c(in), n, majors, integer ? "i32" : "f32", regs + 2, n, k, integer ? "s32" : "f32",
+          t, t, list, regs, regs + 1, tail, outs);
     }
     out += "}  // namespace kiln\n#endif\n\n";
     return out;
@@ -842,10 +848,10 @@ class Gen {
                             v(op.operands[1]), v(op.operands[2]), v(op.operands[3]), op.attr.i));
         return {};
       case OpKind::Tcgen05Mma:
-        line(fmt::format("kiln::tcgen05_mma<{}, {}>({}, {}, {}, {});",
-                         elem_c(static_cast<ElemType>(op.attr.i & 0xff)), op.attr.i >> 8,
-                         v(op.operands[0]), v(op.operands[1]), v(op.operands[2]),
-                         v(op.operands[3])));
+        line(fmt::format("kiln::tcgen05_mma<{}, {}, {}>({}, {}, {}, {});",
+                         elem_c(static_cast<ElemType>(op.attr.i & 0xff)), (op.attr.i >> 8) & 0xffff,
+                         op.attr.i >> ir::kTcgen05MajorShift, v(op.operands[0]), v(op.operands[1]),
+                         v(op.operands[2]), v(op.operands[3])));
         return {};
       case OpKind::Tcgen05Commit:
         line(fmt::format("kiln::tcgen05_commit({}, {});", v(op.operands[0]), v(op.operands[1])));
@@ -967,9 +973,10 @@ class Gen {
                             v(op.operands[1]), v(op.operands[2]), v(op.operands[3]), op.attr.i));
         return {};
       case OpKind::Wgmma:
-        line(fmt::format("kiln::wgmma<{}>(kiln_wg, {}, {}, {});",
-                         elem_c(static_cast<ElemType>(op.attr.i)), v(op.operands[0]),
-                         v(op.operands[1]), v(op.operands[2])));
+        line(fmt::format("kiln::wgmma<{}, {}>(kiln_wg, {}, {}, {});",
+                         elem_c(static_cast<ElemType>(op.attr.i & 0xff)),
+                         op.attr.i >> ir::kWgmmaMajorShift, v(op.operands[0]), v(op.operands[1]),
+                         v(op.operands[2])));
         return {};
       case OpKind::WgmmaFence:
         line("kiln::wgmma_fence(kiln_wg);");

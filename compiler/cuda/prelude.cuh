@@ -1349,6 +1349,18 @@ __device__ __forceinline__ u32 wgmma_kmajor_byte(u64 d, u32 mn, u32 k, u32 size)
   const u32 byte = start + mn / 8 * sbo + mn % 8 * w + k * size;
   return byte ^ (((byte >> 7) & (w / 16 - 1)) << 4);
 }
+// The same for an MN-major operand (mn contiguous). Without swizzle, core matrices of 8 k-rows
+// of 16 bytes of mn: SBO separates them along mn, LBO along k. With a swizzle of W bytes, rows
+// of W bytes of mn, one per k: LBO separates the W-byte columns along mn, SBO the groups of 8
+// rows along k (the PTX ISA's canonical MN-major layouts).
+__device__ __forceinline__ u32 wgmma_mnmajor_byte(u64 d, u32 mn, u32 k, u32 size) {
+  const u32 start = (u32)(d & 0x3fffu) << 4, lbo = (u32)((d >> 16) & 0x3fffu) << 4,
+            sbo = (u32)((d >> 32) & 0x3fffu) << 4, mode = (u32)(d >> 62), per16 = 16u / size;
+  if (mode == 0) return start + mn / per16 * sbo + mn % per16 * size + k / 8 * lbo + k % 8 * 16;
+  const u32 w = mode == 1 ? 128u : mode == 2 ? 64u : 32u, per_row = w / size;
+  const u32 byte = start + mn / per_row * lbo + mn % per_row * size + k / 8 * sbo + k % 8 * w;
+  return byte ^ (((byte >> 7) & (w / 16 - 1)) << 4);
+}
 
 #ifdef KILN_EMULATION
 template <class T>
@@ -1402,16 +1414,19 @@ template <class F> inline void wgmma_fence_operand(F&) {}
 // `how`: kLoad, or kLoad | kAsync for a tcgen05 read, which an mbarrier wait orders before
 // later stores.
 template <class T>
-inline T wgmma_read(u64 d, u32 mn, u32 k, u32 how KILN_WHERE) {
-  const unsigned char* p = emu::unit()->shared + wgmma_kmajor_byte(d, mn, k, sizeof(T));
+inline T wgmma_read(u64 d, u32 mn, u32 k, u32 how, bool mn_major KILN_WHERE) {
+  const unsigned char* p =
+      emu::unit()->shared +
+      (mn_major ? wgmma_mnmajor_byte(d, mn, k, sizeof(T)) : wgmma_kmajor_byte(d, mn, k, sizeof(T)));
   T x = T();
   if (emu::access(p, sizeof(T), how, where)) memcpy(&x, p, sizeof(T));
   return x;
 }
 // The host runs a multiply as the ISA defines it: each unit computes its own accumulator
 // elements (rows 16w..16w+15 of the product for warp w of the warpgroup, in mma.sync's
-// accumulator layout) from A and B in shared memory, in order over k.
-template <class T, class C, int N, int K>
+// accumulator layout) from A and B in shared memory, in order over k. MJ: bit 0 set when A is
+// MN-major, bit 1 when B is.
+template <class T, int MJ, class C, int N, int K>
 inline void wgmma(wgmma_state& s, frag_acc<C, 16, N, K>& acc, u64 adesc, u64 bdesc KILN_WHERE) {
   wgmma_state::slot* t = s.find(&acc);
   if (s.fences == 0)
@@ -1430,8 +1445,8 @@ inline void wgmma(wgmma_state& s, frag_acc<C, 16, N, K>& acc, u64 adesc, u64 bde
     F::at(e, lane, r, c);
     C sum = acc.x[e];
     for (u32 k = 0; k < (u32)K; ++k)
-      sum = mma_madd(sum, wgmma_read<T>(adesc, 16 * w + r, k, emu::kLoad KILN_AT),
-                     wgmma_read<T>(bdesc, c, k, emu::kLoad KILN_AT));
+      sum = mma_madd(sum, wgmma_read<T>(adesc, 16 * w + r, k, emu::kLoad, MJ & 1 KILN_AT),
+                     wgmma_read<T>(bdesc, c, k, emu::kLoad, (MJ & 2) != 0 KILN_AT));
     acc.x[e] = sum;
   }
 }
@@ -1461,11 +1476,13 @@ __device__ __forceinline__ void wgmma_fence_operand(F& f) {
   for (int e = 0; e < F::count; ++e) wgmma_reg_fence(f.x[e]);
 }
 // One wgmma.mma_async per (input type, n): the kernel's code defines those it uses (their
-// operand lists are n/2 registers long).
-template <class T, int N> struct wgmma_op;
-template <class T, class C, int N, int K>
-__device__ __forceinline__ void wgmma(wgmma_state&, frag_acc<C, 16, N, K>& acc, u64 adesc, u64 bdesc) {
-  wgmma_op<T, N>::run(acc.x, adesc, bdesc);
+// operand lists are n/2 registers long; MJ sets the transposes of MN-major operands).
+template <class T, int N, int MJ>
+struct wgmma_op;
+template <class T, int MJ, class C, int N, int K>
+__device__ __forceinline__ void wgmma(wgmma_state&, frag_acc<C, 16, N, K>& acc, u64 adesc,
+                                      u64 bdesc) {
+  wgmma_op<T, N, MJ>::run(acc.x, adesc, bdesc);
 }
 #endif
 
@@ -1485,8 +1502,9 @@ __device__ __forceinline__ u64 tcgen05_desc_bits(u32 address, u32 lbo, u32 sbo, 
          ((u64)((sbo >> 4) & 0x3fffu) << 32) | (1ull << 46) | (mode << 61);
 }
 // The instruction descriptor of tcgen05.mma (PTX ISA, "Instruction descriptor", kinds tf32,
-// f16, f8f6f4 and i8): D type at bits 4-5 (1 f32, 2 s32), A and B types at 7-9 and 10-12, both
-// K-major (bits 15, 16 clear), N >> 3 at 17-22 and M >> 4 at 24-28; M is 128.
+// f16, f8f6f4 and i8): D type at bits 4-5 (1 f32, 2 s32), A and B types at 7-9 and 10-12, A and
+// B MN-major ("transposed") at bits 15 and 16 (MJ's bits 0 and 1), N >> 3 at 17-22 and M >> 4
+// at 24-28; M is 128.
 template <class T> struct tcgen05_kind;
 template <> struct tcgen05_kind<f16> { enum : u32 { kind = 0, type = 0, d = 1 }; };
 template <> struct tcgen05_kind<bf16> { enum : u32 { kind = 0, type = 1, d = 1 }; };
@@ -1495,10 +1513,11 @@ template <> struct tcgen05_kind<f8e4m3> { enum : u32 { kind = 2, type = 0, d = 1
 template <> struct tcgen05_kind<f8e5m2> { enum : u32 { kind = 2, type = 1, d = 1 }; };
 template <> struct tcgen05_kind<u8> { enum : u32 { kind = 3, type = 0, d = 2 }; };
 template <> struct tcgen05_kind<i8> { enum : u32 { kind = 3, type = 1, d = 2 }; };
-template <class T, int N>
+template <class T, int N, int MJ>
 __device__ __forceinline__ constexpr u32 tcgen05_idesc() {
   typedef tcgen05_kind<T> K;
-  return K::d << 4 | K::type << 7 | K::type << 10 | (u32)(N >> 3) << 17 | (128u >> 4) << 24;
+  return K::d << 4 | K::type << 7 | K::type << 10 | (u32)(MJ & 1) << 15 |
+         (u32)((MJ >> 1) & 1) << 16 | (u32)(N >> 3) << 17 | (128u >> 4) << 24;
 }
 
 // The accumulator of a multiply of T and the k of one instruction (32 bytes of k).
@@ -1641,7 +1660,7 @@ inline void tmem_free(u32 t KILN_WHERE) {
 }
 // The host runs the multiply when it is issued, as the ISA defines its result: D (128 x N at
 // the address's columns) = A * B^T (+ D), in order over k for each element.
-template <class T, int N>
+template <class T, int N, int MJ>
 inline void tcgen05_mma(u32 d, u64 adesc, u64 bdesc, bool accumulate KILN_WHERE) {
   if (unit_linear() != 0) return;
   typedef typename tcgen05_acc<T>::type C;
@@ -1659,13 +1678,16 @@ inline void tcgen05_mma(u32 d, u64 adesc, u64 bdesc, bool accumulate KILN_WHERE)
   uint32_t* tm = emu::unit()->tmem;
   for (u32 r = 0; r < 128; ++r) {
     T arow[32];
-    for (int k = 0; k < K; ++k) arow[k] = wgmma_read<T>(a, r, (u32)k, emu::kLoad | emu::kAsync KILN_AT);
+    for (int k = 0; k < K; ++k)
+      arow[k] = wgmma_read<T>(a, r, (u32)k, emu::kLoad | emu::kAsync, MJ & 1 KILN_AT);
     for (u32 c = 0; c < (u32)N; ++c) {
       uint32_t* cell = tm + r * 512 + col + c;
       C sum = C(0);
       if (accumulate) memcpy(&sum, cell, 4);
       for (int k = 0; k < K; ++k)
-        sum = mma_madd(sum, arow[k], wgmma_read<T>(b, c, (u32)k, emu::kLoad | emu::kAsync KILN_AT));
+        sum =
+            mma_madd(sum, arow[k],
+                     wgmma_read<T>(b, c, (u32)k, emu::kLoad | emu::kAsync, (MJ & 2) != 0 KILN_AT));
       memcpy(cell, &sum, 4);
     }
   }
@@ -1780,10 +1802,10 @@ __device__ __forceinline__ void tmem_free(u32 t) {
   if ((unit_linear() >> 5) == 0)
     asm volatile("tcgen05.dealloc.cta_group::1.sync.aligned.b32 %0, %1;" ::"r"(t), "n"(C) : "memory");
 }
-template <class T, int N>
+template <class T, int N, int MJ>
 __device__ __forceinline__ void tcgen05_mma(u32 d, u64 adesc, u64 bdesc, bool accumulate) {
   if (unit_linear() != 0) return;
-  constexpr u32 idesc = tcgen05_idesc<T, N>();
+  constexpr u32 idesc = tcgen05_idesc<T, N, MJ>();
   const u32 acc = accumulate ? 1u : 0u;
   asm volatile("tcgen05.fence::after_thread_sync;" ::: "memory");
 #define KILN_TCGEN05_MMA(KIND)                                                              \

@@ -270,13 +270,20 @@ void convert(const Fragment<D>& dst, const Fragment<S>& src, SrcLoc where = SrcL
 //   wgmma_wait(0);                                    // before reading acc
 //   store(c, (16u * (plane_pos() % 4u)) * 128u, 128u, acc);
 //
-// Both operands are K-major (A: m rows of k; B: n rows of k, i.e. B transposed), as wgmma reads
-// tf32 and 8-bit inputs; docs/dsl.md "Warpgroup multiplies" shows the shared-memory layouts.
+// Operands are K-major by default (A: m rows of k; B: n rows of k, i.e. B transposed), as wgmma
+// reads tf32 and 8-bit inputs. f16 and bf16 operands may also be MN-major (A m x k with m
+// contiguous, i.e. A stored transposed; B k x n with n contiguous, the usual row-major B):
+// pass Major::MN to the tile helpers and to the multiply. docs/dsl.md "Warpgroup multiplies"
+// shows the shared-memory layouts.
 // The target must have wgmma (has_wgmma()): sm_90a, the CPU and cuda-emu (sm_90a).
 
 // The swizzle of a shared-memory matrix layout: none, or the 16-byte chunks of each row of 32,
 // 64 or 128 bytes permuted by the row's position (the layouts TMA writes).
 enum class Swizzle : uint32_t { None = 0, B32 = 32, B64 = 64, B128 = 128 };
+
+// Which index of a wgmma or tcgen05 operand is contiguous in shared memory: k (K-major, every
+// input type) or m / n (MN-major, f16 and bf16 inputs).
+enum class Major : uint32_t { K = 0, MN = 1 };
 
 // Whether the target runs warpgroup multiplies (asked at trace time, like has_mma).
 inline bool has_wgmma() {
@@ -331,6 +338,69 @@ Val<uint32_t> wgmma_tile_index(Swizzle swizzle, int rows, Val<uint32_t> r, Val<u
   return (byte ^ (((byte >> 7u) & (w / 16 - 1)) << 4u)) / size;
 }
 
+namespace detail {
+// The mn elements of an atom of an MN-major tile: 16 bytes without swizzle, else W bytes.
+template <class V>
+constexpr uint32_t mn_atom(Swizzle swizzle) {
+  const uint32_t w = static_cast<uint32_t>(swizzle);
+  return (w == 0 ? 16u : w) / static_cast<uint32_t>(sizeof(host_of_t<V>));
+}
+template <class V>
+bool mn_tile_ok(Swizzle swizzle, int extent, const char* who, const SrcLoc& where) {
+  auto& ctx = TraceContext::current();
+  if (sizeof(host_of_t<V>) != 2) {
+    ctx.fail(where, fmt::format("an MN-major {} tile holds f16 or bf16; lay out other input "
+                                "types K-major",
+                                who));
+    return false;
+  }
+  const auto atom = static_cast<int>(mn_atom<V>(swizzle));
+  if (extent <= 0 || extent % atom != 0) {
+    ctx.fail(where, fmt::format("an MN-major {} tile with swizzle {} spans a multiple of {} "
+                                "elements along m or n, not {}",
+                                who, static_cast<uint32_t>(swizzle), atom, extent));
+    return false;
+  }
+  return true;
+}
+}  // namespace detail
+
+// The same with the tile's major: Major::K is the layout above (`rows` of k); Major::MN lays
+// out a tile of `extent` elements along mn (a multiple of 8 without swizzle, W / 2 with a swizzle
+// of W bytes) by any multiple of 8 of k: atoms of 8 k-rows of 16 bytes of mn (without swizzle)
+// or of W bytes (with), stacked along mn, then along k; the element index of (mn, k) = (r, k).
+// A TMA box of a row-major K x N matrix has this layout when its inner dimension is W bytes.
+template <class V>
+Val<uint32_t> wgmma_tile_index(Swizzle swizzle, int extent, Val<uint32_t> r, Val<uint32_t> k,
+                               Major major, SrcLoc where = SrcLoc::current()) {
+  if (major == Major::K) return wgmma_tile_index<V>(swizzle, extent, r, k);
+  if (!detail::mn_tile_ok<V>(swizzle, extent, "wgmma", where)) return Val<uint32_t>();
+  const uint32_t size = sizeof(host_of_t<V>), w = static_cast<uint32_t>(swizzle);
+  const uint32_t atom = detail::mn_atom<V>(swizzle), atoms = static_cast<uint32_t>(extent) / atom;
+  const uint32_t atom_bytes = w == 0 ? 128u : 8u * w, row_bytes = w == 0 ? 16u : w;
+  const Val<uint32_t> byte =
+      ((k / 8u) * atoms + r / atom) * atom_bytes + (k % 8u) * row_bytes + (r % atom) * size;
+  if (w == 0) return byte / size;
+  return (byte ^ (((byte >> 7u) & (w / 16 - 1)) << 4u)) / size;
+}
+
+namespace detail {
+// The start index, LBO and SBO of k-step `step` (32 bytes of k: 16 elements, two groups of 8
+// k-rows) of an MN-major tile laid out by wgmma_tile_index(..., Major::MN) at mem[base].
+template <class V>
+void mn_tile_step(Swizzle swizzle, int extent, Val<uint32_t> base, Val<uint32_t> step,
+                  Val<uint32_t>& index, uint32_t& lbo, uint32_t& sbo) {
+  const uint32_t size = sizeof(host_of_t<V>), w = static_cast<uint32_t>(swizzle);
+  const uint32_t atoms = static_cast<uint32_t>(extent) / mn_atom<V>(swizzle);
+  const uint32_t atom_bytes = w == 0 ? 128u : 8u * w, group = atoms * atom_bytes;
+  // Without swizzle: LBO along k (between groups of 8 k-rows), SBO along mn; with: LBO along mn
+  // (between atoms), SBO along k.
+  lbo = w == 0 ? group : atom_bytes;
+  sbo = w == 0 ? atom_bytes : group;
+  index = base + step * (2u * group / size);
+}
+}  // namespace detail
+
 // The descriptor of k-step `step` (the instruction's k columns: 16 for f16/bf16, 8 for tf32,
 // 32 for i8/u8; 32 bytes) of a tile laid out by wgmma_tile_index at mem[base].
 template <class V>
@@ -354,17 +424,49 @@ Val<uint64_t> wgmma_tile_desc(const SharedArray<V>& mem, Val<uint32_t> base, int
                     Arg<uint32_t>(8u * w, where), swizzle);
 }
 
-// acc += A * B for the warpgroup: A (64 x k, K-major) and B (n x k, K-major) from their
-// descriptors, inputs of type V (f16, bf16, f32 as tf32, i8, u8, f8e4m3, f8e5m2); acc is this
-// plane's accumulator<mma_acc_t<V>>(16, n, mma_k_step<V>()). Asynchronous on the GPU: fence
-// before, commit and wait before the accumulator is read.
+// The same with the tile's major (Major::MN: `extent` along mn, laid out by
+// wgmma_tile_index(..., Major::MN)); pass the same major to wgmma().
+template <class V>
+Val<uint64_t> wgmma_tile_desc(const SharedArray<V>& mem, Val<uint32_t> base, int extent,
+                              Swizzle swizzle, Val<uint32_t> step, Major major,
+                              SrcLoc where = SrcLoc::current()) {
+  if (major == Major::K) return wgmma_tile_desc(mem, base, extent, swizzle, step, where);
+  if (!detail::mn_tile_ok<V>(swizzle, extent, "wgmma", where)) return Val<uint64_t>();
+  Val<uint32_t> index;
+  uint32_t lbo = 0, sbo = 0;
+  detail::mn_tile_step<V>(swizzle, extent, base, step, index, lbo, sbo);
+  return wgmma_desc(mem, Arg<uint32_t>(index, where), Arg<uint32_t>(lbo, where),
+                    Arg<uint32_t>(sbo, where), swizzle);
+}
+
+namespace detail {
+// The attribute bits of the operand majors of a multiply of inputs V, or a trace error.
+template <class V>
+bool majors_ok(Major a, Major b, const char* who, const SrcLoc& where) {
+  if ((a == Major::MN || b == Major::MN) && !ir::mma_mn_major_valid(elem_v<host_of_t<V>>)) {
+    TraceContext::current().fail(
+        where, fmt::format("{} reads MN-major operands of f16 or bf16 only, not {}; lay the "
+                           "tile out K-major",
+                           who, ir::elem_name(elem_v<host_of_t<V>>)));
+    return false;
+  }
+  return true;
+}
+}  // namespace detail
+
+// acc += A * B for the warpgroup: A (64 x k) and B (n x k) from their descriptors, K-major
+// unless a_major / b_major say MN (f16 and bf16 only), inputs of type V (f16, bf16, f32 as
+// tf32, i8, u8, f8e4m3, f8e5m2); acc is this plane's accumulator<mma_acc_t<V>>(16, n,
+// mma_k_step<V>()). Asynchronous on the GPU: fence before, commit and wait before the
+// accumulator is read.
 template <class V, class C>
-void wgmma(const Fragment<C>& acc, Arg<uint64_t> a, Arg<uint64_t> b,
-           SrcLoc where = SrcLoc::current()) {
+void wgmma(const Fragment<C>& acc, Arg<uint64_t> a, Arg<uint64_t> b, Major a_major = Major::K,
+           Major b_major = Major::K, SrcLoc where = SrcLoc::current()) {
   auto& ctx = TraceContext::current();
-  if (!detail::need_wgmma(where)) return;
+  if (!detail::need_wgmma(where) || !detail::majors_ok<V>(a_major, b_major, "wgmma", where)) return;
   ir::Attr attr;
-  attr.i = static_cast<uint64_t>(elem_v<host_of_t<V>>);
+  attr.i = static_cast<uint64_t>(elem_v<host_of_t<V>>) |
+           ir::mma_major_bits({a_major == Major::MN, b_major == Major::MN}, ir::kWgmmaMajorShift);
   ctx.builder().op(ir::OpKind::Wgmma, {acc.id(), a.value(1), b.value(1)}, ctx.loc(where), {}, attr);
 }
 // Orders earlier accesses to accumulators before the multiplies after it (wgmma.fence).

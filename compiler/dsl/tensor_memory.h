@@ -149,16 +149,34 @@ Val<uint64_t> tcgen05_tile_desc(const SharedArray<V>& mem, Val<uint32_t> base, i
                       Arg<uint32_t>(8u * w, where), swizzle);
 }
 
+// The same with the tile's major (Major::MN: `extent` along m or n, laid out by
+// wgmma_tile_index(..., Major::MN); f16 and bf16); pass the same major to tcgen05_mma().
+template <class V>
+Val<uint64_t> tcgen05_tile_desc(const SharedArray<V>& mem, Val<uint32_t> base, int extent,
+                                Swizzle swizzle, Val<uint32_t> step, Major major,
+                                SrcLoc where = SrcLoc::current()) {
+  if (major == Major::K) return tcgen05_tile_desc(mem, base, extent, swizzle, step, where);
+  if (!detail::mn_tile_ok<V>(swizzle, extent, "tcgen05", where)) return Val<uint64_t>();
+  Val<uint32_t> index;
+  uint32_t lbo = 0, sbo = 0;
+  detail::mn_tile_step<V>(swizzle, extent, base, step, index, lbo, sbo);
+  return tcgen05_desc(mem, Arg<uint32_t>(index, where), Arg<uint32_t>(lbo, where),
+                      Arg<uint32_t>(sbo, where), swizzle);
+}
+
 // D = A * B^T (+ D when `accumulate`), D the 128 x n product at the tensor-memory address `d`
 // (row r in lane r, column c in column d + c; f32, or i32 for i8/u8 inputs), A (128 x k) and B
-// (n x k) K-major in shared memory from their descriptors, k one instruction step of inputs V
-// (f16, bf16, f32 as tf32, i8, u8, f8e4m3, f8e5m2). n: a multiple of 16 from 16 to 256.
+// (n x k) in shared memory from their descriptors, K-major unless a_major / b_major say MN
+// (f16 and bf16 only), k one instruction step of inputs V (f16, bf16, f32 as tf32, i8, u8,
+// f8e4m3, f8e5m2). n: a multiple of 16 from 16 to 256.
 // Asynchronous on the GPU: it completes with the next tcgen05_commit's mbarrier phase.
 template <class V>
-void tcgen05_mma(Arg<uint32_t> d, Arg<uint64_t> a, Arg<uint64_t> b, int n, Arg<bool> accumulate) {
+void tcgen05_mma(Arg<uint32_t> d, Arg<uint64_t> a, Arg<uint64_t> b, int n, Arg<bool> accumulate,
+                 Major a_major = Major::K, Major b_major = Major::K) {
   auto& ctx = TraceContext::current();
   const SrcLoc& where = d.where();
-  if (!detail::need_tcgen05(where)) return;
+  if (!detail::need_tcgen05(where) || !detail::majors_ok<V>(a_major, b_major, "tcgen05_mma", where))
+    return;
   const ir::ElemType in = elem_v<host_of_t<V>>;
   if (!ir::tcgen05_n_valid(in, n)) {
     ctx.fail(where, fmt::format("a tcgen05 multiply of 128 rows has n a multiple of 16 from 16 "
@@ -167,7 +185,8 @@ void tcgen05_mma(Arg<uint32_t> d, Arg<uint64_t> a, Arg<uint64_t> b, int n, Arg<b
     return;
   }
   ir::Attr attr;
-  attr.i = static_cast<uint64_t>(in) | static_cast<uint64_t>(n) << 8;
+  attr.i = static_cast<uint64_t>(in) | static_cast<uint64_t>(n) << 8 |
+           ir::mma_major_bits({a_major == Major::MN, b_major == Major::MN}, ir::kTcgen05MajorShift);
   ctx.builder().op(ir::OpKind::Tcgen05Mma,
                    {d.value(1), a.value(1), b.value(1), accumulate.value(1)}, ctx.loc(where), {},
                    attr);

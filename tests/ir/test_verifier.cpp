@@ -347,6 +347,16 @@ TEST_CASE("wgmma: descriptors from shared memory, shapes and whole warpgroups", 
              Catch::Contains("the B descriptor %d of 'wgmma.mma' does not come from 'wgmma.desc'"));
   CHECK_THAT(msg("  %0 = wgmma.desc %s, %u, %u, %u, 48 : u64\n"),
              Catch::Contains("it must be 0 (none), 32, 64 or 128 bytes"));
+  // MN-major operands are f16 or bf16, for wgmma and tcgen05 alike.
+  CHECK(msg("  %0 = alloc.frag : frag<acc, f32, 16, 64, 16>\n" + desc +
+            "  wgmma.fence\n  wgmma.mma %0, %a, %a, bf16, mn, k\n") == "(ok)");
+  CHECK_THAT(msg("  %0 = alloc.frag : frag<acc, i32, 16, 64, 32>\n" + desc +
+                 "  wgmma.fence\n  wgmma.mma %0, %a, %a, i8, k, mn\n"),
+             Catch::Contains("'wgmma.mma' of i8 inputs reads K-major operands only (MN-major "
+                             "operands are f16 or bf16)"));
+  CHECK_THAT(msg("  %0 = tcgen05.desc %s, %u, %u, %u, 128 : u64\n  %b = const true : bool\n"
+                 "  tcgen05.mma %u, %0, %0, %b, f32, 64, mn, mn\n"),
+             Catch::Contains("'tcgen05.mma' of f32 inputs reads K-major operands only"));
   // The accumulator is a plane's 16 rows of the product, of the input type's k and n.
   CHECK_THAT(msg("  %0 = alloc.frag : frag<acc, f32, 32, 64, 16>\n" + desc +
                  "  wgmma.mma %0, %a, %a, bf16\n"),

@@ -161,8 +161,8 @@ ir::Kernel fragment_kernel(bool f8_inputs) {
   return std::move(*k);
 }
 
-// Tensor memory on sm_100a: a multiply, both ways out (tmem.load to shared memory, tmem.read
-// into registers, every line width and 32-bit type), the free.
+// Tensor memory on sm_100a: multiplies (K- and MN-major operands), both ways out (tmem.load to
+// shared memory, tmem.read into registers, every line width and 32-bit type), the free.
 ir::Kernel tcgen05_kernel() {
   std::string t =
       "kernel @tcgen05(%c: tensor<f32, 2>) cube_dim(128, 1, 1) {\n"
@@ -170,7 +170,8 @@ ir::Kernel tcgen05_kernel() {
       "  %m = alloc.shared : shared<u64, 1>\n  %z = const 0 : u32\n  %k = const 16 : u32\n"
       "  %l = const 1024 : u32\n  %f = const false : bool\n  mbar.init %m, %z, 1\n"
       "  %t = tmem.alloc 128 : u32\n  %d = tcgen05.desc %s, %z, %k, %l, 128 : u64\n"
-      "  tcgen05.mma %t, %d, %d, %f, bf16, 128\n  tcgen05.commit %m, %z\n"
+      "  tcgen05.mma %t, %d, %d, %f, bf16, 128\n  tcgen05.mma %t, %d, %d, %f, f16, 64, mn, k\n"
+      "  tcgen05.mma %t, %d, %d, %f, bf16, 128, k, mn\n  tcgen05.commit %m, %z\n"
       "  mbar.wait %m, %z, %z\n  tmem.load %o, %z, %t, 128\n";
   int v = 0;
   for (const char* type : {"f32", "i32", "u32"})
@@ -178,6 +179,22 @@ ir::Kernel tcgen05_kernel() {
       t += fmt::format("  %r{} = tmem.read %t, %k : {}{}\n", v++, type, lanes);
   t += "  tmem.free %t, 128\n}\n";
   auto k = ir::parse(t, "tcgen05.kir");
+  INFO((k.ok() ? std::string() : k.error().message));
+  REQUIRE(k.ok());
+  return std::move(*k);
+}
+
+// Warpgroup multiplies on sm_90a with MN-major operands (the transpose immediates).
+ir::Kernel wgmma_mn_kernel() {
+  const std::string t =
+      "kernel @wgmma_mn(%c: tensor<f32, 2>) cube_dim(128, 1, 1) {\n"
+      "  %a = alloc.frag : frag<acc, f32, 16, 64, 16>\n  %s = alloc.shared : shared<f16, 8192>\n"
+      "  %z = const 0 : u32\n  %k = const 1024 : u32\n  %l = const 2048 : u32\n"
+      "  %x = const 0.0 : f32\n  %d = wgmma.desc %s, %z, %k, %l, 128 : u64\n"
+      "  frag.fill %a, %x\n  wgmma.fence\n  wgmma.mma %a, %d, %d, f16, mn, mn\n"
+      "  wgmma.mma %a, %d, %d, f16, k, mn\n  wgmma.mma %a, %d, %d, f16, mn, k\n"
+      "  wgmma.commit\n  wgmma.wait 0\n  frag.store %c, %z, %k, %k, %k, %a, row\n}\n";
+  auto k = ir::parse(t, "wgmma_mn.kir");
   INFO((k.ok() ? std::string() : k.error().message));
   REQUIRE(k.ok());
   return std::move(*k);
@@ -206,6 +223,7 @@ std::vector<ir::Kernel> op_test_kernels(const std::string& arch) {
   }
   out.push_back(fragment_kernel(arch != "sm_80"));
   if (arch == "sm_100a") out.push_back(tcgen05_kernel());
+  if (arch == "sm_90a") out.push_back(wgmma_mn_kernel());
   return out;
 }
 
@@ -230,6 +248,26 @@ TEST_CASE("every op-kind kernel compiles for sm_100a and assembles", "[cuda][com
 }
 TEST_CASE("every op-kind kernel compiles for sm_120a and assembles", "[cuda][compile][ops]") {
   compile_op_kernels("sm_120a");
+}
+
+TEST_CASE("MN-major operands set wgmma's transposes and tcgen05's descriptor bits",
+          "[cuda][compile][wgmma]") {
+  const test::CudaBuild w = test::cuda_build(wgmma_mn_kernel(), "sm_90a");
+  for (const char* tail : {"p, 1, 1, 1, 1;", "p, 1, 1, 0, 1;", "p, 1, 1, 1, 0;"}) {
+    INFO(tail);
+    CHECK(w.compiled.ptx.find(tail) != std::string::npos);
+  }
+  // The instruction descriptors: bit 15 A MN-major, bit 16 B (f32 D, N >> 3 at 17, M >> 4 at 24).
+  const test::CudaBuild t = test::cuda_build(tcgen05_kernel(), "sm_100a");
+  CHECK_THAT(t.source.text, Catch::Contains("kiln::tcgen05_mma<kiln::f16, 64, 1>("));
+  CHECK_THAT(t.source.text, Catch::Contains("kiln::tcgen05_mma<kiln::bf16, 128, 2>("));
+  const uint32_t f16_mn_k = 1u << 4 | 1u << 15 | (64u >> 3) << 17 | (128u >> 4) << 24;
+  const uint32_t bf16_k_mn =
+      1u << 4 | 1u << 7 | 1u << 10 | 1u << 16 | (128u >> 3) << 17 | (128u >> 4) << 24;
+  for (uint32_t idesc : {f16_mn_k, bf16_k_mn}) {
+    INFO(idesc);
+    CHECK(t.compiled.ptx.find(std::to_string(idesc)) != std::string::npos);
+  }
 }
 
 TEST_CASE("resources come from the ptxas report", "[cuda][compile]") {
