@@ -14,10 +14,10 @@
 //                                                 // D[unit % 128][8 .. 11], a line of 4
 //   tmem_free(t, 128);
 //
-// All of these but tmem_read are cube operations: every unit of the cube reaches them together (uniform
-// control flow, operands the same for every unit; the verifier checks both) and they run once
-// for the cube (on the GPU one unit issues the asynchronous ones). The cube has a multiple of
-// 128 units, so that four whole planes cover the 128 lanes of tensor memory.
+// All of these but tmem_read are cube operations: every unit of the cube reaches them together
+// (uniform control flow, operands the same for every unit; the verifier checks both) and they
+// run once for the cube (on the GPU one unit issues the asynchronous ones). The cube has a
+// multiple of 128 units, so that four whole planes cover the 128 lanes of tensor memory.
 #pragma once
 
 #include "compiler/dsl/matrix.h"
