@@ -191,17 +191,20 @@ std::string check_frag_op(Sig sig, const std::string& name, std::span<const Type
       const Type& f = ops[0];
       const int bytes = elem_bytes(f.elem);
       if (f.use == FragUse::Acc || (bytes != 2 && bytes != 1))
-        return fmt::format("'{}' loads A and B fragments of 16- or 8-bit inputs (ldmatrix moves "
-                           "16-bit halves), not {}; use 'frag.load'",
-                           name, tn(f));
+        return fmt::format(
+            "'{}' loads A and B fragments of 16- or 8-bit inputs (ldmatrix moves "
+            "16-bit halves), not {}; use 'frag.load'",
+            name, tn(f));
       if (f.use == FragUse::B && f.n % 16 != 0)
-        return fmt::format("'{}' loads B fragments of n a multiple of 16 (ldmatrix.x4 takes 16 "
-                           "columns), not {}; use 'frag.load'",
-                           name, tn(f));
+        return fmt::format(
+            "'{}' loads B fragments of n a multiple of 16 (ldmatrix.x4 takes 16 "
+            "columns), not {}; use 'frag.load'",
+            name, tn(f));
       if (bytes == 1 && attr.i != (f.use == FragUse::A ? 0u : 1u))
-        return fmt::format("'{}' of 8-bit inputs needs k contiguous (A row-major, B column-major: "
-                           "ldmatrix cannot transpose bytes), not {} layout for {}",
-                           name, attr.i == 1 ? "col" : "row", tn(f));
+        return fmt::format(
+            "'{}' of 8-bit inputs needs k contiguous (A row-major, B column-major: "
+            "ldmatrix cannot transpose bytes), not {} layout for {}",
+            name, attr.i == 1 ? "col" : "row", tn(f));
       if (ops[1].kind != TypeKind::Shared)
         return fmt::format("'{}' reads shared memory, not {}", name, tn(ops[1]));
       KILN_REQ(need_memory(1, f, false));
@@ -212,15 +215,16 @@ std::string check_frag_op(Sig sig, const std::string& name, std::span<const Type
     case Sig::FragMmaScaled: {
       KILN_REQ(check_frag_op(Sig::FragMma, name, ops.subspan(0, 3), attr));
       if (!is_f8(ops[1].elem))
-        return fmt::format("'{}' multiplies f8e4m3 or f8e5m2 inputs (kind::mxf8f6f4), not {}",
-                           name, elem_name(ops[1].elem));
+        return fmt::format("'{}' multiplies f8e4m3 or f8e5m2 inputs (kind::mxf8f6f4), not {}", name,
+                           elem_name(ops[1].elem));
       for (size_t m : {size_t{3}, size_t{6}}) {
         const Type& t = ops[m];
         if (!(t.is_global() || t.kind == TypeKind::Shared) || t.elem != ElemType::U8 ||
             t.lanes != 1)
-          return fmt::format("the {} scales of '{}' are ue8m0 codes in global or shared memory "
-                             "of u8 (line width 1), not {}",
-                             m == 3 ? "A" : "B", name, tn(t));
+          return fmt::format(
+              "the {} scales of '{}' are ue8m0 codes in global or shared memory "
+              "of u8 (line width 1), not {}",
+              m == 3 ? "A" : "B", name, tn(t));
         KILN_REQ(need_u32(m + 1, m == 3 ? "A scale index" : "B scale index"));
         KILN_REQ(need_u32(m + 2, m == 3 ? "A scale stride" : "B scale stride"));
       }
@@ -307,9 +311,10 @@ std::string check_tcgen05_op(Sig sig, const std::string& name, std::span<const T
   };
   auto need_columns = [&]() -> std::string {
     if (!tmem_columns_valid(attr.i))
-      return fmt::format("'{}' of {} columns: tensor memory is allocated in a power of two of "
-                         "columns from 32 to 512",
-                         name, attr.i);
+      return fmt::format(
+          "'{}' of {} columns: tensor memory is allocated in a power of two of "
+          "columns from 32 to 512",
+          name, attr.i);
     return {};
   };
   // An mbarrier is one u64 of a writable shared array.
@@ -323,8 +328,8 @@ std::string check_tcgen05_op(Sig sig, const std::string& name, std::span<const T
   switch (sig) {
     case Sig::MbarInit:
       if (attr.i == 0 || attr.i >= (1u << 20))
-        return fmt::format("'{}' counts 1 to {} arrivals per phase, not {}", name,
-                           (1u << 20) - 1, attr.i);
+        return fmt::format("'{}' counts 1 to {} arrivals per phase, not {}", name, (1u << 20) - 1,
+                           attr.i);
       return need_mbarrier();
     case Sig::MbarRef:
       return need_mbarrier();
@@ -342,9 +347,10 @@ std::string check_tcgen05_op(Sig sig, const std::string& name, std::span<const T
       const auto in = static_cast<ElemType>(attr.i & 0xff);
       const int n = static_cast<int>((attr.i >> 8) & 0xffff);
       if (frag_k_step(in) == 0 || (attr.i >> (kTcgen05MajorShift + 2)) != 0)
-        return fmt::format("'{}' multiplies f16, bf16, f32 (as tf32), i8, u8, f8e4m3 or f8e5m2 "
-                           "inputs; its type attribute is invalid ({})",
-                           name, attr.i);
+        return fmt::format(
+            "'{}' multiplies f16, bf16, f32 (as tf32), i8, u8, f8e4m3 or f8e5m2 "
+            "inputs; its type attribute is invalid ({})",
+            name, attr.i);
       if (const MmaMajors mj = mma_majors(attr.i, kTcgen05MajorShift);
           (mj.a_mn || mj.b_mn) && !mma_mn_major_valid(in))
         return fmt::format(
@@ -373,9 +379,10 @@ std::string check_tcgen05_op(Sig sig, const std::string& name, std::span<const T
       const Type& m = ops[0];
       if (m.kind != TypeKind::Shared || m.lanes != 1 ||
           (m.elem != ElemType::F32 && m.elem != ElemType::I32 && m.elem != ElemType::U32))
-        return fmt::format("'{}' copies 32-bit columns into a shared array of f32, i32 or u32, "
-                           "not {}",
-                           name, tn(m));
+        return fmt::format(
+            "'{}' copies 32-bit columns into a shared array of f32, i32 or u32, "
+            "not {}",
+            name, tn(m));
       if (attr.i < 8 || attr.i > 512 || attr.i % 8 != 0)
         return fmt::format("'{}' copies a multiple of 8 columns up to 512, not {}", name, attr.i);
       std::string e = need_u32(1, "index");
@@ -994,9 +1001,10 @@ std::string check_op_types(OpKind kind, std::span<const Type> ops, const Attr& a
       if (!declared.is_value() ||
           (declared.elem != ElemType::F32 && declared.elem != ElemType::I32 &&
            declared.elem != ElemType::U32))
-        return fmt::format("'{}' reads 32-bit columns as f32, i32 or u32 (a line of them for "
-                           "consecutive columns), not {}",
-                           name, tn(declared));
+        return fmt::format(
+            "'{}' reads 32-bit columns as f32, i32 or u32 (a line of them for "
+            "consecutive columns), not {}",
+            name, tn(declared));
       out = declared;
       break;
   }

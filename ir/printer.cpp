@@ -180,9 +180,8 @@ class Printer {
         if (info.sig == Sig::FragLoad || info.sig == Sig::FragStore ||
             info.sig == Sig::FragLdmatrix)
           parts.push_back(op.attr.i == 1 ? "col" : op.attr.i == 0 ? "row" : "layout?");
-        if (info.sig == Sig::WgmmaDesc || info.sig == Sig::WgmmaWait ||
-            info.sig == Sig::MbarInit || info.sig == Sig::TmemAlloc ||
-            info.sig == Sig::TmemFree || info.sig == Sig::TmemLoad)
+        if (info.sig == Sig::WgmmaDesc || info.sig == Sig::WgmmaWait || info.sig == Sig::MbarInit ||
+            info.sig == Sig::TmemAlloc || info.sig == Sig::TmemFree || info.sig == Sig::TmemLoad)
           parts.push_back(fmt::format("{}", op.attr.i));
         if (info.sig == Sig::Tcgen05Mma) {
           const uint64_t e = op.attr.i & 0xff;

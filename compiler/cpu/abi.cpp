@@ -500,8 +500,8 @@ extern "C" uint32_t kiln_rt_tmem_load(void* t, void* dst, uint32_t dst_count, ui
   return 0;
 }
 
-extern "C" uint32_t kiln_rt_tmem_read(void* t, uint32_t address, uint32_t column,
-                                      uint32_t unit, uint32_t lanes, uint32_t* out) {
+extern "C" uint32_t kiln_rt_tmem_read(void* t, uint32_t address, uint32_t column, uint32_t unit,
+                                      uint32_t lanes, uint32_t* out) {
   auto* b = static_cast<TmemBlock*>(t);
   const uint64_t col = uint64_t{address & 0xffffu} + column;
   if ((address >> 16) != 0 || col + lanes > 512 ||

@@ -433,8 +433,8 @@ class Gen {
                                                  {B.getPtrTy(), B.getInt32Ty(), B.getInt32Ty(),
                                                   B.getInt32Ty(), B.getInt32Ty(), B.getInt32Ty()},
                                                  false));
-    B.CreateCall(callee, {state_, site_value ? site_value : B.getInt32(site), index, bound, cube_,
-                          unit});
+    B.CreateCall(callee,
+                 {state_, site_value ? site_value : B.getInt32(site), index, bound, cube_, unit});
   }
 
   llvm::AllocaInst* entry_alloca(llvm::Type* t, Value* count, const std::string& name) {

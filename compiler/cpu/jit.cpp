@@ -270,18 +270,18 @@ class Jit {
     runtime[jit_->mangleAndIntern("kiln_rt_wgmma")] = {
         llvm::orc::ExecutorAddr::fromPtr(&kiln_rt_wgmma), llvm::JITSymbolFlags::Exported};
     const std::pair<const char*, void*> functions[] = {
-        {"kiln_rt_mma_scaled", reinterpret_cast<void*>(&kiln_rt_mma_scaled)},
-        {"kiln_rt_mbar_init", reinterpret_cast<void*>(&kiln_rt_mbar_init)},
-        {"kiln_rt_mbar_wait", reinterpret_cast<void*>(&kiln_rt_mbar_wait)},
-        {"kiln_rt_tmem_alloc", reinterpret_cast<void*>(&kiln_rt_tmem_alloc)},
-        {"kiln_rt_tmem_free", reinterpret_cast<void*>(&kiln_rt_tmem_free)},
-        {"kiln_rt_tcgen05_mma", reinterpret_cast<void*>(&kiln_rt_tcgen05_mma)},
-        {"kiln_rt_tcgen05_commit", reinterpret_cast<void*>(&kiln_rt_tcgen05_commit)},
-        {"kiln_rt_tmem_load", reinterpret_cast<void*>(&kiln_rt_tmem_load)},
-        {"kiln_rt_tmem_read", reinterpret_cast<void*>(&kiln_rt_tmem_read)},
-        {"kiln_rt_tmem_end", reinterpret_cast<void*>(&kiln_rt_tmem_end)},
+      {"kiln_rt_mma_scaled", reinterpret_cast<void*>(&kiln_rt_mma_scaled)},
+      {"kiln_rt_mbar_init", reinterpret_cast<void*>(&kiln_rt_mbar_init)},
+      {"kiln_rt_mbar_wait", reinterpret_cast<void*>(&kiln_rt_mbar_wait)},
+      {"kiln_rt_tmem_alloc", reinterpret_cast<void*>(&kiln_rt_tmem_alloc)},
+      {"kiln_rt_tmem_free", reinterpret_cast<void*>(&kiln_rt_tmem_free)},
+      {"kiln_rt_tcgen05_mma", reinterpret_cast<void*>(&kiln_rt_tcgen05_mma)},
+      {"kiln_rt_tcgen05_commit", reinterpret_cast<void*>(&kiln_rt_tcgen05_commit)},
+      {"kiln_rt_tmem_load", reinterpret_cast<void*>(&kiln_rt_tmem_load)},
+      {"kiln_rt_tmem_read", reinterpret_cast<void*>(&kiln_rt_tmem_read)},
+      {"kiln_rt_tmem_end", reinterpret_cast<void*>(&kiln_rt_tmem_end)},
 #if defined(__x86_64__) || defined(__aarch64__)
-        {"__truncsfbf2", reinterpret_cast<void*>(&kiln_rt_truncsfbf2)},  // abi.h
+      {"__truncsfbf2", reinterpret_cast<void*>(&kiln_rt_truncsfbf2)},  // abi.h
 #endif
     };
     for (const auto& [name, fn] : functions)

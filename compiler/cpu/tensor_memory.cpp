@@ -108,8 +108,7 @@ void Gen::cube_op(const ir::Op& op) {
   Value* code = nullptr;
   switch (op.kind) {
     case OpKind::MbarInit:
-      call("kiln_rt_mbar_init", {ptr, i32},
-           {bar(), B.getInt32(static_cast<uint32_t>(op.attr.i))});
+      call("kiln_rt_mbar_init", {ptr, i32}, {bar(), B.getInt32(static_cast<uint32_t>(op.attr.i))});
       return;
     case OpKind::MbarWait:
       code = call("kiln_rt_mbar_wait", {ptr, ptr, i32}, {tmem_, bar(), v(op.operands[2])});
@@ -138,10 +137,10 @@ void Gen::cube_op(const ir::Op& op) {
                    B.getInt32(static_cast<uint32_t>((op.attr.i >> 8) & 0xffff))});
       break;
     case OpKind::TmemLoad:
-      code = call("kiln_rt_tmem_load", {ptr, ptr, i32, i32, i32, i32},
-                  {tmem_, element_ptr(op.operands[0], B.getInt32(0)),
-                   mem_.at(op.operands[0]).len, v(op.operands[1]), v(op.operands[2]),
-                   B.getInt32(static_cast<uint32_t>(op.attr.i))});
+      code = call(
+          "kiln_rt_tmem_load", {ptr, ptr, i32, i32, i32, i32},
+          {tmem_, element_ptr(op.operands[0], B.getInt32(0)), mem_.at(op.operands[0]).len,
+           v(op.operands[1]), v(op.operands[2]), B.getInt32(static_cast<uint32_t>(op.attr.i))});
       break;
     default:
       KILN_CHECK(false, "cube_op of an op that is not a cube op");

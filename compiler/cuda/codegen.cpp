@@ -335,7 +335,7 @@ class Gen {
   ir::SourceLoc last_loc_{};
   std::map<ValueId, std::string> mem_name_;  // parameters and memory objects: their C++ names
   std::map<ValueId, uint32_t> shared_offset_;
-  std::set<ValueId> wgmma_arrays_, wgmma_accs_;     // shared arrays and accumulators of wgmma
+  std::set<ValueId> wgmma_arrays_, wgmma_accs_;  // shared arrays and accumulators of wgmma
   // (input type, n, majors: bit 0 A MN-major, bit 1 B) of each wgmma.mma
   std::set<std::tuple<ElemType, int, int>> wgmma_ops_;
   std::map<ValueId, uint32_t> tmem_slot_;           // tmem.alloc result -> its slot's offset
@@ -390,7 +390,8 @@ class Gen {
             {op.operands[0], type(op.operands[0]).kind == TypeKind::Tensor ? "ext" : "len"});
       if (op.kind == OpKind::FragMmaScaled && O.checked)
         for (size_t m : {size_t{3}, size_t{6}})
-          used_.insert({op.operands[m], type(op.operands[m]).kind == TypeKind::Tensor ? "ext" : "len"});
+          used_.insert(
+              {op.operands[m], type(op.operands[m]).kind == TypeKind::Tensor ? "ext" : "len"});
       if (op.kind == OpKind::FragLdmatrix && O.checked) used_.insert({op.operands[1], "len"});
       if ((op.kind == OpKind::FragLoad || op.kind == OpKind::FragStore) && O.checked) {
         const ValueId m = op.operands[op.kind == OpKind::FragLoad ? 1 : 0];
@@ -1013,10 +1014,10 @@ class Gen {
         return {};
       }
       case OpKind::FragLdmatrix: {
-        const std::string check =
-            O.checked ? fmt::format("{}, kiln_report, kiln_key, {}u", bound(op.operands[1]),
-                                    access_site(op, 1))
-                      : fmt::format("{}, nullptr, 0ull, 0u", bound(op.operands[1]));
+        const std::string check = O.checked
+                                      ? fmt::format("{}, kiln_report, kiln_key, {}u",
+                                                    bound(op.operands[1]), access_site(op, 1))
+                                      : fmt::format("{}, nullptr, 0ull, 0u", bound(op.operands[1]));
         line(fmt::format("kiln::frag_load_ldmatrix({}, {}, {}, {}, {}u, {});", v(op.operands[0]),
                          v(op.operands[1]), v(op.operands[2]), v(op.operands[3]), op.attr.i,
                          check));
@@ -1103,20 +1104,21 @@ std::string unsupported_fragment(const ir::Op& op, const ir::Kernel& k, const Ta
   const bool mbarrier = op.kind == OpKind::MbarInit || op.kind == OpKind::MbarWait;
   if (mbarrier && arch.sm < 80)
     return fmt::format("mbarriers need sm_80 or later; {} has none", arch.name());
-  if ((ir::is_cube_op(op.kind) || op.kind == OpKind::TmemRead) && !mbarrier &&
-      !has_tcgen05(arch))
+  if ((ir::is_cube_op(op.kind) || op.kind == OpKind::TmemRead) && !mbarrier && !has_tcgen05(arch))
     return fmt::format(
         "tensor memory and tcgen05 are sm_100a instructions; {} has none (ask has_tcgen05() at "
         "trace time and take another path there)",
         arch.name());
   if (op.kind == OpKind::FragMmaScaled && !has_mma_scaled(arch))
-    return fmt::format("block-scaled mma (kind::mxf8f6f4) is an sm_120a instruction; {} has none "
-                       "(ask has_mma_scaled() at trace time)",
-                       arch.name());
+    return fmt::format(
+        "block-scaled mma (kind::mxf8f6f4) is an sm_120a instruction; {} has none "
+        "(ask has_mma_scaled() at trace time)",
+        arch.name());
   if (op.kind == OpKind::Tcgen05Desc && !has_tcgen05(arch))
-    return fmt::format("tcgen05.desc describes operands of tcgen05.mma, which {} lacks (sm_100a "
-                       "only)",
-                       arch.name());
+    return fmt::format(
+        "tcgen05.desc describes operands of tcgen05.mma, which {} lacks (sm_100a "
+        "only)",
+        arch.name());
   if (op.kind != OpKind::AllocFrag) return {};
   const Type& t = k.type_of(op.result);
   if (ir::is_f8(t.elem) && t.use != ir::FragUse::Acc && arch.sm < 89)

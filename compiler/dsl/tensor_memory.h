@@ -61,9 +61,8 @@ void mbarrier_init(const SharedArray<V>& bars, Arg<uint32_t> index, int count = 
   static_assert(detail::is_mbarrier_array<V>, "kiln: mbarriers live in a shared array of u64");
   auto& ctx = TraceContext::current();
   if (count < 1 || count >= (1 << 20)) {
-    ctx.fail(index.where(),
-             fmt::format("an mbarrier counts 1 to {} arrivals per phase, not {}", (1 << 20) - 1,
-                         count));
+    ctx.fail(index.where(), fmt::format("an mbarrier counts 1 to {} arrivals per phase, not {}",
+                                        (1 << 20) - 1, count));
     return;
   }
   ir::Attr a;
@@ -74,12 +73,10 @@ void mbarrier_init(const SharedArray<V>& bars, Arg<uint32_t> index, int count = 
 // Waits until the phase of bars[index] with parity `parity` (0 or 1: phase k has parity k % 2)
 // has completed. A cube operation: every unit waits.
 template <class V>
-void mbarrier_wait(const SharedArray<V>& bars, Arg<uint32_t> index,
-                          Arg<uint32_t> parity) {
+void mbarrier_wait(const SharedArray<V>& bars, Arg<uint32_t> index, Arg<uint32_t> parity) {
   static_assert(detail::is_mbarrier_array<V>, "kiln: mbarriers live in a shared array of u64");
   auto& ctx = TraceContext::current();
-  ctx.builder().op(ir::OpKind::MbarWait, {bars.id(), index.value(1), parity.value(1)},
-                   index.at());
+  ctx.builder().op(ir::OpKind::MbarWait, {bars.id(), index.value(1), parity.value(1)}, index.at());
 }
 
 // ---- tensor memory ------------------------------------------------------------------------------
@@ -89,12 +86,10 @@ void mbarrier_wait(const SharedArray<V>& bars, Arg<uint32_t> index,
 // tmem_free before the kernel ends.
 inline Val<uint32_t> tmem_alloc(int columns, SrcLoc where = SrcLoc::current()) {
   auto& ctx = TraceContext::current();
-  if (!detail::need_tcgen05(where) || !detail::columns_ok(columns, where))
-    return Val<uint32_t>();
+  if (!detail::need_tcgen05(where) || !detail::columns_ok(columns, where)) return Val<uint32_t>();
   ir::Attr a;
   a.i = static_cast<uint64_t>(columns);
-  return Val<uint32_t>::from_id(
-      ctx.builder().op(ir::OpKind::TmemAlloc, {}, ctx.loc(where), {}, a));
+  return Val<uint32_t>::from_id(ctx.builder().op(ir::OpKind::TmemAlloc, {}, ctx.loc(where), {}, a));
 }
 
 // Frees the `columns` columns at `address` (what tmem_alloc returned for that many). Every
@@ -120,9 +115,9 @@ Val<uint64_t> tcgen05_desc(const SharedArray<V>& mem, Arg<uint32_t> index, Arg<u
   if (!detail::need_tcgen05(index.where())) return Val<uint64_t>();
   ir::Attr a;
   a.i = static_cast<uint64_t>(swizzle);
-  return Val<uint64_t>::from_id(ctx.builder().op(
-      ir::OpKind::Tcgen05Desc, {mem.id(), index.value(1), lbo.value(1), sbo.value(1)},
-      index.at(), {}, a));
+  return Val<uint64_t>::from_id(
+      ctx.builder().op(ir::OpKind::Tcgen05Desc,
+                       {mem.id(), index.value(1), lbo.value(1), sbo.value(1)}, index.at(), {}, a));
 }
 
 // The descriptor of k-step `step` (32 bytes of k: 16 for f16/bf16, 8 for tf32, 32 for the 8-bit
@@ -140,8 +135,7 @@ Val<uint64_t> tcgen05_tile_desc(const SharedArray<V>& mem, Val<uint32_t> base, i
   }
   if (w == 0)
     return tcgen05_desc(mem, Arg<uint32_t>(base + step * (2u * groups * 128u / size), where),
-                        Arg<uint32_t>(groups * 128u, where), Arg<uint32_t>(128u, where),
-                        swizzle);
+                        Arg<uint32_t>(groups * 128u, where), Arg<uint32_t>(128u, where), swizzle);
   const uint32_t steps_per_row = w / 32;
   const Val<uint32_t> index = base + (step / steps_per_row) * (groups * 8u * w / size) +
                               (step % steps_per_row) * (32u / size);
@@ -216,8 +210,8 @@ void tmem_load(const SharedArray<V>& dst, Arg<uint32_t> index, Arg<uint32_t> add
   }
   ir::Attr a;
   a.i = static_cast<uint64_t>(n);
-  ctx.builder().op(ir::OpKind::TmemLoad, {dst.id(), index.value(1), address.value(1)},
-                   index.at(), {}, a);
+  ctx.builder().op(ir::OpKind::TmemLoad, {dst.id(), index.value(1), address.value(1)}, index.at(),
+                   {}, a);
 }
 
 // A unit's own row of tensor memory in registers: unit u reads row u % 128 (plane p the lanes
@@ -228,9 +222,9 @@ void tmem_load(const SharedArray<V>& dst, Arg<uint32_t> index, Arg<uint32_t> add
 template <class V>
 Val<host_of_t<V>> tmem_read(Arg<uint32_t> address, Arg<uint32_t> column, int lanes = 1) {
   using T = host_of_t<V>;
-  static_assert(std::is_same_v<T, float> || std::is_same_v<T, int32_t> ||
-                    std::is_same_v<T, uint32_t>,
-                "kiln: tmem_read reads 32-bit columns as f32, i32 or u32");
+  static_assert(
+      std::is_same_v<T, float> || std::is_same_v<T, int32_t> || std::is_same_v<T, uint32_t>,
+      "kiln: tmem_read reads 32-bit columns as f32, i32 or u32");
   auto& ctx = TraceContext::current();
   if (!detail::need_tcgen05(address.where())) return Val<T>();
   if (lanes != 1 && lanes != 2 && lanes != 4 && lanes != 8 && lanes != 16) {
@@ -238,9 +232,8 @@ Val<host_of_t<V>> tmem_read(Arg<uint32_t> address, Arg<uint32_t> column, int lan
              fmt::format("tmem_read reads 1, 2, 4, 8 or 16 columns at once, not {}", lanes));
     return Val<T>();
   }
-  return Val<T>::from_id(ctx.builder().op(ir::OpKind::TmemRead,
-                                     {address.value(1), column.value(1)}, address.at(),
-                                     ir::Type::value(elem_v<T>, lanes)));
+  return Val<T>::from_id(ctx.builder().op(ir::OpKind::TmemRead, {address.value(1), column.value(1)},
+                                          address.at(), ir::Type::value(elem_v<T>, lanes)));
 }
 
 }  // namespace kiln::dsl

@@ -77,9 +77,12 @@ KILN_KERNEL_GENERIC(matmul_tcgen05,
                     "a: rank=2, b: rank=2, c: rank=2, tile_n = 128 in 16..256, swizzle = 128 in "
                     "0..128, k_rows = 1 in 1..4",
                     f16, bf16, f32, i8, u8, f8e4m3, f8e5m2)
-    .cube_dim([](const ComptimeArgs&) -> CubeDim { return {128, 1, 1}; })
-    .describe("C = A * B^T with tcgen05 and tensor memory (sm_100a; the CPU and "
-              "cuda-emu:sm_100a run it too)");
+    .cube_dim([](const ComptimeArgs&) -> CubeDim {
+      return {128, 1, 1};
+    })
+    .describe(
+        "C = A * B^T with tcgen05 and tensor memory (sm_100a; the CPU and "
+        "cuda-emu:sm_100a run it too)");
 
 KILN_RUN(matmul_tcgen05)
     .shape("a", {200, 136})

@@ -31,9 +31,9 @@ void tm_misuse(Tensor<f32> y, int mode) {
   auto b = tcgen05_tile_desc(s, 0u, 16, Swizzle::None, 0u);
   tcgen05_mma<bf16>(mode == 5 ? past : d, a, b, 16, false);  // TM_MMA
   tcgen05_commit(bar, 0u);
-  if (mode == 2) tmem_load(cs, 0u, d, 16);  // TM_EARLY_LOAD
+  if (mode == 2) tmem_load(cs, 0u, d, 16);               // TM_EARLY_LOAD
   if (mode == 6) y[unit_pos()] = tmem_read<f32>(d, 0u);  // TM_EARLY_READ
-  mbarrier_wait(bar, 0u, mode == 3 ? 1u : 0u);  // TM_WAIT
+  mbarrier_wait(bar, 0u, mode == 3 ? 1u : 0u);           // TM_WAIT
   tmem_load(cs, 0u, d, 16);
   if (mode == 7) y[unit_pos()] = extract(tmem_read<f32>(d, 30u, 4), 0);  // TM_READ_PAST
   if (mode != 4) tmem_free(d, 32);
@@ -90,13 +90,12 @@ TEST_CASE("tensor-memory misuse is reported at its line on the CPU and the emula
     st = run(4);
     REQUIRE_FALSE(st.ok());
     CHECK_THAT(st.error().message,
-               Contains(loc("TM_ALLOC")) && Contains("still allocated") &&
-                   Contains("tmem_free"));
+               Contains(loc("TM_ALLOC")) && Contains("still allocated") && Contains("tmem_free"));
     st = run(5);
     REQUIRE_FALSE(st.ok());
-    CHECK_THAT(st.error().message, Contains(loc("TM_MMA")) &&
-                                       Contains("tcgen05_mma into tensor-memory columns that "
-                                                "are not allocated"));
+    CHECK_THAT(st.error().message,
+               Contains(loc("TM_MMA")) && Contains("tcgen05_mma into tensor-memory columns that "
+                                                   "are not allocated"));
     st = run(6);
     REQUIRE_FALSE(st.ok());
     CHECK_THAT(st.error().message, Contains(loc("TM_EARLY_READ")) &&

@@ -93,9 +93,8 @@ void t_tmem_read(Tensor<const bf16> a, Tensor<const bf16> b, Tensor<f32> c, int 
   for_range(unit_pos(), 128u * 64u, 256u, [&](u32 e) {
     as[wgmma_tile_index<bf16>(Swizzle::B128, 128, e / 64u, e % 64u)] = a[e];
   });
-  for_range(unit_pos(), 32u * 64u, 256u, [&](u32 e) {
-    bs[wgmma_tile_index<bf16>(Swizzle::B128, 32, e / 64u, e % 64u)] = b[e];
-  });
+  for_range(unit_pos(), 32u * 64u, 256u,
+            [&](u32 e) { bs[wgmma_tile_index<bf16>(Swizzle::B128, 32, e / 64u, e % 64u)] = b[e]; });
   sync_cube();
   for (uint32_t s = 0; s < 4; ++s)
     tcgen05_mma<bf16>(d + 32u, tcgen05_tile_desc(as, 0u, 128, Swizzle::B128, u32(s)),
