@@ -385,19 +385,22 @@ Val<uint32_t> wgmma_tile_index(Swizzle swizzle, int extent, Val<uint32_t> r, Val
 }
 
 namespace detail {
-// The start index, LBO and SBO of k-step `step` (32 bytes of k: 16 elements, two groups of 8
-// k-rows) of an MN-major tile laid out by wgmma_tile_index(..., Major::MN) at mem[base].
-template <class V>
-void mn_tile_step(Swizzle swizzle, int extent, Val<uint32_t> base, Val<uint32_t> step,
-                  Val<uint32_t>& index, uint32_t& lbo, uint32_t& sbo) {
+// The descriptor of k-step `step` (32 bytes of k: 16 elements, two groups of 8 k-rows) of an
+// MN-major tile laid out by wgmma_tile_index(..., Major::MN) at mem[base], made by `describe`
+// (wgmma_desc or tcgen05_desc: the same layouts, encoded for each instruction).
+template <class V, class Describe>
+Val<uint64_t> mn_tile_desc(const SharedArray<V>& mem, Val<uint32_t> base, int extent,
+                           Swizzle swizzle, Val<uint32_t> step, const char* who,
+                           const SrcLoc& where, Describe describe) {
+  if (!mn_tile_ok<V>(swizzle, extent, who, where)) return Val<uint64_t>();
   const uint32_t size = sizeof(host_of_t<V>), w = static_cast<uint32_t>(swizzle);
   const uint32_t atoms = static_cast<uint32_t>(extent) / mn_atom<V>(swizzle);
   const uint32_t atom_bytes = w == 0 ? 128u : 8u * w, group = atoms * atom_bytes;
   // Without swizzle: LBO along k (between groups of 8 k-rows), SBO along mn; with: LBO along mn
   // (between atoms), SBO along k.
-  lbo = w == 0 ? group : atom_bytes;
-  sbo = w == 0 ? atom_bytes : group;
-  index = base + step * (2u * group / size);
+  const uint32_t lbo = w == 0 ? group : atom_bytes, sbo = w == 0 ? atom_bytes : group;
+  return describe(mem, Arg<uint32_t>(base + step * (2u * group / size), where),
+                  Arg<uint32_t>(lbo, where), Arg<uint32_t>(sbo, where), swizzle);
 }
 }  // namespace detail
 
@@ -431,12 +434,8 @@ Val<uint64_t> wgmma_tile_desc(const SharedArray<V>& mem, Val<uint32_t> base, int
                               Swizzle swizzle, Val<uint32_t> step, Major major,
                               SrcLoc where = SrcLoc::current()) {
   if (major == Major::K) return wgmma_tile_desc(mem, base, extent, swizzle, step, where);
-  if (!detail::mn_tile_ok<V>(swizzle, extent, "wgmma", where)) return Val<uint64_t>();
-  Val<uint32_t> index;
-  uint32_t lbo = 0, sbo = 0;
-  detail::mn_tile_step<V>(swizzle, extent, base, step, index, lbo, sbo);
-  return wgmma_desc(mem, Arg<uint32_t>(index, where), Arg<uint32_t>(lbo, where),
-                    Arg<uint32_t>(sbo, where), swizzle);
+  return detail::mn_tile_desc(mem, base, extent, swizzle, step, "wgmma", where,
+                              [](auto&&... x) { return wgmma_desc(x...); });
 }
 
 namespace detail {

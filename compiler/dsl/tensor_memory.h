@@ -150,12 +150,8 @@ Val<uint64_t> tcgen05_tile_desc(const SharedArray<V>& mem, Val<uint32_t> base, i
                                 Swizzle swizzle, Val<uint32_t> step, Major major,
                                 SrcLoc where = SrcLoc::current()) {
   if (major == Major::K) return tcgen05_tile_desc(mem, base, extent, swizzle, step, where);
-  if (!detail::mn_tile_ok<V>(swizzle, extent, "tcgen05", where)) return Val<uint64_t>();
-  Val<uint32_t> index;
-  uint32_t lbo = 0, sbo = 0;
-  detail::mn_tile_step<V>(swizzle, extent, base, step, index, lbo, sbo);
-  return tcgen05_desc(mem, Arg<uint32_t>(index, where), Arg<uint32_t>(lbo, where),
-                      Arg<uint32_t>(sbo, where), swizzle);
+  return detail::mn_tile_desc(mem, base, extent, swizzle, step, "tcgen05", where,
+                              [](auto&&... x) { return tcgen05_desc(x...); });
 }
 
 // D = A * B^T (+ D when `accumulate`), D the 128 x n product at the tensor-memory address `d`

@@ -100,6 +100,17 @@ void t_wgmma_mn_i8(Tensor<i32> c) {
 }
 KILN_KERNEL(t_wgmma_mn_i8, "c").cube_dim(128);
 
+// An MN-major tile of 48 elements along n under a 128-byte swizzle (atoms of 64): refused.
+void t_mn_extent(Tensor<f32> c) {
+  auto acc = accumulator<f32>(16, 48, 16);
+  auto bs = shared_array<bf16>(64 * 64);
+  fill(acc, 0.0f);
+  auto desc = wgmma_tile_desc(bs, 0u, 48, Swizzle::B128, 0u, Major::MN);  // MN_EXTENT
+  wgmma<bf16>(acc, desc, desc, Major::MN, Major::MN);
+  store(c, 0u, 48u, acc);
+}
+KILN_KERNEL(t_mn_extent, "c").cube_dim(128);
+
 }  // namespace
 
 namespace kiln {
@@ -167,6 +178,14 @@ TEST_CASE("an MN-major operand of 8-bit inputs is a trace error at its line", "[
   CHECK_THAT(r, Catch::Contains(test::marker_loc("tests/compiler/cpu/test_mn_major.cpp", "MN_I8") +
                                 ": error: wgmma reads MN-major operands of f16 or bf16 only, "
                                 "not i8"));
+}
+
+TEST_CASE("an MN-major tile that is no whole number of atoms is a trace error at its line",
+          "[matrix][wgmma]") {
+  CHECK_THAT(test::trace_error("t_mn_extent"),
+             Catch::Contains(test::marker_loc("tests/compiler/cpu/test_mn_major.cpp", "MN_EXTENT") +
+                             ": error: an MN-major wgmma tile with swizzle 128 spans a multiple "
+                             "of 64 elements along m or n, not 48"));
 }
 
 }  // namespace
