@@ -151,6 +151,19 @@ ir::Type type_from(const json& j) {
 
 }  // namespace
 
+std::vector<TensorMapSite> tensor_map_sites(const ir::Kernel& k) {
+  std::vector<TensorMapSite> sites;
+  ir::walk(k.body, [&](const ir::Op& op) {
+    if (op.kind != ir::OpKind::TmaLoad) return;
+    for (uint32_t i = 0; i < k.params.size(); ++i)
+      if (k.params[i].value == op.operands[2]) {
+        TensorMapSite s{i, op.attr.i, k.loc_string(op.loc)};
+        if (std::find(sites.begin(), sites.end(), s) == sites.end()) sites.push_back(std::move(s));
+      }
+  });
+  return sites;
+}
+
 std::string info_to_json(const KernelInfo& info) {
   json j;
   j["name"] = info.name;
@@ -171,6 +184,8 @@ std::string info_to_json(const KernelInfo& info) {
     j["asserts"].push_back(json{{"message", a.message}, {"where", a.where}});
   for (const AccessSite& a : info.accesses)
     j["accesses"].push_back(json{{"access", a.access}, {"memory", a.memory}, {"where", a.where}});
+  for (const TensorMapSite& m : info.tensor_maps)
+    j["tensor_maps"].push_back(json{{"param", m.param}, {"box", m.box}, {"where", m.where}});
   return j.dump();
 }
 
@@ -205,6 +220,22 @@ Result<KernelInfo> info_from_json(const std::string& text) {
         info.accesses.push_back(AccessSite{a.at("access").get<std::string>(),
                                            a.at("memory").get<std::string>(),
                                            a.at("where").get<std::string>()});
+    if (j.contains("tensor_maps"))
+      for (const json& m : j["tensor_maps"]) {
+        TensorMapSite site{m.at("param").get<uint32_t>(), m.at("box").get<uint64_t>(),
+                           m.at("where").get<std::string>()};
+        // A damaged description must not send the launch to a parameter that is no tensor.
+        if (site.param >= info.layout.params.size() ||
+            info.layout.params[site.param].type.kind != ir::TypeKind::Tensor ||
+            !ir::tma_box_error(ir::tma_box(site.box),
+                               static_cast<uint32_t>(
+                                   ir::elem_bytes(info.layout.params[site.param].type.elem)))
+                 .empty() ||
+            ir::tma_box(site.box).rank != info.layout.params[site.param].type.rank)
+          return Error(ErrorKind::Io, "malformed kernel description: a tensor map names no "
+                                      "tensor parameter of its rank");
+        info.tensor_maps.push_back(std::move(site));
+      }
     return info;
   } catch (const std::exception& e) {
     return Error(ErrorKind::Io, std::string("malformed kernel description: ") + e.what());

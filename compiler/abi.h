@@ -92,6 +92,21 @@ struct LaunchState {
 // kernel's print sites, one line each.
 std::vector<std::string> format_prints(LaunchState& state, const std::vector<PrintSite>& sites);
 
+// A TMA view the kernel copies through (tma.load): which tensor parameter, with which box
+// (ir::tma_attr). Each launch checks the tensor against TMA's rules for every backend; on the GPU
+// it encodes a tensor map for each site into the arguments (cuda::tensor_map_offset).
+struct TensorMapSite {
+  uint32_t param = 0;  // index into ArgLayout::params
+  uint64_t box = 0;
+  std::string where;  // the DSL file:line of the first tma.load through it
+  friend bool operator==(const TensorMapSite& a, const TensorMapSite& b) {
+    return a.param == b.param && a.box == b.box;
+  }
+};
+// The sites of a kernel's tma.load ops, one per distinct (tensor parameter, box), in order of
+// first use.
+std::vector<TensorMapSite> tensor_map_sites(const ir::Kernel& k);
+
 // Facts about a compiled kernel the runtime needs.
 struct KernelInfo {
   std::string name;
@@ -103,6 +118,7 @@ struct KernelInfo {
   std::vector<PrintSite> prints;
   std::vector<AssertSite> asserts;
   std::vector<AccessSite> accesses;  // checked mode
+  std::vector<TensorMapSite> tensor_maps;
   bool checked = false;
 };
 

@@ -43,6 +43,10 @@ bool Backend::has_tcgen05(const Target&) const {
   return true;
 }
 
+bool Backend::has_tma(const Target&) const {
+  return true;
+}
+
 bool Backend::has_mma_scaled(const Target&) const {
   return true;
 }
@@ -115,6 +119,7 @@ std::shared_ptr<const dsl::TraceTarget> trace_target(const Target& t) {
   tt->matrix = t.backend->matrix_configs(t);
   tt->wgmma = t.backend->has_wgmma(t);
   tt->tcgen05 = t.backend->has_tcgen05(t);
+  tt->tma = t.backend->has_tma(t);
   tt->mma_scaled = t.backend->has_mma_scaled(t);
   return tt;
 }

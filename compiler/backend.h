@@ -102,6 +102,9 @@ class Backend {
   // Whether the target has tensor memory and tcgen05 (tmem.*, tcgen05.*): all by default (the
   // CPU), sm_100a only among the GPUs.
   virtual bool has_tcgen05(const Target& t) const;
+  // Whether the target has the Tensor Memory Accelerator (tma.load, mbar.arrive_expect_tx): all
+  // by default (the CPU), sm_90 and later among the GPUs.
+  virtual bool has_tma(const Target& t) const;
   // Whether the target runs block-scaled multiplies (frag.mma_scaled): all by default (the
   // CPU), sm_120a only among the GPUs.
   virtual bool has_mma_scaled(const Target& t) const;

@@ -328,8 +328,8 @@ std::string check_tcgen05_op(Sig sig, const std::string& name, std::span<const T
   switch (sig) {
     case Sig::MbarInit:
       if (attr.i == 0 || attr.i >= (1u << 20))
-        return fmt::format("'{}' counts 1 to {} arrivals per phase, not {}", name, (1u << 20) - 1,
-                           attr.i);
+        return fmt::format("'{}' counts 1 to {} {}, not {}", name, (1u << 20) - 1,
+                           name == "mbar.init" ? "arrivals per phase" : "bytes", attr.i);
       return need_mbarrier();
     case Sig::MbarRef:
       return need_mbarrier();
@@ -374,6 +374,42 @@ std::string check_tcgen05_op(Sig sig, const std::string& name, std::span<const T
     case Sig::TmemRead: {
       std::string e = need_u32(0, "tensor-memory address");
       return e.empty() ? need_u32(1, "column") : e;
+    }
+    case Sig::TmaLoad: {
+      if (ops.size() < 5)
+        return fmt::format("'{}' takes a destination, an index, a tensor, an mbarrier, its index "
+                           "and the coordinates, got {} operands",
+                           name, ops.size());
+      const Type &m = ops[0], &t = ops[2];
+      if (m.kind != TypeKind::Shared || m.lanes != 1)
+        return fmt::format("'{}' copies into a shared array of scalars, not {}", name, tn(m));
+      if (t.kind != TypeKind::Tensor || t.lanes != 1)
+        return fmt::format("'{}' copies from a tensor parameter of scalars (lines of 1), not {}",
+                           name, tn(t));
+      if (t.elem != m.elem || t.elem == ElemType::Bool)
+        return fmt::format("'{}' copies {} elements into a shared array of {}; the types must be "
+                           "the same number type",
+                           name, elem_name(t.elem), elem_name(m.elem));
+      const TmaBox box = tma_box(attr.i);
+      if (std::string e = tma_box_error(box, static_cast<uint32_t>(elem_bytes(t.elem)));
+          !e.empty())
+        return fmt::format("'{}': {}", name, e);
+      if (t.rank != box.rank || ops.size() != 5 + box.rank)
+        return fmt::format("'{}' of a rank-{} tensor takes a box of that rank and one coordinate "
+                           "per dimension; got a rank-{} box and {} coordinates",
+                           name, t.rank, box.rank, ops.size() - 5);
+      if (ops[3].kind != TypeKind::Shared || ops[3].elem != ElemType::U64 || ops[3].lanes != 1)
+        return fmt::format("'{}' completes on an mbarrier, an element of a shared array of u64, "
+                           "not {}",
+                           name, tn(ops[3]));
+      for (size_t i : {size_t{1}, size_t{4}})
+        if (std::string e = need_u32(i, i == 1 ? "index" : "mbarrier index"); !e.empty()) return e;
+      for (size_t i = 5; i < ops.size(); ++i)
+        if (!(ops[i] == Type::value(ElemType::I32)))
+          return fmt::format("the coordinates of '{}' are i32 scalars (a box may start before the "
+                             "tensor), got {}",
+                             name, tn(ops[i]));
+      return {};
     }
     case Sig::TmemLoad: {
       const Type& m = ops[0];
@@ -470,6 +506,7 @@ int sig_operand_count(Sig sig) {
     case Sig::FragMmaScaled:
       return 9;
     case Sig::Print:
+    case Sig::TmaLoad:  // five, then one coordinate per dimension of the tensor
       return -1;
   }
   return 0;
@@ -502,6 +539,7 @@ bool sig_has_result(Sig sig) {
     case Sig::TmemFree:
     case Sig::Tcgen05Mma:
     case Sig::TmemLoad:
+    case Sig::TmaLoad:
       return false;
     default:
       return true;
@@ -603,10 +641,59 @@ bool is_cube_op(OpKind k) {
     case OpKind::Tcgen05Mma:
     case OpKind::Tcgen05Commit:
     case OpKind::TmemLoad:
+    case OpKind::MbarArriveTx:
+    case OpKind::TmaLoad:
       return true;
     default:
       return false;
   }
+}
+
+uint64_t tma_attr(const TmaBox& b) {
+  const uint64_t sw = b.swizzle == 32 ? 1 : b.swizzle == 64 ? 2 : b.swizzle == 128 ? 3 : 0;
+  uint64_t a = sw | uint64_t{b.rank & 7u} << 2;
+  for (uint32_t d = 0; d < b.rank && d < kTmaMaxRank; ++d)
+    a |= uint64_t{b.box[d] & 0x1ffu} << (8 + 9 * d);
+  return a;
+}
+
+TmaBox tma_box(uint64_t attr) {
+  TmaBox b;
+  static constexpr uint32_t kSwizzle[4] = {0, 32, 64, 128};
+  b.swizzle = kSwizzle[attr & 3u];
+  b.rank = static_cast<uint32_t>((attr >> 2) & 7u);
+  for (uint32_t d = 0; d < b.rank && d < kTmaMaxRank; ++d)
+    b.box[d] = static_cast<uint32_t>((attr >> (8 + 9 * d)) & 0x1ffu);
+  return b;
+}
+
+std::string tma_box_error(const TmaBox& b, uint32_t elem_bytes) {
+  if (b.rank < 1 || b.rank > kTmaMaxRank)
+    return fmt::format("a TMA box has 1 to {} dimensions, not {}", kTmaMaxRank, b.rank);
+  for (uint32_t d = 0; d < b.rank; ++d)
+    if (b.box[d] < 1 || b.box[d] > kTmaMaxBox)
+      return fmt::format("a TMA box spans 1 to {} elements in each dimension, not {} (dimension "
+                         "{})",
+                         kTmaMaxBox, b.box[d], d);
+  if (!wgmma_swizzle_valid(b.swizzle))
+    return fmt::format("a TMA swizzle is 0, 32, 64 or 128 bytes, not {}", b.swizzle);
+  const uint64_t row = uint64_t{b.box[b.rank - 1]} * elem_bytes;
+  if (row % 16 != 0)
+    return fmt::format("the innermost extent of a TMA box is a multiple of 16 bytes; {} elements "
+                       "of {} bytes are {}",
+                       b.box[b.rank - 1], elem_bytes, row);
+  if (b.swizzle != 0 && row > b.swizzle)
+    return fmt::format("with a {}-byte swizzle the innermost extent of a TMA box is at most {} "
+                       "bytes; {} elements of {} bytes are {} (split the box along that "
+                       "dimension)",
+                       b.swizzle, b.swizzle, b.box[b.rank - 1], elem_bytes, row);
+  return {};
+}
+
+uint64_t tma_box_bytes(const TmaBox& b, uint32_t elem_bytes) {
+  uint64_t n = elem_bytes;
+  for (uint32_t d = 0; d < b.rank; ++d) n *= b.box[d];
+  return n;
 }
 
 const std::vector<MatrixConfig>& matrix_configs() {
@@ -994,6 +1081,7 @@ std::string check_op_types(OpKind kind, std::span<const Type> ops, const Attr& a
     case Sig::TmemFree:
     case Sig::Tcgen05Mma:
     case Sig::TmemLoad:
+    case Sig::TmaLoad:
       KILN_REQ(check_tcgen05_op(info.sig, name, ops, attr));
       break;
     case Sig::TmemRead:

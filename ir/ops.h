@@ -78,6 +78,9 @@ enum class Sig : uint8_t {
   Tcgen05Mma,     // tcgen05.mma %t, %adesc, %bdesc, %acc, T, N[, MA, MB]  D (128 x N) [+]= A * B
   TmemLoad,       // tmem.load %m, %i, %t, N                  m[i + r N + c] = D[r][c], 128 x N
   TmemRead,       // %r = tmem.read %t, %col : T             unit u: D[u % 128][col + j] (lane j)
+  TmaLoad,        // tma.load %m, %i, %t, %bar, %bi, %c..., box B..., swizzle W
+                  //   the box of tensor t at coordinates c (one i32 per dim, outermost first)
+                  //   into m[i...], completing on the mbarrier bar[bi]; attr: tma_attr()
   If,             // if %c { ... } [else { ... }]
   For,            // for %i = %a to %b step %s [unroll N|full] { ... }
   Loop,           // loop { ... }
@@ -207,9 +210,28 @@ inline bool mma_mn_major_valid(ElemType e) {
 }
 // Whether `columns` is a tensor-memory allocation size: a power of two from 32 to 512.
 bool tmem_columns_valid(uint64_t columns);
-// The cube-level ops of tensor memory and tcgen05 (every unit reaches them together; they run
-// once per cube).
+// The cube-level ops of tensor memory, tcgen05 and TMA (every unit reaches them together; they
+// run once per cube).
 bool is_cube_op(OpKind k);
+
+// A TMA box (tma.load's attribute): the tensor's rank (1 to 5), the box's extent in each
+// dimension, outermost first as the tensor's shape (1 to 256 each), and the shared-memory
+// swizzle in bytes (0, 32, 64 or 128). Encoded in the attribute as: bits 0-1 the swizzle
+// (0 none, 1 32 B, 2 64 B, 3 128 B), bits 2-4 the rank, then 9 bits per dimension from bit 8.
+struct TmaBox {
+  uint32_t rank = 0;
+  uint32_t box[5] = {0, 0, 0, 0, 0};
+  uint32_t swizzle = 0;
+  friend bool operator==(const TmaBox&, const TmaBox&) = default;
+};
+inline constexpr uint32_t kTmaMaxRank = 5, kTmaMaxBox = 256;
+uint64_t tma_attr(const TmaBox& b);
+TmaBox tma_box(uint64_t attr);
+// What is wrong with a box of elements of `elem_bytes` bytes, in plain words; empty when it is
+// valid: rank, extents, a swizzle whose span holds the innermost extent, 16-byte rows.
+std::string tma_box_error(const TmaBox& b, uint32_t elem_bytes);
+// The bytes a box copies into shared memory.
+uint64_t tma_box_bytes(const TmaBox& b, uint32_t elem_bytes);
 
 // Whether `bits` (an integer literal stored as two's complement in 64 bits) fits in `t`.
 bool int_literal_fits(ElemType t, uint64_t bits);

@@ -645,6 +645,32 @@ class Parser {
         operands(3);
         immediate("the number of columns");
         break;
+      case Sig::TmaLoad: {
+        // tma.load %m, %i, %t, %bar, %bi, %c..., box B..., swizzle W
+        operands(5);
+        while (is_punct(',')) {
+          advance();
+          if (is_ident("box")) break;
+          op.operands.push_back(use_value());
+        }
+        if (!is_ident("box")) expected("', box' and the box's extents after the coordinates");
+        advance();
+        TmaBox b;
+        for (;;) {
+          const uint64_t x = parse_uint("a box extent", kTmaMaxBox);
+          if (b.rank < kTmaMaxRank) b.box[b.rank] = static_cast<uint32_t>(x);
+          ++b.rank;
+          if (b.rank > kTmaMaxRank) fail(fmt::format("a TMA box has at most {} dimensions", kTmaMaxRank));
+          expect_punct(',');
+          if (is_ident("swizzle")) break;
+        }
+        advance();
+        b.swizzle = static_cast<uint32_t>(parse_uint("the swizzle in bytes (0, 32, 64 or 128)", 128));
+        if (!wgmma_swizzle_valid(b.swizzle))
+          fail(fmt::format("a TMA swizzle is 0, 32, 64 or 128 bytes, not {}", b.swizzle));
+        op.attr.i = tma_attr(b);
+        break;
+      }
       case Sig::Tcgen05Mma: {
         operands(4);
         expect_punct(',');

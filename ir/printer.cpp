@@ -190,6 +190,13 @@ class Printer {
           parts.push_back(fmt::format("{}", (op.attr.i >> 8) & 0xffff));
           majors(mma_majors(op.attr.i, kTcgen05MajorShift));
         }
+        if (info.sig == Sig::TmaLoad) {
+          const TmaBox b = tma_box(op.attr.i);
+          std::string box = "box";
+          for (uint32_t d = 0; d < b.rank; ++d) box += fmt::format("{}{}", d ? ", " : " ", b.box[d]);
+          parts.push_back(box);
+          parts.push_back(fmt::format("swizzle {}", b.swizzle));
+        }
         if (info.sig == Sig::Wgmma) {
           const uint64_t e = op.attr.i & 0xff;
           parts.push_back(e < kNumElemTypes ? std::string(elem_name(static_cast<ElemType>(e)))

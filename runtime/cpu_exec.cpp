@@ -1,5 +1,6 @@
 // Argument packing and parallel execution of compiled CPU kernels.
 #include "runtime/cpu_exec.h"
+#include "runtime/tma.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -191,6 +192,7 @@ Status pack_args_into(const abi::KernelInfo& info, const std::array<uint32_t, 3>
       slots[s + abi::slot::kData] = v->bits;
     }
   }
+  if (!info.tensor_maps.empty()) KILN_TRY(check_tensor_maps(info, slots));
   return {};
 }
 

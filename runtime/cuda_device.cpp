@@ -10,6 +10,7 @@
 #include "runtime/cuda_report.h"
 #include "runtime/log.h"
 #include "runtime/tensor.h"
+#include "runtime/tma.h"
 
 namespace kiln::detail {
 
@@ -204,6 +205,73 @@ Result<std::shared_ptr<CudaKernel>> load_cuda_kernel(const CudaDevice& dev,
   return k;
 }
 
+// ---- TMA tensor maps ---------------------------------------------------------------------------
+
+namespace {
+
+// The driver's CUtensorMapDataType for an element type: its bits, for the 8-bit types.
+int tensor_map_type(ir::ElemType e) {
+  using ir::ElemType;
+  switch (e) {
+    case ElemType::Bool:
+    case ElemType::I8:
+    case ElemType::U8:
+    case ElemType::F8E4M3:
+    case ElemType::F8E5M2:
+      return 0;  // UINT8
+    case ElemType::I16:
+    case ElemType::U16:
+      return 1;  // UINT16
+    case ElemType::U32:
+      return 2;
+    case ElemType::I32:
+      return 3;
+    case ElemType::U64:
+      return 4;
+    case ElemType::I64:
+      return 5;
+    case ElemType::F16:
+      return 6;
+    case ElemType::F32:
+      return 7;
+    case ElemType::F64:
+      return 8;
+    case ElemType::BF16:
+      return 9;
+  }
+  return 0;
+}
+
+Status encode_tensor_maps(const Api& api, const abi::KernelInfo& info, std::span<uint64_t> slots) {
+  if (info.tensor_maps.empty()) return {};
+  if (!api.cuTensorMapEncodeTiled)
+    return Error(ErrorKind::Unsupported,
+                 fmt::format("kernel '{}' copies through TMA, and the CUDA driver {} has no "
+                             "cuTensorMapEncodeTiled (TMA needs a driver for CUDA 12 or newer)",
+                             info.name, api.path));
+  KILN_CHECK(cuda::tensor_map_offset(info) + cuda::kTensorMapBytes * info.tensor_maps.size() <=
+                 slots.size() * 8,
+             "encode_tensor_maps: no room for the tensor maps");
+  auto* maps = reinterpret_cast<uint8_t*>(slots.data()) + cuda::tensor_map_offset(info);
+  for (size_t i = 0; i < info.tensor_maps.size(); ++i) {
+    const abi::TensorMapSite& site = info.tensor_maps[i];
+    KILN_ASSIGN(const TmaTensor t, tma_tensor(info, site, slots));
+    const uint32_t element_strides[5] = {1, 1, 1, 1, 1};
+    const int swizzle = t.swizzle == 128 ? 3 : t.swizzle == 64 ? 2 : t.swizzle == 32 ? 1 : 0;
+    // Interleave none, L2 promotion of 128 bytes, zeros outside the tensor.
+    const CUresult r = api.cuTensorMapEncodeTiled(
+        maps + cuda::kTensorMapBytes * i, tensor_map_type(t.elem), t.rank,
+        reinterpret_cast<void*>(t.address), t.dims, t.strides + 1, t.box, element_strides, 0,
+        swizzle, 2, 0);
+    KILN_TRY(check(api, r,
+                   fmt::format("encoding the TMA tensor map of argument '{}' of kernel '{}' ({})",
+                               info.layout.params[site.param].name, info.name, site.where)));
+  }
+  return {};
+}
+
+}  // namespace
+
 // ---- streams and reports
 // -----------------------------------------------------------------------------
 
@@ -263,6 +331,7 @@ Status CudaStream::launch(const std::shared_ptr<const CudaKernel>& k,
   KILN_CHECK(slots.size() >= n + cuda::kReportSlots, "CudaStream::launch: too few argument slots");
   slots[n] = report_;
   slots[n + 1] = seq_;
+  KILN_TRY(encode_tensor_maps(*ctx_->api, info, slots));
   void* params[] = {slots.data()};
   KILN_TRY(
       ctx_->check(ctx_->api->cuLaunchKernel(k->function, cubes[0], cubes[1], cubes[2],
@@ -362,8 +431,9 @@ class CudaDeviceStream final : public DeviceStream {
   Status launch(const LoadedKernel& k, const std::array<uint32_t, 3>& cubes,
                 std::span<const HostArg> args) override {
     const auto& ck = static_cast<const CudaLoaded&>(k).kernel();
-    std::array<uint64_t, 256> slots;
-    if (ck->info.layout.slot_count + cuda::kReportSlots > slots.size())
+    // The slots, then the tensor maps (cuda::tensor_map_offset): the kernel's args struct.
+    alignas(128) std::array<uint64_t, 256 + 16 * cuda::kMaxTensorMaps> slots;
+    if (ck->info.layout.slot_count + cuda::kReportSlots > 256)
       return Error(ErrorKind::Unsupported,
                    fmt::format("kernel '{}' has too many argument slots", ck->info.name));
     KILN_TRY(pack_args_into(ck->info, cubes, args, slots));

@@ -64,6 +64,8 @@ Result<Api> load() {
   KILN_BIND(cuFuncSetAttribute);
   KILN_BIND(cuLaunchKernel);
 #undef KILN_BIND
+  std::string optional;
+  bind(lib, "cuTensorMapEncodeTiled", api.cuTensorMapEncodeTiled, optional);
   if (!missing.empty())
     return Error(
         ErrorKind::Unsupported,

@@ -77,6 +77,12 @@ struct Api {
   CUresult (*cuLaunchKernel)(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                              unsigned by, unsigned bz, unsigned shared_bytes, CUstream stream,
                              void** params, void** extra);
+  // Optional (null in a driver older than CUDA 12): encodes a TMA tensor map; the enums are the
+  // driver's CUtensorMapDataType, ...Interleave, ...Swizzle, ...L2promotion, ...FloatOOBfill.
+  CUresult (*cuTensorMapEncodeTiled)(void* map, int data_type, uint32_t rank, void* address,
+                                     const uint64_t* dims, const uint64_t* strides,
+                                     const uint32_t* box, const uint32_t* element_strides,
+                                     int interleave, int swizzle, int l2_promotion, int oob_fill);
 
   std::string path;        // the library loaded
   int driver_version = 0;  // e.g. 13000

@@ -18,6 +18,7 @@
 #include "runtime/device.h"
 #include "runtime/emu_exec.h"
 #include "runtime/thread_pool.h"
+#include "runtime/tma.h"
 
 namespace kiln {
 
@@ -59,11 +60,17 @@ class EmuStream final : public DeviceStream {
                 std::span<const HostArg> args) override {
     const auto& ek = static_cast<const EmuKernel&>(k);
     const abi::KernelInfo& info = ek.kernel_info;
-    std::array<uint64_t, 256> slots{};
-    if (info.layout.slot_count + cuda::kReportSlots > slots.size())
+    // The slots, then the tensor maps (cuda::tensor_map_offset), as the kernel's args struct.
+    alignas(128) std::array<uint64_t, 256 + 16 * cuda::kMaxTensorMaps> slots{};
+    if (info.layout.slot_count + cuda::kReportSlots > 256)
       return Error(ErrorKind::Unsupported,
                    fmt::format("kernel '{}' has too many argument slots", info.name));
     KILN_TRY(pack_args_into(info, cubes, args, slots));
+    for (size_t i = 0; i < info.tensor_maps.size(); ++i) {
+      KILN_ASSIGN(const TmaTensor t, tma_tensor(info, info.tensor_maps[i], slots));
+      encode_emu_tensor_map(t, reinterpret_cast<uint8_t*>(slots.data()) +
+                                   cuda::tensor_map_offset(info) + cuda::kTensorMapBytes * i);
+    }
     slots[info.layout.slot_count] = reinterpret_cast<uint64_t>(report_.data());
     slots[info.layout.slot_count + 1] = seq_;
     detail::emu::Launch l;

@@ -298,8 +298,30 @@ using kiln::cpu::TmemBlock;
 namespace tm = kiln::cpu;
 
 // The mbarrier word, as the emulator lays it out (compiler/cuda/prelude.cuh, mbar_word): bit 63
-// set once initialized, the count at bits 0-19, the arrivals pending at 20-39, the phase at 40-62.
+// set once initialized, the count at bits 0-19, the arrivals pending at 20-39, the phase's parity
+// at bit 40, the transaction count (bytes still expected, 21-bit two's complement) at 41-61.
 constexpr uint64_t kMbarInit = uint64_t{1} << 63;
+constexpr int64_t kMbarTxLimit = (int64_t{1} << 20) - 1;
+
+// `arrivals` arrivals and `tx` more bytes expected (negative: bytes landed); the phase completes
+// when no arrival and no byte is pending. False when the transaction count leaves its range.
+bool mbar_update(uint64_t* bar, uint32_t arrivals, int64_t tx) {
+  const uint64_t x = *bar;
+  const uint64_t count = x & 0xfffffu, phase = (x >> 40) & 1u;
+  uint64_t pending = (x >> 20) & 0xfffffu;
+  int64_t now = static_cast<int64_t>((x >> 41) & 0x1fffffu);
+  if (now >= (int64_t{1} << 20)) now -= int64_t{1} << 21;
+  now += tx;
+  if (now > kMbarTxLimit || now < -kMbarTxLimit) return false;
+  pending = arrivals > pending ? 0 : pending - arrivals;
+  if (pending == 0 && now == 0) {
+    *bar = kMbarInit | (phase ^ 1u) << 40 | count << 20 | count;
+    return true;
+  }
+  *bar = kMbarInit | (static_cast<uint64_t>(now) & 0x1fffffu) << 41 | phase << 40 | pending << 20 |
+         count;
+  return true;
+}
 
 bool tmem_allocated(const TmemBlock* b, uint32_t col, uint32_t n) {
   for (uint32_t x = col / 32; x < (col + n + 31) / 32; ++x)
@@ -354,10 +376,11 @@ const char* tmem_misuse_message(uint32_t code) {
     case kMbarNotInitialized:
       return "an mbarrier used before mbarrier_init()";
     case kMbarNeverCompletes:
-      return "an mbarrier wait that can never complete: on the CPU every arrival before the wait "
-             "has happened, and the phase it waits for still has arrivals pending (a "
-             "tcgen05_commit on it before the wait, or the parity of a phase that has not "
-             "completed: phase k has parity k % 2)";
+      return "an mbarrier wait that can never complete: on the CPU every arrival and copy before "
+             "the wait has happened, and the phase it waits for still has arrivals or bytes "
+             "pending (a tcgen05_commit or mbarrier_arrive_expect_tx on it before the wait, "
+             "as many bytes expected as the tma_loads on it copy, or the parity of a phase "
+             "that has not completed: phase k has parity k % 2)";
     case kTmemFull:
       return "tmem_alloc() of more tensor-memory columns than are free (512 in all)";
     case kTmemFreeNotAllocated:
@@ -383,6 +406,14 @@ const char* tmem_misuse_message(uint32_t code) {
     case kReadInFlight:
       return "tmem_read() while a tcgen05_mma is not yet committed and waited for; "
              "tcgen05_commit() and mbarrier_wait() first";
+    case kMbarTxOverflow:
+      return "an mbarrier's transaction count left its range (at most 2^20 - 1 bytes pending "
+             "either way): expect the bytes of a phase before its copies outrun them";
+    case kTmaMisaligned:
+      return "a tma_load into a shared array at an index that is no multiple of 128 bytes (TMA "
+             "writes whole 128-byte aligned lines)";
+    case kTmaPastEnd:
+      return "a tma_load whose box reaches past the end of its destination array";
     case kTmemNotFreed:
       return "tensor memory still allocated when the cube ended; tmem_free() it before the "
              "kernel returns";
@@ -481,10 +512,7 @@ extern "C" uint32_t kiln_rt_tcgen05_commit(void* t, uint64_t* bar) {
   const uint64_t x = *bar;
   if (!(x & kMbarInit)) return tm::kMbarNotInitialized;
   b->committed = b->issued;  // a multiply is done when it returns on the CPU
-  const uint64_t count = x & 0xfffffu, pending = (x >> 20) & 0xfffffu,
-                 phase = (x >> 40) & 0x7fffffu;
-  *bar = pending > 1 ? (x & ~(uint64_t{0xfffff} << 20)) | (pending - 1) << 20
-                     : kMbarInit | ((phase + 1) & 0x7fffffu) << 40 | count << 20 | count;
+  mbar_update(bar, 1, 0);
   return 0;
 }
 
@@ -522,4 +550,48 @@ extern "C" uint32_t kiln_rt_tmem_end(void* t) {
   const uint32_t r = b->allocated ? uint32_t{tm::kTmemNotFreed} : 0u;
   b->allocated = b->issued = b->committed = b->waited = 0;
   return r;
+}
+
+extern "C" uint32_t kiln_rt_mbar_arrive_tx(uint64_t* bar, uint32_t bytes) {
+  if (!(*bar & kMbarInit)) return tm::kMbarNotInitialized;
+  return mbar_update(bar, 1, bytes) ? 0u : uint32_t{tm::kMbarTxOverflow};
+}
+
+extern "C" uint32_t kiln_rt_tma_load(uint64_t* bar, void* dst, uint32_t dst_count, uint32_t index,
+                                     const void* src, const uint32_t* dims, const int32_t* coords,
+                                     uint64_t attr, uint32_t elem_bytes) {
+  if (!(*bar & kMbarInit)) return tm::kMbarNotInitialized;
+  const kiln::ir::TmaBox box = kiln::ir::tma_box(attr);
+  const uint64_t start = uint64_t{index} * elem_bytes, bytes = uint64_t{dst_count} * elem_bytes;
+  if (start % 128 != 0) return tm::kTmaMisaligned;
+  const uint64_t total = kiln::ir::tma_box_bytes(box, elem_bytes);
+  // A swizzle moves 16-byte chunks within their 128-byte line: the lines the box touches must
+  // be inside the array.
+  const uint64_t reach = box.swizzle ? (total + 127) / 128 * 128 : total;
+  if (start + reach > bytes) return tm::kTmaPastEnd;
+  const uint32_t rank = box.rank;
+  const uint64_t mask = box.swizzle ? box.swizzle / 16 - 1 : 0;
+  auto* out = static_cast<uint8_t*>(dst);
+  const auto* in = static_cast<const uint8_t*>(src);
+  uint32_t at[kiln::ir::kTmaMaxRank] = {};  // the element's position in the box
+  for (uint64_t e = 0, n = total / elem_bytes; e < n; ++e) {
+    bool inside = true;
+    uint64_t offset = 0;
+    for (uint32_t d = 0; d < rank; ++d) {
+      const int64_t g = int64_t{coords[d]} + at[d];
+      inside = inside && g >= 0 && g < int64_t{dims[d]};
+      if (inside) offset += static_cast<uint64_t>(g) * dims[rank + d];
+    }
+    uint64_t byte = start + e * elem_bytes;
+    byte ^= ((byte >> 7) & mask) << 4;
+    if (inside)
+      std::memcpy(out + byte, in + offset * elem_bytes, elem_bytes);
+    else
+      std::memset(out + byte, 0, elem_bytes);
+    for (uint32_t d = rank; d-- > 0;) {  // the next position, innermost fastest
+      if (++at[d] < box.box[d]) break;
+      at[d] = 0;
+    }
+  }
+  return mbar_update(bar, 0, -static_cast<int64_t>(total)) ? 0u : uint32_t{tm::kMbarTxOverflow};
 }

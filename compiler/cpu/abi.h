@@ -51,6 +51,9 @@ enum TmemMisuse : uint32_t {
   kTmemNotFreed,
   kReadNotAllocated,
   kReadInFlight,
+  kMbarTxOverflow,
+  kTmaMisaligned,
+  kTmaPastEnd,
   kTmemMisuseEnd
 };
 // The message of a misuse, for the kernel's assert site.
@@ -99,6 +102,14 @@ uint32_t kiln_rt_tmem_read(void* tm, uint32_t address, uint32_t column, uint32_t
 // At the end of each cube: kTmemNotFreed if columns are still allocated; the block is then
 // reset for the next cube either way.
 uint32_t kiln_rt_tmem_end(void* tm);
+// mbarrier.arrive.expect_tx: `bytes` more for the phase to wait for, and one arrival.
+uint32_t kiln_rt_mbar_arrive_tx(uint64_t* bar, uint32_t bytes);
+// tma.load: the box of `attr` (ir::tma_box) at `coords` (outermost first) of the tensor at `src`
+// (dims: its shape, then its strides, in elements) into dst's bytes from index * elem_bytes on,
+// swizzled, zeros outside the tensor; then the box's bytes complete on `bar`.
+uint32_t kiln_rt_tma_load(uint64_t* bar, void* dst, uint32_t dst_count, uint32_t index,
+                          const void* src, const uint32_t* dims, const int32_t* coords,
+                          uint64_t attr, uint32_t elem_bytes);
 
 // f32 -> bf16 to nearest even, a NaN's high 16 bits kept (a bitcast round trip is exact):
 // the compiler-runtime routine that LLVM's x86 backend calls where it widens bf16 vector

@@ -531,6 +531,8 @@ void Gen::emit_scalar(const ir::Op& op) {
     case OpKind::Tcgen05Mma:
     case OpKind::Tcgen05Commit:
     case OpKind::TmemLoad:
+    case OpKind::MbarArriveTx:
+    case OpKind::TmaLoad:
       cube_op(op);
       return;
     case OpKind::TmemRead:

@@ -52,6 +52,7 @@ class Gen {
 
   Status run() {
     info_.layout = arg_layout(K);
+    info_.tensor_maps = abi::tensor_map_sites(K);
     auto* i32 = llvm::Type::getInt32Ty(C);
     auto* ptr = llvm::PointerType::getUnqual(C);
     auto* fty = llvm::FunctionType::get(llvm::Type::getVoidTy(C), {ptr, i32, i32, ptr, ptr}, false);

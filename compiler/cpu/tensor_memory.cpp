@@ -25,6 +25,10 @@ std::pair<uint32_t, uint32_t> misuse_codes(OpKind k) {
       return {kMmaNotAllocated, kMmaPastArena};
     case OpKind::TmemLoad:
       return {kLoadNotAllocated, kLoadPastEnd};
+    case OpKind::MbarArriveTx:
+      return {kMbarNotInitialized, kMbarNotInitialized};
+    case OpKind::TmaLoad:
+      return {kMbarNotInitialized, kTmaPastEnd};
     default:
       return {0, 0};
   }
@@ -113,6 +117,31 @@ void Gen::cube_op(const ir::Op& op) {
     case OpKind::MbarWait:
       code = call("kiln_rt_mbar_wait", {ptr, ptr, i32}, {tmem_, bar(), v(op.operands[2])});
       break;
+    case OpKind::MbarArriveTx:
+      code = call("kiln_rt_mbar_arrive_tx", {ptr, i32},
+                  {bar(), B.getInt32(static_cast<uint32_t>(op.attr.i))});
+      break;
+    case OpKind::TmaLoad: {
+      // The tensor's shape and strides, and the coordinates, in arrays on the entry's stack.
+      const Mem& src = mem_.at(op.operands[2]);
+      const auto rank = static_cast<uint32_t>(src.shape.size());
+      llvm::AllocaInst* dims =
+          entry_alloca(i32, B.getInt32(2 * rank), fmt::format("tma.dims{}", op.operands[2]));
+      llvm::AllocaInst* coords =
+          entry_alloca(i32, B.getInt32(rank), fmt::format("tma.coords{}", op.operands[2]));
+      for (uint32_t d = 0; d < rank; ++d) {
+        B.CreateStore(src.shape[d], B.CreateConstInBoundsGEP1_32(i32, dims, d));
+        B.CreateStore(src.stride[d], B.CreateConstInBoundsGEP1_32(i32, dims, rank + d));
+        B.CreateStore(v(op.operands[5 + d]), B.CreateConstInBoundsGEP1_32(i32, coords, d));
+      }
+      const ir::Type& dt = type(op.operands[0]);
+      code = call("kiln_rt_tma_load", {ptr, ptr, i32, i32, ptr, ptr, ptr, i64, i32},
+                  {element_ptr(op.operands[3], v(op.operands[4])),
+                   element_ptr(op.operands[0], B.getInt32(0)), B.getInt32(dt.count),
+                   v(op.operands[1]), src.base, dims, coords, B.getInt64(op.attr.i),
+                   B.getInt32(static_cast<uint32_t>(ir::elem_bytes(dt.elem)))});
+      break;
+    }
     case OpKind::Tcgen05Commit:
       code = call("kiln_rt_tcgen05_commit", {ptr, ptr}, {tmem_, bar()});
       break;

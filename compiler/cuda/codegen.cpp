@@ -281,12 +281,19 @@ class Gen {
     info_.symbol = "kiln_" + K.name;
     info_.cube_dim = K.cube_dim;
     info_.layout = abi::arg_layout(K);
+    info_.tensor_maps = abi::tensor_map_sites(K);
     info_.checked = O.checked;
     units_ = K.units_per_cube();
     find_used_metadata();
     plan_shared();
     name_params();
     KILN_TRY(check_supported(K.body));
+    if (info_.tensor_maps.size() > kMaxTensorMaps)
+      return Error(ErrorKind::Unsupported,
+                   fmt::format("{}: error: kernel '{}' copies through {} TMA views (tensor and box "
+                               "pairs); a kernel takes at most {}",
+                               info_.tensor_maps[kMaxTensorMaps].where, K.name,
+                               info_.tensor_maps.size(), kMaxTensorMaps));
     needs_report_ = O.checked || uses_reports(K.body);
 
     // The body first (it fills the report sites), then the header around it.
@@ -300,10 +307,16 @@ class Gen {
     out += fmt::format("#include \"{}\"\n\n", kPreludeName);
     const uint32_t slots = info_.layout.slot_count + kReportSlots;
     out += wgmma_instructions();
-    out += fmt::format("struct {}_args {{ kiln::u64 slot[{}]; }};\n\n", info_.symbol, slots);
+    if (info_.tensor_maps.empty()) {
+      out += fmt::format("struct {}_args {{ kiln::u64 slot[{}]; }};\n\n", info_.symbol, slots);
+    } else {
+      // The maps must stay in parameter space (TMA reads them there): __grid_constant__.
+      out += fmt::format("struct {}_args {{ kiln::u64 slot[{}]; kiln::tensor_map map[{}]; }};\n\n",
+                         info_.symbol, slots, info_.tensor_maps.size());
+    }
     out += fmt::format(
-        "extern \"C\" __global__ void __launch_bounds__({}) {}(const {}_args args) {{\n", units_,
-        info_.symbol, info_.symbol);
+        "extern \"C\" __global__ void __launch_bounds__({}) {}(const {}{}_args args) {{\n", units_,
+        info_.symbol, info_.tensor_maps.empty() ? "" : "__grid_constant__ ", info_.symbol);
     out += params_text();
     if (needs_report_) {
       out += fmt::format("  kiln::report* const kiln_report = (kiln::report*)args.slot[{}];\n",
@@ -406,7 +419,9 @@ class Gen {
     // Arrays that hold wgmma operands start on 1024 bytes, so a swizzle's pattern (which follows
     // the absolute address) starts with the array.
     ir::walk(K.body, [&](const ir::Op& op) {
-      if (op.kind == OpKind::WgmmaDesc || op.kind == OpKind::Tcgen05Desc)
+      // TMA's swizzle follows the absolute address as the multiplies' does.
+      if (op.kind == OpKind::WgmmaDesc || op.kind == OpKind::Tcgen05Desc ||
+          op.kind == OpKind::TmaLoad)
         wgmma_arrays_.insert(op.operands[0]);
       if (op.kind == OpKind::Wgmma) {
         wgmma_accs_.insert(op.operands[0]);
@@ -857,6 +872,30 @@ class Gen {
       case OpKind::Tcgen05Commit:
         line(fmt::format("kiln::tcgen05_commit({}, {});", v(op.operands[0]), v(op.operands[1])));
         return {};
+      case OpKind::MbarArriveTx:
+        line(fmt::format("kiln::mbar_arrive_expect_tx({}, {}, {}u);", v(op.operands[0]),
+                         v(op.operands[1]), op.attr.i));
+        return {};
+      case OpKind::TmaLoad: {
+        // kiln::tma_load<swizzle, box...>(dst, index, map, bars, bar index, {coordinates}):
+        // box and coordinates outermost first, as in the IR.
+        const ir::TmaBox b = ir::tma_box(op.attr.i);
+        std::string tmpl = fmt::format("{}u", b.swizzle), coords;
+        for (uint32_t d = 0; d < b.rank; ++d) {
+          tmpl += fmt::format(", {}u", b.box[d]);
+          coords += (d ? ", " : "") + v(op.operands[5 + d]);
+        }
+        size_t map = 0;
+        for (const abi::TensorMapSite& s : info_.tensor_maps) {
+          if (K.params[s.param].value == op.operands[2] && s.box == op.attr.i) break;
+          ++map;
+        }
+        KILN_CHECK(map < info_.tensor_maps.size(), "tma.load without its tensor-map site");
+        line(fmt::format("kiln::tma_load<{}>({}, {}, args.map[{}], {}, {}, {{{}}});", tmpl,
+                         v(op.operands[0]), v(op.operands[1]), map, v(op.operands[3]),
+                         v(op.operands[4]), coords));
+        return {};
+      }
       case OpKind::TmemLoad:
         line(fmt::format("kiln::tmem_load<{}u>({}, {}, {});", op.attr.i, v(op.operands[0]),
                          v(op.operands[1]), v(op.operands[2])));
@@ -1088,6 +1127,10 @@ bool has_tcgen05(const Target& arch) {
   return arch.sm == 100 && arch.arch_specific;
 }
 
+bool has_tma(const Target& arch) {
+  return arch.sm >= 90;
+}
+
 bool has_mma_scaled(const Target& arch) {
   return arch.sm == 120 && arch.arch_specific;
 }
@@ -1104,6 +1147,13 @@ std::string unsupported_fragment(const ir::Op& op, const ir::Kernel& k, const Ta
   const bool mbarrier = op.kind == OpKind::MbarInit || op.kind == OpKind::MbarWait;
   if (mbarrier && arch.sm < 80)
     return fmt::format("mbarriers need sm_80 or later; {} has none", arch.name());
+  const bool tma = op.kind == OpKind::TmaLoad || op.kind == OpKind::MbarArriveTx;
+  if (tma && !has_tma(arch))
+    return fmt::format(
+        "the Tensor Memory Accelerator (TMA) and mbarrier transaction counts need sm_90 or later; "
+        "{} has none (ask has_tma() at trace time and copy with loads and stores there)",
+        arch.name());
+  if (tma) return {};
   if ((ir::is_cube_op(op.kind) || op.kind == OpKind::TmemRead) && !mbarrier && !has_tcgen05(arch))
     return fmt::format(
         "tensor memory and tcgen05 are sm_100a instructions; {} has none (ask has_tcgen05() at "

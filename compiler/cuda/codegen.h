@@ -45,6 +45,16 @@ struct Source {
 // the launch's sequence number.
 inline constexpr uint32_t kReportSlots = 2;
 
+// A kernel that copies through TMA takes its tensor maps after the slots, in the same
+// parameter: from byte tensor_map_offset(info) on (128-byte aligned, as the driver's CUtensorMap),
+// one map of kTensorMapBytes per KernelInfo::tensor_maps site, at most kMaxTensorMaps. The
+// runtime fills them (runtime/tma.h): with the driver's encoding on a GPU, with the emulator's
+// description (prelude.cuh, tma_desc) on cuda-emu.
+inline constexpr uint32_t kTensorMapBytes = 128, kMaxTensorMaps = 8;
+inline uint32_t tensor_map_offset(const abi::KernelInfo& info) {
+  return (8 * (info.layout.slot_count + kReportSlots) + 127) / 128 * 128;
+}
+
 Result<Source> generate(const ir::Kernel& k, const CodegenOptions& options);
 
 // What generated CUDA C++ may use on every target: 1024 units per cube, 48 KiB of static
@@ -61,6 +71,8 @@ std::string unsupported_fragment(const ir::Op& op, const ir::Kernel& k, const Ta
 bool has_wgmma(const Target& arch);
 // Whether the arch has tensor memory and tcgen05: sm_100a only (sm_120a has neither).
 bool has_tcgen05(const Target& arch);
+// Whether the architecture has the Tensor Memory Accelerator: sm_90 and later.
+bool has_tma(const Target& arch);
 // Whether the arch runs block-scaled mma.sync (kind::mxf8f6f4): sm_120a only.
 bool has_mma_scaled(const Target& arch);
 

@@ -1548,7 +1548,9 @@ __device__ __forceinline__ L tmem_lanes(const u32* r) {
 
 #ifdef KILN_EMULATION
 // The emulator's mbarrier, one u64 in shared memory: bit 63 set once initialized, the arrival
-// count at bits 0-19, the arrivals still pending in this phase at 20-39, the phase at 40-62.
+// count at bits 0-19, the arrivals still pending in this phase at 20-39, the phase's parity at
+// bit 40, the transaction count (bytes still expected, 21-bit two's complement) at 41-61. The
+// CPU backend keeps the same word (compiler/cpu/abi.cpp, mbar_update).
 inline u64* mbar_word(const bounded<u64>& bars, u32 i KILN_WHERE) {
   if (i >= bars.n) {
     emu::out_of_bounds(bars.space, emu::kAtomic, i, bars.n, where);
@@ -1562,19 +1564,37 @@ inline void mbar_init(const bounded<u64>& bars, u32 i, u32 count KILN_WHERE) {
     *w = 1ull << 63 | (u64)count << 20 | count;
   emu::sync_threads(where);
 }
-// One arrival (tcgen05.commit's): the phase completes when none is pending.
-inline void mbar_arrive(u64* w KILN_WHERE) {
+// `arrivals` arrivals and `tx` more bytes expected (negative: bytes that landed): the phase
+// completes when no arrival and no byte is pending.
+inline void mbar_update(u64* w, u32 arrivals, long long tx KILN_WHERE) {
   if (!emu::access(w, 8, emu::kAtomic, where)) return;
-  u64 x = *w;
+  const u64 x = *w;
   if (!(x >> 63)) {
-    emu::misuse("an arrival on an mbarrier that was never initialized; mbarrier_init() it first",
+    emu::misuse("an arrival or a copy on an mbarrier that was never initialized; "
+                "mbarrier_init() it first",
                 where);
     return;
   }
-  const u64 count = x & 0xfffffu, pending = (x >> 20) & 0xfffffu, phase = (x >> 40) & 0x7fffffu;
-  x = pending > 1 ? (x & ~(0xfffffull << 20)) | (pending - 1) << 20
-                  : 1ull << 63 | ((phase + 1) & 0x7fffffu) << 40 | count << 20 | count;
-  *w = x;
+  const u64 count = x & 0xfffffu, phase = (x >> 40) & 1u;
+  u64 pending = (x >> 20) & 0xfffffu;
+  long long now = (long long)((x >> 41) & 0x1fffffu);
+  if (now >= (1ll << 20)) now -= 1ll << 21;
+  now += tx;
+  if (now >= (1ll << 20) || now <= -(1ll << 20)) {
+    emu::misuse("an mbarrier's transaction count left its range (at most 2^20 - 1 bytes pending "
+                "either way): expect the bytes of a phase before its copies outrun them",
+                where);
+    return;
+  }
+  pending = arrivals > pending ? 0 : pending - arrivals;
+  if (pending == 0 && now == 0)
+    *w = 1ull << 63 | (phase ^ 1u) << 40 | count << 20 | count;
+  else
+    *w = 1ull << 63 | ((u64)now & 0x1fffffu) << 41 | phase << 40 | pending << 20 | count;
+}
+// One arrival (tcgen05.commit's).
+inline void mbar_arrive(u64* w KILN_WHERE) {
+  mbar_update(w, 1, 0 KILN_AT);
 }
 inline void mbar_wait(const bounded<u64>& bars, u32 i, u32 parity KILN_WHERE) {
   u64* w = mbar_word(bars, i KILN_AT);
@@ -1589,12 +1609,17 @@ inline void mbar_wait(const bounded<u64>& bars, u32 i, u32 parity KILN_WHERE) {
     }
     if ((((x >> 40) & 1u) != (parity & 1u))) break;  // the phase of that parity is complete
     emu::spin("an mbarrier wait that can never complete: the phase it waits for has arrivals "
-              "pending that nothing will make (a tcgen05_commit on it before the wait, or the "
-              "parity of a phase that has completed: phase k has parity k % 2)",
+              "or bytes pending that nothing will make (a tcgen05_commit or "
+              "mbarrier_arrive_expect_tx on it before the wait, as many bytes expected as the "
+              "tma_loads on it copy, or the parity of a phase that has completed: phase k has "
+              "parity k % 2)",
               where);
   }
   emu::TmemState* st = emu::unit()->tmem_state;
   if (st->committed > st->waited) st->waited = st->committed;
+  // What completed the phase (a TMA copy's stores by unit 0) is ordered before every unit's
+  // accesses after the wait, as the race detector sees it.
+  emu::sync_threads(where);
 }
 // The shared-memory descriptor in wgmma's form (the same layouts), for wgmma_read.
 inline u64 tcgen05_as_wgmma(u64 d) {
@@ -1884,6 +1909,126 @@ __device__ __forceinline__ L tmem_read(u32 t, u32 col) {
   return tmem_lanes<L>(r);
 }
 #endif
+// ---- TMA (sm_90 and later) --------------------------------------------------------------------
+//
+// tma_load<SWIZZLE, BOX...>(dst, index, map, bars, bar index, {coordinates}): one unit copies the
+// box (extents outermost first) at the coordinates (outermost first; elements outside the tensor
+// are zero) into dst from element `index` on, row-major and swizzled, and the box's bytes
+// complete on the mbarrier. mbar_arrive_expect_tx: one unit adds bytes to the transaction count
+// of the mbarrier's phase and arrives on it. The map is a kernel parameter in param space
+// (__grid_constant__), encoded by the runtime: the driver's CUtensorMap on a GPU, a tma_desc in
+// the emulator.
+struct alignas(128) tensor_map {
+  u64 bits[16];
+};
+#ifdef KILN_EMULATION
+// The emulator's tensor map (runtime/tma.cpp writes it): the tensor's address, rank, element
+// size, and its shape and strides in elements, outermost first.
+struct tma_desc {
+  u64 base;
+  u32 rank, elem_bytes;
+  u64 dims[5], strides[5];
+};
+inline void mbar_arrive_expect_tx(const bounded<u64>& bars, u32 i, u32 bytes KILN_WHERE) {
+  if (unit_linear() != 0) return;
+  u64* w = mbar_word(bars, i KILN_AT);
+  if (w) mbar_update(w, 1, (long long)bytes KILN_AT);
+}
+template <u32 SW, u32... BOX, class T, int R>
+inline void tma_load(const bounded<T>& dst, u32 index, const tensor_map& map,
+                     const bounded<u64>& bars, u32 bi, const i32 (&c)[R] KILN_WHERE) {
+  static_assert(sizeof...(BOX) == R, "one coordinate per dimension of the box");
+  if (unit_linear() != 0) return;
+  u64* w = mbar_word(bars, bi KILN_AT);
+  if (!w) return;
+  tma_desc m;
+  memcpy(&m, &map, sizeof m);
+  const u32 box[R] = {BOX...};
+  u64 total = sizeof(T);
+  for (int d = 0; d < R; ++d) total *= box[d];
+  const u64 start = (u64)index * sizeof(T);
+  if (m.rank != (u32)R || m.elem_bytes != sizeof(T)) {
+    emu::misuse("a tma_load through a tensor map that does not describe its tensor", where);
+    return;
+  }
+  if (start % 128 != 0) {
+    emu::misuse("a tma_load into a shared array at an index that is no multiple of 128 bytes "
+                "(TMA writes whole 128-byte aligned lines)",
+                where);
+    return;
+  }
+  // A swizzle moves 16-byte chunks within their 128-byte line: every line the box touches
+  // must be inside the array.
+  const u64 reach = SW ? (total + 127) / 128 * 128 : total;
+  if (start + reach > (u64)dst.n * sizeof(T)) {
+    emu::out_of_bounds(dst.space, emu::kStore, (u32)((start + reach) / sizeof(T) - 1), dst.n,
+                       where);
+    return;
+  }
+  const u64 mask = SW ? SW / 16 - 1 : 0;
+  unsigned char* out = (unsigned char*)dst.p;
+  const unsigned char* in = (const unsigned char*)(uintptr_t)m.base;
+  u32 at[R] = {};
+  for (u64 e = 0, n = total / sizeof(T); e < n; ++e) {
+    bool inside = true;
+    u64 offset = 0;
+    for (int d = 0; d < R; ++d) {
+      const long long g = (long long)c[d] + at[d];
+      inside = inside && g >= 0 && g < (long long)m.dims[d];
+      if (inside) offset += (u64)g * m.strides[d];
+    }
+    u64 byte = start + e * sizeof(T);
+    byte ^= ((byte >> 7) & mask) << 4;
+    if (!emu::access(out + byte, sizeof(T), emu::kStore | emu::kSharedSpace, where)) return;
+    if (inside)
+      memcpy(out + byte, in + offset * sizeof(T), sizeof(T));
+    else
+      memset(out + byte, 0, sizeof(T));
+    for (int d = R; d-- > 0;) {
+      if (++at[d] < box[d]) break;
+      at[d] = 0;
+    }
+  }
+  mbar_update(w, 0, -(long long)total KILN_AT);
+}
+#else
+__device__ __forceinline__ void mbar_arrive_expect_tx(u64* bars, u32 i, u32 bytes) {
+#if __CUDA_ARCH__ >= 900
+  if (unit_linear() == 0)
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(
+                     shared_address(bars + i)), "r"(bytes) : "memory");
+#endif
+}
+// cp.async.bulk.tensor takes the coordinates innermost first.
+template <u32 SW, u32... BOX, class T, int R>
+__device__ __forceinline__ void tma_load(T* dst, u32 index, const tensor_map& map, u64* bars,
+                                         u32 bi, const i32 (&c)[R]) {
+  static_assert(sizeof...(BOX) == R, "one coordinate per dimension of the box");
+#if __CUDA_ARCH__ >= 900
+  if (unit_linear() != 0) return;
+  const u32 d = shared_address(dst + index), b = shared_address(bars + bi);
+  const u64 m = (u64)&map;
+#define KILN_TMA(N, ...)                                                                        \
+  asm volatile("cp.async.bulk.tensor." #N "d.shared::cluster.global.tile.mbarrier::complete_tx" \
+               "::bytes [%0], [%1, {" __VA_ARGS__ "}], [%2];"
+  if constexpr (R == 1)
+    KILN_TMA(1, "%3") ::"r"(d), "l"(m), "r"(b), "r"(c[0]) : "memory");
+  else if constexpr (R == 2)
+    KILN_TMA(2, "%3, %4") ::"r"(d), "l"(m), "r"(b), "r"(c[1]), "r"(c[0]) : "memory");
+  else if constexpr (R == 3)
+    KILN_TMA(3, "%3, %4, %5") ::"r"(d), "l"(m), "r"(b), "r"(c[2]), "r"(c[1]), "r"(c[0])
+        : "memory");
+  else if constexpr (R == 4)
+    KILN_TMA(4, "%3, %4, %5, %6") ::"r"(d), "l"(m), "r"(b), "r"(c[3]), "r"(c[2]), "r"(c[1]),
+        "r"(c[0]) : "memory");
+  else
+    KILN_TMA(5, "%3, %4, %5, %6, %7") ::"r"(d), "l"(m), "r"(b), "r"(c[4]), "r"(c[3]), "r"(c[2]),
+        "r"(c[1]), "r"(c[0]) : "memory");
+#undef KILN_TMA
+#endif
+}
+#endif
+
 // Shared arrays of wgmma or tcgen05 operands are read by the async proxy: a sync_cube in such
 // a kernel orders the units' own stores to them before the multiplies after it.
 __device__ __forceinline__ void fence_async_shared() {

@@ -20,5 +20,6 @@
 #include "compiler/dsl/memory.h"
 #include "compiler/dsl/registry.h"
 #include "compiler/dsl/tensor_memory.h"
+#include "compiler/dsl/tma.h"
 #include "compiler/dsl/value.h"
 #include "compiler/dsl/var.h"

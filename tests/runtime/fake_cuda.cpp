@@ -21,8 +21,21 @@ struct Launch {
   uint64_t slots[64];
   int count;
   void* stream;
+  unsigned char params[1024];  // the first KiB of the kernel's parameter (tensor maps included)
 };
 Launch g_last{};
+
+// The last cuTensorMapEncodeTiled call.
+struct TensorMapCall {
+  int data_type;
+  unsigned rank;
+  void* address;
+  uint64_t dims[5], strides[4];
+  uint32_t box[5], element_strides[5];
+  int interleave, swizzle, l2, oob;
+  int calls;
+};
+TensorMapCall g_map{};
 
 }  // namespace
 
@@ -33,6 +46,32 @@ using CUresult = int;
 // Inspection for the tests.
 const Launch* fake_cuda_last_launch() {
   return &g_last;
+}
+const TensorMapCall* fake_cuda_last_tensor_map() {
+  return &g_map;
+}
+
+// Records its arguments and writes a map of 0xA0 + call number, checking what the driver checks.
+CUresult cuTensorMapEncodeTiled(void* map, int data_type, unsigned rank, void* address,
+                                const uint64_t* dims, const uint64_t* strides, const uint32_t* box,
+                                const uint32_t* element_strides, int interleave, int swizzle,
+                                int l2, int oob) {
+  const int calls = g_map.calls + 1;
+  g_map = TensorMapCall{data_type, rank, address, {}, {}, {}, {}, interleave, swizzle, l2, oob,
+                        calls};
+  for (unsigned d = 0; d < rank && d < 5; ++d) {
+    g_map.dims[d] = dims[d];
+    g_map.box[d] = box[d];
+    g_map.element_strides[d] = element_strides[d];
+    if (d > 0) g_map.strides[d - 1] = strides[d - 1];
+  }
+  if (reinterpret_cast<uintptr_t>(map) % 64 != 0 || reinterpret_cast<uintptr_t>(address) % 16 != 0 ||
+      rank < 1 || rank > 5)
+    return kInvalidValue;
+  for (unsigned d = 1; d < rank; ++d)
+    if (strides[d - 1] % 16 != 0) return kInvalidValue;
+  std::memset(map, 0xA0 + calls, 128);
+  return kSuccess;
 }
 
 CUresult cuInit(unsigned) {
@@ -259,8 +298,9 @@ CUresult cuFuncSetAttribute(void*, int, int) {
 // cube 1 unit 2, and a checked-mode fault at site 0 (index 7, bound 5) from cube 3 unit 4.
 CUresult cuLaunchKernel(void*, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                         unsigned bz, unsigned shared, void* stream, void** params, void**) {
-  g_last = Launch{{gx, gy, gz}, {bx, by, bz}, shared, {}, 0, stream};
+  g_last = Launch{{gx, gy, gz}, {bx, by, bz}, shared, {}, 0, stream, {}};
   const auto* slots = static_cast<const uint64_t*>(params[0]);
+  std::memcpy(g_last.params, params[0], sizeof g_last.params);
   const char* report_slot = std::getenv("FAKE_CUDA_REPORT");
   const int n = report_slot ? std::atoi(report_slot) + 2 : 16;
   for (int i = 0; i < n && i < 64; ++i) g_last.slots[i] = slots[i];

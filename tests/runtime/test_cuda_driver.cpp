@@ -9,10 +9,25 @@
 #include <cstdlib>
 #include <numeric>
 
+#include "compiler/dsl/dsl.h"
 #include "runtime/cuda_device.h"
 #include "runtime/disk_cache.h"
 #include "tests/compiler/dsl/dsl_test_util.h"
 #include "tests/runtime/runtime_test_util.h"
+
+// One TMA box of src (8 x 32 f32, 128-byte swizzle) into shared memory and out.
+using namespace kiln::dsl;
+void fake_tma(Tensor<const f32> src, Tensor<f32> out) {
+  auto s = shared_array<f32>(256);
+  auto bar = shared_array<u64>(1);
+  auto v = tma_view(src, {8, 32}, Swizzle::B128);
+  mbarrier_init(bar, 0u);
+  mbarrier_arrive_expect_tx(bar, 0u, v.box_bytes());
+  tma_load(s, 0u, v, {0, 0}, bar, 0u);
+  mbarrier_wait(bar, 0u, 0u);
+  for_range(unit_pos(), 256u, 64u, [&](u32 i) { out[i] = s[i]; });
+}
+KILN_KERNEL(fake_tma, "src: rank=2, out").cube_dim(64);
 
 namespace kiln {
 namespace {
@@ -25,7 +40,24 @@ struct FakeLaunch {
   uint64_t slots[64];
   int count;
   void* stream;
+  unsigned char params[1024];
 };
+struct FakeTensorMap {
+  int data_type;
+  unsigned rank;
+  void* address;
+  uint64_t dims[5], strides[4];
+  uint32_t box[5], element_strides[5];
+  int interleave, swizzle, l2, oob;
+  int calls;
+};
+const FakeTensorMap& last_tensor_map() {
+  void* lib = dlopen(std::getenv("KILN_CUDA_DRIVER"), RTLD_NOW | RTLD_NOLOAD);
+  REQUIRE(lib);
+  auto fn = reinterpret_cast<const FakeTensorMap* (*)()>(dlsym(lib, "fake_cuda_last_tensor_map"));
+  REQUIRE(fn);
+  return *fn();
+}
 const FakeLaunch& last_launch() {
   void* lib = dlopen(std::getenv("KILN_CUDA_DRIVER"), RTLD_NOW | RTLD_NOLOAD);
   REQUIRE(lib);
@@ -151,6 +183,56 @@ TEST_CASE("a launch compiles a CUBIN, loads it and passes its arguments in slots
     if (e.kind == "cuda") cuda_entry_found = e.problem.empty();
   }
   CHECK(cuda_entry_found);
+}
+
+TEST_CASE("a TMA launch encodes a tensor map per view and passes it after the slots",
+          "[fake][nvrtc]") {
+  test::ScopedCache cache;
+  auto rt = open_gpu();
+  auto src = rt.empty(ElemType::F32, {20, 40});
+  REQUIRE(src.ok());
+  Tensor out = test::f32_tensor(rt, std::vector<float>(256, 0.0f));
+  auto k = test::kernel(rt, "fake_tma");
+  const int calls = last_tensor_map().calls;
+  KILN_REQUIRE_OK(rt.launch(k, 1, 64, *src, out));
+  const FakeTensorMap& m = last_tensor_map();
+  CHECK(m.calls == calls + 1);
+  // The driver's order: innermost dimension first; strides of the outer dimensions in bytes.
+  CHECK(m.data_type == 7);  // CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+  CHECK(m.rank == 2);
+  CHECK(m.address == src->data());
+  CHECK(m.dims[0] == 40);
+  CHECK(m.dims[1] == 20);
+  CHECK(m.strides[0] == 160);
+  CHECK(m.box[0] == 32);
+  CHECK(m.box[1] == 8);
+  CHECK(m.element_strides[0] == 1);
+  CHECK(m.element_strides[1] == 1);
+  CHECK(m.interleave == 0);
+  CHECK(m.swizzle == 3);  // CU_TENSOR_MAP_SWIZZLE_128B
+  CHECK(m.oob == 0);      // zeros outside the tensor
+  // The encoded map is in the parameter, at the offset the generated kernel reads it from.
+  const FakeLaunch& l = last_launch();
+  const unsigned char marker = static_cast<unsigned char>(0xA0 + m.calls);
+  bool found = false;
+  for (size_t at = 0; at + 128 <= sizeof l.params; at += 128) {
+    bool all = true;
+    for (size_t i = 0; i < 128; ++i) all = all && l.params[at + i] == marker;
+    if (all) {
+      found = true;
+      // 3 + 7 (src) + 5 (out) slots and the 2 of the report are 136 bytes: the map is at 256.
+      CHECK(at == 256);
+    }
+  }
+  CHECK(found);
+  KILN_REQUIRE_OK(rt.sync());
+  // A tensor TMA cannot read is refused before the driver sees it, naming the argument.
+  auto odd = rt.empty(ElemType::F32, {8, 10});
+  REQUIRE(odd.ok());
+  Status st = rt.launch(k, 1, 64, *odd, out);
+  REQUIRE_FALSE(st.ok());
+  CHECK_THAT(st.error().message, Contains("argument 'src'"));
+  CHECK(last_tensor_map().calls == m.calls);
 }
 
 TEST_CASE("GPU launch errors: alignment, grid limits, streams of another device", "[fake][nvrtc]") {

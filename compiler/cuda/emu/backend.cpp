@@ -248,6 +248,7 @@ class EmuBackend final : public backend::Backend {
   bool has_tcgen05(const backend::Target& t) const override {
     return cuda::has_tcgen05(arch_of(t).target);
   }
+  bool has_tma(const backend::Target& t) const override { return cuda::has_tma(arch_of(t).target); }
   bool has_mma_scaled(const backend::Target& t) const override {
     return cuda::has_mma_scaled(arch_of(t).target);
   }

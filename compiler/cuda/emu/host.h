@@ -135,6 +135,7 @@ inline float flush(float x) {
 #define __forceinline__ inline
 #define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
+#define __grid_constant__
 #define threadIdx (::kiln::emu::unit()->thread_idx)
 #define blockIdx (::kiln::emu::unit()->block_idx)
 #define blockDim (::kiln::emu::unit()->block_dim)

@@ -1,0 +1,156 @@
+// The Tensor Memory Accelerator (TMA, sm_90 and later) in the DSL: a TMA view of a tensor
+// parameter (its box and swizzle), box copies from global into shared memory that complete on an
+// mbarrier, and the mbarrier's expected transaction count. docs/dsl.md "TMA" is the guide.
+//
+//   auto bar = shared_array<u64>(1);
+//   auto as = shared_array<bf16>(128 * 64);
+//   mbarrier_init(bar, 0u);
+//   auto av = tma_view(a, {128, 64}, Swizzle::B128);  // boxes of 128 rows x 64 columns of a
+//   mbarrier_arrive_expect_tx(bar, 0u, av.box_bytes());
+//   tma_load(as, 0u, av, {m0, k0}, bar, 0u);          // as = a[m0 .. +128][k0 .. +64], zero
+//   mbarrier_wait(bar, 0u, 0u);                        //   outside a; swizzled as wgmma reads it
+//
+// Both are cube operations, like the tcgen05 ones (tensor_memory.h): every unit reaches them
+// together with the same operands, and one unit issues them on the GPU. Nothing orders a copy
+// after earlier reads of its destination but the kernel: a sync_cube (or the wait of the
+// multiply that read it) between them. On the CPU a copy is done when it returns; the emulator
+// (cuda-emu) checks the destination for races as it checks stores.
+#pragma once
+
+#include <initializer_list>
+
+#include "compiler/dsl/tensor_memory.h"
+
+namespace kiln::dsl {
+
+// Whether the target has TMA (asked at trace time, like has_wgmma): sm_90 and later, the CPU
+// and the emulator of those architectures.
+inline bool has_tma() {
+  return TraceContext::current().target().tma;
+}
+
+// A TMA view of a tensor parameter: boxes of `box` elements (one extent per dimension,
+// outermost first, as the tensor's shape), written into shared memory with `swizzle`. A trace-time
+// object: its box and swizzle are part of the kernel's code (and so of its specialization key);
+// on the GPU the runtime encodes a tensor map for it at each launch.
+template <class V>
+class TmaView {
+ public:
+  using T = host_of_t<V>;
+  TmaView(const Tensor<V>& t, ir::TmaBox box) : tensor_(t), box_(box) {}
+  const Tensor<V>& tensor() const { return tensor_; }
+  const ir::TmaBox& box() const { return box_; }
+  // The bytes one box copies: what mbarrier_arrive_expect_tx expects per copy.
+  uint32_t box_bytes() const {
+    return static_cast<uint32_t>(ir::tma_box_bytes(box_, sizeof(T)));
+  }
+  // The elements of one box.
+  uint32_t box_elements() const { return box_bytes() / static_cast<uint32_t>(sizeof(T)); }
+
+ private:
+  Tensor<V> tensor_;
+  ir::TmaBox box_;
+};
+
+template <class V>
+TmaView<V> tma_view(const Tensor<V>& t, std::initializer_list<int> box,
+                    Swizzle swizzle = Swizzle::None, SrcLoc where = SrcLoc::current()) {
+  static_assert(!std::is_same_v<host_of_t<V>, bool>, "kiln: TMA copies numbers, not bools");
+  auto& ctx = TraceContext::current();
+  ir::TmaBox b;
+  b.swizzle = static_cast<uint32_t>(swizzle);
+  for (int x : box) {
+    if (b.rank < ir::kTmaMaxRank) b.box[b.rank] = x < 0 ? 0u : static_cast<uint32_t>(x);
+    ++b.rank;
+  }
+  if (b.rank != static_cast<uint32_t>(t.rank()))
+    ctx.fail(where, fmt::format("a TMA view of a rank-{} tensor has a box of {} extents, one per "
+                                "dimension, not {}",
+                                t.rank(), t.rank(), b.rank));
+  else if (t.line_size() != 1)
+    ctx.fail(where, fmt::format("TMA copies elements: the tensor has lines of {}; launch it with "
+                                "a line size of 1",
+                                t.line_size()));
+  else if (std::string e = ir::tma_box_error(b, sizeof(host_of_t<V>)); !e.empty())
+    ctx.fail(where, e);
+  return TmaView<V>(t, b);
+}
+
+// One coordinate of a box: an i32 (a box may start before the tensor: those elements read as
+// zero), a u32 (converted), or an integer literal.
+class TmaCoord {
+ public:
+  template <DslExpr E>
+  requires(std::same_as<typename E::elem_type, int32_t> ||
+           std::same_as<typename E::elem_type, uint32_t>)
+      TmaCoord(const E& e, SrcLoc where = SrcLoc::current()) {
+    if constexpr (std::same_as<typename E::elem_type, int32_t>)
+      id_ = Arg<int32_t>(e, where).value(1);
+    else
+      id_ = cast<int32_t>(e, where).id();
+  }
+  TmaCoord(int32_t lit, SrcLoc where = SrcLoc::current())
+      : id_(Arg<int32_t>(lit, where).value(1)) {}
+  ir::ValueId id() const { return id_; }
+
+ private:
+  ir::ValueId id_ = ir::kNoValue;
+};
+
+// Adds `bytes` to the transaction count the current phase of bars[index] waits for, and arrives
+// on it once (mbarrier.arrive.expect_tx): the phase completes when its arrivals have all come
+// and as many bytes as expected have landed. A cube operation.
+template <class V>
+void mbarrier_arrive_expect_tx(const SharedArray<V>& bars, Arg<uint32_t> index, uint32_t bytes) {
+  static_assert(detail::is_mbarrier_array<V>, "kiln: mbarriers live in a shared array of u64");
+  auto& ctx = TraceContext::current();
+  if (!has_tma()) {
+    ctx.fail(index.where(),
+             fmt::format("mbarrier transaction counts are sm_90 features; {} has none: ask "
+                         "has_tma() at trace time",
+                         ctx.target().name));
+    return;
+  }
+  if (bytes == 0 || bytes >= (1u << 20)) {
+    ctx.fail(index.where(), fmt::format("an mbarrier expects 1 to {} bytes per phase, not {}",
+                                        (1u << 20) - 1, bytes));
+    return;
+  }
+  ir::Attr a;
+  a.i = bytes;
+  ctx.builder().op(ir::OpKind::MbarArriveTx, {bars.id(), index.value(1)}, index.at(), {}, a);
+}
+
+// Copies the box of `view` that starts at `coords` (one per dimension, outermost first) into
+// dst[index ...]: row-major, the innermost extent contiguous, swizzled as the view says (a
+// K-major tile of wgmma_tile_index for a box of `rows` x (swizzle / element size)); elements
+// outside the tensor are zero. Its bytes complete on bars[bar_index] (expect them there with
+// mbarrier_arrive_expect_tx). A cube operation.
+template <class V, class W, class B>
+void tma_load(const SharedArray<W>& dst, Arg<uint32_t> index, const TmaView<V>& view,
+              std::initializer_list<TmaCoord> coords, const SharedArray<B>& bars,
+              Arg<uint32_t> bar_index) {
+  static_assert(std::is_same_v<host_of_t<V>, host_of_t<W>>,
+                "kiln: tma_load copies into a shared array of the tensor's element type");
+  static_assert(detail::is_mbarrier_array<B>, "kiln: mbarriers live in a shared array of u64");
+  auto& ctx = TraceContext::current();
+  if (!has_tma()) {
+    ctx.fail(index.where(), fmt::format("TMA copies are sm_90 instructions; {} has none: ask "
+                                        "has_tma() at trace time and copy with loads there",
+                                        ctx.target().name));
+    return;
+  }
+  if (coords.size() != view.box().rank) {
+    ctx.fail(index.where(), fmt::format("tma_load of a rank-{} view takes {} coordinates, not {}",
+                                        view.box().rank, view.box().rank, coords.size()));
+    return;
+  }
+  std::vector<ir::ValueId> ops = {dst.id(), index.value(1), view.tensor().id(), bars.id(),
+                                  bar_index.value(1)};
+  for (const TmaCoord& c : coords) ops.push_back(c.id());
+  ir::Attr a;
+  a.i = ir::tma_attr(view.box());
+  ctx.builder().op(ir::OpKind::TmaLoad, ops, index.at(), {}, a);
+}
+
+}  // namespace kiln::dsl

@@ -1,0 +1,133 @@
+// matmul_tma: C = A * B^T with Hopper's warpgroup multiplies (wgmma) fed by the Tensor Memory
+// Accelerator, the TMA counterpart of matmul_wgmma (same operands: a is M x K, b is N x K, c is
+// M x N; same tiles). Its A and B tiles are not staged by the units: per round of k one unit
+// issues TMA box copies of them into one of two shared-memory stages, which complete on that
+// stage's mbarrier, and the round after is copied into the other stage while this one is
+// multiplied (a two-stage pipeline):
+//
+//   round r:  [issue copies of round r + 1 into stage (r + 1) % 2]
+//             wait for stage r % 2 (its mbarrier's phase r / 2)
+//             wgmma over stage r % 2, wait for the multiplies, sync_cube
+//
+// The boxes land swizzled exactly as wgmma_tile_index lays a K-major tile out (one box per
+// warpgroup and k block of `swizzle` bytes), and elements outside A and B arrive as zeros, so
+// the edges need no code. It runs where has_wgmma() and has_tma() hold: sm_90a, the CPU
+// (copies are synchronous there) and the emulator (cuda-emu:sm_90a).
+#include <cstring>
+#include <vector>
+
+#include "compiler/dsl/dsl.h"
+#include "kernels/run.h"
+
+using namespace kiln::dsl;
+
+template <class T>
+void matmul_tma(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, int tile_n,
+                int warpgroups, int swizzle, int k_rows) {
+  using Acc = mma_acc_t<T>;
+  const Swizzle sw = static_cast<Swizzle>(swizzle);
+  // A box is `swizzle` bytes of k wide: one k block of a tile; a round is k_rows blocks.
+  const auto per_row = static_cast<uint32_t>(swizzle / static_cast<int>(sizeof(host_of_t<T>)));
+  const int steps = swizzle / 32 * k_rows;
+  const auto kc = per_row * static_cast<uint32_t>(k_rows), un = static_cast<uint32_t>(tile_n),
+             wgs = static_cast<uint32_t>(warpgroups);
+  const uint32_t a_stage = wgs * 64u * kc, b_stage = un * kc;
+  u32 m = a.shape(0), k = a.shape(1), n = b.shape(0);
+  assert_(b.shape(1) == k && c.shape(0) == m && c.shape(1) == n,
+          "a must be M x K, b N x K (B transposed) and c M x N");
+  auto acc = accumulator<Acc>(16, tile_n, mma_k_step<T>());
+  auto as = shared_array<T>(2u * a_stage);
+  auto bs = shared_array<T>(2u * b_stage);
+  auto bar = shared_array<u64>(2);
+  auto av = tma_view(a, {64, static_cast<int>(per_row)}, sw);
+  auto bv = tma_view(b, {tile_n, static_cast<int>(per_row)}, sw);
+  const uint32_t stage_bytes = (wgs * av.box_bytes() + bv.box_bytes()) * uint32_t(k_rows);
+  u32 wg = plane_pos() / 4u;
+  u32 m0 = cube_pos_y() * (64u * wgs), n0 = cube_pos_x() * un;
+  mbarrier_init(bar, 0u);
+  mbarrier_init(bar, 1u);
+  // The copies of the round that starts at k0 into `stage`.
+  auto issue = [&](Val<uint32_t> stage, Val<uint32_t> k0) {
+    mbarrier_arrive_expect_tx(bar, stage, stage_bytes);
+    for (uint32_t kb = 0; kb < uint32_t(k_rows); ++kb) {
+      for (uint32_t g = 0; g < wgs; ++g)
+        tma_load(as, stage * a_stage + g * (64u * kc) + kb * (64u * per_row), av,
+                 {m0 + g * 64u, k0 + kb * per_row}, bar, stage);
+      tma_load(bs, stage * b_stage + kb * (un * per_row), bv, {n0, k0 + kb * per_row}, bar, stage);
+    }
+  };
+  fill(acc, Acc(0));
+  if_(k > 0u, [&] { issue(Val<uint32_t>(0u), Val<uint32_t>(0u)); });
+  for_range(0u, k, kc, [&](u32 k0) {
+    u32 round = k0 / kc, stage = round % 2u;
+    // The other stage was last read by the previous round, which has waited for its multiplies
+    // and synced: it can be overwritten.
+    if_(k0 + kc < k, [&] { issue(1u - stage, k0 + kc); });
+    mbarrier_wait(bar, stage, (round / 2u) & 1u);
+    wgmma_fence();
+    for (int s = 0; s < steps; ++s)
+      wgmma<T>(acc,
+               wgmma_tile_desc(as, stage * a_stage + wg * (64u * kc), 64, sw,
+                               static_cast<uint32_t>(s)),
+               wgmma_tile_desc(bs, stage * b_stage, tile_n, sw, static_cast<uint32_t>(s)));
+    wgmma_commit();
+    wgmma_wait(0);
+    sync_cube();  // every warpgroup is done with this stage before round + 1 refills it
+  });
+  u32 row0 = m0 + wg * 64u + 16u * (plane_pos() % 4u);
+  store(c, row0 * n + n0, n, select(row0 < m, m - row0, 0u), select(n0 < n, n - n0, 0u), acc);
+}
+KILN_KERNEL_GENERIC(matmul_tma,
+                    "a: rank=2, b: rank=2, c: rank=2, tile_n = 128 in 8..256, warpgroups = 2 in "
+                    "1..2, swizzle = 128 in 32..128, k_rows = 1 in 1..4",
+                    f16, bf16, f32, i8, u8, f8e4m3, f8e5m2)
+    .cube_dim([](const ComptimeArgs& c) -> CubeDim {
+      return {static_cast<uint32_t>(128 * c.integer("warpgroups")), 1, 1};
+    })
+    .describe(
+        "C = A * B^T with wgmma fed by TMA through a two-stage pipeline (sm_90a; the CPU and "
+        "cuda-emu run it too)");
+
+KILN_RUN(matmul_tma)
+    .shape("a", {200, 144})
+    .shape("b", {264, 144})  // N x K; K * element size a multiple of 16 bytes (TMA's rows)
+    .shape("c",
+           [](const kiln::kernels::RunData& d) {
+             return std::vector<int64_t>{d.dim("a", 0), d.dim("b", 0)};
+           })
+    .values("a", 0, 7)
+    .values("b", 0, 7)
+    .cubes([](const kiln::kernels::RunData& d) {
+      return kiln::Dim3(kiln::kernels::ceil_div(d.dim("c", 1), d.comptime("tile_n")),
+                        kiln::kernels::ceil_div(d.dim("c", 0), 64 * d.comptime("warpgroups")));
+    })
+    .gpu_arch("sm_90a")
+    .tolerance(1e-5, 1e-3)
+    .flops([](const kiln::kernels::RunData& d) {
+      return 2.0 * static_cast<double>(d.dim("c", 0)) * static_cast<double>(d.dim("c", 1)) *
+             static_cast<double>(d.dim("a", 1));
+    })
+    .reference([](kiln::kernels::RunData& d) {
+      const auto m = static_cast<size_t>(d.dim("c", 0)), n = static_cast<size_t>(d.dim("c", 1));
+      const auto k = static_cast<size_t>(d.dim("a", 1));
+      // wgmma reads f32 as tf32, ignoring the 13 low mantissa bits.
+      const bool is_tf32 = d.dtype("a") == kiln::ir::ElemType::F32;
+      auto in = [&](double x) {
+        if (!is_tf32) return x;
+        float f = static_cast<float>(x);
+        uint32_t u;
+        std::memcpy(&u, &f, 4);
+        u &= 0xffffe000u;
+        std::memcpy(&f, &u, 4);
+        return static_cast<double>(f);
+      };
+      const auto& a = d["a"];
+      const auto& b = d["b"];
+      auto& c = d["c"];
+      for (size_t i = 0; i < m; ++i)
+        for (size_t j = 0; j < n; ++j) {
+          double s = 0.0;
+          for (size_t kk = 0; kk < k; ++kk) s += in(a[i * k + kk]) * in(b[j * k + kk]);
+          c[i * n + j] = s;
+        }
+    });

@@ -1,0 +1,97 @@
+// TMA tensor maps on the host (tma.h): the rules of cuTensorMapEncodeTiled, checked before the
+// driver sees them, and the emulator's encoding.
+#include "runtime/tma.h"
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+namespace kiln {
+
+namespace {
+
+Error tma_error(const abi::KernelInfo& info, const abi::TensorMapSite& site,
+                const std::string& what) {
+  return Error(ErrorKind::InvalidArgument,
+               fmt::format("kernel '{}', argument '{}' (copied by TMA at {}): {}", info.name,
+                           info.layout.params[site.param].name, site.where, what));
+}
+
+}  // namespace
+
+Result<TmaTensor> tma_tensor(const abi::KernelInfo& info, const abi::TensorMapSite& site,
+                             std::span<const uint64_t> slots) {
+  KILN_CHECK(site.param < info.layout.params.size(), "a tensor-map site past the parameters");
+  const abi::ParamSlots& p = info.layout.params[site.param];
+  const ir::TmaBox box = ir::tma_box(site.box);
+  const auto esize = static_cast<uint64_t>(ir::elem_bytes(p.type.elem));
+  const uint32_t rank = p.type.rank;
+  KILN_CHECK(rank == box.rank && rank >= 1 && rank <= ir::kTmaMaxRank,
+             "a tensor-map site whose box is not of its tensor's rank");
+  TmaTensor t;
+  t.elem = p.type.elem;
+  t.rank = rank;
+  t.swizzle = box.swizzle;
+  t.address = slots[p.first + abi::slot::kData];
+  if (t.address % 16 != 0)
+    return tma_error(info, site,
+                     fmt::format("TMA reads tensors whose data starts on 16 bytes; this one "
+                                 "starts at 0x{:x} (view a 16-byte aligned offset)",
+                                 t.address));
+  for (uint32_t d = 0; d < rank; ++d) {
+    const uint32_t in = rank - 1 - d;  // the driver's dimension d is kiln's dimension `in`
+    const uint64_t extent = slots[p.first + abi::slot::shape(in)];
+    const uint64_t stride = slots[p.first + abi::slot::stride(rank, in)];
+    if (extent == 0)
+      return tma_error(info, site,
+                       fmt::format("TMA copies from tensors with no empty dimension; shape[{}] is "
+                                   "0 (skip the launch, or copy without TMA)",
+                                   in));
+    t.dims[d] = extent;
+    t.box[d] = box.box[in];
+    if (d == 0) {
+      if (stride != 1 && extent > 1)
+        return tma_error(info, site,
+                         fmt::format("TMA reads the innermost dimension contiguously; its stride "
+                                     "is {} elements, not 1 (copy the tensor contiguous first)",
+                                     stride));
+      t.strides[0] = esize;
+      continue;
+    }
+    t.strides[d] = stride * esize;
+    if (t.strides[d] % 16 != 0 || t.strides[d] >= (uint64_t{1} << 40))
+      return tma_error(info, site,
+                       fmt::format("TMA needs every outer stride to be a multiple of 16 bytes "
+                                   "below 2^40; stride[{}] is {} elements ({} bytes): pad the "
+                                   "rows to a multiple of {} elements",
+                                   in, stride, t.strides[d], 16 / std::min<uint64_t>(esize, 16)));
+  }
+  return t;
+}
+
+Status check_tensor_maps(const abi::KernelInfo& info, std::span<const uint64_t> slots) {
+  for (const abi::TensorMapSite& site : info.tensor_maps) KILN_TRY(tma_tensor(info, site, slots));
+  return {};
+}
+
+void encode_emu_tensor_map(const TmaTensor& t, void* out) {
+  // prelude.cuh, tma_desc: outermost first.
+  struct {
+    uint64_t base;
+    uint32_t rank, elem_bytes;
+    uint64_t dims[5], strides[5];
+  } d{};
+  static_assert(sizeof d <= 128);
+  const auto esize = static_cast<uint64_t>(ir::elem_bytes(t.elem));
+  d.base = t.address;
+  d.rank = t.rank;
+  d.elem_bytes = static_cast<uint32_t>(esize);
+  for (uint32_t i = 0; i < t.rank; ++i) {
+    d.dims[t.rank - 1 - i] = t.dims[i];
+    d.strides[t.rank - 1 - i] = t.strides[i] / esize;
+  }
+  std::memset(out, 0, 128);
+  std::memcpy(out, &d, sizeof d);
+}
+
+}  // namespace kiln

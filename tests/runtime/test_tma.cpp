@@ -1,0 +1,222 @@
+// TMA box copies on the two backends that run them without a GPU, the CPU and the emulator
+// (cuda-emu:sm_90a): the shared-memory layout of a box for every swizzle, boxes that reach
+// outside the tensor (zeros), rank 1 to 3, the mbarrier's transaction count, the launch's
+// checks of a TMA tensor (errors naming the argument), and misuse reported at its DSL line.
+#include <catch2/catch.hpp>
+
+#include "compiler/dsl/dsl.h"
+#include "kernels/kernels.h"
+#include "runtime/runtime.h"
+#include "tests/compiler/dsl/dsl_test_util.h"
+#include "tests/runtime/runtime_test_util.h"
+
+using namespace kiln::dsl;
+
+// Copies the rows x cols box of src at (r0, c0) into shared memory with `swizzle` and writes the
+// shared array as it is (the raw layout) to out. mode 1: one byte too few expected (the wait can
+// never complete); mode 2: the box at an index that is no multiple of 128 bytes.
+void tma_box2(Tensor<const f32> src, Tensor<f32> out, i32 r0, i32 c0, int rows, int cols,
+              int swizzle, int mode) {
+  auto s = shared_array<f32>(static_cast<uint32_t>(rows * cols + 64));
+  auto bar = shared_array<u64>(1);
+  auto view = tma_view(src, {rows, cols}, static_cast<Swizzle>(swizzle));
+  mbarrier_init(bar, 0u);
+  mbarrier_arrive_expect_tx(bar, 0u, view.box_bytes() - (mode == 1 ? 4u : 0u));
+  tma_load(s, mode == 2 ? 4u : 0u, view, {r0, c0}, bar, 0u);  // TMA_LOAD
+  mbarrier_wait(bar, 0u, 0u);                                  // TMA_WAIT
+  for_range(unit_pos(), static_cast<uint32_t>(rows * cols), cube_dim(),
+            [&](u32 i) { out[i] = s[i]; });
+}
+KILN_KERNEL(tma_box2, "src: rank=2, out, r0, c0, rows = 8, cols = 32, swizzle = 128, "
+                      "mode = 0")
+    .cube_dim(64);
+
+// Rank 1 and 3: the box at coordinates, zeros outside.
+void tma_box1(Tensor<const i16> src, Tensor<i16> out, i32 x0) {
+  auto s = shared_array<i16>(64);
+  auto bar = shared_array<u64>(1);
+  auto view = tma_view(src, {64});
+  mbarrier_init(bar, 0u);
+  mbarrier_arrive_expect_tx(bar, 0u, view.box_bytes());
+  tma_load(s, 0u, view, {x0}, bar, 0u);
+  mbarrier_wait(bar, 0u, 0u);
+  for_range(unit_pos(), 64u, cube_dim(), [&](u32 i) { out[i] = s[i]; });
+}
+KILN_KERNEL(tma_box1, "src: rank=1, out, x0").cube_dim(32);
+
+void tma_box3(Tensor<const u8> src, Tensor<u8> out, i32 z0, i32 y0, i32 x0) {
+  auto s = shared_array<u8>(2 * 3 * 16);
+  auto bar = shared_array<u64>(1);
+  auto view = tma_view(src, {2, 3, 16});
+  mbarrier_init(bar, 0u);
+  // Two phases: the second copies the box again, expecting its bytes after they land.
+  mbarrier_arrive_expect_tx(bar, 0u, view.box_bytes());
+  tma_load(s, 0u, view, {z0, y0, x0}, bar, 0u);
+  mbarrier_wait(bar, 0u, 0u);
+  sync_cube();
+  tma_load(s, 0u, view, {z0, y0, x0}, bar, 0u);
+  mbarrier_arrive_expect_tx(bar, 0u, view.box_bytes());
+  mbarrier_wait(bar, 0u, 1u);
+  for_range(unit_pos(), 96u, cube_dim(), [&](u32 i) { out[i] = s[i]; });
+}
+KILN_KERNEL(tma_box3, "src: rank=3, out, z0, y0, x0").cube_dim(32);
+
+// A box whose rows (64 f32, 256 bytes) are wider than its 128-byte swizzle.
+void tma_wide_box(Tensor<const f32> a) {
+  auto s = shared_array<f32>(1024);
+  auto bar = shared_array<u64>(1);
+  mbarrier_init(bar, 0u);
+  auto v = tma_view(a, {8, 64}, Swizzle::B128);  // TMA_WIDE
+  tma_load(s, 0u, v, {0, 0}, bar, 0u);
+}
+KILN_KERNEL(tma_wide_box, "a: rank=2").cube_dim(32);
+
+namespace kiln {
+namespace {
+
+using Catch::Contains;
+
+std::string loc(const char* marker) {
+  return test::marker_loc("tests/runtime/test_tma.cpp", marker);
+}
+
+// Where element (r, c) of a rows x cols box of f32 lands, in elements: row-major, then the
+// 16-byte chunk XORed with bits 7.. of the byte offset (PTX ISA, "Tensor swizzling modes").
+uint32_t swizzled(uint32_t r, uint32_t c, uint32_t cols, uint32_t swizzle) {
+  uint32_t byte = (r * cols + c) * 4u;
+  if (swizzle) byte ^= ((byte >> 7) & (swizzle / 16 - 1)) << 4;
+  return byte / 4u;
+}
+
+std::vector<Runtime> tma_devices() {
+  std::vector<Runtime> out;
+  for (const char* device : {"cpu", "cuda-emu:sm_90a"}) {
+    auto opened = Runtime::open(device);
+    if (!opened) {
+      WARN("skipped on " << device << ": " << opened.error().message);
+      continue;
+    }
+    out.push_back(std::move(*opened));
+  }
+  return out;
+}
+
+TEST_CASE("a TMA box lands row-major and swizzled, zeros outside the tensor", "[tma]") {
+  (void)kernels::builtin_names();
+  for (Runtime& rt : tma_devices()) {
+    INFO("on " << rt.device().name);
+    const int64_t R = 20, C = 40;
+    std::vector<float> host(R * C);
+    for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<float>(i + 1);
+    Tensor src = test::tensor_from(rt, ir::ElemType::F32, host, {R, C});
+    auto k = test::kernel(rt, "tma_box2");
+    struct Case {
+      int rows, cols, swizzle, r0, c0;
+    };
+    // Every swizzle with the widest box it allows; boxes past each edge and before the start.
+    for (Case cs : {Case{8, 32, 128, 0, 0}, Case{8, 16, 64, 3, 5}, Case{8, 8, 32, 2, 1},
+                    Case{16, 32, 0, 10, 20}, Case{8, 32, 128, 16, 24}, Case{8, 16, 64, -3, -5}}) {
+      INFO("box " << cs.rows << "x" << cs.cols << " swizzle " << cs.swizzle << " at " << cs.r0
+                  << "," << cs.c0);
+      const auto n = static_cast<size_t>(cs.rows * cs.cols);
+      Tensor out = test::f32_tensor(rt, std::vector<float>(n, -1.0f));
+      KILN_REQUIRE_OK(rt.launch(k, 1, 64, src, out, cs.r0, cs.c0, cs.rows, cs.cols,
+                                cs.swizzle, 0));
+      KILN_REQUIRE_OK(rt.sync());
+      const auto got = test::to_host<float>(out);
+      for (int r = 0; r < cs.rows; ++r)
+        for (int c = 0; c < cs.cols; ++c) {
+          const int64_t gr = cs.r0 + r, gc = cs.c0 + c;
+          const float want = gr >= 0 && gr < R && gc >= 0 && gc < C ? host[gr * C + gc] : 0.0f;
+          INFO("element " << r << "," << c);
+          REQUIRE(got[swizzled(static_cast<uint32_t>(r), static_cast<uint32_t>(c),
+                               static_cast<uint32_t>(cs.cols),
+                               static_cast<uint32_t>(cs.swizzle))] == want);
+        }
+    }
+  }
+}
+
+TEST_CASE("TMA boxes of rank 1 and 3, and a second phase of the same mbarrier", "[tma]") {
+  (void)kernels::builtin_names();
+  for (Runtime& rt : tma_devices()) {
+    INFO("on " << rt.device().name);
+    std::vector<int16_t> h1(100);
+    for (size_t i = 0; i < h1.size(); ++i) h1[i] = static_cast<int16_t>(i * 3 - 7);
+    Tensor s1 = test::tensor_from(rt, ir::ElemType::I16, h1, {100});
+    Tensor o1 = test::tensor_from(rt, ir::ElemType::I16, std::vector<int16_t>(64, 99), {64});
+    KILN_REQUIRE_OK(rt.launch(test::kernel(rt, "tma_box1"), 1, 32, s1, o1, 50));
+    KILN_REQUIRE_OK(rt.sync());
+    const auto g1 = test::to_host<int16_t>(o1);
+    for (int i = 0; i < 64; ++i) REQUIRE(g1[i] == (50 + i < 100 ? h1[50 + i] : 0));
+
+    std::vector<uint8_t> h3(4 * 5 * 32);
+    for (size_t i = 0; i < h3.size(); ++i) h3[i] = static_cast<uint8_t>(i * 7 + 1);
+    Tensor s3 = test::tensor_from(rt, ir::ElemType::U8, h3, {4, 5, 32});
+    Tensor o3 = test::tensor_from(rt, ir::ElemType::U8, std::vector<uint8_t>(96, 0xee), {96});
+    KILN_REQUIRE_OK(rt.launch(test::kernel(rt, "tma_box3"), 1, 32, s3, o3, 3, -1, 24));
+    KILN_REQUIRE_OK(rt.sync());
+    const auto g3 = test::to_host<uint8_t>(o3);
+    for (int z = 0; z < 2; ++z)
+      for (int y = 0; y < 3; ++y)
+        for (int x = 0; x < 16; ++x) {
+          const int gz = 3 + z, gy = -1 + y, gx = 24 + x;
+          const bool in = gz < 4 && gy >= 0 && gy < 5 && gx < 32;
+          REQUIRE(g3[(z * 3 + y) * 16 + x] == (in ? h3[(gz * 5 + gy) * 32 + gx] : 0));
+        }
+  }
+}
+
+TEST_CASE("a launch checks TMA tensors and names the argument", "[tma]") {
+  (void)kernels::builtin_names();
+  for (Runtime& rt : tma_devices()) {
+    INFO("on " << rt.device().name);
+    auto k = test::kernel(rt, "tma_box2");
+    Tensor out = test::f32_tensor(rt, std::vector<float>(256, 0.0f));
+    // Rows of 10 floats (40 bytes): no multiple of 16 bytes.
+    Tensor odd = test::tensor_from(rt, ir::ElemType::F32, std::vector<float>(80, 1.0f), {8, 10});
+    Status st = rt.launch(k, 1, 64, odd, out, 0, 0, 8, 32, 128, 0);
+    REQUIRE_FALSE(st.ok());
+    CHECK_THAT(st.error().message, Contains("argument 'src'"));
+    CHECK_THAT(st.error().message, Contains("multiple of 16 bytes"));
+    CHECK_THAT(st.error().message, Contains(loc("TMA_LOAD")));
+    // A transposed view: the innermost dimension is not contiguous.
+    auto full = test::tensor_from(rt, ir::ElemType::F32, std::vector<float>(64 * 64, 1.0f), {64, 64});
+    auto tr = full.permute({1, 0});
+    REQUIRE(tr.ok());
+    st = rt.launch(k, 1, 64, *tr, out, 0, 0, 8, 32, 128, 0);
+    REQUIRE_FALSE(st.ok());
+    CHECK_THAT(st.error().message, Contains("innermost dimension contiguously"));
+  }
+}
+
+TEST_CASE("TMA misuse is reported at its line on the CPU and the emulator", "[tma]") {
+  (void)kernels::builtin_names();
+  for (Runtime& rt : tma_devices()) {
+    INFO("on " << rt.device().name);
+    auto k = test::kernel(rt, "tma_box2");
+    Tensor src = test::tensor_from(rt, ir::ElemType::F32, std::vector<float>(64 * 64, 1.0f), {64, 64});
+    Tensor out = test::f32_tensor(rt, std::vector<float>(256, 0.0f));
+    // One byte too few expected: the copy outruns the count, which the phase never forgives.
+    Status st = rt.launch(k, 1, 64, src, out, 0, 0, 8, 32, 128, 1);
+    if (st.ok()) st = rt.sync();
+    REQUIRE_FALSE(st.ok());
+    CHECK_THAT(st.error().message, Contains(loc("TMA_WAIT")));
+    // A destination index of 16 bytes.
+    st = rt.launch(k, 1, 64, src, out, 0, 0, 8, 32, 128, 2);
+    if (st.ok()) st = rt.sync();
+    REQUIRE_FALSE(st.ok());
+    CHECK_THAT(st.error().message, Contains(loc("TMA_LOAD")));
+    CHECK_THAT(st.error().message, Contains("128 bytes"));
+  }
+}
+
+TEST_CASE("TMA views are checked at trace time", "[tma]") {
+  // A box row wider than its swizzle names the DSL line.
+  const std::string e = test::trace_error("tma_wide_box");
+  CHECK_THAT(e, Contains(loc("TMA_WIDE")));
+  CHECK_THAT(e, Contains("at most 128 bytes"));
+}
+
+}  // namespace
+}  // namespace kiln
