@@ -234,6 +234,13 @@ std::vector<Case> cases() {
        "'tmem.load' copies 32-bit columns into a shared array of f32, i32 or u32"},
       {OpKind::TmemRead, "  %0 = unit_pos : u32\n  %1 = tmem.read %u, %0 : f32x4\n",
        "operand %0 of 'tmem.read' differs between the units of a plane"},
+      {OpKind::MbarArriveTx,
+       "  %0 = alloc.shared : shared<u64, 1>\n  mbar.arrive_expect_tx %0, %u, 1048576\n",
+       "'mbar.arrive_expect_tx' counts 1 to 1048575 bytes, not 1048576"},
+      {OpKind::TmaLoad,
+       "  %0 = alloc.shared : shared<f32, 1024>\n  %1 = alloc.shared : shared<u64, 1>\n"
+       "  %2 = const 0 : i32\n  tma.load %0, %u, %t, %1, %u, %2, %2, box 8, 64, swizzle 128\n",
+       "with a 128-byte swizzle the innermost extent of a TMA box is at most 128 bytes"},
   };
 }
 
