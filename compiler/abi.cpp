@@ -227,13 +227,14 @@ Result<KernelInfo> info_from_json(const std::string& text) {
         // A damaged description must not send the launch to a parameter that is no tensor.
         if (site.param >= info.layout.params.size() ||
             info.layout.params[site.param].type.kind != ir::TypeKind::Tensor ||
-            !ir::tma_box_error(ir::tma_box(site.box),
-                               static_cast<uint32_t>(
-                                   ir::elem_bytes(info.layout.params[site.param].type.elem)))
+            !ir::tma_box_error(
+                 ir::tma_box(site.box),
+                 static_cast<uint32_t>(ir::elem_bytes(info.layout.params[site.param].type.elem)))
                  .empty() ||
             ir::tma_box(site.box).rank != info.layout.params[site.param].type.rank)
-          return Error(ErrorKind::Io, "malformed kernel description: a tensor map names no "
-                                      "tensor parameter of its rank");
+          return Error(ErrorKind::Io,
+                       "malformed kernel description: a tensor map names no "
+                       "tensor parameter of its rank");
         info.tensor_maps.push_back(std::move(site));
       }
     return info;

@@ -377,9 +377,10 @@ std::string check_tcgen05_op(Sig sig, const std::string& name, std::span<const T
     }
     case Sig::TmaLoad: {
       if (ops.size() < 5)
-        return fmt::format("'{}' takes a destination, an index, a tensor, an mbarrier, its index "
-                           "and the coordinates, got {} operands",
-                           name, ops.size());
+        return fmt::format(
+            "'{}' takes a destination, an index, a tensor, an mbarrier, its index "
+            "and the coordinates, got {} operands",
+            name, ops.size());
       const Type &m = ops[0], &t = ops[2];
       if (m.kind != TypeKind::Shared || m.lanes != 1)
         return fmt::format("'{}' copies into a shared array of scalars, not {}", name, tn(m));
@@ -387,28 +388,31 @@ std::string check_tcgen05_op(Sig sig, const std::string& name, std::span<const T
         return fmt::format("'{}' copies from a tensor parameter of scalars (lines of 1), not {}",
                            name, tn(t));
       if (t.elem != m.elem || t.elem == ElemType::Bool)
-        return fmt::format("'{}' copies {} elements into a shared array of {}; the types must be "
-                           "the same number type",
-                           name, elem_name(t.elem), elem_name(m.elem));
+        return fmt::format(
+            "'{}' copies {} elements into a shared array of {}; the types must be "
+            "the same number type",
+            name, elem_name(t.elem), elem_name(m.elem));
       const TmaBox box = tma_box(attr.i);
-      if (std::string e = tma_box_error(box, static_cast<uint32_t>(elem_bytes(t.elem)));
-          !e.empty())
+      if (std::string e = tma_box_error(box, static_cast<uint32_t>(elem_bytes(t.elem))); !e.empty())
         return fmt::format("'{}': {}", name, e);
       if (t.rank != box.rank || ops.size() != 5 + box.rank)
-        return fmt::format("'{}' of a rank-{} tensor takes a box of that rank and one coordinate "
-                           "per dimension; got a rank-{} box and {} coordinates",
-                           name, t.rank, box.rank, ops.size() - 5);
+        return fmt::format(
+            "'{}' of a rank-{} tensor takes a box of that rank and one coordinate "
+            "per dimension; got a rank-{} box and {} coordinates",
+            name, t.rank, box.rank, ops.size() - 5);
       if (ops[3].kind != TypeKind::Shared || ops[3].elem != ElemType::U64 || ops[3].lanes != 1)
-        return fmt::format("'{}' completes on an mbarrier, an element of a shared array of u64, "
-                           "not {}",
-                           name, tn(ops[3]));
+        return fmt::format(
+            "'{}' completes on an mbarrier, an element of a shared array of u64, "
+            "not {}",
+            name, tn(ops[3]));
       for (size_t i : {size_t{1}, size_t{4}})
         if (std::string e = need_u32(i, i == 1 ? "index" : "mbarrier index"); !e.empty()) return e;
       for (size_t i = 5; i < ops.size(); ++i)
         if (!(ops[i] == Type::value(ElemType::I32)))
-          return fmt::format("the coordinates of '{}' are i32 scalars (a box may start before the "
-                             "tensor), got {}",
-                             name, tn(ops[i]));
+          return fmt::format(
+              "the coordinates of '{}' are i32 scalars (a box may start before the "
+              "tensor), got {}",
+              name, tn(ops[i]));
       return {};
     }
     case Sig::TmemLoad: {
@@ -672,21 +676,24 @@ std::string tma_box_error(const TmaBox& b, uint32_t elem_bytes) {
     return fmt::format("a TMA box has 1 to {} dimensions, not {}", kTmaMaxRank, b.rank);
   for (uint32_t d = 0; d < b.rank; ++d)
     if (b.box[d] < 1 || b.box[d] > kTmaMaxBox)
-      return fmt::format("a TMA box spans 1 to {} elements in each dimension, not {} (dimension "
-                         "{})",
-                         kTmaMaxBox, b.box[d], d);
+      return fmt::format(
+          "a TMA box spans 1 to {} elements in each dimension, not {} (dimension "
+          "{})",
+          kTmaMaxBox, b.box[d], d);
   if (!wgmma_swizzle_valid(b.swizzle))
     return fmt::format("a TMA swizzle is 0, 32, 64 or 128 bytes, not {}", b.swizzle);
   const uint64_t row = uint64_t{b.box[b.rank - 1]} * elem_bytes;
   if (row % 16 != 0)
-    return fmt::format("the innermost extent of a TMA box is a multiple of 16 bytes; {} elements "
-                       "of {} bytes are {}",
-                       b.box[b.rank - 1], elem_bytes, row);
+    return fmt::format(
+        "the innermost extent of a TMA box is a multiple of 16 bytes; {} elements "
+        "of {} bytes are {}",
+        b.box[b.rank - 1], elem_bytes, row);
   if (b.swizzle != 0 && row > b.swizzle)
-    return fmt::format("with a {}-byte swizzle the innermost extent of a TMA box is at most {} "
-                       "bytes; {} elements of {} bytes are {} (split the box along that "
-                       "dimension)",
-                       b.swizzle, b.swizzle, b.box[b.rank - 1], elem_bytes, row);
+    return fmt::format(
+        "with a {}-byte swizzle the innermost extent of a TMA box is at most {} "
+        "bytes; {} elements of {} bytes are {} (split the box along that "
+        "dimension)",
+        b.swizzle, b.swizzle, b.box[b.rank - 1], elem_bytes, row);
   return {};
 }
 

@@ -660,12 +660,14 @@ class Parser {
           const uint64_t x = parse_uint("a box extent", kTmaMaxBox);
           if (b.rank < kTmaMaxRank) b.box[b.rank] = static_cast<uint32_t>(x);
           ++b.rank;
-          if (b.rank > kTmaMaxRank) fail(fmt::format("a TMA box has at most {} dimensions", kTmaMaxRank));
+          if (b.rank > kTmaMaxRank)
+            fail(fmt::format("a TMA box has at most {} dimensions", kTmaMaxRank));
           expect_punct(',');
           if (is_ident("swizzle")) break;
         }
         advance();
-        b.swizzle = static_cast<uint32_t>(parse_uint("the swizzle in bytes (0, 32, 64 or 128)", 128));
+        b.swizzle =
+            static_cast<uint32_t>(parse_uint("the swizzle in bytes (0, 32, 64 or 128)", 128));
         if (!wgmma_swizzle_valid(b.swizzle))
           fail(fmt::format("a TMA swizzle is 0, 32, 64 or 128 bytes, not {}", b.swizzle));
         op.attr.i = tma_attr(b);

@@ -193,7 +193,8 @@ class Printer {
         if (info.sig == Sig::TmaLoad) {
           const TmaBox b = tma_box(op.attr.i);
           std::string box = "box";
-          for (uint32_t d = 0; d < b.rank; ++d) box += fmt::format("{}{}", d ? ", " : " ", b.box[d]);
+          for (uint32_t d = 0; d < b.rank; ++d)
+            box += fmt::format("{}{}", d ? ", " : " ", b.box[d]);
           parts.push_back(box);
           parts.push_back(fmt::format("swizzle {}", b.swizzle));
         }

@@ -17,8 +17,8 @@ namespace kiln {
 struct TmaTensor {
   ir::ElemType elem = ir::ElemType::F32;
   uint32_t rank = 0;
-  uint64_t address = 0;    // the tensor's element 0 (a device address on a GPU)
-  uint64_t dims[5] = {};   // elements per dimension
+  uint64_t address = 0;      // the tensor's element 0 (a device address on a GPU)
+  uint64_t dims[5] = {};     // elements per dimension
   uint64_t strides[5] = {};  // bytes between consecutive indices of dimension d (d >= 1 used)
   uint32_t box[5] = {};
   uint32_t swizzle = 0;  // bytes: 0, 32, 64, 128

@@ -18,9 +18,9 @@ namespace kiln::dsl {
 struct TraceTarget {
   std::string name = "any";
   std::vector<ir::MatrixConfig> matrix = ir::matrix_configs();
-  bool wgmma = true;    // whether it runs warpgroup multiplies (wgmma.*)
-  bool tcgen05 = true;  // whether it has tensor memory and tcgen05 (tmem.*, tcgen05.*)
-  bool tma = true;      // whether it has the Tensor Memory Accelerator (tma.*)
+  bool wgmma = true;       // whether it runs warpgroup multiplies (wgmma.*)
+  bool tcgen05 = true;     // whether it has tensor memory and tcgen05 (tmem.*, tcgen05.*)
+  bool tma = true;         // whether it has the Tensor Memory Accelerator (tma.*)
   bool mma_scaled = true;  // whether it runs block-scaled multiplies (frag.mma_scaled)
 };
 

@@ -41,9 +41,7 @@ class TmaView {
   const Tensor<V>& tensor() const { return tensor_; }
   const ir::TmaBox& box() const { return box_; }
   // The bytes one box copies: what mbarrier_arrive_expect_tx expects per copy.
-  uint32_t box_bytes() const {
-    return static_cast<uint32_t>(ir::tma_box_bytes(box_, sizeof(T)));
-  }
+  uint32_t box_bytes() const { return static_cast<uint32_t>(ir::tma_box_bytes(box_, sizeof(T))); }
   // The elements of one box.
   uint32_t box_elements() const { return box_bytes() / static_cast<uint32_t>(sizeof(T)); }
 

@@ -66,10 +66,10 @@ void matmul_tma(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, in
     mbarrier_wait(bar, stage, (round / 2u) & 1u);
     wgmma_fence();
     for (int s = 0; s < steps; ++s)
-      wgmma<T>(acc,
-               wgmma_tile_desc(as, stage * a_stage + wg * (64u * kc), 64, sw,
-                               static_cast<uint32_t>(s)),
-               wgmma_tile_desc(bs, stage * b_stage, tile_n, sw, static_cast<uint32_t>(s)));
+      wgmma<T>(
+          acc,
+          wgmma_tile_desc(as, stage * a_stage + wg * (64u * kc), 64, sw, static_cast<uint32_t>(s)),
+          wgmma_tile_desc(bs, stage * b_stage, tile_n, sw, static_cast<uint32_t>(s)));
     wgmma_commit();
     wgmma_wait(0);
     sync_cube();  // every warpgroup is done with this stage before round + 1 refills it

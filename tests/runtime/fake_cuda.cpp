@@ -57,16 +57,16 @@ CUresult cuTensorMapEncodeTiled(void* map, int data_type, unsigned rank, void* a
                                 const uint32_t* element_strides, int interleave, int swizzle,
                                 int l2, int oob) {
   const int calls = g_map.calls + 1;
-  g_map = TensorMapCall{data_type, rank, address, {}, {}, {}, {}, interleave, swizzle, l2, oob,
-                        calls};
+  g_map =
+      TensorMapCall{data_type, rank, address, {}, {}, {}, {}, interleave, swizzle, l2, oob, calls};
   for (unsigned d = 0; d < rank && d < 5; ++d) {
     g_map.dims[d] = dims[d];
     g_map.box[d] = box[d];
     g_map.element_strides[d] = element_strides[d];
     if (d > 0) g_map.strides[d - 1] = strides[d - 1];
   }
-  if (reinterpret_cast<uintptr_t>(map) % 64 != 0 || reinterpret_cast<uintptr_t>(address) % 16 != 0 ||
-      rank < 1 || rank > 5)
+  if (reinterpret_cast<uintptr_t>(map) % 64 != 0 ||
+      reinterpret_cast<uintptr_t>(address) % 16 != 0 || rank < 1 || rank > 5)
     return kInvalidValue;
   for (unsigned d = 1; d < rank; ++d)
     if (strides[d - 1] % 16 != 0) return kInvalidValue;

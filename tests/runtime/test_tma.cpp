@@ -23,12 +23,13 @@ void tma_box2(Tensor<const f32> src, Tensor<f32> out, i32 r0, i32 c0, int rows, 
   mbarrier_init(bar, 0u);
   mbarrier_arrive_expect_tx(bar, 0u, view.box_bytes() - (mode == 1 ? 4u : 0u));
   tma_load(s, mode == 2 ? 4u : 0u, view, {r0, c0}, bar, 0u);  // TMA_LOAD
-  mbarrier_wait(bar, 0u, 0u);                                  // TMA_WAIT
+  mbarrier_wait(bar, 0u, 0u);                                 // TMA_WAIT
   for_range(unit_pos(), static_cast<uint32_t>(rows * cols), cube_dim(),
             [&](u32 i) { out[i] = s[i]; });
 }
-KILN_KERNEL(tma_box2, "src: rank=2, out, r0, c0, rows = 8, cols = 32, swizzle = 128, "
-                      "mode = 0")
+KILN_KERNEL(tma_box2,
+            "src: rank=2, out, r0, c0, rows = 8, cols = 32, swizzle = 128, "
+            "mode = 0")
     .cube_dim(64);
 
 // Rank 1 and 3: the box at coordinates, zeros outside.
@@ -120,8 +121,7 @@ TEST_CASE("a TMA box lands row-major and swizzled, zeros outside the tensor", "[
                   << "," << cs.c0);
       const auto n = static_cast<size_t>(cs.rows * cs.cols);
       Tensor out = test::f32_tensor(rt, std::vector<float>(n, -1.0f));
-      KILN_REQUIRE_OK(rt.launch(k, 1, 64, src, out, cs.r0, cs.c0, cs.rows, cs.cols,
-                                cs.swizzle, 0));
+      KILN_REQUIRE_OK(rt.launch(k, 1, 64, src, out, cs.r0, cs.c0, cs.rows, cs.cols, cs.swizzle, 0));
       KILN_REQUIRE_OK(rt.sync());
       const auto got = test::to_host<float>(out);
       for (int r = 0; r < cs.rows; ++r)
@@ -129,9 +129,10 @@ TEST_CASE("a TMA box lands row-major and swizzled, zeros outside the tensor", "[
           const int64_t gr = cs.r0 + r, gc = cs.c0 + c;
           const float want = gr >= 0 && gr < R && gc >= 0 && gc < C ? host[gr * C + gc] : 0.0f;
           INFO("element " << r << "," << c);
-          REQUIRE(got[swizzled(static_cast<uint32_t>(r), static_cast<uint32_t>(c),
-                               static_cast<uint32_t>(cs.cols),
-                               static_cast<uint32_t>(cs.swizzle))] == want);
+          REQUIRE(
+              got[swizzled(static_cast<uint32_t>(r), static_cast<uint32_t>(c),
+                           static_cast<uint32_t>(cs.cols), static_cast<uint32_t>(cs.swizzle))] ==
+              want);
         }
     }
   }
@@ -181,7 +182,8 @@ TEST_CASE("a launch checks TMA tensors and names the argument", "[tma]") {
     CHECK_THAT(st.error().message, Contains("multiple of 16 bytes"));
     CHECK_THAT(st.error().message, Contains(loc("TMA_LOAD")));
     // A transposed view: the innermost dimension is not contiguous.
-    auto full = test::tensor_from(rt, ir::ElemType::F32, std::vector<float>(64 * 64, 1.0f), {64, 64});
+    auto full =
+        test::tensor_from(rt, ir::ElemType::F32, std::vector<float>(64 * 64, 1.0f), {64, 64});
     auto tr = full.permute({1, 0});
     REQUIRE(tr.ok());
     st = rt.launch(k, 1, 64, *tr, out, 0, 0, 8, 32, 128, 0);
@@ -195,7 +197,8 @@ TEST_CASE("TMA misuse is reported at its line on the CPU and the emulator", "[tm
   for (Runtime& rt : tma_devices()) {
     INFO("on " << rt.device().name);
     auto k = test::kernel(rt, "tma_box2");
-    Tensor src = test::tensor_from(rt, ir::ElemType::F32, std::vector<float>(64 * 64, 1.0f), {64, 64});
+    Tensor src =
+        test::tensor_from(rt, ir::ElemType::F32, std::vector<float>(64 * 64, 1.0f), {64, 64});
     Tensor out = test::f32_tensor(rt, std::vector<float>(256, 0.0f));
     // One byte too few expected: the copy outruns the count, which the phase never forgives.
     Status st = rt.launch(k, 1, 64, src, out, 0, 0, 8, 32, 128, 1);
