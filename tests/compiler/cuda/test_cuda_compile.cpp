@@ -37,8 +37,8 @@ TEST_CASE("every registered kernel compiles for every target and assembles", "[c
   for (const dsl::KernelDef* d : kernels) {
     for (const char* arch : test::kCudaTargets) {
       INFO(d->name << " for " << arch);
-      // Traced for the target: a per-architecture kernel (matmul_wgmma, matmul_tcgen05,
-      // matmul_mx) refuses the others.
+      // Traced for the target: a per-architecture kernel (matmul_wgmma, matmul_tma,
+      // matmul_tcgen05, matmul_mx) refuses the others.
       auto k = test::traced_for(*d, arch);
       if (!k.ok() && test::refused_arch(k.error().message, arch)) {
         ++refused;
@@ -49,7 +49,8 @@ TEST_CASE("every registered kernel compiles for every target and assembles", "[c
       test::cuda_build(*k, arch);
     }
   }
-  CHECK(refused == 12);  // matmul_wgmma, matmul_tcgen05 and matmul_mx, each on four targets
+  // matmul_wgmma, matmul_tma, matmul_tcgen05 and matmul_mx, each on four targets
+  CHECK(refused == 16);
 }
 
 TEST_CASE("every instantiation, line width and checked mode compiles", "[cuda][compile]") {
