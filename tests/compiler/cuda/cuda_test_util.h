@@ -119,7 +119,8 @@ inline bool refused_arch(const std::string& message, const std::string& arch) {
   const bool mx = message.find("(kind::mxf8f6f4) is an sm_120a instruction") != std::string::npos;
   const bool tma = message.find("are sm_90 features") != std::string::npos ||
                    message.find("are sm_90 instructions") != std::string::npos;
-  return (tma && (arch == "sm_80" || arch == "sm_89")) || (!mx && message.find("is an sm_90a instruction") != std::string::npos &&
+  return (tma && (arch == "sm_80" || arch == "sm_89")) ||
+         (!mx && message.find("is an sm_90a instruction") != std::string::npos &&
           arch != "sm_90a") ||
          (message.find("are sm_100a instructions") != std::string::npos && arch != "sm_100a") ||
          (mx && arch != "sm_120a");
