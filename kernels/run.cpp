@@ -785,4 +785,38 @@ Result<RunResult> run_unguarded(Runtime& rt, std::string_view name, const RunCon
 }
 }  // namespace
 
+double matmul_flops(const RunData& d) {
+  return 2.0 * static_cast<double>(d.dim("c", 0)) * static_cast<double>(d.dim("c", 1)) *
+         static_cast<double>(d.dim("a", 1));
+}
+
+std::vector<int64_t> abt_c_shape(const RunData& d) {
+  return {d.dim("a", 0), d.dim("b", 0)};
+}
+
+void abt_reference(RunData& d) {
+  const auto m = static_cast<size_t>(d.dim("c", 0)), n = static_cast<size_t>(d.dim("c", 1));
+  const auto k = static_cast<size_t>(d.dim("a", 1));
+  // wgmma and tcgen05 read f32 as tf32 by ignoring the 13 low mantissa bits (no rounding).
+  const bool is_tf32 = d.dtype("a") == ir::ElemType::F32;
+  auto in = [&](double x) {
+    if (!is_tf32) return x;
+    float f = static_cast<float>(x);
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    u &= 0xffffe000u;
+    std::memcpy(&f, &u, 4);
+    return static_cast<double>(f);
+  };
+  const auto& a = d["a"];
+  const auto& b = d["b"];
+  auto& c = d["c"];
+  for (size_t i = 0; i < m; ++i)
+    for (size_t j = 0; j < n; ++j) {
+      double s = 0.0;
+      for (size_t kk = 0; kk < k; ++kk) s += in(a[i * k + kk]) * in(b[j * k + kk]);
+      c[i * n + j] = s;
+    }
+}
+
 }  // namespace kiln::kernels

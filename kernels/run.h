@@ -65,6 +65,15 @@ inline uint32_t ceil_div(int64_t a, int64_t b) {
   return static_cast<uint32_t>((a + b - 1) / b);
 }
 
+// Recipe pieces of the matrix-multiply examples, C (M x N) from A (M x K): 2 M N K, from the
+// shapes of c and a.
+double matmul_flops(const RunData& d);
+// The examples that compute C = A * B^T (matmul_wgmma, matmul_tma, matmul_tcgen05; b is N x K):
+// c's shape, and the reference in double, f32 inputs read as tf32 as wgmma and tcgen05 read
+// them (the 13 low mantissa bits ignored).
+std::vector<int64_t> abt_c_shape(const RunData& d);
+void abt_reference(RunData& d);
+
 class RunRecipe {
  public:
   using ShapeFn = std::function<std::vector<int64_t>(const RunData&)>;

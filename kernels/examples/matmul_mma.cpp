@@ -156,10 +156,7 @@ KILN_RUN(matmul_mma)
                         kiln::kernels::ceil_div(d.dim("c", 0), tm));
     })
     .tolerance(1e-5, 1e-3)
-    .flops([](const kiln::kernels::RunData& d) {
-      return 2.0 * static_cast<double>(d.dim("c", 0)) * static_cast<double>(d.dim("c", 1)) *
-             static_cast<double>(d.dim("a", 1));
-    })
+    .flops(kiln::kernels::matmul_flops)
     .reference([](kiln::kernels::RunData& d) {
       const auto m = static_cast<size_t>(d.dim("c", 0)), n = static_cast<size_t>(d.dim("c", 1));
       const auto k = static_cast<size_t>(d.dim("a", 1));

@@ -8,7 +8,6 @@
 // from tensor memory into registers, 8 columns at a time (tmem_read: tcgen05.ld), and stores it.
 // It runs where has_tcgen05() holds: sm_100a, the CPU (kiln_rt_tcgen05_mma, once per cube) and
 // the emulator as cuda-emu:sm_100a; on other targets tracing it is an error naming the target.
-#include <cstring>
 #include <vector>
 
 #include "compiler/dsl/dsl.h"
@@ -87,10 +86,7 @@ KILN_KERNEL_GENERIC(matmul_tcgen05,
 KILN_RUN(matmul_tcgen05)
     .shape("a", {200, 136})
     .shape("b", {264, 136})  // N x K
-    .shape("c",
-           [](const kiln::kernels::RunData& d) {
-             return std::vector<int64_t>{d.dim("a", 0), d.dim("b", 0)};
-           })
+    .shape("c", kiln::kernels::abt_c_shape)
     .values("a", 0, 7)
     .values("b", 0, 7)
     .cubes([](const kiln::kernels::RunData& d) {
@@ -99,31 +95,5 @@ KILN_RUN(matmul_tcgen05)
     })
     .gpu_arch("sm_100a")
     .tolerance(1e-5, 1e-3)
-    .flops([](const kiln::kernels::RunData& d) {
-      return 2.0 * static_cast<double>(d.dim("c", 0)) * static_cast<double>(d.dim("c", 1)) *
-             static_cast<double>(d.dim("a", 1));
-    })
-    .reference([](kiln::kernels::RunData& d) {
-      const auto m = static_cast<size_t>(d.dim("c", 0)), n = static_cast<size_t>(d.dim("c", 1));
-      const auto k = static_cast<size_t>(d.dim("a", 1));
-      // tcgen05 reads f32 as tf32, ignoring the 13 low mantissa bits.
-      const bool is_tf32 = d.dtype("a") == kiln::ir::ElemType::F32;
-      auto in = [&](double x) {
-        if (!is_tf32) return x;
-        float f = static_cast<float>(x);
-        uint32_t u;
-        std::memcpy(&u, &f, 4);
-        u &= 0xffffe000u;
-        std::memcpy(&f, &u, 4);
-        return static_cast<double>(f);
-      };
-      const auto& a = d["a"];
-      const auto& b = d["b"];
-      auto& c = d["c"];
-      for (size_t i = 0; i < m; ++i)
-        for (size_t j = 0; j < n; ++j) {
-          double s = 0.0;
-          for (size_t kk = 0; kk < k; ++kk) s += in(a[i * k + kk]) * in(b[j * k + kk]);
-          c[i * n + j] = s;
-        }
-    });
+    .flops(kiln::kernels::matmul_flops)
+    .reference(kiln::kernels::abt_reference);

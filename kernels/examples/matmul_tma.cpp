@@ -13,7 +13,6 @@
 // warpgroup and k block of `swizzle` bytes), and elements outside A and B arrive as zeros, so
 // the edges need no code. It runs where has_wgmma() and has_tma() hold: sm_90a, the CPU
 // (copies are synchronous there) and the emulator (cuda-emu:sm_90a).
-#include <cstring>
 #include <vector>
 
 #include "compiler/dsl/dsl.h"
@@ -91,10 +90,7 @@ KILN_KERNEL_GENERIC(matmul_tma,
 KILN_RUN(matmul_tma)
     .shape("a", {200, 144})
     .shape("b", {264, 144})  // N x K; K * element size a multiple of 16 bytes (TMA's rows)
-    .shape("c",
-           [](const kiln::kernels::RunData& d) {
-             return std::vector<int64_t>{d.dim("a", 0), d.dim("b", 0)};
-           })
+    .shape("c", kiln::kernels::abt_c_shape)
     .values("a", 0, 7)
     .values("b", 0, 7)
     .cubes([](const kiln::kernels::RunData& d) {
@@ -103,31 +99,5 @@ KILN_RUN(matmul_tma)
     })
     .gpu_arch("sm_90a")
     .tolerance(1e-5, 1e-3)
-    .flops([](const kiln::kernels::RunData& d) {
-      return 2.0 * static_cast<double>(d.dim("c", 0)) * static_cast<double>(d.dim("c", 1)) *
-             static_cast<double>(d.dim("a", 1));
-    })
-    .reference([](kiln::kernels::RunData& d) {
-      const auto m = static_cast<size_t>(d.dim("c", 0)), n = static_cast<size_t>(d.dim("c", 1));
-      const auto k = static_cast<size_t>(d.dim("a", 1));
-      // wgmma reads f32 as tf32, ignoring the 13 low mantissa bits.
-      const bool is_tf32 = d.dtype("a") == kiln::ir::ElemType::F32;
-      auto in = [&](double x) {
-        if (!is_tf32) return x;
-        float f = static_cast<float>(x);
-        uint32_t u;
-        std::memcpy(&u, &f, 4);
-        u &= 0xffffe000u;
-        std::memcpy(&f, &u, 4);
-        return static_cast<double>(f);
-      };
-      const auto& a = d["a"];
-      const auto& b = d["b"];
-      auto& c = d["c"];
-      for (size_t i = 0; i < m; ++i)
-        for (size_t j = 0; j < n; ++j) {
-          double s = 0.0;
-          for (size_t kk = 0; kk < k; ++kk) s += in(a[i * k + kk]) * in(b[j * k + kk]);
-          c[i * n + j] = s;
-        }
-    });
+    .flops(kiln::kernels::matmul_flops)
+    .reference(kiln::kernels::abt_reference);
