@@ -6,7 +6,8 @@
 //   matmul   kernels/examples/matmul_mma (mma.sync on tensor cores) on bf16 n x n x n, tiles
 //            straight from global memory and staged in shared memory (ldmatrix), in TFLOP/s;
 //            its peer, torch.matmul, is measured by tools/gpu-check.sh in the same run;
-//            then kernels/examples/matmul_wgmma (wgmma, sm_90a devices only) on the same data
+//            then kernels/examples/matmul_wgmma (wgmma, sm_90a devices only) on the same data,
+//            and kernels/examples/matmul_tma (the same multiplies fed by a two-stage TMA pipeline)
 // Without a GPU it says why and exits 77. Usage: gpu_bench [--quick]
 #include <algorithm>
 #include <chrono>
@@ -156,12 +157,14 @@ double spot_check(const std::vector<uint16_t>& ha, const std::vector<uint16_t>& 
 
 // kernels/examples/matmul_wgmma (wgmma.mma_async from shared memory, sm_90a only) on the same
 // bf16 matrices as matmul_mma: B is uploaded transposed (both operands K-major); 64-row
-// warpgroup tiles, two warpgroups per cube, a 128-byte swizzle, one wait per round of k (no
-// pipelining yet, so this is wgmma's floor, not its ceiling). Not on other architectures.
+// warpgroup tiles, two warpgroups per cube, a 128-byte swizzle, one wait per round of k (tiles
+// staged by the units, no pipelining: wgmma's floor, not its ceiling). Then matmul_tma, the same
+// arguments and multiplies with its tiles copied by TMA into two stages (the next round's copies
+// overlap this round's multiplies). Not on other architectures.
 void bench_wgmma(Runtime& rt, int64_t n, const std::vector<uint16_t>& ha,
                  const std::vector<uint16_t>& hb, Tensor& a, Tensor& c, bool quick) {
   if (rt.device().arch != "sm_90a") {
-    std::printf("matmul_wgmma: skipped (wgmma needs sm_90a; this device is %s)\n",
+    std::printf("matmul_wgmma, matmul_tma: skipped (wgmma needs sm_90a; this device is %s)\n",
                 rt.device().arch.c_str());
     return;
   }
@@ -172,38 +175,40 @@ void bench_wgmma(Runtime& rt, int64_t n, const std::vector<uint16_t>& ha,
       hbt[static_cast<size_t>(j * n + k)] = hb[static_cast<size_t>(k * n + j)];
   auto bt = must(rt.empty(ir::ElemType::BF16, {n, n}));
   must(bt.upload(std::span<const uint16_t>(hbt)));
-  auto kern = must(rt.kernel("matmul_wgmma"));
-  for (int tile_n : {128, 256}) {
-    const auto cubes_n = static_cast<uint32_t>((n + tile_n - 1) / tile_n),
-               cubes_m = static_cast<uint32_t>((n + 127) / 128);
-    auto once = [&]() -> Status {
-      return rt.launch(kern, Dim3(cubes_n, cubes_m), Dim3(256), a, bt, c, tile_n, 2, 128, 1);
-    };
-    // The first launch compiles; a failure here (the first wgmma kernels ever run on a GPU) is
-    // reported, and the benchmark goes on.
-    auto first = once();
-    if (first) first = rt.sync();
-    if (!first) {
-      std::printf("matmul_wgmma tile_n %d: FAILED: %s\n", tile_n, first.error().message.c_str());
-      continue;
+  for (const char* name : {"matmul_wgmma", "matmul_tma"}) {
+    auto kern = must(rt.kernel(name));
+    for (int tile_n : {128, 256}) {
+      const auto cubes_n = static_cast<uint32_t>((n + tile_n - 1) / tile_n),
+                 cubes_m = static_cast<uint32_t>((n + 127) / 128);
+      auto once = [&]() -> Status {
+        return rt.launch(kern, Dim3(cubes_n, cubes_m), Dim3(256), a, bt, c, tile_n, 2, 128, 1);
+      };
+      // The first launch compiles; a failure here (the first wgmma kernels ever run on a GPU) is
+      // reported, and the benchmark goes on.
+      auto first = once();
+      if (first) first = rt.sync();
+      if (!first) {
+        std::printf("%s tile_n %d: FAILED: %s\n", name, tile_n, first.error().message.c_str());
+        continue;
+      }
+      std::vector<double> t;
+      for (int i = 0; i < (quick ? 3 : 5); ++i) {
+        const auto t0 = Clock::now();
+        must(once());
+        must(rt.sync());
+        t.push_back(seconds_since(t0));
+      }
+      std::vector<float> hc(nn);
+      must(c.download(std::span<float>(hc)));
+      const double worst = spot_check(ha, hb, hc, n);
+      const double s = median(t);
+      std::printf(
+          "%s bf16 %lldx%lldx%lld, 128 x %d tiles: %.3f ms, %.1f TFLOP/s (spot check: "
+          "worst error %.2g of the sum of |products|)%s\n",
+          name, static_cast<long long>(n), static_cast<long long>(n), static_cast<long long>(n),
+          tile_n, s * 1e3, 2.0 * static_cast<double>(n) * n * n / s / 1e12, worst,
+          worst > 1e-3 ? "  WRONG" : "");
     }
-    std::vector<double> t;
-    for (int i = 0; i < (quick ? 3 : 5); ++i) {
-      const auto t0 = Clock::now();
-      must(once());
-      must(rt.sync());
-      t.push_back(seconds_since(t0));
-    }
-    std::vector<float> hc(nn);
-    must(c.download(std::span<float>(hc)));
-    const double worst = spot_check(ha, hb, hc, n);
-    const double s = median(t);
-    std::printf(
-        "matmul_wgmma bf16 %lldx%lldx%lld, 128 x %d tiles: %.3f ms, %.1f TFLOP/s (spot check: "
-        "worst error %.2g of the sum of |products|)%s\n",
-        static_cast<long long>(n), static_cast<long long>(n), static_cast<long long>(n), tile_n,
-        s * 1e3, 2.0 * static_cast<double>(n) * n * n / s / 1e12, worst,
-        worst > 1e-3 ? "  WRONG" : "");
   }
 }
 
