@@ -92,9 +92,9 @@ struct LaunchState {
 // kernel's print sites, one line each.
 std::vector<std::string> format_prints(LaunchState& state, const std::vector<PrintSite>& sites);
 
-// A TMA view the kernel copies through (tma.load): which tensor parameter, with which box
-// (ir::tma_attr). Each launch checks the tensor against TMA's rules for every backend; on the GPU
-// it encodes a tensor map for each site into the arguments (cuda::tensor_map_offset).
+// A TMA view the kernel copies through (tma.load, tma.store): which tensor parameter, with which
+// box (ir::tma_attr). Each launch checks the tensor against TMA's rules for every backend; on the
+// GPU it encodes a tensor map for each site into the arguments (cuda::tensor_map_offset).
 struct TensorMapSite {
   uint32_t param = 0;  // index into ArgLayout::params
   uint64_t box = 0;
@@ -103,8 +103,8 @@ struct TensorMapSite {
     return a.param == b.param && a.box == b.box;
   }
 };
-// The sites of a kernel's tma.load ops, one per distinct (tensor parameter, box), in order of
-// first use.
+// The sites of a kernel's tma.load and tma.store ops, one per distinct (tensor parameter, box),
+// in order of first use.
 std::vector<TensorMapSite> tensor_map_sites(const ir::Kernel& k);
 
 // Facts about a compiled kernel the runtime needs.

@@ -375,46 +375,6 @@ std::string check_tcgen05_op(Sig sig, const std::string& name, std::span<const T
       std::string e = need_u32(0, "tensor-memory address");
       return e.empty() ? need_u32(1, "column") : e;
     }
-    case Sig::TmaLoad: {
-      if (ops.size() < 5)
-        return fmt::format(
-            "'{}' takes a destination, an index, a tensor, an mbarrier, its index "
-            "and the coordinates, got {} operands",
-            name, ops.size());
-      const Type &m = ops[0], &t = ops[2];
-      if (m.kind != TypeKind::Shared || m.lanes != 1)
-        return fmt::format("'{}' copies into a shared array of scalars, not {}", name, tn(m));
-      if (t.kind != TypeKind::Tensor || t.lanes != 1)
-        return fmt::format("'{}' copies from a tensor parameter of scalars (lines of 1), not {}",
-                           name, tn(t));
-      if (t.elem != m.elem || t.elem == ElemType::Bool)
-        return fmt::format(
-            "'{}' copies {} elements into a shared array of {}; the types must be "
-            "the same number type",
-            name, elem_name(t.elem), elem_name(m.elem));
-      const TmaBox box = tma_box(attr.i);
-      if (std::string e = tma_box_error(box, static_cast<uint32_t>(elem_bytes(t.elem))); !e.empty())
-        return fmt::format("'{}': {}", name, e);
-      if (t.rank != box.rank || ops.size() != 5 + box.rank)
-        return fmt::format(
-            "'{}' of a rank-{} tensor takes a box of that rank and one coordinate "
-            "per dimension; got a rank-{} box and {} coordinates",
-            name, t.rank, box.rank, ops.size() - 5);
-      if (ops[3].kind != TypeKind::Shared || ops[3].elem != ElemType::U64 || ops[3].lanes != 1)
-        return fmt::format(
-            "'{}' completes on an mbarrier, an element of a shared array of u64, "
-            "not {}",
-            name, tn(ops[3]));
-      for (size_t i : {size_t{1}, size_t{4}})
-        if (std::string e = need_u32(i, i == 1 ? "index" : "mbarrier index"); !e.empty()) return e;
-      for (size_t i = 5; i < ops.size(); ++i)
-        if (!(ops[i] == Type::value(ElemType::I32)))
-          return fmt::format(
-              "the coordinates of '{}' are i32 scalars (a box may start before the "
-              "tensor), got {}",
-              name, tn(ops[i]));
-      return {};
-    }
     case Sig::TmemLoad: {
       const Type& m = ops[0];
       if (m.kind != TypeKind::Shared || m.lanes != 1 ||
@@ -427,6 +387,54 @@ std::string check_tcgen05_op(Sig sig, const std::string& name, std::span<const T
         return fmt::format("'{}' copies a multiple of 8 columns up to 512, not {}", name, attr.i);
       std::string e = need_u32(1, "index");
       return e.empty() ? need_u32(2, "tensor-memory address") : e;
+    }
+    case Sig::TmaLoad:
+    case Sig::TmaStore: {
+      const bool store = sig == Sig::TmaStore;
+      const TmaOperands at = tma_operands(store ? OpKind::TmaStore : OpKind::TmaLoad);
+      if (ops.size() < at.coords)
+        return fmt::format("'{}' takes {}, then the coordinates; got {} operands", name,
+                           store ? "a tensor, a shared array and an index"
+                                 : "a destination, an index, a tensor, an mbarrier and its index",
+                           ops.size());
+      const Type &m = ops[at.shared], &t = ops[at.tensor];
+      if (m.kind != TypeKind::Shared || m.lanes != 1)
+        return fmt::format("'{}' copies {} a shared array of scalars, not {}", name,
+                           store ? "from" : "into", tn(m));
+      if (t.kind != TypeKind::Tensor || t.lanes != 1)
+        return fmt::format("'{}' copies {} a tensor parameter of scalars (lines of 1), not {}",
+                           name, store ? "into" : "from", tn(t));
+      if (store && t.read_only)
+        return fmt::format("'{}' writes to a read-only tensor ({}); declare it writable", name,
+                           tn(t));
+      if (t.elem != m.elem || t.elem == ElemType::Bool)
+        return fmt::format(
+            "'{}' copies between {} elements and a shared array of {}; the types must be the "
+            "same number type",
+            name, elem_name(t.elem), elem_name(m.elem));
+      const TmaBox box = tma_box(attr.i);
+      if (std::string e = tma_box_error(box, static_cast<uint32_t>(elem_bytes(t.elem))); !e.empty())
+        return fmt::format("'{}': {}", name, e);
+      if (t.rank != box.rank || ops.size() != at.coords + box.rank)
+        return fmt::format(
+            "'{}' of a rank-{} tensor takes a box of that rank and one coordinate "
+            "per dimension; got a rank-{} box and {} coordinates",
+            name, t.rank, box.rank, ops.size() - at.coords);
+      if (!store &&
+          (ops[3].kind != TypeKind::Shared || ops[3].elem != ElemType::U64 || ops[3].lanes != 1))
+        return fmt::format(
+            "'{}' completes on an mbarrier, an element of a shared array of u64, not {}", name,
+            tn(ops[3]));
+      if (std::string e = need_u32(at.index, "index"); !e.empty()) return e;
+      if (!store)
+        if (std::string e = need_u32(4, "mbarrier index"); !e.empty()) return e;
+      for (size_t i = at.coords; i < ops.size(); ++i)
+        if (!(ops[i] == Type::value(ElemType::I32)))
+          return fmt::format(
+              "the coordinates of '{}' are i32 scalars (a box may start before the "
+              "tensor), got {}",
+              name, tn(ops[i]));
+      return {};
     }
     default:
       return {};
@@ -510,7 +518,8 @@ int sig_operand_count(Sig sig) {
     case Sig::FragMmaScaled:
       return 9;
     case Sig::Print:
-    case Sig::TmaLoad:  // five, then one coordinate per dimension of the tensor
+    case Sig::TmaLoad:  // five (tma.store: three), then one coordinate per dimension
+    case Sig::TmaStore:
       return -1;
   }
   return 0;
@@ -544,6 +553,7 @@ bool sig_has_result(Sig sig) {
     case Sig::Tcgen05Mma:
     case Sig::TmemLoad:
     case Sig::TmaLoad:
+    case Sig::TmaStore:
       return false;
     default:
       return true;
@@ -647,6 +657,7 @@ bool is_cube_op(OpKind k) {
     case OpKind::TmemLoad:
     case OpKind::MbarArriveTx:
     case OpKind::TmaLoad:
+    case OpKind::TmaStore:
       return true;
     default:
       return false;
@@ -1089,6 +1100,7 @@ std::string check_op_types(OpKind kind, std::span<const Type> ops, const Attr& a
     case Sig::Tcgen05Mma:
     case Sig::TmemLoad:
     case Sig::TmaLoad:
+    case Sig::TmaStore:
       KILN_REQ(check_tcgen05_op(info.sig, name, ops, attr));
       break;
     case Sig::TmemRead:

@@ -81,6 +81,7 @@ enum class Sig : uint8_t {
   TmaLoad,        // tma.load %m, %i, %t, %bar, %bi, %c..., box B..., swizzle W
                   //   the box of tensor t at coordinates c (one i32 per dim, outermost first)
                   //   into m[i...], completing on the mbarrier bar[bi]; attr: tma_attr()
+  TmaStore,       // tma.store %t, %m, %i, %c..., box B..., swizzle W   m[i...] into t's box
   If,             // if %c { ... } [else { ... }]
   For,            // for %i = %a to %b step %s [unroll N|full] { ... }
   Loop,           // loop { ... }
@@ -232,6 +233,14 @@ TmaBox tma_box(uint64_t attr);
 std::string tma_box_error(const TmaBox& b, uint32_t elem_bytes);
 // The bytes a box copies into shared memory.
 uint64_t tma_box_bytes(const TmaBox& b, uint32_t elem_bytes);
+// The operands of tma.load and tma.store: where the tensor, the shared array and the first
+// coordinate are.
+struct TmaOperands {
+  size_t tensor, shared, index, coords;
+};
+inline TmaOperands tma_operands(OpKind k) {
+  return k == OpKind::TmaStore ? TmaOperands{0, 1, 2, 3} : TmaOperands{2, 0, 1, 5};
+}
 
 // Whether `bits` (an integer literal stored as two's complement in 64 bits) fits in `t`.
 bool int_literal_fits(ElemType t, uint64_t bits);

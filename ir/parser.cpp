@@ -645,9 +645,11 @@ class Parser {
         operands(3);
         immediate("the number of columns");
         break;
-      case Sig::TmaLoad: {
+      case Sig::TmaLoad:
+      case Sig::TmaStore: {
         // tma.load %m, %i, %t, %bar, %bi, %c..., box B..., swizzle W
-        operands(5);
+        // tma.store %t, %m, %i, %c..., box B..., swizzle W
+        operands(static_cast<int>(tma_operands(op.kind).coords));
         while (is_punct(',')) {
           advance();
           if (is_ident("box")) break;

@@ -410,10 +410,10 @@ const char* tmem_misuse_message(uint32_t code) {
       return "an mbarrier's transaction count left its range (at most 2^20 - 1 bytes pending "
              "either way): expect the bytes of a phase before its copies outrun them";
     case kTmaMisaligned:
-      return "a tma_load into a shared array at an index that is no multiple of 128 bytes (TMA "
-             "writes whole 128-byte aligned lines)";
+      return "a tma_load or tma_store at a shared-array index that is no multiple of 128 bytes "
+             "(TMA moves whole 128-byte aligned lines)";
     case kTmaPastEnd:
-      return "a tma_load whose box reaches past the end of its destination array";
+      return "a tma_load or tma_store whose box reaches past the end of its shared array";
     case kTmemNotFreed:
       return "tensor memory still allocated when the cube ended; tmem_free() it before the "
              "kernel returns";
@@ -557,12 +557,16 @@ extern "C" uint32_t kiln_rt_mbar_arrive_tx(uint64_t* bar, uint32_t bytes) {
   return mbar_update(bar, 1, bytes) ? 0u : uint32_t{tm::kMbarTxOverflow};
 }
 
-extern "C" uint32_t kiln_rt_tma_load(uint64_t* bar, void* dst, uint32_t dst_count, uint32_t index,
-                                     const void* src, const uint32_t* dims, const int32_t* coords,
-                                     uint64_t attr, uint32_t elem_bytes) {
-  if (!(*bar & kMbarInit)) return tm::kMbarNotInitialized;
+namespace {
+
+// The elements of a TMA box at `coords` of a tensor (dims: shape, then strides, in elements), in
+// box order: visit(shared byte offset, swizzled, from `start`; whether inside the tensor; the
+// element's offset in the tensor). 0, or the misuse of the shared side: misaligned, or past the
+// `bytes` of the array.
+template <class Visit>
+uint32_t tma_box_walk(uint64_t attr, uint32_t elem_bytes, uint64_t start, uint64_t bytes,
+                      const uint32_t* dims, const int32_t* coords, Visit visit) {
   const kiln::ir::TmaBox box = kiln::ir::tma_box(attr);
-  const uint64_t start = uint64_t{index} * elem_bytes, bytes = uint64_t{dst_count} * elem_bytes;
   if (start % 128 != 0) return tm::kTmaMisaligned;
   const uint64_t total = kiln::ir::tma_box_bytes(box, elem_bytes);
   // A swizzle moves 16-byte chunks within their 128-byte line: the lines the box touches must
@@ -571,8 +575,6 @@ extern "C" uint32_t kiln_rt_tma_load(uint64_t* bar, void* dst, uint32_t dst_coun
   if (start + reach > bytes) return tm::kTmaPastEnd;
   const uint32_t rank = box.rank;
   const uint64_t mask = box.swizzle ? box.swizzle / 16 - 1 : 0;
-  auto* out = static_cast<uint8_t*>(dst);
-  const auto* in = static_cast<const uint8_t*>(src);
   uint32_t at[kiln::ir::kTmaMaxRank] = {};  // the element's position in the box
   for (uint64_t e = 0, n = total / elem_bytes; e < n; ++e) {
     bool inside = true;
@@ -584,14 +586,45 @@ extern "C" uint32_t kiln_rt_tma_load(uint64_t* bar, void* dst, uint32_t dst_coun
     }
     uint64_t byte = start + e * elem_bytes;
     byte ^= ((byte >> 7) & mask) << 4;
-    if (inside)
-      std::memcpy(out + byte, in + offset * elem_bytes, elem_bytes);
-    else
-      std::memset(out + byte, 0, elem_bytes);
+    visit(byte, inside, offset);
     for (uint32_t d = rank; d-- > 0;) {  // the next position, innermost fastest
       if (++at[d] < box.box[d]) break;
       at[d] = 0;
     }
   }
-  return mbar_update(bar, 0, -static_cast<int64_t>(total)) ? 0u : uint32_t{tm::kMbarTxOverflow};
+  return 0;
+}
+
+}  // namespace
+
+extern "C" uint32_t kiln_rt_tma_load(uint64_t* bar, void* dst, uint32_t dst_count, uint32_t index,
+                                     const void* src, const uint32_t* dims, const int32_t* coords,
+                                     uint64_t attr, uint32_t elem_bytes) {
+  if (!(*bar & kMbarInit)) return tm::kMbarNotInitialized;
+  auto* out = static_cast<uint8_t*>(dst);
+  const auto* in = static_cast<const uint8_t*>(src);
+  const uint32_t bad =
+      tma_box_walk(attr, elem_bytes, uint64_t{index} * elem_bytes, uint64_t{dst_count} * elem_bytes,
+                   dims, coords, [&](uint64_t byte, bool inside, uint64_t offset) {
+                     if (inside)
+                       std::memcpy(out + byte, in + offset * elem_bytes, elem_bytes);
+                     else
+                       std::memset(out + byte, 0, elem_bytes);
+                   });
+  if (bad) return bad;
+  const auto total =
+      static_cast<int64_t>(kiln::ir::tma_box_bytes(kiln::ir::tma_box(attr), elem_bytes));
+  return mbar_update(bar, 0, -total) ? 0u : uint32_t{tm::kMbarTxOverflow};
+}
+
+extern "C" uint32_t kiln_rt_tma_store(void* dst, const void* src, uint32_t src_count,
+                                      uint32_t index, const uint32_t* dims, const int32_t* coords,
+                                      uint64_t attr, uint32_t elem_bytes) {
+  auto* out = static_cast<uint8_t*>(dst);
+  const auto* in = static_cast<const uint8_t*>(src);
+  return tma_box_walk(attr, elem_bytes, uint64_t{index} * elem_bytes,
+                      uint64_t{src_count} * elem_bytes, dims, coords,
+                      [&](uint64_t byte, bool inside, uint64_t offset) {
+                        if (inside) std::memcpy(out + offset * elem_bytes, in + byte, elem_bytes);
+                      });
 }

@@ -110,6 +110,11 @@ uint32_t kiln_rt_mbar_arrive_tx(uint64_t* bar, uint32_t bytes);
 uint32_t kiln_rt_tma_load(uint64_t* bar, void* dst, uint32_t dst_count, uint32_t index,
                           const void* src, const uint32_t* dims, const int32_t* coords,
                           uint64_t attr, uint32_t elem_bytes);
+// tma.store: the box of src's bytes from index * elem_bytes on (laid out as kiln_rt_tma_load
+// writes it) into the tensor at `dst`, the elements outside the tensor not written.
+uint32_t kiln_rt_tma_store(void* dst, const void* src, uint32_t src_count, uint32_t index,
+                           const uint32_t* dims, const int32_t* coords, uint64_t attr,
+                           uint32_t elem_bytes);
 
 // f32 -> bf16 to nearest even, a NaN's high 16 bits kept (a bitcast round trip is exact):
 // the compiler-runtime routine that LLVM's x86 backend calls where it widens bf16 vector

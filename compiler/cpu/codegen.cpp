@@ -533,6 +533,7 @@ void Gen::emit_scalar(const ir::Op& op) {
     case OpKind::TmemLoad:
     case OpKind::MbarArriveTx:
     case OpKind::TmaLoad:
+    case OpKind::TmaStore:
       cube_op(op);
       return;
     case OpKind::TmemRead:

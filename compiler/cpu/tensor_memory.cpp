@@ -29,6 +29,8 @@ std::pair<uint32_t, uint32_t> misuse_codes(OpKind k) {
       return {kMbarNotInitialized, kMbarNotInitialized};
     case OpKind::TmaLoad:
       return {kMbarNotInitialized, kTmaPastEnd};
+    case OpKind::TmaStore:
+      return {kTmaMisaligned, kTmaPastEnd};
     default:
       return {0, 0};
   }
@@ -121,25 +123,32 @@ void Gen::cube_op(const ir::Op& op) {
       code = call("kiln_rt_mbar_arrive_tx", {ptr, i32},
                   {bar(), B.getInt32(static_cast<uint32_t>(op.attr.i))});
       break;
-    case OpKind::TmaLoad: {
+    case OpKind::TmaLoad:
+    case OpKind::TmaStore: {
       // The tensor's shape and strides, and the coordinates, in arrays on the entry's stack.
-      const Mem& src = mem_.at(op.operands[2]);
-      const auto rank = static_cast<uint32_t>(src.shape.size());
-      llvm::AllocaInst* dims =
-          entry_alloca(i32, B.getInt32(2 * rank), fmt::format("tma.dims{}", op.operands[2]));
+      const ir::TmaOperands at = ir::tma_operands(op.kind);
+      const Mem& t = mem_.at(op.operands[at.tensor]);
+      const auto rank = static_cast<uint32_t>(t.shape.size());
+      llvm::AllocaInst* dims = entry_alloca(i32, B.getInt32(2 * rank),
+                                            fmt::format("tma.dims{}", op.operands[at.tensor]));
       llvm::AllocaInst* coords =
-          entry_alloca(i32, B.getInt32(rank), fmt::format("tma.coords{}", op.operands[2]));
+          entry_alloca(i32, B.getInt32(rank), fmt::format("tma.coords{}", op.operands[at.tensor]));
       for (uint32_t d = 0; d < rank; ++d) {
-        B.CreateStore(src.shape[d], B.CreateConstInBoundsGEP1_32(i32, dims, d));
-        B.CreateStore(src.stride[d], B.CreateConstInBoundsGEP1_32(i32, dims, rank + d));
-        B.CreateStore(v(op.operands[5 + d]), B.CreateConstInBoundsGEP1_32(i32, coords, d));
+        B.CreateStore(t.shape[d], B.CreateConstInBoundsGEP1_32(i32, dims, d));
+        B.CreateStore(t.stride[d], B.CreateConstInBoundsGEP1_32(i32, dims, rank + d));
+        B.CreateStore(v(op.operands[at.coords + d]), B.CreateConstInBoundsGEP1_32(i32, coords, d));
       }
-      const ir::Type& dt = type(op.operands[0]);
-      code = call("kiln_rt_tma_load", {ptr, ptr, i32, i32, ptr, ptr, ptr, i64, i32},
-                  {element_ptr(op.operands[3], v(op.operands[4])),
-                   element_ptr(op.operands[0], B.getInt32(0)), B.getInt32(dt.count),
-                   v(op.operands[1]), src.base, dims, coords, B.getInt64(op.attr.i),
-                   B.getInt32(static_cast<uint32_t>(ir::elem_bytes(dt.elem)))});
+      const ir::Type& st = type(op.operands[at.shared]);
+      Value* shared = element_ptr(op.operands[at.shared], B.getInt32(0));
+      Value* esize = B.getInt32(static_cast<uint32_t>(ir::elem_bytes(st.elem)));
+      if (op.kind == OpKind::TmaLoad)
+        code = call("kiln_rt_tma_load", {ptr, ptr, i32, i32, ptr, ptr, ptr, i64, i32},
+                    {element_ptr(op.operands[3], v(op.operands[4])), shared, B.getInt32(st.count),
+                     v(op.operands[at.index]), t.base, dims, coords, B.getInt64(op.attr.i), esize});
+      else
+        code = call("kiln_rt_tma_store", {ptr, ptr, i32, i32, ptr, ptr, i64, i32},
+                    {t.base, shared, B.getInt32(st.count), v(op.operands[at.index]), dims, coords,
+                     B.getInt64(op.attr.i), esize});
       break;
     }
     case OpKind::Tcgen05Commit:

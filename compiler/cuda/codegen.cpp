@@ -420,9 +420,10 @@ class Gen {
     // the absolute address) starts with the array.
     ir::walk(K.body, [&](const ir::Op& op) {
       // TMA's swizzle follows the absolute address as the multiplies' does.
-      if (op.kind == OpKind::WgmmaDesc || op.kind == OpKind::Tcgen05Desc ||
-          op.kind == OpKind::TmaLoad)
+      if (op.kind == OpKind::WgmmaDesc || op.kind == OpKind::Tcgen05Desc)
         wgmma_arrays_.insert(op.operands[0]);
+      if (op.kind == OpKind::TmaLoad || op.kind == OpKind::TmaStore)
+        wgmma_arrays_.insert(op.operands[ir::tma_operands(op.kind).shared]);
       if (op.kind == OpKind::Wgmma) {
         wgmma_accs_.insert(op.operands[0]);
         wgmma_ops_.insert({static_cast<ElemType>(op.attr.i & 0xff), type(op.operands[0]).n,
@@ -876,24 +877,31 @@ class Gen {
         line(fmt::format("kiln::mbar_arrive_expect_tx({}, {}, {}u);", v(op.operands[0]),
                          v(op.operands[1]), op.attr.i));
         return {};
-      case OpKind::TmaLoad: {
-        // kiln::tma_load<swizzle, box...>(dst, index, map, bars, bar index, {coordinates}):
-        // box and coordinates outermost first, as in the IR.
+      case OpKind::TmaLoad:
+      case OpKind::TmaStore: {
+        // kiln::tma_load<swizzle, box...>(dst, index, map, bars, bar index, {coordinates}),
+        // kiln::tma_store<swizzle, box...>(map, src, index, {coordinates}): box and coordinates
+        // outermost first, as in the IR.
+        const ir::TmaOperands at = ir::tma_operands(op.kind);
         const ir::TmaBox b = ir::tma_box(op.attr.i);
         std::string tmpl = fmt::format("{}u", b.swizzle), coords;
         for (uint32_t d = 0; d < b.rank; ++d) {
           tmpl += fmt::format(", {}u", b.box[d]);
-          coords += (d ? ", " : "") + v(op.operands[5 + d]);
+          coords += (d ? ", " : "") + v(op.operands[at.coords + d]);
         }
         size_t map = 0;
         for (const abi::TensorMapSite& s : info_.tensor_maps) {
-          if (K.params[s.param].value == op.operands[2] && s.box == op.attr.i) break;
+          if (K.params[s.param].value == op.operands[at.tensor] && s.box == op.attr.i) break;
           ++map;
         }
-        KILN_CHECK(map < info_.tensor_maps.size(), "tma.load without its tensor-map site");
-        line(fmt::format("kiln::tma_load<{}>({}, {}, args.map[{}], {}, {}, {{{}}});", tmpl,
-                         v(op.operands[0]), v(op.operands[1]), map, v(op.operands[3]),
-                         v(op.operands[4]), coords));
+        KILN_CHECK(map < info_.tensor_maps.size(), "a TMA copy without its tensor-map site");
+        if (op.kind == OpKind::TmaLoad)
+          line(fmt::format("kiln::tma_load<{}>({}, {}, args.map[{}], {}, {}, {{{}}});", tmpl,
+                           v(op.operands[at.shared]), v(op.operands[at.index]), map,
+                           v(op.operands[3]), v(op.operands[4]), coords));
+        else
+          line(fmt::format("kiln::tma_store<{}>(args.map[{}], {}, {}, {{{}}});", tmpl, map,
+                           v(op.operands[at.shared]), v(op.operands[at.index]), coords));
         return {};
       }
       case OpKind::TmemLoad:
@@ -1147,7 +1155,8 @@ std::string unsupported_fragment(const ir::Op& op, const ir::Kernel& k, const Ta
   const bool mbarrier = op.kind == OpKind::MbarInit || op.kind == OpKind::MbarWait;
   if (mbarrier && arch.sm < 80)
     return fmt::format("mbarriers need sm_80 or later; {} has none", arch.name());
-  const bool tma = op.kind == OpKind::TmaLoad || op.kind == OpKind::MbarArriveTx;
+  const bool tma =
+      op.kind == OpKind::TmaLoad || op.kind == OpKind::TmaStore || op.kind == OpKind::MbarArriveTx;
   if (tma && !has_tma(arch))
     return fmt::format(
         "the Tensor Memory Accelerator (TMA) and mbarrier transaction counts need sm_90 or later; "

@@ -1911,6 +1911,8 @@ __device__ __forceinline__ L tmem_read(u32 t, u32 col) {
 #endif
 // ---- TMA (sm_90 and later) --------------------------------------------------------------------
 //
+// tma_store<SWIZZLE, BOX...>(map, src, index, {coordinates}): the other way, from shared memory
+// laid out the same into the tensor (elements outside it not written), done when it returns.
 // tma_load<SWIZZLE, BOX...>(dst, index, map, bars, bar index, {coordinates}): one unit copies the
 // box (extents outermost first) at the coordinates (outermost first; elements outside the tensor
 // are zero) into dst from element `index` on, row-major and swizzled, and the box's bytes
@@ -1934,40 +1936,34 @@ inline void mbar_arrive_expect_tx(const bounded<u64>& bars, u32 i, u32 bytes KIL
   u64* w = mbar_word(bars, i KILN_AT);
   if (w) mbar_update(w, 1, (long long)bytes KILN_AT);
 }
-template <u32 SW, u32... BOX, class T, int R>
-inline void tma_load(const bounded<T>& dst, u32 index, const tensor_map& map,
-                     const bounded<u64>& bars, u32 bi, const i32 (&c)[R] KILN_WHERE) {
-  static_assert(sizeof...(BOX) == R, "one coordinate per dimension of the box");
-  if (unit_linear() != 0) return;
-  u64* w = mbar_word(bars, bi KILN_AT);
-  if (!w) return;
-  tma_desc m;
-  memcpy(&m, &map, sizeof m);
-  const u32 box[R] = {BOX...};
+// The elements of a box in box order: visit(shared byte offset from the array's start,
+// swizzled; whether inside the tensor; its offset in the tensor in elements). False after a
+// misuse of the shared side (misaligned, or the box past the array), reported.
+template <u32 SW, class T, int R, class Visit>
+inline bool tma_walk(const tma_desc& m, const u32 (&box)[R], const bounded<T>& mem, u32 index,
+                     const i32 (&c)[R], Visit visit KILN_WHERE) {
   u64 total = sizeof(T);
   for (int d = 0; d < R; ++d) total *= box[d];
   const u64 start = (u64)index * sizeof(T);
   if (m.rank != (u32)R || m.elem_bytes != sizeof(T)) {
-    emu::misuse("a tma_load through a tensor map that does not describe its tensor", where);
-    return;
+    emu::misuse("a TMA copy through a tensor map that does not describe its tensor", where);
+    return false;
   }
   if (start % 128 != 0) {
-    emu::misuse("a tma_load into a shared array at an index that is no multiple of 128 bytes "
-                "(TMA writes whole 128-byte aligned lines)",
+    emu::misuse("a tma_load or tma_store at a shared-array index that is no multiple of 128 "
+                "bytes (TMA moves whole 128-byte aligned lines)",
                 where);
-    return;
+    return false;
   }
   // A swizzle moves 16-byte chunks within their 128-byte line: every line the box touches
   // must be inside the array.
   const u64 reach = SW ? (total + 127) / 128 * 128 : total;
-  if (start + reach > (u64)dst.n * sizeof(T)) {
-    emu::out_of_bounds(dst.space, emu::kStore, (u32)((start + reach) / sizeof(T) - 1), dst.n,
+  if (start + reach > (u64)mem.n * sizeof(T)) {
+    emu::out_of_bounds(mem.space, emu::kStore, (u32)((start + reach) / sizeof(T) - 1), mem.n,
                        where);
-    return;
+    return false;
   }
   const u64 mask = SW ? SW / 16 - 1 : 0;
-  unsigned char* out = (unsigned char*)dst.p;
-  const unsigned char* in = (const unsigned char*)(uintptr_t)m.base;
   u32 at[R] = {};
   for (u64 e = 0, n = total / sizeof(T); e < n; ++e) {
     bool inside = true;
@@ -1979,17 +1975,64 @@ inline void tma_load(const bounded<T>& dst, u32 index, const tensor_map& map,
     }
     u64 byte = start + e * sizeof(T);
     byte ^= ((byte >> 7) & mask) << 4;
-    if (!emu::access(out + byte, sizeof(T), emu::kStore | emu::kSharedSpace, where)) return;
-    if (inside)
-      memcpy(out + byte, in + offset * sizeof(T), sizeof(T));
-    else
-      memset(out + byte, 0, sizeof(T));
+    if (!visit(byte, inside, offset)) return false;
     for (int d = R; d-- > 0;) {
       if (++at[d] < box[d]) break;
       at[d] = 0;
     }
   }
-  mbar_update(w, 0, -(long long)total KILN_AT);
+  return true;
+}
+template <u32 SW, u32... BOX, class T, int R>
+inline void tma_load(const bounded<T>& dst, u32 index, const tensor_map& map,
+                     const bounded<u64>& bars, u32 bi, const i32 (&c)[R] KILN_WHERE) {
+  static_assert(sizeof...(BOX) == R, "one coordinate per dimension of the box");
+  if (unit_linear() != 0) return;
+  u64* w = mbar_word(bars, bi KILN_AT);
+  if (!w) return;
+  tma_desc m;
+  memcpy(&m, &map, sizeof m);
+  const u32 box[R] = {BOX...};
+  unsigned char* out = (unsigned char*)dst.p;
+  const unsigned char* in = (const unsigned char*)(uintptr_t)m.base;
+  const bool done = tma_walk<SW>(
+      m, box, dst, index, c,
+      [&](u64 byte, bool inside, u64 offset) {
+        if (!emu::access(out + byte, sizeof(T), emu::kStore | emu::kSharedSpace, where))
+          return false;
+        if (inside)
+          memcpy(out + byte, in + offset * sizeof(T), sizeof(T));
+        else
+          memset(out + byte, 0, sizeof(T));
+        return true;
+      } KILN_AT);
+  u64 total = sizeof(T);
+  for (int d = 0; d < R; ++d) total *= box[d];
+  if (done) mbar_update(w, 0, -(long long)total KILN_AT);
+}
+// A store is done when it returns: every unit's stores to the box before it, the shared memory
+// free again after it.
+template <u32 SW, u32... BOX, class T, int R>
+inline void tma_store(const tensor_map& map, const bounded<T>& src, u32 index,
+                      const i32 (&c)[R] KILN_WHERE) {
+  static_assert(sizeof...(BOX) == R, "one coordinate per dimension of the box");
+  emu::sync_threads(where);
+  if (unit_linear() == 0) {
+    tma_desc m;
+    memcpy(&m, &map, sizeof m);
+    const u32 box[R] = {BOX...};
+    const unsigned char* in = (const unsigned char*)src.p;
+    unsigned char* out = (unsigned char*)(uintptr_t)m.base;
+    tma_walk<SW>(
+        m, box, src, index, c,
+        [&](u64 byte, bool inside, u64 offset) {
+          if (!emu::access(in + byte, sizeof(T), emu::kLoad | emu::kSharedSpace, where))
+            return false;
+          if (inside) memcpy(out + offset * sizeof(T), in + byte, sizeof(T));
+          return true;
+        } KILN_AT);
+  }
+  emu::sync_threads(where);
 }
 #else
 __device__ __forceinline__ void mbar_arrive_expect_tx(u64* bars, u32 i, u32 bytes) {
@@ -2025,6 +2068,39 @@ __device__ __forceinline__ void tma_load(T* dst, u32 index, const tensor_map& ma
     KILN_TMA(5, "%3, %4, %5, %6, %7") ::"r"(d), "l"(m), "r"(b), "r"(c[4]), "r"(c[3]), "r"(c[2]),
         "r"(c[1]), "r"(c[0]) : "memory");
 #undef KILN_TMA
+#endif
+}
+template <u32 SW, u32... BOX, class T, int R>
+__device__ __forceinline__ void tma_store(const tensor_map& map, T* src, u32 index,
+                                          const i32 (&c)[R]) {
+  static_assert(sizeof...(BOX) == R, "one coordinate per dimension of the box");
+#if __CUDA_ARCH__ >= 900
+  // Each unit's stores to the box, visible to the async proxy, before unit 0 copies it.
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  __syncthreads();
+  if (unit_linear() == 0) {
+    const u32 s = shared_address(src + index);
+    const u64 m = (u64)&map;
+#define KILN_TMA(N, ...)                                                                    \
+  asm volatile("cp.async.bulk.tensor." #N "d.global.shared::cta.tile.bulk_group [%0, {" \
+               __VA_ARGS__ "}], [%1];"
+    if constexpr (R == 1)
+      KILN_TMA(1, "%2") ::"l"(m), "r"(s), "r"(c[0]) : "memory");
+    else if constexpr (R == 2)
+      KILN_TMA(2, "%2, %3") ::"l"(m), "r"(s), "r"(c[1]), "r"(c[0]) : "memory");
+    else if constexpr (R == 3)
+      KILN_TMA(3, "%2, %3, %4") ::"l"(m), "r"(s), "r"(c[2]), "r"(c[1]), "r"(c[0]) : "memory");
+    else if constexpr (R == 4)
+      KILN_TMA(4, "%2, %3, %4, %5") ::"l"(m), "r"(s), "r"(c[3]), "r"(c[2]), "r"(c[1]),
+          "r"(c[0]) : "memory");
+    else
+      KILN_TMA(5, "%2, %3, %4, %5, %6") ::"l"(m), "r"(s), "r"(c[4]), "r"(c[3]), "r"(c[2]),
+          "r"(c[1]), "r"(c[0]) : "memory");
+#undef KILN_TMA
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");  // the writes are done
+  }
+  __syncthreads();  // and the shared memory is free again
 #endif
 }
 #endif

@@ -1,6 +1,7 @@
 // The Tensor Memory Accelerator (TMA, sm_90 and later) in the DSL: a TMA view of a tensor
 // parameter (its box and swizzle), box copies from global into shared memory that complete on an
-// mbarrier, and the mbarrier's expected transaction count. docs/dsl.md "TMA" is the guide.
+// mbarrier, the mbarrier's expected transaction count, and box copies back to the tensor.
+// docs/dsl.md "TMA" is the guide.
 //
 //   auto bar = shared_array<u64>(1);
 //   auto as = shared_array<bf16>(128 * 64);
@@ -149,6 +150,39 @@ void tma_load(const SharedArray<W>& dst, Arg<uint32_t> index, const TmaView<V>& 
   ir::Attr a;
   a.i = ir::tma_attr(view.box());
   ctx.builder().op(ir::OpKind::TmaLoad, ops, index.at(), {}, a);
+}
+
+// The other way: the box of `view` at `coords` from src[index ...] (laid out as tma_load writes
+// it) into the tensor; elements of the box outside the tensor are not written. A cube operation,
+// done when it returns: every unit's stores to src before it are in the copy, and src may be
+// written again after it (on the GPU: the async proxy fence, a cube barrier, one unit's
+// cp.async.bulk.tensor and its wait, a cube barrier). Reading the tensor's written elements
+// back in the same kernel is not ordered with the copy: do it in the next kernel.
+template <class V, class W>
+void tma_store(const TmaView<V>& view, std::initializer_list<TmaCoord> coords,
+               const SharedArray<W>& src, Arg<uint32_t> index) {
+  static_assert(!std::is_const_v<V>,
+                "kiln: tma_store writes the tensor; declare it writable (Tensor<T>, not "
+                "Tensor<const T>)");
+  static_assert(std::is_same_v<host_of_t<V>, host_of_t<W>>,
+                "kiln: tma_store copies from a shared array of the tensor's element type");
+  auto& ctx = TraceContext::current();
+  if (!has_tma()) {
+    ctx.fail(index.where(), fmt::format("TMA copies are sm_90 instructions; {} has none: ask "
+                                        "has_tma() at trace time and copy with stores there",
+                                        ctx.target().name));
+    return;
+  }
+  if (coords.size() != view.box().rank) {
+    ctx.fail(index.where(), fmt::format("tma_store of a rank-{} view takes {} coordinates, not {}",
+                                        view.box().rank, view.box().rank, coords.size()));
+    return;
+  }
+  std::vector<ir::ValueId> ops = {view.tensor().id(), src.id(), index.value(1)};
+  for (const TmaCoord& c : coords) ops.push_back(c.id());
+  ir::Attr a;
+  a.i = ir::tma_attr(view.box());
+  ctx.builder().op(ir::OpKind::TmaStore, ops, index.at(), {}, a);
 }
 
 }  // namespace kiln::dsl

@@ -10,9 +10,12 @@
 //             wgmma over stage r % 2, wait for the multiplies, sync_cube
 //
 // The boxes land swizzled exactly as wgmma_tile_index lays a K-major tile out (one box per
-// warpgroup and k block of `swizzle` bytes), and elements outside A and B arrive as zeros, so
-// the edges need no code. It runs where has_wgmma() and has_tma() hold: sm_90a, the CPU
-// (copies are synchronous there) and the emulator (cuda-emu:sm_90a).
+// warpgroup and k block of `swizzle` bytes), and elements outside A and B arrive as zeros; the
+// product goes out through shared memory and a TMA store per warpgroup, which leaves out what is
+// past C's edges, so the edges need no code. TMA's rules apply to all three tensors: rows of a
+// multiple of 16 bytes (K a multiple of 8 for 16-bit inputs, 16 for 8-bit ones; N of 4). It runs
+// where has_wgmma() and has_tma() hold: sm_90a, the CPU (copies are synchronous there) and the
+// emulator (cuda-emu:sm_90a).
 #include <vector>
 
 #include "compiler/dsl/dsl.h"
@@ -73,8 +76,13 @@ void matmul_tma(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, in
     wgmma_wait(0);
     sync_cube();  // every warpgroup is done with this stage before round + 1 refills it
   });
-  u32 row0 = m0 + wg * 64u + 16u * (plane_pos() % 4u);
-  store(c, row0 * n + n0, n, select(row0 < m, m - row0, 0u), select(n0 < n, n - n0, 0u), acc);
+  // The epilogue through TMA too: each plane stores its 16 rows into its warpgroup's 64 x tile_n
+  // block of shared memory (row-major), and one box copy per warpgroup writes the block to C,
+  // the parts past C's edges left out.
+  auto cs = shared_array<Acc>(wgs * 64u * un);
+  auto cv = tma_view(c, {64, tile_n});
+  store(cs, wg * (64u * un) + 16u * (plane_pos() % 4u) * un, un, 16u, un, acc);
+  for (uint32_t g = 0; g < wgs; ++g) tma_store(cv, {m0 + g * 64u, n0}, cs, g * (64u * un));
 }
 KILN_KERNEL_GENERIC(matmul_tma,
                     "a: rank=2, b: rank=2, c: rank=2, tile_n = 128 in 8..256, warpgroups = 2 in "

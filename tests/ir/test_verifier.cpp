@@ -241,6 +241,10 @@ std::vector<Case> cases() {
        "  %0 = alloc.shared : shared<f32, 1024>\n  %1 = alloc.shared : shared<u64, 1>\n"
        "  %2 = const 0 : i32\n  tma.load %0, %u, %t, %1, %u, %2, %2, box 8, 64, swizzle 128\n",
        "with a 128-byte swizzle the innermost extent of a TMA box is at most 128 bytes"},
+      {OpKind::TmaStore,
+       "  %0 = alloc.shared : shared<f32, 1024>\n  %1 = const 0 : i32\n"
+       "  tma.store %ro, %0, %u, %1, box 64, swizzle 0\n",
+       "'tma.store' writes to a read-only tensor (tensor<f32, 1, ro>); declare it writable"},
   };
 }
 

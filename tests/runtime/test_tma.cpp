@@ -32,6 +32,17 @@ KILN_KERNEL(tma_box2,
             "mode = 0")
     .cube_dim(64);
 
+// Fills a rows x cols box of shared memory with 1, 2, 3, ... in its raw layout and stores it
+// through a TMA view with `swizzle` at (r0, c0) of dst.
+void tma_store2(Tensor<f32> dst, i32 r0, i32 c0, int rows, int cols, int swizzle) {
+  const auto n = static_cast<uint32_t>(rows * cols);
+  auto s = shared_array<f32>(n + 64u);
+  auto view = tma_view(dst, {rows, cols}, static_cast<Swizzle>(swizzle));
+  for_range(unit_pos(), n, cube_dim(), [&](u32 i) { s[i] = cast<f32>(i + 1u); });
+  tma_store(view, {r0, c0}, s, 0u);
+}
+KILN_KERNEL(tma_store2, "dst: rank=2, r0, c0, rows = 8, cols = 32, swizzle = 128").cube_dim(64);
+
 // Rank 1 and 3: the box at coordinates, zeros outside.
 void tma_box1(Tensor<const i16> src, Tensor<i16> out, i32 x0) {
   auto s = shared_array<i16>(64);
@@ -133,6 +144,41 @@ TEST_CASE("a TMA box lands row-major and swizzled, zeros outside the tensor", "[
               got[swizzled(static_cast<uint32_t>(r), static_cast<uint32_t>(c),
                            static_cast<uint32_t>(cs.cols), static_cast<uint32_t>(cs.swizzle))] ==
               want);
+        }
+    }
+  }
+}
+
+TEST_CASE("a TMA store writes the box from its shared layout and nothing outside the tensor",
+          "[tma]") {
+  (void)kernels::builtin_names();
+  for (Runtime& rt : tma_devices()) {
+    INFO("on " << rt.device().name);
+    const int64_t R = 20, C = 40;
+    auto k = test::kernel(rt, "tma_store2");
+    struct Case {
+      int rows, cols, swizzle, r0, c0;
+    };
+    for (Case cs : {Case{8, 32, 128, 0, 0}, Case{8, 16, 64, 3, 5}, Case{8, 8, 32, 2, 1},
+                    Case{16, 32, 0, 10, 20}, Case{8, 32, 128, 16, 24}, Case{8, 16, 64, -3, -5}}) {
+      INFO("box " << cs.rows << "x" << cs.cols << " swizzle " << cs.swizzle << " at " << cs.r0
+                  << "," << cs.c0);
+      Tensor dst =
+          test::tensor_from(rt, ir::ElemType::F32, std::vector<float>(R * C, -1.0f), {R, C});
+      KILN_REQUIRE_OK(rt.launch(k, 1, 64, dst, cs.r0, cs.c0, cs.rows, cs.cols, cs.swizzle));
+      KILN_REQUIRE_OK(rt.sync());
+      const auto got = test::to_host<float>(dst);
+      for (int64_t gr = 0; gr < R; ++gr)
+        for (int64_t gc = 0; gc < C; ++gc) {
+          const int64_t r = gr - cs.r0, c = gc - cs.c0;
+          float want = -1.0f;  // untouched outside the box
+          if (r >= 0 && r < cs.rows && c >= 0 && c < cs.cols)
+            want = static_cast<float>(swizzled(static_cast<uint32_t>(r), static_cast<uint32_t>(c),
+                                               static_cast<uint32_t>(cs.cols),
+                                               static_cast<uint32_t>(cs.swizzle)) +
+                                      1);
+          INFO("element " << gr << "," << gc);
+          REQUIRE(got[static_cast<size_t>(gr * C + gc)] == want);
         }
     }
   }
