@@ -1,12 +1,13 @@
 // Argument packing and parallel execution of compiled CPU kernels.
 #include "runtime/cpu_exec.h"
-#include "runtime/tma.h"
 
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
 
 #include <fmt/format.h>
+
+#include "runtime/tma.h"
 
 namespace kiln {
 
