@@ -47,6 +47,10 @@ bool Backend::has_tma(const Target&) const {
   return true;
 }
 
+bool Backend::has_cp_async(const Target&) const {
+  return true;
+}
+
 bool Backend::has_mma_scaled(const Target&) const {
   return true;
 }
@@ -120,6 +124,7 @@ std::shared_ptr<const dsl::TraceTarget> trace_target(const Target& t) {
   tt->wgmma = t.backend->has_wgmma(t);
   tt->tcgen05 = t.backend->has_tcgen05(t);
   tt->tma = t.backend->has_tma(t);
+  tt->cp_async = t.backend->has_cp_async(t);
   tt->mma_scaled = t.backend->has_mma_scaled(t);
   return tt;
 }

@@ -105,6 +105,9 @@ class Backend {
   // Whether the target has the Tensor Memory Accelerator (tma.load, mbar.arrive_expect_tx): all
   // by default (the CPU), sm_90 and later among the GPUs.
   virtual bool has_tma(const Target& t) const;
+  // Whether the target has per-unit asynchronous copies (async.*, cp.async): all by default (the
+  // CPU), sm_80 and later among the GPUs.
+  virtual bool has_cp_async(const Target& t) const;
   // Whether the target runs block-scaled multiplies (frag.mma_scaled): all by default (the
   // CPU), sm_120a only among the GPUs.
   virtual bool has_mma_scaled(const Target& t) const;

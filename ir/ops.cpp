@@ -515,6 +515,8 @@ int sig_operand_count(Sig sig) {
     case Sig::FragLoad:
     case Sig::FragStore:
       return 6;
+    case Sig::AsyncCopy:
+      return 5;
     case Sig::FragMmaScaled:
       return 9;
     case Sig::Print:
@@ -554,6 +556,7 @@ bool sig_has_result(Sig sig) {
     case Sig::TmemLoad:
     case Sig::TmaLoad:
     case Sig::TmaStore:
+    case Sig::AsyncCopy:
       return false;
     default:
       return true;
@@ -1085,8 +1088,27 @@ std::string check_op_types(OpKind kind, std::span<const Type> ops, const Attr& a
       break;
     case Sig::WgmmaWait:
       if (attr.i > 7)
-        return fmt::format("'wgmma.wait' leaves 0 to 7 groups in flight, not {}", attr.i);
+        return fmt::format("'{}' leaves 0 to 7 groups in flight, not {}", name, attr.i);
       break;
+    case Sig::AsyncCopy: {
+      const Type &m = ops[0], &g = ops[2];
+      if (m.kind != TypeKind::Shared || m.lanes != 1)
+        return fmt::format("'{}' copies into a shared array of scalars, not {}", name, tn(m));
+      if ((g.kind != TypeKind::Tensor && g.kind != TypeKind::Array) || g.lanes != 1)
+        return fmt::format("'{}' copies from a tensor or array of scalars (lines of 1), not {}",
+                           name, tn(g));
+      if (g.elem != m.elem || g.elem == ElemType::Bool)
+        return fmt::format(
+            "'{}' copies between {} elements and a shared array of {}; the types must be the "
+            "same number type",
+            name, elem_name(g.elem), elem_name(m.elem));
+      KILN_REQ(need_u32(1, "shared index"));
+      KILN_REQ(need_u32(3, "global index"));
+      if (!(ops[4] == Type::value(ElemType::Bool)))
+        return fmt::format("the valid flag of '{}' must be a bool scalar, got {}", name,
+                           tn(ops[4]));
+      break;
+    }
     case Sig::MbarInit:
     case Sig::MbarWait:
     case Sig::MbarRef:

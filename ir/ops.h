@@ -69,7 +69,7 @@ enum class Sig : uint8_t {
   WgmmaDesc,      // %r = wgmma.desc %m, %i, %lbo, %sbo, SWIZZLE : u64   m: shared memory
   Wgmma,          // wgmma.mma %acc, %adesc, %bdesc, T[, MA, MB]  acc += A * B (T: the input
                   //   type; MA, MB: k or mn, the majors of A and B, printed when not k, k)
-  WgmmaWait,      // wgmma.wait N                             N: groups left in flight
+  WgmmaWait,      // wgmma.wait N, async.wait N               N: groups left in flight
   MbarInit,       // mbar.init %m, %i, COUNT                  m: shared u64 (the mbarrier m[i])
   MbarWait,       // mbar.wait %m, %i, %parity                until that phase has completed
   MbarRef,        // NAME %m, %i                              m: shared u64
@@ -82,6 +82,7 @@ enum class Sig : uint8_t {
                   //   the box of tensor t at coordinates c (one i32 per dim, outermost first)
                   //   into m[i...], completing on the mbarrier bar[bi]; attr: tma_attr()
   TmaStore,       // tma.store %t, %m, %i, %c..., box B..., swizzle W   m[i...] into t's box
+  AsyncCopy,      // async.copy %m, %i, %g, %j, %valid     16 bytes of g from element j to m[i...]
   If,             // if %c { ... } [else { ... }]
   For,            // for %i = %a to %b step %s [unroll N|full] { ... }
   Loop,           // loop { ... }

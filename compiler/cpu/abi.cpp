@@ -414,6 +414,12 @@ const char* tmem_misuse_message(uint32_t code) {
              "(TMA moves whole 128-byte aligned lines)";
     case kTmaPastEnd:
       return "a tma_load or tma_store whose box reaches past the end of its shared array";
+    case kCopyMisaligned:
+      return "a copy_async whose shared or global address is not 16-byte aligned (its indices "
+             "must be multiples of 16 bytes, and the tensor's data start on 16 bytes)";
+    case kCopyPastEnd:
+      return "a copy_async whose 16 bytes reach past the end of its shared array or of the "
+             "memory it reads";
     case kTmemNotFreed:
       return "tensor memory still allocated when the cube ended; tmem_free() it before the "
              "kernel returns";
@@ -627,4 +633,21 @@ extern "C" uint32_t kiln_rt_tma_store(void* dst, const void* src, uint32_t src_c
                       [&](uint64_t byte, bool inside, uint64_t offset) {
                         if (inside) std::memcpy(out + offset * elem_bytes, in + byte, elem_bytes);
                       });
+}
+
+extern "C" uint32_t kiln_rt_copy_async(void* dst, uint32_t dst_count, uint32_t si, const void* src,
+                                       uint32_t src_count, uint32_t gi, uint32_t valid,
+                                       uint32_t elem_bytes) {
+  const uint32_t n = 16 / elem_bytes;
+  const auto* from = static_cast<const uint8_t*>(src) + uint64_t{gi} * elem_bytes;
+  if (si % n != 0 || (valid && reinterpret_cast<uintptr_t>(from) % 16 != 0))
+    return tm::kCopyMisaligned;
+  if (uint64_t{si} + n > dst_count || (valid && uint64_t{gi} + n > src_count))
+    return tm::kCopyPastEnd;
+  auto* to = static_cast<uint8_t*>(dst) + uint64_t{si} * elem_bytes;
+  if (valid)
+    std::memcpy(to, from, 16);
+  else
+    std::memset(to, 0, 16);
+  return 0;
 }

@@ -54,6 +54,8 @@ enum TmemMisuse : uint32_t {
   kMbarTxOverflow,
   kTmaMisaligned,
   kTmaPastEnd,
+  kCopyMisaligned,
+  kCopyPastEnd,
   kTmemMisuseEnd
 };
 // The message of a misuse, for the kernel's assert site.
@@ -110,6 +112,10 @@ uint32_t kiln_rt_mbar_arrive_tx(uint64_t* bar, uint32_t bytes);
 uint32_t kiln_rt_tma_load(uint64_t* bar, void* dst, uint32_t dst_count, uint32_t index,
                           const void* src, const uint32_t* dims, const int32_t* coords,
                           uint64_t attr, uint32_t elem_bytes);
+// async.copy for one unit: 16 bytes of src from element gi (zeros when !valid) to dst's element
+// si; a copy is done when it returns on the CPU.
+uint32_t kiln_rt_copy_async(void* dst, uint32_t dst_count, uint32_t si, const void* src,
+                            uint32_t src_count, uint32_t gi, uint32_t valid, uint32_t elem_bytes);
 // tma.store: the box of src's bytes from index * elem_bytes on (laid out as kiln_rt_tma_load
 // writes it) into the tensor at `dst`, the elements outside the tensor not written.
 uint32_t kiln_rt_tma_store(void* dst, const void* src, uint32_t src_count, uint32_t index,

@@ -539,6 +539,12 @@ void Gen::emit_scalar(const ir::Op& op) {
     case OpKind::TmemRead:
       tmem_read(op);
       return;
+    case OpKind::AsyncCopy:
+      copy_async(op);
+      return;
+    case OpKind::AsyncCommit:
+    case OpKind::AsyncWait:
+      return;  // a copy is done when it is issued on the CPU
     case OpKind::AllocLocal: {
       const ir::Type& t = type(op.result);
       Mem m;

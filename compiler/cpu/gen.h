@@ -767,6 +767,7 @@ class Gen {
   void tcgen05_desc(const ir::Op& op);
   void cube_op(const ir::Op& op);
   void tmem_read(const ir::Op& op);
+  void copy_async(const ir::Op& op);
 
   llvm::LLVMContext& C;
   llvm::Module& M;

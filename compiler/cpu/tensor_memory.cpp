@@ -205,4 +205,23 @@ void Gen::tmem_read(const ir::Op& op) {
   set(op.result, B.CreateLoad(ty(t), slot));
 }
 
+// A unit's cp.async: kiln_rt_copy_async copies its 16 bytes when it is issued (so commits and
+// waits have nothing to do on the CPU); the units loop around it runs unit by unit
+// (units_width).
+void Gen::copy_async(const ir::Op& op) {
+  KILN_CHECK(unit_, "async.copy outside a units loop");
+  llvm::Type* i32 = B.getInt32Ty();
+  const ir::Type& st = type(op.operands[0]);
+  const Mem& src = mem_.at(op.operands[2]);
+  auto callee = M.getOrInsertFunction(
+      "kiln_rt_copy_async",
+      llvm::FunctionType::get(i32, {B.getPtrTy(), i32, i32, B.getPtrTy(), i32, i32, i32, i32},
+                              false));
+  Value* code = B.CreateCall(
+      callee, {element_ptr(op.operands[0], B.getInt32(0)), B.getInt32(st.count), v(op.operands[1]),
+               src.base, src.len, v(op.operands[3]), B.CreateZExt(v(op.operands[4]), i32),
+               B.getInt32(static_cast<uint32_t>(ir::elem_bytes(st.elem)))});
+  report_misuse(code, kCopyMisaligned, kCopyPastEnd, K.loc_string(op.loc), unit_);
+}
+
 }  // namespace kiln::cpu::detail

@@ -223,8 +223,9 @@ int Gen::units_width(const ir::Op& units) {
     const bool atomic = ir::op_info(op.kind).sig == ir::Sig::Atomic ||
                         ir::op_info(op.kind).sig == ir::Sig::AtomicCas;
     if (atomic && K.type_of(op.operands[0]).kind == ir::TypeKind::Local) ok = false;
-    // A unit's row of tensor memory is read by a call for that unit.
-    if (op.kind == OpKind::TmemRead) ok = false;
+    // A unit's row of tensor memory is read, and a unit's cp.async copied, by a call for that
+    // unit.
+    if (op.kind == OpKind::TmemRead || op.kind == OpKind::AsyncCopy) ok = false;
   });
   if (!ok) return 1;
   int lanes = std::min(16, O.target.vector_bits / widest);

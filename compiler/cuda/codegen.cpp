@@ -877,6 +877,17 @@ class Gen {
         line(fmt::format("kiln::mbar_arrive_expect_tx({}, {}, {}u);", v(op.operands[0]),
                          v(op.operands[1]), op.attr.i));
         return {};
+      case OpKind::AsyncCopy:
+        line(fmt::format("kiln::copy_async({}, {}, {}, {}, {});", v(op.operands[0]),
+                         v(op.operands[1]), v(op.operands[2]), v(op.operands[3]),
+                         v(op.operands[4])));
+        return {};
+      case OpKind::AsyncCommit:
+        line("kiln::copy_async_commit();");
+        return {};
+      case OpKind::AsyncWait:
+        line(fmt::format("kiln::copy_async_wait<{}>();", op.attr.i));
+        return {};
       case OpKind::TmaLoad:
       case OpKind::TmaStore: {
         // kiln::tma_load<swizzle, box...>(dst, index, map, bars, bar index, {coordinates}),
@@ -1163,6 +1174,14 @@ std::string unsupported_fragment(const ir::Op& op, const ir::Kernel& k, const Ta
         "{} has none (ask has_tma() at trace time and copy with loads and stores there)",
         arch.name());
   if (tma) return {};
+  const bool cp_async = op.kind == OpKind::AsyncCopy || op.kind == OpKind::AsyncCommit ||
+                        op.kind == OpKind::AsyncWait;
+  if (cp_async && arch.sm < 80)
+    return fmt::format(
+        "cp.async needs sm_80 or later; {} has none (ask has_cp_async() at trace "
+        "time and copy with loads and stores there)",
+        arch.name());
+  if (cp_async) return {};
   if ((ir::is_cube_op(op.kind) || op.kind == OpKind::TmemRead) && !mbarrier && !has_tcgen05(arch))
     return fmt::format(
         "tensor memory and tcgen05 are sm_100a instructions; {} has none (ask has_tcgen05() at "

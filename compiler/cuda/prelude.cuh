@@ -2010,6 +2010,31 @@ inline void tma_load(const bounded<T>& dst, u32 index, const tensor_map& map,
   for (int d = 0; d < R; ++d) total *= box[d];
   if (done) mbar_update(w, 0, -(long long)total KILN_AT);
 }
+// cp.async: the unit's 16 bytes land at once (the emulator orders them as the unit's own store:
+// other units read them after a sync_cube, as on the GPU after the wait and a barrier).
+template <class T, class S>
+inline void copy_async(const bounded<T>& dst, u32 si, const S* src, u32 gi, bool valid KILN_WHERE) {
+  enum : u32 { N = 16 / sizeof(T) };
+  if (si % N != 0 || ((uintptr_t)(src + gi) % 16 != 0 && valid)) {
+    emu::misuse("a copy_async whose shared or global address is not 16-byte aligned (its "
+                "indices must be multiples of 16 bytes, and the tensor's data start on 16 bytes)",
+                where);
+    return;
+  }
+  if (si + N > dst.n) {
+    emu::out_of_bounds(dst.space, emu::kStore, si + N - 1, dst.n, where);
+    return;
+  }
+  if (valid && !emu::access(src + gi, 16, emu::kLoad, where)) return;
+  if (!emu::access(dst.p + si, 16, emu::kStore | emu::kSharedSpace, where)) return;
+  if (valid)
+    memcpy(dst.p + si, src + gi, 16);
+  else
+    memset(dst.p + si, 0, 16);
+}
+inline void copy_async_commit() {}
+template <int N>
+inline void copy_async_wait() {}
 // A store is done when it returns: every unit's stores to the box before it, the shared memory
 // free again after it.
 template <u32 SW, u32... BOX, class T, int R>
@@ -2068,6 +2093,25 @@ __device__ __forceinline__ void tma_load(T* dst, u32 index, const tensor_map& ma
     KILN_TMA(5, "%3, %4, %5, %6, %7") ::"r"(d), "l"(m), "r"(b), "r"(c[4]), "r"(c[3]), "r"(c[2]),
         "r"(c[1]), "r"(c[0]) : "memory");
 #undef KILN_TMA
+#endif
+}
+// cp.async.cg: 16 bytes, L2 only; a source size of 0 writes 16 zero bytes and reads nothing.
+template <class T, class S>
+__device__ __forceinline__ void copy_async(T* dst, u32 si, const S* src, u32 gi, bool valid) {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared_address(dst + si)),
+               "l"(src + gi), "r"(valid ? 16u : 0u) : "memory");
+#endif
+}
+__device__ __forceinline__ void copy_async_commit() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+template <int N>
+__device__ __forceinline__ void copy_async_wait() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 #endif
 }
 template <u32 SW, u32... BOX, class T, int R>

@@ -20,6 +20,7 @@
 #include "compiler/dsl/memory.h"
 #include "compiler/dsl/registry.h"
 #include "compiler/dsl/tensor_memory.h"
+#include "compiler/dsl/async_copy.h"
 #include "compiler/dsl/tma.h"
 #include "compiler/dsl/value.h"
 #include "compiler/dsl/var.h"

@@ -241,6 +241,11 @@ std::vector<Case> cases() {
        "  %0 = alloc.shared : shared<f32, 1024>\n  %1 = alloc.shared : shared<u64, 1>\n"
        "  %2 = const 0 : i32\n  tma.load %0, %u, %t, %1, %u, %2, %2, box 8, 64, swizzle 128\n",
        "with a 128-byte swizzle the innermost extent of a TMA box is at most 128 bytes"},
+      {OpKind::AsyncCopy,
+       "  %0 = alloc.shared : shared<f16, 64>\n  async.copy %0, %u, %t, %u, %b\n",
+       "'async.copy' copies between f32 elements and a shared array of f16"},
+      {OpKind::AsyncCommit, "  %0 = async.commit\n", "parse error"},  // nothing else is wrong
+      {OpKind::AsyncWait, "  async.wait 8\n", "'async.wait' leaves 0 to 7 groups in flight, not 8"},
       {OpKind::TmaStore,
        "  %0 = alloc.shared : shared<f32, 1024>\n  %1 = const 0 : i32\n"
        "  tma.store %ro, %0, %u, %1, box 64, swizzle 0\n",

@@ -411,6 +411,23 @@ TEST_CASE("f8 matrix inputs are refused before sm_89", "[cuda][compile][fp8]") {
   }
 }
 
+TEST_CASE("copy_async is cp.async on sm_80 and later, and a trace error before",
+          "[cuda][compile]") {
+  (void)kernels::builtin_names();
+  const dsl::KernelDef* d = dsl::Registry::global().find("async_tile");
+  REQUIRE(d);
+  auto k = test::traced_for(*d, "sm_80");
+  INFO((k.ok() ? std::string() : k.error().message));
+  REQUIRE(k.ok());
+  const auto b = test::cuda_build(*k, "sm_80");
+  CHECK_THAT(b.compiled.ptx, Contains("cp.async.cg.shared.global"));
+  CHECK_THAT(b.compiled.ptx, Contains("cp.async.commit_group;"));
+  CHECK_THAT(b.compiled.ptx, Contains("cp.async.wait_group 0;"));
+  auto old = test::traced_for(*d, "sm_75");
+  REQUIRE_FALSE(old.ok());
+  CHECK_THAT(old.error().message, Contains("cp.async is an sm_80 instruction; sm_75 has none"));
+}
+
 // Coverage driven by the op list: every op kind of ir/ops.def is in a kernel these tests compile
 // for every target (only `units`, which exists in kernels lowered for the CPU, is not).
 TEST_CASE("every op kind is compiled by the CUDA tests", "[cuda][compile][coverage]") {
