@@ -11,7 +11,7 @@
 
 using namespace kiln::dsl;
 
-// async_tile is in runtime_kernels.cpp, where the CUDA tests compile it for every target.
+// async_tile is in async_copy_kernels.cpp, which the CUDA compile tests build for every target.
 
 namespace kiln {
 namespace {
@@ -50,7 +50,7 @@ TEST_CASE("copy_async copies 16 bytes per unit, zeros when not valid", "[async]"
     if (st.ok()) st = rt.sync();
     REQUIRE_FALSE(st.ok());
     CHECK_THAT(st.error().message,
-               Contains(test::marker_loc("tests/runtime/runtime_kernels.cpp", "ASYNC_COPY")));
+               Contains(test::marker_loc("tests/compiler/cpu/async_copy_kernels.cpp", "ASYNC_COPY")));
     CHECK_THAT(st.error().message, Contains("16-byte aligned"));
   }
 }
