@@ -49,8 +49,8 @@ TEST_CASE("copy_async copies 16 bytes per unit, zeros when not valid", "[async]"
     Status st = rt.launch(k, 1, 32, src, out, 0u, 1);
     if (st.ok()) st = rt.sync();
     REQUIRE_FALSE(st.ok());
-    CHECK_THAT(st.error().message,
-               Contains(test::marker_loc("tests/compiler/cpu/async_copy_kernels.cpp", "ASYNC_COPY")));
+    CHECK_THAT(st.error().message, Contains(test::marker_loc(
+                                       "tests/compiler/cpu/async_copy_kernels.cpp", "ASYNC_COPY")));
     CHECK_THAT(st.error().message, Contains("16-byte aligned"));
   }
 }
