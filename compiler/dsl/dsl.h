@@ -12,6 +12,7 @@
 // docs/dsl.md is the tutorial and the reference.
 #pragma once
 
+#include "compiler/dsl/async_copy.h"
 #include "compiler/dsl/builtins.h"
 #include "compiler/dsl/comptime.h"
 #include "compiler/dsl/context.h"
@@ -20,7 +21,6 @@
 #include "compiler/dsl/memory.h"
 #include "compiler/dsl/registry.h"
 #include "compiler/dsl/tensor_memory.h"
-#include "compiler/dsl/async_copy.h"
 #include "compiler/dsl/tma.h"
 #include "compiler/dsl/value.h"
 #include "compiler/dsl/var.h"

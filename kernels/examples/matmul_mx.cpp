@@ -36,11 +36,12 @@ void matmul_mx(Tensor<const T> a, Tensor<const T> b, Tensor<const u8> sa, Tensor
   });
   store(c, row0 * n + col0, n, acc);
 }
-KILN_KERNEL_GENERIC(matmul_mx, "a: rank=2, b: rank=2, sa: rank=2, sb: rank=2, c: rank=2",
-                    f8e4m3, f8e5m2)
+KILN_KERNEL_GENERIC(matmul_mx, "a: rank=2, b: rank=2, sa: rank=2, sb: rank=2, c: rank=2", f8e4m3,
+                    f8e5m2)
     .cube_dim(32)
-    .describe("C = (A * SA) (B * SB)^T for MX fp8 with block-scaled mma (sm_120a; the CPU and "
-              "cuda-emu:sm_120a run it too)");
+    .describe(
+        "C = (A * SA) (B * SB)^T for MX fp8 with block-scaled mma (sm_120a; the CPU and "
+        "cuda-emu:sm_120a run it too)");
 
 KILN_RUN(matmul_mx)
     .shape("a", {160, 256})
