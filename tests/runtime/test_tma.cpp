@@ -83,6 +83,16 @@ void tma_wide_box(Tensor<const f32> a) {
 }
 KILN_KERNEL(tma_wide_box, "a: rank=2").cube_dim(32);
 
+// A box extent of `extent` rows (0, negative and past 256 are refused at the view).
+void tma_bad_extent(Tensor<const f32> a, int extent) {
+  auto s = shared_array<f32>(1024);
+  auto bar = shared_array<u64>(1);
+  mbarrier_init(bar, 0u);
+  auto v = tma_view(a, {extent, 4});  // TMA_EXTENT
+  tma_load(s, 0u, v, {0, 0}, bar, 0u);
+}
+KILN_KERNEL(tma_bad_extent, "a: rank=2, extent = 0 in -8..1024").cube_dim(32);
+
 namespace kiln {
 namespace {
 
@@ -265,6 +275,14 @@ TEST_CASE("TMA views are checked at trace time", "[tma]") {
   const std::string e = test::trace_error("tma_wide_box");
   CHECK_THAT(e, Contains(loc("TMA_WIDE")));
   CHECK_THAT(e, Contains("at most 128 bytes"));
+  for (int extent : {0, -1, 257}) {
+    dsl::SpecOptions o;
+    o.set["extent"] = std::to_string(extent);
+    const std::string bad = test::trace_error("tma_bad_extent", o);
+    INFO("extent " << extent);
+    CHECK_THAT(bad, Contains(loc("TMA_EXTENT")));
+    CHECK_THAT(bad, Contains("spans 1 to 256 elements in each dimension"));
+  }
 }
 
 }  // namespace
