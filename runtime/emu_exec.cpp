@@ -339,6 +339,8 @@ struct Shadow {
   uint16_t writer = 0;  // unit + 1; kAtomicWriter after atomics
   uint16_t reader = 0;  // unit + 1 of the phase's reader; kSeveral for more than one
   uint32_t read_gen = 0, read_epoch = 0, read_warp_epoch = 0;
+  // The last tcgen05 multiply that read it (TmemState's count), while a GPU may still run it.
+  uint32_t async_gen = 0, async_mma = 0;
   const char* file = nullptr;  // the write
   uint32_t line = 0;
 };
@@ -683,7 +685,19 @@ void check_shared(Cube& c, Slot& s, uintptr_t offset, uint64_t bytes, uint32_t h
                                at(e.file, e.line)));
       return;
     }
-    if (how & abi::kAsync) continue;
+    if (how & abi::kAsync) {
+      e.async_gen = c.w.gen;
+      e.async_mma = c.w.tmem_state.issued;
+      continue;
+    }
+    if (!(how & abi::kLoad) && e.async_gen == c.w.gen && e.async_mma > c.w.tmem_state.waited) {
+      c.report(me, fmt::format("{}: error: shared-memory race in {}: this {} overwrites bytes "
+                               "that a tcgen05_mma may still be reading (multiply {} of the "
+                               "cube, not yet waited for): wait for the mbarrier its "
+                               "tcgen05_commit arrives on before writing what it reads",
+                               at(file, line), c.where_in(me), access_words(how), e.async_mma));
+      return;
+    }
     if (how & abi::kLoad) {
       if (e.read_gen != c.w.gen || e.read_epoch != c.epoch) {
         e.read_gen = c.w.gen;

@@ -1615,8 +1615,19 @@ inline void mbar_wait(const bounded<u64>& bars, u32 i, u32 parity KILN_WHERE) {
               "parity k % 2)",
               where);
   }
+  // The commits that arrived in the phase of this parity are complete, and with them the
+  // multiplies they cover (a wait on another mbarrier or phase completes none).
   emu::TmemState* st = emu::unit()->tmem_state;
-  if (st->committed > st->waited) st->waited = st->committed;
+  u32 kept = 0;
+  for (u32 c = 0; c < st->pending; ++c) {
+    const emu::TmemCommit e = st->commits[c];
+    if (e.bar == w && e.parity == (parity & 1u)) {
+      if (e.issued > st->waited) st->waited = e.issued;
+    } else {
+      st->commits[kept++] = e;
+    }
+  }
+  st->pending = kept;
   // What completed the phase (a TMA copy's stores by unit 0) is ordered before every unit's
   // accesses after the wait, as the race detector sees it.
   emu::sync_threads(where);
@@ -1722,7 +1733,16 @@ inline void tcgen05_commit(const bounded<u64>& bars, u32 i KILN_WHERE) {
   u64* w = mbar_word(bars, i KILN_AT);
   if (!w) return;
   emu::TmemState* st = emu::unit()->tmem_state;
-  st->committed = st->issued;  // the multiplies run when issued: they are done
+  // The multiplies ran when issued, but a GPU may still be running them (and reading their
+  // shared memory) until a wait sees this arrival's phase complete.
+  if (st->pending == emu::kMaxPendingCommits) {
+    emu::misuse("more than 16 tcgen05_commit()s pending with no mbarrier_wait() that completes "
+                "them (the emulator tracks 16; wait for earlier commits first)",
+                where);
+    return;
+  }
+  st->committed = st->issued;
+  st->commits[st->pending++] = emu::TmemCommit{w, (u32)((*w >> 40) & 1u), st->issued};
   mbar_arrive(w KILN_AT);
 }
 template <u32 N, class T>

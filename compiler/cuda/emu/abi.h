@@ -21,7 +21,7 @@ struct Dim3 {
 // What a running unit sees; the emulator finds the current one from the running stack.
 struct Unit {
   Dim3 thread_idx, block_idx, block_dim, grid_dim;
-  unsigned char* shared;                  // the cube's shared-memory arena
+  unsigned char* shared;  // the cube's shared-memory arena
   // The cube's tensor memory (tcgen05): 128 lanes x 512 columns of 32 bits, lane-major, and
   // what the emulator tracks of it (TmemState).
   uint32_t* tmem;
@@ -55,12 +55,20 @@ enum : uint32_t {
 
 // Per cube: the tensor-memory columns allocated (bit c: columns 32c .. 32c + 31), the
 // multiplies issued, covered by a commit and waited for (counts), and where the last allocation
-// was made.
+// was made. A commit is pending until a wait sees the phase it arrived in complete: the
+// mbarrier it arrived on, that phase's parity and the multiplies it covers (the first `issued`).
+struct TmemCommit {
+  const void* bar;
+  uint32_t parity, issued;
+};
+enum : uint32_t { kMaxPendingCommits = 16 };
 struct TmemState {
   uint32_t allocated;
   uint32_t issued, committed, waited;
   const char* file;
   uint32_t line;
+  uint32_t pending;
+  TmemCommit commits[kMaxPendingCommits];
 };
 
 struct Api {
