@@ -1,13 +1,15 @@
 // matmul_tma: C = A * B^T with Hopper's warpgroup multiplies (wgmma) fed by the Tensor Memory
 // Accelerator, the TMA counterpart of matmul_wgmma (same operands: a is M x K, b is N x K, c is
 // M x N; same tiles). Its A and B tiles are not staged by the units: per round of k one unit
-// issues TMA box copies of them into one of two shared-memory stages, which complete on that
-// stage's mbarrier, and the round after is copied into the other stage while this one is
-// multiplied (a two-stage pipeline):
+// issues TMA box copies of them into one of `stages` shared-memory stages (a ring), which
+// complete on that stage's mbarrier. The copies run up to stages - 1 rounds ahead of the
+// multiplies, and the multiplies of one round overlap the wait for the next:
 //
-//   round r:  [issue copies of round r + 1 into stage (r + 1) % 2]
-//             wait for stage r % 2 (its mbarrier's phase r / 2)
-//             wgmma over stage r % 2, wait for the multiplies, sync_cube
+//   before:   issue rounds 0 .. stages - 2 into stages 0 .. stages - 2
+//   round r:  wait for stage r % stages (its mbarrier's phase r / stages)
+//             wgmma over that stage, commit; wait until round r - 1's multiplies are done
+//             sync_cube (every warpgroup is past round r - 1)
+//             issue round r + stages - 1 into stage (r - 1) % stages, which round r - 1 read
 //
 // The boxes land swizzled exactly as wgmma_tile_index lays a K-major tile out (one box per
 // warpgroup and k block of `swizzle` bytes), and elements outside A and B arrive as zeros; the
@@ -25,31 +27,32 @@ using namespace kiln::dsl;
 
 template <class T>
 void matmul_tma(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, int tile_n,
-                int warpgroups, int swizzle, int k_rows) {
+                int warpgroups, int swizzle, int k_rows, int stages) {
   using Acc = mma_acc_t<T>;
   const Swizzle sw = static_cast<Swizzle>(swizzle);
   // A box is `swizzle` bytes of k wide: one k block of a tile; a round is k_rows blocks.
   const auto per_row = static_cast<uint32_t>(swizzle / static_cast<int>(sizeof(host_of_t<T>)));
   const int steps = swizzle / 32 * k_rows;
   const auto kc = per_row * static_cast<uint32_t>(k_rows), un = static_cast<uint32_t>(tile_n),
-             wgs = static_cast<uint32_t>(warpgroups);
+             wgs = static_cast<uint32_t>(warpgroups), ns = static_cast<uint32_t>(stages);
   const uint32_t a_stage = wgs * 64u * kc, b_stage = un * kc;
   u32 m = a.shape(0), k = a.shape(1), n = b.shape(0);
   assert_(b.shape(1) == k && c.shape(0) == m && c.shape(1) == n,
           "a must be M x K, b N x K (B transposed) and c M x N");
   auto acc = accumulator<Acc>(16, tile_n, mma_k_step<T>());
-  auto as = shared_array<T>(2u * a_stage);
-  auto bs = shared_array<T>(2u * b_stage);
-  auto bar = shared_array<u64>(2);
+  auto as = shared_array<T>(ns * a_stage);
+  auto bs = shared_array<T>(ns * b_stage);
+  auto bar = shared_array<u64>(ns);
   auto av = tma_view(a, {64, static_cast<int>(per_row)}, sw);
   auto bv = tma_view(b, {tile_n, static_cast<int>(per_row)}, sw);
   const uint32_t stage_bytes = (wgs * av.box_bytes() + bv.box_bytes()) * uint32_t(k_rows);
   u32 wg = plane_pos() / 4u;
   u32 m0 = cube_pos_y() * (64u * wgs), n0 = cube_pos_x() * un;
-  mbarrier_init(bar, 0u);
-  mbarrier_init(bar, 1u);
-  // The copies of the round that starts at k0 into `stage`.
-  auto issue = [&](Val<uint32_t> stage, Val<uint32_t> k0) {
+  u32 rounds = (k + (kc - 1u)) / kc;
+  for (uint32_t s = 0; s < ns; ++s) mbarrier_init(bar, s);
+  // The copies of round r into its stage, r % stages.
+  auto issue = [&](Val<uint32_t> r) {
+    Val<uint32_t> stage = r % ns, k0 = r * kc;
     mbarrier_arrive_expect_tx(bar, stage, stage_bytes);
     for (uint32_t kb = 0; kb < uint32_t(k_rows); ++kb) {
       for (uint32_t g = 0; g < wgs; ++g)
@@ -59,13 +62,10 @@ void matmul_tma(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, in
     }
   };
   fill(acc, Acc(0));
-  if_(k > 0u, [&] { issue(Val<uint32_t>(0u), Val<uint32_t>(0u)); });
-  for_range(0u, k, kc, [&](u32 k0) {
-    u32 round = k0 / kc, stage = round % 2u;
-    // The other stage was last read by the previous round, which has waited for its multiplies
-    // and synced: it can be overwritten.
-    if_(k0 + kc < k, [&] { issue(1u - stage, k0 + kc); });
-    mbarrier_wait(bar, stage, (round / 2u) & 1u);
+  for (uint32_t p = 0; p + 1 < ns; ++p) if_(u32(p) < rounds, [&] { issue(Val<uint32_t>(p)); });
+  for_range(0u, rounds, 1u, [&](u32 r) {
+    u32 stage = r % ns;
+    mbarrier_wait(bar, stage, (r / ns) & 1u);
     wgmma_fence();
     for (int s = 0; s < steps; ++s)
       wgmma<T>(
@@ -73,9 +73,11 @@ void matmul_tma(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, in
           wgmma_tile_desc(as, stage * a_stage + wg * (64u * kc), 64, sw, static_cast<uint32_t>(s)),
           wgmma_tile_desc(bs, stage * b_stage, tile_n, sw, static_cast<uint32_t>(s)));
     wgmma_commit();
-    wgmma_wait(0);
-    sync_cube();  // every warpgroup is done with this stage before round + 1 refills it
+    wgmma_wait(1);  // round r - 1's multiplies are done; round r's may still run
+    sync_cube();    // every warpgroup is past round r - 1, so its stage can be refilled
+    if_(r + (ns - 1u) < rounds, [&] { issue(r + (ns - 1u)); });
   });
+  wgmma_wait(0);
   // The epilogue through TMA too: each plane stores its 16 rows into its warpgroup's 64 x tile_n
   // block of shared memory (row-major), and one box copy per warpgroup writes the block to C,
   // the parts past C's edges left out.
@@ -86,13 +88,13 @@ void matmul_tma(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, in
 }
 KILN_KERNEL_GENERIC(matmul_tma,
                     "a: rank=2, b: rank=2, c: rank=2, tile_n = 128 in 8..256, warpgroups = 2 in "
-                    "1..2, swizzle = 128 in 32..128, k_rows = 1 in 1..4",
+                    "1..2, swizzle = 128 in 32..128, k_rows = 1 in 1..4, stages = 3 in 2..4",
                     f16, bf16, f32, i8, u8, f8e4m3, f8e5m2)
     .cube_dim([](const ComptimeArgs& c) -> CubeDim {
       return {static_cast<uint32_t>(128 * c.integer("warpgroups")), 1, 1};
     })
     .describe(
-        "C = A * B^T with wgmma fed by TMA through a two-stage pipeline (sm_90a; the CPU and "
+        "C = A * B^T with wgmma fed by TMA through a ring of 2 to 4 stages (sm_90a; the CPU and "
         "cuda-emu run it too)");
 
 KILN_RUN(matmul_tma)

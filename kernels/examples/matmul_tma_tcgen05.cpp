@@ -1,16 +1,20 @@
 // matmul_tma_tcgen05: C = A * B^T with Blackwell's tcgen05 multiplies into tensor memory fed by
 // the Tensor Memory Accelerator, the TMA counterpart of matmul_tcgen05 (same operands: a is
 // M x K, b is N x K, c is M x N; a cube of 128 units owns a 128 x tile_n tile of C). As in
-// matmul_tma, one unit copies each round's A and B boxes into one of two shared-memory stages
-// (each with its mbarrier), and the copies of round r + 1 land while round r multiplies:
+// matmul_tma, one unit copies each round's A and B boxes into a ring of `stages` shared-memory
+// stages, each with two mbarriers: one its copies complete on, one the multiplies that read it
+// arrive on (tcgen05.commit). The multiplies run asynchronously, one round ahead of the wait that
+// frees a stage:
 //
-//   round r:  [issue copies of round r + 1 into stage (r + 1) % 2]
-//             wait for stage r % 2 (its mbarrier's phase r / 2)
-//             tcgen05.mma over stage r % 2, commit to the multiply mbarrier, wait (phase r)
+//   before:   issue rounds 0 .. stages - 2 into stages 0 .. stages - 2
+//   round r:  wait for stage r % stages' copies (its copy mbarrier's phase r / stages)
+//             tcgen05.mma over that stage, commit to its multiply mbarrier
+//             wait for round r - 1's multiplies (round r's keep the tensor cores busy), then
+//             issue round r + stages - 1 into stage (r - 1) % stages
+//   after:    wait for the last round's commit, which covers every multiply
 //
-// The multiplies of round r are waited for before round r + 1 starts, so the stage they read is
-// free for the copies issued then. It runs where has_tcgen05() and has_tma() hold: sm_100a, the
-// CPU and the emulator (cuda-emu:sm_100a).
+// It runs where has_tcgen05() and has_tma() hold: sm_100a, the CPU and the emulator
+// (cuda-emu:sm_100a).
 #include "compiler/dsl/dsl.h"
 #include "kernels/run.h"
 
@@ -18,28 +22,32 @@ using namespace kiln::dsl;
 
 template <class T>
 void matmul_tma_tcgen05(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, int tile_n,
-                        int swizzle, int k_rows) {
+                        int swizzle, int k_rows, int stages) {
   using Acc = mma_acc_t<T>;
   const Swizzle sw = static_cast<Swizzle>(swizzle);
   const auto per_row = static_cast<uint32_t>(swizzle / static_cast<int>(sizeof(host_of_t<T>)));
   const int steps = swizzle / 32 * k_rows;
-  const auto kc = per_row * static_cast<uint32_t>(k_rows), un = static_cast<uint32_t>(tile_n);
+  const auto kc = per_row * static_cast<uint32_t>(k_rows), un = static_cast<uint32_t>(tile_n),
+             ns = static_cast<uint32_t>(stages);
   const uint32_t a_stage = 128u * kc, b_stage = un * kc;
   int columns = 32;  // tensor memory comes in powers of two of at least 32 columns
   while (columns < tile_n) columns *= 2;
   u32 m = a.shape(0), k = a.shape(1), n = b.shape(0);
   assert_(b.shape(1) == k && c.shape(0) == m && c.shape(1) == n,
           "a must be M x K, b N x K (B transposed) and c M x N");
-  auto as = shared_array<T>(2u * a_stage);
-  auto bs = shared_array<T>(2u * b_stage);
-  auto bar = shared_array<u64>(3);  // the two stages' copies, then the multiplies
+  auto as = shared_array<T>(ns * a_stage);
+  auto bs = shared_array<T>(ns * b_stage);
+  // bar[s]: stage s's copies have landed; bar[stages + s]: the multiplies that read it are done.
+  auto bar = shared_array<u64>(2u * ns);
   auto av = tma_view(a, {128, static_cast<int>(per_row)}, sw);
   auto bv = tma_view(b, {tile_n, static_cast<int>(per_row)}, sw);
   const uint32_t stage_bytes = (av.box_bytes() + bv.box_bytes()) * uint32_t(k_rows);
   u32 m0 = cube_pos_y() * 128u, n0 = cube_pos_x() * un;
-  for (uint32_t i = 0; i < 3; ++i) mbarrier_init(bar, i);
+  u32 rounds = (k + (kc - 1u)) / kc;
+  for (uint32_t i = 0; i < 2u * ns; ++i) mbarrier_init(bar, i);
   u32 d = tmem_alloc(columns);
-  auto issue = [&](Val<uint32_t> stage, Val<uint32_t> k0) {
+  auto issue = [&](Val<uint32_t> r) {
+    Val<uint32_t> stage = r % ns, k0 = r * kc;
     mbarrier_arrive_expect_tx(bar, stage, stage_bytes);
     for (uint32_t kb = 0; kb < uint32_t(k_rows); ++kb) {
       tma_load(as, stage * a_stage + kb * (128u * per_row), av, {m0, k0 + kb * per_row}, bar,
@@ -47,23 +55,28 @@ void matmul_tma_tcgen05(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T
       tma_load(bs, stage * b_stage + kb * (un * per_row), bv, {n0, k0 + kb * per_row}, bar, stage);
     }
   };
-  if_(k > 0u, [&] { issue(Val<uint32_t>(0u), Val<uint32_t>(0u)); });
-  for_range(0u, k, kc, [&](u32 k0) {
-    u32 round = k0 / kc, stage = round % 2u;
-    if_(k0 + kc < k, [&] { issue(1u - stage, k0 + kc); });
-    mbarrier_wait(bar, stage, (round / 2u) & 1u);
+  // Until the multiplies of round p are done (the phase p / stages of its multiply mbarrier).
+  auto wait_multiplies = [&](Val<uint32_t> p) { mbarrier_wait(bar, ns + p % ns, (p / ns) & 1u); };
+  for (uint32_t p = 0; p + 1 < ns; ++p) if_(u32(p) < rounds, [&] { issue(Val<uint32_t>(p)); });
+  for_range(0u, rounds, 1u, [&](u32 r) {
+    u32 stage = r % ns;
+    mbarrier_wait(bar, stage, (r / ns) & 1u);
     for (int s = 0; s < steps; ++s) {
       auto adesc = tcgen05_tile_desc(as, stage * a_stage, 128, sw, static_cast<uint32_t>(s));
       auto bdesc = tcgen05_tile_desc(bs, stage * b_stage, tile_n, sw, static_cast<uint32_t>(s));
       // The first multiply of the first round writes D; every other one adds to it.
       if (s == 0)
-        tcgen05_mma<T>(d, adesc, bdesc, tile_n, k0 > 0u);
+        tcgen05_mma<T>(d, adesc, bdesc, tile_n, r > 0u);
       else
         tcgen05_mma<T>(d, adesc, bdesc, tile_n, true);
     }
-    tcgen05_commit(bar, 2u);
-    mbarrier_wait(bar, 2u, round & 1u);  // round r completes the multiply mbarrier's phase r
+    tcgen05_commit(bar, ns + stage);
+    if_(r + (ns - 1u) < rounds, [&] {
+      if_(r > 0u, [&] { wait_multiplies(r - 1u); });
+      issue(r + (ns - 1u));
+    });
   });
+  if_(rounds > 0u, [&] { wait_multiplies(rounds - 1u); });
   // Unit r's row of the product; K = 0 leaves it unwritten: it is zero.
   u32 row = m0 + unit_pos();
   for (int col = 0; col < tile_n; col += 8) {
@@ -77,13 +90,13 @@ void matmul_tma_tcgen05(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T
 }
 KILN_KERNEL_GENERIC(matmul_tma_tcgen05,
                     "a: rank=2, b: rank=2, c: rank=2, tile_n = 128 in 16..256, swizzle = 128 in "
-                    "32..128, k_rows = 1 in 1..4",
+                    "32..128, k_rows = 1 in 1..4, stages = 3 in 2..4",
                     f16, bf16, f32, i8, u8, f8e4m3, f8e5m2)
     .cube_dim([](const ComptimeArgs&) -> CubeDim {
       return {128, 1, 1};
     })
     .describe(
-        "C = A * B^T with tcgen05 fed by TMA through a two-stage pipeline (sm_100a; the CPU "
+        "C = A * B^T with tcgen05 fed by TMA through a ring of 2 to 4 stages (sm_100a; the CPU "
         "and cuda-emu:sm_100a run it too)");
 
 KILN_RUN(matmul_tma_tcgen05)

@@ -1,9 +1,10 @@
-// matmul_tcgen05 (tcgen05 multiplies into tensor memory, docs/dsl.md "Tensor memory and
-// tcgen05") against its double-precision reference on the CPU and the emulator
-// (cuda-emu:sm_100a): every input type, every swizzle of kiln's tile layout, n from 16 to 256,
-// several rounds of k (so the mbarrier's phases alternate), edges of the matrices that are no
-// multiple of a tile, and K = 0. Fresh random inputs, the output poisoned, through the kernel's
-// run recipe.
+// The tensor-core matmul examples against their double-precision reference on the CPU and the
+// emulator: matmul_tcgen05 (docs/dsl.md "Tensor memory and tcgen05") and the TMA pipelines
+// matmul_tma (wgmma, sm_90a) and matmul_tma_tcgen05 (sm_100a) (docs/dsl.md "TMA"): every input
+// type, every swizzle of kiln's tile layout, n from 16 to 256, rounds of k enough to wrap the
+// ring of stages several times (so the mbarriers' phases alternate), edges of the matrices
+// that are no multiple of a tile, and K = 0. Fresh random inputs, the output poisoned, through
+// the kernel's run recipe.
 #include <catch2/catch.hpp>
 
 #include "kernels/kernels.h"
@@ -17,9 +18,11 @@ struct Case {
   const char* dtype;
   int swizzle, tile_n, k_rows;
   int64_t m, n, k;
+  int stages = 0;               // the TMA kernels' ring (0: the kernel's default)
+  const char* error = nullptr;  // what the launch's error says, for a launch that must fail
 };
 
-void run_cases(const char* device, const std::vector<Case>& cases) {
+void run_cases(const char* kernel, const char* device, const std::vector<Case>& cases) {
   (void)kernels::builtin_names();
   auto rt = Runtime::open(device);
   if (!rt) {
@@ -27,18 +30,25 @@ void run_cases(const char* device, const std::vector<Case>& cases) {
     return;
   }
   for (const Case& c : cases) {
-    INFO(device << ": " << c.dtype << ", swizzle " << c.swizzle << ", tile_n " << c.tile_n
-                << ", k_rows " << c.k_rows << ", " << c.m << " x " << c.n << " x " << c.k);
+    INFO(kernel << " on " << device << ": " << c.dtype << ", swizzle " << c.swizzle << ", tile_n "
+                << c.tile_n << ", k_rows " << c.k_rows << ", stages " << c.stages << ", " << c.m
+                << " x " << c.n << " x " << c.k);
     kernels::RunConfig config;
     config.dtypes["a"] = c.dtype;
     config.set["swizzle"] = std::to_string(c.swizzle);
     config.set["tile_n"] = std::to_string(c.tile_n);
     config.set["k_rows"] = std::to_string(c.k_rows);
+    if (c.stages) config.set["stages"] = std::to_string(c.stages);
     config.shapes["a"] = {c.m, c.k};
     config.shapes["b"] = {c.n, c.k};
     config.repeat = 0;
-    auto r = kernels::run(*rt, "matmul_tcgen05", config);
+    auto r = kernels::run(*rt, kernel, config);
     INFO((r.ok() ? std::string() : r.error().message));
+    if (c.error) {
+      REQUIRE_FALSE(r.ok());
+      CHECK_THAT(r.error().message, Catch::Contains(c.error));
+      continue;
+    }
     REQUIRE(r.ok());
     REQUIRE(r->has_reference);
     for (const auto& check : r->checks) {
@@ -60,7 +70,7 @@ TEST_CASE("matmul_tcgen05: every input type and swizzle on the CPU", "[tcgen05][
   cases.push_back({"i8", 0, 48, 4, 129, 49, 512});
   cases.push_back({"f16", 32, 80, 3, 5, 7, 9});
   cases.push_back({"f32", 128, 128, 1, 64, 64, 0});
-  run_cases("cpu", cases);
+  run_cases("matmul_tcgen05", "cpu", cases);
 }
 
 TEST_CASE("matmul_tcgen05: every input type and swizzle on the emulator", "[tcgen05][emulator]") {
@@ -71,7 +81,57 @@ TEST_CASE("matmul_tcgen05: every input type and swizzle on the emulator", "[tcge
   for (int i = 0; i < 7; ++i) cases.push_back({types[i], swizzles[i % 4], 32, 1, 130, 40, 70});
   cases.push_back({"bf16", 128, 16, 1, 20, 17, 130});
   cases.push_back({"u8", 64, 256, 1, 10, 257, 64});
-  run_cases("cuda-emu:sm_100a", cases);
+  run_cases("matmul_tcgen05", "cuda-emu:sm_100a", cases);
+}
+
+// TMA rows are multiples of 16 bytes: K a multiple of 8 for 16-bit inputs, 16 for 8-bit ones,
+// 4 for f32; C's rows (f32 or i32) need N a multiple of 4.
+std::vector<Case> tma_cpu_cases() {
+  std::vector<Case> cases;
+  const char* types[] = {"f16", "bf16", "f32", "i8", "u8", "f8e4m3", "f8e5m2"};
+  const int swizzles[] = {128, 64, 32};
+  // Every type and swizzle, each ring depth, k wrapping the ring (k_rows 1 or 2).
+  for (int i = 0; i < 7; ++i)
+    for (int stages = 2; stages <= 4; ++stages)
+      cases.push_back(
+          {types[i], swizzles[(i + stages) % 3], 64, 1 + (i + stages) % 2, 150, 100, 704, stages});
+  cases.push_back({"bf16", 128, 16, 4, 130, 20, 1056, 3});  // n 16, four k blocks a round
+  cases.push_back({"f16", 32, 256, 1, 70, 260, 48, 4});     // fewer rounds than stages
+  cases.push_back({"i8", 64, 32, 1, 5, 8, 16, 2});          // one round, a tile that is all edge
+  // K = 0: TMA cannot describe an empty tensor, and the launch says so.
+  cases.push_back({"f32", 128, 64, 1, 64, 64, 0, 3, "shape[1] is 0"});
+  return cases;
+}
+
+std::vector<Case> tma_emulator_cases() {
+  // Smaller: the emulator checks every access and the ordering of every copy and multiply.
+  std::vector<Case> cases;
+  const char* types[] = {"f16", "bf16", "f32", "i8", "u8", "f8e4m3", "f8e5m2"};
+  const int swizzles[] = {128, 64, 32};
+  for (int i = 0; i < 7; ++i)
+    cases.push_back({types[i], swizzles[i % 3], 32, 1, 70, 36, 352, 2 + i % 3});
+  cases.push_back({"bf16", 128, 16, 2, 20, 20, 520, 4});
+  cases.push_back({"f16", 64, 32, 1, 10, 12, 0, 2, "no empty dimension"});
+  return cases;
+}
+
+TEST_CASE("matmul_tma: every input type, swizzle and ring depth on the CPU", "[tma][cpu]") {
+  run_cases("matmul_tma", "cpu", tma_cpu_cases());
+}
+
+TEST_CASE("matmul_tma: every input type, swizzle and ring depth on the emulator",
+          "[tma][emulator]") {
+  run_cases("matmul_tma", "cuda-emu:sm_90a", tma_emulator_cases());
+}
+
+TEST_CASE("matmul_tma_tcgen05: every input type, swizzle and ring depth on the CPU",
+          "[tma][tcgen05][cpu]") {
+  run_cases("matmul_tma_tcgen05", "cpu", tma_cpu_cases());
+}
+
+TEST_CASE("matmul_tma_tcgen05: every input type, swizzle and ring depth on the emulator",
+          "[tma][tcgen05][emulator]") {
+  run_cases("matmul_tma_tcgen05", "cuda-emu:sm_100a", tma_emulator_cases());
 }
 
 }  // namespace

@@ -7,7 +7,7 @@
 //            straight from global memory and staged in shared memory (ldmatrix), in TFLOP/s;
 //            its peer, torch.matmul, is measured by tools/gpu-check.sh in the same run;
 //            then kernels/examples/matmul_wgmma (wgmma, sm_90a devices only) on the same data,
-//            and kernels/examples/matmul_tma (the same multiplies fed by a two-stage TMA pipeline)
+//            and kernels/examples/matmul_tma (the same multiplies fed by a ring of TMA stages)
 // Without a GPU it says why and exits 77. Usage: gpu_bench [--quick]
 #include <algorithm>
 #include <chrono>
@@ -159,8 +159,8 @@ double spot_check(const std::vector<uint16_t>& ha, const std::vector<uint16_t>& 
 // bf16 matrices as matmul_mma: B is uploaded transposed (both operands K-major); 64-row
 // warpgroup tiles, two warpgroups per cube, a 128-byte swizzle, one wait per round of k (tiles
 // staged by the units, no pipelining: wgmma's floor, not its ceiling). Then matmul_tma, the same
-// arguments and multiplies with its tiles copied by TMA into two stages (the next round's copies
-// overlap this round's multiplies). Not on other architectures.
+// arguments and multiplies with its tiles copied by TMA into a ring of three stages (the copies
+// run two rounds ahead of the multiplies). Not on other architectures.
 void bench_wgmma(Runtime& rt, int64_t n, const std::vector<uint16_t>& ha,
                  const std::vector<uint16_t>& hb, Tensor& a, Tensor& c, bool quick) {
   if (rt.device().arch != "sm_90a") {
