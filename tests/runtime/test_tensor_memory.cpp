@@ -2,7 +2,8 @@
 // without a GPU, the CPU and the emulator (cuda-emu:sm_100a): a missing mbarrier_init, a copy out
 // of tensor memory before the wait, a wait on a phase that never completes, memory not freed
 // a multiply into columns that are not allocated, and reads into registers before the wait or
-// past the allocation. The correct version passes on both.
+// past the allocation; on the emulator also a store into shared memory a multiply may still be
+// reading. The correct version passes on both.
 #include <catch2/catch.hpp>
 
 #include "compiler/dsl/dsl.h"
@@ -17,7 +18,8 @@ using namespace kiln::dsl;
 // one mistake chosen by mode: 1 no mbarrier_init, 2 a tmem_load before the wait, 3 a wait with
 // the parity of the phase after the one that completes, 4 no tmem_free, 5 a multiply into the
 // columns after the allocation, 6 a tmem_read before the wait, 7 a tmem_read of the column after
-// the allocation.
+// the allocation, 8 a store into the multiply's operands before the wait (a GPU may still be
+// reading them).
 void tm_misuse(Tensor<f32> y, int mode) {
   auto s = shared_array<bf16>(128 * 16);
   auto cs = shared_array<f32>(128 * 16);
@@ -33,7 +35,11 @@ void tm_misuse(Tensor<f32> y, int mode) {
   tcgen05_commit(bar, 0u);
   if (mode == 2) tmem_load(cs, 0u, d, 16);               // TM_EARLY_LOAD
   if (mode == 6) y[unit_pos()] = tmem_read<f32>(d, 0u);  // TM_EARLY_READ
-  mbarrier_wait(bar, 0u, mode == 3 ? 1u : 0u);           // TM_WAIT
+  if (mode == 8) {
+    sync_cube();  // the multiply has been issued (not completed) before every unit's store
+    s[unit_pos()] = bf16(2.0f);  // TM_EARLY_STORE
+  }
+  mbarrier_wait(bar, 0u, mode == 3 ? 1u : 0u);  // TM_WAIT
   tmem_load(cs, 0u, d, 16);
   if (mode == 7) y[unit_pos()] = extract(tmem_read<f32>(d, 30u, 4), 0);  // TM_READ_PAST
   if (mode != 4) tmem_free(d, 32);
@@ -106,6 +112,15 @@ TEST_CASE("tensor-memory misuse is reported at its line on the CPU and the emula
     CHECK_THAT(st.error().message,
                Contains(loc("TM_READ_PAST")) &&
                    Contains("tmem_read() of tensor-memory columns that are not allocated"));
+    // The CPU's multiply is done when it returns; on a GPU it runs on, so the emulator holds
+    // stores into its operands to the wait for its commit.
+    if (emu) {
+      st = run(8);
+      REQUIRE_FALSE(st.ok());
+      CHECK_THAT(st.error().message,
+                 Contains(loc("TM_EARLY_STORE")) &&
+                     Contains("overwrites bytes that a tcgen05_mma may still be reading"));
+    }
   }
 }
 
