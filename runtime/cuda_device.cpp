@@ -242,8 +242,10 @@ int tensor_map_type(ir::ElemType e) {
   return 0;
 }
 
-Status encode_tensor_maps(const Api& api, const abi::KernelInfo& info, std::span<uint64_t> slots) {
+Status encode_tensor_maps(const CudaContext& ctx, const abi::KernelInfo& info,
+                          std::span<uint64_t> slots) {
   if (info.tensor_maps.empty()) return {};
+  const Api& api = *ctx.api;
   if (!api.cuTensorMapEncodeTiled)
     return Error(ErrorKind::Unsupported,
                  fmt::format("kernel '{}' copies through TMA, and the CUDA driver {} has no "
@@ -256,16 +258,18 @@ Status encode_tensor_maps(const Api& api, const abi::KernelInfo& info, std::span
   for (size_t i = 0; i < info.tensor_maps.size(); ++i) {
     const abi::TensorMapSite& site = info.tensor_maps[i];
     KILN_ASSIGN(const TmaTensor t, tma_tensor(info, site, slots));
+    uint8_t* map = maps + cuda::kTensorMapBytes * i;
+    if (ctx.tensor_maps.find(t, map)) continue;
     const uint32_t element_strides[5] = {1, 1, 1, 1, 1};
     const int swizzle = t.swizzle == 128 ? 3 : t.swizzle == 64 ? 2 : t.swizzle == 32 ? 1 : 0;
     // Interleave none, L2 promotion of 128 bytes, zeros outside the tensor.
-    const CUresult r =
-        api.cuTensorMapEncodeTiled(maps + cuda::kTensorMapBytes * i, tensor_map_type(t.elem),
-                                   t.rank, reinterpret_cast<void*>(t.address), t.dims,
-                                   t.strides + 1, t.box, element_strides, 0, swizzle, 2, 0);
+    const CUresult r = api.cuTensorMapEncodeTiled(
+        map, tensor_map_type(t.elem), t.rank, reinterpret_cast<void*>(t.address), t.dims,
+        t.strides + 1, t.box, element_strides, 0, swizzle, 2, 0);
     KILN_TRY(check(api, r,
                    fmt::format("encoding the TMA tensor map of argument '{}' of kernel '{}' ({})",
                                info.layout.params[site.param].name, info.name, site.where)));
+    ctx.tensor_maps.insert(t, map);
   }
   return {};
 }
@@ -331,7 +335,7 @@ Status CudaStream::launch(const std::shared_ptr<const CudaKernel>& k,
   KILN_CHECK(slots.size() >= n + cuda::kReportSlots, "CudaStream::launch: too few argument slots");
   slots[n] = report_;
   slots[n + 1] = seq_;
-  KILN_TRY(encode_tensor_maps(*ctx_->api, info, slots));
+  KILN_TRY(encode_tensor_maps(*ctx_, info, slots));
   void* params[] = {slots.data()};
   KILN_TRY(
       ctx_->check(ctx_->api->cuLaunchKernel(k->function, cubes[0], cubes[1], cubes[2],

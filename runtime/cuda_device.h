@@ -16,6 +16,7 @@
 #include "compiler/cuda/nvrtc.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/device.h"
+#include "runtime/tma.h"
 
 namespace kiln::detail {
 
@@ -26,6 +27,7 @@ struct CudaContext {
   cuda_driver::CUdevice device = 0;
   cuda_driver::CUcontext ctx = nullptr;
   int ordinal = 0;
+  mutable TensorMapCache tensor_maps;  // encoded for this context's launches (thread-safe)
   ~CudaContext();
   // Makes the context current on the calling thread (cheap when it already is).
   Status bind() const;

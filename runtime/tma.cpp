@@ -94,4 +94,45 @@ void encode_emu_tensor_map(const TmaTensor& t, void* out) {
   std::memcpy(out, &d, sizeof d);
 }
 
+TensorMapCache::Key TensorMapCache::key(const TmaTensor& t) {
+  Key k{};
+  k[0] = static_cast<uint64_t>(t.elem) | uint64_t{t.rank} << 8 | uint64_t{t.swizzle} << 16;
+  k[1] = t.address;
+  for (int d = 0; d < 5; ++d) {
+    k[2 + d] = t.dims[d];
+    k[7 + d] = t.strides[d];
+  }
+  k[12] = uint64_t{t.box[0]} | uint64_t{t.box[1]} << 16 | uint64_t{t.box[2]} << 32 |
+          uint64_t{t.box[3]} << 48;
+  k[13] = t.box[4];
+  return k;
+}
+
+size_t TensorMapCache::Hash::operator()(const Key& k) const {
+  uint64_t h = 0x9e3779b97f4a7c15ull;
+  for (uint64_t x : k) h = (h ^ x) * 0x100000001b3ull + (h >> 29);
+  return static_cast<size_t>(h);
+}
+
+bool TensorMapCache::find(const TmaTensor& t, void* out) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = maps_.find(key(t));
+  if (it == maps_.end()) return false;
+  std::memcpy(out, it->second.data(), it->second.size());
+  return true;
+}
+
+void TensorMapCache::insert(const TmaTensor& t, const void* map) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (maps_.size() >= kMaxEntries) maps_.clear();
+  std::array<unsigned char, 128> m;
+  std::memcpy(m.data(), map, m.size());
+  maps_[key(t)] = m;
+}
+
+size_t TensorMapCache::size() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return maps_.size();
+}
+
 }  // namespace kiln

@@ -5,8 +5,11 @@
 // encoding on a GPU, the emulator's description (prelude.cuh, tma_desc) on cuda-emu.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <mutex>
 #include <span>
+#include <unordered_map>
 
 #include "compiler/abi.h"
 #include "ir/result.h"
@@ -35,5 +38,27 @@ Status check_tensor_maps(const abi::KernelInfo& info, std::span<const uint64_t> 
 
 // The emulator's tensor map for a tensor: 128 bytes at `out`.
 void encode_emu_tensor_map(const TmaTensor& t, void* out);
+
+// Encoded tensor maps by what they encode, so that launching a kernel again on the same tensors
+// costs a lookup instead of a driver call. A map is a function of its parameters alone (the
+// address, not what lives there), so an entry never goes stale. Thread-safe; bounded (cleared
+// when full).
+class TensorMapCache {
+ public:
+  static constexpr size_t kMaxEntries = 4096;
+  // Copies the 128-byte map of `t` to `out` if it is cached.
+  bool find(const TmaTensor& t, void* out) const;
+  void insert(const TmaTensor& t, const void* map);
+  size_t size() const;
+
+ private:
+  using Key = std::array<uint64_t, 14>;  // TmaTensor's fields, packed
+  struct Hash {
+    size_t operator()(const Key& k) const;
+  };
+  static Key key(const TmaTensor& t);
+  mutable std::mutex mutex_;
+  std::unordered_map<Key, std::array<unsigned char, 128>, Hash> maps_;
+};
 
 }  // namespace kiln

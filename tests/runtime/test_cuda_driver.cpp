@@ -185,8 +185,9 @@ TEST_CASE("a launch compiles a CUBIN, loads it and passes its arguments in slots
   CHECK(cuda_entry_found);
 }
 
-TEST_CASE("a TMA launch encodes a tensor map per view and passes it after the slots",
-          "[fake][nvrtc]") {
+TEST_CASE(
+    "a TMA launch encodes a tensor map per view, once per tensor, and passes it after the slots",
+    "[fake][nvrtc]") {
   test::ScopedCache cache;
   auto rt = open_gpu();
   auto src = rt.empty(ElemType::F32, {20, 40});
@@ -226,13 +227,33 @@ TEST_CASE("a TMA launch encodes a tensor map per view and passes it after the sl
   }
   CHECK(found);
   KILN_REQUIRE_OK(rt.sync());
+  // The same tensor again: the map comes from the context's cache, with no driver call, and is
+  // in the parameter as before. Another tensor (or view) is encoded once more.
+  const int encoded = m.calls;  // m is the fake driver's record, which later calls overwrite
+  KILN_REQUIRE_OK(rt.launch(k, 1, 64, *src, out));
+  CHECK(last_tensor_map().calls == encoded);
+  const FakeLaunch& again = last_launch();
+  for (size_t i = 0; i < 128; ++i) REQUIRE(again.params[256 + i] == marker);
+  auto other = rt.empty(ElemType::F32, {20, 40});
+  REQUIRE(other.ok());
+  KILN_REQUIRE_OK(rt.launch(k, 1, 64, *other, out));
+  CHECK(last_tensor_map().calls == encoded + 1);
+  CHECK(last_tensor_map().address == other->data());
+  auto rows = src->slice(0, 4, 20);  // the same data from row 4 on: another address and shape
+  REQUIRE(rows.ok());
+  KILN_REQUIRE_OK(rt.launch(k, 1, 64, *rows, out));
+  CHECK(last_tensor_map().calls == encoded + 2);
+  CHECK(last_tensor_map().dims[1] == 16);
+  KILN_REQUIRE_OK(rt.launch(k, 1, 64, *src, out));
+  CHECK(last_tensor_map().calls == encoded + 2);
+  KILN_REQUIRE_OK(rt.sync());
   // A tensor TMA cannot read is refused before the driver sees it, naming the argument.
   auto odd = rt.empty(ElemType::F32, {8, 10});
   REQUIRE(odd.ok());
   Status st = rt.launch(k, 1, 64, *odd, out);
   REQUIRE_FALSE(st.ok());
   CHECK_THAT(st.error().message, Contains("argument 'src'"));
-  CHECK(last_tensor_map().calls == m.calls);
+  CHECK(last_tensor_map().calls == encoded + 2);
 }
 
 TEST_CASE("GPU launch errors: alignment, grid limits, streams of another device", "[fake][nvrtc]") {
