@@ -415,6 +415,9 @@ std::string check_tcgen05_op(Sig sig, const std::string& name, std::span<const T
       const TmaBox box = tma_box(attr.i);
       if (std::string e = tma_box_error(box, static_cast<uint32_t>(elem_bytes(t.elem))); !e.empty())
         return fmt::format("'{}': {}", name, e);
+      if (box.fill_nan && !tma_nan_fill_allowed(t.elem))
+        return fmt::format("'{}': a NaN fill is for f16, bf16, f32 and f64 tensors, not {}", name,
+                           elem_name(t.elem));
       if (t.rank != box.rank || ops.size() != at.coords + box.rank)
         return fmt::format(
             "'{}' of a rank-{} tensor takes a box of that rank and one coordinate "
@@ -669,10 +672,14 @@ bool is_cube_op(OpKind k) {
 
 uint64_t tma_attr(const TmaBox& b) {
   const uint64_t sw = b.swizzle == 32 ? 1 : b.swizzle == 64 ? 2 : b.swizzle == 128 ? 3 : 0;
-  uint64_t a = sw | uint64_t{b.rank & 7u} << 2;
+  uint64_t a = sw | uint64_t{b.rank & 7u} << 2 | uint64_t{b.fill_nan} << 5;
   for (uint32_t d = 0; d < b.rank && d < kTmaMaxRank; ++d)
     a |= uint64_t{b.box[d] & 0x1ffu} << (8 + 9 * d);
   return a;
+}
+
+bool tma_nan_fill_allowed(ElemType e) {
+  return e == ElemType::F16 || e == ElemType::BF16 || e == ElemType::F32 || e == ElemType::F64;
 }
 
 TmaBox tma_box(uint64_t attr) {
@@ -680,6 +687,7 @@ TmaBox tma_box(uint64_t attr) {
   static constexpr uint32_t kSwizzle[4] = {0, 32, 64, 128};
   b.swizzle = kSwizzle[attr & 3u];
   b.rank = static_cast<uint32_t>((attr >> 2) & 7u);
+  b.fill_nan = (attr >> 5) & 1u;
   for (uint32_t d = 0; d < b.rank && d < kTmaMaxRank; ++d)
     b.box[d] = static_cast<uint32_t>((attr >> (8 + 9 * d)) & 0x1ffu);
   return b;

@@ -78,7 +78,7 @@ enum class Sig : uint8_t {
   Tcgen05Mma,     // tcgen05.mma %t, %adesc, %bdesc, %acc, T, N[, MA, MB]  D (128 x N) [+]= A * B
   TmemLoad,       // tmem.load %m, %i, %t, N                  m[i + r N + c] = D[r][c], 128 x N
   TmemRead,       // %r = tmem.read %t, %col : T             unit u: D[u % 128][col + j] (lane j)
-  TmaLoad,        // tma.load %m, %i, %t, %bar, %bi, %c..., box B..., swizzle W
+  TmaLoad,        // tma.load %m, %i, %t, %bar, %bi, %c..., box B..., swizzle W[, fill nan]
                   //   the box of tensor t at coordinates c (one i32 per dim, outermost first)
                   //   into m[i...], completing on the mbarrier bar[bi]; attr: tma_attr()
   TmaStore,       // tma.store %t, %m, %i, %c..., box B..., swizzle W   m[i...] into t's box
@@ -217,15 +217,20 @@ bool tmem_columns_valid(uint64_t columns);
 bool is_cube_op(OpKind k);
 
 // A TMA box (tma.load's attribute): the tensor's rank (1 to 5), the box's extent in each
-// dimension, outermost first as the tensor's shape (1 to 256 each), and the shared-memory
-// swizzle in bytes (0, 32, 64 or 128). Encoded in the attribute as: bits 0-1 the swizzle
-// (0 none, 1 32 B, 2 64 B, 3 128 B), bits 2-4 the rank, then 9 bits per dimension from bit 8.
+// dimension, outermost first as the tensor's shape (1 to 256 each), the shared-memory swizzle
+// in bytes (0, 32, 64 or 128), and what a load writes for elements outside the tensor (zeros,
+// or NaN for floating-point tensors: `fill nan`). Encoded in the attribute as: bits 0-1 the
+// swizzle (0 none, 1 32 B, 2 64 B, 3 128 B), bits 2-4 the rank, bit 5 the NaN fill, then 9
+// bits per dimension from bit 8.
 struct TmaBox {
   uint32_t rank = 0;
   uint32_t box[5] = {0, 0, 0, 0, 0};
   uint32_t swizzle = 0;
+  bool fill_nan = false;
   friend bool operator==(const TmaBox&, const TmaBox&) = default;
 };
+// Whether TMA can fill a box of `e` with NaN (the driver's float tensor-map types).
+bool tma_nan_fill_allowed(ElemType e);
 inline constexpr uint32_t kTmaMaxRank = 5, kTmaMaxBox = 256;
 uint64_t tma_attr(const TmaBox& b);
 TmaBox tma_box(uint64_t attr);

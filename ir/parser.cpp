@@ -647,8 +647,8 @@ class Parser {
         break;
       case Sig::TmaLoad:
       case Sig::TmaStore: {
-        // tma.load %m, %i, %t, %bar, %bi, %c..., box B..., swizzle W
-        // tma.store %t, %m, %i, %c..., box B..., swizzle W
+        // tma.load %m, %i, %t, %bar, %bi, %c..., box B..., swizzle W[, fill nan]
+        // tma.store %t, %m, %i, %c..., box B..., swizzle W[, fill nan]
         operands(static_cast<int>(tma_operands(op.kind).coords));
         while (is_punct(',')) {
           advance();
@@ -672,6 +672,12 @@ class Parser {
             static_cast<uint32_t>(parse_uint("the swizzle in bytes (0, 32, 64 or 128)", 128));
         if (!wgmma_swizzle_valid(b.swizzle))
           fail(fmt::format("a TMA swizzle is 0, 32, 64 or 128 bytes, not {}", b.swizzle));
+        if (is_punct(',')) {
+          advance();
+          expect_ident("fill");
+          expect_ident("nan");
+          b.fill_nan = true;
+        }
         op.attr.i = tma_attr(b);
         break;
       }

@@ -197,6 +197,7 @@ class Printer {
             box += fmt::format("{}{}", d ? ", " : " ", b.box[d]);
           parts.push_back(box);
           parts.push_back(fmt::format("swizzle {}", b.swizzle));
+          if (b.fill_nan) parts.push_back("fill nan");
         }
         if (info.sig == Sig::Wgmma) {
           const uint64_t e = op.attr.i & 0xff;

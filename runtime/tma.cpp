@@ -32,6 +32,7 @@ Result<TmaTensor> tma_tensor(const abi::KernelInfo& info, const abi::TensorMapSi
   t.elem = p.type.elem;
   t.rank = rank;
   t.swizzle = box.swizzle;
+  t.fill_nan = box.fill_nan;
   t.address = slots[p.first + abi::slot::kData];
   if (t.address % 16 != 0)
     return tma_error(info, site,
@@ -79,6 +80,7 @@ void encode_emu_tensor_map(const TmaTensor& t, void* out) {
   struct {
     uint64_t base;
     uint32_t rank, elem_bytes;
+    uint32_t fill_nan, reserved;
     uint64_t dims[5], strides[5];
   } d{};
   static_assert(sizeof d <= 128);
@@ -86,6 +88,7 @@ void encode_emu_tensor_map(const TmaTensor& t, void* out) {
   d.base = t.address;
   d.rank = t.rank;
   d.elem_bytes = static_cast<uint32_t>(esize);
+  d.fill_nan = t.fill_nan;
   for (uint32_t i = 0; i < t.rank; ++i) {
     d.dims[t.rank - 1 - i] = t.dims[i];
     d.strides[t.rank - 1 - i] = t.strides[i] / esize;
@@ -96,7 +99,8 @@ void encode_emu_tensor_map(const TmaTensor& t, void* out) {
 
 TensorMapCache::Key TensorMapCache::key(const TmaTensor& t) {
   Key k{};
-  k[0] = static_cast<uint64_t>(t.elem) | uint64_t{t.rank} << 8 | uint64_t{t.swizzle} << 16;
+  k[0] = static_cast<uint64_t>(t.elem) | uint64_t{t.rank} << 8 | uint64_t{t.swizzle} << 16 |
+         uint64_t{t.fill_nan} << 32;
   k[1] = t.address;
   for (int d = 0; d < 5; ++d) {
     k[2 + d] = t.dims[d];

@@ -24,7 +24,8 @@ struct TmaTensor {
   uint64_t dims[5] = {};     // elements per dimension
   uint64_t strides[5] = {};  // bytes between consecutive indices of dimension d (d >= 1 used)
   uint32_t box[5] = {};
-  uint32_t swizzle = 0;  // bytes: 0, 32, 64, 128
+  uint32_t swizzle = 0;   // bytes: 0, 32, 64, 128
+  bool fill_nan = false;  // loads fill outside the tensor with NaN (else zeros)
 };
 
 // The parameters of tensor-map site `site` from packed argument slots, or an error naming the

@@ -609,13 +609,17 @@ extern "C" uint32_t kiln_rt_tma_load(uint64_t* bar, void* dst, uint32_t dst_coun
   if (!(*bar & kMbarInit)) return tm::kMbarNotInitialized;
   auto* out = static_cast<uint8_t*>(dst);
   const auto* in = static_cast<const uint8_t*>(src);
+  const bool nan = kiln::ir::tma_box(attr).fill_nan;
   const uint32_t bad =
       tma_box_walk(attr, elem_bytes, uint64_t{index} * elem_bytes, uint64_t{dst_count} * elem_bytes,
                    dims, coords, [&](uint64_t byte, bool inside, uint64_t offset) {
-                     if (inside)
+                     if (inside) {
                        std::memcpy(out + byte, in + offset * elem_bytes, elem_bytes);
-                     else
-                       std::memset(out + byte, 0, elem_bytes);
+                     } else {
+                       // NaN: every bit but the sign set (a NaN in every IEEE format).
+                       std::memset(out + byte, nan ? 0xff : 0, elem_bytes);
+                       if (nan) out[byte + elem_bytes - 1] = 0x7f;
+                     }
                    });
   if (bad) return bad;
   const auto total =

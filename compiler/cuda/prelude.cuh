@@ -1945,10 +1945,12 @@ struct alignas(128) tensor_map {
 };
 #ifdef KILN_EMULATION
 // The emulator's tensor map (runtime/tma.cpp writes it): the tensor's address, rank, element
-// size, and its shape and strides in elements, outermost first.
+// size, whether a load fills outside the tensor with NaN (else zeros), and its shape and strides
+// in elements, outermost first.
 struct tma_desc {
   u64 base;
   u32 rank, elem_bytes;
+  u32 fill_nan, reserved;
   u64 dims[5], strides[5];
 };
 inline void mbar_arrive_expect_tx(const bounded<u64>& bars, u32 i, u32 bytes KILN_WHERE) {
@@ -2020,10 +2022,14 @@ inline void tma_load(const bounded<T>& dst, u32 index, const tensor_map& map,
       [&](u64 byte, bool inside, u64 offset) {
         if (!emu::access(out + byte, sizeof(T), emu::kStore | emu::kSharedSpace, where))
           return false;
-        if (inside)
+        if (inside) {
           memcpy(out + byte, in + offset * sizeof(T), sizeof(T));
-        else
-          memset(out + byte, 0, sizeof(T));
+        } else {
+          // NaN: every bit but the sign set, a NaN in every IEEE format (the GPU's canonical
+          // f32 NaN, 0x7fffffff).
+          memset(out + byte, m.fill_nan ? 0xff : 0, sizeof(T));
+          if (m.fill_nan) out[byte + sizeof(T) - 1] = 0x7f;
+        }
         return true;
       } KILN_AT);
   u64 total = sizeof(T);

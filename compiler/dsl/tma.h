@@ -30,10 +30,16 @@ inline bool has_tma() {
   return TraceContext::current().target().tma;
 }
 
+// What a load writes for the elements of a box outside the tensor: zeros, or NaN (f16, bf16, f32
+// and f64 tensors; the driver's CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA), which makes
+// a product that reads past an edge visibly wrong instead of silently zero.
+enum class TmaFill { Zero, Nan };
+
 // A TMA view of a tensor parameter: boxes of `box` elements (one extent per dimension,
-// outermost first, as the tensor's shape), written into shared memory with `swizzle`. A trace-time
-// object: its box and swizzle are part of the kernel's code (and so of its specialization key);
-// on the GPU the runtime encodes a tensor map for it at each launch.
+// outermost first, as the tensor's shape), written into shared memory with `swizzle`, elements
+// outside the tensor filled as `fill` says. A trace-time object: its box, swizzle and fill are
+// part of the kernel's code (and so of its specialization key); on the GPU the runtime encodes
+// a tensor map for it at launch.
 template <class V>
 class TmaView {
  public:
@@ -53,11 +59,13 @@ class TmaView {
 
 template <class V>
 TmaView<V> tma_view(const Tensor<V>& t, std::initializer_list<int> box,
-                    Swizzle swizzle = Swizzle::None, SrcLoc where = SrcLoc::current()) {
+                    Swizzle swizzle = Swizzle::None, TmaFill fill = TmaFill::Zero,
+                    SrcLoc where = SrcLoc::current()) {
   static_assert(!std::is_same_v<host_of_t<V>, bool>, "kiln: TMA copies numbers, not bools");
   auto& ctx = TraceContext::current();
   ir::TmaBox b;
   b.swizzle = static_cast<uint32_t>(swizzle);
+  b.fill_nan = fill == TmaFill::Nan;
   for (int x : box) {
     if (b.rank < ir::kTmaMaxRank) b.box[b.rank] = x < 0 ? 0u : static_cast<uint32_t>(x);
     ++b.rank;
@@ -72,6 +80,10 @@ TmaView<V> tma_view(const Tensor<V>& t, std::initializer_list<int> box,
                                 t.line_size()));
   else if (std::string e = ir::tma_box_error(b, sizeof(host_of_t<V>)); !e.empty())
     ctx.fail(where, e);
+  else if (b.fill_nan && !ir::tma_nan_fill_allowed(elem_v<host_of_t<V>>))
+    ctx.fail(where, fmt::format("a TMA view of {} elements cannot fill with NaN (f16, bf16, f32 "
+                                "and f64 can); use TmaFill::Zero",
+                                ir::elem_name(elem_v<host_of_t<V>>)));
   return TmaView<V>(t, b);
 }
 

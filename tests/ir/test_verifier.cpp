@@ -18,7 +18,8 @@ namespace {
 
 const char* kHead =
     "kernel @k(%f: f32, %i: i32, %u: u32, %b: bool, %t: tensor<f32, 2>, %ro: tensor<f32, 1, ro>, "
-    "%a: array<u32>, %af: array<f32x4>, %ai: array<i32, ro>) cube_dim(32, 1, 1) {\n";
+    "%a: array<u32>, %af: array<f32x4>, %ai: array<i32, ro>, %w: tensor<u8, 1>) cube_dim(32, 1, "
+    "1) {\n";
 
 // Parses `body` inside a kernel with handy parameters and returns the verifier's message, or
 // "(ok)" when the kernel verifies.
@@ -241,6 +242,10 @@ std::vector<Case> cases() {
        "  %0 = alloc.shared : shared<f32, 1024>\n  %1 = alloc.shared : shared<u64, 1>\n"
        "  %2 = const 0 : i32\n  tma.load %0, %u, %t, %1, %u, %2, %2, box 8, 64, swizzle 128\n",
        "with a 128-byte swizzle the innermost extent of a TMA box is at most 128 bytes"},
+      {OpKind::TmaLoad,
+       "  %0 = alloc.shared : shared<u8, 1024>\n  %1 = alloc.shared : shared<u64, 1>\n"
+       "  %2 = const 0 : i32\n  tma.load %0, %u, %w, %1, %u, %2, box 64, swizzle 0, fill nan\n",
+       "'tma.load': a NaN fill is for f16, bf16, f32 and f64 tensors, not u8"},
       {OpKind::AsyncCopy,
        "  %0 = alloc.shared : shared<f16, 64>\n  async.copy %0, %u, %t, %u, %b\n",
        "'async.copy' copies between f32 elements and a shared array of f16"},

@@ -29,6 +29,19 @@ void fake_tma(Tensor<const f32> src, Tensor<f32> out) {
 }
 KILN_KERNEL(fake_tma, "src: rank=2, out").cube_dim(64);
 
+// The same box from a view that fills with NaN outside the tensor, with no swizzle.
+void fake_tma_nan(Tensor<const f32> src, Tensor<f32> out) {
+  auto s = shared_array<f32>(256);
+  auto bar = shared_array<u64>(1);
+  auto v = tma_view(src, {8, 32}, Swizzle::None, TmaFill::Nan);
+  mbarrier_init(bar, 0u);
+  mbarrier_arrive_expect_tx(bar, 0u, v.box_bytes());
+  tma_load(s, 0u, v, {0, 0}, bar, 0u);
+  mbarrier_wait(bar, 0u, 0u);
+  for_range(unit_pos(), 256u, 64u, [&](u32 i) { out[i] = s[i]; });
+}
+KILN_KERNEL(fake_tma_nan, "src: rank=2, out").cube_dim(64);
+
 namespace kiln {
 namespace {
 
@@ -247,13 +260,20 @@ TEST_CASE(
   KILN_REQUIRE_OK(rt.launch(k, 1, 64, *src, out));
   CHECK(last_tensor_map().calls == encoded + 2);
   KILN_REQUIRE_OK(rt.sync());
+  // A NaN fill is the driver's NAN_REQUEST_ZERO_FMA (1), and another map than the zero fill's
+  // of the same tensor.
+  KILN_REQUIRE_OK(rt.launch(test::kernel(rt, "fake_tma_nan"), 1, 64, *src, out));
+  CHECK(last_tensor_map().calls == encoded + 3);
+  CHECK(last_tensor_map().oob == 1);
+  CHECK(last_tensor_map().swizzle == 0);
+  KILN_REQUIRE_OK(rt.sync());
   // A tensor TMA cannot read is refused before the driver sees it, naming the argument.
   auto odd = rt.empty(ElemType::F32, {8, 10});
   REQUIRE(odd.ok());
   Status st = rt.launch(k, 1, 64, *odd, out);
   REQUIRE_FALSE(st.ok());
   CHECK_THAT(st.error().message, Contains("argument 'src'"));
-  CHECK(last_tensor_map().calls == encoded + 2);
+  CHECK(last_tensor_map().calls == encoded + 3);
 }
 
 TEST_CASE("GPU launch errors: alignment, grid limits, streams of another device", "[fake][nvrtc]") {

@@ -1,6 +1,7 @@
 // TMA box copies on the two backends that run them without a GPU, the CPU and the emulator
 // (cuda-emu:sm_90a): the shared-memory layout of a box for every swizzle, boxes that reach
-// outside the tensor (zeros), rank 1 to 3, the mbarrier's transaction count, the launch's
+// outside the tensor (zeros, or NaN for a view that asks), rank 1 to 3, the mbarrier's
+// transaction count, the launch's
 // checks of a TMA tensor (errors naming the argument), and misuse reported at its DSL line.
 #include <catch2/catch.hpp>
 
@@ -31,6 +32,30 @@ KILN_KERNEL(tma_box2,
             "src: rank=2, out, r0, c0, rows = 8, cols = 32, swizzle = 128, "
             "mode = 0")
     .cube_dim(64);
+
+// A 4 x 16 box at (r0, c0) of a view that fills with NaN outside the tensor, written raw to out.
+template <class T>
+void tma_nan_box(Tensor<const T> src, Tensor<T> out, i32 r0, i32 c0) {
+  auto s = shared_array<T>(64);
+  auto bar = shared_array<u64>(1);
+  auto view = tma_view(src, {4, 16}, Swizzle::None, TmaFill::Nan);
+  mbarrier_init(bar, 0u);
+  mbarrier_arrive_expect_tx(bar, 0u, view.box_bytes());
+  tma_load(s, 0u, view, {r0, c0}, bar, 0u);
+  mbarrier_wait(bar, 0u, 0u);
+  for_range(unit_pos(), 64u, cube_dim(), [&](u32 i) { out[i] = s[i]; });
+}
+KILN_KERNEL_GENERIC(tma_nan_box, "src: rank=2, out, r0, c0", f16, bf16, f32, f64).cube_dim(32);
+
+// A NaN fill of an integer tensor is refused at the view.
+void tma_nan_int(Tensor<const i32> a) {
+  auto s = shared_array<i32>(64);
+  auto bar = shared_array<u64>(1);
+  mbarrier_init(bar, 0u);
+  auto v = tma_view(a, {4, 16}, Swizzle::None, TmaFill::Nan);  // TMA_NAN_INT
+  tma_load(s, 0u, v, {0, 0}, bar, 0u);
+}
+KILN_KERNEL(tma_nan_int, "a: rank=2").cube_dim(32);
 
 // Fills a rows x cols box of shared memory with 1, 2, 3, ... in its raw layout and stores it
 // through a TMA view with `swizzle` at (r0, c0) of dst.
@@ -159,6 +184,53 @@ TEST_CASE("a TMA box lands row-major and swizzled, zeros outside the tensor", "[
   }
 }
 
+// Whether `bits` (the low `bytes` bytes) are a NaN of the IEEE format of that width, or of bf16.
+bool is_nan_bits(uint64_t bits, int bytes, bool bf16) {
+  const int mantissa = bytes == 8 ? 52 : bytes == 4 ? 23 : bf16 ? 7 : 10;
+  const int exponent = bytes * 8 - 1 - mantissa;
+  const uint64_t e = (bits >> mantissa) & ((uint64_t{1} << exponent) - 1);
+  return e == (uint64_t{1} << exponent) - 1 && (bits & ((uint64_t{1} << mantissa) - 1)) != 0;
+}
+
+template <class H>
+void check_nan_box(Runtime& rt, ir::ElemType dtype) {
+  INFO(ir::elem_name(dtype));
+  const int64_t R = 6, C = 24;
+  std::vector<H> host(R * C);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<H>(i + 1);  // no NaN inside
+  Tensor src = test::tensor_from(rt, dtype, host, {R, C});
+  Tensor out = test::tensor_from(rt, dtype, std::vector<H>(64, 0), {64});
+  auto k = test::kernel(rt, "tma_nan_box");
+  for (auto [r0, c0] : {std::pair{0, 0}, std::pair{4, 16}, std::pair{-2, -8}}) {
+    INFO("box at " << r0 << "," << c0);
+    KILN_REQUIRE_OK(rt.launch(k, 1, 32, src, out, r0, c0));
+    KILN_REQUIRE_OK(rt.sync());
+    const auto got = test::to_host<H>(out);
+    for (int r = 0; r < 4; ++r)
+      for (int c = 0; c < 16; ++c) {
+        const int64_t gr = r0 + r, gc = c0 + c;
+        INFO("element " << r << "," << c);
+        if (gr >= 0 && gr < R && gc >= 0 && gc < C)
+          REQUIRE(got[r * 16 + c] == host[gr * C + gc]);
+        else
+          REQUIRE(is_nan_bits(static_cast<uint64_t>(got[r * 16 + c]), sizeof(H),
+                              dtype == ir::ElemType::BF16));
+      }
+  }
+}
+
+TEST_CASE("a TMA view with a NaN fill loads NaN outside the tensor, of every float type", "[tma]") {
+  (void)kernels::builtin_names();
+  for (Runtime& rt : tma_devices()) {
+    INFO("on " << rt.device().name);
+    // Raw bits: the elements inside are small integers' bit patterns, none of them a NaN.
+    check_nan_box<uint16_t>(rt, ir::ElemType::F16);
+    check_nan_box<uint16_t>(rt, ir::ElemType::BF16);
+    check_nan_box<uint32_t>(rt, ir::ElemType::F32);
+    check_nan_box<uint64_t>(rt, ir::ElemType::F64);
+  }
+}
+
 TEST_CASE("a TMA store writes the box from its shared layout and nothing outside the tensor",
           "[tma]") {
   (void)kernels::builtin_names();
@@ -283,6 +355,9 @@ TEST_CASE("TMA views are checked at trace time", "[tma]") {
     CHECK_THAT(bad, Contains(loc("TMA_EXTENT")));
     CHECK_THAT(bad, Contains("spans 1 to 256 elements in each dimension"));
   }
+  const std::string nan = test::trace_error("tma_nan_int");
+  CHECK_THAT(nan, Contains(loc("TMA_NAN_INT")) &&
+                      Contains("cannot fill with NaN (f16, bf16, f32 and f64 can)"));
 }
 
 }  // namespace
