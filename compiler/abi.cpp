@@ -154,7 +154,9 @@ ir::Type type_from(const json& j) {
 std::vector<TensorMapSite> tensor_map_sites(const ir::Kernel& k) {
   std::vector<TensorMapSite> sites;
   ir::walk(k.body, [&](const ir::Op& op) {
-    if (op.kind != ir::OpKind::TmaLoad && op.kind != ir::OpKind::TmaStore) return;
+    if (op.kind != ir::OpKind::TmaLoad && op.kind != ir::OpKind::TmaStore &&
+        op.kind != ir::OpKind::TmaPrefetch)
+      return;
     const ir::ValueId tensor = op.operands[ir::tma_operands(op.kind).tensor];
     for (uint32_t i = 0; i < k.params.size(); ++i)
       if (k.params[i].value == tensor) {

@@ -103,8 +103,8 @@ struct TensorMapSite {
     return a.param == b.param && a.box == b.box;
   }
 };
-// The sites of a kernel's tma.load and tma.store ops, one per distinct (tensor parameter, box),
-// in order of first use.
+// The sites of a kernel's tma.load, tma.store and tma.prefetch ops, one per distinct (tensor
+// parameter, box), in order of first use.
 std::vector<TensorMapSite> tensor_map_sites(const ir::Kernel& k);
 
 // Facts about a compiled kernel the runtime needs.

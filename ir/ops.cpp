@@ -388,6 +388,25 @@ std::string check_tcgen05_op(Sig sig, const std::string& name, std::span<const T
       std::string e = need_u32(1, "index");
       return e.empty() ? need_u32(2, "tensor-memory address") : e;
     }
+    case Sig::TmaPrefetch: {
+      if (ops.empty()) return fmt::format("'{}' takes a tensor, then the coordinates", name);
+      const Type& t = ops[0];
+      if (t.kind != TypeKind::Tensor || t.lanes != 1)
+        return fmt::format("'{}' reads a tensor parameter of scalars (lines of 1), not {}", name,
+                           tn(t));
+      const TmaBox box = tma_box(attr.i);
+      if (std::string e = tma_box_error(box, static_cast<uint32_t>(elem_bytes(t.elem))); !e.empty())
+        return fmt::format("'{}': {}", name, e);
+      if (t.rank != box.rank || ops.size() != 1 + box.rank)
+        return fmt::format(
+            "'{}' of a rank-{} tensor takes a box of that rank and one coordinate "
+            "per dimension; got a rank-{} box and {} coordinates",
+            name, t.rank, box.rank, ops.size() - 1);
+      for (size_t i = 1; i < ops.size(); ++i)
+        if (!(ops[i] == Type::value(ElemType::I32)))
+          return fmt::format("the coordinates of '{}' are i32 scalars, got {}", name, tn(ops[i]));
+      return {};
+    }
     case Sig::TmaLoad:
     case Sig::TmaStore: {
       const bool store = sig == Sig::TmaStore;
@@ -523,8 +542,10 @@ int sig_operand_count(Sig sig) {
     case Sig::FragMmaScaled:
       return 9;
     case Sig::Print:
-    case Sig::TmaLoad:  // five (tma.store: three), then one coordinate per dimension
+    case Sig::TmaLoad:  // five (tma.store: three; tma.prefetch: one), then a coordinate per
+                        // dimension
     case Sig::TmaStore:
+    case Sig::TmaPrefetch:
       return -1;
   }
   return 0;
@@ -559,6 +580,7 @@ bool sig_has_result(Sig sig) {
     case Sig::TmemLoad:
     case Sig::TmaLoad:
     case Sig::TmaStore:
+    case Sig::TmaPrefetch:
     case Sig::AsyncCopy:
       return false;
     default:
@@ -664,6 +686,7 @@ bool is_cube_op(OpKind k) {
     case OpKind::MbarArriveTx:
     case OpKind::TmaLoad:
     case OpKind::TmaStore:
+    case OpKind::TmaPrefetch:
       return true;
     default:
       return false;
@@ -1131,6 +1154,7 @@ std::string check_op_types(OpKind kind, std::span<const Type> ops, const Attr& a
     case Sig::TmemLoad:
     case Sig::TmaLoad:
     case Sig::TmaStore:
+    case Sig::TmaPrefetch:
       KILN_REQ(check_tcgen05_op(info.sig, name, ops, attr));
       break;
     case Sig::TmemRead:

@@ -82,6 +82,7 @@ enum class Sig : uint8_t {
                   //   the box of tensor t at coordinates c (one i32 per dim, outermost first)
                   //   into m[i...], completing on the mbarrier bar[bi]; attr: tma_attr()
   TmaStore,       // tma.store %t, %m, %i, %c..., box B..., swizzle W   m[i...] into t's box
+  TmaPrefetch,    // tma.prefetch %t, %c..., box B..., swizzle W   t's box towards the L2 cache
   AsyncCopy,      // async.copy %m, %i, %g, %j, %valid     16 bytes of g from element j to m[i...]
   If,             // if %c { ... } [else { ... }]
   For,            // for %i = %a to %b step %s [unroll N|full] { ... }
@@ -239,12 +240,14 @@ TmaBox tma_box(uint64_t attr);
 std::string tma_box_error(const TmaBox& b, uint32_t elem_bytes);
 // The bytes a box copies into shared memory.
 uint64_t tma_box_bytes(const TmaBox& b, uint32_t elem_bytes);
-// The operands of tma.load and tma.store: where the tensor, the shared array and the first
-// coordinate are.
+// The operands of tma.load, tma.store and tma.prefetch: where the tensor, the shared array, its
+// index and the first coordinate are (kNoOperand: none).
 struct TmaOperands {
   size_t tensor, shared, index, coords;
 };
+inline constexpr size_t kNoOperand = ~size_t{0};
 inline TmaOperands tma_operands(OpKind k) {
+  if (k == OpKind::TmaPrefetch) return TmaOperands{0, kNoOperand, kNoOperand, 1};
   return k == OpKind::TmaStore ? TmaOperands{0, 1, 2, 3} : TmaOperands{2, 0, 1, 5};
 }
 

@@ -646,9 +646,11 @@ class Parser {
         immediate("the number of columns");
         break;
       case Sig::TmaLoad:
-      case Sig::TmaStore: {
+      case Sig::TmaStore:
+      case Sig::TmaPrefetch: {
         // tma.load %m, %i, %t, %bar, %bi, %c..., box B..., swizzle W[, fill nan]
         // tma.store %t, %m, %i, %c..., box B..., swizzle W[, fill nan]
+        // tma.prefetch %t, %c..., box B..., swizzle W[, fill nan]
         operands(static_cast<int>(tma_operands(op.kind).coords));
         while (is_punct(',')) {
           advance();

@@ -190,7 +190,8 @@ class Printer {
           parts.push_back(fmt::format("{}", (op.attr.i >> 8) & 0xffff));
           majors(mma_majors(op.attr.i, kTcgen05MajorShift));
         }
-        if (info.sig == Sig::TmaLoad || info.sig == Sig::TmaStore) {
+        if (info.sig == Sig::TmaLoad || info.sig == Sig::TmaStore ||
+            info.sig == Sig::TmaPrefetch) {
           const TmaBox b = tma_box(op.attr.i);
           std::string box = "box";
           for (uint32_t d = 0; d < b.rank; ++d)

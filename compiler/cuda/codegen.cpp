@@ -889,9 +889,11 @@ class Gen {
         line(fmt::format("kiln::copy_async_wait<{}>();", op.attr.i));
         return {};
       case OpKind::TmaLoad:
-      case OpKind::TmaStore: {
+      case OpKind::TmaStore:
+      case OpKind::TmaPrefetch: {
         // kiln::tma_load<swizzle, box...>(dst, index, map, bars, bar index, {coordinates}),
-        // kiln::tma_store<swizzle, box...>(map, src, index, {coordinates}): box and coordinates
+        // kiln::tma_store<swizzle, box...>(map, src, index, {coordinates}),
+        // kiln::tma_prefetch<swizzle, box...>(map, {coordinates}): box and coordinates
         // outermost first, as in the IR.
         const ir::TmaOperands at = ir::tma_operands(op.kind);
         const ir::TmaBox b = ir::tma_box(op.attr.i);
@@ -910,9 +912,11 @@ class Gen {
           line(fmt::format("kiln::tma_load<{}>({}, {}, args.map[{}], {}, {}, {{{}}});", tmpl,
                            v(op.operands[at.shared]), v(op.operands[at.index]), map,
                            v(op.operands[3]), v(op.operands[4]), coords));
-        else
+        else if (op.kind == OpKind::TmaStore)
           line(fmt::format("kiln::tma_store<{}>(args.map[{}], {}, {}, {{{}}});", tmpl, map,
                            v(op.operands[at.shared]), v(op.operands[at.index]), coords));
+        else
+          line(fmt::format("kiln::tma_prefetch<{}>(args.map[{}], {{{}}});", tmpl, map, coords));
         return {};
       }
       case OpKind::TmemLoad:
@@ -1166,8 +1170,8 @@ std::string unsupported_fragment(const ir::Op& op, const ir::Kernel& k, const Ta
   const bool mbarrier = op.kind == OpKind::MbarInit || op.kind == OpKind::MbarWait;
   if (mbarrier && arch.sm < 80)
     return fmt::format("mbarriers need sm_80 or later; {} has none", arch.name());
-  const bool tma =
-      op.kind == OpKind::TmaLoad || op.kind == OpKind::TmaStore || op.kind == OpKind::MbarArriveTx;
+  const bool tma = op.kind == OpKind::TmaLoad || op.kind == OpKind::TmaStore ||
+                   op.kind == OpKind::TmaPrefetch || op.kind == OpKind::MbarArriveTx;
   if (tma && !has_tma(arch))
     return fmt::format(
         "the Tensor Memory Accelerator (TMA) and mbarrier transaction counts need sm_90 or later; "

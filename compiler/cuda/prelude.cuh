@@ -2085,6 +2085,17 @@ inline void tma_store(const tensor_map& map, const bounded<T>& src, u32 index,
   }
   emu::sync_threads(where);
 }
+// A prefetch changes no result: the emulator checks only that the map is the tensor's.
+template <u32 SW, u32... BOX, int R>
+inline void tma_prefetch(const tensor_map& map, const i32 (&c)[R] KILN_WHERE) {
+  static_assert(sizeof...(BOX) == R, "one coordinate per dimension of the box");
+  (void)c;
+  if (unit_linear() != 0) return;
+  tma_desc m;
+  memcpy(&m, &map, sizeof m);
+  if (m.rank != (u32)R)
+    emu::misuse("a TMA prefetch through a tensor map that does not describe its tensor", where);
+}
 #else
 __device__ __forceinline__ void mbar_arrive_expect_tx(u64* bars, u32 i, u32 bytes) {
 #if __CUDA_ARCH__ >= 900
@@ -2138,6 +2149,30 @@ template <int N>
 __device__ __forceinline__ void copy_async_wait() {
 #if __CUDA_ARCH__ >= 800
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+// cp.async.bulk.prefetch.tensor: the box towards L2, by one unit; nothing waits for it.
+template <u32 SW, u32... BOX, int R>
+__device__ __forceinline__ void tma_prefetch(const tensor_map& map, const i32 (&c)[R]) {
+  static_assert(sizeof...(BOX) == R, "one coordinate per dimension of the box");
+#if __CUDA_ARCH__ >= 900
+  if (unit_linear() != 0) return;
+  const u64 m = (u64)&map;
+#define KILN_TMA(N, ...) \
+  asm volatile("cp.async.bulk.prefetch.tensor." #N "d.L2.global.tile [%0, {" __VA_ARGS__ "}];"
+  if constexpr (R == 1)
+    KILN_TMA(1, "%1") ::"l"(m), "r"(c[0]) : "memory");
+  else if constexpr (R == 2)
+    KILN_TMA(2, "%1, %2") ::"l"(m), "r"(c[1]), "r"(c[0]) : "memory");
+  else if constexpr (R == 3)
+    KILN_TMA(3, "%1, %2, %3") ::"l"(m), "r"(c[2]), "r"(c[1]), "r"(c[0]) : "memory");
+  else if constexpr (R == 4)
+    KILN_TMA(4, "%1, %2, %3, %4") ::"l"(m), "r"(c[3]), "r"(c[2]), "r"(c[1]), "r"(c[0])
+        : "memory");
+  else
+    KILN_TMA(5, "%1, %2, %3, %4, %5") ::"l"(m), "r"(c[4]), "r"(c[3]), "r"(c[2]), "r"(c[1]),
+        "r"(c[0]) : "memory");
+#undef KILN_TMA
 #endif
 }
 template <u32 SW, u32... BOX, class T, int R>

@@ -197,4 +197,29 @@ void tma_store(const TmaView<V>& view, std::initializer_list<TmaCoord> coords,
   ctx.builder().op(ir::OpKind::TmaStore, ops, index.at(), {}, a);
 }
 
+// A hint: start bringing the box of `view` at `coords` into the GPU's L2 cache, so that a later
+// tma_load of it (by this cube or another) finds it there. It changes no result and nothing
+// waits for it; the CPU and the emulator do nothing. A cube operation (issued by one unit).
+template <class V>
+void tma_prefetch(const TmaView<V>& view, std::initializer_list<TmaCoord> coords,
+                  SrcLoc where = SrcLoc::current()) {
+  auto& ctx = TraceContext::current();
+  if (!has_tma()) {
+    ctx.fail(where, fmt::format("TMA prefetches are sm_90 instructions; {} has none: ask has_tma() "
+                                "at trace time",
+                                ctx.target().name));
+    return;
+  }
+  if (coords.size() != view.box().rank) {
+    ctx.fail(where, fmt::format("tma_prefetch of a rank-{} view takes {} coordinates, not {}",
+                                view.box().rank, view.box().rank, coords.size()));
+    return;
+  }
+  std::vector<ir::ValueId> ops = {view.tensor().id()};
+  for (const TmaCoord& c : coords) ops.push_back(c.id());
+  ir::Attr a;
+  a.i = ir::tma_attr(view.box());
+  ctx.builder().op(ir::OpKind::TmaPrefetch, ops, ctx.loc(where), {}, a);
+}
+
 }  // namespace kiln::dsl

@@ -10,6 +10,7 @@
 //             wgmma over that stage, commit; wait until round r - 1's multiplies are done
 //             sync_cube (every warpgroup is past round r - 1)
 //             issue round r + stages - 1 into stage (r - 1) % stages, which round r - 1 read
+//             (prefetch = 1: and ask L2 for round r + stages's boxes, a round before their copy)
 //
 // The boxes land swizzled exactly as wgmma_tile_index lays a K-major tile out (one box per
 // warpgroup and k block of `swizzle` bytes), and elements outside A and B arrive as zeros; the
@@ -27,7 +28,7 @@ using namespace kiln::dsl;
 
 template <class T>
 void matmul_tma(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, int tile_n,
-                int warpgroups, int swizzle, int k_rows, int stages) {
+                int warpgroups, int swizzle, int k_rows, int stages, int prefetch) {
   using Acc = mma_acc_t<T>;
   const Swizzle sw = static_cast<Swizzle>(swizzle);
   // A box is `swizzle` bytes of k wide: one k block of a tile; a round is k_rows blocks.
@@ -61,6 +62,14 @@ void matmul_tma(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, in
       tma_load(bs, stage * b_stage + kb * (un * per_row), bv, {n0, k0 + kb * per_row}, bar, stage);
     }
   };
+  // Round r's boxes towards L2 only (a hint: no shared memory, no mbarrier).
+  auto warm = [&](Val<uint32_t> r) {
+    Val<uint32_t> k0 = r * kc;
+    for (uint32_t kb = 0; kb < uint32_t(k_rows); ++kb) {
+      for (uint32_t g = 0; g < wgs; ++g) tma_prefetch(av, {m0 + g * 64u, k0 + kb * per_row});
+      tma_prefetch(bv, {n0, k0 + kb * per_row});
+    }
+  };
   fill(acc, Acc(0));
   for (uint32_t p = 0; p + 1 < ns; ++p) if_(u32(p) < rounds, [&] { issue(Val<uint32_t>(p)); });
   for_range(0u, rounds, 1u, [&](u32 r) {
@@ -76,6 +85,7 @@ void matmul_tma(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, in
     wgmma_wait(1);  // round r - 1's multiplies are done; round r's may still run
     sync_cube();    // every warpgroup is past round r - 1, so its stage can be refilled
     if_(r + (ns - 1u) < rounds, [&] { issue(r + (ns - 1u)); });
+    if (prefetch) if_(r + ns < rounds, [&] { warm(r + ns); });
   });
   wgmma_wait(0);
   // The epilogue through TMA too: each plane stores its 16 rows into its warpgroup's 64 x tile_n
@@ -88,7 +98,8 @@ void matmul_tma(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, in
 }
 KILN_KERNEL_GENERIC(matmul_tma,
                     "a: rank=2, b: rank=2, c: rank=2, tile_n = 128 in 8..256, warpgroups = 2 in "
-                    "1..2, swizzle = 128 in 32..128, k_rows = 1 in 1..4, stages = 3 in 2..4",
+                    "1..2, swizzle = 128 in 32..128, k_rows = 1 in 1..4, stages = 3 in 2..4, "
+                    "prefetch = 1 in 0..1",
                     f16, bf16, f32, i8, u8, f8e4m3, f8e5m2)
     .cube_dim([](const ComptimeArgs& c) -> CubeDim {
       return {static_cast<uint32_t>(128 * c.integer("warpgroups")), 1, 1};

@@ -20,6 +20,7 @@ struct Case {
   int64_t m, n, k;
   int stages = 0;               // the TMA kernels' ring (0: the kernel's default)
   const char* error = nullptr;  // what the launch's error says, for a launch that must fail
+  int prefetch = -1;            // matmul_tma's L2 prefetches (-1: the kernel's default)
 };
 
 void run_cases(const char* kernel, const char* device, const std::vector<Case>& cases) {
@@ -39,6 +40,7 @@ void run_cases(const char* kernel, const char* device, const std::vector<Case>& 
     config.set["tile_n"] = std::to_string(c.tile_n);
     config.set["k_rows"] = std::to_string(c.k_rows);
     if (c.stages) config.set["stages"] = std::to_string(c.stages);
+    if (c.prefetch >= 0) config.set["prefetch"] = std::to_string(c.prefetch);
     config.shapes["a"] = {c.m, c.k};
     config.shapes["b"] = {c.n, c.k};
     config.repeat = 0;
@@ -117,6 +119,8 @@ std::vector<Case> tma_emulator_cases() {
 
 TEST_CASE("matmul_tma: every input type, swizzle and ring depth on the CPU", "[tma][cpu]") {
   run_cases("matmul_tma", "cpu", tma_cpu_cases());
+  // Without the L2 prefetches (a hint: the same product).
+  run_cases("matmul_tma", "cpu", {{"bf16", 128, 64, 1, 150, 100, 704, 3, nullptr, 0}});
 }
 
 TEST_CASE("matmul_tma: every input type, swizzle and ring depth on the emulator",
