@@ -42,6 +42,24 @@ void fake_tma_nan(Tensor<const f32> src, Tensor<f32> out) {
 }
 KILN_KERNEL(fake_tma_nan, "src: rank=2, out").cube_dim(64);
 
+// A rank-3 box of 2 x 4 x `row` bytes with `swizzle`, of any element type: the encode call's
+// data type, dimensions, strides, box and swizzle for each.
+template <class T>
+void fake_tma_layout(Tensor<const T> src, Tensor<T> out, int swizzle, int row) {
+  const int per_row = row / static_cast<int>(sizeof(host_of_t<T>));
+  auto s = shared_array<T>(static_cast<uint32_t>(8 * per_row + 128));
+  auto bar = shared_array<u64>(1);
+  auto v = tma_view(src, {2, 4, per_row}, static_cast<Swizzle>(swizzle));
+  mbarrier_init(bar, 0u);
+  mbarrier_arrive_expect_tx(bar, 0u, v.box_bytes());
+  tma_load(s, 0u, v, {0, 0, 0}, bar, 0u);
+  mbarrier_wait(bar, 0u, 0u);
+  out[unit_pos()] = s[unit_pos()];
+}
+KILN_KERNEL_GENERIC(fake_tma_layout, "src: rank=3, out, swizzle = 0, row = 16", f16, bf16, f32, f64,
+                    i8, u8, i16, u16, i32, u32, i64, u64, f8e4m3, f8e5m2)
+    .cube_dim(32);
+
 namespace kiln {
 namespace {
 
@@ -274,6 +292,49 @@ TEST_CASE(
   REQUIRE_FALSE(st.ok());
   CHECK_THAT(st.error().message, Contains("argument 'src'"));
   CHECK(last_tensor_map().calls == encoded + 3);
+}
+
+TEST_CASE("the tensor-map encode call for every element type and swizzle", "[fake][nvrtc]") {
+  test::ScopedCache cache;
+  auto rt = open_gpu();
+  struct Type {
+    ElemType elem;
+    int driver;  // CU_TENSOR_MAP_DATA_TYPE_*
+  };
+  // UINT8 0, UINT16 1, UINT32 2, INT32 3, UINT64 4, INT64 5, FLOAT16 6, FLOAT32 7, FLOAT64 8,
+  // BFLOAT16 9; the 8-bit floats and signed 8/16-bit integers travel as their unsigned bits.
+  const Type types[] = {{ElemType::F16, 6},    {ElemType::BF16, 9},  {ElemType::F32, 7},
+                        {ElemType::F64, 8},    {ElemType::I8, 0},    {ElemType::U8, 0},
+                        {ElemType::I16, 1},    {ElemType::U16, 1},   {ElemType::I32, 3},
+                        {ElemType::U32, 2},    {ElemType::I64, 5},   {ElemType::U64, 4},
+                        {ElemType::F8E4M3, 0}, {ElemType::F8E5M2, 0}};
+  auto k = test::kernel(rt, "fake_tma_layout");
+  for (const Type& t : types)
+    for (int swizzle : {0, 32, 64, 128}) {
+      const int row = swizzle ? swizzle : 16;
+      const auto esize = static_cast<uint64_t>(ir::elem_bytes(t.elem));
+      const int64_t inner = 2 * row / static_cast<int64_t>(esize);  // two boxes' rows wide
+      INFO(ir::elem_name(t.elem) << ", swizzle " << swizzle);
+      auto src = rt.empty(t.elem, {3, 5, inner});
+      REQUIRE(src.ok());
+      auto out = rt.empty(t.elem, {32});
+      REQUIRE(out.ok());
+      const int before = last_tensor_map().calls;
+      KILN_REQUIRE_OK(rt.launch(k, 1, 32, *src, *out, swizzle, row));
+      const FakeTensorMap& m = last_tensor_map();
+      REQUIRE(m.calls == before + 1);
+      CHECK(m.data_type == t.driver);
+      CHECK(m.rank == 3);
+      CHECK(m.address == src->data());
+      CHECK((m.dims[0] == static_cast<uint64_t>(inner) && m.dims[1] == 5 && m.dims[2] == 3));
+      CHECK(m.strides[0] == static_cast<uint64_t>(inner) * esize);
+      CHECK(m.strides[1] == static_cast<uint64_t>(inner) * esize * 5);
+      CHECK((m.box[0] == row / esize && m.box[1] == 4 && m.box[2] == 2));
+      CHECK(m.swizzle == (swizzle == 0 ? 0 : swizzle == 32 ? 1 : swizzle == 64 ? 2 : 3));
+      CHECK(m.interleave == 0);
+      CHECK(m.oob == 0);
+      KILN_REQUIRE_OK(rt.sync());
+    }
 }
 
 TEST_CASE("GPU launch errors: alignment, grid limits, streams of another device", "[fake][nvrtc]") {
