@@ -160,7 +160,7 @@ std::vector<TensorMapSite> tensor_map_sites(const ir::Kernel& k) {
     const ir::ValueId tensor = op.operands[ir::tma_operands(op.kind).tensor];
     for (uint32_t i = 0; i < k.params.size(); ++i)
       if (k.params[i].value == tensor) {
-        TensorMapSite s{i, op.attr.i, k.loc_string(op.loc)};
+        TensorMapSite s{i, ir::tma_box_attr(op.attr.i), k.loc_string(op.loc)};
         if (std::find(sites.begin(), sites.end(), s) == sites.end()) sites.push_back(std::move(s));
       }
   });

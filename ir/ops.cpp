@@ -434,6 +434,14 @@ std::string check_tcgen05_op(Sig sig, const std::string& name, std::span<const T
       const TmaBox box = tma_box(attr.i);
       if (std::string e = tma_box_error(box, static_cast<uint32_t>(elem_bytes(t.elem))); !e.empty())
         return fmt::format("'{}': {}", name, e);
+      if (const TmaReduce red = tma_reduce(attr.i); red != TmaReduce::None) {
+        if (!store) return fmt::format("'{}' copies; only tma.store reduces into the tensor", name);
+        if (!tma_reduce_allowed(red, t.elem))
+          return fmt::format(
+              "'{}': TMA has no {} reduction of {} elements (add: f16, bf16, f32, i32, u32, u64; "
+              "min and max: f16, bf16, i32, u32, i64, u64)",
+              name, tma_reduce_name(red), elem_name(t.elem));
+      }
       if (box.fill_nan && !tma_nan_fill_allowed(t.elem))
         return fmt::format("'{}': a NaN fill is for f16, bf16, f32 and f64 tensors, not {}", name,
                            elem_name(t.elem));
@@ -699,6 +707,35 @@ uint64_t tma_attr(const TmaBox& b) {
   for (uint32_t d = 0; d < b.rank && d < kTmaMaxRank; ++d)
     a |= uint64_t{b.box[d] & 0x1ffu} << (8 + 9 * d);
   return a;
+}
+
+const char* tma_reduce_name(TmaReduce r) {
+  switch (r) {
+    case TmaReduce::None:
+      return "";
+    case TmaReduce::Add:
+      return "add";
+    case TmaReduce::Min:
+      return "min";
+    case TmaReduce::Max:
+      return "max";
+  }
+  return "";
+}
+
+bool tma_reduce_allowed(TmaReduce r, ElemType e) {
+  switch (r) {
+    case TmaReduce::None:
+      return true;
+    case TmaReduce::Add:
+      return e == ElemType::F16 || e == ElemType::BF16 || e == ElemType::F32 ||
+             e == ElemType::I32 || e == ElemType::U32 || e == ElemType::U64;
+    case TmaReduce::Min:
+    case TmaReduce::Max:
+      return e == ElemType::F16 || e == ElemType::BF16 || e == ElemType::I32 ||
+             e == ElemType::U32 || e == ElemType::I64 || e == ElemType::U64;
+  }
+  return false;
 }
 
 bool tma_nan_fill_allowed(ElemType e) {

@@ -81,7 +81,8 @@ enum class Sig : uint8_t {
   TmaLoad,        // tma.load %m, %i, %t, %bar, %bi, %c..., box B..., swizzle W[, fill nan]
                   //   the box of tensor t at coordinates c (one i32 per dim, outermost first)
                   //   into m[i...], completing on the mbarrier bar[bi]; attr: tma_attr()
-  TmaStore,       // tma.store %t, %m, %i, %c..., box B..., swizzle W   m[i...] into t's box
+  TmaStore,       // tma.store %t, %m, %i, %c..., box B..., swizzle W[, reduce add|min|max]
+                  //   m[i...] into t's box (or combined with it)
   TmaPrefetch,    // tma.prefetch %t, %c..., box B..., swizzle W   t's box towards the L2 cache
   AsyncCopy,      // async.copy %m, %i, %g, %j, %valid     16 bytes of g from element j to m[i...]
   If,             // if %c { ... } [else { ... }]
@@ -232,6 +233,22 @@ struct TmaBox {
 };
 // Whether TMA can fill a box of `e` with NaN (the driver's float tensor-map types).
 bool tma_nan_fill_allowed(ElemType e);
+// What a tma.store does with each element: writes it, or combines it with the tensor's element
+// atomically (cp.reduce.async.bulk.tensor): add, min or max. Bits 6-7 of tma.store's attribute,
+// beside its box (tma_attr); the box alone (tma_box_attr) names the tensor map.
+enum class TmaReduce : uint32_t { None = 0, Add = 1, Min = 2, Max = 3 };
+inline constexpr uint32_t kTmaReduceShift = 6;
+inline TmaReduce tma_reduce(uint64_t attr) {
+  return static_cast<TmaReduce>((attr >> kTmaReduceShift) & 3u);
+}
+inline uint64_t tma_box_attr(uint64_t attr) {
+  return attr & ~(uint64_t{3} << kTmaReduceShift);
+}
+const char* tma_reduce_name(TmaReduce r);  // "add", "min", "max" ("" for None)
+// Whether a reduction of `r` exists for elements of `e` (the PTX ISA's table for
+// cp.reduce.async.bulk.tensor): add for f16, bf16, f32, i32, u32, u64; min and max for f16,
+// bf16, i32, u32, i64, u64.
+bool tma_reduce_allowed(TmaReduce r, ElemType e);
 inline constexpr uint32_t kTmaMaxRank = 5, kTmaMaxBox = 256;
 uint64_t tma_attr(const TmaBox& b);
 TmaBox tma_box(uint64_t attr);

@@ -649,7 +649,7 @@ class Parser {
       case Sig::TmaStore:
       case Sig::TmaPrefetch: {
         // tma.load %m, %i, %t, %bar, %bi, %c..., box B..., swizzle W[, fill nan]
-        // tma.store %t, %m, %i, %c..., box B..., swizzle W[, fill nan]
+        // tma.store %t, %m, %i, %c..., box B..., swizzle W[, fill nan][, reduce add|min|max]
         // tma.prefetch %t, %c..., box B..., swizzle W[, fill nan]
         operands(static_cast<int>(tma_operands(op.kind).coords));
         while (is_punct(',')) {
@@ -674,13 +674,24 @@ class Parser {
             static_cast<uint32_t>(parse_uint("the swizzle in bytes (0, 32, 64 or 128)", 128));
         if (!wgmma_swizzle_valid(b.swizzle))
           fail(fmt::format("a TMA swizzle is 0, 32, 64 or 128 bytes, not {}", b.swizzle));
-        if (is_punct(',')) {
+        TmaReduce red = TmaReduce::None;
+        while (is_punct(',')) {
           advance();
-          expect_ident("fill");
-          expect_ident("nan");
-          b.fill_nan = true;
+          if (is_ident("fill")) {
+            advance();
+            expect_ident("nan");
+            b.fill_nan = true;
+          } else if (is_ident("reduce")) {
+            advance();
+            for (TmaReduce r : {TmaReduce::Add, TmaReduce::Min, TmaReduce::Max})
+              if (is_ident(tma_reduce_name(r))) red = r;
+            if (red == TmaReduce::None) expected("add, min or max after 'reduce'");
+            advance();
+          } else {
+            expected("'fill nan' or 'reduce add|min|max'");
+          }
         }
-        op.attr.i = tma_attr(b);
+        op.attr.i = tma_attr(b) | uint64_t{static_cast<uint32_t>(red)} << kTmaReduceShift;
         break;
       }
       case Sig::Tcgen05Mma: {

@@ -190,8 +190,7 @@ class Printer {
           parts.push_back(fmt::format("{}", (op.attr.i >> 8) & 0xffff));
           majors(mma_majors(op.attr.i, kTcgen05MajorShift));
         }
-        if (info.sig == Sig::TmaLoad || info.sig == Sig::TmaStore ||
-            info.sig == Sig::TmaPrefetch) {
+        if (info.sig == Sig::TmaLoad || info.sig == Sig::TmaStore || info.sig == Sig::TmaPrefetch) {
           const TmaBox b = tma_box(op.attr.i);
           std::string box = "box";
           for (uint32_t d = 0; d < b.rank; ++d)
@@ -199,6 +198,8 @@ class Printer {
           parts.push_back(box);
           parts.push_back(fmt::format("swizzle {}", b.swizzle));
           if (b.fill_nan) parts.push_back("fill nan");
+          if (tma_reduce(op.attr.i) != TmaReduce::None)
+            parts.push_back(fmt::format("reduce {}", tma_reduce_name(tma_reduce(op.attr.i))));
         }
         if (info.sig == Sig::Wgmma) {
           const uint64_t e = op.attr.i & 0xff;

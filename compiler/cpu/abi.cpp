@@ -2,6 +2,7 @@
 #include "compiler/cpu/abi.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -636,6 +637,80 @@ extern "C" uint32_t kiln_rt_tma_store(void* dst, const void* src, uint32_t src_c
                       uint64_t{src_count} * elem_bytes, dims, coords,
                       [&](uint64_t byte, bool inside, uint64_t offset) {
                         if (inside) std::memcpy(out + offset * elem_bytes, in + byte, elem_bytes);
+                      });
+}
+
+namespace {
+
+// One element of a TMA reduction: old `op` v, of element type E (bits in U), rounded as the GPU
+// does (f16 and bf16 sums of two values are exact in double, so rounding once from there is
+// rounding the exact sum). min and max of a NaN and a number give the number.
+template <class U>
+U tma_combine(kiln::ir::TmaReduce op, kiln::ir::ElemType e, U old, U v) {
+  using kiln::ir::ElemType;
+  using kiln::ir::TmaReduce;
+  if (e == ElemType::F16 || e == ElemType::BF16 || e == ElemType::F32) {
+    auto value = [&](U bits) -> double {
+      if (e == ElemType::F16) return kiln::f16_value(static_cast<uint16_t>(bits));
+      if (e == ElemType::BF16) return kiln::bf16_value(static_cast<uint16_t>(bits));
+      float f;
+      const auto b32 = static_cast<uint32_t>(bits);
+      std::memcpy(&f, &b32, 4);
+      return f;
+    };
+    const double a = value(old), b = value(v);
+    const double r = op == TmaReduce::Add   ? a + b
+                     : op == TmaReduce::Min ? std::fmin(a, b)
+                                            : std::fmax(a, b);
+    if (e == ElemType::F16) return static_cast<U>(kiln::f16_bits(r));
+    if (e == ElemType::BF16) return static_cast<U>(kiln::bf16_bits(r));
+    const auto f = static_cast<float>(r);
+    uint32_t b32;
+    std::memcpy(&b32, &f, 4);
+    return static_cast<U>(b32);
+  }
+  if (op == TmaReduce::Add) return static_cast<U>(old + v);  // wraps
+  if (e == ElemType::I32 || e == ElemType::I64) {
+    using S = std::make_signed_t<U>;
+    const auto a = static_cast<S>(old), b = static_cast<S>(v);
+    return static_cast<U>(op == TmaReduce::Min ? std::min(a, b) : std::max(a, b));
+  }
+  return op == TmaReduce::Min ? std::min(old, v) : std::max(old, v);
+}
+
+template <class U>
+void tma_reduce_element(uint8_t* at, const uint8_t* from, kiln::ir::TmaReduce op,
+                        kiln::ir::ElemType e) {
+  U v;
+  std::memcpy(&v, from, sizeof v);
+  // Cubes run on several threads: each element is combined atomically, as on the GPU.
+  std::atomic_ref<U> cell(*reinterpret_cast<U*>(at));
+  U old = cell.load(std::memory_order_relaxed);
+  while (!cell.compare_exchange_weak(old, tma_combine(op, e, old, v), std::memory_order_relaxed)) {
+  }
+}
+
+}  // namespace
+
+extern "C" uint32_t kiln_rt_tma_reduce(void* dst, const void* src, uint32_t src_count,
+                                       uint32_t index, const uint32_t* dims, const int32_t* coords,
+                                       uint64_t attr, uint32_t elem) {
+  const auto e = static_cast<kiln::ir::ElemType>(elem);
+  const auto op = kiln::ir::tma_reduce(attr);
+  const auto elem_bytes = static_cast<uint32_t>(kiln::ir::elem_bytes(e));
+  auto* out = static_cast<uint8_t*>(dst);
+  const auto* in = static_cast<const uint8_t*>(src);
+  return tma_box_walk(attr, elem_bytes, uint64_t{index} * elem_bytes,
+                      uint64_t{src_count} * elem_bytes, dims, coords,
+                      [&](uint64_t byte, bool inside, uint64_t offset) {
+                        if (!inside) return;
+                        uint8_t* at = out + offset * elem_bytes;
+                        if (elem_bytes == 2)
+                          tma_reduce_element<uint16_t>(at, in + byte, op, e);
+                        else if (elem_bytes == 4)
+                          tma_reduce_element<uint32_t>(at, in + byte, op, e);
+                        else
+                          tma_reduce_element<uint64_t>(at, in + byte, op, e);
                       });
 }
 

@@ -121,6 +121,11 @@ uint32_t kiln_rt_copy_async(void* dst, uint32_t dst_count, uint32_t si, const vo
 uint32_t kiln_rt_tma_store(void* dst, const void* src, uint32_t src_count, uint32_t index,
                            const uint32_t* dims, const int32_t* coords, uint64_t attr,
                            uint32_t elem_bytes);
+// tma.store with a reduction (the attribute's, ir::tma_reduce): each element of the box inside
+// the tensor combined with the tensor's element atomically, of type `elem` (an ir::ElemType).
+uint32_t kiln_rt_tma_reduce(void* dst, const void* src, uint32_t src_count, uint32_t index,
+                            const uint32_t* dims, const int32_t* coords, uint64_t attr,
+                            uint32_t elem);
 
 // f32 -> bf16 to nearest even, a NaN's high 16 bits kept (a bitcast round trip is exact):
 // the compiler-runtime routine that LLVM's x86 backend calls where it widens bf16 vector

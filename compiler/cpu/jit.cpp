@@ -283,6 +283,7 @@ class Jit {
       {"kiln_rt_mbar_arrive_tx", reinterpret_cast<void*>(&kiln_rt_mbar_arrive_tx)},
       {"kiln_rt_tma_load", reinterpret_cast<void*>(&kiln_rt_tma_load)},
       {"kiln_rt_tma_store", reinterpret_cast<void*>(&kiln_rt_tma_store)},
+      {"kiln_rt_tma_reduce", reinterpret_cast<void*>(&kiln_rt_tma_reduce)},
       {"kiln_rt_copy_async", reinterpret_cast<void*>(&kiln_rt_copy_async)},
 #if defined(__x86_64__) || defined(__aarch64__)
       {"__truncsfbf2", reinterpret_cast<void*>(&kiln_rt_truncsfbf2)},  // abi.h

@@ -145,6 +145,10 @@ void Gen::cube_op(const ir::Op& op) {
         code = call("kiln_rt_tma_load", {ptr, ptr, i32, i32, ptr, ptr, ptr, i64, i32},
                     {element_ptr(op.operands[3], v(op.operands[4])), shared, B.getInt32(st.count),
                      v(op.operands[at.index]), t.base, dims, coords, B.getInt64(op.attr.i), esize});
+      else if (ir::tma_reduce(op.attr.i) != ir::TmaReduce::None)
+        code = call("kiln_rt_tma_reduce", {ptr, ptr, i32, i32, ptr, ptr, i64, i32},
+                    {t.base, shared, B.getInt32(st.count), v(op.operands[at.index]), dims, coords,
+                     B.getInt64(op.attr.i), B.getInt32(static_cast<uint32_t>(st.elem))});
       else
         code = call("kiln_rt_tma_store", {ptr, ptr, i32, i32, ptr, ptr, i64, i32},
                     {t.base, shared, B.getInt32(st.count), v(op.operands[at.index]), dims, coords,

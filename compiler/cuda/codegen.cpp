@@ -893,6 +893,7 @@ class Gen {
       case OpKind::TmaPrefetch: {
         // kiln::tma_load<swizzle, box...>(dst, index, map, bars, bar index, {coordinates}),
         // kiln::tma_store<swizzle, box...>(map, src, index, {coordinates}),
+        // kiln::tma_reduce<op, swizzle, box...>(map, src, index, {coordinates}),
         // kiln::tma_prefetch<swizzle, box...>(map, {coordinates}): box and coordinates
         // outermost first, as in the IR.
         const ir::TmaOperands at = ir::tma_operands(op.kind);
@@ -904,7 +905,9 @@ class Gen {
         }
         size_t map = 0;
         for (const abi::TensorMapSite& s : info_.tensor_maps) {
-          if (K.params[s.param].value == op.operands[at.tensor] && s.box == op.attr.i) break;
+          if (K.params[s.param].value == op.operands[at.tensor] &&
+              s.box == ir::tma_box_attr(op.attr.i))
+            break;
           ++map;
         }
         KILN_CHECK(map < info_.tensor_maps.size(), "a TMA copy without its tensor-map site");
@@ -912,6 +915,10 @@ class Gen {
           line(fmt::format("kiln::tma_load<{}>({}, {}, args.map[{}], {}, {}, {{{}}});", tmpl,
                            v(op.operands[at.shared]), v(op.operands[at.index]), map,
                            v(op.operands[3]), v(op.operands[4]), coords));
+        else if (op.kind == OpKind::TmaStore && ir::tma_reduce(op.attr.i) != ir::TmaReduce::None)
+          line(fmt::format("kiln::tma_reduce<{}u, {}>(args.map[{}], {}, {}, {{{}}});",
+                           static_cast<uint32_t>(ir::tma_reduce(op.attr.i)), tmpl, map,
+                           v(op.operands[at.shared]), v(op.operands[at.index]), coords));
         else if (op.kind == OpKind::TmaStore)
           line(fmt::format("kiln::tma_store<{}>(args.map[{}], {}, {}, {{{}}});", tmpl, map,
                            v(op.operands[at.shared]), v(op.operands[at.index]), coords));

@@ -2085,6 +2085,67 @@ inline void tma_store(const tensor_map& map, const bounded<T>& src, u32 index,
   }
   emu::sync_threads(where);
 }
+// A reduction: each element of the box inside the tensor combined with the tensor's element
+// atomically (cubes run on several host threads), rounded once as the GPU does: f16 and bf16
+// through f32 (exact enough that rounding the f32 result rounds the exact one), min and max of a
+// NaN and a number giving the number.
+inline f32 tma_min(f32 x, f32 y) { return x != x ? y : y != y ? x : x < y ? x : y; }
+inline f32 tma_max(f32 x, f32 y) { return x != x ? y : y != y ? x : x < y ? y : x; }
+template <u32 RED, class T>  // integers: sums wrap
+inline T tma_combine(T a, T b) {
+  if (RED == 1) return (T)((u64)a + (u64)b);
+  return RED == 2 ? (a < b ? a : b) : (a < b ? b : a);
+}
+template <u32 RED>
+inline f32 tma_combine(f32 a, f32 b) { return a + b; }  // add only
+template <u32 RED>
+inline f16 tma_combine(f16 a, f16 b) {
+  const f32 x = to_f32(a), y = to_f32(b);
+  return cast<f16>(RED == 1 ? x + y : RED == 2 ? tma_min(x, y) : tma_max(x, y));
+}
+template <u32 RED>
+inline bf16 tma_combine(bf16 a, bf16 b) {
+  const f32 x = to_f32(a), y = to_f32(b);
+  return cast<bf16>(RED == 1 ? x + y : RED == 2 ? tma_min(x, y) : tma_max(x, y));
+}
+template <int B> struct tma_bits;
+template <> struct tma_bits<2> { typedef u16 type; };
+template <> struct tma_bits<4> { typedef u32 type; };
+template <> struct tma_bits<8> { typedef u64 type; };
+template <u32 RED, u32 SW, u32... BOX, class T, int R>
+inline void tma_reduce(const tensor_map& map, const bounded<T>& src, u32 index,
+                       const i32 (&c)[R] KILN_WHERE) {
+  static_assert(sizeof...(BOX) == R, "one coordinate per dimension of the box");
+  emu::sync_threads(where);
+  if (unit_linear() == 0) {
+    tma_desc m;
+    memcpy(&m, &map, sizeof m);
+    const u32 box[R] = {BOX...};
+    const unsigned char* in = (const unsigned char*)src.p;
+    T* out = (T*)(uintptr_t)m.base;
+    typedef typename tma_bits<sizeof(T)>::type U;
+    tma_walk<SW>(
+        m, box, src, index, c,
+        [&](u64 byte, bool inside, u64 offset) {
+          if (!emu::access(in + byte, sizeof(T), emu::kLoad | emu::kSharedSpace, where))
+            return false;
+          if (!inside) return true;
+          T v;
+          memcpy(&v, in + byte, sizeof(T));
+          U* cell = (U*)(out + offset);
+          U old = __atomic_load_n(cell, __ATOMIC_RELAXED), next;
+          do {
+            T cur;
+            memcpy(&cur, &old, sizeof(T));
+            const T r = tma_combine<RED>(cur, v);
+            memcpy(&next, &r, sizeof(T));
+          } while (!__atomic_compare_exchange_n(cell, &old, next, true, __ATOMIC_RELAXED,
+                                                __ATOMIC_RELAXED));
+          return true;
+        } KILN_AT);
+  }
+  emu::sync_threads(where);
+}
 // A prefetch changes no result: the emulator checks only that the map is the tensor's.
 template <u32 SW, u32... BOX, int R>
 inline void tma_prefetch(const tensor_map& map, const i32 (&c)[R] KILN_WHERE) {
@@ -2149,6 +2210,49 @@ template <int N>
 __device__ __forceinline__ void copy_async_wait() {
 #if __CUDA_ARCH__ >= 800
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+// cp.reduce.async.bulk.tensor: as tma_store, each element combined with the tensor's (RED: 1
+// add, 2 min, 3 max; the element type is the tensor map's).
+template <u32 RED, u32 SW, u32... BOX, class T, int R>
+__device__ __forceinline__ void tma_reduce(const tensor_map& map, T* src, u32 index,
+                                           const i32 (&c)[R]) {
+  static_assert(sizeof...(BOX) == R, "one coordinate per dimension of the box");
+#if __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  __syncthreads();
+  if (unit_linear() == 0) {
+    const u32 s = shared_address(src + index);
+    const u64 m = (u64)&map;
+#define KILN_TMA(OP, N, ...)                                                                 \
+  asm volatile("cp.reduce.async.bulk.tensor." #N "d.global.shared::cta." #OP ".tile.bulk_group " \
+               "[%0, {" __VA_ARGS__ "}], [%1];"
+#define KILN_TMA_RANKS(OP)                                                                     \
+  if constexpr (R == 1)                                                                        \
+    KILN_TMA(OP, 1, "%2") ::"l"(m), "r"(s), "r"(c[0]) : "memory");                             \
+  else if constexpr (R == 2)                                                                   \
+    KILN_TMA(OP, 2, "%2, %3") ::"l"(m), "r"(s), "r"(c[1]), "r"(c[0]) : "memory");              \
+  else if constexpr (R == 3)                                                                   \
+    KILN_TMA(OP, 3, "%2, %3, %4") ::"l"(m), "r"(s), "r"(c[2]), "r"(c[1]), "r"(c[0]) : "memory"); \
+  else if constexpr (R == 4)                                                                   \
+    KILN_TMA(OP, 4, "%2, %3, %4, %5") ::"l"(m), "r"(s), "r"(c[3]), "r"(c[2]), "r"(c[1]),       \
+        "r"(c[0]) : "memory");                                                                 \
+  else                                                                                         \
+    KILN_TMA(OP, 5, "%2, %3, %4, %5, %6") ::"l"(m), "r"(s), "r"(c[4]), "r"(c[3]), "r"(c[2]),   \
+        "r"(c[1]), "r"(c[0]) : "memory");
+    if constexpr (RED == 1) {
+      KILN_TMA_RANKS(add)
+    } else if constexpr (RED == 2) {
+      KILN_TMA_RANKS(min)
+    } else {
+      KILN_TMA_RANKS(max)
+    }
+#undef KILN_TMA_RANKS
+#undef KILN_TMA
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");  // the updates are done
+  }
+  __syncthreads();  // and the shared memory is free again
 #endif
 }
 // cp.async.bulk.prefetch.tensor: the box towards L2, by one unit; nothing waits for it.

@@ -197,6 +197,49 @@ void tma_store(const TmaView<V>& view, std::initializer_list<TmaCoord> coords,
   ctx.builder().op(ir::OpKind::TmaStore, ops, index.at(), {}, a);
 }
 
+// The way back with a reduction: each element of the box at `coords` from src[index ...] (laid
+// out as tma_load writes it) combined with the tensor's element, atomically per element as
+// atomics are (so several cubes may reduce into the same elements: split-K sums, for one):
+// TmaReduce::Add (f16, bf16, f32, i32, u32, u64; integer sums wrap), Min or Max (f16, bf16,
+// i32, u32, i64, u64; a NaN loses to a number). Otherwise as tma_store: a cube operation, done
+// when it returns, elements outside the tensor left alone. On the GPU:
+// cp.reduce.async.bulk.tensor.
+using TmaReduce = ir::TmaReduce;
+template <class V, class W>
+void tma_reduce(const TmaView<V>& view, std::initializer_list<TmaCoord> coords,
+                const SharedArray<W>& src, Arg<uint32_t> index, TmaReduce op) {
+  static_assert(!std::is_const_v<V>,
+                "kiln: tma_reduce writes the tensor; declare it writable (Tensor<T>, not "
+                "Tensor<const T>)");
+  static_assert(std::is_same_v<host_of_t<V>, host_of_t<W>>,
+                "kiln: tma_reduce combines a shared array of the tensor's element type");
+  auto& ctx = TraceContext::current();
+  if (!has_tma()) {
+    ctx.fail(index.where(), fmt::format("TMA reductions are sm_90 instructions; {} has none: ask "
+                                        "has_tma() at trace time and use atomics there",
+                                        ctx.target().name));
+    return;
+  }
+  if (op == TmaReduce::None || !ir::tma_reduce_allowed(op, elem_v<host_of_t<V>>)) {
+    ctx.fail(index.where(),
+             fmt::format("TMA has no {} reduction of {} elements (add: f16, bf16, f32, i32, u32, "
+                         "u64; min and max: f16, bf16, i32, u32, i64, u64)",
+                         op == TmaReduce::None ? "plain" : ir::tma_reduce_name(op),
+                         ir::elem_name(elem_v<host_of_t<V>>)));
+    return;
+  }
+  if (coords.size() != view.box().rank) {
+    ctx.fail(index.where(), fmt::format("tma_reduce of a rank-{} view takes {} coordinates, not {}",
+                                        view.box().rank, view.box().rank, coords.size()));
+    return;
+  }
+  std::vector<ir::ValueId> ops = {view.tensor().id(), src.id(), index.value(1)};
+  for (const TmaCoord& c : coords) ops.push_back(c.id());
+  ir::Attr a;
+  a.i = ir::tma_attr(view.box()) | uint64_t{static_cast<uint32_t>(op)} << ir::kTmaReduceShift;
+  ctx.builder().op(ir::OpKind::TmaStore, ops, index.at(), {}, a);
+}
+
 // A hint: start bringing the box of `view` at `coords` into the GPU's L2 cache, so that a later
 // tma_load of it (by this cube or another) finds it there. It changes no result and nothing
 // waits for it; the CPU and the emulator do nothing. A cube operation (issued by one unit).

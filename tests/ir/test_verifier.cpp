@@ -258,6 +258,10 @@ std::vector<Case> cases() {
        "  %0 = alloc.shared : shared<f32, 1024>\n  %1 = const 0 : i32\n"
        "  tma.store %ro, %0, %u, %1, box 64, swizzle 0\n",
        "'tma.store' writes to a read-only tensor (tensor<f32, 1, ro>); declare it writable"},
+      {OpKind::TmaStore,
+       "  %0 = alloc.shared : shared<f32, 1024>\n  %1 = const 0 : i32\n"
+       "  tma.store %t, %0, %u, %1, %1, box 4, 16, swizzle 0, reduce min\n",
+       "'tma.store': TMA has no min reduction of f32 elements"},
   };
 }
 

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include "compiler/dsl/dsl.h"
+#include "ir/float16.h"
 #include "kernels/kernels.h"
 #include "runtime/runtime.h"
 #include "tests/compiler/dsl/dsl_test_util.h"
@@ -46,6 +47,30 @@ void tma_nan_box(Tensor<const T> src, Tensor<T> out, i32 r0, i32 c0) {
   for_range(unit_pos(), 64u, cube_dim(), [&](u32 i) { out[i] = s[i]; });
 }
 KILN_KERNEL_GENERIC(tma_nan_box, "src: rank=2, out, r0, c0", f16, bf16, f32, f64).cube_dim(32);
+
+// Every cube combines its 4 x 16 box, element e (row-major) being v(cube, e) = (7 cube + 5 e) %
+// 23 - 11, into dst at (r0, c0) with `op` (1 add, 2 min, 3 max): cubes race on the same
+// elements, as split-K sums do.
+template <class T>
+void tma_reduce2(Tensor<T> dst, i32 r0, i32 c0, int op) {
+  auto s = shared_array<T>(64);
+  auto view = tma_view(dst, {4, 16});
+  for_range(unit_pos(), 64u, cube_dim(), [&](u32 e) {
+    i32 v = cast<int32_t>((7u * cube_pos() + 5u * e) % 23u) - 11;
+    s[e] = cast<host_of_t<T>>(v);
+  });
+  tma_reduce(view, {r0, c0}, s, 0u, static_cast<TmaReduce>(op));  // TMA_REDUCE
+}
+KILN_KERNEL_GENERIC(tma_reduce2, "dst: rank=2, r0, c0, op = 1 in 1..3", f32, bf16, i32, i64)
+    .cube_dim(32);
+
+// A min reduction of f32 (TMA has none) is a trace error.
+void tma_reduce_f32_min(Tensor<f32> dst) {
+  auto s = shared_array<f32>(64);
+  auto view = tma_view(dst, {4, 16});
+  tma_reduce(view, {0, 0}, s, 0u, TmaReduce::Min);  // TMA_BAD_REDUCE
+}
+KILN_KERNEL(tma_reduce_f32_min, "dst: rank=2").cube_dim(32);
 
 // A NaN fill of an integer tensor is refused at the view.
 void tma_nan_int(Tensor<const i32> a) {
@@ -231,6 +256,76 @@ TEST_CASE("a TMA view with a NaN fill loads NaN outside the tensor, of every flo
     check_nan_box<uint32_t>(rt, ir::ElemType::F32);
     check_nan_box<uint64_t>(rt, ir::ElemType::F64);
   }
+}
+
+// The reduction's result for element (r, c) of a 6 x 24 tensor starting at `init`, from
+// `cubes` cubes reducing a 4 x 16 box at (r0, c0), in double.
+double reduced(int op, double init, int cubes, int r, int c, int r0, int c0) {
+  const int br = r - r0, bc = c - c0;
+  if (br < 0 || br >= 4 || bc < 0 || bc >= 16) return init;
+  double x = init;
+  for (int cube = 0; cube < cubes; ++cube) {
+    const double v = (7 * cube + 5 * (br * 16 + bc)) % 23 - 11;
+    x = op == 1 ? x + v : op == 2 ? std::min(x, v) : std::max(x, v);
+  }
+  return x;
+}
+
+template <class H>
+void check_reduce(Runtime& rt, ir::ElemType dtype) {
+  auto k = test::kernel(rt, "tma_reduce2");
+  const int cubes = 9;
+  auto encode = [&](double v) -> H {
+    if (dtype == ir::ElemType::BF16) return static_cast<H>(bf16_bits(v));
+    if (dtype == ir::ElemType::F32) {
+      const auto f = static_cast<float>(v);
+      uint32_t b;
+      std::memcpy(&b, &f, 4);
+      return static_cast<H>(b);
+    }
+    return static_cast<H>(static_cast<int64_t>(v));
+  };
+  auto decode = [&](H h) -> double {
+    if (dtype == ir::ElemType::BF16) return bf16_value(static_cast<uint16_t>(h));
+    if (dtype == ir::ElemType::F32) {
+      float f;
+      const auto b = static_cast<uint32_t>(h);
+      std::memcpy(&f, &b, 4);
+      return f;
+    }
+    return static_cast<double>(static_cast<std::make_signed_t<H>>(h));
+  };
+  for (int op = 1; op <= 3; ++op) {
+    if (!ir::tma_reduce_allowed(static_cast<ir::TmaReduce>(op), dtype)) continue;
+    for (auto [r0, c0] : {std::pair{1, 4}, std::pair{3, 12}, std::pair{-2, -5}}) {
+      INFO(ir::elem_name(dtype) << ", op " << op << ", box at " << r0 << "," << c0);
+      std::vector<H> host(6 * 24);
+      for (size_t i = 0; i < host.size(); ++i) host[i] = encode(static_cast<double>(i % 9) - 4);
+      Tensor dst = test::tensor_from(rt, dtype, host, {6, 24});
+      KILN_REQUIRE_OK(rt.launch(k, cubes, 32, dst, r0, c0, op));
+      KILN_REQUIRE_OK(rt.sync());
+      const auto got = test::to_host<H>(dst);
+      for (int r = 0; r < 6; ++r)
+        for (int c = 0; c < 24; ++c) {
+          INFO("element " << r << "," << c);
+          REQUIRE(decode(got[r * 24 + c]) ==
+                  reduced(op, static_cast<double>((r * 24 + c) % 9) - 4, cubes, r, c, r0, c0));
+        }
+    }
+  }
+}
+
+TEST_CASE("a TMA reduction combines every cube's box into the tensor, atomically", "[tma]") {
+  (void)kernels::builtin_names();
+  for (Runtime& rt : tma_devices()) {
+    INFO("on " << rt.device().name);
+    check_reduce<uint32_t>(rt, ir::ElemType::F32);
+    check_reduce<uint16_t>(rt, ir::ElemType::BF16);
+    check_reduce<uint32_t>(rt, ir::ElemType::I32);
+    check_reduce<uint64_t>(rt, ir::ElemType::I64);
+  }
+  const std::string e = test::trace_error("tma_reduce_f32_min");
+  CHECK_THAT(e, Contains(loc("TMA_BAD_REDUCE")) && Contains("TMA has no min reduction of f32"));
 }
 
 TEST_CASE("a TMA store writes the box from its shared layout and nothing outside the tensor",

@@ -7,6 +7,7 @@
 
 #include <stdlib.h>
 
+#include "compiler/dsl/dsl.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
 #include "kernels/kernels.h"
@@ -426,6 +427,44 @@ TEST_CASE("copy_async is cp.async on sm_80 and later, and a trace error before",
   auto old = test::traced_for(*d, "sm_75");
   REQUIRE_FALSE(old.ok());
   CHECK_THAT(old.error().message, Contains("cp.async is an sm_80 instruction; sm_75 has none"));
+}
+
+// A TMA reduction of a 4 x 16 box: add for f32, max for bf16 (tests/runtime/test_tma.cpp runs
+// them on the CPU and the emulator).
+template <class T>
+void cuda_tma_reduce(kiln::dsl::Tensor<T> dst) {
+  using namespace kiln::dsl;
+  auto s = shared_array<T>(64);
+  for_range(unit_pos(), 64u, cube_dim(), [&](u32 e) { s[e] = cast<host_of_t<T>>(e); });
+  auto view = tma_view(dst, {4, 16});
+  constexpr bool is_f32 = std::is_same_v<host_of_t<T>, float>;
+  tma_reduce(view, {0, 0}, s, 0u, is_f32 ? TmaReduce::Add : TmaReduce::Max);
+}
+namespace tma_reduce_types {
+using kiln::dsl::bf16;
+using kiln::dsl::f32;
+KILN_KERNEL_GENERIC(cuda_tma_reduce, "dst: rank=2", f32, bf16).cube_dim(32);
+}  // namespace tma_reduce_types
+
+TEST_CASE("a TMA reduction is cp.reduce.async.bulk.tensor on sm_90a and sm_100a",
+          "[cuda][compile]") {
+  (void)kernels::builtin_names();
+  const dsl::KernelDef* d = dsl::Registry::global().find("cuda_tma_reduce");
+  REQUIRE(d);
+  for (const char* arch : {"sm_90a", "sm_100a"})
+    for (const char* dtype : {"f32", "bf16"}) {
+      INFO(arch << ", " << dtype);
+      dsl::SpecOptions o;
+      o.dtype["dst"] = dtype;
+      auto k = test::traced_for(*d, arch, o);
+      INFO((k.ok() ? std::string() : k.error().message));
+      REQUIRE(k.ok());
+      const auto b = test::cuda_build(*k, arch);
+      CHECK_THAT(b.compiled.ptx,
+                 Contains(std::string("cp.reduce.async.bulk.tensor.2d.global.shared::cta.") +
+                          (std::string(dtype) == "f32" ? "add" : "max") + ".tile.bulk_group"));
+      CHECK_THAT(b.compiled.ptx, Contains("cp.async.bulk.wait_group 0;"));
+    }
 }
 
 // Coverage driven by the op list: every op kind of ir/ops.def is in a kernel these tests compile
