@@ -442,6 +442,8 @@ std::string check_tcgen05_op(Sig sig, const std::string& name, std::span<const T
               "min and max: f16, bf16, i32, u32, i64, u64)",
               name, tma_reduce_name(red), elem_name(t.elem));
       }
+      if (tma_async(attr.i) && !store)
+        return fmt::format("'{}' completes on its mbarrier; only tma.store is made async", name);
       if (box.fill_nan && !tma_nan_fill_allowed(t.elem))
         return fmt::format("'{}': a NaN fill is for f16, bf16, f32 and f64 tensors, not {}", name,
                            elem_name(t.elem));
@@ -695,6 +697,7 @@ bool is_cube_op(OpKind k) {
     case OpKind::TmaLoad:
     case OpKind::TmaStore:
     case OpKind::TmaPrefetch:
+    case OpKind::TmaStoreWait:
       return true;
     default:
       return false;

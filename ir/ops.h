@@ -236,13 +236,18 @@ bool tma_nan_fill_allowed(ElemType e);
 // What a tma.store does with each element: writes it, or combines it with the tensor's element
 // atomically (cp.reduce.async.bulk.tensor): add, min or max. Bits 6-7 of tma.store's attribute,
 // beside its box (tma_attr); the box alone (tma_box_attr) names the tensor map.
+// Bit 62: the store is asynchronous (`, async`): it returns once issued, and its shared memory
+// may be written again only after a tma.store_wait that covers it.
 enum class TmaReduce : uint32_t { None = 0, Add = 1, Min = 2, Max = 3 };
-inline constexpr uint32_t kTmaReduceShift = 6;
+inline constexpr uint32_t kTmaReduceShift = 6, kTmaAsyncBit = 62;
 inline TmaReduce tma_reduce(uint64_t attr) {
   return static_cast<TmaReduce>((attr >> kTmaReduceShift) & 3u);
 }
+inline bool tma_async(uint64_t attr) {
+  return (attr >> kTmaAsyncBit) & 1u;
+}
 inline uint64_t tma_box_attr(uint64_t attr) {
-  return attr & ~(uint64_t{3} << kTmaReduceShift);
+  return attr & ~(uint64_t{3} << kTmaReduceShift | uint64_t{1} << kTmaAsyncBit);
 }
 const char* tma_reduce_name(TmaReduce r);  // "add", "min", "max" ("" for None)
 // Whether a reduction of `r` exists for elements of `e` (the PTX ISA's table for

@@ -650,6 +650,7 @@ class Parser {
       case Sig::TmaPrefetch: {
         // tma.load %m, %i, %t, %bar, %bi, %c..., box B..., swizzle W[, fill nan]
         // tma.store %t, %m, %i, %c..., box B..., swizzle W[, fill nan][, reduce add|min|max]
+        //   [, async]
         // tma.prefetch %t, %c..., box B..., swizzle W[, fill nan]
         operands(static_cast<int>(tma_operands(op.kind).coords));
         while (is_punct(',')) {
@@ -675,6 +676,7 @@ class Parser {
         if (!wgmma_swizzle_valid(b.swizzle))
           fail(fmt::format("a TMA swizzle is 0, 32, 64 or 128 bytes, not {}", b.swizzle));
         TmaReduce red = TmaReduce::None;
+        bool async = false;
         while (is_punct(',')) {
           advance();
           if (is_ident("fill")) {
@@ -687,11 +689,15 @@ class Parser {
               if (is_ident(tma_reduce_name(r))) red = r;
             if (red == TmaReduce::None) expected("add, min or max after 'reduce'");
             advance();
+          } else if (is_ident("async")) {
+            advance();
+            async = true;
           } else {
-            expected("'fill nan' or 'reduce add|min|max'");
+            expected("'fill nan', 'reduce add|min|max' or 'async'");
           }
         }
-        op.attr.i = tma_attr(b) | uint64_t{static_cast<uint32_t>(red)} << kTmaReduceShift;
+        op.attr.i = tma_attr(b) | uint64_t{static_cast<uint32_t>(red)} << kTmaReduceShift |
+                    uint64_t{async} << kTmaAsyncBit;
         break;
       }
       case Sig::Tcgen05Mma: {

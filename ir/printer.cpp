@@ -200,6 +200,7 @@ class Printer {
           if (b.fill_nan) parts.push_back("fill nan");
           if (tma_reduce(op.attr.i) != TmaReduce::None)
             parts.push_back(fmt::format("reduce {}", tma_reduce_name(tma_reduce(op.attr.i))));
+          if (tma_async(op.attr.i)) parts.push_back("async");
         }
         if (info.sig == Sig::Wgmma) {
           const uint64_t e = op.attr.i & 0xff;

@@ -339,8 +339,10 @@ struct Shadow {
   uint16_t writer = 0;  // unit + 1; kAtomicWriter after atomics
   uint16_t reader = 0;  // unit + 1 of the phase's reader; kSeveral for more than one
   uint32_t read_gen = 0, read_epoch = 0, read_warp_epoch = 0;
-  // The last tcgen05 multiply that read it (TmemState's count), while a GPU may still run it.
+  // The last tcgen05 multiply that read it (TmemState's count), while a GPU may still run it,
+  // and the last asynchronous TMA store that read it (its bulk group).
   uint32_t async_gen = 0, async_mma = 0;
+  uint32_t bulk_gen = 0, bulk_group = 0;
   const char* file = nullptr;  // the write
   uint32_t line = 0;
 };
@@ -690,6 +692,18 @@ void check_shared(Cube& c, Slot& s, uintptr_t offset, uint64_t bytes, uint32_t h
       e.async_mma = c.w.tmem_state.issued;
       continue;
     }
+    if (how & abi::kBulk) {
+      e.bulk_gen = c.w.gen;
+      e.bulk_group = c.w.tmem_state.bulk_issued;
+      continue;
+    }
+    if (!(how & abi::kLoad) && e.bulk_gen == c.w.gen && e.bulk_group > c.w.tmem_state.bulk_waited) {
+      c.report(me, fmt::format("{}: error: shared-memory race in {}: this {} overwrites bytes "
+                               "that an asynchronous TMA store may still be reading (bulk group "
+                               "{} of the cube): tma_store_wait() for it first",
+                               at(file, line), c.where_in(me), access_words(how), e.bulk_group));
+      return;
+    }
     if (!(how & abi::kLoad) && e.async_gen == c.w.gen && e.async_mma > c.w.tmem_state.waited) {
       c.report(me, fmt::format("{}: error: shared-memory race in {}: this {} overwrites bytes "
                                "that a tcgen05_mma may still be reading (multiply {} of the "
@@ -920,6 +934,11 @@ std::optional<Fault> run_cube(const Launch& L, Worker& w, uint32_t cube) {
       if (c.stop) break;
     }
   }
+  if (!c.fault && w.tmem_state.bulk_issued > w.tmem_state.bulk_waited)
+    c.report(0, fmt::format("{}: error: cube {} of kernel '{}' ends with an asynchronous TMA "
+                            "store (the last one issued here) still reading shared memory; "
+                            "tma_store_wait(0) before the end of the kernel",
+                            at(w.tmem_state.bulk_file, w.tmem_state.bulk_line), c.cube, L.kernel));
   if (!c.fault && w.tmem_state.allocated)
     c.report(0, fmt::format("{}: error: tensor memory is still allocated when cube {} of kernel "
                             "'{}' ends (on a GPU the next cube on that SM waits for it forever); "

@@ -536,7 +536,8 @@ void Gen::emit_scalar(const ir::Op& op) {
     case OpKind::TmaStore:
       cube_op(op);
       return;
-    case OpKind::TmaPrefetch:  // a hint for the GPU's L2; nothing to do on the CPU
+    case OpKind::TmaPrefetch:   // a hint for the GPU's L2; nothing to do on the CPU
+    case OpKind::TmaStoreWait:  // the CPU's stores are done when they return
       return;
     case OpKind::TmemRead:
       tmem_read(op);

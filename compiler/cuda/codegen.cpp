@@ -893,7 +893,8 @@ class Gen {
       case OpKind::TmaPrefetch: {
         // kiln::tma_load<swizzle, box...>(dst, index, map, bars, bar index, {coordinates}),
         // kiln::tma_store<swizzle, box...>(map, src, index, {coordinates}),
-        // kiln::tma_reduce<op, swizzle, box...>(map, src, index, {coordinates}),
+        // kiln::tma_reduce<op, swizzle, box...>(map, src, index, {coordinates}), and their
+        // _async forms,
         // kiln::tma_prefetch<swizzle, box...>(map, {coordinates}): box and coordinates
         // outermost first, as in the IR.
         const ir::TmaOperands at = ir::tma_operands(op.kind);
@@ -911,21 +912,29 @@ class Gen {
           ++map;
         }
         KILN_CHECK(map < info_.tensor_maps.size(), "a TMA copy without its tensor-map site");
-        if (op.kind == OpKind::TmaLoad)
+        if (op.kind == OpKind::TmaLoad) {
           line(fmt::format("kiln::tma_load<{}>({}, {}, args.map[{}], {}, {}, {{{}}});", tmpl,
                            v(op.operands[at.shared]), v(op.operands[at.index]), map,
                            v(op.operands[3]), v(op.operands[4]), coords));
-        else if (op.kind == OpKind::TmaStore && ir::tma_reduce(op.attr.i) != ir::TmaReduce::None)
-          line(fmt::format("kiln::tma_reduce<{}u, {}>(args.map[{}], {}, {}, {{{}}});",
-                           static_cast<uint32_t>(ir::tma_reduce(op.attr.i)), tmpl, map,
+        } else if (op.kind == OpKind::TmaStore) {
+          // tma_store / tma_reduce<op>, with _async when the store does not wait.
+          const ir::TmaReduce red = ir::tma_reduce(op.attr.i);
+          const std::string fn =
+              fmt::format("kiln::tma_{}{}", red == ir::TmaReduce::None ? "store" : "reduce",
+                          ir::tma_async(op.attr.i) ? "_async" : "");
+          const std::string targs = red == ir::TmaReduce::None
+                                        ? tmpl
+                                        : fmt::format("{}u, {}", static_cast<uint32_t>(red), tmpl);
+          line(fmt::format("{}<{}>(args.map[{}], {}, {}, {{{}}});", fn, targs, map,
                            v(op.operands[at.shared]), v(op.operands[at.index]), coords));
-        else if (op.kind == OpKind::TmaStore)
-          line(fmt::format("kiln::tma_store<{}>(args.map[{}], {}, {}, {{{}}});", tmpl, map,
-                           v(op.operands[at.shared]), v(op.operands[at.index]), coords));
-        else
+        } else {
           line(fmt::format("kiln::tma_prefetch<{}>(args.map[{}], {{{}}});", tmpl, map, coords));
+        }
         return {};
       }
+      case OpKind::TmaStoreWait:
+        line(fmt::format("kiln::tma_store_wait<{}>();", op.attr.i));
+        return {};
       case OpKind::TmemLoad:
         line(fmt::format("kiln::tmem_load<{}u>({}, {}, {});", op.attr.i, v(op.operands[0]),
                          v(op.operands[1]), v(op.operands[2])));
@@ -1178,7 +1187,8 @@ std::string unsupported_fragment(const ir::Op& op, const ir::Kernel& k, const Ta
   if (mbarrier && arch.sm < 80)
     return fmt::format("mbarriers need sm_80 or later; {} has none", arch.name());
   const bool tma = op.kind == OpKind::TmaLoad || op.kind == OpKind::TmaStore ||
-                   op.kind == OpKind::TmaPrefetch || op.kind == OpKind::MbarArriveTx;
+                   op.kind == OpKind::TmaPrefetch || op.kind == OpKind::TmaStoreWait ||
+                   op.kind == OpKind::MbarArriveTx;
   if (tma && !has_tma(arch))
     return fmt::format(
         "the Tensor Memory Accelerator (TMA) and mbarrier transaction counts need sm_90 or later; "

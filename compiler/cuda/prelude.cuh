@@ -2061,30 +2061,6 @@ inline void copy_async(const bounded<T>& dst, u32 si, const S* src, u32 gi, bool
 inline void copy_async_commit() {}
 template <int N>
 inline void copy_async_wait() {}
-// A store is done when it returns: every unit's stores to the box before it, the shared memory
-// free again after it.
-template <u32 SW, u32... BOX, class T, int R>
-inline void tma_store(const tensor_map& map, const bounded<T>& src, u32 index,
-                      const i32 (&c)[R] KILN_WHERE) {
-  static_assert(sizeof...(BOX) == R, "one coordinate per dimension of the box");
-  emu::sync_threads(where);
-  if (unit_linear() == 0) {
-    tma_desc m;
-    memcpy(&m, &map, sizeof m);
-    const u32 box[R] = {BOX...};
-    const unsigned char* in = (const unsigned char*)src.p;
-    unsigned char* out = (unsigned char*)(uintptr_t)m.base;
-    tma_walk<SW>(
-        m, box, src, index, c,
-        [&](u64 byte, bool inside, u64 offset) {
-          if (!emu::access(in + byte, sizeof(T), emu::kLoad | emu::kSharedSpace, where))
-            return false;
-          if (inside) memcpy(out + offset * sizeof(T), in + byte, sizeof(T));
-          return true;
-        } KILN_AT);
-  }
-  emu::sync_threads(where);
-}
 // A reduction: each element of the box inside the tensor combined with the tensor's element
 // atomically (cubes run on several host threads), rounded once as the GPU does: f16 and bf16
 // through f32 (exact enough that rounding the f32 result rounds the exact one), min and max of a
@@ -2112,12 +2088,22 @@ template <int B> struct tma_bits;
 template <> struct tma_bits<2> { typedef u16 type; };
 template <> struct tma_bits<4> { typedef u32 type; };
 template <> struct tma_bits<8> { typedef u64 type; };
-template <u32 RED, u32 SW, u32... BOX, class T, int R>
-inline void tma_reduce(const tensor_map& map, const bounded<T>& src, u32 index,
-                       const i32 (&c)[R] KILN_WHERE) {
+// A store (RED 0) or reduction (RED 1 add, 2 min, 3 max) of a box from shared memory, by unit 0
+// between two barriers, the tensor written when it returns. A synchronous one frees the shared
+// memory at once; an asynchronous one (ASYNC) counts as reading it until a tma_store_wait that
+// covers its group, and the race detector holds every unit's stores to those bytes to that.
+template <u32 RED, bool ASYNC, u32 SW, u32... BOX, class T, int R>
+inline void tma_store_impl(const tensor_map& map, const bounded<T>& src, u32 index,
+                           const i32 (&c)[R] KILN_WHERE) {
   static_assert(sizeof...(BOX) == R, "one coordinate per dimension of the box");
   emu::sync_threads(where);
   if (unit_linear() == 0) {
+    emu::TmemState* st = emu::unit()->tmem_state;
+    ++st->bulk_issued;  // this store's group
+    if (ASYNC) {
+      st->bulk_file = where.file_name();
+      st->bulk_line = where.line();
+    }
     tma_desc m;
     memcpy(&m, &map, sizeof m);
     const u32 box[R] = {BOX...};
@@ -2127,9 +2113,14 @@ inline void tma_reduce(const tensor_map& map, const bounded<T>& src, u32 index,
     tma_walk<SW>(
         m, box, src, index, c,
         [&](u64 byte, bool inside, u64 offset) {
-          if (!emu::access(in + byte, sizeof(T), emu::kLoad | emu::kSharedSpace, where))
+          if (!emu::access(in + byte, sizeof(T),
+                           emu::kLoad | emu::kSharedSpace | (ASYNC ? emu::kBulk : 0u), where))
             return false;
           if (!inside) return true;
+          if (RED == 0) {
+            memcpy(out + offset, in + byte, sizeof(T));
+            return true;
+          }
           T v;
           memcpy(&v, in + byte, sizeof(T));
           U* cell = (U*)(out + offset);
@@ -2143,6 +2134,35 @@ inline void tma_reduce(const tensor_map& map, const bounded<T>& src, u32 index,
                                                 __ATOMIC_RELAXED));
           return true;
         } KILN_AT);
+    if (!ASYNC) st->bulk_waited = st->bulk_issued;  // wait_group 0: every group is done
+  }
+  if (!ASYNC) emu::sync_threads(where);
+}
+template <u32 SW, u32... BOX, class T, int R>
+inline void tma_store(const tensor_map& map, const bounded<T>& src, u32 index,
+                      const i32 (&c)[R] KILN_WHERE) {
+  tma_store_impl<0, false, SW, BOX...>(map, src, index, c KILN_AT);
+}
+template <u32 SW, u32... BOX, class T, int R>
+inline void tma_store_async(const tensor_map& map, const bounded<T>& src, u32 index,
+                            const i32 (&c)[R] KILN_WHERE) {
+  tma_store_impl<0, true, SW, BOX...>(map, src, index, c KILN_AT);
+}
+template <u32 RED, u32 SW, u32... BOX, class T, int R>
+inline void tma_reduce(const tensor_map& map, const bounded<T>& src, u32 index,
+                       const i32 (&c)[R] KILN_WHERE) {
+  tma_store_impl<RED, false, SW, BOX...>(map, src, index, c KILN_AT);
+}
+template <u32 RED, u32 SW, u32... BOX, class T, int R>
+inline void tma_reduce_async(const tensor_map& map, const bounded<T>& src, u32 index,
+                             const i32 (&c)[R] KILN_WHERE) {
+  tma_store_impl<RED, true, SW, BOX...>(map, src, index, c KILN_AT);
+}
+template <int N>
+inline void tma_store_wait(const ::std::source_location& where = ::std::source_location::current()) {
+  if (unit_linear() == 0) {
+    emu::TmemState* st = emu::unit()->tmem_state;
+    if (st->bulk_issued > st->bulk_waited + (u32)N) st->bulk_waited = st->bulk_issued - (u32)N;
   }
   emu::sync_threads(where);
 }
@@ -2212,49 +2232,6 @@ __device__ __forceinline__ void copy_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 #endif
 }
-// cp.reduce.async.bulk.tensor: as tma_store, each element combined with the tensor's (RED: 1
-// add, 2 min, 3 max; the element type is the tensor map's).
-template <u32 RED, u32 SW, u32... BOX, class T, int R>
-__device__ __forceinline__ void tma_reduce(const tensor_map& map, T* src, u32 index,
-                                           const i32 (&c)[R]) {
-  static_assert(sizeof...(BOX) == R, "one coordinate per dimension of the box");
-#if __CUDA_ARCH__ >= 900
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-  __syncthreads();
-  if (unit_linear() == 0) {
-    const u32 s = shared_address(src + index);
-    const u64 m = (u64)&map;
-#define KILN_TMA(OP, N, ...)                                                                 \
-  asm volatile("cp.reduce.async.bulk.tensor." #N "d.global.shared::cta." #OP ".tile.bulk_group " \
-               "[%0, {" __VA_ARGS__ "}], [%1];"
-#define KILN_TMA_RANKS(OP)                                                                     \
-  if constexpr (R == 1)                                                                        \
-    KILN_TMA(OP, 1, "%2") ::"l"(m), "r"(s), "r"(c[0]) : "memory");                             \
-  else if constexpr (R == 2)                                                                   \
-    KILN_TMA(OP, 2, "%2, %3") ::"l"(m), "r"(s), "r"(c[1]), "r"(c[0]) : "memory");              \
-  else if constexpr (R == 3)                                                                   \
-    KILN_TMA(OP, 3, "%2, %3, %4") ::"l"(m), "r"(s), "r"(c[2]), "r"(c[1]), "r"(c[0]) : "memory"); \
-  else if constexpr (R == 4)                                                                   \
-    KILN_TMA(OP, 4, "%2, %3, %4, %5") ::"l"(m), "r"(s), "r"(c[3]), "r"(c[2]), "r"(c[1]),       \
-        "r"(c[0]) : "memory");                                                                 \
-  else                                                                                         \
-    KILN_TMA(OP, 5, "%2, %3, %4, %5, %6") ::"l"(m), "r"(s), "r"(c[4]), "r"(c[3]), "r"(c[2]),   \
-        "r"(c[1]), "r"(c[0]) : "memory");
-    if constexpr (RED == 1) {
-      KILN_TMA_RANKS(add)
-    } else if constexpr (RED == 2) {
-      KILN_TMA_RANKS(min)
-    } else {
-      KILN_TMA_RANKS(max)
-    }
-#undef KILN_TMA_RANKS
-#undef KILN_TMA
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");  // the updates are done
-  }
-  __syncthreads();  // and the shared memory is free again
-#endif
-}
 // cp.async.bulk.prefetch.tensor: the box towards L2, by one unit; nothing waits for it.
 template <u32 SW, u32... BOX, int R>
 __device__ __forceinline__ void tma_prefetch(const tensor_map& map, const i32 (&c)[R]) {
@@ -2279,38 +2256,84 @@ __device__ __forceinline__ void tma_prefetch(const tensor_map& map, const i32 (&
 #undef KILN_TMA
 #endif
 }
-template <u32 SW, u32... BOX, class T, int R>
-__device__ __forceinline__ void tma_store(const tensor_map& map, T* src, u32 index,
-                                          const i32 (&c)[R]) {
+// A store (RED 0: cp.async.bulk.tensor) or reduction (RED 1 add, 2 min, 3 max:
+// cp.reduce.async.bulk.tensor, the element type the tensor map's) of a box from shared memory:
+// every unit's stores to the box made visible to the async proxy, a cube barrier, unit 0's copy
+// in a bulk group of its own. A synchronous one then waits for its writes and ends with a
+// barrier (the shared memory free again); an asynchronous one returns, and tma_store_wait frees
+// the shared memory.
+template <u32 RED, bool ASYNC, u32 SW, u32... BOX, class T, int R>
+__device__ __forceinline__ void tma_store_impl(const tensor_map& map, T* src, u32 index,
+                                               const i32 (&c)[R]) {
   static_assert(sizeof...(BOX) == R, "one coordinate per dimension of the box");
 #if __CUDA_ARCH__ >= 900
-  // Each unit's stores to the box, visible to the async proxy, before unit 0 copies it.
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   __syncthreads();
   if (unit_linear() == 0) {
     const u32 s = shared_address(src + index);
     const u64 m = (u64)&map;
-#define KILN_TMA(N, ...)                                                                    \
-  asm volatile("cp.async.bulk.tensor." #N "d.global.shared::cta.tile.bulk_group [%0, {" \
-               __VA_ARGS__ "}], [%1];"
-    if constexpr (R == 1)
-      KILN_TMA(1, "%2") ::"l"(m), "r"(s), "r"(c[0]) : "memory");
-    else if constexpr (R == 2)
-      KILN_TMA(2, "%2, %3") ::"l"(m), "r"(s), "r"(c[1]), "r"(c[0]) : "memory");
-    else if constexpr (R == 3)
-      KILN_TMA(3, "%2, %3, %4") ::"l"(m), "r"(s), "r"(c[2]), "r"(c[1]), "r"(c[0]) : "memory");
-    else if constexpr (R == 4)
-      KILN_TMA(4, "%2, %3, %4, %5") ::"l"(m), "r"(s), "r"(c[3]), "r"(c[2]), "r"(c[1]),
-          "r"(c[0]) : "memory");
-    else
-      KILN_TMA(5, "%2, %3, %4, %5, %6") ::"l"(m), "r"(s), "r"(c[4]), "r"(c[3]), "r"(c[2]),
-          "r"(c[1]), "r"(c[0]) : "memory");
+#define KILN_TMA(OP, N, ...) \
+  asm volatile(OP "." #N "d.global.shared::cta" __VA_ARGS__ "}], [%1];"
+#define KILN_TMA_RANKS(OP, KIND)                                                                  \
+  if constexpr (R == 1)                                                                           \
+    KILN_TMA(OP, 1, KIND ".tile.bulk_group [%0, {%2") ::"l"(m), "r"(s), "r"(c[0]) : "memory");     \
+  else if constexpr (R == 2)                                                                      \
+    KILN_TMA(OP, 2, KIND ".tile.bulk_group [%0, {%2, %3") ::"l"(m), "r"(s), "r"(c[1]), "r"(c[0])  \
+        : "memory");                                                                              \
+  else if constexpr (R == 3)                                                                      \
+    KILN_TMA(OP, 3, KIND ".tile.bulk_group [%0, {%2, %3, %4") ::"l"(m), "r"(s), "r"(c[2]),        \
+        "r"(c[1]), "r"(c[0]) : "memory");                                                         \
+  else if constexpr (R == 4)                                                                      \
+    KILN_TMA(OP, 4, KIND ".tile.bulk_group [%0, {%2, %3, %4, %5") ::"l"(m), "r"(s), "r"(c[3]),    \
+        "r"(c[2]), "r"(c[1]), "r"(c[0]) : "memory");                                              \
+  else                                                                                            \
+    KILN_TMA(OP, 5, KIND ".tile.bulk_group [%0, {%2, %3, %4, %5, %6") ::"l"(m), "r"(s), "r"(c[4]), \
+        "r"(c[3]), "r"(c[2]), "r"(c[1]), "r"(c[0]) : "memory");
+    if constexpr (RED == 0) {
+      KILN_TMA_RANKS("cp.async.bulk.tensor", "")
+    } else if constexpr (RED == 1) {
+      KILN_TMA_RANKS("cp.reduce.async.bulk.tensor", ".add")
+    } else if constexpr (RED == 2) {
+      KILN_TMA_RANKS("cp.reduce.async.bulk.tensor", ".min")
+    } else {
+      KILN_TMA_RANKS("cp.reduce.async.bulk.tensor", ".max")
+    }
+#undef KILN_TMA_RANKS
 #undef KILN_TMA
     asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");  // the writes are done
+    if (!ASYNC) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");  // the writes are done
   }
-  __syncthreads();  // and the shared memory is free again
+  if (!ASYNC) __syncthreads();  // and the shared memory is free again
 #endif
+}
+// Until at most N of unit 0's bulk groups still read shared memory; then every unit may write
+// it again.
+template <int N>
+__device__ __forceinline__ void tma_store_wait() {
+#if __CUDA_ARCH__ >= 900
+  if (unit_linear() == 0) asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+  __syncthreads();
+#endif
+}
+template <u32 SW, u32... BOX, class T, int R>
+__device__ __forceinline__ void tma_store(const tensor_map& map, T* src, u32 index,
+                                          const i32 (&c)[R]) {
+  tma_store_impl<0, false, SW, BOX...>(map, src, index, c);
+}
+template <u32 SW, u32... BOX, class T, int R>
+__device__ __forceinline__ void tma_store_async(const tensor_map& map, T* src, u32 index,
+                                                const i32 (&c)[R]) {
+  tma_store_impl<0, true, SW, BOX...>(map, src, index, c);
+}
+template <u32 RED, u32 SW, u32... BOX, class T, int R>
+__device__ __forceinline__ void tma_reduce(const tensor_map& map, T* src, u32 index,
+                                           const i32 (&c)[R]) {
+  tma_store_impl<RED, false, SW, BOX...>(map, src, index, c);
+}
+template <u32 RED, u32 SW, u32... BOX, class T, int R>
+__device__ __forceinline__ void tma_reduce_async(const tensor_map& map, T* src, u32 index,
+                                                 const i32 (&c)[R]) {
+  tma_store_impl<RED, true, SW, BOX...>(map, src, index, c);
 }
 #endif
 

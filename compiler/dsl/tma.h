@@ -164,6 +164,49 @@ void tma_load(const SharedArray<W>& dst, Arg<uint32_t> index, const TmaView<V>& 
   ctx.builder().op(ir::OpKind::TmaLoad, ops, index.at(), {}, a);
 }
 
+using TmaReduce = ir::TmaReduce;
+
+namespace detail {
+// tma.store with `op` (None: a plain store) and `async`.
+template <class V, class W>
+void tma_store_op(const TmaView<V>& view, std::initializer_list<TmaCoord> coords,
+                  const SharedArray<W>& src, Arg<uint32_t> index, TmaReduce op, bool async) {
+  static_assert(!std::is_const_v<V>,
+                "kiln: a TMA store writes the tensor; declare it writable (Tensor<T>, not "
+                "Tensor<const T>)");
+  static_assert(std::is_same_v<host_of_t<V>, host_of_t<W>>,
+                "kiln: a TMA store copies from a shared array of the tensor's element type");
+  auto& ctx = TraceContext::current();
+  const char* what = op == TmaReduce::None ? (async ? "tma_store_async" : "tma_store")
+                                           : (async ? "tma_reduce_async" : "tma_reduce");
+  if (!has_tma()) {
+    ctx.fail(index.where(),
+             fmt::format("TMA stores are sm_90 instructions; {} has none: ask "
+                         "has_tma() at trace time and use {} there",
+                         ctx.target().name, op == TmaReduce::None ? "stores" : "atomics"));
+    return;
+  }
+  if (!ir::tma_reduce_allowed(op, elem_v<host_of_t<V>>)) {
+    ctx.fail(index.where(),
+             fmt::format("TMA has no {} reduction of {} elements (add: f16, bf16, f32, i32, u32, "
+                         "u64; min and max: f16, bf16, i32, u32, i64, u64)",
+                         ir::tma_reduce_name(op), ir::elem_name(elem_v<host_of_t<V>>)));
+    return;
+  }
+  if (coords.size() != view.box().rank) {
+    ctx.fail(index.where(), fmt::format("{} of a rank-{} view takes {} coordinates, not {}", what,
+                                        view.box().rank, view.box().rank, coords.size()));
+    return;
+  }
+  std::vector<ir::ValueId> ops = {view.tensor().id(), src.id(), index.value(1)};
+  for (const TmaCoord& c : coords) ops.push_back(c.id());
+  ir::Attr a;
+  a.i = ir::tma_attr(view.box()) | uint64_t{static_cast<uint32_t>(op)} << ir::kTmaReduceShift |
+        uint64_t{async} << ir::kTmaAsyncBit;
+  ctx.builder().op(ir::OpKind::TmaStore, ops, index.at(), {}, a);
+}
+}  // namespace detail
+
 // The other way: the box of `view` at `coords` from src[index ...] (laid out as tma_load writes
 // it) into the tensor; elements of the box outside the tensor are not written. A cube operation,
 // done when it returns: every unit's stores to src before it are in the copy, and src may be
@@ -173,71 +216,63 @@ void tma_load(const SharedArray<W>& dst, Arg<uint32_t> index, const TmaView<V>& 
 template <class V, class W>
 void tma_store(const TmaView<V>& view, std::initializer_list<TmaCoord> coords,
                const SharedArray<W>& src, Arg<uint32_t> index) {
-  static_assert(!std::is_const_v<V>,
-                "kiln: tma_store writes the tensor; declare it writable (Tensor<T>, not "
-                "Tensor<const T>)");
-  static_assert(std::is_same_v<host_of_t<V>, host_of_t<W>>,
-                "kiln: tma_store copies from a shared array of the tensor's element type");
-  auto& ctx = TraceContext::current();
-  if (!has_tma()) {
-    ctx.fail(index.where(), fmt::format("TMA copies are sm_90 instructions; {} has none: ask "
-                                        "has_tma() at trace time and copy with stores there",
-                                        ctx.target().name));
-    return;
-  }
-  if (coords.size() != view.box().rank) {
-    ctx.fail(index.where(), fmt::format("tma_store of a rank-{} view takes {} coordinates, not {}",
-                                        view.box().rank, view.box().rank, coords.size()));
-    return;
-  }
-  std::vector<ir::ValueId> ops = {view.tensor().id(), src.id(), index.value(1)};
-  for (const TmaCoord& c : coords) ops.push_back(c.id());
-  ir::Attr a;
-  a.i = ir::tma_attr(view.box());
-  ctx.builder().op(ir::OpKind::TmaStore, ops, index.at(), {}, a);
+  detail::tma_store_op(view, coords, src, index, TmaReduce::None, false);
 }
 
-// The way back with a reduction: each element of the box at `coords` from src[index ...] (laid
-// out as tma_load writes it) combined with the tensor's element, atomically per element as
-// atomics are (so several cubes may reduce into the same elements: split-K sums, for one):
-// TmaReduce::Add (f16, bf16, f32, i32, u32, u64; integer sums wrap), Min or Max (f16, bf16,
-// i32, u32, i64, u64; a NaN loses to a number). Otherwise as tma_store: a cube operation, done
-// when it returns, elements outside the tensor left alone. On the GPU:
+// With a reduction: each element of the box combined with the tensor's element, atomically per
+// element as atomics are (so several cubes may reduce into the same elements: split-K sums, for
+// one): TmaReduce::Add (f16, bf16, f32, i32, u32, u64; integer sums wrap), Min or Max (f16,
+// bf16, i32, u32, i64, u64; a NaN loses to a number). Otherwise as tma_store. On the GPU:
 // cp.reduce.async.bulk.tensor.
-using TmaReduce = ir::TmaReduce;
 template <class V, class W>
 void tma_reduce(const TmaView<V>& view, std::initializer_list<TmaCoord> coords,
                 const SharedArray<W>& src, Arg<uint32_t> index, TmaReduce op) {
-  static_assert(!std::is_const_v<V>,
-                "kiln: tma_reduce writes the tensor; declare it writable (Tensor<T>, not "
-                "Tensor<const T>)");
-  static_assert(std::is_same_v<host_of_t<V>, host_of_t<W>>,
-                "kiln: tma_reduce combines a shared array of the tensor's element type");
+  if (op == TmaReduce::None) {
+    TraceContext::current().fail(index.where(), "tma_reduce takes TmaReduce::Add, Min or Max");
+    return;
+  }
+  detail::tma_store_op(view, coords, src, index, op, false);
+}
+
+// Asynchronous forms: the copy is issued (after the same fence and barrier) and the call
+// returns; src counts as read by the copy until a tma_store_wait(n) leaves at most n of the
+// cube's asynchronous stores pending, so the next tile can be computed while the last one goes
+// out. Every asynchronous store must be waited for before the kernel ends. The emulator reports
+// a store into src before its wait, and a kernel that ends without one; the CPU's stores are
+// done when they return.
+template <class V, class W>
+void tma_store_async(const TmaView<V>& view, std::initializer_list<TmaCoord> coords,
+                     const SharedArray<W>& src, Arg<uint32_t> index) {
+  detail::tma_store_op(view, coords, src, index, TmaReduce::None, true);
+}
+template <class V, class W>
+void tma_reduce_async(const TmaView<V>& view, std::initializer_list<TmaCoord> coords,
+                      const SharedArray<W>& src, Arg<uint32_t> index, TmaReduce op) {
+  if (op == TmaReduce::None) {
+    TraceContext::current().fail(index.where(),
+                                 "tma_reduce_async takes TmaReduce::Add, Min or Max");
+    return;
+  }
+  detail::tma_store_op(view, coords, src, index, op, true);
+}
+// Until at most `pending` (0 to 7) of the cube's asynchronous stores still read their shared
+// memory; then every unit may write it again (a cube operation; on the GPU one unit's
+// cp.async.bulk.wait_group.read and a cube barrier).
+inline void tma_store_wait(int pending = 0, SrcLoc where = SrcLoc::current()) {
   auto& ctx = TraceContext::current();
+  if (pending < 0 || pending > 7) {
+    ctx.fail(where, fmt::format("tma_store_wait leaves 0 to 7 stores pending, not {}", pending));
+    return;
+  }
   if (!has_tma()) {
-    ctx.fail(index.where(), fmt::format("TMA reductions are sm_90 instructions; {} has none: ask "
-                                        "has_tma() at trace time and use atomics there",
-                                        ctx.target().name));
+    ctx.fail(where, fmt::format("TMA stores are sm_90 instructions; {} has none: ask has_tma() at "
+                                "trace time",
+                                ctx.target().name));
     return;
   }
-  if (op == TmaReduce::None || !ir::tma_reduce_allowed(op, elem_v<host_of_t<V>>)) {
-    ctx.fail(index.where(),
-             fmt::format("TMA has no {} reduction of {} elements (add: f16, bf16, f32, i32, u32, "
-                         "u64; min and max: f16, bf16, i32, u32, i64, u64)",
-                         op == TmaReduce::None ? "plain" : ir::tma_reduce_name(op),
-                         ir::elem_name(elem_v<host_of_t<V>>)));
-    return;
-  }
-  if (coords.size() != view.box().rank) {
-    ctx.fail(index.where(), fmt::format("tma_reduce of a rank-{} view takes {} coordinates, not {}",
-                                        view.box().rank, view.box().rank, coords.size()));
-    return;
-  }
-  std::vector<ir::ValueId> ops = {view.tensor().id(), src.id(), index.value(1)};
-  for (const TmaCoord& c : coords) ops.push_back(c.id());
   ir::Attr a;
-  a.i = ir::tma_attr(view.box()) | uint64_t{static_cast<uint32_t>(op)} << ir::kTmaReduceShift;
-  ctx.builder().op(ir::OpKind::TmaStore, ops, index.at(), {}, a);
+  a.i = static_cast<uint64_t>(pending);
+  ctx.builder().op(ir::OpKind::TmaStoreWait, {}, ctx.loc(where), {}, a);
 }
 
 // A hint: start bringing the box of `view` at `coords` into the GPU's L2 cache, so that a later

@@ -246,6 +246,8 @@ std::vector<Case> cases() {
        "  %0 = alloc.shared : shared<u8, 1024>\n  %1 = alloc.shared : shared<u64, 1>\n"
        "  %2 = const 0 : i32\n  tma.load %0, %u, %w, %1, %u, %2, box 64, swizzle 0, fill nan\n",
        "'tma.load': a NaN fill is for f16, bf16, f32 and f64 tensors, not u8"},
+      {OpKind::TmaStoreWait, "  tma.store_wait 8\n",
+       "'tma.store_wait' leaves 0 to 7 groups in flight, not 8"},
       {OpKind::TmaPrefetch,
        "  %0 = const 0 : u32\n  tma.prefetch %t, %0, %0, box 8, 32, swizzle 128\n",
        "the coordinates of 'tma.prefetch' are i32 scalars, got u32"},

@@ -64,6 +64,23 @@ void tma_reduce2(Tensor<T> dst, i32 r0, i32 c0, int op) {
 KILN_KERNEL_GENERIC(tma_reduce2, "dst: rank=2, r0, c0, op = 1 in 1..3", f32, bf16, i32, i64)
     .cube_dim(32);
 
+// Four 4 x 16 tiles of dst (tile t: rows 4t .. 4t + 3, element e = 100 t + e) stored
+// asynchronously through two shared buffers, each reused once the store that read it is done.
+// mode 1: no wait before the reuse; mode 2: no wait at the end.
+void tma_store_ring(Tensor<f32> dst, int mode) {
+  auto s = shared_array<f32>(128);
+  auto view = tma_view(dst, {4, 16});
+  for (uint32_t t = 0; t < 4; ++t) {
+    const uint32_t b = t % 2;
+    if (t >= 2 && mode != 1) tma_store_wait(1);  // the store of tile t - 2 has read buffer b
+    for_range(unit_pos(), 64u, cube_dim(),
+              [&](u32 e) { s[b * 64u + e] = cast<float>(100u * t + e); });  // TMA_RING_FILL
+    tma_store_async(view, {static_cast<int32_t>(4 * t), 0}, s, b * 64u);    // TMA_RING_STORE
+  }
+  if (mode != 2) tma_store_wait(0);
+}
+KILN_KERNEL(tma_store_ring, "dst: rank=2, mode = 0 in 0..2").cube_dim(32);
+
 // A min reduction of f32 (TMA has none) is a trace error.
 void tma_reduce_f32_min(Tensor<f32> dst) {
   auto s = shared_array<f32>(64);
@@ -326,6 +343,40 @@ TEST_CASE("a TMA reduction combines every cube's box into the tensor, atomically
   }
   const std::string e = test::trace_error("tma_reduce_f32_min");
   CHECK_THAT(e, Contains(loc("TMA_BAD_REDUCE")) && Contains("TMA has no min reduction of f32"));
+}
+
+TEST_CASE("asynchronous TMA stores: a ring of two buffers, and the waits it needs", "[tma]") {
+  (void)kernels::builtin_names();
+  for (Runtime& rt : tma_devices()) {
+    INFO("on " << rt.device().name);
+    const bool emu = rt.device().name.find("emu") != std::string::npos;
+    auto k = test::kernel(rt, "tma_store_ring");
+    Tensor dst = test::f32_tensor(rt, std::vector<float>(16 * 16, -1.0f));
+    auto shaped = dst.reshape({16, 16});
+    REQUIRE(shaped.ok());
+    KILN_REQUIRE_OK(rt.launch(k, 1, 32, *shaped, 0));
+    KILN_REQUIRE_OK(rt.sync());
+    const auto got = test::to_host<float>(dst);
+    for (int r = 0; r < 16; ++r)
+      for (int c = 0; c < 16; ++c)
+        REQUIRE(got[r * 16 + c] == static_cast<float>(100 * (r / 4) + (r % 4) * 16 + c));
+    // The CPU's stores are done when they return; the emulator holds the kernel to the GPU's
+    // rules.
+    if (!emu) continue;
+    KILN_REQUIRE_OK(rt.launch(k, 1, 32, *shaped, 1));
+    Status st = rt.sync();
+    REQUIRE_FALSE(st.ok());
+    CHECK_THAT(
+        st.error().message,
+        Contains(loc("TMA_RING_FILL")) &&
+            Contains("overwrites bytes that an asynchronous TMA store may still be reading"));
+    KILN_REQUIRE_OK(rt.launch(k, 1, 32, *shaped, 2));
+    st = rt.sync();
+    REQUIRE_FALSE(st.ok());
+    CHECK_THAT(st.error().message, Contains(loc("TMA_RING_STORE")) &&
+                                       Contains("ends with an asynchronous TMA store") &&
+                                       Contains("tma_store_wait(0) before the end of the kernel"));
+  }
 }
 
 TEST_CASE("a TMA store writes the box from its shared layout and nothing outside the tensor",

@@ -33,7 +33,9 @@ struct Unit {
 // the cube's shared arena, and kAsync for a load by the tensor cores (tcgen05.mma): checked
 // against earlier stores, but not kept as a read that later stores race with, since the
 // mbarrier wait for the multiply orders it before them.
-enum : uint32_t { kLoad = 1, kStore = 2, kAtomic = 4, kSharedSpace = 8, kAsync = 16 };
+// kBulk: a load by an asynchronous TMA store, which reads until a tma_store_wait covers its
+// bulk group (TmemState::bulk_issued at the load).
+enum : uint32_t { kLoad = 1, kStore = 2, kAtomic = 4, kSharedSpace = 8, kAsync = 16, kBulk = 32 };
 // Memory spaces of bounded (shared and local) arrays.
 enum : uint32_t { kGlobal = 0, kShared = 1, kLocal = 2 };
 // Warp collectives (the __reduce_*_sync ones on 32-bit values, signed or unsigned).
@@ -69,6 +71,11 @@ struct TmemState {
   uint32_t line;
   uint32_t pending;
   TmemCommit commits[kMaxPendingCommits];
+  // Bulk groups of TMA stores (unit 0's): issued, and known to have read their shared memory;
+  // where the last asynchronous one was issued.
+  uint32_t bulk_issued, bulk_waited;
+  const char* bulk_file;
+  uint32_t bulk_line;
 };
 
 struct Api {

@@ -429,8 +429,8 @@ TEST_CASE("copy_async is cp.async on sm_80 and later, and a trace error before",
   CHECK_THAT(old.error().message, Contains("cp.async is an sm_80 instruction; sm_75 has none"));
 }
 
-// A TMA reduction of a 4 x 16 box: add for f32, max for bf16 (tests/runtime/test_tma.cpp runs
-// them on the CPU and the emulator).
+// A TMA reduction of a 4 x 16 box: add for f32, an asynchronous max for bf16 and its wait
+// (tests/runtime/test_tma.cpp runs them on the CPU and the emulator).
 template <class T>
 void cuda_tma_reduce(kiln::dsl::Tensor<T> dst) {
   using namespace kiln::dsl;
@@ -438,7 +438,12 @@ void cuda_tma_reduce(kiln::dsl::Tensor<T> dst) {
   for_range(unit_pos(), 64u, cube_dim(), [&](u32 e) { s[e] = cast<host_of_t<T>>(e); });
   auto view = tma_view(dst, {4, 16});
   constexpr bool is_f32 = std::is_same_v<host_of_t<T>, float>;
-  tma_reduce(view, {0, 0}, s, 0u, is_f32 ? TmaReduce::Add : TmaReduce::Max);
+  if (is_f32) {
+    tma_reduce(view, {0, 0}, s, 0u, TmaReduce::Add);
+  } else {
+    tma_reduce_async(view, {0, 0}, s, 0u, TmaReduce::Max);
+    tma_store_wait(0);
+  }
 }
 namespace tma_reduce_types {
 using kiln::dsl::bf16;
@@ -446,7 +451,7 @@ using kiln::dsl::f32;
 KILN_KERNEL_GENERIC(cuda_tma_reduce, "dst: rank=2", f32, bf16).cube_dim(32);
 }  // namespace tma_reduce_types
 
-TEST_CASE("a TMA reduction is cp.reduce.async.bulk.tensor on sm_90a and sm_100a",
+TEST_CASE("a TMA reduction is cp.reduce.async.bulk.tensor on sm_90a and sm_100a, async too",
           "[cuda][compile]") {
   (void)kernels::builtin_names();
   const dsl::KernelDef* d = dsl::Registry::global().find("cuda_tma_reduce");
@@ -463,7 +468,9 @@ TEST_CASE("a TMA reduction is cp.reduce.async.bulk.tensor on sm_90a and sm_100a"
       CHECK_THAT(b.compiled.ptx,
                  Contains(std::string("cp.reduce.async.bulk.tensor.2d.global.shared::cta.") +
                           (std::string(dtype) == "f32" ? "add" : "max") + ".tile.bulk_group"));
-      CHECK_THAT(b.compiled.ptx, Contains("cp.async.bulk.wait_group 0;"));
+      CHECK_THAT(b.compiled.ptx,
+                 Contains(std::string(dtype) == "f32" ? "cp.async.bulk.wait_group 0;"
+                                                      : "cp.async.bulk.wait_group.read 0;"));
     }
 }
 
