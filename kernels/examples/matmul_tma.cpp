@@ -14,11 +14,11 @@
 //
 // The boxes land swizzled exactly as wgmma_tile_index lays a K-major tile out (one box per
 // warpgroup and k block of `swizzle` bytes), and elements outside A and B arrive as zeros; the
-// product goes out through shared memory and a TMA store per warpgroup, which leaves out what is
-// past C's edges, so the edges need no code. TMA's rules apply to all three tensors: rows of a
-// multiple of 16 bytes (K a multiple of 8 for 16-bit inputs, 16 for 8-bit ones; N of 4). It runs
-// where has_wgmma() and has_tma() hold: sm_90a, the CPU (copies are synchronous there) and the
-// emulator (cuda-emu:sm_90a).
+// product goes out through shared memory and an asynchronous TMA store per warpgroup (one wait
+// for all of them at the end), which leaves out what is past C's edges, so the edges need no
+// code. TMA's rules apply to all three tensors: rows of a multiple of 16 bytes (K a multiple of 8
+// for 16-bit inputs, 16 for 8-bit ones; N of 4). It runs where has_wgmma() and has_tma() hold:
+// sm_90a, the CPU (copies are synchronous there) and the emulator (cuda-emu:sm_90a).
 #include <vector>
 
 #include "compiler/dsl/dsl.h"
@@ -94,7 +94,9 @@ void matmul_tma(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, in
   auto cs = shared_array<Acc>(wgs * 64u * un);
   auto cv = tma_view(c, {64, tile_n});
   store(cs, wg * (64u * un) + 16u * (plane_pos() % 4u) * un, un, 16u, un, acc);
-  for (uint32_t g = 0; g < wgs; ++g) tma_store(cv, {m0 + g * 64u, n0}, cs, g * (64u * un));
+  // Both warpgroups' boxes go out without waiting for each other; one wait before the end.
+  for (uint32_t g = 0; g < wgs; ++g) tma_store_async(cv, {m0 + g * 64u, n0}, cs, g * (64u * un));
+  tma_store_wait(0);
 }
 KILN_KERNEL_GENERIC(matmul_tma,
                     "a: rank=2, b: rank=2, c: rank=2, tile_n = 128 in 8..256, warpgroups = 2 in "
