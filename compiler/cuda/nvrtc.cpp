@@ -124,17 +124,20 @@ Result<std::vector<std::string>> supported_targets() {
   return *targets;
 }
 
-// The integer just before `suffix` in `log` (as in "Used 40 registers"), if any.
+// The integer just before the first `suffix` in `log` that follows one (as in "Used 40
+// registers"), if any: ptxas notes may use the same words without a number ("accumulator
+// registers of a wgmma" in a C7515 performance note).
 static bool number_before(const std::string& log, const std::string& suffix, int& out) {
-  const size_t at = log.find(suffix);
-  if (at == std::string::npos) return false;
-  size_t end = at;
-  while (end > 0 && log[end - 1] == ' ') --end;
-  size_t start = end;
-  while (start > 0 && log[start - 1] >= '0' && log[start - 1] <= '9') --start;
-  if (start == end) return false;
-  out = std::stoi(log.substr(start, end - start));
-  return true;
+  for (size_t at = log.find(suffix); at != std::string::npos; at = log.find(suffix, at + 1)) {
+    size_t end = at;
+    while (end > 0 && log[end - 1] == ' ') --end;
+    size_t start = end;
+    while (start > 0 && log[start - 1] >= '0' && log[start - 1] <= '9') --start;
+    if (start == end) continue;
+    out = std::stoi(log.substr(start, end - start));
+    return true;
+  }
+  return false;
 }
 
 Resources parse_resources(const std::string& log) {
