@@ -167,18 +167,24 @@ void tma_load(const SharedArray<W>& dst, Arg<uint32_t> index, const TmaView<V>& 
 using TmaReduce = ir::TmaReduce;
 
 namespace detail {
-// tma.store with `op` (None: a plain store) and `async`.
+// tma.store with `op` (None: a plain store; a reduction's entry points pass reduce = true and
+// must name one) and `async`.
 template <class V, class W>
 void tma_store_op(const TmaView<V>& view, std::initializer_list<TmaCoord> coords,
-                  const SharedArray<W>& src, Arg<uint32_t> index, TmaReduce op, bool async) {
+                  const SharedArray<W>& src, Arg<uint32_t> index, TmaReduce op, bool reduce,
+                  bool async) {
   static_assert(!std::is_const_v<V>,
                 "kiln: a TMA store writes the tensor; declare it writable (Tensor<T>, not "
                 "Tensor<const T>)");
   static_assert(std::is_same_v<host_of_t<V>, host_of_t<W>>,
                 "kiln: a TMA store copies from a shared array of the tensor's element type");
   auto& ctx = TraceContext::current();
-  const char* what = op == TmaReduce::None ? (async ? "tma_store_async" : "tma_store")
-                                           : (async ? "tma_reduce_async" : "tma_reduce");
+  const char* what = !reduce ? (async ? "tma_store_async" : "tma_store")
+                             : (async ? "tma_reduce_async" : "tma_reduce");
+  if (reduce && op == TmaReduce::None) {
+    ctx.fail(index.where(), fmt::format("{} takes TmaReduce::Add, Min or Max", what));
+    return;
+  }
   if (!has_tma()) {
     ctx.fail(index.where(),
              fmt::format("TMA stores are sm_90 instructions; {} has none: ask "
@@ -216,7 +222,7 @@ void tma_store_op(const TmaView<V>& view, std::initializer_list<TmaCoord> coords
 template <class V, class W>
 void tma_store(const TmaView<V>& view, std::initializer_list<TmaCoord> coords,
                const SharedArray<W>& src, Arg<uint32_t> index) {
-  detail::tma_store_op(view, coords, src, index, TmaReduce::None, false);
+  detail::tma_store_op(view, coords, src, index, TmaReduce::None, false, false);
 }
 
 // With a reduction: each element of the box combined with the tensor's element, atomically per
@@ -227,11 +233,7 @@ void tma_store(const TmaView<V>& view, std::initializer_list<TmaCoord> coords,
 template <class V, class W>
 void tma_reduce(const TmaView<V>& view, std::initializer_list<TmaCoord> coords,
                 const SharedArray<W>& src, Arg<uint32_t> index, TmaReduce op) {
-  if (op == TmaReduce::None) {
-    TraceContext::current().fail(index.where(), "tma_reduce takes TmaReduce::Add, Min or Max");
-    return;
-  }
-  detail::tma_store_op(view, coords, src, index, op, false);
+  detail::tma_store_op(view, coords, src, index, op, true, false);
 }
 
 // Asynchronous forms: the copy is issued (after the same fence and barrier) and the call
@@ -243,17 +245,12 @@ void tma_reduce(const TmaView<V>& view, std::initializer_list<TmaCoord> coords,
 template <class V, class W>
 void tma_store_async(const TmaView<V>& view, std::initializer_list<TmaCoord> coords,
                      const SharedArray<W>& src, Arg<uint32_t> index) {
-  detail::tma_store_op(view, coords, src, index, TmaReduce::None, true);
+  detail::tma_store_op(view, coords, src, index, TmaReduce::None, false, true);
 }
 template <class V, class W>
 void tma_reduce_async(const TmaView<V>& view, std::initializer_list<TmaCoord> coords,
                       const SharedArray<W>& src, Arg<uint32_t> index, TmaReduce op) {
-  if (op == TmaReduce::None) {
-    TraceContext::current().fail(index.where(),
-                                 "tma_reduce_async takes TmaReduce::Add, Min or Max");
-    return;
-  }
-  detail::tma_store_op(view, coords, src, index, op, true);
+  detail::tma_store_op(view, coords, src, index, op, true, true);
 }
 // Until at most `pending` (0 to 7) of the cube's asynchronous stores still read their shared
 // memory; then every unit may write it again (a cube operation; on the GPU one unit's

@@ -89,6 +89,18 @@ void tma_reduce_f32_min(Tensor<f32> dst) {
 }
 KILN_KERNEL(tma_reduce_f32_min, "dst: rank=2").cube_dim(32);
 
+// Bad arguments of the store family, by mode: 1 a reduction with TmaReduce::None, 2 an
+// asynchronous one likewise, 3 a wait leaving 8 stores pending, 4 a negative count.
+void tma_store_misuse(Tensor<f32> dst, int mode) {
+  auto s = shared_array<f32>(64);
+  auto view = tma_view(dst, {4, 16});
+  if (mode == 1) tma_reduce(view, {0, 0}, s, 0u, TmaReduce::None);        // TMA_REDUCE_NONE
+  if (mode == 2) tma_reduce_async(view, {0, 0}, s, 0u, TmaReduce::None);  // TMA_ASYNC_NONE
+  if (mode == 3) tma_store_wait(8);                                       // TMA_WAIT_8
+  if (mode == 4) tma_store_wait(-1);                                      // TMA_WAIT_NEG
+}
+KILN_KERNEL(tma_store_misuse, "dst: rank=2, mode = 1 in 1..4").cube_dim(32);
+
 // A NaN fill of an integer tensor is refused at the view.
 void tma_nan_int(Tensor<const i32> a) {
   auto s = shared_array<i32>(64);
@@ -502,6 +514,22 @@ TEST_CASE("TMA views are checked at trace time", "[tma]") {
     INFO("extent " << extent);
     CHECK_THAT(bad, Contains(loc("TMA_EXTENT")));
     CHECK_THAT(bad, Contains("spans 1 to 256 elements in each dimension"));
+  }
+  struct Bad {
+    int mode;
+    const char* marker;
+    const char* says;
+  };
+  for (const Bad& b :
+       {Bad{1, "TMA_REDUCE_NONE", "tma_reduce takes TmaReduce::Add, Min or Max"},
+        Bad{2, "TMA_ASYNC_NONE", "tma_reduce_async takes TmaReduce::Add, Min or Max"},
+        Bad{3, "TMA_WAIT_8", "tma_store_wait leaves 0 to 7 stores pending, not 8"},
+        Bad{4, "TMA_WAIT_NEG", "tma_store_wait leaves 0 to 7 stores pending, not -1"}}) {
+    dsl::SpecOptions o;
+    o.set["mode"] = std::to_string(b.mode);
+    const std::string e = test::trace_error("tma_store_misuse", o);
+    INFO("mode " << b.mode);
+    CHECK_THAT(e, Contains(loc(b.marker)) && Contains(b.says));
   }
   const std::string nan = test::trace_error("tma_nan_int");
   CHECK_THAT(nan, Contains(loc("TMA_NAN_INT")) &&
