@@ -302,6 +302,58 @@ void Builder::end_for() {
   end_region_of(OpKind::For, "for");
 }
 
+std::pair<ValueId, ValueId> Builder::begin_pipeline(ValueId rounds, ValueId full, ValueId empty,
+                                                    uint32_t stages, uint32_t lag, SourceLoc at) {
+  Op o;
+  o.kind = OpKind::Pipeline;
+  o.loc = at;
+  o.attr.i = pipeline_attr(stages, lag);
+  o.regions.resize(2);
+  std::pair<ValueId, ValueId> rs{kNoValue, kNoValue};
+  const ValueId operands[3] = {rounds, full, empty};
+  if (ok() && check_operands(operands, at, "pipeline")) {
+    std::vector<Type> types{k_.value_types[rounds], k_.value_types[full], k_.value_types[empty]};
+    Type none;
+    const std::string e = check_op_types(OpKind::Pipeline, types, o.attr, none);
+    if (!e.empty()) {
+      fail(at, e);
+    } else if (frames_.size() != 1) {
+      fail(at, "a pipeline must be at the top level of the kernel, not inside control flow");
+    } else if (top().terminated) {
+      fail(at, dead_code_message());
+    } else {
+      o.operands = {rounds, full, empty};
+      for (Region& r : o.regions)
+        for (int i = 0; i < 2; ++i) r.args.push_back(k_.new_value(Type::value(ElemType::U32)));
+      rs = {o.regions[0].args[0], o.regions[0].args[1]};
+    }
+  }
+  push(std::move(o));
+  if (rs.first != kNoValue) {
+    define(rs.first);
+    define(rs.second);
+  }
+  return rs;
+}
+
+std::pair<ValueId, ValueId> Builder::begin_consume() {
+  if (frames_.size() < 2 || top().op.kind != OpKind::Pipeline || top().region != 0) {
+    fail(SourceLoc{}, "a consume region without a matching pipeline", ErrorKind::Trace);
+    return {kNoValue, kNoValue};
+  }
+  close_region();
+  top().region = 1;
+  const Region& r = top().op.regions[1];
+  if (r.args.size() != 2) return {kNoValue, kNoValue};
+  define(r.args[0]);
+  define(r.args[1]);
+  return {r.args[0], r.args[1]};
+}
+
+void Builder::end_pipeline() {
+  end_region_of(OpKind::Pipeline, "pipeline");
+}
+
 void Builder::begin_loop(SourceLoc at) {
   Op o;
   o.kind = OpKind::Loop;

@@ -6,6 +6,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ir/ir.h"
@@ -53,6 +54,13 @@ class Builder {
   uint64_t op_count() const { return ops_added_; }
   ValueId begin_for(ValueId start, ValueId end, ValueId step, uint64_t unroll, SourceLoc at);
   void end_for();
+  // A pipeline (docs/ir.md): begin_pipeline opens its produce region and returns that region's
+  // round and stage; begin_consume closes it and opens the consume region (its own round and
+  // stage); end_pipeline closes both. {kNoValue, kNoValue} after an error.
+  std::pair<ValueId, ValueId> begin_pipeline(ValueId rounds, ValueId full, ValueId empty,
+                                             uint32_t stages, uint32_t lag, SourceLoc at);
+  std::pair<ValueId, ValueId> begin_consume();
+  void end_pipeline();
   void begin_loop(SourceLoc at);
   void end_loop();
 

@@ -533,6 +533,7 @@ int sig_operand_count(Sig sig) {
     case Sig::Store:
     case Sig::Atomic:
     case Sig::For:
+    case Sig::Pipeline:
     case Sig::FragMma:
     case Sig::Wgmma:
     case Sig::MbarWait:
@@ -569,6 +570,7 @@ bool sig_has_result(Sig sig) {
     case Sig::If:
     case Sig::For:
     case Sig::Loop:
+    case Sig::Pipeline:
     case Sig::Units:
     case Sig::Jump:
     case Sig::Print:
@@ -617,6 +619,7 @@ bool sig_result_is_explicit(Sig sig) {
 int sig_region_count(Sig sig) {
   switch (sig) {
     case Sig::If:
+    case Sig::Pipeline:
       return 2;
     case Sig::For:
     case Sig::Loop:
@@ -1033,6 +1036,30 @@ std::string check_op_types(OpKind kind, std::span<const Type> ops, const Attr& a
       KILN_REQ(need_u32(0, "start"));
       KILN_REQ(need_u32(1, "end"));
       break;
+    case Sig::Pipeline: {
+      KILN_REQ(need_u32(0, "round count"));
+      const uint32_t stages = pipeline_stages(attr.i), lag = pipeline_lag(attr.i);
+      if (stages < 1 || stages > kMaxPipelineStages || attr.i >> 16)
+        return fmt::format("a pipeline has 1 to {} stages, not {}", kMaxPipelineStages, stages);
+      if (lag >= stages)
+        return fmt::format(
+            "a pipeline's release lag must be below its stages ({}), not {}: the "
+            "producer would wait for a stage the consumers cannot release yet",
+            stages, lag);
+      for (size_t i = 1; i < 3; ++i) {
+        const Type& m = ops[i];
+        const char* what = i == 1 ? "full" : "empty";
+        if (m.kind != TypeKind::Shared || m.elem != ElemType::U64 || m.lanes != 1)
+          return fmt::format("the {} mbarriers of a pipeline are a shared array of u64, not {}",
+                             what, tn(m));
+        if (m.count < stages)
+          return fmt::format(
+              "the {} mbarriers of a pipeline of {} stages need {} elements; the "
+              "array has {}",
+              what, stages, stages, m.count);
+      }
+      break;
+    }
     case Sig::Print: {
       for (size_t i = 0; i < ops.size(); ++i)
         if (!ops[i].is_value())

@@ -88,6 +88,8 @@ enum class Sig : uint8_t {
   If,             // if %c { ... } [else { ... }]
   For,            // for %i = %a to %b step %s [unroll N|full] { ... }
   Loop,           // loop { ... }
+  Pipeline,       // pipeline %rounds, %full, %empty, stages S, lag L produce(%r, %s) { ... }
+                  //   consume(%r, %s) { ... }    full, empty: shared u64 (S mbarriers each)
   Units,          // units %u = %a to %b { ... }          a, b: u32 (lowered kernels only)
   Jump,           // break | continue | return
   Print,          // print "FORMAT"[, %a]...
@@ -157,6 +159,19 @@ struct Attr {
 };
 
 inline constexpr uint64_t kUnrollFull = 0xffffffffu;  // `unroll full`
+
+// A pipeline's attribute: its stages (1 to kMaxPipelineStages) in bits 0-7 and its release lag
+// (below the stages: consume(r) is followed by the release of round r - lag's stage) in 8-15.
+inline constexpr uint32_t kMaxPipelineStages = 8;
+inline uint64_t pipeline_attr(uint32_t stages, uint32_t lag) {
+  return uint64_t{stages} | uint64_t{lag} << 8;
+}
+inline uint32_t pipeline_stages(uint64_t attr) {
+  return static_cast<uint32_t>(attr & 0xffu);
+}
+inline uint32_t pipeline_lag(uint64_t attr) {
+  return static_cast<uint32_t>((attr >> 8) & 0xffu);
+}
 
 // Checks the operand types and attribute of one op and computes its result type. `result`
 // holds the declared type on entry (required when sig_result_is_explicit) and the result type

@@ -546,6 +546,38 @@ class Parser {
         op.regions.resize(1);
         parse_block(op.regions[0], depth + 1);
         return op;
+      case Sig::Pipeline: {
+        operands(3);
+        expect_punct(',');
+        expect_ident("stages");
+        const auto stages = parse_uint("a stage count", kMaxPipelineStages);
+        expect_punct(',');
+        expect_ident("lag");
+        const auto lag = parse_uint("a release lag", kMaxPipelineStages);
+        op.attr.i = pipeline_attr(static_cast<uint32_t>(stages), static_cast<uint32_t>(lag));
+        op.regions.resize(2);
+        // The round and stage a region runs for: produce(%r, %s) and consume(%r, %s).
+        auto region_args = [&](Region& r) {
+          expect_punct('(');
+          for (int i = 0; i < 2; ++i) {
+            if (i) expect_punct(',');
+            if (tok_.kind != Tok::Value)
+              expected(i ? "the stage such as %5" : "the round such as %4");
+            const Token t = tok_;
+            advance();
+            r.args.push_back(define_value(t, Type::value(ElemType::U32)));
+          }
+          expect_punct(')');
+        };
+        expect_ident("produce");
+        region_args(op.regions[0]);
+        op.loc = parse_optional_loc();
+        parse_block(op.regions[0], depth + 1);
+        expect_ident("consume");
+        region_args(op.regions[1]);
+        parse_block(op.regions[1], depth + 1);
+        return op;
+      }
       case Sig::Units: {
         if (tok_.kind != Tok::Value) expected("the unit index such as %4");
         const Token u_tok = tok_;

@@ -142,6 +142,22 @@ class Printer {
         if (!op.regions.empty()) region(op.regions[0], depth + 1);
         close_region(depth);
         return;
+      case Sig::Pipeline: {
+        auto args = [&](size_t i) {
+          if (op.regions.size() <= i || op.regions[i].args.size() != 2) return std::string("()");
+          return fmt::format("({}, {})", name(op.regions[i].args[0]), name(op.regions[i].args[1]));
+        };
+        open_region(
+            fmt::format("pipeline {}, {}, {}, stages {}, lag {} produce{}", opnd(0), opnd(1),
+                        opnd(2), pipeline_stages(op.attr.i), pipeline_lag(op.attr.i), args(0)),
+            op, depth);
+        if (!op.regions.empty()) region(op.regions[0], depth + 1);
+        out_.append(static_cast<size_t>(depth) * 2, ' ');
+        out_ += fmt::format("}} consume{} {{\n", args(1));
+        if (op.regions.size() > 1) region(op.regions[1], depth + 1);
+        close_region(depth);
+        return;
+      }
       default:
         break;
     }

@@ -144,6 +144,18 @@ class Analysis {
         }
         return;
       }
+      case OpKind::Pipeline: {
+        // Like a loop over rounds whose bounds are its round count; both regions see the round
+        // and stage as uniform as that count.
+        Control inner = eff;
+        const U b = get(opnd(0));
+        if (b > inner.level) inner = Control{b, &op};
+        for (const Region& sub : op.regions) {
+          for (ValueId a : sub.args) raise(a, b);
+          walk_region(sub, inner);
+        }
+        return;
+      }
       case OpKind::Break:
       case OpKind::Continue:
         if (!loops_.empty()) raise_loop(loops_.back(), Control{eff.level, &op});

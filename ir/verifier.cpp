@@ -47,6 +47,7 @@ class Verifier {
         def_kind_[op.result] = op.kind;
     });
     if (errors_.empty()) region(k_.body, 0, 0, false);
+    if (errors_.empty()) check_pipelines();
     // A lowered kernel has no barriers left to check.
     if (errors_.empty() && !lowered_) check_uniformity();
     if (errors_.empty()) return {};
@@ -221,7 +222,9 @@ class Verifier {
       return;
     }
     for (size_t i = 0; i < op.regions.size(); ++i) {
-      const size_t want_args = op.kind == OpKind::For || op.kind == OpKind::Units ? 1 : 0;
+      const size_t want_args = op.kind == OpKind::Pipeline                          ? 2
+                               : op.kind == OpKind::For || op.kind == OpKind::Units ? 1
+                                                                                    : 0;
       if (op.regions[i].args.size() != want_args) {
         op_error(op, fmt::format("a '{}' region must define {} value{}", info.name, want_args,
                                  want_args == 1 ? "" : "s"));
@@ -248,6 +251,11 @@ class Verifier {
         op_error(op, fmt::format("the induction variable of 'for' must have the bounds' type {}",
                                  type_name(types[0])));
     }
+    if (op.kind == OpKind::Pipeline)
+      for (const Region& r : op.regions)
+        for (ValueId a : r.args)
+          if (a < k_.value_types.size() && !(k_.type_of(a) == Type::value(ElemType::U32)))
+            op_error(op, "the round and stage of a pipeline region are u32");
     if (op.kind == OpKind::Units && op.regions[0].args[0] < k_.value_types.size() &&
         !(k_.type_of(op.regions[0].args[0]) == Type::value(ElemType::U32)))
       op_error(op, "the unit index of 'units' must be u32");
@@ -286,6 +294,118 @@ class Verifier {
     if ((op.kind == OpKind::Break || op.kind == OpKind::Continue) && loops == 0)
       op_error(op,
                fmt::format("'{}' outside a loop; it must be inside a 'for' or 'loop'", info.name));
+  }
+
+  // Where a pipeline may stand and what its regions may hold (docs/ir.md "pipeline"). On a GPU
+  // the cube gets a producer plane of its own: it runs the ops before the pipeline with the
+  // consumers, then only the produce region (one unit of it), and leaves the kernel at the
+  // pipeline's end. So the ops before it must not write memory or wait for the whole cube,
+  // the produce region holds only what one unit can do for the cube, and the consume region
+  // nothing that waits for the producer plane.
+  void check_pipelines() {
+    const Op* first = nullptr;
+    walk(k_.body, [&](const Op& op) {
+      if (op.kind != OpKind::Pipeline) return;
+      if (first) {
+        op_error(op,
+                 fmt::format("a kernel has one pipeline; another one is at {}", k_.where(*first)));
+        return;
+      }
+      first = &op;
+    });
+    if (!first) return;
+    const Op& p = *first;
+    if (lowered_) {
+      op_error(p, "'pipeline' cannot appear in a lowered kernel (one with units loops)");
+      return;
+    }
+    size_t at = k_.body.ops.size();
+    for (size_t i = 0; i < k_.body.ops.size(); ++i)
+      if (&k_.body.ops[i] == first) at = i;
+    if (at == k_.body.ops.size()) {
+      op_error(p,
+               "'pipeline' must be at the top level of the kernel, not inside control flow: "
+               "the producer plane leaves the kernel where it ends");
+      return;
+    }
+    const auto& d = k_.cube_dim;
+    if (d[1] != 1 || d[2] != 1 || d[0] % 32 != 0 || d[0] + 32 > kMaxUnitsPerCube)
+      op_error(p, fmt::format("a pipeline needs a one-dimensional cube of whole planes (at most "
+                              "{} units, leaving room for the producer plane), not {}x{}x{}",
+                              kMaxUnitsPerCube - 32, d[0], d[1], d[2]));
+    for (size_t i = 0; i < at; ++i)
+      walk_op(k_.body.ops[i], [&](const Op& op) {
+        if (const char* why = before_pipeline_error(op.kind))
+          op_error(op, fmt::format("'{}' before a pipeline: {}; move it after the pipeline or "
+                                   "into its consume region",
+                                   op_name(op.kind), why));
+      });
+    for (const Op& op : p.regions[0].ops)
+      walk_op(op, [&](const Op& o) {
+        if (!produce_allowed(o.kind))
+          op_error(o, fmt::format("'{}' in a pipeline's produce region, which one unit of the "
+                                  "producer plane runs for the cube: it may compute uniform "
+                                  "values, branch and loop on them, read memory and issue "
+                                  "tma.load, tma.prefetch and mbar.arrive_expect_tx",
+                                  op_name(o.kind)));
+      });
+    for (const Op& op : p.regions[1].ops)
+      walk_op(op, [&](const Op& o) {
+        if (o.kind == OpKind::Return ||
+            (has_flag(o.kind, op_flags::Barrier) && o.kind != OpKind::Pipeline))
+          op_error(o, fmt::format("'{}' in a pipeline's consume region, which the consumer "
+                                  "planes run while the producer plane runs its own loop: {}",
+                                  op_name(o.kind),
+                                  o.kind == OpKind::Return
+                                      ? "a unit that returns never releases its stages"
+                                      : "it would wait for the producer plane too; move it "
+                                        "after the pipeline"));
+      });
+  }
+
+  static void walk_op(const Op& op, const std::function<void(const Op&)>& f) {
+    f(op);
+    for (const Region& r : op.regions) walk(r, f);
+  }
+
+  static const char* before_pipeline_error(OpKind k) {
+    if (k == OpKind::Return) return "the producer plane would return too";
+    if (k == OpKind::Print) return "the producer plane would print too";
+    if (has_flag(k, op_flags::Barrier))
+      return "the producer plane runs it too, and the pipeline "
+             "initializes its own mbarriers";
+    switch (op_info(k).sig) {
+      case Sig::Store:
+      case Sig::Atomic:
+      case Sig::AtomicCas:
+      case Sig::AsyncCopy:
+      case Sig::FragStore:
+        return "the producer plane runs these ops too, and must not write memory";
+      default:
+        return nullptr;
+    }
+  }
+
+  static bool produce_allowed(OpKind k) {
+    if (has_flag(k, op_flags::Pure)) return !has_flag(k, op_flags::Varying);
+    switch (k) {
+      case OpKind::If:
+      case OpKind::For:
+      case OpKind::Loop:
+      case OpKind::Break:
+      case OpKind::Continue:
+      case OpKind::Var:
+      case OpKind::VarRead:
+      case OpKind::VarWrite:
+      case OpKind::Load:
+      case OpKind::Assert:
+      case OpKind::TmaLoad:
+      case OpKind::TmaPrefetch:
+      case OpKind::MbarArriveTx:
+        return true;
+      default:
+        return false;
+    }
   }
 
   std::string cause_words(const Op* cause) const {

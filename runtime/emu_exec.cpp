@@ -13,6 +13,8 @@
 #include <map>
 #include <mutex>
 #include <shared_mutex>
+#include <unordered_map>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -321,6 +323,7 @@ struct Slot {
   uint32_t operand = 0;
   uint64_t spin_progress = 0;  // the cube's progress when it last spun, and spins since then
   uint32_t idle_spins = 0;
+  bool retired = false;  // left the cube (a pipeline's producer plane): barriers go on without it
 };
 
 // A collective some lanes of a warp wait at: its site, kind and mask. Several can wait at
@@ -345,8 +348,20 @@ struct Shadow {
   uint32_t bulk_gen = 0, bulk_group = 0;
   const char* file = nullptr;  // the write
   uint32_t line = 0;
+  // Ordering by mbarrier phases (Cube::by_phases): the writer plane's clock at the write, and
+  // the planes with a read of it since the last sync_cube (their ReadClocks).
+  uint32_t wclock = 0;
+  uint32_t read_planes = 0;
 };
 constexpr uint16_t kAtomicWriter = 0xffff, kSeveral = 0xffff;
+
+// A plane's latest read of a byte of shared memory, when ordering by mbarrier phases: its
+// clock, the plane's sync_plane count then, and the reading unit + 1 (kSeveral: more than one
+// unit of the plane since its last sync_plane).
+struct ReadClock {
+  uint32_t clock = 0, warp_epoch = 0;
+  uint16_t reader = 0;
+};
 
 // What a host thread keeps between cubes: fiber stacks, the shared arena and its shadow.
 struct Worker {
@@ -354,6 +369,7 @@ struct Worker {
   std::vector<std::vector<WarpOp>> warps;  // kept between cubes for their capacity
   std::vector<unsigned char> shared;
   std::vector<Shadow> shadow;
+  std::vector<ReadClock> read_clock;  // shared byte x plane, when ordering by mbarrier phases
   uint32_t gen = 0;
   Fiber main;
   Fiber plain;        // where the units of a kernel without barriers run, one after another
@@ -394,6 +410,19 @@ struct Cube {
   bool stop = false;  // abandon the cube (a barrier or collective can never complete)
   // Counts what lets a waiting unit go on: barriers, collectives, writes, units finishing.
   uint64_t progress = 0;
+  uint32_t retired = 0;  // units that left the cube (Slot::retired)
+  // Ordering by mbarrier phases, once a pipeline begins (abi kOrderBegin): its planes order
+  // their shared-memory accesses by mbarrier phases as well as by barriers. A vector clock per
+  // plane (row p: the clock of each plane that p has seen; p's own entry counts its
+  // releases), and per mbarrier the clocks released into its current phase and those of its
+  // last completed phase of each parity.
+  struct PhaseClocks {
+    std::vector<uint32_t> pending, done[2];
+  };
+  bool by_phases = false;
+  std::vector<uint32_t> clock;
+  std::unordered_map<const void*, PhaseClocks> phase_clocks;
+  uint32_t* clock_of(uint32_t plane) { return &clock[size_t{plane} * warp_count]; }
 
   Cube(const Launch& l, Worker& wk) : L(l), w(wk), warps(wk.warps) {}
 
@@ -472,6 +501,14 @@ void report_no_fibers(Cube& c, Slot& s, const char* what, const char* file, uint
                                  at(file, line), what, c.where_in(s.linear)));
 }
 
+// Every unit still in the cube has arrived at the barrier: they go on.
+void complete_barrier(Cube& c) {
+  for (uint32_t u = 0; u < c.units; ++u)
+    if (c.w.slots[u].state == State::Barrier) c.w.slots[u].state = State::Ready;
+  c.barrier_arrived = 0;
+  ++c.epoch;
+}
+
 void api_barrier(const char* file, uint32_t line) {
   Slot& s = here();
   Cube& c = *s.cube;
@@ -499,12 +536,9 @@ void api_barrier(const char* file, uint32_t line) {
   }
   s.file = file;
   s.line = line;
-  if (++c.barrier_arrived == c.units) {
+  if (++c.barrier_arrived == c.units - c.retired) {
     // The last unit releases the others and goes on.
-    for (uint32_t u = 0; u < c.units; ++u)
-      if (c.w.slots[u].state == State::Barrier) c.w.slots[u].state = State::Ready;
-    c.barrier_arrived = 0;
-    ++c.epoch;
+    complete_barrier(c);
     return;
   }
   s.state = State::Barrier;
@@ -647,12 +681,29 @@ uint64_t api_collective(uint32_t kind, uint32_t mask, uint64_t value, uint32_t o
   return s.result;
 }
 
-// Whether the unit that made an earlier access is ordered before this one.
-bool ordered(const Cube& c, uint32_t other_unit, uint32_t epoch, uint32_t warp_epoch,
+// Whether the unit that made an earlier access is ordered before this one: a sync_cube since,
+// a sync_plane since in the same plane, or (ordering by mbarrier phases) a phase that the
+// other unit's plane released after the access and this unit's plane has waited for.
+bool ordered(Cube& c, uint32_t other_unit, uint32_t epoch, uint32_t warp_epoch, uint32_t clock,
              uint32_t unit) {
-  if (epoch < c.epoch) return true;  // a sync_cube since
-  const uint32_t warp = unit >> 5;
-  return (other_unit >> 5) == warp && warp_epoch < c.warp_epoch[warp];  // a sync_plane since
+  if (epoch < c.epoch) return true;
+  const uint32_t warp = unit >> 5, other = other_unit >> 5;
+  if (other == warp) return warp_epoch < c.warp_epoch[warp];
+  return c.by_phases && c.clock_of(warp)[other] >= clock;
+}
+
+// Keeps a read of shared byte `byte` by unit `me` in its plane's ReadClock.
+void note_read(Cube& c, Shadow& e, uint64_t byte, uint32_t me) {
+  const uint32_t warp = me >> 5;
+  ReadClock& r = c.w.read_clock[byte * c.warp_count + warp];
+  const uint32_t bit = 1u << warp;
+  if (!(e.read_planes & bit) || r.warp_epoch != c.warp_epoch[warp])
+    r.reader = static_cast<uint16_t>(me + 1);
+  else if (r.reader != me + 1)
+    r.reader = kSeveral;
+  r.warp_epoch = c.warp_epoch[warp];
+  r.clock = c.clock_of(warp)[warp];
+  e.read_planes |= bit;
 }
 
 void check_shared(Cube& c, Slot& s, uintptr_t offset, uint64_t bytes, uint32_t how,
@@ -676,7 +727,7 @@ void check_shared(Cube& c, Slot& s, uintptr_t offset, uint64_t bytes, uint32_t h
     const bool after_write =
         !written || writer == me + 1 || (atomic && writer == kAtomicWriter) ||
         (writer == kAtomicWriter ? e.epoch < c.epoch
-                                 : ordered(c, writer - 1u, e.epoch, e.warp_epoch, me));
+                                 : ordered(c, writer - 1u, e.epoch, e.warp_epoch, e.wclock, me));
     if (!after_write) {
       c.report(me, fmt::format("{}: error: shared-memory race in {}: this {} {} bytes that {} "
                                "wrote at {} with no sync_cube between them",
@@ -718,14 +769,36 @@ void check_shared(Cube& c, Slot& s, uintptr_t offset, uint64_t bytes, uint32_t h
         e.read_epoch = c.epoch;
         e.read_warp_epoch = c.warp_epoch[warp];
         e.reader = static_cast<uint16_t>(me + 1);
+        e.read_planes = 0;
       } else if (e.reader != me + 1) {
         e.reader = kSeveral;
       }
+      if (c.by_phases) note_read(c, e, offset + b, me);
       continue;
     }
-    if (e.read_gen == c.w.gen && e.read_epoch == c.epoch && e.reader != me + 1 &&
-        !(e.reader != kSeveral && ((e.reader - 1u) >> 5) == warp &&
-          e.read_warp_epoch < c.warp_epoch[warp])) {
+    if (c.by_phases && e.read_gen == c.w.gen && e.read_epoch == c.epoch) {
+      // Every plane's reads since the last sync_cube must be ordered before this write.
+      const uint32_t* mine = c.clock_of(warp);
+      for (uint32_t planes = e.read_planes; planes; planes &= planes - 1) {
+        const auto p = static_cast<uint32_t>(__builtin_ctz(planes));
+        const ReadClock& r = c.w.read_clock[(offset + b) * c.warp_count + p];
+        const bool before = p == warp ? r.reader == me + 1 || r.warp_epoch < c.warp_epoch[warp]
+                                      : mine[p] >= r.clock;
+        if (before) continue;
+        c.report(me, fmt::format("{}: error: shared-memory race in {}: this {} overwrites bytes "
+                                 "that {} read with nothing ordering the read first (no "
+                                 "sync_cube, and no mbarrier phase that plane {} arrived on "
+                                 "after the read and this plane waited for: in a pipeline, a "
+                                 "stage is written only in the round that owns it)",
+                                 at(file, line), c.where_in(me), access_words(how),
+                                 r.reader == kSeveral ? fmt::format("units of plane {}", p)
+                                                      : fmt::format("unit {}", r.reader - 1u),
+                                 p));
+        return;
+      }
+    } else if (e.read_gen == c.w.gen && e.read_epoch == c.epoch && e.reader != me + 1 &&
+               !(e.reader != kSeveral && ((e.reader - 1u) >> 5) == warp &&
+                 e.read_warp_epoch < c.warp_epoch[warp])) {
       c.report(me, fmt::format("{}: error: shared-memory race in {}: this {} overwrites bytes "
                                "that {} read since the last sync_cube (add a sync_cube between "
                                "the read and the write)",
@@ -738,6 +811,7 @@ void check_shared(Cube& c, Slot& s, uintptr_t offset, uint64_t bytes, uint32_t h
     e.epoch = c.epoch;
     e.warp_epoch = c.warp_epoch[warp];
     e.writer = atomic ? kAtomicWriter : static_cast<uint16_t>(me + 1);
+    e.wclock = c.by_phases ? c.clock_of(warp)[warp] : 0;
     e.file = file;
     e.line = line;
     if (!atomic) e.read_gen = 0;
@@ -807,8 +881,61 @@ void api_spin(const char* what, const char* file, uint32_t line) {
   yield(s);
 }
 
-const Api g_api = {abi::kAbiVersion, api_current,       api_barrier, api_collective,
-                   api_access,       api_out_of_bounds, api_misuse,  api_spin};
+// Ordering by mbarrier phases (abi.h kOrderBegin and friends).
+void api_order(const void* bar, uint32_t what, uint32_t parity) {
+  Slot& s = here();
+  Cube& c = *s.cube;
+  if (what == abi::kRelease) ++c.progress;  // a waiting unit looks again
+  const uint32_t n = c.warp_count;
+  if (what == abi::kOrderBegin) {
+    if (c.by_phases) return;
+    c.by_phases = true;
+    c.clock.assign(size_t{n} * n, 0);
+    for (uint32_t p = 0; p < n; ++p) c.clock_of(p)[p] = 1;
+    c.phase_clocks.clear();
+    const size_t need = size_t{c.L.shared_bytes} * n;
+    if (c.w.read_clock.size() < need) c.w.read_clock.resize(need);
+    return;
+  }
+  if (!c.by_phases) return;
+  Cube::PhaseClocks& b = c.phase_clocks[bar];
+  if (b.pending.empty()) {
+    b.pending.assign(n, 0);
+    b.done[0].assign(n, 0);
+    b.done[1].assign(n, 0);
+  }
+  const uint32_t plane = s.linear >> 5;
+  uint32_t* mine = c.clock_of(plane);
+  switch (what) {
+    case abi::kRelease:
+      for (uint32_t p = 0; p < n; ++p) b.pending[p] = std::max(b.pending[p], mine[p]);
+      ++mine[plane];
+      break;
+    case abi::kPhaseDone:
+      b.done[parity & 1u] = b.pending;
+      std::fill(b.pending.begin(), b.pending.end(), 0u);
+      break;
+    case abi::kAcquire:
+      for (uint32_t p = 0; p < n; ++p) mine[p] = std::max(mine[p], b.done[parity & 1u][p]);
+      break;
+    default:
+      break;
+  }
+}
+
+// The unit leaves the cube: a barrier that waits only for it completes.
+void api_retire() {
+  Slot& s = here();
+  Cube& c = *s.cube;
+  if (s.retired) return;
+  s.retired = true;
+  ++c.retired;
+  ++c.progress;
+  if (c.barrier_arrived > 0 && c.barrier_arrived == c.units - c.retired) complete_barrier(c);
+}
+
+const Api g_api = {abi::kAbiVersion,  api_current, api_barrier, api_collective, api_access,
+                   api_out_of_bounds, api_misuse,  api_spin,    api_order,      api_retire};
 
 // Why no unit can go on: the first collective or barrier that cannot complete.
 void diagnose(Cube& c) {
@@ -890,6 +1017,7 @@ std::optional<Fault> run_cube(const Launch& L, Worker& w, uint32_t cube) {
     s.state = State::Ready;
     s.spin_progress = 0;
     s.idle_spins = 0;
+    s.retired = false;
     s.linear = u;
     s.cube = &c;
   }

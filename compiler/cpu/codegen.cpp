@@ -623,7 +623,9 @@ void Gen::emit_scalar(const ir::Op& op) {
       emit_assert(op);
       return;
     // Unit-loop lowering (passes/unit_loops.h) replaces these with loops, context arrays and
-    // the plane exchange; a lowered kernel that still has one is a bug of that pass.
+    // the plane exchange (and lower_pipeline.h a pipeline with its in-order loop); a lowered
+    // kernel that still has one is a bug of those passes.
+    case OpKind::Pipeline:
     case OpKind::UnitPos:
     case OpKind::AbsolutePos:
     case OpKind::PlaneLane:

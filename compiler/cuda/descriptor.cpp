@@ -39,8 +39,12 @@ CodegenOptions codegen_options(const backend::Target& t, const backend::Options&
 std::string resources_text(const Source& src, const CompiledCuda& c, const std::string& target,
                            uint32_t units) {
   const Resources& r = c.resources;
+  const uint32_t launched = src.info.cube_dim[0] * src.info.cube_dim[1] * src.info.cube_dim[2];
   std::string s =
-      fmt::format("kernel {} for {} ({} units per cube):\n", src.info.symbol, target, units);
+      launched > units
+          ? fmt::format("kernel {} for {} ({} units per cube and a producer plane of {}):\n",
+                        src.info.symbol, target, units, launched - units)
+          : fmt::format("kernel {} for {} ({} units per cube):\n", src.info.symbol, target, units);
   s += fmt::format("  registers      {} per unit\n", r.registers);
   s += fmt::format(
       "  shared memory  {} bytes per cube{}\n", src.info.shared_bytes,

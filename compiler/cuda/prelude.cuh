@@ -630,6 +630,17 @@ __device__ __forceinline__ u32 cube_count_linear() { return gridDim.x * gridDim.
 __device__ __forceinline__ u32 unit_linear() {
   return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
 }
+// The unit that issues a cube operation: unit 0, or in a pipeline's produce region (which only
+// the first unit of the producer plane runs) that unit, KILN_PRODUCER: the kernel defines it as
+// its consumer units' count when it has a pipeline (nothing before a pipeline issues cube
+// operations, and the producer plane leaves at its end).
+#ifndef KILN_PRODUCER
+#define KILN_PRODUCER 0xffffffffu
+#endif
+__device__ __forceinline__ bool issues() {
+  const u32 u = unit_linear();
+  return u == 0 || u == KILN_PRODUCER;
+}
 
 // The units of this unit's plane that exist (the last plane of a cube may be partial).
 __device__ __forceinline__ u32 plane_width(u32 units) {
@@ -1587,10 +1598,14 @@ inline void mbar_update(u64* w, u32 arrivals, long long tx KILN_WHERE) {
     return;
   }
   pending = arrivals > pending ? 0 : pending - arrivals;
-  if (pending == 0 && now == 0)
+  // An arrival, or bytes landing, orders the unit's plane's accesses before the phase's end.
+  if (arrivals || tx < 0) emu::order(w, emu::kRelease, (u32)phase);
+  if (pending == 0 && now == 0) {
     *w = 1ull << 63 | (phase ^ 1u) << 40 | count << 20 | count;
-  else
+    emu::order(w, emu::kPhaseDone, (u32)phase);
+  } else {
     *w = 1ull << 63 | ((u64)now & 0x1fffffu) << 41 | phase << 40 | pending << 20 | count;
+  }
 }
 // One arrival (tcgen05.commit's).
 inline void mbar_arrive(u64* w KILN_WHERE) {
@@ -1615,6 +1630,7 @@ inline void mbar_wait(const bounded<u64>& bars, u32 i, u32 parity KILN_WHERE) {
               "parity k % 2)",
               where);
   }
+  emu::order(w, emu::kAcquire, parity & 1u);
   // The commits that arrived in the phase of this parity are complete, and with them the
   // multiplies they cover (a wait on another mbarrier or phase completes none).
   emu::TmemState* st = emu::unit()->tmem_state;
@@ -1631,6 +1647,44 @@ inline void mbar_wait(const bounded<u64>& bars, u32 i, u32 parity KILN_WHERE) {
   // What completed the phase (a TMA copy's stores by unit 0) is ordered before every unit's
   // accesses after the wait, as the race detector sees it.
   emu::sync_threads(where);
+}
+
+// ---- a pipeline's protocol (warp specialization) ---------------------------------------------
+// pipe_begin: every unit, the producer plane's too: unit 0 initializes the ring's full (one
+// arrival: the producer's expect_tx) and empty (one arrival per consumer plane) mbarriers, and
+// the race detector starts ordering shared memory by mbarrier phases. pipe_wait: one unit waits
+// for a phase (no barrier: the planes go on independently). pipe_release: a consumer plane is
+// done with a stage; its first unit arrives once all of its units are there. pipe_retire: the
+// producer plane leaves the cube.
+inline void pipe_begin(const bounded<u64>& full, const bounded<u64>& empty, u32 stages,
+                       u32 consumer_planes KILN_WHERE) {
+  emu::order(nullptr, emu::kOrderBegin, 0);
+  for (u32 s = 0; s < stages; ++s) {
+    mbar_init(full, s, 1 KILN_AT);
+    mbar_init(empty, s, consumer_planes KILN_AT);
+  }
+}
+inline void pipe_wait(const bounded<u64>& bars, u32 i, u32 parity KILN_WHERE) {
+  u64* w = mbar_word(bars, i KILN_AT);
+  if (!w) return;
+  for (;;) {
+    if (!emu::access(w, 8, emu::kAtomic, where)) return;
+    if ((((*w >> 40) & 1u) != (parity & 1u))) break;
+    emu::spin("a pipeline's wait that can never complete: the producer issued fewer bytes than "
+              "its mbarrier_arrive_expect_tx expects, or no mbarrier_arrive_expect_tx on the "
+              "stage's full mbarrier",
+              where);
+  }
+  emu::order(w, emu::kAcquire, parity & 1u);
+}
+inline void pipe_release(const bounded<u64>& bars, u32 i KILN_WHERE) {
+  __syncwarp(0xffffffffu, where);
+  if ((unit_linear() & 31u) != 0) return;
+  u64* w = mbar_word(bars, i KILN_AT);
+  if (w) mbar_update(w, 1, 0 KILN_AT);
+}
+inline void pipe_retire() {
+  emu::retire();
 }
 // The shared-memory descriptor in wgmma's form (the same layouts), for wgmma_read.
 inline u64 tcgen05_as_wgmma(u64 d) {
@@ -1823,6 +1877,31 @@ __device__ __forceinline__ void mbar_wait(u64* bars, u32 i, u32 parity) {
 #endif
   }
 }
+// A pipeline's protocol (the emulator's versions say what each does).
+__device__ __forceinline__ void pipe_begin(u64* full, u64* empty, u32 stages, u32 consumer_planes) {
+  if (unit_linear() == 0) {
+    for (u32 s = 0; s < stages; ++s) {
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(full + s))
+                   : "memory");
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_address(empty + s)),
+                   "r"(consumer_planes) : "memory");
+    }
+#if __CUDA_ARCH__ >= 900
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+  }
+  __syncthreads();
+}
+__device__ __forceinline__ void pipe_wait(u64* bars, u32 i, u32 parity) {
+  mbar_wait(bars, i, parity);
+}
+__device__ __forceinline__ void pipe_release(u64* bars, u32 i) {
+  __syncwarp();
+  if ((unit_linear() & 31u) == 0)
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(shared_address(bars + i))
+                 : "memory");
+}
+__device__ __forceinline__ void pipe_retire() {}
 template <class T>
 __device__ __forceinline__ u64 tcgen05_desc(const T* mem, u32 index, u32 lbo, u32 sbo, u32 swizzle) {
   return tcgen05_desc_bits(shared_address(mem + index), lbo, sbo, swizzle);
@@ -1954,7 +2033,7 @@ struct tma_desc {
   u64 dims[5], strides[5];
 };
 inline void mbar_arrive_expect_tx(const bounded<u64>& bars, u32 i, u32 bytes KILN_WHERE) {
-  if (unit_linear() != 0) return;
+  if (!issues()) return;
   u64* w = mbar_word(bars, i KILN_AT);
   if (w) mbar_update(w, 1, (long long)bytes KILN_AT);
 }
@@ -2009,7 +2088,7 @@ template <u32 SW, u32... BOX, class T, int R>
 inline void tma_load(const bounded<T>& dst, u32 index, const tensor_map& map,
                      const bounded<u64>& bars, u32 bi, const i32 (&c)[R] KILN_WHERE) {
   static_assert(sizeof...(BOX) == R, "one coordinate per dimension of the box");
-  if (unit_linear() != 0) return;
+  if (!issues()) return;
   u64* w = mbar_word(bars, bi KILN_AT);
   if (!w) return;
   tma_desc m;
@@ -2171,7 +2250,7 @@ template <u32 SW, u32... BOX, int R>
 inline void tma_prefetch(const tensor_map& map, const i32 (&c)[R] KILN_WHERE) {
   static_assert(sizeof...(BOX) == R, "one coordinate per dimension of the box");
   (void)c;
-  if (unit_linear() != 0) return;
+  if (!issues()) return;
   tma_desc m;
   memcpy(&m, &map, sizeof m);
   if (m.rank != (u32)R)
@@ -2180,7 +2259,7 @@ inline void tma_prefetch(const tensor_map& map, const i32 (&c)[R] KILN_WHERE) {
 #else
 __device__ __forceinline__ void mbar_arrive_expect_tx(u64* bars, u32 i, u32 bytes) {
 #if __CUDA_ARCH__ >= 900
-  if (unit_linear() == 0)
+  if (issues())
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(
                      shared_address(bars + i)), "r"(bytes) : "memory");
 #endif
@@ -2191,7 +2270,7 @@ __device__ __forceinline__ void tma_load(T* dst, u32 index, const tensor_map& ma
                                          u32 bi, const i32 (&c)[R]) {
   static_assert(sizeof...(BOX) == R, "one coordinate per dimension of the box");
 #if __CUDA_ARCH__ >= 900
-  if (unit_linear() != 0) return;
+  if (!issues()) return;
   const u32 d = shared_address(dst + index), b = shared_address(bars + bi);
   const u64 m = (u64)&map;
 #define KILN_TMA(N, ...)                                                                        \
@@ -2237,7 +2316,7 @@ template <u32 SW, u32... BOX, int R>
 __device__ __forceinline__ void tma_prefetch(const tensor_map& map, const i32 (&c)[R]) {
   static_assert(sizeof...(BOX) == R, "one coordinate per dimension of the box");
 #if __CUDA_ARCH__ >= 900
-  if (unit_linear() != 0) return;
+  if (!issues()) return;
   const u64 m = (u64)&map;
 #define KILN_TMA(N, ...) \
   asm volatile("cp.async.bulk.prefetch.tensor." #N "d.L2.global.tile [%0, {" __VA_ARGS__ "}];"

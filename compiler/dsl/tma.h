@@ -297,4 +297,59 @@ void tma_prefetch(const TmaView<V>& view, std::initializer_list<TmaCoord> coords
   ctx.builder().op(ir::OpKind::TmaPrefetch, ops, ctx.loc(where), {}, a);
 }
 
+// ---- warp specialization -------------------------------------------------------------------
+
+// A ring of `stages` shared-memory stages, filled by a producer and read by the consumers,
+// `rounds` rounds long (docs/dsl.md "Warp specialization"). For round r, stage s = r % stages:
+//
+//   produce(r, s, full)  one unit of the cube issues the copies of round r into stage s:
+//                        mbarrier_arrive_expect_tx(full, s, bytes) and tma_loads completing on
+//                        full[s] (and tma_prefetch). It waits first until the consumers have
+//                        released the round that used stage s before, r - stages.
+//   consume(r, s)        every unit (the consumer planes) once stage s holds round r: it may
+//                        read the stage and do anything per unit or per plane, but nothing the
+//                        whole cube waits for (sync_cube, cube operations).
+//   release              after consume(r), the consumers release round r - lag's stage: its
+//                        reads must be done by then (for wgmma: wgmma_wait(lag) in consume).
+//
+// On a GPU the cube gets a producer plane of its own (cube_dim + 32 units), which runs the
+// produce regions ahead of the consumers, as far as the ring allows; the full and empty
+// mbarriers of the protocol are the pipeline's. The CPU runs produce(r) then consume(r) for
+// each round. A cube operation at the kernel's top level, at most one per kernel; nothing
+// before it may write memory or wait for the cube (the producer plane runs that code too).
+template <class P, class C>
+void pipeline(Arg<uint32_t> rounds, int stages, int lag, P&& produce, C&& consume,
+              SrcLoc where = SrcLoc::current()) {
+  auto& ctx = TraceContext::current();
+  if (!has_tma()) {
+    ctx.fail(where, fmt::format("a pipeline's stages are filled by TMA and counted by mbarrier "
+                                "transactions, which are sm_90 features; {} has none: ask "
+                                "has_tma() at trace time",
+                                ctx.target().name));
+    return;
+  }
+  if (stages < 1 || stages > static_cast<int>(ir::kMaxPipelineStages) || lag < 0 || lag >= stages) {
+    ctx.fail(where, fmt::format("a pipeline has 1 to {} stages and a release lag below them, "
+                                "not {} stages and lag {}",
+                                ir::kMaxPipelineStages, stages, lag));
+    return;
+  }
+  if (ctx.builder().depth() != 0) {
+    ctx.fail(where,
+             "a pipeline must be at the top level of the kernel, not inside if/loop "
+             "bodies: the producer plane leaves the kernel where it ends");
+    return;
+  }
+  const auto n = static_cast<uint32_t>(stages);
+  auto full = shared_array<u64>(n, 1, where);
+  auto empty = shared_array<u64>(n, 1, where);
+  auto& b = ctx.builder();
+  const auto [r, s] = b.begin_pipeline(rounds.value(1), full.id(), empty.id(), n,
+                                       static_cast<uint32_t>(lag), ctx.loc(where));
+  if (r != ir::kNoValue) produce(Val<uint32_t>::from_id(r), Val<uint32_t>::from_id(s), full);
+  const auto [cr, cs] = b.begin_consume();
+  if (cr != ir::kNoValue) consume(Val<uint32_t>::from_id(cr), Val<uint32_t>::from_id(cs));
+  b.end_pipeline();
+}
+
 }  // namespace kiln::dsl

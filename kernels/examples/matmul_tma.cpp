@@ -12,6 +12,12 @@
 //             issue round r + stages - 1 into stage (r - 1) % stages, which round r - 1 read
 //             (prefetch = 1: and ask L2 for round r + stages's boxes, a round before their copy)
 //
+// With producer = 1 the copies come from a producer plane of their own instead (warp
+// specialization, docs/dsl.md): a pipeline whose produce region issues round r's boxes as soon
+// as the consumers have released the stage, and whose consume region is the multiplies of
+// round r; the consumers release round r - 1's stage once wgmma_wait(1) says its multiplies
+// are done. No sync_cube in the loop: the warpgroups and the copies meet only at mbarriers.
+//
 // The boxes land swizzled exactly as wgmma_tile_index lays a K-major tile out (one box per
 // warpgroup and k block of `swizzle` bytes), and elements outside A and B arrive as zeros; the
 // product goes out through shared memory and an asynchronous TMA store per warpgroup (one wait
@@ -28,7 +34,7 @@ using namespace kiln::dsl;
 
 template <class T>
 void matmul_tma(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, int tile_n,
-                int warpgroups, int swizzle, int k_rows, int stages, int prefetch) {
+                int warpgroups, int swizzle, int k_rows, int stages, int prefetch, int producer) {
   using Acc = mma_acc_t<T>;
   const Swizzle sw = static_cast<Swizzle>(swizzle);
   // A box is `swizzle` bytes of k wide: one k block of a tile; a round is k_rows blocks.
@@ -43,17 +49,15 @@ void matmul_tma(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, in
   auto acc = accumulator<Acc>(16, tile_n, mma_k_step<T>());
   auto as = shared_array<T>(ns * a_stage);
   auto bs = shared_array<T>(ns * b_stage);
-  auto bar = shared_array<u64>(ns);
   auto av = tma_view(a, {64, static_cast<int>(per_row)}, sw);
   auto bv = tma_view(b, {tile_n, static_cast<int>(per_row)}, sw);
   const uint32_t stage_bytes = (wgs * av.box_bytes() + bv.box_bytes()) * uint32_t(k_rows);
   u32 wg = plane_pos() / 4u;
   u32 m0 = cube_pos_y() * (64u * wgs), n0 = cube_pos_x() * un;
   u32 rounds = (k + (kc - 1u)) / kc;
-  for (uint32_t s = 0; s < ns; ++s) mbarrier_init(bar, s);
-  // The copies of round r into its stage, r % stages.
-  auto issue = [&](Val<uint32_t> r) {
-    Val<uint32_t> stage = r % ns, k0 = r * kc;
+  // The copies of round r into its stage, r % stages, completing on bar[stage].
+  auto issue_into = [&](Val<uint32_t> r, Val<uint32_t> stage, const SharedArray<u64>& bar) {
+    Val<uint32_t> k0 = r * kc;
     mbarrier_arrive_expect_tx(bar, stage, stage_bytes);
     for (uint32_t kb = 0; kb < uint32_t(k_rows); ++kb) {
       for (uint32_t g = 0; g < wgs; ++g)
@@ -70,11 +74,8 @@ void matmul_tma(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, in
       tma_prefetch(bv, {n0, k0 + kb * per_row});
     }
   };
-  fill(acc, Acc(0));
-  for (uint32_t p = 0; p + 1 < ns; ++p) if_(u32(p) < rounds, [&] { issue(Val<uint32_t>(p)); });
-  for_range(0u, rounds, 1u, [&](u32 r) {
-    u32 stage = r % ns;
-    mbarrier_wait(bar, stage, (r / ns) & 1u);
+  // Round r's multiplies, out of stage `stage`.
+  auto multiply = [&](Val<uint32_t> stage) {
     wgmma_fence();
     for (int s = 0; s < steps; ++s)
       wgmma<T>(
@@ -82,11 +83,36 @@ void matmul_tma(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, in
           wgmma_tile_desc(as, stage * a_stage + wg * (64u * kc), 64, sw, static_cast<uint32_t>(s)),
           wgmma_tile_desc(bs, stage * b_stage, tile_n, sw, static_cast<uint32_t>(s)));
     wgmma_commit();
-    wgmma_wait(1);  // round r - 1's multiplies are done; round r's may still run
-    sync_cube();    // every warpgroup is past round r - 1, so its stage can be refilled
-    if_(r + (ns - 1u) < rounds, [&] { issue(r + (ns - 1u)); });
-    if (prefetch) if_(r + ns < rounds, [&] { warm(r + ns); });
-  });
+  };
+  fill(acc, Acc(0));
+  if (producer) {
+    pipeline(
+        rounds, stages, 1,
+        [&](u32 r, u32 stage, const SharedArray<u64>& full) {
+          issue_into(r, stage, full);
+          if (prefetch) if_(r + ns < rounds, [&] { warm(r + ns); });
+        },
+        [&](u32, u32 stage) {
+          multiply(stage);
+          wgmma_wait(1);  // round r - 1's multiplies are done: the pipeline releases its stage
+        });
+  } else {
+    // The ring run by the consumers themselves: the copies of the first stages - 1 rounds go
+    // first, then each round refills the stage the round before it read.
+    auto bar = shared_array<u64>(ns);
+    for (uint32_t s = 0; s < ns; ++s) mbarrier_init(bar, s);
+    auto issue = [&](Val<uint32_t> r) { issue_into(r, r % ns, bar); };
+    for (uint32_t p = 0; p + 1 < ns; ++p) if_(u32(p) < rounds, [&] { issue(Val<uint32_t>(p)); });
+    for_range(0u, rounds, 1u, [&](u32 r) {
+      u32 stage = r % ns;
+      mbarrier_wait(bar, stage, (r / ns) & 1u);
+      multiply(stage);
+      wgmma_wait(1);  // round r - 1's multiplies are done; round r's may still run
+      sync_cube();    // every warpgroup is past round r - 1, so its stage can be refilled
+      if_(r + (ns - 1u) < rounds, [&] { issue(r + (ns - 1u)); });
+      if (prefetch) if_(r + ns < rounds, [&] { warm(r + ns); });
+    });
+  }
   wgmma_wait(0);
   // The epilogue through TMA too: each plane stores its 16 rows into its warpgroup's 64 x tile_n
   // block of shared memory (row-major), and one box copy per warpgroup writes the block to C,
@@ -101,7 +127,7 @@ void matmul_tma(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, in
 KILN_KERNEL_GENERIC(matmul_tma,
                     "a: rank=2, b: rank=2, c: rank=2, tile_n = 128 in 8..256, warpgroups = 2 in "
                     "1..2, swizzle = 128 in 32..128, k_rows = 1 in 1..4, stages = 3 in 2..4, "
-                    "prefetch = 1 in 0..1",
+                    "prefetch = 1 in 0..1, producer = 0 in 0..1",
                     f16, bf16, f32, i8, u8, f8e4m3, f8e5m2)
     .cube_dim([](const ComptimeArgs& c) -> CubeDim {
       return {static_cast<uint32_t>(128 * c.integer("warpgroups")), 1, 1};

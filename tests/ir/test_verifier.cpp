@@ -248,6 +248,10 @@ std::vector<Case> cases() {
        "'tma.load': a NaN fill is for f16, bf16, f32 and f64 tensors, not u8"},
       {OpKind::TmaStoreWait, "  tma.store_wait 8\n",
        "'tma.store_wait' leaves 0 to 7 groups in flight, not 8"},
+      {OpKind::Pipeline,
+       "  %0 = alloc.shared : shared<u64, 2>\n"
+       "  pipeline %u, %0, %0, stages 3, lag 0 produce(%1, %2) {\n  } consume(%3, %4) {\n  }\n",
+       "the full mbarriers of a pipeline of 3 stages need 3 elements; the array has 2"},
       {OpKind::TmaPrefetch,
        "  %0 = const 0 : u32\n  tma.prefetch %t, %0, %0, box 8, 32, swizzle 128\n",
        "the coordinates of 'tma.prefetch' are i32 scalars, got u32"},
@@ -282,6 +286,50 @@ TEST_CASE("the verifier rejects a wrong use of every op kind", "[ir][verifier]")
     INFO("no verifier case for " << op_name(static_cast<OpKind>(i)));
     CHECK(covered.count(static_cast<OpKind>(i)) == 1);
   }
+}
+
+// A pipeline's ring of two stages, with `before`, `produce` and `consume` in its places.
+std::string pipeline_body(const std::string& before, const std::string& produce,
+                          const std::string& consume, const char* rest = "") {
+  return "  %0 = alloc.shared : shared<u64, 2>\n  %1 = alloc.shared : shared<u64, 2>\n" + before +
+         "  pipeline %u, %0, %1, stages 2, lag 1 produce(%2, %3) {\n" + produce +
+         "  } consume(%4, %5) {\n" + consume + "  }\n" + rest;
+}
+
+TEST_CASE("a pipeline's rules: placement, what comes before it and what its regions hold",
+          "[ir][verifier]") {
+  CHECK(verify_body(pipeline_body("", "    %6 = add %2, %3 : u32\n",
+                                  "    %7 = unit_pos : u32\n    sync_plane\n")) == "(ok)");
+  CHECK_THAT(verify_body(pipeline_body("", "    %6 = unit_pos : u32\n", "")),
+             Catch::Contains("t.kir:5:5: error: 'unit_pos' in a pipeline's produce region"));
+  CHECK_THAT(verify_body(pipeline_body("", "", "    sync_cube\n")),
+             Catch::Contains("'sync_cube' in a pipeline's consume region"));
+  CHECK_THAT(verify_body(pipeline_body("", "", "    return\n")),
+             Catch::Contains("a unit that returns never releases its stages"));
+  CHECK_THAT(verify_body(pipeline_body("  store %a, %u, %u\n", "", "")),
+             Catch::Contains("t.kir:4:3: error: 'store' before a pipeline"));
+  CHECK_THAT(verify_body(pipeline_body("  sync_cube\n", "", "")),
+             Catch::Contains("'sync_cube' before a pipeline"));
+  CHECK_THAT(verify_body(pipeline_body(
+                 "", "", "",
+                 "  pipeline %u, %0, %1, stages 2, lag 0 produce(%6, %7) {\n  } consume(%8, %9) "
+                 "{\n  }\n")),
+             Catch::Contains("a kernel has one pipeline; another one is at t.kir:4:3"));
+  CHECK_THAT(verify_body("  %0 = alloc.shared : shared<u64, 2>\n  pipeline %u, %0, %0, stages 2, "
+                         "lag 2 produce(%1, %2) {\n  } consume(%3, %4) {\n  }\n"),
+             Catch::Contains("a pipeline's release lag must be below its stages (2), not 2"));
+  CHECK_THAT(verify_body("  %0 = alloc.shared : shared<u64, 2>\n  if %b {\n    pipeline %u, %0, "
+                         "%0, stages 2, lag 0 produce(%1, %2) {\n    } consume(%3, %4) {\n    "
+                         "}\n  }\n"),
+             Catch::Contains("'pipeline' must be at the top level of the kernel"));
+  // The producer plane needs room: a cube of 1000 units has none.
+  auto k = parse("kernel @k(%u: u32) cube_dim(1000, 1, 1) {\n" +
+                     pipeline_body("", "", "").replace(0, 0, "") + "}\n",
+                 "t.kir");
+  REQUIRE(k.ok());
+  auto st = verify(*k);
+  REQUIRE_FALSE(st.ok());
+  CHECK_THAT(st.error().message, Catch::Contains("a one-dimensional cube of whole planes"));
 }
 
 TEST_CASE("values are scoped to their region", "[ir][verifier]") {

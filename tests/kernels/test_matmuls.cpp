@@ -21,6 +21,7 @@ struct Case {
   int stages = 0;               // the TMA kernels' ring (0: the kernel's default)
   const char* error = nullptr;  // what the launch's error says, for a launch that must fail
   int prefetch = -1;            // matmul_tma's L2 prefetches (-1: the kernel's default)
+  int producer = -1;            // matmul_tma's producer plane (-1: the kernel's default)
 };
 
 void run_cases(const char* kernel, const char* device, const std::vector<Case>& cases) {
@@ -32,8 +33,8 @@ void run_cases(const char* kernel, const char* device, const std::vector<Case>& 
   }
   for (const Case& c : cases) {
     INFO(kernel << " on " << device << ": " << c.dtype << ", swizzle " << c.swizzle << ", tile_n "
-                << c.tile_n << ", k_rows " << c.k_rows << ", stages " << c.stages << ", " << c.m
-                << " x " << c.n << " x " << c.k);
+                << c.tile_n << ", k_rows " << c.k_rows << ", stages " << c.stages << ", producer "
+                << c.producer << ", " << c.m << " x " << c.n << " x " << c.k);
     kernels::RunConfig config;
     config.dtypes["a"] = c.dtype;
     config.set["swizzle"] = std::to_string(c.swizzle);
@@ -41,6 +42,7 @@ void run_cases(const char* kernel, const char* device, const std::vector<Case>& 
     config.set["k_rows"] = std::to_string(c.k_rows);
     if (c.stages) config.set["stages"] = std::to_string(c.stages);
     if (c.prefetch >= 0) config.set["prefetch"] = std::to_string(c.prefetch);
+    if (c.producer >= 0) config.set["producer"] = std::to_string(c.producer);
     config.shapes["a"] = {c.m, c.k};
     config.shapes["b"] = {c.n, c.k};
     config.repeat = 0;
@@ -126,6 +128,25 @@ TEST_CASE("matmul_tma: every input type, swizzle and ring depth on the CPU", "[t
 TEST_CASE("matmul_tma: every input type, swizzle and ring depth on the emulator",
           "[tma][emulator]") {
   run_cases("matmul_tma", "cuda-emu:sm_90a", tma_emulator_cases());
+}
+
+// The same cases with a producer plane (warp specialization: a pipeline; docs/dsl.md).
+std::vector<Case> with_producer(std::vector<Case> cases) {
+  for (Case& c : cases) c.producer = 1;
+  return cases;
+}
+
+TEST_CASE("matmul_tma with a producer plane: every input type, swizzle and ring depth on the CPU",
+          "[tma][pipeline][cpu]") {
+  run_cases("matmul_tma", "cpu", with_producer(tma_cpu_cases()));
+  run_cases("matmul_tma", "cpu", {{"bf16", 128, 64, 1, 150, 100, 704, 3, nullptr, 0, 1}});
+}
+
+TEST_CASE(
+    "matmul_tma with a producer plane: every input type, swizzle and ring depth on the "
+    "emulator",
+    "[tma][pipeline][emulator]") {
+  run_cases("matmul_tma", "cuda-emu:sm_90a", with_producer(tma_emulator_cases()));
 }
 
 TEST_CASE("matmul_tma_tcgen05: every input type, swizzle and ring depth on the CPU",

@@ -12,7 +12,7 @@
 
 namespace kiln::emu {
 
-inline constexpr uint32_t kAbiVersion = 3;
+inline constexpr uint32_t kAbiVersion = 4;
 
 struct Dim3 {
   uint32_t x, y, z;
@@ -78,6 +78,14 @@ struct TmemState {
   uint32_t bulk_line;
 };
 
+// Ordering through mbarriers (Api::order), for a warp-specialized pipeline, whose planes order
+// their shared-memory accesses by mbarrier phases instead of cube barriers: kBegin starts the
+// tracking for the cube; kRelease: the calling unit arrives on the mbarrier (or completes bytes
+// on it), which orders its plane's accesses so far before whoever waits for the phase;
+// kPhaseDone: that phase (of parity `parity`) has completed; kAcquire: the unit's wait for the
+// phase of parity `parity` has succeeded.
+enum : uint32_t { kOrderBegin = 0, kRelease = 1, kPhaseDone = 2, kAcquire = 3 };
+
 struct Api {
   uint32_t version;
   Unit* (*current)();
@@ -100,6 +108,11 @@ struct Api {
   // The unit waits for another to change memory (an mbarrier phase): the others run first. If
   // no unit makes progress any more, the cube is stopped with `what` as the report.
   void (*spin)(const char* what, const char* file, uint32_t line);
+  // An ordering event on the mbarrier at `bar` (kOrderBegin and friends).
+  void (*order)(const void* bar, uint32_t what, uint32_t parity);
+  // The unit leaves the cube for good (a pipeline's producer plane): barriers stop waiting
+  // for it. It returns from the kernel next.
+  void (*retire)();
 };
 
 }  // namespace kiln::emu

@@ -41,6 +41,12 @@ inline void misuse(const char* what, const Site& s) {
 inline void spin(const char* what, const Site& s) {
   g_api->spin(what, s.file_name(), s.line());
 }
+inline void order(const void* bar, uint32_t what, uint32_t parity) {
+  g_api->order(bar, what, parity);
+}
+inline void retire() {
+  g_api->retire();
+}
 inline void sync_threads(const Site& s = Site::current()) {
   g_api->barrier(s.file_name(), s.line());
 }

@@ -51,8 +51,8 @@ TEST_CASE("every registered kernel compiles for every target and assembles", "[c
     }
   }
   // matmul_wgmma, matmul_tma, matmul_tcgen05, matmul_tma_tcgen05 and matmul_mx, each on four
-  // targets, and cuda_tma_reduce (this file) on the two before sm_90
-  CHECK(refused == 22);
+  // targets, and cuda_tma_reduce (this file) and pipe_sum (a pipeline) on the two before sm_90
+  CHECK(refused == 24);
 }
 
 TEST_CASE("every instantiation, line width and checked mode compiles", "[cuda][compile]") {

@@ -1,0 +1,152 @@
+// Warp specialization (pipeline, docs/dsl.md "Warp specialization") on the two backends that run
+// it without a GPU: the CPU (produce, then consume, round after round) and the emulator
+// (cuda-emu:sm_90a), which runs the producer plane as the GPU would and orders shared memory by
+// the ring's mbarrier phases. A consumer that reads a stage the producer may be refilling is a
+// race there, a producer that copies fewer bytes than it expects never completes its phase, and
+// what a pipeline's regions may hold is checked when the kernel is traced.
+#include <catch2/catch.hpp>
+
+#include "compiler/dsl/dsl.h"
+#include "kernels/kernels.h"
+#include "runtime/runtime.h"
+#include "tests/compiler/dsl/dsl_test_util.h"
+#include "tests/runtime/runtime_test_util.h"
+
+using namespace kiln::dsl;
+
+// pipe_sum is in tests/compiler/cpu/pipeline_kernels.cpp, which the CPU and CUDA compile tests
+// build too (their op coverage needs a pipeline).
+
+// What a pipeline may not hold, by mode: 1 a store before it, 2 a sync_cube in its consume
+// region, 3 a per-unit value in its produce region, 4 a lag of as many rounds as stages, 5 a
+// pipeline inside an if, 6 two pipelines.
+void pipe_misuse(Tensor<const f32> x, Tensor<f32> out, int mode) {
+  auto ring = shared_array<f32>(2 * 64u);
+  auto view = tma_view(x, {1, 64});
+  u32 rows = x.shape(0);
+  if (mode == 1) out[unit_pos()] = 0.0f;  // PIPE_STORE
+  auto produce = [&](u32 r, u32 s, const SharedArray<u64>& full) {
+    mbarrier_arrive_expect_tx(full, s, view.box_bytes());
+    TmaCoord column = mode == 3 ? TmaCoord(cast<int32_t>(unit_pos())) : TmaCoord(0);  // PIPE_UNIT
+    tma_load(ring, s * 64u, view, {r, column}, full, s);
+  };
+  auto consume = [&](u32, u32 s) {
+    out[unit_pos()] = ring[s * 64u + unit_pos()];
+    if (mode == 2) sync_cube();  // PIPE_SYNC
+  };
+  if (mode == 5) {
+    if_(rows > 0u, [&] { pipeline(rows, 2, 0, produce, consume); });  // PIPE_IF
+    return;
+  }
+  pipeline(rows, 2, mode == 4 ? 2 : 0, produce, consume);  // PIPE_LAG
+  if (mode == 6) pipeline(rows, 2, 0, produce, consume);   // PIPE_TWICE
+}
+KILN_KERNEL(pipe_misuse, "x: rank=2, out, mode = 0 in 0..6").cube_dim(64);
+
+namespace kiln {
+namespace {
+
+using Catch::Contains;
+
+std::string loc(const char* marker) {
+  return test::marker_loc("tests/runtime/test_pipeline.cpp", marker);
+}
+std::string kernel_loc(const char* marker) {
+  return test::marker_loc("tests/compiler/cpu/pipeline_kernels.cpp", marker);
+}
+
+std::vector<Runtime> pipeline_devices() {
+  std::vector<Runtime> out;
+  for (const char* device : {"cpu", "cuda-emu:sm_90a"}) {
+    auto opened = Runtime::open(device);
+    if (!opened) {
+      WARN("skipped on " << device << ": " << opened.error().message);
+      continue;
+    }
+    out.push_back(std::move(*opened));
+  }
+  return out;
+}
+
+std::vector<float> rows_of(int64_t rows) {
+  std::vector<float> host(static_cast<size_t>(rows) * 64);
+  for (size_t i = 0; i < host.size(); ++i)
+    host[i] = static_cast<float>((i * 37) % 101) * 0.25f - 12.0f;
+  return host;
+}
+
+TEST_CASE("a pipeline feeds every round through its ring, at every depth and lag", "[pipeline]") {
+  (void)kernels::builtin_names();
+  for (Runtime& rt : pipeline_devices()) {
+    INFO("on " << rt.device().name);
+    auto k = test::kernel(rt, "pipe_sum");
+    // Fewer rounds than stages, as many, and many times as many (the phases alternate).
+    for (int64_t rows : {1, 3, 17}) {
+      const std::vector<float> host = rows_of(rows);
+      Tensor x = test::tensor_from(rt, ir::ElemType::F32, host, {rows, 64});
+      for (int stages : {1, 2, 3, 8})
+        for (int lag = 0; lag < stages && lag < 3; ++lag) {
+          INFO(rows << " rows, " << stages << " stages, lag " << lag);
+          Tensor out = test::f32_tensor(rt, std::vector<float>(64, -1.0f));
+          KILN_REQUIRE_OK(rt.launch(k, 1, 64, x, out, stages, lag, 0));
+          KILN_REQUIRE_OK(rt.sync());
+          const auto got = test::to_host<float>(out);
+          for (uint32_t u = 0; u < 64; ++u) {
+            float want = 0.0f;  // in the kernel's order: exact
+            for (int64_t r = 0; r < rows; ++r) want += host[static_cast<size_t>(r) * 64 + u];
+            REQUIRE(got[u] == want);
+          }
+        }
+    }
+  }
+}
+
+TEST_CASE("the emulator finds a consumer reading a stage the producer may refill", "[pipeline]") {
+  (void)kernels::builtin_names();
+  auto opened = Runtime::open("cuda-emu:sm_90a");
+  if (!opened) {
+    WARN("skipped: " << opened.error().message);
+    return;
+  }
+  Runtime& rt = *opened;
+  auto k = test::kernel(rt, "pipe_sum");
+  Tensor x = test::tensor_from(rt, ir::ElemType::F32, rows_of(9), {9, 64});
+  Tensor out = test::f32_tensor(rt, std::vector<float>(64, 0.0f));
+  Status st = rt.launch(k, 1, 64, x, out, 3, 0, 1);
+  if (st.ok()) st = rt.sync();
+  REQUIRE_FALSE(st.ok());
+  CHECK_THAT(st.error().message, Contains(kernel_loc("PIPE_READ")));
+  CHECK_THAT(st.error().message, Contains("shared"));
+  // The producer expects 4 bytes more than it copies: the consumers' wait never completes.
+  st = rt.launch(k, 1, 64, x, out, 3, 0, 2);
+  if (st.ok()) st = rt.sync();
+  REQUIRE_FALSE(st.ok());
+  CHECK_THAT(st.error().message, Contains(kernel_loc("PIPE_BEGIN")));
+  CHECK_THAT(st.error().message, Contains("can never complete"));
+}
+
+TEST_CASE("what a pipeline may hold is checked at trace time", "[pipeline]") {
+  struct Bad {
+    int mode;
+    const char* marker;
+    const char* says;
+  };
+  for (const Bad& b : {Bad{1, "PIPE_STORE", "'store' before a pipeline"},
+                       Bad{2, "PIPE_SYNC", "'sync_cube' in a pipeline's consume region"},
+                       Bad{3, "PIPE_UNIT", "in a pipeline's produce region"},
+                       Bad{4, "PIPE_LAG", "a release lag below them, not 2 stages and lag 2"},
+                       Bad{5, "PIPE_IF", "a pipeline must be at the top level of the kernel"},
+                       Bad{6, "PIPE_TWICE", "a kernel has one pipeline"}}) {
+    dsl::SpecOptions o;
+    o.set["mode"] = std::to_string(b.mode);
+    const std::string e = test::trace_error("pipe_misuse", o);
+    INFO("mode " << b.mode << ": " << e);
+    CHECK_THAT(e, Contains(loc(b.marker)) && Contains(b.says));
+  }
+  // A correct one traces, and the CPU's in-order form replaces it before unit loops.
+  auto ok = test::trace_kernel("pipe_misuse");
+  REQUIRE(ok.ok());
+}
+
+}  // namespace
+}  // namespace kiln
