@@ -738,6 +738,7 @@ void check_shared(Cube& c, Slot& s, uintptr_t offset, uint64_t bytes, uint32_t h
                                at(e.file, e.line)));
       return;
     }
+    if (how & abi::kUnkept) continue;
     if (how & abi::kAsync) {
       e.async_gen = c.w.gen;
       e.async_mma = c.w.tmem_state.issued;

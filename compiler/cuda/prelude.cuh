@@ -1382,15 +1382,26 @@ inline u64 wgmma_desc(const bounded<T>& mem, u32 index, u32 lbo, u32 sbo, u32 sw
 // What the emulator checks of a unit's wgmma use (PTX ISA, wgmma.fence and wgmma.wait_group):
 // a wgmma.fence before the first multiply and between any other access to an accumulator and
 // the next multiply into it; no access to an accumulator while a multiply into it is in flight
-// (issued, and not yet completed by a wait that leaves fewer groups pending).
+// (issued, and not yet completed by a wait that leaves fewer groups pending). And its reads of
+// shared memory: a multiply reads A and B until its group completes, so the emulator checks
+// them against earlier stores when it is issued (and computes the product then), but keeps
+// them as this unit's reads only when a wgmma_wait completes the group (`reads`, replayed
+// there): a store into a stage that an unfinished multiply reads races with them.
 struct wgmma_state {
   struct slot {
     const void* acc;
     u32 group;    // the group of the last multiply into it (0: none)
     u32 touched;  // fences before its last access by another op + 1 (0: never accessed)
   };
+  struct reads {
+    u32 group;
+    void (*replay)(u64 adesc, u64 bdesc, const emu::Site& where);
+    u64 adesc, bdesc;
+  };
   slot slots[32];
   int count = 0;
+  reads pending[64];
+  int pending_count = 0;
   u32 open = 1, done = 0, fences = 0;  // the group being filled; groups completed
   slot* find(const void* acc) {
     for (int i = 0; i < count; ++i)
@@ -1416,10 +1427,22 @@ inline void wgmma_commit(wgmma_state& s KILN_WHERE) {
   (void)where;
   ++s.open;
 }
+// The reads of the multiplies whose groups are complete become this unit's reads, now.
+inline void wgmma_retire_reads(wgmma_state& s, u32 upto KILN_WHERE) {
+  int kept = 0;
+  for (int i = 0; i < s.pending_count; ++i) {
+    const wgmma_state::reads r = s.pending[i];
+    if (r.group <= upto)
+      r.replay(r.adesc, r.bdesc, where);
+    else
+      s.pending[kept++] = r;
+  }
+  s.pending_count = kept;
+}
 template <int N>
 inline void wgmma_wait(wgmma_state& s KILN_WHERE) {
-  (void)where;
   if (s.open - 1 >= (u32)N && s.open - 1 - (u32)N > s.done) s.done = s.open - 1 - (u32)N;
+  wgmma_retire_reads(s, s.done KILN_AT);
 }
 template <class F> inline void wgmma_fence_operand(F&) {}
 // `how`: kLoad, or kLoad | kAsync for a tcgen05 read, which an mbarrier wait orders before
@@ -1433,10 +1456,24 @@ inline T wgmma_read(u64 d, u32 mn, u32 k, u32 how, bool mn_major KILN_WHERE) {
   if (emu::access(p, sizeof(T), how, where)) memcpy(&x, p, sizeof(T));
   return x;
 }
+// The shared-memory bytes a unit's multiply reads, as reads of that unit (`how`).
+template <class T, int MJ, class C, int N, int K>
+inline void wgmma_reads(u64 adesc, u64 bdesc, const emu::Site& where) {
+  typedef frag_acc<C, 16, N, K> F;
+  const u32 lane = unit_linear() & 31u, w = (unit_linear() >> 5) & 3u;
+  for (int e = 0; e < F::count; ++e) {
+    u32 r, c;
+    F::at(e, lane, r, c);
+    for (u32 k = 0; k < (u32)K; ++k) {
+      (void)wgmma_read<T>(adesc, 16 * w + r, k, emu::kLoad, MJ & 1 KILN_AT);
+      (void)wgmma_read<T>(bdesc, c, k, emu::kLoad, (MJ & 2) != 0 KILN_AT);
+    }
+  }
+}
 // The host runs a multiply as the ISA defines it: each unit computes its own accumulator
 // elements (rows 16w..16w+15 of the product for warp w of the warpgroup, in mma.sync's
 // accumulator layout) from A and B in shared memory, in order over k. MJ: bit 0 set when A is
-// MN-major, bit 1 when B is.
+// MN-major, bit 1 when B is. Its reads are checked now and kept at its group's wait.
 template <class T, int MJ, class C, int N, int K>
 inline void wgmma(wgmma_state& s, frag_acc<C, 16, N, K>& acc, u64 adesc, u64 bdesc KILN_WHERE) {
   wgmma_state::slot* t = s.find(&acc);
@@ -1456,10 +1493,18 @@ inline void wgmma(wgmma_state& s, frag_acc<C, 16, N, K>& acc, u64 adesc, u64 bde
     F::at(e, lane, r, c);
     C sum = acc.x[e];
     for (u32 k = 0; k < (u32)K; ++k)
-      sum = mma_madd(sum, wgmma_read<T>(adesc, 16 * w + r, k, emu::kLoad, MJ & 1 KILN_AT),
-                     wgmma_read<T>(bdesc, c, k, emu::kLoad, (MJ & 2) != 0 KILN_AT));
+      sum = mma_madd(
+          sum, wgmma_read<T>(adesc, 16 * w + r, k, emu::kLoad | emu::kUnkept, MJ & 1 KILN_AT),
+          wgmma_read<T>(bdesc, c, k, emu::kLoad | emu::kUnkept, (MJ & 2) != 0 KILN_AT));
     acc.x[e] = sum;
   }
+  // At most 64 multiplies' reads wait for their groups; past that the oldest is kept now.
+  if (s.pending_count == 64) {
+    s.pending[0].replay(s.pending[0].adesc, s.pending[0].bdesc, where);
+    for (int i = 1; i < 64; ++i) s.pending[i - 1] = s.pending[i];
+    --s.pending_count;
+  }
+  s.pending[s.pending_count++] = {s.open, &wgmma_reads<T, MJ, C, N, K>, adesc, bdesc};
 }
 #else
 template <class T>

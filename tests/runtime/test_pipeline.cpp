@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include "compiler/dsl/dsl.h"
+#include "ir/float16.h"
 #include "kernels/kernels.h"
 #include "runtime/runtime.h"
 #include "tests/compiler/dsl/dsl_test_util.h"
@@ -123,6 +124,54 @@ TEST_CASE("the emulator finds a consumer reading a stage the producer may refill
   REQUIRE_FALSE(st.ok());
   CHECK_THAT(st.error().message, Contains(kernel_loc("PIPE_BEGIN")));
   CHECK_THAT(st.error().message, Contains("can never complete"));
+}
+
+TEST_CASE("a stage released while a wgmma may still read it is a race on the emulator",
+          "[pipeline][wgmma]") {
+  (void)kernels::builtin_names();
+  const int64_t M = 128, K = 256;  // two cubes, four rounds
+  std::vector<uint16_t> a(M * K), b(32 * K);
+  std::vector<double> av(a.size()), bv(b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    av[i] = static_cast<double>(static_cast<int>(i * 7 % 11) - 5);
+    a[i] = bf16_bits(av[i]);
+  }
+  for (size_t i = 0; i < b.size(); ++i) {
+    bv[i] = static_cast<double>(static_cast<int>(i * 5 % 9) - 4);
+    b[i] = bf16_bits(bv[i]);
+  }
+  for (Runtime& rt : pipeline_devices()) {
+    INFO("on " << rt.device().name);
+    auto k = test::kernel(rt, "pipe_wgmma");
+    Tensor at = test::tensor_from(rt, ir::ElemType::BF16, a, {M, K});
+    Tensor bt = test::tensor_from(rt, ir::ElemType::BF16, b, {32, K});
+    struct Run {
+      int stages, lag, pending;
+      bool race;
+    };
+    const bool emulator = rt.device().name.rfind("cuda-emu", 0) == 0;
+    for (const Run& run : {Run{2, 1, 1, false}, Run{3, 0, 0, false}, Run{1, 0, 0, false},
+                           Run{2, 0, 1, true}, Run{3, 0, 1, true}}) {
+      if (run.race && !emulator) continue;  // the CPU's multiplies are done when they return
+      INFO(run.stages << " stages, lag " << run.lag << ", " << run.pending << " pending");
+      Tensor c = test::f32_tensor(rt, std::vector<float>(M * 32, -1.0f));
+      Status st = rt.launch(k, 2, 128, at, bt, c, run.stages, run.lag, run.pending);
+      if (st.ok()) st = rt.sync();
+      if (run.race) {
+        REQUIRE_FALSE(st.ok());
+        CHECK_THAT(st.error().message, Contains("shared-memory race in kernel 'pipe_wgmma'"));
+        continue;
+      }
+      KILN_REQUIRE_OK(st);
+      const auto got = test::to_host<float>(c);
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < 32; ++j) {
+          double want = 0;
+          for (int64_t x = 0; x < K; ++x) want += av[i * K + x] * bv[j * K + x];
+          REQUIRE(got[i * 32 + j] == static_cast<float>(want));
+        }
+    }
+  }
 }
 
 TEST_CASE("what a pipeline may hold is checked at trace time", "[pipeline]") {

@@ -35,7 +35,17 @@ struct Unit {
 // mbarrier wait for the multiply orders it before them.
 // kBulk: a load by an asynchronous TMA store, which reads until a tma_store_wait covers its
 // bulk group (TmemState::bulk_issued at the load).
-enum : uint32_t { kLoad = 1, kStore = 2, kAtomic = 4, kSharedSpace = 8, kAsync = 16, kBulk = 32 };
+// kUnkept: a load checked against earlier stores but not kept as a read (a wgmma's, kept when
+// its group completes).
+enum : uint32_t {
+  kLoad = 1,
+  kStore = 2,
+  kAtomic = 4,
+  kSharedSpace = 8,
+  kAsync = 16,
+  kBulk = 32,
+  kUnkept = 64
+};
 // Memory spaces of bounded (shared and local) arrays.
 enum : uint32_t { kGlobal = 0, kShared = 1, kLocal = 2 };
 // Warp collectives (the __reduce_*_sync ones on 32-bit values, signed or unsigned).
