@@ -16,7 +16,49 @@
 using namespace kiln::dsl;
 
 // pipe_sum is in tests/compiler/cpu/pipeline_kernels.cpp, which the CPU and CUDA compile tests
-// build too (their op coverage needs a pipeline).
+// build too (their op coverage needs a pipeline). pipe_wgmma here serves the emulator's checks
+// only (ptxas notes its multiplies as serialized, which the compile tests refuse).
+
+// A warpgroup's 64 x 32 tile of C = A * B^T (bf16 in, f32 out; A is M x K, B is 32 x K, K a
+// multiple of 64) through a pipeline of `stages`, each round one 64-wide k block of A and B
+// copied by TMA (128-byte swizzle, as wgmma reads them). The consumers multiply, then wait
+// until at most `pending` groups are in flight and release round r - lag's stage: with pending
+// above lag a stage is released while a multiply may still read it, which the emulator must
+// report.
+void pipe_wgmma(Tensor<const bf16> a, Tensor<const bf16> b, Tensor<f32> c, int stages, int lag,
+                int pending) {
+  const auto ns = static_cast<uint32_t>(stages);
+  auto acc = accumulator<f32>(16, 32, mma_k_step<bf16>());
+  auto as = shared_array<bf16>(ns * 64u * 64u);
+  auto bs = shared_array<bf16>(ns * 32u * 64u);
+  auto av = tma_view(a, {64, 64}, Swizzle::B128);
+  auto bv = tma_view(b, {32, 64}, Swizzle::B128);
+  u32 rounds = a.shape(1) / 64u;
+  u32 m0 = cube_pos() * 64u;
+  fill(acc, 0.0f);
+  pipeline(
+      rounds, stages, lag,
+      [&](u32 r, u32 s, const SharedArray<u64>& full) {
+        mbarrier_arrive_expect_tx(full, s, av.box_bytes() + bv.box_bytes());
+        tma_load(as, s * (64u * 64u), av, {m0, r * 64u}, full, s);
+        tma_load(bs, s * (32u * 64u), bv, {0, r * 64u}, full, s);
+      },
+      [&](u32, u32 s) {
+        wgmma_fence();
+        for (uint32_t k = 0; k < 4; ++k)
+          wgmma<bf16>(acc, wgmma_tile_desc(as, s * (64u * 64u), 64, Swizzle::B128, k),
+                      wgmma_tile_desc(bs, s * (32u * 64u), 32, Swizzle::B128, k));
+        wgmma_commit();
+        if (pending == 0) wgmma_wait(0);
+        if (pending == 1) wgmma_wait(1);
+      });
+  wgmma_wait(0);
+  store(c, (m0 + 16u * plane_pos()) * 32u, 32u, acc);
+}
+KILN_KERNEL(pipe_wgmma,
+            "a: rank=2, b: rank=2, c, stages = 2 in 1..4, lag = 1 in 0..3, "
+            "pending = 1 in 0..1")
+    .cube_dim(128);
 
 // What a pipeline may not hold, by mode: 1 a store before it, 2 a sync_cube in its consume
 // region, 3 a per-unit value in its produce region, 4 a lag of as many rounds as stages, 5 a
