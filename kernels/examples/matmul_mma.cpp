@@ -8,7 +8,12 @@
 // On a target without these multiplies (has_mma, asked at trace time) it takes a plain path.
 // With b_transposed, b holds B^T (N x K, row-major), read through a column-major tile. With
 // stage_shared, each step's tiles of the cube go through shared memory first, where the planes
-// share them (on a GPU, ldmatrix() loads 16- and 8-bit fragments from there).
+// share them (on a GPU, ldmatrix() loads 16- and 8-bit fragments from there). With stages of 2
+// to 4 as well, the tiles reach shared memory through a ring of that many stages filled by
+// per-unit asynchronous copies (cp.async, sm_80 and later): the copies of step r + stages - 1
+// are issued while step r multiplies. cp.async moves 16 bytes at a time, so the ring needs rows
+// (K and N, and both row strides) of a multiple of 16 bytes and B not transposed; other shapes
+// take the synchronous staging at run time.
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -23,7 +28,7 @@ using namespace kiln::dsl;
 template <class T>
 void matmul_mma(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, int frag_m,
                 int frag_n, int k_steps, int planes_m, int planes_n, bool b_transposed,
-                bool accumulate, bool stage_shared) {
+                bool accumulate, bool stage_shared, int stages) {
   using Acc = mma_acc_t<T>;
   const int ks = mma_k_step<T>() * k_steps;
   u32 m = a.shape(0), k = a.shape(1), n = c.shape(1);
@@ -93,26 +98,21 @@ void matmul_mma(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, in
     const uint32_t tm = static_cast<uint32_t>(planes_m * frag_m),
                    tn = static_cast<uint32_t>(planes_n * frag_n), uks = static_cast<uint32_t>(ks),
                    units = static_cast<uint32_t>(32 * planes_m * planes_n);
-    auto as = shared_array<T>(tm * uks);
-    auto bs = shared_array<T>(uks * tn);
+    // cp.async's 16 bytes are `chunk` elements, which the tiles' rows must hold whole.
+    const uint32_t chunk = 16u / static_cast<uint32_t>(sizeof(host_of_t<T>));
+    const bool ring =
+        stages > 1 && has_cp_async() && !b_transposed && uks % chunk == 0 && tn % chunk == 0;
+    const uint32_t ns = ring ? static_cast<uint32_t>(stages) : 1u;
+    auto as = shared_array<T>(ns * tm * uks);
+    auto bs = shared_array<T>(ns * uks * tn);
     u32 crow = cube_pos_y() * tm, ccol = cube_pos_x() * tn;
-    for_range(0u, k, uks, [&](u32 k0) {
-      for_range(unit_pos(), tm * uks, units, [&](u32 e) {
-        u32 r = e / uks, kk = e % uks;
-        u32 idx = (crow + r) * lda + k0 + kk;
-        as[e] = select(crow + r < m && k0 + kk < k, a[min(idx, a.len() - 1u)], T(0));
-      });
-      for_range(unit_pos(), uks * tn, units, [&](u32 e) {
-        u32 kk = e / tn, j = e % tn;
-        u32 idx = b_transposed ? (ccol + j) * ldb + k0 + kk : (k0 + kk) * ldb + ccol + j;
-        bs[e] = select(k0 + kk < k && ccol + j < n, b[min(idx, b.len() - 1u)], T(0));
-      });
-      sync_cube();
-      // Whole tiles whose rows start on 16 bytes (shared arrays do, and a row holds a multiple
-      // of 16 elements of A, of frag_n of B): ldmatrix() takes them without the run-time test
-      // load() makes, where it can (8-bit B tiles here have n, not k, contiguous).
-      const u32 ai = (p / planes_n) * static_cast<uint32_t>(frag_m) * uks,
-                bi = (p % planes_n) * static_cast<uint32_t>(frag_n);
+    // The planes' multiply of one step, from the tiles in stage `st`. Whole tiles whose rows
+    // start on 16 bytes (shared arrays and stages do, and a row holds a multiple of 16 elements
+    // of A, of frag_n of B): ldmatrix() takes them without the run-time test load() makes, where
+    // it can (8-bit B tiles here have n, not k, contiguous).
+    auto multiply = [&](Val<uint32_t> st) {
+      const u32 ai = st * (tm * uks) + (p / planes_n) * static_cast<uint32_t>(frag_m) * uks,
+                bi = st * (uks * tn) + (p % planes_n) * static_cast<uint32_t>(frag_n);
       constexpr bool narrow = sizeof(host_of_t<T>) <= 2;
       if (narrow)
         ldmatrix(fa, as, ai, uks);
@@ -123,8 +123,67 @@ void matmul_mma(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, in
       else
         load(fb, bs, bi, tn);
       mma(acc, fa, fb);
-      sync_cube();
-    });
+    };
+    // Synchronous staging into stage 0: loads, stores and two barriers a step.
+    auto staged = [&] {
+      for_range(0u, k, uks, [&](u32 k0) {
+        for_range(unit_pos(), tm * uks, units, [&](u32 e) {
+          u32 r = e / uks, kk = e % uks;
+          u32 idx = (crow + r) * lda + k0 + kk;
+          as[e] = select(crow + r < m && k0 + kk < k, a[min(idx, a.len() - 1u)], T(0));
+        });
+        for_range(unit_pos(), uks * tn, units, [&](u32 e) {
+          u32 kk = e / tn, j = e % tn;
+          u32 idx = b_transposed ? (ccol + j) * ldb + k0 + kk : (k0 + kk) * ldb + ccol + j;
+          bs[e] = select(k0 + kk < k && ccol + j < n, b[min(idx, b.len() - 1u)], T(0));
+        });
+        sync_cube();
+        multiply(Val<uint32_t>(0u));
+        sync_cube();
+      });
+    };
+    if (!ring) {
+      staged();
+    } else {
+      // Step q's tiles into stage st, 16 bytes per copy, zeros outside the matrices.
+      auto issue = [&](Val<uint32_t> q, Val<uint32_t> st) {
+        u32 k0 = q * uks;
+        const uint32_t a_chunks = uks / chunk, b_chunks = tn / chunk;
+        for_range(unit_pos(), tm * a_chunks, units, [&](u32 e) {
+          u32 r = e / a_chunks, kk = (e % a_chunks) * chunk;
+          Val<bool> inside = crow + r < m && k0 + kk < k;
+          copy_async(as, st * (tm * uks) + r * uks + kk, a,
+                     select(inside, (crow + r) * lda + k0 + kk, 0u), inside);
+        });
+        for_range(unit_pos(), uks * b_chunks, units, [&](u32 e) {
+          u32 kk = e / b_chunks, j = (e % b_chunks) * chunk;
+          Val<bool> inside = k0 + kk < k && ccol + j < n;
+          copy_async(bs, st * (uks * tn) + kk * tn + j, b,
+                     select(inside, (k0 + kk) * ldb + ccol + j, 0u), inside);
+        });
+      };
+      // Whole 16-byte rows, starting on 16 bytes: K, N and the row strides a multiple of chunk.
+      Val<bool> whole =
+          k % chunk == 0u && n % chunk == 0u && lda % chunk == 0u && ldb % chunk == 0u;
+      if_(whole, [&] {
+        u32 steps = (k + (uks - 1u)) / uks;
+        // Steps 0 .. stages - 2 first, a group each (empty past the last step).
+        for (uint32_t q = 0; q + 1 < ns; ++q) {
+          if_(u32(q) < steps, [&] { issue(Val<uint32_t>(q), Val<uint32_t>(q)); });
+          copy_async_commit();
+        }
+        for_range(0u, steps, 1u, [&](u32 r) {
+          // This unit's copies of step r have landed (one group a step), and every unit's
+          // after the barrier, which also means every plane is done with step r - 1's stage.
+          copy_async_wait(static_cast<int>(ns) - 2);
+          sync_cube();
+          multiply(r % ns);
+          u32 q = r + (ns - 1u);
+          if_(q < steps, [&] { issue(q, q % ns); });
+          copy_async_commit();
+        });
+      }).else_([&] { staged(); });
+    }
   }
   store(c, row0 * ldc + col0, ldc, rows, cols, acc);
 }
@@ -132,7 +191,7 @@ KILN_KERNEL_GENERIC(
     matmul_mma,
     "a: rank=2, b: rank=2, c: rank=2, frag_m = 32 in 16..32, "
     "frag_n = 32 in 8..32, k_steps = 2 in 1..2, planes_m = 2 in 1..8, planes_n = 2 in 1..8, "
-    "b_transposed = false, accumulate = false, stage_shared = false",
+    "b_transposed = false, accumulate = false, stage_shared = false, stages = 1 in 1..4",
     f16, bf16, f32, i8, u8, f8e4m3, f8e5m2)
     .cube_dim([](const ComptimeArgs& c) -> CubeDim {
       return {static_cast<uint32_t>(32 * c.integer("planes_m") * c.integer("planes_n")), 1, 1};

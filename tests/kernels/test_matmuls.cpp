@@ -159,5 +159,60 @@ TEST_CASE("matmul_tma_tcgen05: every input type, swizzle and ring depth on the e
   run_cases("matmul_tma_tcgen05", "cuda-emu:sm_100a", tma_emulator_cases());
 }
 
+// matmul_mma with its tiles staged through a ring of cp.async stages (stage_shared, stages 2 to
+// 4): shapes whose rows are whole 16-byte copies take the ring, the others (K, N or a stride
+// not a multiple of 16 bytes) the synchronous staging, in the same kernel.
+struct MmaCase {
+  const char* dtype;
+  int stages;
+  int64_t m, n, k;
+};
+
+void run_mma_ring(const char* device, const std::vector<MmaCase>& cases) {
+  (void)kernels::builtin_names();
+  auto rt = Runtime::open(device);
+  if (!rt) {
+    std::printf("skipped on %s: %s\n", device, rt.error().message.c_str());
+    return;
+  }
+  for (const MmaCase& c : cases) {
+    INFO("matmul_mma on " << device << ": " << c.dtype << ", " << c.stages << " stages, " << c.m
+                          << " x " << c.n << " x " << c.k);
+    kernels::RunConfig config;
+    config.dtypes["a"] = c.dtype;
+    config.set["stage_shared"] = "true";
+    config.set["stages"] = std::to_string(c.stages);
+    config.shapes["a"] = {c.m, c.k};
+    config.shapes["b"] = {c.k, c.n};
+    config.repeat = 0;
+    auto r = kernels::run(*rt, "matmul_mma", config);
+    INFO((r.ok() ? std::string() : r.error().message));
+    REQUIRE(r.ok());
+    REQUIRE(r->has_reference);
+    CHECK(r->passed);
+  }
+}
+
+std::vector<MmaCase> mma_ring_cases() {
+  std::vector<MmaCase> cases;
+  for (const char* t : {"f16", "bf16", "f32", "i8", "f8e4m3"})
+    for (int stages = 2; stages <= 4; ++stages) cases.push_back({t, stages, 100, 80, 320});
+  cases.push_back({"f16", 3, 64, 64, 32});    // one step: fewer steps than stages
+  cases.push_back({"bf16", 2, 130, 72, 96});  // edges of both tiles
+  cases.push_back({"f16", 3, 70, 68, 84});    // N and K not whole copies: synchronous staging
+  cases.push_back({"i8", 4, 40, 48, 72});     // K not whole 16-byte copies of i8
+  return cases;
+}
+
+TEST_CASE("matmul_mma through a ring of cp.async stages on the CPU", "[mma][async][cpu]") {
+  run_mma_ring("cpu", mma_ring_cases());
+}
+
+TEST_CASE("matmul_mma through a ring of cp.async stages on the emulator (sm_80, sm_89)",
+          "[mma][async][emulator]") {
+  run_mma_ring("cuda-emu:sm_80", mma_ring_cases());
+  run_mma_ring("cuda-emu:sm_89", {{"f8e5m2", 3, 64, 80, 256}, {"f16", 2, 33, 40, 48}});
+}
+
 }  // namespace
 }  // namespace kiln

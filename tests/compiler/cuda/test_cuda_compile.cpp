@@ -3,6 +3,7 @@
 // for sm_80, sm_89, sm_90a, sm_100a and sm_120a, and ptxas assembles the PTX. No GPU needed.
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <set>
 
 #include <stdlib.h>
@@ -436,6 +437,32 @@ TEST_CASE("copy_async is cp.async on sm_80 and later, and a trace error before",
   auto old = test::traced_for(*d, "sm_75");
   REQUIRE_FALSE(old.ok());
   CHECK_THAT(old.error().message, Contains("cp.async is an sm_80 instruction; sm_75 has none"));
+}
+
+TEST_CASE("matmul_mma's cp.async ring compiles and assembles for every target and type",
+          "[cuda][compile]") {
+  (void)kernels::builtin_names();
+  const dsl::KernelDef* d = dsl::Registry::global().find("matmul_mma");
+  REQUIRE(d);
+  for (const char* arch : test::kCudaTargets)
+    for (int i = 0; i < 7; ++i) {
+      const char* t = std::array{"f16", "bf16", "f32", "i8", "u8", "f8e4m3", "f8e5m2"}[i];
+      const int stages = 2 + i % 3;
+      {
+        INFO("matmul_mma " << t << ", " << stages << " stages, for " << arch);
+        dsl::SpecOptions o;
+        o.dtype["a"] = t;
+        o.set["stage_shared"] = "true";
+        o.set["stages"] = std::to_string(stages);
+        auto k = test::traced_for(*d, arch, o);
+        INFO((k.ok() ? std::string() : k.error().message));
+        REQUIRE(k.ok());
+        const auto b = test::cuda_build(*k, arch);
+        // The 8-bit floats have no mma.sync before sm_89: the plain path stages nothing.
+        if (std::string(arch) != "sm_80" || (t[0] != 'f' || t[1] != '8'))
+          CHECK_THAT(b.compiled.ptx, Contains("cp.async.wait_group " + std::to_string(stages - 2)));
+      }
+    }
 }
 
 // A TMA reduction of a 4 x 16 box: add for f32, an asynchronous max for bf16 and its wait
