@@ -160,7 +160,8 @@ double spot_check(const std::vector<uint16_t>& ha, const std::vector<uint16_t>& 
 // warpgroup tiles, two warpgroups per cube, a 128-byte swizzle, one wait per round of k (tiles
 // staged by the units, no pipelining: wgmma's floor, not its ceiling). Then matmul_tma, the same
 // arguments and multiplies with its tiles copied by TMA into a ring of three stages (the copies
-// run two rounds ahead of the multiplies). Not on other architectures.
+// run two rounds ahead of the multiplies), issued by the units' cube operations and then by a
+// producer plane of its own (producer=1: warp specialization). Not on other architectures.
 void bench_wgmma(Runtime& rt, int64_t n, const std::vector<uint16_t>& ha,
                  const std::vector<uint16_t>& hb, Tensor& a, Tensor& c, bool quick) {
   if (rt.device().arch != "sm_90a") {
@@ -175,20 +176,32 @@ void bench_wgmma(Runtime& rt, int64_t n, const std::vector<uint16_t>& ha,
       hbt[static_cast<size_t>(j * n + k)] = hb[static_cast<size_t>(k * n + j)];
   auto bt = must(rt.empty(ir::ElemType::BF16, {n, n}));
   must(bt.upload(std::span<const uint16_t>(hbt)));
-  for (const char* name : {"matmul_wgmma", "matmul_tma"}) {
-    auto kern = must(rt.kernel(name));
+  struct Variant {
+    const char* name;
+    int producer;  // matmul_tma's producer plane; -1: matmul_wgmma
+  };
+  for (const Variant& v :
+       {Variant{"matmul_wgmma", -1}, Variant{"matmul_tma", 0}, Variant{"matmul_tma", 1}}) {
+    auto kern = must(rt.kernel(v.name));
+    const std::string name =
+        v.producer < 0 ? v.name : std::string(v.name) + (v.producer ? " (producer plane)" : "");
     for (int tile_n : {128, 256}) {
       const auto cubes_n = static_cast<uint32_t>((n + tile_n - 1) / tile_n),
                  cubes_m = static_cast<uint32_t>((n + 127) / 128);
       auto once = [&]() -> Status {
-        return rt.launch(kern, Dim3(cubes_n, cubes_m), Dim3(256), a, bt, c, tile_n, 2, 128, 1);
+        if (v.producer < 0)
+          return rt.launch(kern, Dim3(cubes_n, cubes_m), Dim3(256), a, bt, c, tile_n, 2, 128, 1);
+        // tile_n, 2 warpgroups, 128-byte swizzle, k_rows 1, 3 stages, L2 prefetch, producer.
+        return rt.launch(kern, Dim3(cubes_n, cubes_m), Dim3(256), a, bt, c, tile_n, 2, 128, 1, 3, 1,
+                         v.producer);
       };
       // The first launch compiles; a failure here (the first wgmma kernels ever run on a GPU) is
       // reported, and the benchmark goes on.
       auto first = once();
       if (first) first = rt.sync();
       if (!first) {
-        std::printf("%s tile_n %d: FAILED: %s\n", name, tile_n, first.error().message.c_str());
+        std::printf("%s tile_n %d: FAILED: %s\n", name.c_str(), tile_n,
+                    first.error().message.c_str());
         continue;
       }
       std::vector<double> t;
@@ -205,9 +218,9 @@ void bench_wgmma(Runtime& rt, int64_t n, const std::vector<uint16_t>& ha,
       std::printf(
           "%s bf16 %lldx%lldx%lld, 128 x %d tiles: %.3f ms, %.1f TFLOP/s (spot check: "
           "worst error %.2g of the sum of |products|)%s\n",
-          name, static_cast<long long>(n), static_cast<long long>(n), static_cast<long long>(n),
-          tile_n, s * 1e3, 2.0 * static_cast<double>(n) * n * n / s / 1e12, worst,
-          worst > 1e-3 ? "  WRONG" : "");
+          name.c_str(), static_cast<long long>(n), static_cast<long long>(n),
+          static_cast<long long>(n), tile_n, s * 1e3,
+          2.0 * static_cast<double>(n) * n * n / s / 1e12, worst, worst > 1e-3 ? "  WRONG" : "");
     }
   }
 }
@@ -230,10 +243,13 @@ void bench_matmul(Runtime& rt, bool quick) {
   must(b.upload(std::span<const uint16_t>(hb)));
   auto kern = must(rt.kernel("matmul_mma"));
   const auto tiles = static_cast<uint32_t>((n + 63) / 64);  // 2 x 2 planes of 32 x 32
-  for (bool staged : {false, true}) {
+  // From global memory; staged in shared memory with loads and stores; staged through a ring
+  // of three cp.async stages.
+  for (int stages : {0, 1, 3}) {
+    const bool staged = stages > 0;
     auto once = [&] {
       must(rt.launch(kern, Dim3(tiles, tiles), Dim3(128), a, b, c, 32, 32, 2, 2, 2, false, false,
-                     staged));
+                     staged, std::max(stages, 1)));
     };
     once();  // compiles
     must(rt.sync());
@@ -252,8 +268,10 @@ void bench_matmul(Runtime& rt, bool quick) {
         "matmul  bf16 %lldx%lldx%lld%s: %.3f ms, %.1f TFLOP/s (spot check: worst error "
         "%.2g of the sum of |products|)\n",
         static_cast<long long>(n), static_cast<long long>(n), static_cast<long long>(n),
-        staged ? ", tiles staged in shared memory" : ", tiles from global memory", s * 1e3,
-        2.0 * static_cast<double>(n) * n * n / s / 1e12, worst);
+        stages == 3   ? ", tiles through a ring of 3 cp.async stages"
+        : stages == 1 ? ", tiles staged in shared memory"
+                      : ", tiles from global memory",
+        s * 1e3, 2.0 * static_cast<double>(n) * n * n / s / 1e12, worst);
     if (worst > 1e-3) die("matmul_mma's result is wrong on the GPU");
   }
   bench_wgmma(rt, n, ha, hb, a, c, quick);

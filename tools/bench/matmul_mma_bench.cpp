@@ -41,7 +41,7 @@ Timing run_kiln(Runtime& rt, ir::ElemType t, const void* a, const void* b, void*
   const auto tiles = static_cast<uint32_t>((n + 63) / 64);  // 2 x 2 planes of 32 x 32
   auto once = [&] {
     must(rt.launch(kern, Dim3(tiles, tiles), Dim3(128), ta, tb, tc, 32, 32, 2, 2, 2, false, false,
-                   false));
+                   false, 1));
     must(rt.sync());
   };
   once();  // compiles
