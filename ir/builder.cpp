@@ -303,11 +303,12 @@ void Builder::end_for() {
 }
 
 std::pair<ValueId, ValueId> Builder::begin_pipeline(ValueId rounds, ValueId full, ValueId empty,
-                                                    uint32_t stages, uint32_t lag, SourceLoc at) {
+                                                    uint32_t stages, uint32_t lag, bool commit,
+                                                    SourceLoc at) {
   Op o;
   o.kind = OpKind::Pipeline;
   o.loc = at;
-  o.attr.i = pipeline_attr(stages, lag);
+  o.attr.i = pipeline_attr(stages, lag, commit);
   o.regions.resize(2);
   std::pair<ValueId, ValueId> rs{kNoValue, kNoValue};
   const ValueId operands[3] = {rounds, full, empty};

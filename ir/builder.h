@@ -58,7 +58,8 @@ class Builder {
   // round and stage; begin_consume closes it and opens the consume region (its own round and
   // stage); end_pipeline closes both. {kNoValue, kNoValue} after an error.
   std::pair<ValueId, ValueId> begin_pipeline(ValueId rounds, ValueId full, ValueId empty,
-                                             uint32_t stages, uint32_t lag, SourceLoc at);
+                                             uint32_t stages, uint32_t lag, bool commit,
+                                             SourceLoc at);
   std::pair<ValueId, ValueId> begin_consume();
   void end_pipeline();
   void begin_loop(SourceLoc at);

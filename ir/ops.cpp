@@ -1039,7 +1039,8 @@ std::string check_op_types(OpKind kind, std::span<const Type> ops, const Attr& a
     case Sig::Pipeline: {
       KILN_REQ(need_u32(0, "round count"));
       const uint32_t stages = pipeline_stages(attr.i), lag = pipeline_lag(attr.i);
-      if (stages < 1 || stages > kMaxPipelineStages || attr.i >> 16)
+      if (stages < 1 || stages > kMaxPipelineStages || attr.i >> 17 ||
+          (pipeline_commit(attr.i) && lag != 0))
         return fmt::format("a pipeline has 1 to {} stages, not {}", kMaxPipelineStages, stages);
       if (lag >= stages)
         return fmt::format(

@@ -160,11 +160,17 @@ struct Attr {
 
 inline constexpr uint64_t kUnrollFull = 0xffffffffu;  // `unroll full`
 
-// A pipeline's attribute: its stages (1 to kMaxPipelineStages) in bits 0-7 and its release lag
-// (below the stages: consume(r) is followed by the release of round r - lag's stage) in 8-15.
+// A pipeline's attribute: its stages (1 to kMaxPipelineStages) in bits 0-7, its release lag
+// (below the stages: consume(r) is followed by the release of round r - lag's stage) in 8-15,
+// and bit 16 when the consume region releases each stage itself, with a tcgen05.commit on the
+// empty mbarrier (`, commit`: the lag is then 0 and unused).
 inline constexpr uint32_t kMaxPipelineStages = 8;
-inline uint64_t pipeline_attr(uint32_t stages, uint32_t lag) {
-  return uint64_t{stages} | uint64_t{lag} << 8;
+inline constexpr uint64_t kPipelineCommit = uint64_t{1} << 16;
+inline uint64_t pipeline_attr(uint32_t stages, uint32_t lag, bool commit = false) {
+  return uint64_t{stages} | uint64_t{lag} << 8 | (commit ? kPipelineCommit : 0);
+}
+inline bool pipeline_commit(uint64_t attr) {
+  return (attr & kPipelineCommit) != 0;
 }
 inline uint32_t pipeline_stages(uint64_t attr) {
   return static_cast<uint32_t>(attr & 0xffu);

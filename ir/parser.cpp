@@ -552,9 +552,19 @@ class Parser {
         expect_ident("stages");
         const auto stages = parse_uint("a stage count", kMaxPipelineStages);
         expect_punct(',');
-        expect_ident("lag");
-        const auto lag = parse_uint("a release lag", kMaxPipelineStages);
-        op.attr.i = pipeline_attr(static_cast<uint32_t>(stages), static_cast<uint32_t>(lag));
+        // `lag N`: the consumers release round r - N's stage after consume(r); `commit`: the
+        // consume region releases each stage itself (tcgen05.commit on the empty mbarrier).
+        uint64_t lag = 0;
+        bool commit = false;
+        if (is_ident("commit")) {
+          advance();
+          commit = true;
+        } else {
+          expect_ident("lag");
+          lag = parse_uint("a release lag", kMaxPipelineStages);
+        }
+        op.attr.i =
+            pipeline_attr(static_cast<uint32_t>(stages), static_cast<uint32_t>(lag), commit);
         op.regions.resize(2);
         // The round and stage a region runs for: produce(%r, %s) and consume(%r, %s).
         auto region_args = [&](Region& r) {

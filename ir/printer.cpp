@@ -147,10 +147,12 @@ class Printer {
           if (op.regions.size() <= i || op.regions[i].args.size() != 2) return std::string("()");
           return fmt::format("({}, {})", name(op.regions[i].args[0]), name(op.regions[i].args[1]));
         };
-        open_region(
-            fmt::format("pipeline {}, {}, {}, stages {}, lag {} produce{}", opnd(0), opnd(1),
-                        opnd(2), pipeline_stages(op.attr.i), pipeline_lag(op.attr.i), args(0)),
-            op, depth);
+        const std::string release = pipeline_commit(op.attr.i)
+                                        ? std::string("commit")
+                                        : fmt::format("lag {}", pipeline_lag(op.attr.i));
+        open_region(fmt::format("pipeline {}, {}, {}, stages {}, {} produce{}", opnd(0), opnd(1),
+                                opnd(2), pipeline_stages(op.attr.i), release, args(0)),
+                    op, depth);
         if (!op.regions.empty()) region(op.regions[0], depth + 1);
         out_.append(static_cast<size_t>(depth) * 2, ' ');
         out_ += fmt::format("}} consume{} {{\n", args(1));

@@ -351,8 +351,9 @@ class Verifier {
       });
     for (const Op& op : p.regions[1].ops)
       walk_op(op, [&](const Op& o) {
-        if (o.kind == OpKind::Return ||
-            (has_flag(o.kind, op_flags::Barrier) && o.kind != OpKind::Pipeline))
+        // tcgen05 multiplies and commits are issued by unit 0, a consumer, and wait for no one.
+        const bool issued = o.kind == OpKind::Tcgen05Mma || o.kind == OpKind::Tcgen05Commit;
+        if (o.kind == OpKind::Return || (has_flag(o.kind, op_flags::Barrier) && !issued))
           op_error(o, fmt::format("'{}' in a pipeline's consume region, which the consumer "
                                   "planes run while the producer plane runs its own loop: {}",
                                   op_name(o.kind),
@@ -371,9 +372,9 @@ class Verifier {
   static const char* before_pipeline_error(OpKind k) {
     if (k == OpKind::Return) return "the producer plane would return too";
     if (k == OpKind::Print) return "the producer plane would print too";
-    if (has_flag(k, op_flags::Barrier))
-      return "the producer plane runs it too, and the pipeline "
-             "initializes its own mbarriers";
+    if (k == OpKind::TmaLoad || k == OpKind::TmaPrefetch || k == OpKind::MbarArriveTx)
+      return "the producer plane runs it too, and its first unit issues these ops (for the "
+             "produce region), so it would issue it a second time";
     switch (op_info(k).sig) {
       case Sig::Store:
       case Sig::Atomic:

@@ -1155,7 +1155,11 @@ class Gen {
       last_loc_ = {};
       at(op);
     };
-    line(fmt::format("kiln::pipe_begin({}, {}, {}u, {}u);", full, empty, stages, units_ / 32));
+    const bool commit = ir::pipeline_commit(op.attr.i);
+    // The empty mbarriers count one arrival per consumer plane, or the consume region's
+    // tcgen05.commit.
+    line(fmt::format("kiln::pipe_begin({}, {}, {}u, {}u);", full, empty, stages,
+                     commit ? 1u : units_ / 32));
     line(fmt::format("if (kiln::unit_linear() >= {}u) {{", units_));
     ++indent_;
     line(fmt::format("if (kiln::unit_linear() == {}u) {{", units_));
@@ -1181,7 +1185,9 @@ class Gen {
     line(fmt::format("kiln::pipe_wait({}, v{}, (v{} / {}u) & 1u);", full, cs, cr, stages));
     KILN_TRY(region(op.regions[1]));
     here();
-    if (lag == 0)
+    if (commit) {
+      // Released by the consume region's tcgen05.commit.
+    } else if (lag == 0)
       line(fmt::format("kiln::pipe_release({}, v{});", empty, cs));
     else
       line(fmt::format("if (v{0} >= {1}u) kiln::pipe_release({2}, (v{0} - {1}u) % {3}u);", cr, lag,

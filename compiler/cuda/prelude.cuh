@@ -1656,6 +1656,22 @@ inline void mbar_update(u64* w, u32 arrivals, long long tx KILN_WHERE) {
 inline void mbar_arrive(u64* w KILN_WHERE) {
   mbar_update(w, 1, 0 KILN_AT);
 }
+// A wait for the phase of mbarrier w with this parity has succeeded: the tcgen05 commits that
+// arrived in that phase are complete, and with them the multiplies they cover (a wait on
+// another mbarrier or phase completes none).
+inline void tmem_commits_done(const u64* w, u32 parity) {
+  emu::TmemState* st = emu::unit()->tmem_state;
+  u32 kept = 0;
+  for (u32 c = 0; c < st->pending; ++c) {
+    const emu::TmemCommit e = st->commits[c];
+    if (e.bar == w && e.parity == (parity & 1u)) {
+      if (e.issued > st->waited) st->waited = e.issued;
+    } else {
+      st->commits[kept++] = e;
+    }
+  }
+  st->pending = kept;
+}
 inline void mbar_wait(const bounded<u64>& bars, u32 i, u32 parity KILN_WHERE) {
   u64* w = mbar_word(bars, i KILN_AT);
   if (!w) return;
@@ -1676,19 +1692,7 @@ inline void mbar_wait(const bounded<u64>& bars, u32 i, u32 parity KILN_WHERE) {
               where);
   }
   emu::order(w, emu::kAcquire, parity & 1u);
-  // The commits that arrived in the phase of this parity are complete, and with them the
-  // multiplies they cover (a wait on another mbarrier or phase completes none).
-  emu::TmemState* st = emu::unit()->tmem_state;
-  u32 kept = 0;
-  for (u32 c = 0; c < st->pending; ++c) {
-    const emu::TmemCommit e = st->commits[c];
-    if (e.bar == w && e.parity == (parity & 1u)) {
-      if (e.issued > st->waited) st->waited = e.issued;
-    } else {
-      st->commits[kept++] = e;
-    }
-  }
-  st->pending = kept;
+  tmem_commits_done(w, parity);
   // What completed the phase (a TMA copy's stores by unit 0) is ordered before every unit's
   // accesses after the wait, as the race detector sees it.
   emu::sync_threads(where);
@@ -1721,6 +1725,7 @@ inline void pipe_wait(const bounded<u64>& bars, u32 i, u32 parity KILN_WHERE) {
               where);
   }
   emu::order(w, emu::kAcquire, parity & 1u);
+  tmem_commits_done(w, parity);
 }
 inline void pipe_release(const bounded<u64>& bars, u32 i KILN_WHERE) {
   __syncwarp(0xffffffffu, where);

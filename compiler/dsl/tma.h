@@ -19,6 +19,8 @@
 #pragma once
 
 #include <initializer_list>
+#include <type_traits>
+#include <utility>
 
 #include "compiler/dsl/tensor_memory.h"
 
@@ -307,49 +309,85 @@ void tma_prefetch(const TmaView<V>& view, std::initializer_list<TmaCoord> coords
 //                        full[s] (and tma_prefetch). It waits first until the consumers have
 //                        released the round that used stage s before, r - stages.
 //   consume(r, s)        every unit (the consumer planes) once stage s holds round r: it may
-//                        read the stage and do anything per unit or per plane, but nothing the
-//                        whole cube waits for (sync_cube, cube operations).
+//                        read the stage and do anything per unit or per plane, and issue
+//                        tcgen05_mma and tcgen05_commit, but nothing the whole cube waits for
+//                        (sync_cube, other cube operations).
 //   release              after consume(r), the consumers release round r - lag's stage: its
 //                        reads must be done by then (for wgmma: wgmma_wait(lag) in consume).
 //
 // On a GPU the cube gets a producer plane of its own (cube_dim + 32 units), which runs the
 // produce regions ahead of the consumers, as far as the ring allows; the full and empty
 // mbarriers of the protocol are the pipeline's. The CPU runs produce(r) then consume(r) for
-// each round. A cube operation at the kernel's top level, at most one per kernel; nothing
-// before it may write memory or wait for the cube (the producer plane runs that code too).
+// each round. A cube operation at the kernel's top level, at most one per kernel; before it no
+// unit writes memory or issues TMA copies (the producer plane runs that code too).
+namespace detail {
+// Both forms of pipeline; `commit`: the consume region releases each stage itself.
 template <class P, class C>
-void pipeline(Arg<uint32_t> rounds, int stages, int lag, P&& produce, C&& consume,
-              SrcLoc where = SrcLoc::current()) {
+SharedArray<u64> pipeline(Arg<uint32_t> rounds, int stages, int lag, bool commit, P&& produce,
+                          C&& consume, SrcLoc where) {
   auto& ctx = TraceContext::current();
   if (!has_tma()) {
     ctx.fail(where, fmt::format("a pipeline's stages are filled by TMA and counted by mbarrier "
                                 "transactions, which are sm_90 features; {} has none: ask "
                                 "has_tma() at trace time",
                                 ctx.target().name));
-    return;
+    return SharedArray<u64>();
   }
   if (stages < 1 || stages > static_cast<int>(ir::kMaxPipelineStages) || lag < 0 || lag >= stages) {
     ctx.fail(where, fmt::format("a pipeline has 1 to {} stages and a release lag below them, "
                                 "not {} stages and lag {}",
                                 ir::kMaxPipelineStages, stages, lag));
-    return;
+    return SharedArray<u64>();
   }
   if (ctx.builder().depth() != 0) {
     ctx.fail(where,
              "a pipeline must be at the top level of the kernel, not inside if/loop "
              "bodies: the producer plane leaves the kernel where it ends");
-    return;
+    return SharedArray<u64>();
   }
   const auto n = static_cast<uint32_t>(stages);
   auto full = shared_array<u64>(n, 1, where);
   auto empty = shared_array<u64>(n, 1, where);
   auto& b = ctx.builder();
   const auto [r, s] = b.begin_pipeline(rounds.value(1), full.id(), empty.id(), n,
-                                       static_cast<uint32_t>(lag), ctx.loc(where));
+                                       static_cast<uint32_t>(lag), commit, ctx.loc(where));
   if (r != ir::kNoValue) produce(Val<uint32_t>::from_id(r), Val<uint32_t>::from_id(s), full);
   const auto [cr, cs] = b.begin_consume();
-  if (cr != ir::kNoValue) consume(Val<uint32_t>::from_id(cr), Val<uint32_t>::from_id(cs));
+  if (cr != ir::kNoValue) {
+    if constexpr (std::is_invocable_v<C, Val<uint32_t>, Val<uint32_t>, const SharedArray<u64>&>)
+      consume(Val<uint32_t>::from_id(cr), Val<uint32_t>::from_id(cs), empty);
+    else
+      consume(Val<uint32_t>::from_id(cr), Val<uint32_t>::from_id(cs));
+  }
   b.end_pipeline();
+  return empty;
+}
+}  // namespace detail
+
+template <class P, class C>
+void pipeline(Arg<uint32_t> rounds, int stages, int lag, P&& produce, C&& consume,
+              SrcLoc where = SrcLoc::current()) {
+  static_assert(std::is_invocable_v<C, Val<uint32_t>, Val<uint32_t>>,
+                "kiln: a pipeline's consume region takes the round and the stage");
+  detail::pipeline(rounds, stages, lag, false, std::forward<P>(produce), std::forward<C>(consume),
+                   where);
+}
+
+// The same for consumers whose work finishes asynchronously, tcgen05 multiplies: the consume
+// region gets the empty mbarriers too and releases stage s itself, once per round, with
+// tcgen05_commit(empty, s), which arrives when its multiplies are done; nothing else releases
+// it. Returns the empty mbarriers: after the pipeline, waiting for the last round's phase,
+// mbarrier_wait(empty, (rounds - 1) % stages, ((rounds - 1) / stages) % 2), waits for every
+// multiply.
+template <class P, class C>
+SharedArray<u64> pipeline_committed(Arg<uint32_t> rounds, int stages, P&& produce, C&& consume,
+                                    SrcLoc where = SrcLoc::current()) {
+  static_assert(
+      std::is_invocable_v<C, Val<uint32_t>, Val<uint32_t>, const SharedArray<u64>&>,
+      "kiln: pipeline_committed's consume region takes the round, the stage and the empty "
+      "mbarriers");
+  return detail::pipeline(rounds, stages, 0, true, std::forward<P>(produce),
+                          std::forward<C>(consume), where);
 }
 
 }  // namespace kiln::dsl

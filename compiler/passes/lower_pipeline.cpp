@@ -44,7 +44,7 @@ class Lowering {
 
   // The ops that replace pipeline `p`.
   std::vector<Op> lower(Op& p) {
-    const ValueId rounds = p.operands[0], full = p.operands[1];
+    const ValueId rounds = p.operands[0], full = p.operands[1], empty = p.operands[2];
     const uint32_t stages = pipeline_stages(p.attr.i);
     Region& produce = p.regions[0];
     Region& consume = p.regions[1];
@@ -53,6 +53,8 @@ class Lowering {
       Attr one;
       one.i = 1;
       emit(out, OpKind::MbarInit, {full, u32(out, s)}, one);
+      // A consume region's tcgen05.commit arrives on the empty mbarriers (`, commit`).
+      emit(out, OpKind::MbarInit, {empty, u32(out, s)}, one);
     }
     const ValueId zero = u32(out, 0), step = u32(out, 1);
     Op loop;

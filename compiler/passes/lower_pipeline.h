@@ -17,7 +17,8 @@ namespace kiln::passes {
 //     <consume ops>
 //   }
 //
-// The empty mbarriers are not needed: a stage is refilled only after its consumers ran.
+// The empty mbarriers are initialized for one arrival (a `commit` pipeline's consume region
+// commits to them) and otherwise unused: a stage is refilled only after its consumers ran.
 // Needs and gives a verified kernel in unit form; returns whether it changed the kernel.
 bool lower_pipelines(ir::Kernel& k);
 

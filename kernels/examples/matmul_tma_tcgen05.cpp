@@ -13,6 +13,11 @@
 //             issue round r + stages - 1 into stage (r - 1) % stages
 //   after:    wait for the last round's commit, which covers every multiply
 //
+// With producer = 1 the copies come from a producer plane of its own (pipeline_committed, docs/
+// dsl.md "Warp specialization"): it refills a stage as soon as the commit of the multiplies that
+// read it arrives on the stage's empty mbarrier, and the consumers' unit 0 only waits for each
+// round's copies, multiplies and commits.
+//
 // It runs where has_tcgen05() and has_tma() hold: sm_100a, the CPU and the emulator
 // (cuda-emu:sm_100a).
 #include "compiler/dsl/dsl.h"
@@ -22,7 +27,7 @@ using namespace kiln::dsl;
 
 template <class T>
 void matmul_tma_tcgen05(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, int tile_n,
-                        int swizzle, int k_rows, int stages) {
+                        int swizzle, int k_rows, int stages, int producer) {
   using Acc = mma_acc_t<T>;
   const Swizzle sw = static_cast<Swizzle>(swizzle);
   const auto per_row = static_cast<uint32_t>(swizzle / static_cast<int>(sizeof(host_of_t<T>)));
@@ -37,30 +42,24 @@ void matmul_tma_tcgen05(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T
           "a must be M x K, b N x K (B transposed) and c M x N");
   auto as = shared_array<T>(ns * a_stage);
   auto bs = shared_array<T>(ns * b_stage);
-  // bar[s]: stage s's copies have landed; bar[stages + s]: the multiplies that read it are done.
-  auto bar = shared_array<u64>(2u * ns);
   auto av = tma_view(a, {128, static_cast<int>(per_row)}, sw);
   auto bv = tma_view(b, {tile_n, static_cast<int>(per_row)}, sw);
   const uint32_t stage_bytes = (av.box_bytes() + bv.box_bytes()) * uint32_t(k_rows);
   u32 m0 = cube_pos_y() * 128u, n0 = cube_pos_x() * un;
   u32 rounds = (k + (kc - 1u)) / kc;
-  for (uint32_t i = 0; i < 2u * ns; ++i) mbarrier_init(bar, i);
   u32 d = tmem_alloc(columns);
-  auto issue = [&](Val<uint32_t> r) {
-    Val<uint32_t> stage = r % ns, k0 = r * kc;
-    mbarrier_arrive_expect_tx(bar, stage, stage_bytes);
+  // The copies of round r into stage `stage`, completing on bars[stage].
+  auto issue_into = [&](Val<uint32_t> r, Val<uint32_t> stage, const SharedArray<u64>& bars) {
+    Val<uint32_t> k0 = r * kc;
+    mbarrier_arrive_expect_tx(bars, stage, stage_bytes);
     for (uint32_t kb = 0; kb < uint32_t(k_rows); ++kb) {
-      tma_load(as, stage * a_stage + kb * (128u * per_row), av, {m0, k0 + kb * per_row}, bar,
+      tma_load(as, stage * a_stage + kb * (128u * per_row), av, {m0, k0 + kb * per_row}, bars,
                stage);
-      tma_load(bs, stage * b_stage + kb * (un * per_row), bv, {n0, k0 + kb * per_row}, bar, stage);
+      tma_load(bs, stage * b_stage + kb * (un * per_row), bv, {n0, k0 + kb * per_row}, bars, stage);
     }
   };
-  // Until the multiplies of round p are done (the phase p / stages of its multiply mbarrier).
-  auto wait_multiplies = [&](Val<uint32_t> p) { mbarrier_wait(bar, ns + p % ns, (p / ns) & 1u); };
-  for (uint32_t p = 0; p + 1 < ns; ++p) if_(u32(p) < rounds, [&] { issue(Val<uint32_t>(p)); });
-  for_range(0u, rounds, 1u, [&](u32 r) {
-    u32 stage = r % ns;
-    mbarrier_wait(bar, stage, (r / ns) & 1u);
+  // Round r's multiplies out of stage `stage`, into D.
+  auto multiply = [&](Val<uint32_t> r, Val<uint32_t> stage) {
     for (int s = 0; s < steps; ++s) {
       auto adesc = tcgen05_tile_desc(as, stage * a_stage, 128, sw, static_cast<uint32_t>(s));
       auto bdesc = tcgen05_tile_desc(bs, stage * b_stage, tile_n, sw, static_cast<uint32_t>(s));
@@ -70,13 +69,41 @@ void matmul_tma_tcgen05(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T
       else
         tcgen05_mma<T>(d, adesc, bdesc, tile_n, true);
     }
-    tcgen05_commit(bar, ns + stage);
-    if_(r + (ns - 1u) < rounds, [&] {
-      if_(r > 0u, [&] { wait_multiplies(r - 1u); });
-      issue(r + (ns - 1u));
+  };
+  if (producer) {
+    // A producer plane issues the copies; unit 0 of the consumers issues each round's
+    // multiplies and commits them to the stage's empty mbarrier, which releases the stage when
+    // they are done.
+    auto empty = pipeline_committed(
+        rounds, stages,
+        [&](u32 r, u32 stage, const SharedArray<u64>& full) { issue_into(r, stage, full); },
+        [&](u32 r, u32 stage, const SharedArray<u64>& release) {
+          multiply(r, stage);
+          tcgen05_commit(release, stage);
+        });
+    u32 last = rounds - 1u;
+    if_(rounds > 0u, [&] { mbarrier_wait(empty, last % ns, (last / ns) & 1u); });
+  } else {
+    // bar[s]: stage s's copies have landed; bar[stages + s]: the multiplies that read it are
+    // done.
+    auto bar = shared_array<u64>(2u * ns);
+    for (uint32_t i = 0; i < 2u * ns; ++i) mbarrier_init(bar, i);
+    auto issue = [&](Val<uint32_t> r) { issue_into(r, r % ns, bar); };
+    // Until the multiplies of round p are done (the phase p / stages of its multiply mbarrier).
+    auto wait_multiplies = [&](Val<uint32_t> p) { mbarrier_wait(bar, ns + p % ns, (p / ns) & 1u); };
+    for (uint32_t p = 0; p + 1 < ns; ++p) if_(u32(p) < rounds, [&] { issue(Val<uint32_t>(p)); });
+    for_range(0u, rounds, 1u, [&](u32 r) {
+      u32 stage = r % ns;
+      mbarrier_wait(bar, stage, (r / ns) & 1u);
+      multiply(r, stage);
+      tcgen05_commit(bar, ns + stage);
+      if_(r + (ns - 1u) < rounds, [&] {
+        if_(r > 0u, [&] { wait_multiplies(r - 1u); });
+        issue(r + (ns - 1u));
+      });
     });
-  });
-  if_(rounds > 0u, [&] { wait_multiplies(rounds - 1u); });
+    if_(rounds > 0u, [&] { wait_multiplies(rounds - 1u); });
+  }
   // Unit r's row of the product; K = 0 leaves it unwritten: it is zero.
   u32 row = m0 + unit_pos();
   for (int col = 0; col < tile_n; col += 8) {
@@ -90,7 +117,7 @@ void matmul_tma_tcgen05(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T
 }
 KILN_KERNEL_GENERIC(matmul_tma_tcgen05,
                     "a: rank=2, b: rank=2, c: rank=2, tile_n = 128 in 16..256, swizzle = 128 in "
-                    "32..128, k_rows = 1 in 1..4, stages = 3 in 2..4",
+                    "32..128, k_rows = 1 in 1..4, stages = 3 in 2..4, producer = 0 in 0..1",
                     f16, bf16, f32, i8, u8, f8e4m3, f8e5m2)
     .cube_dim([](const ComptimeArgs&) -> CubeDim {
       return {128, 1, 1};

@@ -308,8 +308,15 @@ TEST_CASE("a pipeline's rules: placement, what comes before it and what its regi
              Catch::Contains("a unit that returns never releases its stages"));
   CHECK_THAT(verify_body(pipeline_body("  store %a, %u, %u\n", "", "")),
              Catch::Contains("t.kir:4:3: error: 'store' before a pipeline"));
-  CHECK_THAT(verify_body(pipeline_body("  sync_cube\n", "", "")),
-             Catch::Contains("'sync_cube' before a pipeline"));
+  CHECK_THAT(verify_body(pipeline_body("  mbar.arrive_expect_tx %0, %u, 64\n", "", "")),
+             Catch::Contains("'mbar.arrive_expect_tx' before a pipeline: the producer plane runs "
+                             "it too"));
+  // Cube barriers and ops that unit 0 issues are fine before it: the producer plane takes part.
+  CHECK(verify_body(pipeline_body("  sync_cube\n  mbar.init %0, %u, 1\n", "", "")) == "(ok)");
+  // A commit pipeline's consume region issues tcgen05 multiplies and commits.
+  CHECK(verify_body("  %0 = alloc.shared : shared<u64, 2>\n  %1 = alloc.shared : shared<u64, 2>\n"
+                    "  pipeline %u, %0, %1, stages 2, commit produce(%2, %3) {\n  } consume(%4, "
+                    "%5) {\n    tcgen05.commit %1, %5\n  }\n") == "(ok)");
   CHECK_THAT(verify_body(pipeline_body(
                  "", "", "",
                  "  pipeline %u, %0, %1, stages 2, lag 0 produce(%6, %7) {\n  } consume(%8, %9) "

@@ -159,6 +159,15 @@ TEST_CASE("matmul_tma_tcgen05: every input type, swizzle and ring depth on the e
   run_cases("matmul_tma_tcgen05", "cuda-emu:sm_100a", tma_emulator_cases());
 }
 
+TEST_CASE("matmul_tma_tcgen05 with a producer plane on the CPU", "[tma][tcgen05][pipeline][cpu]") {
+  run_cases("matmul_tma_tcgen05", "cpu", with_producer(tma_cpu_cases()));
+}
+
+TEST_CASE("matmul_tma_tcgen05 with a producer plane on the emulator",
+          "[tma][tcgen05][pipeline][emulator]") {
+  run_cases("matmul_tma_tcgen05", "cuda-emu:sm_100a", with_producer(tma_emulator_cases()));
+}
+
 // matmul_mma with its tiles staged through a ring of cp.async stages (stage_shared, stages 2 to
 // 4): shapes whose rows are whole 16-byte copies take the ring, the others (K, N or a stride
 // not a multiple of 16 bytes) the synchronous staging, in the same kernel.
