@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "compiler/passes/build_op.h"
 #include "ir/ops.h"
 
 namespace kiln::passes {
@@ -20,21 +21,8 @@ class Lowering {
   // An op of `kind` defining `result` (kNoValue: a new value of the op's type, if it has one).
   ValueId emit(std::vector<Op>& to, OpKind kind, std::vector<ValueId> operands, Attr attr = {},
                Type type = Type::void_type(), ValueId result = kNoValue) {
-    Op op;
-    op.kind = kind;
-    op.operands.assign(operands.begin(), operands.end());
-    op.attr = std::move(attr);
-    op.loc = at_;
-    std::vector<Type> types;
-    for (ValueId v : operands) types.push_back(k_.type_of(v));
-    Type t = sig_result_is_explicit(op_info(kind).sig) ? type : Type::void_type();
-    const std::string e = check_op_types(kind, types, op.attr, t);
-    KILN_CHECK(e.empty(), "pipeline lowering built an ill-typed op");
-    if (sig_has_result(op_info(kind).sig))
-      op.result = result != kNoValue ? result : k_.new_value(t);
-    const ValueId r = op.result;
-    to.push_back(std::move(op));
-    return r;
+    to.push_back(build_op(k_, kind, operands, std::move(attr), type, at_, result));
+    return to.back().result;
   }
   ValueId u32(std::vector<Op>& to, uint32_t v) {
     Attr a;

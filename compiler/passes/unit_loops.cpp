@@ -21,6 +21,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "compiler/passes/build_op.h"
 #include "compiler/passes/unit_loops_analysis.h"
 #include "ir/uniformity.h"
 #include "ir/verifier.h"
@@ -92,20 +93,9 @@ class Lowering {
 
   ValueId emit(Scope& s, OpKind kind, std::initializer_list<ValueId> operands,
                const Type& type = Type::void_type(), Attr attr = {}) {
-    Op op;
-    op.kind = kind;
-    op.operands.assign(operands.begin(), operands.end());
-    op.attr = std::move(attr);
-    op.loc = at_;
-    std::vector<Type> types;
-    for (ValueId v : operands) types.push_back(out_.type_of(v));
-    Type result = sig_result_is_explicit(op_info(kind).sig) ? type : Type::void_type();
-    const std::string e = check_op_types(kind, types, op.attr, result);
-    KILN_CHECK(e.empty(), "unit-loop lowering built an ill-typed op");
-    if (sig_has_result(op_info(kind).sig)) op.result = out_.new_value(result);
-    const ValueId r = op.result;
-    s.target->ops.push_back(std::move(op));
-    return r;
+    s.target->ops.push_back(
+        build_op(out_, kind, {operands.begin(), operands.size()}, std::move(attr), type, at_));
+    return s.target->ops.back().result;
   }
   ValueId cu32(Scope& s, uint32_t v) {
     Attr a;

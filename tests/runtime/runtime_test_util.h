@@ -60,6 +60,21 @@ inline Runtime open_cpu(RuntimeOptions o = {}) {
   return std::move(*rt);
 }
 
+// The TMA devices that run without a GPU, the CPU and the emulator of sm_90a; one that cannot
+// be opened is left out with a warning that says why.
+inline std::vector<Runtime> tma_devices() {
+  std::vector<Runtime> out;
+  for (const char* device : {"cpu", "cuda-emu:sm_90a"}) {
+    auto opened = Runtime::open(device);
+    if (!opened) {
+      WARN("skipped on " << device << ": " << opened.error().message);
+      continue;
+    }
+    out.push_back(std::move(*opened));
+  }
+  return out;
+}
+
 inline Kernel kernel(const Runtime& rt, const std::string& name) {
   auto k = rt.kernel(name);
   INFO((k.ok() ? std::string() : k.error().message));

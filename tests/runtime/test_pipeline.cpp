@@ -98,19 +98,6 @@ std::string kernel_loc(const char* marker) {
   return test::marker_loc("tests/compiler/cpu/pipeline_kernels.cpp", marker);
 }
 
-std::vector<Runtime> pipeline_devices() {
-  std::vector<Runtime> out;
-  for (const char* device : {"cpu", "cuda-emu:sm_90a"}) {
-    auto opened = Runtime::open(device);
-    if (!opened) {
-      WARN("skipped on " << device << ": " << opened.error().message);
-      continue;
-    }
-    out.push_back(std::move(*opened));
-  }
-  return out;
-}
-
 std::vector<float> rows_of(int64_t rows) {
   std::vector<float> host(static_cast<size_t>(rows) * 64);
   for (size_t i = 0; i < host.size(); ++i)
@@ -120,7 +107,7 @@ std::vector<float> rows_of(int64_t rows) {
 
 TEST_CASE("a pipeline feeds every round through its ring, at every depth and lag", "[pipeline]") {
   (void)kernels::builtin_names();
-  for (Runtime& rt : pipeline_devices()) {
+  for (Runtime& rt : test::tma_devices()) {
     INFO("on " << rt.device().name);
     auto k = test::kernel(rt, "pipe_sum");
     // Fewer rounds than stages, as many, and many times as many (the phases alternate).
@@ -182,7 +169,7 @@ TEST_CASE("a stage released while a wgmma may still read it is a race on the emu
     bv[i] = static_cast<double>(static_cast<int>(i * 5 % 9) - 4);
     b[i] = bf16_bits(bv[i]);
   }
-  for (Runtime& rt : pipeline_devices()) {
+  for (Runtime& rt : test::tma_devices()) {
     INFO("on " << rt.device().name);
     auto k = test::kernel(rt, "pipe_wgmma");
     Tensor at = test::tensor_from(rt, ir::ElemType::BF16, a, {M, K});

@@ -191,22 +191,9 @@ uint32_t swizzled(uint32_t r, uint32_t c, uint32_t cols, uint32_t swizzle) {
   return byte / 4u;
 }
 
-std::vector<Runtime> tma_devices() {
-  std::vector<Runtime> out;
-  for (const char* device : {"cpu", "cuda-emu:sm_90a"}) {
-    auto opened = Runtime::open(device);
-    if (!opened) {
-      WARN("skipped on " << device << ": " << opened.error().message);
-      continue;
-    }
-    out.push_back(std::move(*opened));
-  }
-  return out;
-}
-
 TEST_CASE("a TMA box lands row-major and swizzled, zeros outside the tensor", "[tma]") {
   (void)kernels::builtin_names();
-  for (Runtime& rt : tma_devices()) {
+  for (Runtime& rt : test::tma_devices()) {
     INFO("on " << rt.device().name);
     const int64_t R = 20, C = 40;
     std::vector<float> host(R * C);
@@ -277,7 +264,7 @@ void check_nan_box(Runtime& rt, ir::ElemType dtype) {
 
 TEST_CASE("a TMA view with a NaN fill loads NaN outside the tensor, of every float type", "[tma]") {
   (void)kernels::builtin_names();
-  for (Runtime& rt : tma_devices()) {
+  for (Runtime& rt : test::tma_devices()) {
     INFO("on " << rt.device().name);
     // Raw bits: the elements inside are small integers' bit patterns, none of them a NaN.
     check_nan_box<uint16_t>(rt, ir::ElemType::F16);
@@ -346,7 +333,7 @@ void check_reduce(Runtime& rt, ir::ElemType dtype) {
 
 TEST_CASE("a TMA reduction combines every cube's box into the tensor, atomically", "[tma]") {
   (void)kernels::builtin_names();
-  for (Runtime& rt : tma_devices()) {
+  for (Runtime& rt : test::tma_devices()) {
     INFO("on " << rt.device().name);
     check_reduce<uint32_t>(rt, ir::ElemType::F32);
     check_reduce<uint16_t>(rt, ir::ElemType::BF16);
@@ -359,7 +346,7 @@ TEST_CASE("a TMA reduction combines every cube's box into the tensor, atomically
 
 TEST_CASE("asynchronous TMA stores: a ring of two buffers, and the waits it needs", "[tma]") {
   (void)kernels::builtin_names();
-  for (Runtime& rt : tma_devices()) {
+  for (Runtime& rt : test::tma_devices()) {
     INFO("on " << rt.device().name);
     const bool emu = rt.device().name.find("emu") != std::string::npos;
     auto k = test::kernel(rt, "tma_store_ring");
@@ -394,7 +381,7 @@ TEST_CASE("asynchronous TMA stores: a ring of two buffers, and the waits it need
 TEST_CASE("a TMA store writes the box from its shared layout and nothing outside the tensor",
           "[tma]") {
   (void)kernels::builtin_names();
-  for (Runtime& rt : tma_devices()) {
+  for (Runtime& rt : test::tma_devices()) {
     INFO("on " << rt.device().name);
     const int64_t R = 20, C = 40;
     auto k = test::kernel(rt, "tma_store2");
@@ -428,7 +415,7 @@ TEST_CASE("a TMA store writes the box from its shared layout and nothing outside
 
 TEST_CASE("TMA boxes of rank 1 and 3, and a second phase of the same mbarrier", "[tma]") {
   (void)kernels::builtin_names();
-  for (Runtime& rt : tma_devices()) {
+  for (Runtime& rt : test::tma_devices()) {
     INFO("on " << rt.device().name);
     std::vector<int16_t> h1(100);
     for (size_t i = 0; i < h1.size(); ++i) h1[i] = static_cast<int16_t>(i * 3 - 7);
@@ -458,7 +445,7 @@ TEST_CASE("TMA boxes of rank 1 and 3, and a second phase of the same mbarrier", 
 
 TEST_CASE("a launch checks TMA tensors and names the argument", "[tma]") {
   (void)kernels::builtin_names();
-  for (Runtime& rt : tma_devices()) {
+  for (Runtime& rt : test::tma_devices()) {
     INFO("on " << rt.device().name);
     auto k = test::kernel(rt, "tma_box2");
     Tensor out = test::f32_tensor(rt, std::vector<float>(256, 0.0f));
@@ -482,7 +469,7 @@ TEST_CASE("a launch checks TMA tensors and names the argument", "[tma]") {
 
 TEST_CASE("TMA misuse is reported at its line on the CPU and the emulator", "[tma]") {
   (void)kernels::builtin_names();
-  for (Runtime& rt : tma_devices()) {
+  for (Runtime& rt : test::tma_devices()) {
     INFO("on " << rt.device().name);
     auto k = test::kernel(rt, "tma_box2");
     Tensor src =
