@@ -299,9 +299,9 @@ class Verifier {
   // Where a pipeline may stand and what its regions may hold (docs/ir.md "pipeline"). On a GPU
   // the cube gets a producer plane of its own: it runs the ops before the pipeline with the
   // consumers, then only the produce region (one unit of it), and leaves the kernel at the
-  // pipeline's end. So the ops before it must not write memory or wait for the whole cube,
-  // the produce region holds only what one unit can do for the cube, and the consume region
-  // nothing that waits for the producer plane.
+  // pipeline's end. So the ops before it must not write memory or issue what the producer's
+  // unit issues (it would issue it twice), the produce region holds only what one unit can do
+  // for the cube, and the consume region nothing that waits for the producer plane.
   void check_pipelines() {
     const Op* first = nullptr;
     walk(k_.body, [&](const Op& op) {
