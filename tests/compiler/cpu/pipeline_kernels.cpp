@@ -29,4 +29,3 @@ void pipe_sum(Tensor<const f32> x, Tensor<f32> out, int stages, int lag, int bug
 }
 KILN_KERNEL(pipe_sum, "x: rank=2, out, stages = 3 in 1..8, lag = 0 in 0..7, bug = 0 in 0..2")
     .cube_dim(64);
-
