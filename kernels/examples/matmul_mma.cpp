@@ -31,6 +31,13 @@ void matmul_mma(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, in
                 bool accumulate, bool stage_shared, int stages) {
   using Acc = mma_acc_t<T>;
   const int ks = mma_k_step<T>() * k_steps;
+  if (stages > 1 && !stage_shared) {
+    TraceContext::current().fail(SrcLoc::current(),
+                                 fmt::format("stages = {} rings tiles through shared memory; set "
+                                             "stage_shared = true too (or leave stages at 1)",
+                                             stages));
+    return;
+  }
   u32 m = a.shape(0), k = a.shape(1), n = c.shape(1);
   u32 lda = a.stride(0), ldb = b.stride(0), ldc = c.stride(0);
   // Shapes that do not fit together are an error at sync that names this line.
