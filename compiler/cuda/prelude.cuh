@@ -1672,27 +1672,36 @@ inline void tmem_commits_done(const u64* w, u32 parity) {
   }
   st->pending = kept;
 }
-inline void mbar_wait(const bounded<u64>& bars, u32 i, u32 parity KILN_WHERE) {
+// One unit waits until the phase of mbarrier bars[i] with parity `parity` has completed (`stuck`:
+// the report when it never can), then acquires what the phase released and completes the
+// tcgen05 commits that arrived in it. False when the wait was abandoned (reported).
+inline bool mbar_wait_unit(const bounded<u64>& bars, u32 i, u32 parity, const char* stuck
+                           KILN_WHERE) {
   u64* w = mbar_word(bars, i KILN_AT);
-  if (!w) return;
+  if (!w) return false;
   for (;;) {
-    if (!emu::access(w, 8, emu::kAtomic, where)) return;
+    if (!emu::access(w, 8, emu::kAtomic, where)) return false;
     const u64 x = *w;
     if (!(x >> 63)) {
       emu::misuse("a wait on an mbarrier that was never initialized; mbarrier_init() it first",
                   where);
-      return;
+      return false;
     }
     if ((((x >> 40) & 1u) != (parity & 1u))) break;  // the phase of that parity is complete
-    emu::spin("an mbarrier wait that can never complete: the phase it waits for has arrivals "
-              "or bytes pending that nothing will make (a tcgen05_commit or "
-              "mbarrier_arrive_expect_tx on it before the wait, as many bytes expected as the "
-              "tma_loads on it copy, or the parity of a phase that has completed: phase k has "
-              "parity k % 2)",
-              where);
+    emu::spin(stuck, where);
   }
   emu::order(w, emu::kAcquire, parity & 1u);
   tmem_commits_done(w, parity);
+  return true;
+}
+inline void mbar_wait(const bounded<u64>& bars, u32 i, u32 parity KILN_WHERE) {
+  if (!mbar_wait_unit(bars, i, parity,
+                      "an mbarrier wait that can never complete: the phase it waits for has "
+                      "arrivals or bytes pending that nothing will make (a tcgen05_commit or "
+                      "mbarrier_arrive_expect_tx on it before the wait, as many bytes expected "
+                      "as the tma_loads on it copy, or the parity of a phase that has completed: "
+                      "phase k has parity k % 2)" KILN_AT))
+    return;
   // What completed the phase (a TMA copy's stores by unit 0) is ordered before every unit's
   // accesses after the wait, as the race detector sees it.
   emu::sync_threads(where);
@@ -1714,18 +1723,11 @@ inline void pipe_begin(const bounded<u64>& full, const bounded<u64>& empty, u32 
   }
 }
 inline void pipe_wait(const bounded<u64>& bars, u32 i, u32 parity KILN_WHERE) {
-  u64* w = mbar_word(bars, i KILN_AT);
-  if (!w) return;
-  for (;;) {
-    if (!emu::access(w, 8, emu::kAtomic, where)) return;
-    if ((((*w >> 40) & 1u) != (parity & 1u))) break;
-    emu::spin("a pipeline's wait that can never complete: the producer issued fewer bytes than "
-              "its mbarrier_arrive_expect_tx expects, or no mbarrier_arrive_expect_tx on the "
-              "stage's full mbarrier",
-              where);
-  }
-  emu::order(w, emu::kAcquire, parity & 1u);
-  tmem_commits_done(w, parity);
+  mbar_wait_unit(bars, i, parity,
+                 "a pipeline's wait that can never complete: fewer bytes of a stage's copies "
+                 "land than its mbarrier_arrive_expect_tx expects (or it has none), or, with "
+                 "pipeline_committed, a round's consume region does not tcgen05_commit to the "
+                 "stage's empty mbarrier" KILN_AT);
 }
 inline void pipe_release(const bounded<u64>& bars, u32 i KILN_WHERE) {
   __syncwarp(0xffffffffu, where);

@@ -60,6 +60,28 @@ KILN_KERNEL(pipe_wgmma,
             "pending = 1 in 0..1")
     .cube_dim(128);
 
+// A pipeline_committed ring whose consume region releases each stage with a tcgen05_commit
+// (no multiplies before it: it arrives at once); with `bug` it never commits, so the producer
+// waits for the release of round r - stages forever.
+void pipe_commit(Tensor<const f32> x, Tensor<f32> out, int bug) {
+  auto ring = shared_array<f32>(2 * 64u);
+  auto view = tma_view(x, {1, 64});
+  u32 rows = x.shape(0);
+  auto empty = pipeline_committed(
+      rows, 2,
+      [&](u32 r, u32 s, const SharedArray<u64>& full) {
+        mbarrier_arrive_expect_tx(full, s, view.box_bytes());
+        tma_load(ring, s * 64u, view, {r, 0}, full, s);
+      },
+      [&](u32, u32 s, const SharedArray<u64>& release) {
+        if (!bug) tcgen05_commit(release, s);
+      });
+  u32 last = rows - 1u;
+  if (!bug) mbarrier_wait(empty, last % 2u, (last / 2u) & 1u);
+  out[unit_pos()] = ring[(last % 2u) * 64u + unit_pos()];
+}
+KILN_KERNEL(pipe_commit, "x: rank=2, out, bug = 0 in 0..1").cube_dim(64);
+
 // What a pipeline may not hold, by mode: 1 a store before it, 2 a sync_cube in its consume
 // region, 3 a per-unit value in its produce region, 4 a lag of as many rounds as stages, 5 a
 // pipeline inside an if, 6 two pipelines.
@@ -201,6 +223,30 @@ TEST_CASE("a stage released while a wgmma may still read it is a race on the emu
         }
     }
   }
+}
+
+TEST_CASE("a committed pipeline with a round that never commits is a wait that never ends",
+          "[pipeline]") {
+  (void)kernels::builtin_names();
+  auto opened = Runtime::open("cuda-emu:sm_100a");
+  if (!opened) {
+    WARN("skipped: " << opened.error().message);
+    return;
+  }
+  Runtime& rt = *opened;
+  auto k = test::kernel(rt, "pipe_commit");
+  const std::vector<float> host = rows_of(5);
+  Tensor x = test::tensor_from(rt, ir::ElemType::F32, host, {5, 64});
+  Tensor out = test::f32_tensor(rt, std::vector<float>(64, 0.0f));
+  KILN_REQUIRE_OK(rt.launch(k, 1, 64, x, out, 0));
+  KILN_REQUIRE_OK(rt.sync());
+  const auto got = test::to_host<float>(out);
+  for (uint32_t u = 0; u < 64; ++u) REQUIRE(got[u] == host[4 * 64 + u]);
+  Status st = rt.launch(k, 1, 64, x, out, 1);
+  if (st.ok()) st = rt.sync();
+  REQUIRE_FALSE(st.ok());
+  CHECK_THAT(st.error().message, Contains("can never complete"));
+  CHECK_THAT(st.error().message, Contains("pipeline_committed"));
 }
 
 TEST_CASE("what a pipeline may hold is checked at trace time", "[pipeline]") {
