@@ -154,8 +154,8 @@ ir::Type type_from(const json& j) {
 std::vector<TensorMapSite> tensor_map_sites(const ir::Kernel& k) {
   std::vector<TensorMapSite> sites;
   ir::walk(k.body, [&](const ir::Op& op) {
-    if (op.kind != ir::OpKind::TmaLoad && op.kind != ir::OpKind::TmaStore &&
-        op.kind != ir::OpKind::TmaPrefetch)
+    if (op.kind != ir::OpKind::TmaLoad && op.kind != ir::OpKind::TmaLoadMulticast &&
+        op.kind != ir::OpKind::TmaStore && op.kind != ir::OpKind::TmaPrefetch)
       return;
     const ir::ValueId tensor = op.operands[ir::tma_operands(op.kind).tensor];
     for (uint32_t i = 0; i < k.params.size(); ++i)
@@ -172,6 +172,7 @@ std::string info_to_json(const KernelInfo& info) {
   j["name"] = info.name;
   j["symbol"] = info.symbol;
   j["cube_dim"] = info.cube_dim;
+  j["cluster_dim"] = info.cluster_dim;
   j["shared_bytes"] = info.shared_bytes;
   j["dynamic_shared_bytes"] = info.dynamic_shared_bytes;
   j["checked"] = info.checked;
@@ -199,6 +200,12 @@ Result<KernelInfo> info_from_json(const std::string& text) {
     info.name = j.at("name").get<std::string>();
     info.symbol = j.at("symbol").get<std::string>();
     info.cube_dim = j.at("cube_dim").get<std::array<uint32_t, 3>>();
+    info.cluster_dim = j.value("cluster_dim", std::array<uint32_t, 3>{1, 1, 1});
+    for (uint32_t d : info.cluster_dim)
+      if (d == 0 || d > ir::kMaxCubesPerCluster)
+        return Error(ErrorKind::Io,
+                     "malformed kernel description: a cluster dimension of 0 or "
+                     "more than 8");
     info.shared_bytes = j.at("shared_bytes").get<uint32_t>();
     info.dynamic_shared_bytes = j.value("dynamic_shared_bytes", uint32_t{0});
     info.checked = j.at("checked").get<bool>();

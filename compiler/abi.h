@@ -112,6 +112,7 @@ struct KernelInfo {
   std::string name;
   std::string symbol;
   std::array<uint32_t, 3> cube_dim{1, 1, 1};
+  std::array<uint32_t, 3> cluster_dim{1, 1, 1};  // the cubes of a cluster; the grid's multiple
   uint32_t shared_bytes = 0;  // per cube: CPU arena (shared memory, context arrays); CUDA shared
   uint32_t dynamic_shared_bytes = 0;  // CUDA: of shared_bytes, what the launch must ask for
   ArgLayout layout;

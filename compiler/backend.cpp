@@ -47,6 +47,10 @@ bool Backend::has_tma(const Target&) const {
   return true;
 }
 
+bool Backend::has_multicast(const Target&) const {
+  return true;
+}
+
 bool Backend::has_cp_async(const Target&) const {
   return true;
 }
@@ -99,6 +103,12 @@ Status check_supported(const Backend& b, const ir::Kernel& k, const Target& t) {
     return Error(ErrorKind::Unsupported,
                  fmt::format("kernel '{}': a cube of {} units; {} allows at most {} units per cube",
                              k.name, k.units_per_cube(), t.name, lim.max_units_per_cube));
+  if (k.cubes_per_cluster() > 1 && !b.has_tma(t))
+    return Error(ErrorKind::Unsupported,
+                 fmt::format("{}: error: kernel '{}' has clusters of {}x{}x{} cubes; clusters are "
+                             "sm_90 features and {} has none (ask has_clusters() at trace time)",
+                             k.where(k.cluster_dim_pos.known() ? k.cluster_dim_pos : k.pos), k.name,
+                             k.cluster_dim[0], k.cluster_dim[1], k.cluster_dim[2], t.name));
   for (size_t v = 0; v < k.value_types.size(); ++v)
     if (k.value_types[v].lanes > lim.max_line)
       return Error(ErrorKind::Unsupported,
@@ -124,6 +134,7 @@ std::shared_ptr<const dsl::TraceTarget> trace_target(const Target& t) {
   tt->wgmma = t.backend->has_wgmma(t);
   tt->tcgen05 = t.backend->has_tcgen05(t);
   tt->tma = t.backend->has_tma(t);
+  tt->multicast = t.backend->has_multicast(t);
   tt->cp_async = t.backend->has_cp_async(t);
   tt->mma_scaled = t.backend->has_mma_scaled(t);
   return tt;

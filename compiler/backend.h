@@ -105,6 +105,9 @@ class Backend {
   // Whether the target has the Tensor Memory Accelerator (tma.load, mbar.arrive_expect_tx): all
   // by default (the CPU), sm_90 and later among the GPUs.
   virtual bool has_tma(const Target& t) const;
+  // Whether the target multicasts TMA boxes to the cubes of a cluster (tma.load_multicast): all
+  // by default (the CPU), sm_90a and sm_100a among the GPUs.
+  virtual bool has_multicast(const Target& t) const;
   // Whether the target has per-unit asynchronous copies (async.*, cp.async): all by default (the
   // CPU), sm_80 and later among the GPUs.
   virtual bool has_cp_async(const Target& t) const;

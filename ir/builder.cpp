@@ -74,6 +74,10 @@ void Builder::set_cube_dim(uint32_t x, uint32_t y, uint32_t z) {
   k_.cube_dim = {x, y, z};
 }
 
+void Builder::set_cluster_dim(uint32_t x, uint32_t y, uint32_t z) {
+  k_.cluster_dim = {x, y, z};
+}
+
 bool Builder::check_operands(std::span<const ValueId> operands, SourceLoc at,
                              std::string_view what) {
   for (ValueId v : operands) {

@@ -24,6 +24,7 @@ class Builder {
 
   ValueId param(const std::string& name, const Type& t);
   void set_cube_dim(uint32_t x, uint32_t y, uint32_t z);
+  void set_cluster_dim(uint32_t x, uint32_t y, uint32_t z);
 
   // Any op without regions. `type` is required for ops whose result type is explicit (const,
   // cast, bitcast, broadcast, alloc) and ignored otherwise.

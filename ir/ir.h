@@ -183,17 +183,22 @@ struct Param {
   TextPos pos;  // of its name in parsed text; not printed
 };
 
+// The portable cluster size of sm_90 and sm_100 (16 needs a non-portable opt-in per kernel).
+inline constexpr uint32_t kMaxCubesPerCluster = 8;
+
 struct Kernel {
   std::string name;
   std::vector<Param> params;
   std::array<uint32_t, 3> cube_dim{1, 1, 1};
+  // The cubes of a cluster (sm_90 and later; docs/ir.md "Clusters"): {1, 1, 1} for none.
+  std::array<uint32_t, 3> cluster_dim{1, 1, 1};
   std::vector<Type> value_types;   // indexed by ValueId
   std::vector<std::string> files;  // file table: loc file index i names files[i - 1]
   Region body;
   // Name of the text the kernel was parsed from, and where in it the kernel header and its
   // cube_dim stand, for error positions; not printed.
   std::string source_name;
-  TextPos pos, cube_dim_pos;
+  TextPos pos, cube_dim_pos, cluster_dim_pos;
 
   const Type& type_of(ValueId v) const { return value_types[v]; }
   ValueId new_value(const Type& t) {
@@ -201,6 +206,7 @@ struct Kernel {
     return static_cast<ValueId>(value_types.size() - 1);
   }
   uint32_t units_per_cube() const { return cube_dim[0] * cube_dim[1] * cube_dim[2]; }
+  uint32_t cubes_per_cluster() const { return cluster_dim[0] * cluster_dim[1] * cluster_dim[2]; }
   // Index of `file` in the file table, added if absent (1-based, as SourceLoc::file).
   uint32_t file_index(const std::string& file);
   // "file:line" of a DSL location, or "" when unknown.

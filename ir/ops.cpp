@@ -410,7 +410,10 @@ std::string check_tcgen05_op(Sig sig, const std::string& name, std::span<const T
     case Sig::TmaLoad:
     case Sig::TmaStore: {
       const bool store = sig == Sig::TmaStore;
-      const TmaOperands at = tma_operands(store ? OpKind::TmaStore : OpKind::TmaLoad);
+      const bool multicast = name == op_name(OpKind::TmaLoadMulticast);
+      const TmaOperands at = tma_operands(store       ? OpKind::TmaStore
+                                          : multicast ? OpKind::TmaLoadMulticast
+                                                      : OpKind::TmaLoad);
       if (ops.size() < at.coords)
         return fmt::format("'{}' takes {}, then the coordinates; got {} operands", name,
                            store ? "a tensor, a shared array and an index"
@@ -460,6 +463,10 @@ std::string check_tcgen05_op(Sig sig, const std::string& name, std::span<const T
       if (std::string e = need_u32(at.index, "index"); !e.empty()) return e;
       if (!store)
         if (std::string e = need_u32(4, "mbarrier index"); !e.empty()) return e;
+      if (multicast && !(ops[5] == Type::value(ElemType::U16)))
+        return fmt::format(
+            "the mask of '{}' (bit r: the cube of rank r in the cluster) is a u16 scalar, got {}",
+            name, tn(ops[5]));
       for (size_t i = at.coords; i < ops.size(); ++i)
         if (!(ops[i] == Type::value(ElemType::I32)))
           return fmt::format(
@@ -538,6 +545,7 @@ int sig_operand_count(Sig sig) {
     case Sig::Wgmma:
     case Sig::MbarWait:
     case Sig::TmemLoad:
+    case Sig::ClusterLoad:
       return 3;
     case Sig::FragLdmatrix:
       return 4;
@@ -698,9 +706,11 @@ bool is_cube_op(OpKind k) {
     case OpKind::TmemLoad:
     case OpKind::MbarArriveTx:
     case OpKind::TmaLoad:
+    case OpKind::TmaLoadMulticast:
     case OpKind::TmaStore:
     case OpKind::TmaPrefetch:
     case OpKind::TmaStoreWait:
+    case OpKind::SyncCluster:
       return true;
     default:
       return false;
@@ -961,6 +971,14 @@ std::string check_op_types(OpKind kind, std::span<const Type> ops, const Attr& a
       if (!ops[0].is_memory())
         return fmt::format("'load' takes a memory object, got {}", tn(ops[0]));
       KILN_REQ(need_u32(1, "index"));
+      out = ops[0].line();
+      break;
+    case Sig::ClusterLoad:
+      if (ops[0].kind != TypeKind::Shared)
+        return fmt::format("'{}' reads a shared array of another cube of the cluster, not {}", name,
+                           tn(ops[0]));
+      KILN_REQ(need_u32(1, "cluster rank"));
+      KILN_REQ(need_u32(2, "index"));
       out = ops[0].line();
       break;
     case Sig::Store:

@@ -84,6 +84,8 @@ enum class Sig : uint8_t {
   TmaStore,       // tma.store %t, %m, %i, %c..., box B..., swizzle W[, reduce add|min|max]
                   //   m[i...] into t's box (or combined with it)
   TmaPrefetch,    // tma.prefetch %t, %c..., box B..., swizzle W   t's box towards the L2 cache
+                  // (tma.load_multicast: tma.load's operands, then %mask before the coordinates)
+  ClusterLoad,    // %r = cluster.load %m, %rank, %i : T     m: shared; rank, i: u32
   AsyncCopy,      // async.copy %m, %i, %g, %j, %valid     16 bytes of g from element j to m[i...]
   If,             // if %c { ... } [else { ... }]
   For,            // for %i = %a to %b step %s [unroll N|full] { ... }
@@ -291,6 +293,7 @@ struct TmaOperands {
 inline constexpr size_t kNoOperand = ~size_t{0};
 inline TmaOperands tma_operands(OpKind k) {
   if (k == OpKind::TmaPrefetch) return TmaOperands{0, kNoOperand, kNoOperand, 1};
+  if (k == OpKind::TmaLoadMulticast) return TmaOperands{2, 0, 1, 6};  // %mask: operand 5
   return k == OpKind::TmaStore ? TmaOperands{0, 1, 2, 3} : TmaOperands{2, 0, 1, 5};
 }
 

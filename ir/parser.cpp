@@ -453,6 +453,16 @@ class Parser {
       }
       expect_punct(')');
     }
+    if (is_ident("cluster_dim")) {
+      k_.cluster_dim_pos = TextPos{tok_.line, tok_.col};
+      advance();
+      expect_punct('(');
+      for (int i = 0; i < 3; ++i) {
+        if (i) expect_punct(',');
+        k_.cluster_dim[i] = static_cast<uint32_t>(parse_uint("a cluster dimension", 0xffffffffu));
+      }
+      expect_punct(')');
+    }
     parse_block(k_.body, 0);
     if (tok_.kind != Tok::Eof) expected("end of input after the kernel");
   }

@@ -41,8 +41,11 @@ class Printer {
       out_ += fmt::format("{}%{}: {}", i ? ", " : "", p.name,
                           p.value < k_.value_types.size() ? type_name(k_.type_of(p.value)) : "?");
     }
-    out_ +=
-        fmt::format(") cube_dim({}, {}, {}) {{\n", k_.cube_dim[0], k_.cube_dim[1], k_.cube_dim[2]);
+    out_ += fmt::format(") cube_dim({}, {}, {})", k_.cube_dim[0], k_.cube_dim[1], k_.cube_dim[2]);
+    if (k_.cluster_dim != std::array<uint32_t, 3>{1, 1, 1})
+      out_ += fmt::format(" cluster_dim({}, {}, {})", k_.cluster_dim[0], k_.cluster_dim[1],
+                          k_.cluster_dim[2]);
+    out_ += " {\n";
     region(k_.body, 1);
     out_ += "}\n";
     return std::move(out_);

@@ -92,6 +92,17 @@ class Verifier {
       error(dims_where, fmt::format("a cube of {} units is too large: at most {} units per cube "
                                     "(cube_dim x*y*z)",
                                     units, kMaxUnitsPerCube));
+    const std::string cluster_where =
+        k_.where(k_.cluster_dim_pos.known() ? k_.cluster_dim_pos : k_.pos);
+    for (int i = 0; i < 3; ++i)
+      if (k_.cluster_dim[i] == 0)
+        error(cluster_where, "every cluster dimension must be at least 1");
+    const uint64_t cluster = uint64_t{k_.cluster_dim[0]} * k_.cluster_dim[1] * k_.cluster_dim[2];
+    if (cluster > kMaxCubesPerCluster)
+      error(cluster_where,
+            fmt::format("a cluster of {} cubes is too large: at most {} cubes per cluster (the "
+                        "portable cluster size of sm_90 and sm_100; cluster_dim x*y*z)",
+                        cluster, kMaxCubesPerCluster));
     // Malformed types of values defined by ops are reported at their op (define()).
     std::unordered_set<std::string_view> names;
     names.reserve(k_.params.size());
@@ -349,6 +360,14 @@ class Verifier {
                                   "tma.load, tma.prefetch and mbar.arrive_expect_tx",
                                   op_name(o.kind)));
       });
+    for (size_t i = at + 1; i < k_.body.ops.size(); ++i)
+      walk_op(k_.body.ops[i], [&](const Op& op) {
+        if (op.kind == OpKind::SyncCluster)
+          op_error(op,
+                   "'sync_cluster' after a pipeline: the producer plane has left the kernel "
+                   "and a cluster barrier would wait for it; synchronize the cluster before "
+                   "the pipeline");
+      });
     for (const Op& op : p.regions[1].ops)
       walk_op(op, [&](const Op& o) {
         // tcgen05 multiplies and commits are issued by unit 0, a consumer, and wait for no one.
@@ -372,7 +391,8 @@ class Verifier {
   static const char* before_pipeline_error(OpKind k) {
     if (k == OpKind::Return) return "the producer plane would return too";
     if (k == OpKind::Print) return "the producer plane would print too";
-    if (k == OpKind::TmaLoad || k == OpKind::TmaPrefetch || k == OpKind::MbarArriveTx)
+    if (k == OpKind::TmaLoad || k == OpKind::TmaLoadMulticast || k == OpKind::TmaPrefetch ||
+        k == OpKind::MbarArriveTx)
       return "the producer plane runs it too, and its first unit issues these ops (for the "
              "produce region), so it would issue it a second time";
     switch (op_info(k).sig) {

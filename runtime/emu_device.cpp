@@ -79,8 +79,10 @@ class EmuStream final : public DeviceStream {
     l.device = name_;
     l.cubes = {cubes[0], cubes[1], cubes[2]};
     l.cube_dim = {info.cube_dim[0], info.cube_dim[1], info.cube_dim[2]};
+    l.cluster_dim = {info.cluster_dim[0], info.cluster_dim[1], info.cluster_dim[2]};
     l.shared_bytes = info.shared_bytes;
-    l.fibers = ek.fibers;
+    // A cluster's cubes interleave: their units are fibers even without barriers.
+    l.fibers = ek.fibers || info.cluster_dim != std::array<uint32_t, 3>{1, 1, 1};
     l.slots = slots.data();
     if (auto f = detail::emu::run(l)) {
       const uint64_t key = detail::report_key(seq_, f->cube, f->unit);

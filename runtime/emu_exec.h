@@ -44,6 +44,7 @@ struct Launch {
   std::string device;                // "cuda-emu", for messages
   ::kiln::emu::Dim3 cubes{1, 1, 1};  // grid
   ::kiln::emu::Dim3 cube_dim{1, 1, 1};
+  ::kiln::emu::Dim3 cluster_dim{1, 1, 1};  // the cubes of a cluster run together
   uint32_t shared_bytes = 0;
   bool fibers = true;  // the kernel has barriers or collectives: units run as fibers
   const void* slots = nullptr;

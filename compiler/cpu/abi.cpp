@@ -315,6 +315,7 @@ bool mbar_update(uint64_t* bar, uint32_t arrivals, int64_t tx) {
   now += tx;
   if (now > kMbarTxLimit || now < -kMbarTxLimit) return false;
   pending = arrivals > pending ? 0 : pending - arrivals;
+  if (tm::ClusterHooks* h = tm::cluster_hooks()) ++h->progress;  // a waiting cube looks again
   if (pending == 0 && now == 0) {
     *bar = kMbarInit | (phase ^ 1u) << 40 | count << 20 | count;
     return true;
@@ -421,6 +422,13 @@ const char* tmem_misuse_message(uint32_t code) {
     case kCopyPastEnd:
       return "a copy_async whose 16 bytes reach past the end of its shared array or of the "
              "memory it reads";
+    case kClusterStuck:
+      return "a sync_cluster that can never complete: another cube of the cluster has returned "
+             "without reaching it, or waits for something no cube will do (every cube of a "
+             "cluster must reach the same sync_clusters)";
+    case kMulticastOutside:
+      return "a tma_load_multicast whose mask names a cube rank outside the cluster (bit r is "
+             "the cube of rank r; the cluster's cubes are its cluster_dims)";
     case kTmemNotFreed:
       return "tensor memory still allocated when the cube ended; tmem_free() it before the "
              "kernel returns";
@@ -436,12 +444,40 @@ extern "C" uint32_t kiln_rt_mbar_init(uint64_t* bar, uint32_t count) {
   return 0;
 }
 
+namespace kiln::cpu {
+
+ClusterHooks*& cluster_hooks() {
+  static thread_local ClusterHooks* hooks = nullptr;
+  return hooks;
+}
+
+}  // namespace kiln::cpu
+
+// In a cluster, a phase another cube completes (a multicast copy landing) is waited for: the
+// other cubes run until it completes, or until none can go on.
 extern "C" uint32_t kiln_rt_mbar_wait(void* t, const uint64_t* bar, uint32_t parity) {
   auto* b = static_cast<TmemBlock*>(t);
-  if (!(*bar & kMbarInit)) return tm::kMbarNotInitialized;
-  if (((*bar >> 40) & 1u) == (parity & 1u)) return tm::kMbarNeverCompletes;
+  for (;;) {
+    if (!(*bar & kMbarInit)) return tm::kMbarNotInitialized;
+    if (((*bar >> 40) & 1u) != (parity & 1u)) break;
+    tm::ClusterHooks* h = tm::cluster_hooks();
+    if (!h || !h->wait(h->ctx)) return tm::kMbarNeverCompletes;
+  }
   b->waited = b->committed;
   return 0;
+}
+
+extern "C" uint32_t kiln_rt_cluster_sync() {
+  tm::ClusterHooks* h = tm::cluster_hooks();
+  if (!h) return 0;
+  return h->sync(h->ctx) ? 0u : uint32_t{tm::kClusterStuck};
+}
+
+extern "C" uint8_t* kiln_rt_cluster_shared(uint32_t rank, uint8_t* arena) {
+  tm::ClusterHooks* h = tm::cluster_hooks();
+  if (!h) return rank == 0 ? arena : nullptr;
+  if (rank >= h->size) return nullptr;
+  return h->shared(h->ctx, rank);
 }
 
 extern "C" uint32_t kiln_rt_tmem_alloc(void* t, uint32_t columns, uint32_t* address) {
@@ -626,6 +662,27 @@ extern "C" uint32_t kiln_rt_tma_load(uint64_t* bar, void* dst, uint32_t dst_coun
   const auto total =
       static_cast<int64_t>(kiln::ir::tma_box_bytes(kiln::ir::tma_box(attr), elem_bytes));
   return mbar_update(bar, 0, -total) ? 0u : uint32_t{tm::kMbarTxOverflow};
+}
+
+extern "C" uint32_t kiln_rt_tma_load_multicast(uint64_t* bar, void* dst, uint32_t dst_count,
+                                               uint32_t index, const void* src,
+                                               const uint32_t* dims, const int32_t* coords,
+                                               uint64_t attr, uint32_t elem_bytes, uint32_t mask,
+                                               uint8_t* arena) {
+  tm::ClusterHooks* h = tm::cluster_hooks();
+  const uint32_t size = h ? h->size : 1;
+  if (size < 16 && (mask >> size) != 0) return tm::kMulticastOutside;
+  const auto bar_at = reinterpret_cast<uint8_t*>(bar) - arena;
+  const auto dst_at = static_cast<uint8_t*>(dst) - arena;
+  for (uint32_t r = 0; r < size; ++r) {
+    if (!(mask >> r & 1u)) continue;
+    uint8_t* base = h ? h->shared(h->ctx, r) : arena;
+    if (const uint32_t bad =
+            kiln_rt_tma_load(reinterpret_cast<uint64_t*>(base + bar_at), base + dst_at, dst_count,
+                             index, src, dims, coords, attr, elem_bytes))
+      return bad;
+  }
+  return 0;
 }
 
 extern "C" uint32_t kiln_rt_tma_store(void* dst, const void* src, uint32_t src_count,

@@ -56,10 +56,31 @@ enum TmemMisuse : uint32_t {
   kTmaPastEnd,
   kCopyMisaligned,
   kCopyPastEnd,
+  kClusterStuck,
+  kMulticastOutside,
   kTmemMisuseEnd
 };
 // The message of a misuse, for the kernel's assert site.
 const char* tmem_misuse_message(uint32_t code);
+
+// The cubes of a cluster run on the CPU as fibers of one thread (runtime/cpu_exec.cpp), which
+// switch at sync_cluster and at mbarrier waits that other cubes complete. The kiln_rt_ functions
+// reach the running cluster through the thread's ClusterHooks (null outside a cluster: a cube is
+// its own cluster).
+struct ClusterHooks {
+  void* ctx;
+  uint32_t rank, size;  // the running cube's rank, and the cubes of the cluster
+  // Bumped by whatever may let a waiting cube go on (arrivals, copies landing, barriers).
+  uint64_t progress;
+  uint8_t* (*shared)(void* ctx, uint32_t rank);  // the arena of the cube of that rank
+  // sync_cluster: returns once every cube of the cluster has arrived; false when that can never
+  // happen (a cube returned, or waits for what no cube will do).
+  bool (*sync)(void* ctx);
+  // An mbarrier wait that has not completed: the other cubes run; false when no cube can make
+  // progress any more.
+  bool (*wait)(void* ctx);
+};
+ClusterHooks*& cluster_hooks();  // this thread's
 
 }  // namespace kiln::cpu
 
@@ -114,6 +135,17 @@ uint32_t kiln_rt_tma_load(uint64_t* bar, void* dst, uint32_t dst_count, uint32_t
                           uint64_t attr, uint32_t elem_bytes);
 // async.copy for one unit: 16 bytes of src from element gi (zeros when !valid) to dst's element
 // si; a copy is done when it returns on the CPU.
+// sync_cluster; kClusterStuck when it can never complete.
+uint32_t kiln_rt_cluster_sync();
+// The arena of the cube of rank `rank` in the running cluster (`arena`, the running cube's, for
+// rank 0 without clusters); null outside it.
+uint8_t* kiln_rt_cluster_shared(uint32_t rank, uint8_t* arena);
+// tma.load_multicast: kiln_rt_tma_load into the cube of each rank in `mask`, at the offsets of
+// bar and dst in the running cube's `arena`.
+uint32_t kiln_rt_tma_load_multicast(uint64_t* bar, void* dst, uint32_t dst_count, uint32_t index,
+                                    const void* src, const uint32_t* dims, const int32_t* coords,
+                                    uint64_t attr, uint32_t elem_bytes, uint32_t mask,
+                                    uint8_t* arena);
 uint32_t kiln_rt_copy_async(void* dst, uint32_t dst_count, uint32_t si, const void* src,
                             uint32_t src_count, uint32_t gi, uint32_t valid, uint32_t elem_bytes);
 // tma.store: the box of src's bytes from index * elem_bytes on (laid out as kiln_rt_tma_load

@@ -408,6 +408,20 @@ void Gen::emit_scalar(const ir::Op& op) {
     case OpKind::PlaneDim:
       set(op.result, B.getInt32(32));
       return;
+    case OpKind::ClusterRank: {
+      // x % cx + (y % cy) cx + (z % cz) cx cy: clusters tile the grid from cube (0, 0, 0).
+      const auto& d = K.cluster_dim;
+      Value* r = B.getInt32(0);
+      uint32_t scale = 1;
+      for (int a = 0; a < 3; ++a) {
+        if (d[a] > 1)
+          r = B.CreateAdd(
+              r, B.CreateMul(B.CreateURem(cube_pos_[a + 1], B.getInt32(d[a])), B.getInt32(scale)));
+        scale *= d[a];
+      }
+      set(op.result, r);
+      return;
+    }
     case OpKind::Add:
     case OpKind::Sub:
     case OpKind::Mul:
@@ -533,7 +547,9 @@ void Gen::emit_scalar(const ir::Op& op) {
     case OpKind::TmemLoad:
     case OpKind::MbarArriveTx:
     case OpKind::TmaLoad:
+    case OpKind::TmaLoadMulticast:
     case OpKind::TmaStore:
+    case OpKind::SyncCluster:
       cube_op(op);
       return;
     case OpKind::TmaPrefetch:   // a hint for the GPU's L2; nothing to do on the CPU
@@ -565,6 +581,9 @@ void Gen::emit_scalar(const ir::Op& op) {
       return;
     case OpKind::Stride:
       set(op.result, mem_.at(op.operands[0]).stride.at(op.attr.i));
+      return;
+    case OpKind::ClusterLoad:
+      cluster_load(op);
       return;
     case OpKind::Load:
       set(op.result, checked(op, op.operands[0], v(op.operands[1]), ty(type(op.result)),
@@ -654,6 +673,7 @@ Result<GeneratedModule> generate(llvm::LLVMContext& ctx, const ir::Kernel& lower
   g.module->setTargetTriple(llvm::Triple(opts.target.triple));
   g.info.name = lowered.name;
   g.info.cube_dim = lowered.cube_dim;
+  g.info.cluster_dim = lowered.cluster_dim;
   g.info.checked = opts.checked;
   // A symbol unique per kernel text, so kernels of one name in different specializations never
   // collide in the JIT.

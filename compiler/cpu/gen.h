@@ -766,6 +766,7 @@ class Gen {
                      Value* unit = nullptr);
   void tcgen05_desc(const ir::Op& op);
   void cube_op(const ir::Op& op);
+  void cluster_load(const ir::Op& op);
   void tmem_read(const ir::Op& op);
   void copy_async(const ir::Op& op);
 

@@ -29,6 +29,10 @@ std::pair<uint32_t, uint32_t> misuse_codes(OpKind k) {
       return {kMbarNotInitialized, kMbarNotInitialized};
     case OpKind::TmaLoad:
       return {kMbarNotInitialized, kTmaPastEnd};
+    case OpKind::TmaLoadMulticast:
+      return {kMbarNotInitialized, kMulticastOutside};
+    case OpKind::SyncCluster:
+      return {kClusterStuck, kClusterStuck};
     case OpKind::TmaStore:
       return {kTmaMisaligned, kTmaPastEnd};
     default:
@@ -123,7 +127,14 @@ void Gen::cube_op(const ir::Op& op) {
       code = call("kiln_rt_mbar_arrive_tx", {ptr, i32},
                   {bar(), B.getInt32(static_cast<uint32_t>(op.attr.i))});
       break;
+    case OpKind::SyncCluster:
+      // Unit-loop fission has made it a cube barrier; the other cubes of the cluster run until
+      // they reach it too.
+      if (K.cubes_per_cluster() == 1) return;
+      code = call("kiln_rt_cluster_sync", {}, {});
+      break;
     case OpKind::TmaLoad:
+    case OpKind::TmaLoadMulticast:
     case OpKind::TmaStore: {
       // The tensor's shape and strides, and the coordinates, in arrays on the entry's stack.
       const ir::TmaOperands at = ir::tma_operands(op.kind);
@@ -145,6 +156,12 @@ void Gen::cube_op(const ir::Op& op) {
         code = call("kiln_rt_tma_load", {ptr, ptr, i32, i32, ptr, ptr, ptr, i64, i32},
                     {element_ptr(op.operands[3], v(op.operands[4])), shared, B.getInt32(st.count),
                      v(op.operands[at.index]), t.base, dims, coords, B.getInt64(op.attr.i), esize});
+      else if (op.kind == OpKind::TmaLoadMulticast)
+        code = call("kiln_rt_tma_load_multicast",
+                    {ptr, ptr, i32, i32, ptr, ptr, ptr, i64, i32, i32, ptr},
+                    {element_ptr(op.operands[3], v(op.operands[4])), shared, B.getInt32(st.count),
+                     v(op.operands[at.index]), t.base, dims, coords, B.getInt64(op.attr.i), esize,
+                     B.CreateZExt(v(op.operands[5]), i32), shared_});
       else if (ir::tma_reduce(op.attr.i) != ir::TmaReduce::None)
         code = call("kiln_rt_tma_reduce", {ptr, ptr, i32, i32, ptr, ptr, i64, i32},
                     {t.base, shared, B.getInt32(st.count), v(op.operands[at.index]), dims, coords,
@@ -207,6 +224,48 @@ void Gen::tmem_read(const ir::Op& op) {
                                       B.getInt32(static_cast<uint32_t>(t.lanes)), slot});
   report_misuse(code, kReadNotAllocated, kReadInFlight, K.loc_string(op.loc), unit_);
   set(op.result, B.CreateLoad(ty(t), slot));
+}
+
+// A unit's read of another cube's shared memory: kiln_rt_cluster_shared gives that cube's arena
+// (null for a rank outside the cluster: a fault, whether checked or not, and zero), where the
+// array sits at the offset it has in this cube's. The index is checked in checked mode.
+void Gen::cluster_load(const ir::Op& op) {
+  KILN_CHECK(unit_, "cluster.load outside a units loop");
+  const ir::Type& rt = type(op.result);
+  llvm::Type* vt = ty(rt);
+  auto callee = M.getOrInsertFunction(
+      "kiln_rt_cluster_shared",
+      llvm::FunctionType::get(B.getPtrTy(), {B.getInt32Ty(), B.getPtrTy()}, false));
+  Value* rank = v(op.operands[1]);
+  Value* base = B.CreateCall(callee, {rank, shared_});
+  const auto rank_site = static_cast<uint32_t>(info_.accesses.size());
+  info_.accesses.push_back(AccessSite{
+      "cluster.load", fmt::format("the cube ranks of a cluster of {}", K.cubes_per_cluster()),
+      K.loc_string(op.loc)});
+  auto* bad = llvm::BasicBlock::Create(C, "cluster.rank.bad", F);
+  auto* ok = llvm::BasicBlock::Create(C, "cluster.rank.ok", F);
+  auto* cont = llvm::BasicBlock::Create(C, "cluster.load", F);
+  B.CreateCondBr(B.CreateIsNull(base), bad, ok);
+  B.SetInsertPoint(bad);
+  call_fault(rank_site, rank, B.getInt32(K.cubes_per_cluster()), unit_);
+  B.CreateBr(cont);
+  B.SetInsertPoint(ok);
+  Value* x = checked(op, op.operands[0], v(op.operands[2]), vt, [&]() -> Value* {
+    const ir::Type& mt = type(op.operands[0]);
+    Value* at =
+        B.CreatePtrDiff(B.getInt8Ty(), element_ptr(op.operands[0], v(op.operands[2])), shared_);
+    Value* y =
+        B.CreateAlignedLoad(mem_ty(mt), B.CreateInBoundsGEP(B.getInt8Ty(), base, at), align_of(mt));
+    if (mt.elem == ElemType::Bool) y = B.CreateICmpNE(y, llvm::Constant::getNullValue(mem_ty(mt)));
+    return y;
+  });
+  auto* ok_end = B.GetInsertBlock();
+  B.CreateBr(cont);
+  B.SetInsertPoint(cont);
+  auto* phi = B.CreatePHI(vt, 2);
+  phi->addIncoming(x, ok_end);
+  phi->addIncoming(llvm::Constant::getNullValue(vt), bad);
+  set(op.result, phi);
 }
 
 // A unit's cp.async: kiln_rt_copy_async copies its 16 bytes when it is issued (so commits and

@@ -225,7 +225,9 @@ int Gen::units_width(const ir::Op& units) {
     if (atomic && K.type_of(op.operands[0]).kind == ir::TypeKind::Local) ok = false;
     // A unit's row of tensor memory is read, and a unit's cp.async copied, by a call for that
     // unit.
-    if (op.kind == OpKind::TmemRead || op.kind == OpKind::AsyncCopy) ok = false;
+    if (op.kind == OpKind::TmemRead || op.kind == OpKind::AsyncCopy ||
+        op.kind == OpKind::ClusterLoad)
+      ok = false;
   });
   if (!ok) return 1;
   int lanes = std::min(16, O.target.vector_bits / widest);

@@ -73,6 +73,9 @@ bool has_wgmma(const Target& arch);
 bool has_tcgen05(const Target& arch);
 // Whether the architecture has the Tensor Memory Accelerator: sm_90 and later.
 bool has_tma(const Target& arch);
+// Whether the arch multicasts TMA boxes to a cluster: sm_90a and sm_100a (ptxas warns that on
+// sm_120a it is expected to have substantially reduced performance).
+bool has_multicast(const Target& arch);
 // Whether the arch runs block-scaled mma.sync (kind::mxf8f6f4): sm_120a only.
 bool has_mma_scaled(const Target& arch);
 

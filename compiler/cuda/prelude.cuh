@@ -19,8 +19,11 @@
 #define KILN_SHARED(T, name, count, offset) __shared__ __align__(16) T name[count]
 #define KILN_SHARED_DYNAMIC(T, name, count, offset) \
   T* const name = reinterpret_cast<T*>(kiln_dynamic_shared + (offset))
-#define KILN_SHARED_ALIGNED(T, name, count, offset, align) __shared__ __align__(align) T name[count]
-#define KILN_DYNAMIC_SHARED_BASE() extern __shared__ __align__(1024) unsigned char kiln_dynamic_shared[]
+#define KILN_SHARED_ALIGNED(T, name, count, offset, align) \
+  __shared__ __align__(align)                              \
+  T name[count]
+#define KILN_DYNAMIC_SHARED_BASE() \
+  extern __shared__ __align__(1024) unsigned char kiln_dynamic_shared[]
 #define KILN_LOCAL(T, name, count) T name[count]
 #endif
 
@@ -36,22 +39,32 @@ typedef unsigned int u32;
 typedef unsigned long long u64;
 typedef float f32;
 typedef double f64;
-struct f16 { u16 bits; };
-struct bf16 { u16 bits; };
+struct f16 {
+  u16 bits;
+};
+struct bf16 {
+  u16 bits;
+};
 // OCP FP8: e4m3 ("fn": no infinities, S.1111.111 is NaN, largest 448) and e5m2 (IEEE-like).
-struct f8e4m3 { u8 bits; };
-struct f8e5m2 { u8 bits; };
+struct f8e4m3 {
+  u8 bits;
+};
+struct f8e5m2 {
+  u8 bits;
+};
 
 // ---- traits ---------------------------------------------------------------------------------
 
-template <class T> struct traits;
-#define KILN_INT_TRAITS(T, U, S, BITS, LO, HI)                                     \
-  template <> struct traits<T> {                                                   \
-    typedef U uint;                                                                \
-    static const bool is_float = false, is_signed = S;                             \
-    static const int bits = BITS;                                                  \
-    __device__ static T lowest() { return LO; }                                    \
-    __device__ static T highest() { return HI; }                                   \
+template <class T>
+struct traits;
+#define KILN_INT_TRAITS(T, U, S, BITS, LO, HI)         \
+  template <>                                          \
+  struct traits<T> {                                   \
+    typedef U uint;                                    \
+    static const bool is_float = false, is_signed = S; \
+    static const int bits = BITS;                      \
+    __device__ static T lowest() { return LO; }        \
+    __device__ static T highest() { return HI; }       \
   };
 KILN_INT_TRAITS(i8, u8, true, 8, (i8)-128, (i8)127)
 KILN_INT_TRAITS(i16, u16, true, 16, (i16)-32768, (i16)32767)
@@ -62,16 +75,48 @@ KILN_INT_TRAITS(u16, u16, false, 16, 0, 65535)
 KILN_INT_TRAITS(u32, u32, false, 32, 0u, 4294967295u)
 KILN_INT_TRAITS(u64, u64, false, 64, 0ull, 18446744073709551615ull)
 #undef KILN_INT_TRAITS
-template <> struct traits<bool> { static const bool is_float = false, is_signed = false; static const int bits = 1; };
-template <> struct traits<f16> { static const bool is_float = true, is_signed = true; static const int bits = 16; };
-template <> struct traits<bf16> { static const bool is_float = true, is_signed = true; static const int bits = 16; };
-template <> struct traits<f8e4m3> { static const bool is_float = true, is_signed = true; static const int bits = 8; };
-template <> struct traits<f8e5m2> { static const bool is_float = true, is_signed = true; static const int bits = 8; };
-template <> struct traits<f32> { static const bool is_float = true, is_signed = true; static const int bits = 32; };
-template <> struct traits<f64> { static const bool is_float = true, is_signed = true; static const int bits = 64; };
+template <>
+struct traits<bool> {
+  static const bool is_float = false, is_signed = false;
+  static const int bits = 1;
+};
+template <>
+struct traits<f16> {
+  static const bool is_float = true, is_signed = true;
+  static const int bits = 16;
+};
+template <>
+struct traits<bf16> {
+  static const bool is_float = true, is_signed = true;
+  static const int bits = 16;
+};
+template <>
+struct traits<f8e4m3> {
+  static const bool is_float = true, is_signed = true;
+  static const int bits = 8;
+};
+template <>
+struct traits<f8e5m2> {
+  static const bool is_float = true, is_signed = true;
+  static const int bits = 8;
+};
+template <>
+struct traits<f32> {
+  static const bool is_float = true, is_signed = true;
+  static const int bits = 32;
+};
+template <>
+struct traits<f64> {
+  static const bool is_float = true, is_signed = true;
+  static const int bits = 64;
+};
 
-template <bool B, class T = void> struct enable_if {};
-template <class T> struct enable_if<true, T> { typedef T type; };
+template <bool B, class T = void>
+struct enable_if {};
+template <class T>
+struct enable_if<true, T> {
+  typedef T type;
+};
 
 // ---- bits and half floats ---------------------------------------------------------------------
 
@@ -95,7 +140,9 @@ __device__ __forceinline__ f32 to_f32(f16 h) {
   return f;
 #endif
 }
-__device__ __forceinline__ f32 to_f32(bf16 b) { return __uint_as_float((u32)b.bits << 16); }
+__device__ __forceinline__ f32 to_f32(bf16 b) {
+  return __uint_as_float((u32)b.bits << 16);
+}
 __device__ __forceinline__ f16 f16_of(f32 f) {
   f16 h;
 #ifdef KILN_EMULATION
@@ -125,12 +172,14 @@ __device__ __forceinline__ f32 f32_round_odd(f64 x) {
 // f8 -> f32, exactly. e5m2 is the high byte of an f16. A normal e4m3's exponent and mantissa,
 // placed where an f32 keeps its own, read 2^120 times too small: one multiply rescales them; a
 // subnormal is its mantissa times 2^-9 (no f32 subnormal involved, so --ftz cannot lose it).
-__device__ __forceinline__ f32 to_f32(f8e5m2 x) { return to_f32(f16{(u16)((u32)x.bits << 8)}); }
+__device__ __forceinline__ f32 to_f32(f8e5m2 x) {
+  return to_f32(f16{(u16)((u32)x.bits << 8)});
+}
 __device__ __forceinline__ f32 to_f32(f8e4m3 x) {
   const u32 em = x.bits & 0x7fu;
   const f32 a = em == 0x7fu ? __uint_as_float(0x7fc00000u)
-                : em < 8u    ? (f32)em * 0x1p-9f
-                             : __uint_as_float(em << 20) * 0x1p120f;
+                : em < 8u   ? (f32)em * 0x1p-9f
+                            : __uint_as_float(em << 20) * 0x1p120f;
   return (x.bits & 0x80u) ? -a : a;
 }
 // f32 -> f8: to nearest even, saturating at the largest finite value (infinities too), NaN
@@ -157,20 +206,20 @@ __device__ __forceinline__ u8 f8_bits(f32 f, u32 mant, u32 bias, u32 max_bits) {
 }
 // f8e4m3_of and f8e5m2_of.
 #if !defined(KILN_EMULATION) && __CUDA_ARCH__ >= 890
-#define KILN_F8_OF(T, PTX, MANT, BIAS, MAX)                                          \
-  __device__ __forceinline__ T T##_of(f32 f) {                                       \
-    u16 two;                                                                         \
+#define KILN_F8_OF(T, PTX, MANT, BIAS, MAX)                                            \
+  __device__ __forceinline__ T T##_of(f32 f) {                                         \
+    u16 two;                                                                           \
     asm("cvt.rn.satfinite." PTX "x2.f32 %0, %1, %2;" : "=h"(two) : "f"(0.0f), "f"(f)); \
-    T r;                                                                             \
-    r.bits = (u8)two;                                                                \
-    return r;                                                                        \
+    T r;                                                                               \
+    r.bits = (u8)two;                                                                  \
+    return r;                                                                          \
   }
 #else
-#define KILN_F8_OF(T, PTX, MANT, BIAS, MAX)                \
-  __device__ __forceinline__ T T##_of(f32 f) {             \
-    T r;                                                   \
-    r.bits = f8_bits(f, MANT, BIAS, MAX);                  \
-    return r;                                              \
+#define KILN_F8_OF(T, PTX, MANT, BIAS, MAX)    \
+  __device__ __forceinline__ T T##_of(f32 f) { \
+    T r;                                       \
+    r.bits = f8_bits(f, MANT, BIAS, MAX);      \
+    return r;                                  \
   }
 #endif
 KILN_F8_OF(f8e4m3, "e4m3", 3, 7, 0x7e)
@@ -178,25 +227,69 @@ KILN_F8_OF(f8e5m2, "e5m2", 2, 15, 0x7b)
 #undef KILN_F8_OF
 
 // The type arithmetic runs in: f16, bf16 and f8 compute in f32 and round once (ir/ir.h).
-template <class T> struct calc { typedef T type; };
-template <> struct calc<f16> { typedef f32 type; };
-template <> struct calc<bf16> { typedef f32 type; };
-template <> struct calc<f8e4m3> { typedef f32 type; };
-template <> struct calc<f8e5m2> { typedef f32 type; };
-template <class T> __device__ __forceinline__ T up(T x) { return x; }
-__device__ __forceinline__ f32 up(f16 x) { return to_f32(x); }
-__device__ __forceinline__ f32 up(bf16 x) { return to_f32(x); }
-__device__ __forceinline__ f32 up(f8e4m3 x) { return to_f32(x); }
-__device__ __forceinline__ f32 up(f8e5m2 x) { return to_f32(x); }
-template <class T> __device__ __forceinline__ T down(typename calc<T>::type x) { return x; }
-template <> __device__ __forceinline__ f16 down<f16>(f32 x) { return f16_of(x); }
-template <> __device__ __forceinline__ bf16 down<bf16>(f32 x) { return bf16_of(x); }
-template <> __device__ __forceinline__ f8e4m3 down<f8e4m3>(f32 x) { return f8e4m3_of(x); }
-template <> __device__ __forceinline__ f8e5m2 down<f8e5m2>(f32 x) { return f8e5m2_of(x); }
+template <class T>
+struct calc {
+  typedef T type;
+};
+template <>
+struct calc<f16> {
+  typedef f32 type;
+};
+template <>
+struct calc<bf16> {
+  typedef f32 type;
+};
+template <>
+struct calc<f8e4m3> {
+  typedef f32 type;
+};
+template <>
+struct calc<f8e5m2> {
+  typedef f32 type;
+};
+template <class T>
+__device__ __forceinline__ T up(T x) {
+  return x;
+}
+__device__ __forceinline__ f32 up(f16 x) {
+  return to_f32(x);
+}
+__device__ __forceinline__ f32 up(bf16 x) {
+  return to_f32(x);
+}
+__device__ __forceinline__ f32 up(f8e4m3 x) {
+  return to_f32(x);
+}
+__device__ __forceinline__ f32 up(f8e5m2 x) {
+  return to_f32(x);
+}
+template <class T>
+__device__ __forceinline__ T down(typename calc<T>::type x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ f16 down<f16>(f32 x) {
+  return f16_of(x);
+}
+template <>
+__device__ __forceinline__ bf16 down<bf16>(f32 x) {
+  return bf16_of(x);
+}
+template <>
+__device__ __forceinline__ f8e4m3 down<f8e4m3>(f32 x) {
+  return f8e4m3_of(x);
+}
+template <>
+__device__ __forceinline__ f8e5m2 down<f8e5m2>(f32 x) {
+  return f8e5m2_of(x);
+}
 
 // ---- lines ----------------------------------------------------------------------------------
 
-template <int B> struct line_align { static const int value = B >= 16 ? 16 : B; };
+template <int B>
+struct line_align {
+  static const int value = B >= 16 ? 16 : B;
+};
 
 // N lanes of T. Memory holds lines back to back; loads and stores move them in 16-, 8- or
 // 4-byte pieces, so an f32x4 is one 128-bit access.
@@ -207,8 +300,16 @@ struct alignas(line_align<sizeof(T) * N>::value) line {
   __device__ const T& operator[](int i) const { return v[i]; }
 };
 
-template <class T> struct lanes_of { static const int value = 1; typedef T elem; };
-template <class T, int N> struct lanes_of<line<T, N> > { static const int value = N; typedef T elem; };
+template <class T>
+struct lanes_of {
+  static const int value = 1;
+  typedef T elem;
+};
+template <class T, int N>
+struct lanes_of<line<T, N> > {
+  static const int value = N;
+  typedef T elem;
+};
 
 // The moves themselves (memory_load/memory_store); `load` and `store` below are what kernels
 // call.
@@ -241,9 +342,15 @@ __device__ __forceinline__ void memory_store(L* p, u32 i, const L& x) {
   }
 }
 // Bools live in memory as one byte each (0 or 1); any nonzero byte reads as true.
-struct mbool { u8 v; };
-__device__ __forceinline__ bool memory_load(const mbool* p, u32 i) { return p[i].v != 0; }
-__device__ __forceinline__ void memory_store(mbool* p, u32 i, bool x) { p[i].v = x ? 1 : 0; }
+struct mbool {
+  u8 v;
+};
+__device__ __forceinline__ bool memory_load(const mbool* p, u32 i) {
+  return p[i].v != 0;
+}
+__device__ __forceinline__ void memory_store(mbool* p, u32 i, bool x) {
+  p[i].v = x ? 1 : 0;
+}
 template <int N>
 __device__ __forceinline__ line<bool, N> memory_load(const line<mbool, N>* p, u32 i) {
   const line<mbool, N> b = memory_load<line<mbool, N> >(p, i);
@@ -301,7 +408,8 @@ __device__ __forceinline__ auto load(const bounded<L>& a, u32 i KILN_WHERE)
     emu::out_of_bounds(a.space, emu::kLoad, i, a.n, where);
     return {};
   }
-  if (a.space == emu::kShared) emu::access(a.p + i, sizeof(L), emu::kLoad | emu::kSharedSpace, where);
+  if (a.space == emu::kShared)
+    emu::access(a.p + i, sizeof(L), emu::kLoad | emu::kSharedSpace, where);
   return memory_load(a.p, i);
 }
 template <class L, class V>
@@ -310,20 +418,25 @@ __device__ __forceinline__ void store(const bounded<L>& a, u32 i, const V& x KIL
     emu::out_of_bounds(a.space, emu::kStore, i, a.n, where);
     return;
   }
-  if (a.space == emu::kShared) emu::access(a.p + i, sizeof(L), emu::kStore | emu::kSharedSpace, where);
+  if (a.space == emu::kShared)
+    emu::access(a.p + i, sizeof(L), emu::kStore | emu::kSharedSpace, where);
   memory_store(a.p, i, x);
 }
 #endif
 
 // Short names for lines: f32x4 is line<f32, 4>.
-#define KILN_LINE_NAMES(T) \
-  typedef line<T, 2> T##x2; typedef line<T, 4> T##x4; typedef line<T, 8> T##x8; typedef line<T, 16> T##x16;
-KILN_LINE_NAMES(i8) KILN_LINE_NAMES(i16) KILN_LINE_NAMES(i32) KILN_LINE_NAMES(i64)
-KILN_LINE_NAMES(u8) KILN_LINE_NAMES(u16) KILN_LINE_NAMES(u32) KILN_LINE_NAMES(u64)
-KILN_LINE_NAMES(f16) KILN_LINE_NAMES(bf16) KILN_LINE_NAMES(f32) KILN_LINE_NAMES(f64)
-KILN_LINE_NAMES(f8e4m3) KILN_LINE_NAMES(f8e5m2)
-KILN_LINE_NAMES(mbool)
-typedef line<bool, 2> boolx2; typedef line<bool, 4> boolx4; typedef line<bool, 8> boolx8;
+#define KILN_LINE_NAMES(T)  \
+  typedef line<T, 2> T##x2; \
+  typedef line<T, 4> T##x4; \
+  typedef line<T, 8> T##x8; \
+  typedef line<T, 16> T##x16;
+KILN_LINE_NAMES(i8)
+KILN_LINE_NAMES(i16) KILN_LINE_NAMES(i32) KILN_LINE_NAMES(i64) KILN_LINE_NAMES(u8)
+    KILN_LINE_NAMES(u16) KILN_LINE_NAMES(u32) KILN_LINE_NAMES(u64) KILN_LINE_NAMES(f16)
+        KILN_LINE_NAMES(bf16) KILN_LINE_NAMES(f32) KILN_LINE_NAMES(f64) KILN_LINE_NAMES(f8e4m3)
+            KILN_LINE_NAMES(f8e5m2) KILN_LINE_NAMES(mbool) typedef line<bool, 2> boolx2;
+typedef line<bool, 4> boolx4;
+typedef line<bool, 8> boolx8;
 typedef line<bool, 16> boolx16;
 #undef KILN_LINE_NAMES
 
@@ -335,7 +448,9 @@ __device__ __forceinline__ line<T, N> broadcast(T x) {
   return r;
 }
 template <class T, int N>
-__device__ __forceinline__ T extract(const line<T, N>& x, int lane) { return x[lane]; }
+__device__ __forceinline__ T extract(const line<T, N>& x, int lane) {
+  return x[lane];
+}
 template <class T, int N>
 __device__ __forceinline__ line<T, N> insert(line<T, N> x, int lane, T v) {
   x[lane] = v;
@@ -343,66 +458,66 @@ __device__ __forceinline__ line<T, N> insert(line<T, N> x, int lane, T v) {
 }
 
 // Lane-by-lane versions of every scalar function below.
-#define KILN_LINE1(name)                                                            \
-  template <class T, int N>                                                         \
-  __device__ __forceinline__ line<T, N> name(const line<T, N>& a) {                 \
-    line<T, N> r;                                                                   \
-    _Pragma("unroll") for (int k = 0; k < N; ++k) r[k] = name(a[k]);                \
-    return r;                                                                       \
+#define KILN_LINE1(name)                                             \
+  template <class T, int N>                                          \
+  __device__ __forceinline__ line<T, N> name(const line<T, N>& a) {  \
+    line<T, N> r;                                                    \
+    _Pragma("unroll") for (int k = 0; k < N; ++k) r[k] = name(a[k]); \
+    return r;                                                        \
   }
-#define KILN_LINE2(name)                                                            \
-  template <class T, int N>                                                         \
+#define KILN_LINE2(name)                                                                 \
+  template <class T, int N>                                                              \
   __device__ __forceinline__ line<T, N> name(const line<T, N>& a, const line<T, N>& b) { \
-    line<T, N> r;                                                                   \
-    _Pragma("unroll") for (int k = 0; k < N; ++k) r[k] = name(a[k], b[k]);          \
-    return r;                                                                       \
+    line<T, N> r;                                                                        \
+    _Pragma("unroll") for (int k = 0; k < N; ++k) r[k] = name(a[k], b[k]);               \
+    return r;                                                                            \
   }
-#define KILN_LINE3(name)                                                            \
-  template <class T, int N>                                                         \
+#define KILN_LINE3(name)                                                               \
+  template <class T, int N>                                                            \
   __device__ __forceinline__ line<T, N> name(const line<T, N>& a, const line<T, N>& b, \
-                                             const line<T, N>& c) {                 \
-    line<T, N> r;                                                                   \
-    _Pragma("unroll") for (int k = 0; k < N; ++k) r[k] = name(a[k], b[k], c[k]);    \
-    return r;                                                                       \
+                                             const line<T, N>& c) {                    \
+    line<T, N> r;                                                                      \
+    _Pragma("unroll") for (int k = 0; k < N; ++k) r[k] = name(a[k], b[k], c[k]);       \
+    return r;                                                                          \
   }
-#define KILN_LINE_CMP(name)                                                         \
-  template <class T, int N>                                                         \
+#define KILN_LINE_CMP(name)                                                                 \
+  template <class T, int N>                                                                 \
   __device__ __forceinline__ line<bool, N> name(const line<T, N>& a, const line<T, N>& b) { \
-    line<bool, N> r;                                                                \
-    _Pragma("unroll") for (int k = 0; k < N; ++k) r[k] = name(a[k], b[k]);          \
-    return r;                                                                       \
+    line<bool, N> r;                                                                        \
+    _Pragma("unroll") for (int k = 0; k < N; ++k) r[k] = name(a[k], b[k]);                  \
+    return r;                                                                               \
   }
-#define KILN_LINE_TEST(name)                                                        \
-  template <class T, int N>                                                         \
-  __device__ __forceinline__ line<bool, N> name(const line<T, N>& a) {              \
-    line<bool, N> r;                                                                \
-    _Pragma("unroll") for (int k = 0; k < N; ++k) r[k] = name(a[k]);                \
-    return r;                                                                       \
+#define KILN_LINE_TEST(name)                                           \
+  template <class T, int N>                                            \
+  __device__ __forceinline__ line<bool, N> name(const line<T, N>& a) { \
+    line<bool, N> r;                                                   \
+    _Pragma("unroll") for (int k = 0; k < N; ++k) r[k] = name(a[k]);   \
+    return r;                                                          \
   }
 
 // ---- arithmetic ---------------------------------------------------------------------------------
 
 // Integers wrap: signed arithmetic runs in the unsigned type of the same width.
-#define KILN_INT_OP(name, expr)                                                      \
-  template <class T>                                                                 \
+#define KILN_INT_OP(name, expr)                                                                 \
+  template <class T>                                                                            \
   __device__ __forceinline__ typename enable_if<!traits<T>::is_float, T>::type name(T a, T b) { \
-    typedef typename traits<T>::uint U;                                              \
-    return (T)(U)(expr);                                                             \
+    typedef typename traits<T>::uint U;                                                         \
+    return (T)(U)(expr);                                                                        \
   }
 KILN_INT_OP(add, (U)a + (U)b)
 KILN_INT_OP(sub, (U)a - (U)b)
-KILN_INT_OP(mul, (U)a * (U)b)
+KILN_INT_OP(mul, (U)a*(U)b)
 #undef KILN_INT_OP
 // Floats: in f32 for f16/bf16, rounded once.
-#define KILN_FLOAT_OP(name, expr)                                                    \
-  template <class T>                                                                 \
+#define KILN_FLOAT_OP(name, expr)                                                                \
+  template <class T>                                                                             \
   __device__ __forceinline__ typename enable_if<traits<T>::is_float, T>::type name(T a_, T b_) { \
-    const typename calc<T>::type a = up(a_), b = up(b_);                             \
-    return down<T>(expr);                                                            \
+    const typename calc<T>::type a = up(a_), b = up(b_);                                         \
+    return down<T>(expr);                                                                        \
   }
 KILN_FLOAT_OP(add, a + b)
 KILN_FLOAT_OP(sub, a - b)
-KILN_FLOAT_OP(mul, a * b)
+KILN_FLOAT_OP(mul, a* b)
 KILN_FLOAT_OP(div, a / b)
 KILN_FLOAT_OP(rem, ::fmod(a, b))
 #ifdef KILN_EMULATION  // min.f32/f64 and max: a NaN operand, even a signaling one, is ignored
@@ -429,23 +544,33 @@ __device__ __forceinline__ typename enable_if<!traits<T>::is_float, T>::type rem
   return (T)(a % b);
 }
 template <class T>
-__device__ __forceinline__ typename enable_if<!traits<T>::is_float, T>::type min(T a, T b) { return b < a ? b : a; }
+__device__ __forceinline__ typename enable_if<!traits<T>::is_float, T>::type min(T a, T b) {
+  return b < a ? b : a;
+}
 template <class T>
-__device__ __forceinline__ typename enable_if<!traits<T>::is_float, T>::type max(T a, T b) { return a < b ? b : a; }
+__device__ __forceinline__ typename enable_if<!traits<T>::is_float, T>::type max(T a, T b) {
+  return a < b ? b : a;
+}
 template <class T>
 __device__ __forceinline__ typename enable_if<!traits<T>::is_float, T>::type neg(T a) {
   return (T)(0 - (typename traits<T>::uint)a);
 }
 template <class T>
-__device__ __forceinline__ typename enable_if<traits<T>::is_float, T>::type neg(T a) { return down<T>(-up(a)); }
+__device__ __forceinline__ typename enable_if<traits<T>::is_float, T>::type neg(T a) {
+  return down<T>(-up(a));
+}
 template <class T>
 __device__ __forceinline__ typename enable_if<!traits<T>::is_float, T>::type abs(T a) {
   return traits<T>::is_signed && a < (T)0 ? neg(a) : a;
 }
 template <class T>
-__device__ __forceinline__ typename enable_if<traits<T>::is_float, T>::type abs(T a) { return down<T>(::fabs(up(a))); }
+__device__ __forceinline__ typename enable_if<traits<T>::is_float, T>::type abs(T a) {
+  return down<T>(::fabs(up(a)));
+}
 template <class T>
-__device__ __forceinline__ T clamp(T x, T lo, T hi) { return min(max(x, lo), hi); }
+__device__ __forceinline__ T clamp(T x, T lo, T hi) {
+  return min(max(x, lo), hi);
+}
 // fma rounds once (for f16 and bf16: once to f32, then to the type).
 template <class T>
 __device__ __forceinline__ typename enable_if<traits<T>::is_float, T>::type fma(T a, T b, T c) {
@@ -463,26 +588,68 @@ __device__ __forceinline__ T shr(T a, T b) {
   typedef typename traits<T>::uint U;
   return (T)(a >> ((U)b & (U)(traits<T>::bits - 1)));
 }
-template <class T> __device__ __forceinline__ T band(T a, T b) { return (T)(a & b); }
-template <class T> __device__ __forceinline__ T bor(T a, T b) { return (T)(a | b); }
-template <class T> __device__ __forceinline__ T bxor(T a, T b) { return (T)(a ^ b); }
-template <class T> __device__ __forceinline__ T bnot(T a) { return (T)~a; }
-__device__ __forceinline__ bool band(bool a, bool b) { return a && b; }
-__device__ __forceinline__ bool bor(bool a, bool b) { return a || b; }
-__device__ __forceinline__ bool bxor(bool a, bool b) { return a != b; }
-__device__ __forceinline__ bool bnot(bool a) { return !a; }
+template <class T>
+__device__ __forceinline__ T band(T a, T b) {
+  return (T)(a & b);
+}
+template <class T>
+__device__ __forceinline__ T bor(T a, T b) {
+  return (T)(a | b);
+}
+template <class T>
+__device__ __forceinline__ T bxor(T a, T b) {
+  return (T)(a ^ b);
+}
+template <class T>
+__device__ __forceinline__ T bnot(T a) {
+  return (T)~a;
+}
+__device__ __forceinline__ bool band(bool a, bool b) {
+  return a && b;
+}
+__device__ __forceinline__ bool bor(bool a, bool b) {
+  return a || b;
+}
+__device__ __forceinline__ bool bxor(bool a, bool b) {
+  return a != b;
+}
+__device__ __forceinline__ bool bnot(bool a) {
+  return !a;
+}
 
 // Comparisons are ordered: false with NaN, except ne.
-template <class T> __device__ __forceinline__ bool eq(T a, T b) { return up(a) == up(b); }
-template <class T> __device__ __forceinline__ bool ne(T a, T b) { return !(up(a) == up(b)); }
-template <class T> __device__ __forceinline__ bool lt(T a, T b) { return up(a) < up(b); }
-template <class T> __device__ __forceinline__ bool le(T a, T b) { return up(a) <= up(b); }
-template <class T> __device__ __forceinline__ bool gt(T a, T b) { return up(a) > up(b); }
-template <class T> __device__ __forceinline__ bool ge(T a, T b) { return up(a) >= up(b); }
+template <class T>
+__device__ __forceinline__ bool eq(T a, T b) {
+  return up(a) == up(b);
+}
+template <class T>
+__device__ __forceinline__ bool ne(T a, T b) {
+  return !(up(a) == up(b));
+}
+template <class T>
+__device__ __forceinline__ bool lt(T a, T b) {
+  return up(a) < up(b);
+}
+template <class T>
+__device__ __forceinline__ bool le(T a, T b) {
+  return up(a) <= up(b);
+}
+template <class T>
+__device__ __forceinline__ bool gt(T a, T b) {
+  return up(a) > up(b);
+}
+template <class T>
+__device__ __forceinline__ bool ge(T a, T b) {
+  return up(a) >= up(b);
+}
 
-template <class T> __device__ __forceinline__ T select(bool c, T a, T b) { return c ? a : b; }
+template <class T>
+__device__ __forceinline__ T select(bool c, T a, T b) {
+  return c ? a : b;
+}
 template <class T, int N>
-__device__ __forceinline__ line<T, N> select(const line<bool, N>& c, const line<T, N>& a, const line<T, N>& b) {
+__device__ __forceinline__ line<T, N> select(const line<bool, N>& c, const line<T, N>& a,
+                                             const line<T, N>& b) {
   line<T, N> r;
 #pragma unroll
   for (int k = 0; k < N; ++k) r[k] = c[k] ? a[k] : b[k];
@@ -491,11 +658,11 @@ __device__ __forceinline__ line<T, N> select(const line<bool, N>& c, const line<
 
 // ---- math (floats) ------------------------------------------------------------------------------
 
-#define KILN_MATH1(name, expr)                                                       \
-  template <class T>                                                                 \
+#define KILN_MATH1(name, expr)                                                             \
+  template <class T>                                                                       \
   __device__ __forceinline__ typename enable_if<traits<T>::is_float, T>::type name(T a_) { \
-    const typename calc<T>::type a = up(a_);                                         \
-    return down<T>(expr);                                                            \
+    const typename calc<T>::type a = up(a_);                                               \
+    return down<T>(expr);                                                                  \
   }
 KILN_MATH1(sqrt, ::sqrt(a))
 KILN_MATH1(rsqrt, ::rsqrt(a))
@@ -511,27 +678,36 @@ KILN_MATH1(ceil, ::ceil(a))
 KILN_MATH1(round, ::round(a))
 KILN_MATH1(trunc, ::trunc(a))
 #undef KILN_MATH1
-template <class T> __device__ __forceinline__ bool is_nan(T a) { return ::isnan(up(a)); }
-template <class T> __device__ __forceinline__ bool is_inf(T a) { return ::isinf(up(a)); }
+template <class T>
+__device__ __forceinline__ bool is_nan(T a) {
+  return ::isnan(up(a));
+}
+template <class T>
+__device__ __forceinline__ bool is_inf(T a) {
+  return ::isinf(up(a));
+}
 
-KILN_LINE2(add) KILN_LINE2(sub) KILN_LINE2(mul) KILN_LINE2(div) KILN_LINE2(rem)
-KILN_LINE2(min) KILN_LINE2(max) KILN_LINE2(pow) KILN_LINE1(neg) KILN_LINE1(abs)
-KILN_LINE3(clamp) KILN_LINE3(fma) KILN_LINE2(shl) KILN_LINE2(shr) KILN_LINE2(band)
-KILN_LINE2(bor) KILN_LINE2(bxor) KILN_LINE1(bnot) KILN_LINE1(sqrt) KILN_LINE1(rsqrt)
-KILN_LINE1(exp) KILN_LINE1(exp2) KILN_LINE1(log) KILN_LINE1(log2) KILN_LINE1(sin)
-KILN_LINE1(cos) KILN_LINE1(tanh) KILN_LINE1(floor) KILN_LINE1(ceil) KILN_LINE1(round)
-KILN_LINE1(trunc)
-KILN_LINE_CMP(eq) KILN_LINE_CMP(ne) KILN_LINE_CMP(lt) KILN_LINE_CMP(le) KILN_LINE_CMP(gt)
-KILN_LINE_CMP(ge) KILN_LINE_TEST(is_nan) KILN_LINE_TEST(is_inf)
+KILN_LINE2(add)
+KILN_LINE2(sub) KILN_LINE2(mul) KILN_LINE2(div) KILN_LINE2(rem) KILN_LINE2(min) KILN_LINE2(max)
+    KILN_LINE2(pow) KILN_LINE1(neg) KILN_LINE1(abs) KILN_LINE3(clamp) KILN_LINE3(fma)
+        KILN_LINE2(shl) KILN_LINE2(shr) KILN_LINE2(band) KILN_LINE2(bor) KILN_LINE2(bxor)
+            KILN_LINE1(bnot) KILN_LINE1(sqrt) KILN_LINE1(rsqrt) KILN_LINE1(exp) KILN_LINE1(exp2)
+                KILN_LINE1(log) KILN_LINE1(log2) KILN_LINE1(sin) KILN_LINE1(cos) KILN_LINE1(tanh)
+                    KILN_LINE1(floor) KILN_LINE1(ceil) KILN_LINE1(round) KILN_LINE1(trunc)
+                        KILN_LINE_CMP(eq) KILN_LINE_CMP(ne) KILN_LINE_CMP(lt) KILN_LINE_CMP(le)
+                            KILN_LINE_CMP(gt) KILN_LINE_CMP(ge) KILN_LINE_TEST(is_nan)
+                                KILN_LINE_TEST(is_inf)
 
-// ---- conversions ---------------------------------------------------------------------------------
+    // ---- conversions
+    // ---------------------------------------------------------------------------------
 
-// Float -> integer: toward zero, saturating, NaN -> 0. `x` is exact (f32 or f64).
-template <class I, class F>
-__device__ __forceinline__ I float_to_int(F x) {
+    // Float -> integer: toward zero, saturating, NaN -> 0. `x` is exact (f32 or f64).
+    template <class I, class F>
+    __device__ __forceinline__ I float_to_int(F x) {
   if (x != x) return 0;
   const F lo = traits<I>::is_signed ? -(F)((u64)1 << (traits<I>::bits - 1)) : (F)0;
-  const F hi = (F)((u64)1 << (traits<I>::bits - 1 - (traits<I>::is_signed ? 1 : 0))) * (F)2;  // 2^(bits-1) or 2^bits
+  const F hi = (F)((u64)1 << (traits<I>::bits - 1 - (traits<I>::is_signed ? 1 : 0))) *
+               (F)2;  // 2^(bits-1) or 2^bits
   if (x <= lo) return traits<I>::lowest();
   if (x >= hi) return traits<I>::highest();
   return (I)x;
@@ -541,19 +717,25 @@ __device__ __forceinline__ I float_to_int(F x) {
 template <class I>
 __device__ __forceinline__ bf16 int_to_bf16(I x) {
   f32 r;
-  if (traits<I>::is_signed) r = __ll2float_rz((i64)x);
-  else r = __ull2float_rz((u64)x);
+  if (traits<I>::is_signed)
+    r = __ll2float_rz((i64)x);
+  else
+    r = __ull2float_rz((u64)x);
   const bool exact = traits<I>::is_signed ? (i64)x == (i64)r || r >= 9.2233720368547758e18f
                                           : (u64)x == (u64)r || r >= 1.8446744073709552e19f;
   if (!exact) r = __uint_as_float(__float_as_uint(r) | 1u);
   return bf16_of(r);
 }
 
-template <class To> struct convert;
+template <class To>
+struct convert;
 // To an integer type: from integers by truncation or extension (by the source's sign).
-template <class To> struct convert {
+template <class To>
+struct convert {
   template <class From>
-  __device__ static To from(From x) { return (To)x; }
+  __device__ static To from(From x) {
+    return (To)x;
+  }
   __device__ static To from(bool x) { return x ? 1 : 0; }
   __device__ static To from(f16 x) { return float_to_int<To>(to_f32(x)); }
   __device__ static To from(bf16 x) { return float_to_int<To>(to_f32(x)); }
@@ -562,20 +744,36 @@ template <class To> struct convert {
   __device__ static To from(f32 x) { return float_to_int<To>(x); }
   __device__ static To from(f64 x) { return float_to_int<To>(x); }
 };
-template <> struct convert<bool> {
-  template <class From> __device__ static bool from(From x) { return !(up(x) == 0); }
+template <>
+struct convert<bool> {
+  template <class From>
+  __device__ static bool from(From x) {
+    return !(up(x) == 0);
+  }
 };
-template <> struct convert<f32> {
-  template <class From> __device__ static f32 from(From x) { return (f32)up(x); }
+template <>
+struct convert<f32> {
+  template <class From>
+  __device__ static f32 from(From x) {
+    return (f32)up(x);
+  }
   __device__ static f32 from(bool x) { return x ? 1.0f : 0.0f; }
 };
-template <> struct convert<f64> {
-  template <class From> __device__ static f64 from(From x) { return (f64)up(x); }
+template <>
+struct convert<f64> {
+  template <class From>
+  __device__ static f64 from(From x) {
+    return (f64)up(x);
+  }
   __device__ static f64 from(bool x) { return x ? 1.0 : 0.0; }
 };
-template <> struct convert<f16> {
+template <>
+struct convert<f16> {
   // Integers: exact in f32 up to 2^24, and anything larger overflows f16 either way.
-  template <class From> __device__ static f16 from(From x) { return f16_of((f32)x); }
+  template <class From>
+  __device__ static f16 from(From x) {
+    return f16_of((f32)x);
+  }
   __device__ static f16 from(bool x) { return f16_of(x ? 1.0f : 0.0f); }
   __device__ static f16 from(f16 x) { return x; }
   __device__ static f16 from(bf16 x) { return f16_of(to_f32(x)); }
@@ -584,8 +782,12 @@ template <> struct convert<f16> {
   __device__ static f16 from(f32 x) { return f16_of(x); }
   __device__ static f16 from(f64 x) { return f16_of(f32_round_odd(x)); }
 };
-template <> struct convert<bf16> {
-  template <class From> __device__ static bf16 from(From x) { return int_to_bf16(x); }
+template <>
+struct convert<bf16> {
+  template <class From>
+  __device__ static bf16 from(From x) {
+    return int_to_bf16(x);
+  }
   __device__ static bf16 from(bool x) { return bf16_of(x ? 1.0f : 0.0f); }
   __device__ static bf16 from(f16 x) { return bf16_of(to_f32(x)); }
   __device__ static bf16 from(bf16 x) { return x; }
@@ -596,22 +798,28 @@ template <> struct convert<bf16> {
 };
 // To f8: integers through f32 (exact up to 2^24, and larger ones saturate either way), floats
 // through f32 (f64 rounded to odd first, so that the value is rounded once).
-#define KILN_F8_CONVERT(T)                                                               \
-  template <> struct convert<T> {                                                        \
-    template <class From> __device__ static T from(From x) { return T##_of((f32)x); }    \
-    __device__ static T from(bool x) { return T##_of(x ? 1.0f : 0.0f); }                 \
-    __device__ static T from(f16 x) { return T##_of(to_f32(x)); }                        \
-    __device__ static T from(bf16 x) { return T##_of(to_f32(x)); }                       \
-    __device__ static T from(f8e4m3 x) { return T##_of(to_f32(x)); }                     \
-    __device__ static T from(f8e5m2 x) { return T##_of(to_f32(x)); }                     \
-    __device__ static T from(f32 x) { return T##_of(x); }                                \
-    __device__ static T from(f64 x) { return T##_of(f32_round_odd(x)); }                 \
+#define KILN_F8_CONVERT(T)                                               \
+  template <>                                                            \
+  struct convert<T> {                                                    \
+    template <class From>                                                \
+    __device__ static T from(From x) {                                   \
+      return T##_of((f32)x);                                             \
+    }                                                                    \
+    __device__ static T from(bool x) { return T##_of(x ? 1.0f : 0.0f); } \
+    __device__ static T from(f16 x) { return T##_of(to_f32(x)); }        \
+    __device__ static T from(bf16 x) { return T##_of(to_f32(x)); }       \
+    __device__ static T from(f8e4m3 x) { return T##_of(to_f32(x)); }     \
+    __device__ static T from(f8e5m2 x) { return T##_of(to_f32(x)); }     \
+    __device__ static T from(f32 x) { return T##_of(x); }                \
+    __device__ static T from(f64 x) { return T##_of(f32_round_odd(x)); } \
   };
 KILN_F8_CONVERT(f8e4m3)
 KILN_F8_CONVERT(f8e5m2)
 #undef KILN_F8_CONVERT
 template <class To, class From>
-__device__ __forceinline__ To cast(From x) { return convert<To>::from(x); }
+__device__ __forceinline__ To cast(From x) {
+  return convert<To>::from(x);
+}
 template <class To, class From, int N>
 __device__ __forceinline__ line<To, N> cast(const line<From, N>& x) {
   line<To, N> r;
@@ -626,7 +834,9 @@ __device__ __forceinline__ line<To, N> cast(const line<From, N>& x) {
 __device__ __forceinline__ u32 cube_linear() {
   return blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
 }
-__device__ __forceinline__ u32 cube_count_linear() { return gridDim.x * gridDim.y * gridDim.z; }
+__device__ __forceinline__ u32 cube_count_linear() {
+  return gridDim.x * gridDim.y * gridDim.z;
+}
 __device__ __forceinline__ u32 unit_linear() {
   return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
 }
@@ -691,9 +901,24 @@ __device__ __forceinline__ T plane_shuffle_xor(u32 units, const T& x, u32 m KILN
 }
 
 // Tree reductions over the lanes that exist; every unit gets the result.
-struct op_add { template <class T> __device__ T operator()(T a, T b) const { return add(a, b); } };
-struct op_min { template <class T> __device__ T operator()(T a, T b) const { return min(a, b); } };
-struct op_max { template <class T> __device__ T operator()(T a, T b) const { return max(a, b); } };
+struct op_add {
+  template <class T>
+  __device__ T operator()(T a, T b) const {
+    return add(a, b);
+  }
+};
+struct op_min {
+  template <class T>
+  __device__ T operator()(T a, T b) const {
+    return min(a, b);
+  }
+};
+struct op_max {
+  template <class T>
+  __device__ T operator()(T a, T b) const {
+    return max(a, b);
+  }
+};
 template <class T, class Op>
 __device__ __forceinline__ T plane_reduce(u32 units, T x, Op op KILN_WHERE) {
   const u32 mask = plane_mask(units), w = plane_width(units), lane = unit_linear() & 31u;
@@ -704,11 +929,24 @@ __device__ __forceinline__ T plane_reduce(u32 units, T x, Op op KILN_WHERE) {
   }
   return shfl(mask, x, 0u KILN_AT);
 }
-template <class T> __device__ __forceinline__ T plane_sum(u32 units, T x KILN_WHERE) { return plane_reduce(units, x, op_add() KILN_AT); }
-template <class T> __device__ __forceinline__ T plane_min(u32 units, T x KILN_WHERE) { return plane_reduce(units, x, op_min() KILN_AT); }
-template <class T> __device__ __forceinline__ T plane_max(u32 units, T x KILN_WHERE) { return plane_reduce(units, x, op_max() KILN_AT); }
-__device__ __forceinline__ bool plane_any(u32 units, bool x KILN_WHERE) { return __any_sync(plane_mask(units), x KILN_AT) != 0; }
-__device__ __forceinline__ bool plane_all(u32 units, bool x KILN_WHERE) { return __all_sync(plane_mask(units), x KILN_AT) != 0; }
+template <class T>
+__device__ __forceinline__ T plane_sum(u32 units, T x KILN_WHERE) {
+  return plane_reduce(units, x, op_add() KILN_AT);
+}
+template <class T>
+__device__ __forceinline__ T plane_min(u32 units, T x KILN_WHERE) {
+  return plane_reduce(units, x, op_min() KILN_AT);
+}
+template <class T>
+__device__ __forceinline__ T plane_max(u32 units, T x KILN_WHERE) {
+  return plane_reduce(units, x, op_max() KILN_AT);
+}
+__device__ __forceinline__ bool plane_any(u32 units, bool x KILN_WHERE) {
+  return __any_sync(plane_mask(units), x KILN_AT) != 0;
+}
+__device__ __forceinline__ bool plane_all(u32 units, bool x KILN_WHERE) {
+  return __all_sync(plane_mask(units), x KILN_AT) != 0;
+}
 template <int N>
 __device__ __forceinline__ line<bool, N> plane_any(u32 units, const line<bool, N>& x KILN_WHERE) {
   line<bool, N> r;
@@ -723,49 +961,129 @@ __device__ __forceinline__ line<bool, N> plane_all(u32 units, const line<bool, N
   for (int k = 0; k < N; ++k) r[k] = plane_all(units, x[k] KILN_AT);
   return r;
 }
-__device__ __forceinline__ void sync_plane(u32 units KILN_WHERE) { __syncwarp(plane_mask(units) KILN_AT); }
+__device__ __forceinline__ void sync_plane(u32 units KILN_WHERE) {
+  __syncwarp(plane_mask(units) KILN_AT);
+}
 
-// ---- atomics (32- and 64-bit, relaxed) ------------------------------------------------------------
+// ---- atomics (32- and 64-bit, relaxed)
+// ------------------------------------------------------------
 
 // The address of element i of an array, for atomics (on the host: checked against its length).
-template <class T> __device__ __forceinline__ T* element(T* p, u32 i) { return p + i; }
+template <class T>
+__device__ __forceinline__ T* element(T* p, u32 i) {
+  return p + i;
+}
 #ifdef KILN_EMULATION
-template <class T> T* element(const bounded<T>& a, u32 i KILN_WHERE) { return &a.at(i, where); }
-#define KILN_EMU_ATOMIC(p) \
-  if (!emu::access(p, sizeof(*p), emu::kAtomic, where)) return {}
+template <class T>
+T* element(const bounded<T>& a, u32 i KILN_WHERE) {
+  return &a.at(i, where);
+}
+#define KILN_EMU_ATOMIC(p)                                       \
+  if (!emu::access(p, sizeof(*p), emu::kAtomic, where)) return { \
+    }
 #else
 #define KILN_EMU_ATOMIC(p)
 #endif
 
-__device__ __forceinline__ i32 atomic_add(i32* p, i32 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return atomicAdd(p, v); }
-__device__ __forceinline__ u32 atomic_add(u32* p, u32 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return atomicAdd(p, v); }
-__device__ __forceinline__ i64 atomic_add(i64* p, i64 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return (i64)atomicAdd((u64*)p, (u64)v); }
-__device__ __forceinline__ u64 atomic_add(u64* p, u64 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return atomicAdd(p, v); }
-__device__ __forceinline__ f32 atomic_add(f32* p, f32 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return atomicAdd(p, v); }
-__device__ __forceinline__ f64 atomic_add(f64* p, f64 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return atomicAdd(p, v); }
-__device__ __forceinline__ i32 atomic_min(i32* p, i32 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return atomicMin(p, v); }
-__device__ __forceinline__ u32 atomic_min(u32* p, u32 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return atomicMin(p, v); }
-__device__ __forceinline__ i64 atomic_min(i64* p, i64 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return atomicMin((long long*)p, (long long)v); }
-__device__ __forceinline__ u64 atomic_min(u64* p, u64 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return atomicMin(p, v); }
-__device__ __forceinline__ i32 atomic_max(i32* p, i32 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return atomicMax(p, v); }
-__device__ __forceinline__ u32 atomic_max(u32* p, u32 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return atomicMax(p, v); }
-__device__ __forceinline__ i64 atomic_max(i64* p, i64 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return atomicMax((long long*)p, (long long)v); }
-__device__ __forceinline__ u64 atomic_max(u64* p, u64 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return atomicMax(p, v); }
-__device__ __forceinline__ i32 atomic_exchange(i32* p, i32 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return atomicExch(p, v); }
-__device__ __forceinline__ u32 atomic_exchange(u32* p, u32 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return atomicExch(p, v); }
-__device__ __forceinline__ i64 atomic_exchange(i64* p, i64 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return (i64)atomicExch((u64*)p, (u64)v); }
-__device__ __forceinline__ u64 atomic_exchange(u64* p, u64 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return atomicExch(p, v); }
-__device__ __forceinline__ f32 atomic_exchange(f32* p, f32 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return atomicExch(p, v); }
+__device__ __forceinline__ i32 atomic_add(i32* p, i32 v KILN_WHERE) {
+  KILN_EMU_ATOMIC(p);
+  return atomicAdd(p, v);
+}
+__device__ __forceinline__ u32 atomic_add(u32* p, u32 v KILN_WHERE) {
+  KILN_EMU_ATOMIC(p);
+  return atomicAdd(p, v);
+}
+__device__ __forceinline__ i64 atomic_add(i64* p, i64 v KILN_WHERE) {
+  KILN_EMU_ATOMIC(p);
+  return (i64)atomicAdd((u64*)p, (u64)v);
+}
+__device__ __forceinline__ u64 atomic_add(u64* p, u64 v KILN_WHERE) {
+  KILN_EMU_ATOMIC(p);
+  return atomicAdd(p, v);
+}
+__device__ __forceinline__ f32 atomic_add(f32* p, f32 v KILN_WHERE) {
+  KILN_EMU_ATOMIC(p);
+  return atomicAdd(p, v);
+}
+__device__ __forceinline__ f64 atomic_add(f64* p, f64 v KILN_WHERE) {
+  KILN_EMU_ATOMIC(p);
+  return atomicAdd(p, v);
+}
+__device__ __forceinline__ i32 atomic_min(i32* p, i32 v KILN_WHERE) {
+  KILN_EMU_ATOMIC(p);
+  return atomicMin(p, v);
+}
+__device__ __forceinline__ u32 atomic_min(u32* p, u32 v KILN_WHERE) {
+  KILN_EMU_ATOMIC(p);
+  return atomicMin(p, v);
+}
+__device__ __forceinline__ i64 atomic_min(i64* p, i64 v KILN_WHERE) {
+  KILN_EMU_ATOMIC(p);
+  return atomicMin((long long*)p, (long long)v);
+}
+__device__ __forceinline__ u64 atomic_min(u64* p, u64 v KILN_WHERE) {
+  KILN_EMU_ATOMIC(p);
+  return atomicMin(p, v);
+}
+__device__ __forceinline__ i32 atomic_max(i32* p, i32 v KILN_WHERE) {
+  KILN_EMU_ATOMIC(p);
+  return atomicMax(p, v);
+}
+__device__ __forceinline__ u32 atomic_max(u32* p, u32 v KILN_WHERE) {
+  KILN_EMU_ATOMIC(p);
+  return atomicMax(p, v);
+}
+__device__ __forceinline__ i64 atomic_max(i64* p, i64 v KILN_WHERE) {
+  KILN_EMU_ATOMIC(p);
+  return atomicMax((long long*)p, (long long)v);
+}
+__device__ __forceinline__ u64 atomic_max(u64* p, u64 v KILN_WHERE) {
+  KILN_EMU_ATOMIC(p);
+  return atomicMax(p, v);
+}
+__device__ __forceinline__ i32 atomic_exchange(i32* p, i32 v KILN_WHERE) {
+  KILN_EMU_ATOMIC(p);
+  return atomicExch(p, v);
+}
+__device__ __forceinline__ u32 atomic_exchange(u32* p, u32 v KILN_WHERE) {
+  KILN_EMU_ATOMIC(p);
+  return atomicExch(p, v);
+}
+__device__ __forceinline__ i64 atomic_exchange(i64* p, i64 v KILN_WHERE) {
+  KILN_EMU_ATOMIC(p);
+  return (i64)atomicExch((u64*)p, (u64)v);
+}
+__device__ __forceinline__ u64 atomic_exchange(u64* p, u64 v KILN_WHERE) {
+  KILN_EMU_ATOMIC(p);
+  return atomicExch(p, v);
+}
+__device__ __forceinline__ f32 atomic_exchange(f32* p, f32 v KILN_WHERE) {
+  KILN_EMU_ATOMIC(p);
+  return atomicExch(p, v);
+}
 __device__ __forceinline__ f64 atomic_exchange(f64* p, f64 v KILN_WHERE) {
   KILN_EMU_ATOMIC(p);
   return __longlong_as_double((long long)atomicExch((u64*)p, (u64)__double_as_longlong(v)));
 }
-__device__ __forceinline__ i32 atomic_cas(i32* p, i32 c, i32 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return atomicCAS(p, c, v); }
-__device__ __forceinline__ u32 atomic_cas(u32* p, u32 c, u32 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return atomicCAS(p, c, v); }
-__device__ __forceinline__ i64 atomic_cas(i64* p, i64 c, i64 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return (i64)atomicCAS((u64*)p, (u64)c, (u64)v); }
-__device__ __forceinline__ u64 atomic_cas(u64* p, u64 c, u64 v KILN_WHERE) { KILN_EMU_ATOMIC(p); return atomicCAS(p, c, v); }
+__device__ __forceinline__ i32 atomic_cas(i32* p, i32 c, i32 v KILN_WHERE) {
+  KILN_EMU_ATOMIC(p);
+  return atomicCAS(p, c, v);
+}
+__device__ __forceinline__ u32 atomic_cas(u32* p, u32 c, u32 v KILN_WHERE) {
+  KILN_EMU_ATOMIC(p);
+  return atomicCAS(p, c, v);
+}
+__device__ __forceinline__ i64 atomic_cas(i64* p, i64 c, i64 v KILN_WHERE) {
+  KILN_EMU_ATOMIC(p);
+  return (i64)atomicCAS((u64*)p, (u64)c, (u64)v);
+}
+__device__ __forceinline__ u64 atomic_cas(u64* p, u64 c, u64 v KILN_WHERE) {
+  KILN_EMU_ATOMIC(p);
+  return atomicCAS(p, c, v);
+}
 
-// ---- loops -----------------------------------------------------------------------------------------
+// ---- loops
+// -----------------------------------------------------------------------------------------
 
 // `for i = a to b step s` runs i = a, a+s, ... while i < b (s > 0) or i > b (s < 0); s == 0
 // runs nothing. The trip count is found first, so the index never overflows.
@@ -773,7 +1091,8 @@ template <class T>
 __device__ __forceinline__ typename traits<T>::uint trip_count(T a, T b, T s) {
   typedef typename traits<T>::uint U;
   if (s > (T)0 && a < b) return (U)((U)((U)b - (U)a - 1u) / (U)s + 1u);
-  if (traits<T>::is_signed && s < (T)0 && b < a) return (U)((U)((U)a - (U)b - 1u) / (U)(0 - (U)s) + 1u);
+  if (traits<T>::is_signed && s < (T)0 && b < a)
+    return (U)((U)((U)a - (U)b - 1u) / (U)(0 - (U)s) + 1u);
   return 0;
 }
 template <class T>
@@ -782,7 +1101,8 @@ __device__ __forceinline__ T for_index(T a, typename traits<T>::uint k, T s) {
   return (T)(U)((U)a + k * (U)s);
 }
 
-// ---- reports: prints, failed asserts, checked-mode faults ------------------------------------------
+// ---- reports: prints, failed asserts, checked-mode faults
+// ------------------------------------------
 
 // The report buffer of a stream (runtime/cuda_report.h reads it at sync). Faults and asserts
 // keep the smallest key (launch, cube, unit) so the host reports the first one; prints are
@@ -792,7 +1112,7 @@ struct fault_entry {
   u32 site, index, bound, pad;
 };
 struct report {
-  u64 fault_key;   // the smallest key of a fault so far (~0: none)
+  u64 fault_key;  // the smallest key of a fault so far (~0: none)
   u64 assert_key;
   u32 fault_count, assert_count;
   u32 print_bytes, prints_dropped;
@@ -805,8 +1125,8 @@ struct report {
 __device__ __forceinline__ u64 report_key(u32 launch, u32 cube, u32 unit) {
   return ((u64)launch << 42) | ((u64)cube << 10) | (u64)(unit & 1023u);
 }
-__device__ __forceinline__ void record(u64* min_key, u32* count, fault_entry* list, u64 key, u32 site,
-                                       u32 index, u32 bound) {
+__device__ __forceinline__ void record(u64* min_key, u32* count, fault_entry* list, u64 key,
+                                       u32 site, u32 index, u32 bound) {
   // Only a key that lowers the minimum is recorded, so the smallest is always among them.
   if (atomicMin((unsigned long long*)min_key, (unsigned long long)key) <= key) return;
   const u32 at = atomicAdd(count, 1u);
@@ -855,7 +1175,8 @@ __device__ __forceinline__ u64 print_bits(T x) {
   return b;
 }
 
-// ---- matrix fragments: mma.sync (sm_80 and later) ------------------------------------------------
+// ---- matrix fragments: mma.sync (sm_80 and later)
+// ------------------------------------------------
 
 // A plane's fragment is spread over its 32 lanes as the PTX ISA lays out the operands of
 // mma.sync ("Matrix Fragments for mma.m16n8k16 / m16n8k8 / m16n8k32"): a fragment of shape
@@ -867,14 +1188,36 @@ __device__ __forceinline__ u64 print_bits(T x) {
 //   A   row g + 8 * (r & 1),            col P * t + h + ks/2 * (r >> 1)
 //   B   row P * t + h + ks/2 * r,       col g
 //   acc row g + 8 * (e >> 1),           col 2 * t + (e & 1)      (element e = 0..3)
-template <class T> struct mma_input;
-template <> struct mma_input<f16> { static const int ks = 16, pack = 2; };
-template <> struct mma_input<bf16> { static const int ks = 16, pack = 2; };
-template <> struct mma_input<f32> { static const int ks = 8, pack = 1; };  // tf32
-template <> struct mma_input<i8> { static const int ks = 32, pack = 4; };
-template <> struct mma_input<u8> { static const int ks = 32, pack = 4; };
-template <> struct mma_input<f8e4m3> { static const int ks = 32, pack = 4; };  // sm_89 and later
-template <> struct mma_input<f8e5m2> { static const int ks = 32, pack = 4; };
+template <class T>
+struct mma_input;
+template <>
+struct mma_input<f16> {
+  static const int ks = 16, pack = 2;
+};
+template <>
+struct mma_input<bf16> {
+  static const int ks = 16, pack = 2;
+};
+template <>
+struct mma_input<f32> {
+  static const int ks = 8, pack = 1;
+};  // tf32
+template <>
+struct mma_input<i8> {
+  static const int ks = 32, pack = 4;
+};
+template <>
+struct mma_input<u8> {
+  static const int ks = 32, pack = 4;
+};
+template <>
+struct mma_input<f8e4m3> {
+  static const int ks = 32, pack = 4;
+};  // sm_89 and later
+template <>
+struct mma_input<f8e5m2> {
+  static const int ks = 32, pack = 4;
+};
 
 template <class T, int M, int N, int K>
 struct alignas(4) frag_a {
@@ -913,10 +1256,20 @@ struct frag_acc {
 };
 
 // The rows and columns of a fragment's tile (A: m x k, B: k x n, accumulator: m x n).
-template <class F> struct frag_dims;
-template <class T, int M, int N, int K> struct frag_dims<frag_a<T, M, N, K> > { static const u32 rows = M, cols = K; };
-template <class T, int M, int N, int K> struct frag_dims<frag_b<T, M, N, K> > { static const u32 rows = K, cols = N; };
-template <class T, int M, int N, int K> struct frag_dims<frag_acc<T, M, N, K> > { static const u32 rows = M, cols = N; };
+template <class F>
+struct frag_dims;
+template <class T, int M, int N, int K>
+struct frag_dims<frag_a<T, M, N, K> > {
+  static const u32 rows = M, cols = K;
+};
+template <class T, int M, int N, int K>
+struct frag_dims<frag_b<T, M, N, K> > {
+  static const u32 rows = K, cols = N;
+};
+template <class T, int M, int N, int K>
+struct frag_dims<frag_acc<T, M, N, K> > {
+  static const u32 rows = M, cols = N;
+};
 
 // cvt.rna.tf32.f32: to the nearest tf32 (10 mantissa bits), ties away from zero, kept in an f32.
 __device__ __forceinline__ f32 tf32_round(f32 x) {
@@ -930,10 +1283,21 @@ __device__ __forceinline__ f32 tf32_round(f32 x) {
   return __uint_as_float(r);
 #endif
 }
-template <class T> __device__ __forceinline__ T frag_in(T x) { return x; }
-__device__ __forceinline__ f32 frag_in(f32 x) { return tf32_round(x); }
-template <class F> struct frag_is_input { static const bool value = true; };
-template <class T, int M, int N, int K> struct frag_is_input<frag_acc<T, M, N, K> > { static const bool value = false; };
+template <class T>
+__device__ __forceinline__ T frag_in(T x) {
+  return x;
+}
+__device__ __forceinline__ f32 frag_in(f32 x) {
+  return tf32_round(x);
+}
+template <class F>
+struct frag_is_input {
+  static const bool value = true;
+};
+template <class T, int M, int N, int K>
+struct frag_is_input<frag_acc<T, M, N, K> > {
+  static const bool value = false;
+};
 
 // Every element of the fragment is `v`.
 template <class F, class T>
@@ -944,8 +1308,8 @@ __device__ __forceinline__ void frag_fill(F& f, T v) {
 // (col); only r < rows and c < cols are read (the others are zero) or written. Checked launches
 // pass the memory's bound and the report; an element past the bound reads zero and is reported.
 template <class F, class Mem>
-__device__ __forceinline__ void frag_load(F& f, const Mem& mem, u32 index, u32 stride, u32 rows, u32 cols,
-                                          u32 col_major, u32 bound, report* rep, u64 key,
+__device__ __forceinline__ void frag_load(F& f, const Mem& mem, u32 index, u32 stride, u32 rows,
+                                          u32 cols, u32 col_major, u32 bound, report* rep, u64 key,
                                           u32 site KILN_WHERE) {
   const u32 lane = unit_linear() & 31u;
   for (int e = 0; e < F::count; ++e) {
@@ -976,48 +1340,67 @@ inline void ldmatrix_x4(u32* r, const void* row, bool trans KILN_WHERE) {
   const unsigned long long mine = (unsigned long long)(uintptr_t)row;
   for (u32 i = 0; i < 4; ++i) {
     if (!trans) {
-      const u16* p = (const u16*)(uintptr_t)__shfl_sync(0xffffffffu, mine, (int)(8 * i + lane / 4) KILN_AT);
+      const u16* p =
+          (const u16*)(uintptr_t)__shfl_sync(0xffffffffu, mine, (int)(8 * i + lane / 4) KILN_AT);
       r[i] = ldmatrix_pair(p + 2 * (lane % 4), p + 2 * (lane % 4) + 1 KILN_AT);
     } else {
-      const u16* p0 = (const u16*)(uintptr_t)__shfl_sync(0xffffffffu, mine, (int)(8 * i + 2 * (lane % 4)) KILN_AT);
-      const u16* p1 = (const u16*)(uintptr_t)__shfl_sync(0xffffffffu, mine, (int)(8 * i + 2 * (lane % 4) + 1) KILN_AT);
+      const u16* p0 = (const u16*)(uintptr_t)__shfl_sync(0xffffffffu, mine,
+                                                         (int)(8 * i + 2 * (lane % 4)) KILN_AT);
+      const u16* p1 = (const u16*)(uintptr_t)__shfl_sync(0xffffffffu, mine,
+                                                         (int)(8 * i + 2 * (lane % 4) + 1) KILN_AT);
       r[i] = ldmatrix_pair(p0 + lane / 4, p1 + lane / 4 KILN_AT);
     }
   }
 }
-template <class T> inline const T* shared_base(const bounded<T>& a) { return a.p; }
-template <class T> inline u32 shared_count(const bounded<T>& a, u32) { return a.n; }
+template <class T>
+inline const T* shared_base(const bounded<T>& a) {
+  return a.p;
+}
+template <class T>
+inline u32 shared_count(const bounded<T>& a, u32) {
+  return a.n;
+}
 #else
 __device__ __forceinline__ void ldmatrix_x4(u32* r, const void* row, bool trans) {
   const u32 a = (u32)__cvta_generic_to_shared(row);
   if (trans)
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
   else
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
 }
-template <class T> __device__ __forceinline__ const T* shared_base(const T* p) { return p; }
-template <class T> __device__ __forceinline__ u32 shared_count(const T*, u32 bound) { return bound; }
+template <class T>
+__device__ __forceinline__ const T* shared_base(const T* p) {
+  return p;
+}
+template <class T>
+__device__ __forceinline__ u32 shared_count(const T*, u32 bound) {
+  return bound;
+}
 #endif
 
 // Whether a fragment of 16- or 8-bit inputs can come from shared memory through ldmatrix: the
 // whole tile inside the valid extents (and inside the array, when its length is known), every
 // row 16-byte aligned. The same for every lane, since the operands are the plane's.
 template <class T>
-__device__ __forceinline__ bool ldmatrix_fits(const T* base, u32 index, u32 stride, u32 rows, u32 cols, u32 col_major,
-                                              u32 frag_rows, u32 frag_cols, u32 count) {
+__device__ __forceinline__ bool ldmatrix_fits(const T* base, u32 index, u32 stride, u32 rows,
+                                              u32 cols, u32 col_major, u32 frag_rows, u32 frag_cols,
+                                              u32 count) {
   if (rows < frag_rows || cols < frag_cols) return false;
   if ((reinterpret_cast<u64>(base + index) & 15u) != 0 || ((stride * (u32)sizeof(T)) & 15u) != 0)
     return false;
-  const unsigned long long last = (unsigned long long)index +
+  const unsigned long long last =
+      (unsigned long long)index +
       (col_major ? (unsigned long long)(frag_cols - 1) * stride + (frag_rows - 1)
                  : (unsigned long long)(frag_rows - 1) * stride + (frag_cols - 1));
   return last < count;
 }
 template <class T, int M, int N, int K>
-__device__ __forceinline__ void frag_ldmatrix(frag_a<T, M, N, K>& f, const T* base, u32 index, u32 stride,
-                                              u32 col_major KILN_WHERE) {
+__device__ __forceinline__ void frag_ldmatrix(frag_a<T, M, N, K>& f, const T* base, u32 index,
+                                              u32 stride, u32 col_major KILN_WHERE) {
   typedef frag_a<T, M, N, K> F;
   const u32 lane = unit_linear() & 31u, mi = lane / 8, r8 = lane % 8;
   // A 16 x 16 tile of 16-bit elements, or 16 x 32 of 8-bit ones (row-major only: the same bytes
@@ -1035,8 +1418,8 @@ __device__ __forceinline__ void frag_ldmatrix(frag_a<T, M, N, K>& f, const T* ba
     }
 }
 template <class T, int M, int N, int K>
-__device__ __forceinline__ void frag_ldmatrix(frag_b<T, M, N, K>& f, const T* base, u32 index, u32 stride,
-                                              u32 col_major KILN_WHERE) {
+__device__ __forceinline__ void frag_ldmatrix(frag_b<T, M, N, K>& f, const T* base, u32 index,
+                                              u32 stride, u32 col_major KILN_WHERE) {
   typedef frag_b<T, M, N, K> F;
   const u32 lane = unit_linear() & 31u, mi = lane / 8, r8 = lane % 8;
   // 8-bit B comes column-major only: memory row n holds 32 k, as 16 b16, and a lane's register
@@ -1054,38 +1437,64 @@ __device__ __forceinline__ void frag_ldmatrix(frag_b<T, M, N, K>& f, const T* ba
       memcpy(&f.x[(tk * F::n_tiles + tn + 1) * F::per_tile], r + 2, 2 * sizeof(u32));
     }
 }
-template <class F> struct frag_ldmatrix_kind { static const bool value = false; };
-template <int M, int N, int K> struct frag_ldmatrix_kind<frag_a<f16, M, N, K> > { static const bool value = true; };
-template <int M, int N, int K> struct frag_ldmatrix_kind<frag_a<bf16, M, N, K> > { static const bool value = true; };
-template <int M, int N, int K> struct frag_ldmatrix_kind<frag_b<f16, M, N, K> > { static const bool value = N % 16 == 0; };
-template <int M, int N, int K> struct frag_ldmatrix_kind<frag_b<bf16, M, N, K> > { static const bool value = N % 16 == 0; };
-#define KILN_LDMATRIX_8BIT(T)                                                                                        \
-  template <int M, int N, int K> struct frag_ldmatrix_kind<frag_a<T, M, N, K> > { static const bool value = true; }; \
-  template <int M, int N, int K> struct frag_ldmatrix_kind<frag_b<T, M, N, K> > { static const bool value = N % 16 == 0; };
-KILN_LDMATRIX_8BIT(i8) KILN_LDMATRIX_8BIT(u8) KILN_LDMATRIX_8BIT(f8e4m3) KILN_LDMATRIX_8BIT(f8e5m2)
+template <class F>
+struct frag_ldmatrix_kind {
+  static const bool value = false;
+};
+template <int M, int N, int K>
+struct frag_ldmatrix_kind<frag_a<f16, M, N, K> > {
+  static const bool value = true;
+};
+template <int M, int N, int K>
+struct frag_ldmatrix_kind<frag_a<bf16, M, N, K> > {
+  static const bool value = true;
+};
+template <int M, int N, int K>
+struct frag_ldmatrix_kind<frag_b<f16, M, N, K> > {
+  static const bool value = N % 16 == 0;
+};
+template <int M, int N, int K>
+struct frag_ldmatrix_kind<frag_b<bf16, M, N, K> > {
+  static const bool value = N % 16 == 0;
+};
+#define KILN_LDMATRIX_8BIT(T)                      \
+  template <int M, int N, int K>                   \
+  struct frag_ldmatrix_kind<frag_a<T, M, N, K> > { \
+    static const bool value = true;                \
+  };                                               \
+  template <int M, int N, int K>                   \
+  struct frag_ldmatrix_kind<frag_b<T, M, N, K> > { \
+    static const bool value = N % 16 == 0;         \
+  };
+KILN_LDMATRIX_8BIT(i8)
+KILN_LDMATRIX_8BIT(u8) KILN_LDMATRIX_8BIT(f8e4m3) KILN_LDMATRIX_8BIT(f8e5m2)
 #undef KILN_LDMATRIX_8BIT
-// The layouts ldmatrix serves: any for 16-bit elements (.trans transposes them); for 8-bit
-// ones, A row-major and B column-major (k contiguous), since a transpose moves 16-bit halves.
-template <class T, int M, int N, int K>
-__device__ __forceinline__ bool ldmatrix_layout(const frag_a<T, M, N, K>&, u32 col_major) {
+    // The layouts ldmatrix serves: any for 16-bit elements (.trans transposes them); for 8-bit
+    // ones, A row-major and B column-major (k contiguous), since a transpose moves 16-bit halves.
+    template <class T, int M, int N, int K>
+    __device__ __forceinline__ bool ldmatrix_layout(const frag_a<T, M, N, K>&, u32 col_major) {
   return sizeof(T) == 2 || col_major == 0;
 }
 template <class T, int M, int N, int K>
 __device__ __forceinline__ bool ldmatrix_layout(const frag_b<T, M, N, K>&, u32 col_major) {
   return sizeof(T) == 2 || col_major != 0;
 }
-template <bool Use> struct frag_shared_loader {
+template <bool Use>
+struct frag_shared_loader {
   template <class F, class Mem>
-  __device__ static bool run(F&, const Mem&, u32, u32, u32, u32, u32, u32 KILN_WHERE) { return false; }
+  __device__ static bool run(F&, const Mem&, u32, u32, u32, u32, u32, u32 KILN_WHERE) {
+    return false;
+  }
 };
-template <> struct frag_shared_loader<true> {
+template <>
+struct frag_shared_loader<true> {
   template <class F, class Mem>
-  __device__ static bool run(F& f, const Mem& mem, u32 index, u32 stride, u32 rows, u32 cols, u32 col_major,
-                             u32 bound KILN_WHERE) {
+  __device__ static bool run(F& f, const Mem& mem, u32 index, u32 stride, u32 rows, u32 cols,
+                             u32 col_major, u32 bound KILN_WHERE) {
     const typename F::elem* base = shared_base(mem);
     if (!ldmatrix_layout(f, col_major)) return false;
-    if (!ldmatrix_fits(base, index, stride, rows, cols, col_major, frag_dims<F>::rows, frag_dims<F>::cols,
-                       shared_count(mem, bound)))
+    if (!ldmatrix_fits(base, index, stride, rows, cols, col_major, frag_dims<F>::rows,
+                       frag_dims<F>::cols, shared_count(mem, bound)))
       return false;
     frag_ldmatrix(f, base, index, stride, col_major KILN_AT);
     return true;
@@ -1093,11 +1502,11 @@ template <> struct frag_shared_loader<true> {
 };
 // A fragment load from shared memory: through ldmatrix where it fits, else element by element.
 template <class F, class Mem>
-__device__ __forceinline__ void frag_load_shared(F& f, const Mem& mem, u32 index, u32 stride, u32 rows, u32 cols,
-                                                 u32 col_major, u32 bound, report* rep, u64 key,
-                                                 u32 site KILN_WHERE) {
-  if (frag_shared_loader<frag_ldmatrix_kind<F>::value>::run(f, mem, index, stride, rows, cols, col_major,
-                                                            bound KILN_AT))
+__device__ __forceinline__ void frag_load_shared(F& f, const Mem& mem, u32 index, u32 stride,
+                                                 u32 rows, u32 cols, u32 col_major, u32 bound,
+                                                 report* rep, u64 key, u32 site KILN_WHERE) {
+  if (frag_shared_loader<frag_ldmatrix_kind<F>::value>::run(f, mem, index, stride, rows, cols,
+                                                            col_major, bound KILN_AT))
     return;
   frag_load(f, mem, index, stride, rows, cols, col_major, bound, rep, key, site KILN_AT);
 }
@@ -1114,10 +1523,11 @@ __device__ __forceinline__ void frag_load_ldmatrix(F& f, const Mem& mem, u32 ind
 #ifdef KILN_EMULATION
   if (!ldmatrix_fits(base, index, stride, rows, cols, col_major, rows, cols,
                      shared_count(mem, bound))) {
-    emu::misuse("ldmatrix() of a tile whose rows (columns, col layout) do not all start on 16 "
-                "bytes, or that reaches past its shared array (the index and the stride in bytes "
-                "must be multiples of 16); on a GPU a misaligned ldmatrix faults",
-                where);
+    emu::misuse(
+        "ldmatrix() of a tile whose rows (columns, col layout) do not all start on 16 "
+        "bytes, or that reaches past its shared array (the index and the stride in bytes "
+        "must be multiples of 16); on a GPU a misaligned ldmatrix faults",
+        where);
     frag_load(f, mem, index, stride, rows, cols, col_major, bound, rep, key, site KILN_AT);
     return;
   }
@@ -1131,9 +1541,9 @@ __device__ __forceinline__ void frag_load_ldmatrix(F& f, const Mem& mem, u32 ind
 }
 
 template <class F, class Mem>
-__device__ __forceinline__ void frag_store(const Mem& mem, u32 index, u32 stride, u32 rows, u32 cols,
-                                           const F& f, u32 col_major, u32 bound, report* rep,
-                                           u64 key, u32 site KILN_WHERE) {
+__device__ __forceinline__ void frag_store(const Mem& mem, u32 index, u32 stride, u32 rows,
+                                           u32 cols, const F& f, u32 col_major, u32 bound,
+                                           report* rep, u64 key, u32 site KILN_WHERE) {
   const u32 lane = unit_linear() & 31u;
   for (int e = 0; e < F::count; ++e) {
     u32 r, c;
@@ -1157,16 +1567,28 @@ __device__ __forceinline__ void frag_cast(frag_acc<D, M, N, K>& d, const frag_ac
 // The host runs it as the ISA defines it: each lane gathers the rows of A and columns of B its
 // four results need from the lanes that hold them (shuffles), then accumulates in order over k.
 // The products are exact; each is added in f32 (tf32 inputs use their top 19 bits).
-inline f32 mma_madd(f32 acc, f16 a, f16 b) { return fmaf(to_f32(a), to_f32(b), acc); }
-inline f32 mma_madd(f32 acc, bf16 a, bf16 b) { return fmaf(to_f32(a), to_f32(b), acc); }
-inline f32 mma_madd(f32 acc, f8e4m3 a, f8e4m3 b) { return fmaf(to_f32(a), to_f32(b), acc); }
-inline f32 mma_madd(f32 acc, f8e5m2 a, f8e5m2 b) { return fmaf(to_f32(a), to_f32(b), acc); }
+inline f32 mma_madd(f32 acc, f16 a, f16 b) {
+  return fmaf(to_f32(a), to_f32(b), acc);
+}
+inline f32 mma_madd(f32 acc, bf16 a, bf16 b) {
+  return fmaf(to_f32(a), to_f32(b), acc);
+}
+inline f32 mma_madd(f32 acc, f8e4m3 a, f8e4m3 b) {
+  return fmaf(to_f32(a), to_f32(b), acc);
+}
+inline f32 mma_madd(f32 acc, f8e5m2 a, f8e5m2 b) {
+  return fmaf(to_f32(a), to_f32(b), acc);
+}
 inline f32 mma_madd(f32 acc, f32 a, f32 b) {
   return fmaf(__uint_as_float(__float_as_uint(a) & 0xffffe000u),
               __uint_as_float(__float_as_uint(b) & 0xffffe000u), acc);
 }
-inline i32 mma_madd(i32 acc, i8 a, i8 b) { return (i32)((u32)acc + (u32)((i32)a * (i32)b)); }
-inline i32 mma_madd(i32 acc, u8 a, u8 b) { return (i32)((u32)acc + (u32)a * (u32)b); }
+inline i32 mma_madd(i32 acc, i8 a, i8 b) {
+  return (i32)((u32)acc + (u32)((i32)a * (i32)b));
+}
+inline i32 mma_madd(i32 acc, u8 a, u8 b) {
+  return (i32)((u32)acc + (u32)a * (u32)b);
+}
 // Rows g and g + 8 of A and columns 2t and 2t + 1 of B (lane 4g + t), from the lanes that
 // hold them.
 template <class T>
@@ -1175,7 +1597,8 @@ inline void mma_gather(const u32* a, const u32* b, T (&arow)[2][32], T (&bcol)[2
   const u32 lane = unit_linear() & 31u, g = lane >> 2, t = lane & 3u;
   for (u32 src_t = 0; src_t < 4; ++src_t) {
     u32 ar[4], br[2][2];
-    for (int r = 0; r < 4; ++r) ar[r] = __shfl_sync(0xffffffffu, a[r], (int)(4 * g + src_t) KILN_AT);
+    for (int r = 0; r < 4; ++r)
+      ar[r] = __shfl_sync(0xffffffffu, a[r], (int)(4 * g + src_t) KILN_AT);
     for (int n = 0; n < 2; ++n)
       for (int r = 0; r < 2; ++r)
         br[n][r] = __shfl_sync(0xffffffffu, b[r], (int)(4 * (2 * t + n) + src_t) KILN_AT);
@@ -1206,13 +1629,16 @@ inline void mma_tile(C* d, const u32* a, const u32* b KILN_WHERE) {
   }
 }
 #else
-template <class T, class C> __device__ __forceinline__ void mma_tile(C* d, const u32* a, const u32* b);
-#define KILN_MMA_F32(T, SHAPE, PTYPE)                                                                   \
-  template <> __device__ __forceinline__ void mma_tile<T, f32>(f32* d, const u32* a, const u32* b) {  \
-    asm volatile("mma.sync.aligned." SHAPE ".row.col.f32." PTYPE "." PTYPE ".f32 {%0, %1, %2, %3}, " \
-                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"                                      \
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                     \
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));                 \
+template <class T, class C>
+__device__ __forceinline__ void mma_tile(C* d, const u32* a, const u32* b);
+#define KILN_MMA_F32(T, SHAPE, PTYPE)                                                     \
+  template <>                                                                             \
+  __device__ __forceinline__ void mma_tile<T, f32>(f32 * d, const u32* a, const u32* b) { \
+    asm volatile("mma.sync.aligned." SHAPE ".row.col.f32." PTYPE "." PTYPE                \
+                 ".f32 {%0, %1, %2, %3}, "                                                \
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"                          \
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                         \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));     \
   }
 KILN_MMA_F32(f16, "m16n8k16", "f16")
 KILN_MMA_F32(bf16, "m16n8k16", "bf16")
@@ -1222,12 +1648,14 @@ KILN_MMA_F32(f8e4m3, "m16n8k32", "e4m3")
 KILN_MMA_F32(f8e5m2, "m16n8k32", "e5m2")
 #endif
 #undef KILN_MMA_F32
-#define KILN_MMA_I32(T, PTYPE)                                                                       \
-  template <> __device__ __forceinline__ void mma_tile<T, i32>(i32* d, const u32* a, const u32* b) { \
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32." PTYPE "." PTYPE ".s32 {%0, %1, %2, %3}, " \
-                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"                                     \
-                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])                                    \
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));                \
+#define KILN_MMA_I32(T, PTYPE)                                                            \
+  template <>                                                                             \
+  __device__ __forceinline__ void mma_tile<T, i32>(i32 * d, const u32* a, const u32* b) { \
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32." PTYPE "." PTYPE                 \
+                 ".s32 {%0, %1, %2, %3}, "                                                \
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"                          \
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])                         \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));     \
   }
 KILN_MMA_I32(i8, "s8")
 KILN_MMA_I32(u8, "u8")
@@ -1263,17 +1691,20 @@ inline void mma_tile_scaled(f32* d, const u32* a, const u32* b, u32 sa, u32 sb K
   }
 }
 #else
-template <class T> __device__ __forceinline__ void mma_tile_scaled(f32* d, const u32* a, const u32* b, u32 sa, u32 sb);
+template <class T>
+__device__ __forceinline__ void mma_tile_scaled(f32* d, const u32* a, const u32* b, u32 sa, u32 sb);
 #if __CUDA_ARCH__ >= 1200
-#define KILN_MMA_SCALED(T, PTYPE)                                                                     \
-  template <> __device__ __forceinline__ void mma_tile_scaled<T>(f32* d, const u32* a, const u32* b, \
-                                                                 u32 sa, u32 sb) {                   \
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.kind::mxf8f6f4.block_scale.scale_vec::1X.f32."   \
-                 PTYPE "." PTYPE ".f32.ue8m0 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "          \
-                 "{%0, %1, %2, %3}, %10, {0, 0}, %11, {0, 0};"                                       \
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                    \
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(sa),        \
-                   "r"(sb));                                                                         \
+#define KILN_MMA_SCALED(T, PTYPE)                                                                 \
+  template <>                                                                                     \
+  __device__ __forceinline__ void mma_tile_scaled<T>(f32 * d, const u32* a, const u32* b, u32 sa, \
+                                                     u32 sb) {                                    \
+    asm volatile(                                                                                 \
+        "mma.sync.aligned.m16n8k32.row.col.kind::mxf8f6f4.block_scale.scale_vec::1X.f32." PTYPE   \
+        "." PTYPE                                                                                 \
+        ".f32.ue8m0 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "                               \
+        "{%0, %1, %2, %3}, %10, {0, 0}, %11, {0, 0};"                                             \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                          \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(sa), "r"(sb));    \
   }
 KILN_MMA_SCALED(f8e4m3, "e4m3")
 KILN_MMA_SCALED(f8e5m2, "e5m2")
@@ -1294,10 +1725,12 @@ __device__ __forceinline__ u32 scale_code(const Mem& mem, u32 i, u32 bound, u32 
 // acc += (A * SA) (B * SB), tile by tile and k block by k block: SA(r, j) = sa[sai + r sas + j],
 // SB(c, j) = sb[sbi + c sbs + j]. Each lane reads the scales its register must hold.
 template <class T, int M, int N, int K, class MA, class MB>
-__device__ __forceinline__ void frag_mma_scaled(frag_acc<f32, M, N, K>& acc, const frag_a<T, M, N, K>& a,
-                                                const frag_b<T, M, N, K>& b, const MA& sa, u32 sai, u32 sas,
-                                                u32 sa_bound, u32 sa_site, const MB& sb, u32 sbi, u32 sbs,
-                                                u32 sb_bound, u32 sb_site, report* rep, u64 key KILN_WHERE) {
+__device__ __forceinline__ void frag_mma_scaled(frag_acc<f32, M, N, K>& acc,
+                                                const frag_a<T, M, N, K>& a,
+                                                const frag_b<T, M, N, K>& b, const MA& sa, u32 sai,
+                                                u32 sas, u32 sa_bound, u32 sa_site, const MB& sb,
+                                                u32 sbi, u32 sbs, u32 sb_bound, u32 sb_site,
+                                                report* rep, u64 key KILN_WHERE) {
   typedef frag_a<T, M, N, K> FA;
   typedef frag_b<T, M, N, K> FB;
   const u32 lane = unit_linear() & 31u;
@@ -1335,7 +1768,8 @@ __device__ __forceinline__ void frag_mma(frag_acc<C, M, N, K>& acc, const frag_a
       }
 }
 
-// ---- warpgroup multiplies: wgmma (sm_90a) ---------------------------------------------------------
+// ---- warpgroup multiplies: wgmma (sm_90a)
+// ---------------------------------------------------------
 
 // A shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"): bits 0-13 the start
 // address in the shared window >> 4, 16-29 the leading byte offset >> 4, 32-45 the stride byte
@@ -1376,7 +1810,8 @@ __device__ __forceinline__ u32 wgmma_mnmajor_byte(u64 d, u32 mn, u32 k, u32 size
 #ifdef KILN_EMULATION
 template <class T>
 inline u64 wgmma_desc(const bounded<T>& mem, u32 index, u32 lbo, u32 sbo, u32 swizzle) {
-  const u32 address = (u32)(reinterpret_cast<const unsigned char*>(mem.p + index) - emu::unit()->shared);
+  const u32 address =
+      (u32)(reinterpret_cast<const unsigned char*>(mem.p + index) - emu::unit()->shared);
   return wgmma_desc_bits(address, lbo, sbo, swizzle);
 }
 // What the emulator checks of a unit's wgmma use (PTX ISA, wgmma.fence and wgmma.wait_group):
@@ -1414,9 +1849,10 @@ struct wgmma_state {
 inline void wgmma_touch(wgmma_state& s, const void* acc KILN_WHERE) {
   wgmma_state::slot* t = s.find(acc);
   if (t->group > s.done)
-    emu::misuse("a fragment op uses an accumulator while a wgmma.mma into it is in flight; "
-                "wgmma_commit() and wgmma_wait(0) first (or wait with fewer groups pending)",
-                where);
+    emu::misuse(
+        "a fragment op uses an accumulator while a wgmma.mma into it is in flight; "
+        "wgmma_commit() and wgmma_wait(0) first (or wait with fewer groups pending)",
+        where);
   t->touched = s.fences + 1;
 }
 inline void wgmma_fence(wgmma_state& s KILN_WHERE) {
@@ -1444,7 +1880,8 @@ inline void wgmma_wait(wgmma_state& s KILN_WHERE) {
   if (s.open - 1 >= (u32)N && s.open - 1 - (u32)N > s.done) s.done = s.open - 1 - (u32)N;
   wgmma_retire_reads(s, s.done KILN_AT);
 }
-template <class F> inline void wgmma_fence_operand(F&) {}
+template <class F>
+inline void wgmma_fence_operand(F&) {}
 // `how`: kLoad, or kLoad | kAsync for a tcgen05 read, which an mbarrier wait orders before
 // later stores.
 template <class T>
@@ -1478,13 +1915,15 @@ template <class T, int MJ, class C, int N, int K>
 inline void wgmma(wgmma_state& s, frag_acc<C, 16, N, K>& acc, u64 adesc, u64 bdesc KILN_WHERE) {
   wgmma_state::slot* t = s.find(&acc);
   if (s.fences == 0)
-    emu::misuse("wgmma.mma before any wgmma_fence(); a warpgroup fences before its first "
-                "multiply",
-                where);
+    emu::misuse(
+        "wgmma.mma before any wgmma_fence(); a warpgroup fences before its first "
+        "multiply",
+        where);
   else if (t->touched == s.fences + 1)
-    emu::misuse("wgmma.mma into an accumulator that another fragment op used after the last "
-                "wgmma_fence(); fence between them",
-                where);
+    emu::misuse(
+        "wgmma.mma into an accumulator that another fragment op used after the last "
+        "wgmma_fence(); fence between them",
+        where);
   t->group = s.open;
   typedef frag_acc<C, 16, N, K> F;
   const u32 lane = unit_linear() & 31u, w = (unit_linear() >> 5) & 3u;
@@ -1493,9 +1932,9 @@ inline void wgmma(wgmma_state& s, frag_acc<C, 16, N, K>& acc, u64 adesc, u64 bde
     F::at(e, lane, r, c);
     C sum = acc.x[e];
     for (u32 k = 0; k < (u32)K; ++k)
-      sum = mma_madd(
-          sum, wgmma_read<T>(adesc, 16 * w + r, k, emu::kLoad | emu::kUnkept, MJ & 1 KILN_AT),
-          wgmma_read<T>(bdesc, c, k, emu::kLoad | emu::kUnkept, (MJ & 2) != 0 KILN_AT));
+      sum = mma_madd(sum,
+                     wgmma_read<T>(adesc, 16 * w + r, k, emu::kLoad | emu::kUnkept, MJ & 1 KILN_AT),
+                     wgmma_read<T>(bdesc, c, k, emu::kLoad | emu::kUnkept, (MJ & 2) != 0 KILN_AT));
     acc.x[e] = sum;
   }
   // At most 64 multiplies' reads wait for their groups; past that the oldest is kept now.
@@ -1525,8 +1964,12 @@ __device__ __forceinline__ void wgmma_wait(wgmma_state&) {
 }
 // Keeps the compiler from moving accesses to an accumulator across a wait: the registers are
 // written by the tensor cores until the wait returns.
-__device__ __forceinline__ void wgmma_reg_fence(f32& x) { asm volatile("" : "+f"(x)::"memory"); }
-__device__ __forceinline__ void wgmma_reg_fence(i32& x) { asm volatile("" : "+r"(x)::"memory"); }
+__device__ __forceinline__ void wgmma_reg_fence(f32& x) {
+  asm volatile("" : "+f"(x)::"memory");
+}
+__device__ __forceinline__ void wgmma_reg_fence(i32& x) {
+  asm volatile("" : "+r"(x)::"memory");
+}
 template <class F>
 __device__ __forceinline__ void wgmma_fence_operand(F& f) {
   for (int e = 0; e < F::count; ++e) wgmma_reg_fence(f.x[e]);
@@ -1561,14 +2004,36 @@ __device__ __forceinline__ u64 tcgen05_desc_bits(u32 address, u32 lbo, u32 sbo, 
 // f16, f8f6f4 and i8): D type at bits 4-5 (1 f32, 2 s32), A and B types at 7-9 and 10-12, A and
 // B MN-major ("transposed") at bits 15 and 16 (MJ's bits 0 and 1), N >> 3 at 17-22 and M >> 4
 // at 24-28; M is 128.
-template <class T> struct tcgen05_kind;
-template <> struct tcgen05_kind<f16> { enum : u32 { kind = 0, type = 0, d = 1 }; };
-template <> struct tcgen05_kind<bf16> { enum : u32 { kind = 0, type = 1, d = 1 }; };
-template <> struct tcgen05_kind<f32> { enum : u32 { kind = 1, type = 2, d = 1 }; };
-template <> struct tcgen05_kind<f8e4m3> { enum : u32 { kind = 2, type = 0, d = 1 }; };
-template <> struct tcgen05_kind<f8e5m2> { enum : u32 { kind = 2, type = 1, d = 1 }; };
-template <> struct tcgen05_kind<u8> { enum : u32 { kind = 3, type = 0, d = 2 }; };
-template <> struct tcgen05_kind<i8> { enum : u32 { kind = 3, type = 1, d = 2 }; };
+template <class T>
+struct tcgen05_kind;
+template <>
+struct tcgen05_kind<f16> {
+  enum : u32 { kind = 0, type = 0, d = 1 };
+};
+template <>
+struct tcgen05_kind<bf16> {
+  enum : u32 { kind = 0, type = 1, d = 1 };
+};
+template <>
+struct tcgen05_kind<f32> {
+  enum : u32 { kind = 1, type = 2, d = 1 };
+};
+template <>
+struct tcgen05_kind<f8e4m3> {
+  enum : u32 { kind = 2, type = 0, d = 1 };
+};
+template <>
+struct tcgen05_kind<f8e5m2> {
+  enum : u32 { kind = 2, type = 1, d = 1 };
+};
+template <>
+struct tcgen05_kind<u8> {
+  enum : u32 { kind = 3, type = 0, d = 2 };
+};
+template <>
+struct tcgen05_kind<i8> {
+  enum : u32 { kind = 3, type = 1, d = 2 };
+};
 template <class T, int N, int MJ>
 __device__ __forceinline__ constexpr u32 tcgen05_idesc() {
   typedef tcgen05_kind<T> K;
@@ -1578,17 +2043,36 @@ __device__ __forceinline__ constexpr u32 tcgen05_idesc() {
 
 // The accumulator of a multiply of T and the k of one instruction (32 bytes of k).
 // (Enumerators, not static members: those would be globals in every kernel's PTX.)
-template <class T> struct tcgen05_acc {
+template <class T>
+struct tcgen05_acc {
   typedef f32 type;
   enum : int { k = 32 / (int)sizeof(T) };
 };
-template <> struct tcgen05_acc<i8> { typedef i32 type; enum : int { k = 32 }; };
-template <> struct tcgen05_acc<u8> { typedef i32 type; enum : int { k = 32 }; };
+template <>
+struct tcgen05_acc<i8> {
+  typedef i32 type;
+  enum : int { k = 32 };
+};
+template <>
+struct tcgen05_acc<u8> {
+  typedef i32 type;
+  enum : int { k = 32 };
+};
 // A tensor-memory cell as the element type of the array it is copied into.
-template <class T> __device__ __forceinline__ T tmem_cell(u32 bits);
-template <> __device__ __forceinline__ f32 tmem_cell<f32>(u32 bits) { return __uint_as_float(bits); }
-template <> __device__ __forceinline__ i32 tmem_cell<i32>(u32 bits) { return (i32)bits; }
-template <> __device__ __forceinline__ u32 tmem_cell<u32>(u32 bits) { return bits; }
+template <class T>
+__device__ __forceinline__ T tmem_cell(u32 bits);
+template <>
+__device__ __forceinline__ f32 tmem_cell<f32>(u32 bits) {
+  return __uint_as_float(bits);
+}
+template <>
+__device__ __forceinline__ i32 tmem_cell<i32>(u32 bits) {
+  return (i32)bits;
+}
+template <>
+__device__ __forceinline__ u32 tmem_cell<u32>(u32 bits) {
+  return bits;
+}
 // N cells as a value of L (T, or a line of N T).
 template <class L>
 __device__ __forceinline__ L tmem_lanes(const u32* r) {
@@ -1626,9 +2110,10 @@ inline void mbar_update(u64* w, u32 arrivals, long long tx KILN_WHERE) {
   if (!emu::access(w, 8, emu::kAtomic, where)) return;
   const u64 x = *w;
   if (!(x >> 63)) {
-    emu::misuse("an arrival or a copy on an mbarrier that was never initialized; "
-                "mbarrier_init() it first",
-                where);
+    emu::misuse(
+        "an arrival or a copy on an mbarrier that was never initialized; "
+        "mbarrier_init() it first",
+        where);
     return;
   }
   const u64 count = x & 0xfffffu, phase = (x >> 40) & 1u;
@@ -1637,9 +2122,10 @@ inline void mbar_update(u64* w, u32 arrivals, long long tx KILN_WHERE) {
   if (now >= (1ll << 20)) now -= 1ll << 21;
   now += tx;
   if (now >= (1ll << 20) || now <= -(1ll << 20)) {
-    emu::misuse("an mbarrier's transaction count left its range (at most 2^20 - 1 bytes pending "
-                "either way): expect the bytes of a phase before its copies outrun them",
-                where);
+    emu::misuse(
+        "an mbarrier's transaction count left its range (at most 2^20 - 1 bytes pending "
+        "either way): expect the bytes of a phase before its copies outrun them",
+        where);
     return;
   }
   pending = arrivals > pending ? 0 : pending - arrivals;
@@ -1675,8 +2161,8 @@ inline void tmem_commits_done(const u64* w, u32 parity) {
 // One unit waits until the phase of mbarrier bars[i] with parity `parity` has completed (`stuck`:
 // the report when it never can), then acquires what the phase released and completes the
 // tcgen05 commits that arrived in it. False when the wait was abandoned (reported).
-inline bool mbar_wait_unit(const bounded<u64>& bars, u32 i, u32 parity, const char* stuck
-                           KILN_WHERE) {
+inline bool mbar_wait_unit(const bounded<u64>& bars, u32 i, u32 parity,
+                           const char* stuck KILN_WHERE) {
   u64* w = mbar_word(bars, i KILN_AT);
   if (!w) return false;
   for (;;) {
@@ -1746,7 +2232,8 @@ inline u64 tcgen05_as_wgmma(u64 d) {
 }
 template <class T>
 inline u64 tcgen05_desc(const bounded<T>& mem, u32 index, u32 lbo, u32 sbo, u32 swizzle) {
-  const u32 address = (u32)(reinterpret_cast<const unsigned char*>(mem.p + index) - emu::unit()->shared);
+  const u32 address =
+      (u32)(reinterpret_cast<const unsigned char*>(mem.p + index) - emu::unit()->shared);
   return tcgen05_desc_bits(address, lbo, sbo, swizzle);
 }
 // Columns [c, c + n) of an allocation: each 32-column chunk allocated.
@@ -1768,9 +2255,10 @@ inline u32 tmem_alloc(const bounded<u32>& slot KILN_WHERE) {
         break;
       }
     if (at == 16) {
-      emu::misuse("tmem_alloc() of more tensor-memory columns than are free (512 in all; on a "
-                  "GPU it waits until another cube frees some, here forever)",
-                  where);
+      emu::misuse(
+          "tmem_alloc() of more tensor-memory columns than are free (512 in all; on a "
+          "GPU it waits until another cube frees some, here forever)",
+          where);
       slot.p[0] = 0;
     } else {
       st->allocated |= ((1u << chunks) - 1) << at;
@@ -1789,13 +2277,15 @@ inline void tmem_free(u32 t KILN_WHERE) {
   if (unit_linear() == 0) {
     const u32 c = t & 0xffffu;
     if ((t >> 16) != 0 || c % C != 0 || !tmem_allocated(c, C))
-      emu::misuse("tmem_free() of columns that are not allocated (free what tmem_alloc returned, "
-                  "with the same number of columns)",
-                  where);
+      emu::misuse(
+          "tmem_free() of columns that are not allocated (free what tmem_alloc returned, "
+          "with the same number of columns)",
+          where);
     else if (st->issued > st->waited)
-      emu::misuse("tmem_free() while a tcgen05_mma may still write tensor memory; "
-                  "tcgen05_commit() and mbarrier_wait() first",
-                  where);
+      emu::misuse(
+          "tmem_free() while a tcgen05_mma may still write tensor memory; "
+          "tcgen05_commit() and mbarrier_wait() first",
+          where);
     else
       st->allocated &= ~(((1u << (C / 32)) - 1) << (c / 32));
   }
@@ -1809,9 +2299,10 @@ inline void tcgen05_mma(u32 d, u64 adesc, u64 bdesc, bool accumulate KILN_WHERE)
   emu::TmemState* st = emu::unit()->tmem_state;
   const u32 col = d & 0xffffu;
   if ((d >> 16) != 0 || !tmem_allocated(col, N)) {
-    emu::misuse("a tcgen05_mma into tensor-memory columns that are not allocated (the "
-                "address must be what tmem_alloc returned, plus columns inside the allocation)",
-                where);
+    emu::misuse(
+        "a tcgen05_mma into tensor-memory columns that are not allocated (the "
+        "address must be what tmem_alloc returned, plus columns inside the allocation)",
+        where);
     return;
   }
   ++st->issued;
@@ -1842,9 +2333,10 @@ inline void tcgen05_commit(const bounded<u64>& bars, u32 i KILN_WHERE) {
   // The multiplies ran when issued, but a GPU may still be running them (and reading their
   // shared memory) until a wait sees this arrival's phase complete.
   if (st->pending == emu::kMaxPendingCommits) {
-    emu::misuse("more than 16 tcgen05_commit()s pending with no mbarrier_wait() that completes "
-                "them (the emulator tracks 16; wait for earlier commits first)",
-                where);
+    emu::misuse(
+        "more than 16 tcgen05_commit()s pending with no mbarrier_wait() that completes "
+        "them (the emulator tracks 16; wait for earlier commits first)",
+        where);
     return;
   }
   st->committed = st->issued;
@@ -1860,10 +2352,11 @@ inline void tmem_load(const bounded<T>& dst, u32 index, u32 t KILN_WHERE) {
     if ((t >> 16) != 0 || !tmem_allocated(col, N)) {
       emu::misuse("tmem_load() of tensor-memory columns that are not allocated", where);
     } else if (st->issued > st->waited) {
-      emu::misuse("tmem_load() while a tcgen05_mma may still write tensor memory (the multiply "
-                  "issued last has not been committed and waited for): tcgen05_commit() and "
-                  "mbarrier_wait() first",
-                  where);
+      emu::misuse(
+          "tmem_load() while a tcgen05_mma may still write tensor memory (the multiply "
+          "issued last has not been committed and waited for): tcgen05_commit() and "
+          "mbarrier_wait() first",
+          where);
     } else if ((u64)index + 128ull * N > dst.n) {
       emu::out_of_bounds(dst.space, emu::kStore, index + 128u * N - 1u, dst.n, where);
     } else {
@@ -1886,14 +2379,16 @@ inline L tmem_read(u32 t, u32 col KILN_WHERE) {
   const u64 c = (u64)(t & 0xffffu) + col;
   u32 r[N] = {};
   if ((t >> 16) != 0 || c + N > 512 || !tmem_allocated((u32)c, N))
-    emu::misuse("tmem_read() of tensor-memory columns that are not allocated (the address must be "
-                "what tmem_alloc returned, and the columns read inside the allocation)",
-                where);
+    emu::misuse(
+        "tmem_read() of tensor-memory columns that are not allocated (the address must be "
+        "what tmem_alloc returned, and the columns read inside the allocation)",
+        where);
   else if (st->issued > st->waited)
-    emu::misuse("tmem_read() while a tcgen05_mma may still write tensor memory (the multiply "
-                "issued last has not been committed and waited for): tcgen05_commit() and "
-                "mbarrier_wait() first",
-                where);
+    emu::misuse(
+        "tmem_read() while a tcgen05_mma may still write tensor memory (the multiply "
+        "issued last has not been committed and waited for): tcgen05_commit() and "
+        "mbarrier_wait() first",
+        where);
   else
     memcpy(r, emu::unit()->tmem + (unit_linear() % 128u) * 512u + c, 4 * N);
   return tmem_lanes<L>(r);
@@ -1905,7 +2400,8 @@ __device__ __forceinline__ u32 shared_address(const void* p) {
 __device__ __forceinline__ void mbar_init(u64* bars, u32 i, u32 count) {
   if (unit_linear() == 0) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_address(bars + i)),
-                 "r"(count) : "memory");
+                 "r"(count)
+                 : "memory");
 #if __CUDA_ARCH__ >= 900
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 #endif
@@ -1920,12 +2416,16 @@ __device__ __forceinline__ void mbar_wait(u64* bars, u32 i, u32 parity) {
     asm volatile(
         "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
         "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done) : "r"(a), "r"(parity) : "memory");
+        : "=r"(done)
+        : "r"(a), "r"(parity)
+        : "memory");
 #else
     asm volatile(
         "{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
         "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done) : "r"(a), "r"(parity) : "memory");
+        : "=r"(done)
+        : "r"(a), "r"(parity)
+        : "memory");
 #endif
   }
 }
@@ -1936,7 +2436,8 @@ __device__ __forceinline__ void pipe_begin(u64* full, u64* empty, u32 stages, u3
       asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(full + s))
                    : "memory");
       asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_address(empty + s)),
-                   "r"(consumer_planes) : "memory");
+                   "r"(consumer_planes)
+                   : "memory");
     }
 #if __CUDA_ARCH__ >= 900
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -1955,14 +2456,17 @@ __device__ __forceinline__ void pipe_release(u64* bars, u32 i) {
 }
 __device__ __forceinline__ void pipe_retire() {}
 template <class T>
-__device__ __forceinline__ u64 tcgen05_desc(const T* mem, u32 index, u32 lbo, u32 sbo, u32 swizzle) {
+__device__ __forceinline__ u64 tcgen05_desc(const T* mem, u32 index, u32 lbo, u32 sbo,
+                                            u32 swizzle) {
   return tcgen05_desc_bits(shared_address(mem + index), lbo, sbo, swizzle);
 }
 template <u32 C>
 __device__ __forceinline__ u32 tmem_alloc(u32* slot) {
   if ((unit_linear() >> 5) == 0)
     asm volatile("tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [%0], %1;" ::"r"(
-                     shared_address(slot)), "n"(C) : "memory");
+                     shared_address(slot)),
+                 "n"(C)
+                 : "memory");
   asm volatile("tcgen05.fence::before_thread_sync;" ::: "memory");
   __syncthreads();
   asm volatile("tcgen05.fence::after_thread_sync;" ::: "memory");
@@ -1976,7 +2480,8 @@ __device__ __forceinline__ void tmem_free(u32 t) {
   __syncthreads();
   asm volatile("tcgen05.fence::after_thread_sync;" ::: "memory");
   if ((unit_linear() >> 5) == 0)
-    asm volatile("tcgen05.dealloc.cta_group::1.sync.aligned.b32 %0, %1;" ::"r"(t), "n"(C) : "memory");
+    asm volatile("tcgen05.dealloc.cta_group::1.sync.aligned.b32 %0, %1;" ::"r"(t), "n"(C)
+                 : "memory");
 }
 template <class T, int N, int MJ>
 __device__ __forceinline__ void tcgen05_mma(u32 d, u64 adesc, u64 bdesc, bool accumulate) {
@@ -1984,20 +2489,27 @@ __device__ __forceinline__ void tcgen05_mma(u32 d, u64 adesc, u64 bdesc, bool ac
   constexpr u32 idesc = tcgen05_idesc<T, N, MJ>();
   const u32 acc = accumulate ? 1u : 0u;
   asm volatile("tcgen05.fence::after_thread_sync;" ::: "memory");
-#define KILN_TCGEN05_MMA(KIND)                                                              \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\n"                                 \
-               "tcgen05.mma.cta_group::1.kind::" KIND " [%0], %1, %2, %3, p;\n}\n" ::"r"(d), \
-               "l"(adesc), "l"(bdesc), "r"(idesc), "r"(acc) : "memory")
-  if constexpr (tcgen05_kind<T>::kind == 0) KILN_TCGEN05_MMA("f16");
-  else if constexpr (tcgen05_kind<T>::kind == 1) KILN_TCGEN05_MMA("tf32");
-  else if constexpr (tcgen05_kind<T>::kind == 2) KILN_TCGEN05_MMA("f8f6f4");
-  else KILN_TCGEN05_MMA("i8");
+#define KILN_TCGEN05_MMA(KIND)                                                      \
+  asm volatile(                                                                     \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\n"                                   \
+      "tcgen05.mma.cta_group::1.kind::" KIND " [%0], %1, %2, %3, p;\n}\n" ::"r"(d), \
+      "l"(adesc), "l"(bdesc), "r"(idesc), "r"(acc)                                  \
+      : "memory")
+  if constexpr (tcgen05_kind<T>::kind == 0)
+    KILN_TCGEN05_MMA("f16");
+  else if constexpr (tcgen05_kind<T>::kind == 1)
+    KILN_TCGEN05_MMA("tf32");
+  else if constexpr (tcgen05_kind<T>::kind == 2)
+    KILN_TCGEN05_MMA("f8f6f4");
+  else
+    KILN_TCGEN05_MMA("i8");
 #undef KILN_TCGEN05_MMA
 }
 __device__ __forceinline__ void tcgen05_commit(u64* bars, u32 i) {
   if (unit_linear() != 0) return;
   asm volatile("tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [%0];" ::"r"(
-                   shared_address(bars + i)) : "memory");
+                   shared_address(bars + i))
+               : "memory");
 }
 // Warps 0-3 read their 32 lanes of tensor memory (warp w: lanes 32w .. 32w + 31; a unit's lane
 // is its row) 8 columns at a time, and write the rows to dst.
@@ -2031,31 +2543,44 @@ __device__ __forceinline__ L tmem_read(u32 t, u32 col) {
   u32 r[N];
   asm volatile("tcgen05.fence::after_thread_sync;" ::: "memory");
   if constexpr (N == 1) {
-    asm volatile("tcgen05.ld.sync.aligned.32x32b.x1.b32 {%0}, [%1];\n"
-                 "tcgen05.wait::ld.sync.aligned;\n"
-                 : "=r"(r[0]) : "r"(a) : "memory");
+    asm volatile(
+        "tcgen05.ld.sync.aligned.32x32b.x1.b32 {%0}, [%1];\n"
+        "tcgen05.wait::ld.sync.aligned;\n"
+        : "=r"(r[0])
+        : "r"(a)
+        : "memory");
   } else if constexpr (N == 2) {
-    asm volatile("tcgen05.ld.sync.aligned.32x32b.x2.b32 {%0, %1}, [%2];\n"
-                 "tcgen05.wait::ld.sync.aligned;\n"
-                 : "=r"(r[0]), "=r"(r[1]) : "r"(a) : "memory");
+    asm volatile(
+        "tcgen05.ld.sync.aligned.32x32b.x2.b32 {%0, %1}, [%2];\n"
+        "tcgen05.wait::ld.sync.aligned;\n"
+        : "=r"(r[0]), "=r"(r[1])
+        : "r"(a)
+        : "memory");
   } else if constexpr (N == 4) {
-    asm volatile("tcgen05.ld.sync.aligned.32x32b.x4.b32 {%0, %1, %2, %3}, [%4];\n"
-                 "tcgen05.wait::ld.sync.aligned;\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a) : "memory");
+    asm volatile(
+        "tcgen05.ld.sync.aligned.32x32b.x4.b32 {%0, %1, %2, %3}, [%4];\n"
+        "tcgen05.wait::ld.sync.aligned;\n"
+        : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+        : "r"(a)
+        : "memory");
   } else if constexpr (N == 8) {
-    asm volatile("tcgen05.ld.sync.aligned.32x32b.x8.b32 {%0, %1, %2, %3, %4, %5, %6, %7}, [%8];\n"
-                 "tcgen05.wait::ld.sync.aligned;\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]), "=r"(r[4]), "=r"(r[5]),
-                   "=r"(r[6]), "=r"(r[7])
-                 : "r"(a) : "memory");
+    asm volatile(
+        "tcgen05.ld.sync.aligned.32x32b.x8.b32 {%0, %1, %2, %3, %4, %5, %6, %7}, [%8];\n"
+        "tcgen05.wait::ld.sync.aligned;\n"
+        : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]), "=r"(r[4]), "=r"(r[5]), "=r"(r[6]),
+          "=r"(r[7])
+        : "r"(a)
+        : "memory");
   } else {
-    asm volatile("tcgen05.ld.sync.aligned.32x32b.x16.b32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
-                 "%9, %10, %11, %12, %13, %14, %15}, [%16];\n"
-                 "tcgen05.wait::ld.sync.aligned;\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]), "=r"(r[4]), "=r"(r[5]),
-                   "=r"(r[6]), "=r"(r[7]), "=r"(r[8]), "=r"(r[9]), "=r"(r[10]), "=r"(r[11]),
-                   "=r"(r[12]), "=r"(r[13]), "=r"(r[14]), "=r"(r[15])
-                 : "r"(a) : "memory");
+    asm volatile(
+        "tcgen05.ld.sync.aligned.32x32b.x16.b32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
+        "%9, %10, %11, %12, %13, %14, %15}, [%16];\n"
+        "tcgen05.wait::ld.sync.aligned;\n"
+        : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]), "=r"(r[4]), "=r"(r[5]), "=r"(r[6]),
+          "=r"(r[7]), "=r"(r[8]), "=r"(r[9]), "=r"(r[10]), "=r"(r[11]), "=r"(r[12]), "=r"(r[13]),
+          "=r"(r[14]), "=r"(r[15])
+        : "r"(a)
+        : "memory");
   }
   return tmem_lanes<L>(r);
 }
@@ -2103,9 +2628,10 @@ inline bool tma_walk(const tma_desc& m, const u32 (&box)[R], const bounded<T>& m
     return false;
   }
   if (start % 128 != 0) {
-    emu::misuse("a tma_load or tma_store at a shared-array index that is no multiple of 128 "
-                "bytes (TMA moves whole 128-byte aligned lines)",
-                where);
+    emu::misuse(
+        "a tma_load or tma_store at a shared-array index that is no multiple of 128 "
+        "bytes (TMA moves whole 128-byte aligned lines)",
+        where);
     return false;
   }
   // A swizzle moves 16-byte chunks within their 128-byte line: every line the box touches
@@ -2148,24 +2674,55 @@ inline void tma_load(const bounded<T>& dst, u32 index, const tensor_map& map,
   const u32 box[R] = {BOX...};
   unsigned char* out = (unsigned char*)dst.p;
   const unsigned char* in = (const unsigned char*)(uintptr_t)m.base;
-  const bool done = tma_walk<SW>(
-      m, box, dst, index, c,
-      [&](u64 byte, bool inside, u64 offset) {
-        if (!emu::access(out + byte, sizeof(T), emu::kStore | emu::kSharedSpace, where))
-          return false;
-        if (inside) {
-          memcpy(out + byte, in + offset * sizeof(T), sizeof(T));
-        } else {
-          // NaN: every bit but the sign set, a NaN in every IEEE format (the GPU's canonical
-          // f32 NaN, 0x7fffffff).
-          memset(out + byte, m.fill_nan ? 0xff : 0, sizeof(T));
-          if (m.fill_nan) out[byte + sizeof(T) - 1] = 0x7f;
-        }
-        return true;
-      } KILN_AT);
+  const bool done = tma_walk<SW>(m, box, dst, index, c, [&](u64 byte, bool inside, u64 offset) {
+    if (!emu::access(out + byte, sizeof(T), emu::kStore | emu::kSharedSpace, where)) return false;
+    if (inside) {
+      memcpy(out + byte, in + offset * sizeof(T), sizeof(T));
+    } else {
+      // NaN: every bit but the sign set, a NaN in every IEEE format (the GPU's canonical
+      // f32 NaN, 0x7fffffff).
+      memset(out + byte, m.fill_nan ? 0xff : 0, sizeof(T));
+      if (m.fill_nan) out[byte + sizeof(T) - 1] = 0x7f;
+    }
+    return true;
+  } KILN_AT);
   u64 total = sizeof(T);
   for (int d = 0; d < R; ++d) total *= box[d];
   if (done) mbar_update(w, 0, -(long long)total KILN_AT);
+}
+// tma_load into the cubes of the cluster in `mask` (bit r: rank r), each at the same shared
+// offsets and completing on its own mbarrier; the box is read once per destination here.
+template <u32 SW, u32... BOX, class T, int R>
+inline void tma_load_multicast(const bounded<T>& dst, u32 index, const tensor_map& map,
+                               const bounded<u64>& bars, u32 bi, u16 mask,
+                               const i32 (&c)[R] KILN_WHERE) {
+  if (!issues()) return;
+  for (u32 r = 0; r < 16; ++r) {
+    if (!(mask >> r & 1u)) continue;
+    T* p = (T*)emu::map_shared(dst.p, r, where);
+    u64* b = (u64*)emu::map_shared(bars.p, r, where);
+    if (!p || !b) return;
+    tma_load<SW, BOX...>(bounded<T>{p, dst.n, dst.space}, index, map,
+                         bounded<u64>{b, bars.n, bars.space}, bi, c KILN_AT);
+  }
+}
+// ---- clusters ---------------------------------------------------------------------------------
+inline u32 cluster_rank() {
+  return emu::unit()->cluster_rank;
+}
+inline void sync_cluster(const ::std::source_location& where = ::std::source_location::current()) {
+  emu::sync_cluster(where);
+}
+template <class L>
+inline auto cluster_load(const bounded<L>& a, u32 rank, u32 i KILN_WHERE)
+    -> decltype(memory_load(a.p, i)) {
+  if (i >= a.n) {
+    emu::out_of_bounds(a.space, emu::kLoad, i, a.n, where);
+    return {};
+  }
+  const L* p = (const L*)emu::map_shared(a.p + i, rank, where);
+  if (!p || !emu::access(p, sizeof(L), emu::kLoad | emu::kSharedSpace, where)) return {};
+  return memory_load(p, 0);
 }
 // cp.async: the unit's 16 bytes land at once (the emulator orders them as the unit's own store:
 // other units read them after a sync_cube, as on the GPU after the wait and a barrier).
@@ -2173,9 +2730,10 @@ template <class T, class S>
 inline void copy_async(const bounded<T>& dst, u32 si, const S* src, u32 gi, bool valid KILN_WHERE) {
   enum : u32 { N = 16 / sizeof(T) };
   if (si % N != 0 || ((uintptr_t)(src + gi) % 16 != 0 && valid)) {
-    emu::misuse("a copy_async whose shared or global address is not 16-byte aligned (its "
-                "indices must be multiples of 16 bytes, and the tensor's data start on 16 bytes)",
-                where);
+    emu::misuse(
+        "a copy_async whose shared or global address is not 16-byte aligned (its "
+        "indices must be multiples of 16 bytes, and the tensor's data start on 16 bytes)",
+        where);
     return;
   }
   if (si + N > dst.n) {
@@ -2196,15 +2754,21 @@ inline void copy_async_wait() {}
 // atomically (cubes run on several host threads), rounded once as the GPU does: f16 and bf16
 // through f32 (exact enough that rounding the f32 result rounds the exact one), min and max of a
 // NaN and a number giving the number.
-inline f32 tma_min(f32 x, f32 y) { return x != x ? y : y != y ? x : x < y ? x : y; }
-inline f32 tma_max(f32 x, f32 y) { return x != x ? y : y != y ? x : x < y ? y : x; }
+inline f32 tma_min(f32 x, f32 y) {
+  return x != x ? y : y != y ? x : x < y ? x : y;
+}
+inline f32 tma_max(f32 x, f32 y) {
+  return x != x ? y : y != y ? x : x < y ? y : x;
+}
 template <u32 RED, class T>  // integers: sums wrap
 inline T tma_combine(T a, T b) {
   if (RED == 1) return (T)((u64)a + (u64)b);
   return RED == 2 ? (a < b ? a : b) : (a < b ? b : a);
 }
 template <u32 RED>
-inline f32 tma_combine(f32 a, f32 b) { return a + b; }  // add only
+inline f32 tma_combine(f32 a, f32 b) {
+  return a + b;
+}  // add only
 template <u32 RED>
 inline f16 tma_combine(f16 a, f16 b) {
   const f32 x = to_f32(a), y = to_f32(b);
@@ -2215,10 +2779,20 @@ inline bf16 tma_combine(bf16 a, bf16 b) {
   const f32 x = to_f32(a), y = to_f32(b);
   return cast<bf16>(RED == 1 ? x + y : RED == 2 ? tma_min(x, y) : tma_max(x, y));
 }
-template <int B> struct tma_bits;
-template <> struct tma_bits<2> { typedef u16 type; };
-template <> struct tma_bits<4> { typedef u32 type; };
-template <> struct tma_bits<8> { typedef u64 type; };
+template <int B>
+struct tma_bits;
+template <>
+struct tma_bits<2> {
+  typedef u16 type;
+};
+template <>
+struct tma_bits<4> {
+  typedef u32 type;
+};
+template <>
+struct tma_bits<8> {
+  typedef u64 type;
+};
 // A store (RED 0) or reduction (RED 1 add, 2 min, 3 max) of a box from shared memory, by unit 0
 // between two barriers, the tensor written when it returns. A synchronous one frees the shared
 // memory at once; an asynchronous one (ASYNC) counts as reading it until a tma_store_wait that
@@ -2241,30 +2815,28 @@ inline void tma_store_impl(const tensor_map& map, const bounded<T>& src, u32 ind
     const unsigned char* in = (const unsigned char*)src.p;
     T* out = (T*)(uintptr_t)m.base;
     typedef typename tma_bits<sizeof(T)>::type U;
-    tma_walk<SW>(
-        m, box, src, index, c,
-        [&](u64 byte, bool inside, u64 offset) {
-          if (!emu::access(in + byte, sizeof(T),
-                           emu::kLoad | emu::kSharedSpace | (ASYNC ? emu::kBulk : 0u), where))
-            return false;
-          if (!inside) return true;
-          if (RED == 0) {
-            memcpy(out + offset, in + byte, sizeof(T));
-            return true;
-          }
-          T v;
-          memcpy(&v, in + byte, sizeof(T));
-          U* cell = (U*)(out + offset);
-          U old = __atomic_load_n(cell, __ATOMIC_RELAXED), next;
-          do {
-            T cur;
-            memcpy(&cur, &old, sizeof(T));
-            const T r = tma_combine<RED>(cur, v);
-            memcpy(&next, &r, sizeof(T));
-          } while (!__atomic_compare_exchange_n(cell, &old, next, true, __ATOMIC_RELAXED,
-                                                __ATOMIC_RELAXED));
-          return true;
-        } KILN_AT);
+    tma_walk<SW>(m, box, src, index, c, [&](u64 byte, bool inside, u64 offset) {
+      if (!emu::access(in + byte, sizeof(T),
+                       emu::kLoad | emu::kSharedSpace | (ASYNC ? emu::kBulk : 0u), where))
+        return false;
+      if (!inside) return true;
+      if (RED == 0) {
+        memcpy(out + offset, in + byte, sizeof(T));
+        return true;
+      }
+      T v;
+      memcpy(&v, in + byte, sizeof(T));
+      U* cell = (U*)(out + offset);
+      U old = __atomic_load_n(cell, __ATOMIC_RELAXED), next;
+      do {
+        T cur;
+        memcpy(&cur, &old, sizeof(T));
+        const T r = tma_combine<RED>(cur, v);
+        memcpy(&next, &r, sizeof(T));
+      } while (
+          !__atomic_compare_exchange_n(cell, &old, next, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+      return true;
+    } KILN_AT);
     if (!ASYNC) st->bulk_waited = st->bulk_issued;  // wait_group 0: every group is done
   }
   if (!ASYNC) emu::sync_threads(where);
@@ -2290,7 +2862,8 @@ inline void tma_reduce_async(const tensor_map& map, const bounded<T>& src, u32 i
   tma_store_impl<RED, true, SW, BOX...>(map, src, index, c KILN_AT);
 }
 template <int N>
-inline void tma_store_wait(const ::std::source_location& where = ::std::source_location::current()) {
+inline void tma_store_wait(
+    const ::std::source_location& where = ::std::source_location::current()) {
   if (unit_linear() == 0) {
     emu::TmemState* st = emu::unit()->tmem_state;
     if (st->bulk_issued > st->bulk_waited + (u32)N) st->bulk_waited = st->bulk_issued - (u32)N;
@@ -2312,44 +2885,108 @@ inline void tma_prefetch(const tensor_map& map, const i32 (&c)[R] KILN_WHERE) {
 __device__ __forceinline__ void mbar_arrive_expect_tx(u64* bars, u32 i, u32 bytes) {
 #if __CUDA_ARCH__ >= 900
   if (issues())
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(
-                     shared_address(bars + i)), "r"(bytes) : "memory");
+    asm volatile(
+        "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(bars + i)),
+        "r"(bytes)
+        : "memory");
 #endif
 }
-// cp.async.bulk.tensor takes the coordinates innermost first.
-template <u32 SW, u32... BOX, class T, int R>
-__device__ __forceinline__ void tma_load(T* dst, u32 index, const tensor_map& map, u64* bars,
-                                         u32 bi, const i32 (&c)[R]) {
+// cp.async.bulk.tensor takes the coordinates innermost first. MC: multicast to the cubes of
+// the cluster in `mask`, at the same shared offsets, each completing on its own mbarrier.
+template <bool MC, u32 SW, u32... BOX, class T, int R>
+__device__ __forceinline__ void tma_load_impl(T* dst, u32 index, const tensor_map& map, u64* bars,
+                                              u32 bi, u16 mask, const i32 (&c)[R]) {
   static_assert(sizeof...(BOX) == R, "one coordinate per dimension of the box");
 #if __CUDA_ARCH__ >= 900
   if (!issues()) return;
   const u32 d = shared_address(dst + index), b = shared_address(bars + bi);
   const u64 m = (u64)&map;
-#define KILN_TMA(N, ...)                                                                        \
-  asm volatile("cp.async.bulk.tensor." #N "d.shared::cluster.global.tile.mbarrier::complete_tx" \
-               "::bytes [%0], [%1, {" __VA_ARGS__ "}], [%2];"
-  if constexpr (R == 1)
-    KILN_TMA(1, "%3") ::"r"(d), "l"(m), "r"(b), "r"(c[0]) : "memory");
-  else if constexpr (R == 2)
-    KILN_TMA(2, "%3, %4") ::"r"(d), "l"(m), "r"(b), "r"(c[1]), "r"(c[0]) : "memory");
-  else if constexpr (R == 3)
-    KILN_TMA(3, "%3, %4, %5") ::"r"(d), "l"(m), "r"(b), "r"(c[2]), "r"(c[1]), "r"(c[0])
-        : "memory");
-  else if constexpr (R == 4)
-    KILN_TMA(4, "%3, %4, %5, %6") ::"r"(d), "l"(m), "r"(b), "r"(c[3]), "r"(c[2]), "r"(c[1]),
-        "r"(c[0]) : "memory");
-  else
-    KILN_TMA(5, "%3, %4, %5, %6, %7") ::"r"(d), "l"(m), "r"(b), "r"(c[4]), "r"(c[3]), "r"(c[2]),
-        "r"(c[1]), "r"(c[0]) : "memory");
+#define KILN_TMA_FORM(N, MCAST, MASK, ...)                                                      \
+  "cp.async.bulk.tensor." #N "d.shared::cluster.global.tile.mbarrier::complete_tx::bytes" MCAST \
+  " [%0], [%1, {" __VA_ARGS__ "}], [%2]" MASK ";"
+#define KILN_TMA(N, ...)                                                                       \
+  if constexpr (MC)                                                                            \
+    asm volatile(KILN_TMA_FORM(N, ".multicast::cluster", ", %3", __VA_ARGS__)::"r"(d), "l"(m), \
+                 "r"(b), "h"(mask), KILN_TMA_COORDS_##N                                        \
+                 : "memory");                                                                  \
+  else                                                                                         \
+    asm volatile(KILN_TMA_FORM(N, "", "", __VA_ARGS__)::"r"(d), "l"(m), "r"(b), "h"(mask),     \
+                 KILN_TMA_COORDS_##N                                                           \
+                 : "memory");
+#define KILN_TMA_COORDS_1 "r"(c[0])
+#define KILN_TMA_COORDS_2 "r"(c[1]), "r"(c[0])
+#define KILN_TMA_COORDS_3 "r"(c[2]), "r"(c[1]), "r"(c[0])
+#define KILN_TMA_COORDS_4 "r"(c[3]), "r"(c[2]), "r"(c[1]), "r"(c[0])
+#define KILN_TMA_COORDS_5 "r"(c[4]), "r"(c[3]), "r"(c[2]), "r"(c[1]), "r"(c[0])
+  if constexpr (R == 1) {
+    KILN_TMA(1, "%4")
+  } else if constexpr (R == 2) {
+    KILN_TMA(2, "%4, %5")
+  } else if constexpr (R == 3) {
+    KILN_TMA(3, "%4, %5, %6")
+  } else if constexpr (R == 4) {
+    KILN_TMA(4, "%4, %5, %6, %7")
+  } else {
+    KILN_TMA(5, "%4, %5, %6, %7, %8")
+  }
+#undef KILN_TMA_COORDS_1
+#undef KILN_TMA_COORDS_2
+#undef KILN_TMA_COORDS_3
+#undef KILN_TMA_COORDS_4
+#undef KILN_TMA_COORDS_5
 #undef KILN_TMA
+#undef KILN_TMA_FORM
 #endif
+}
+template <u32 SW, u32... BOX, class T, int R>
+__device__ __forceinline__ void tma_load(T* dst, u32 index, const tensor_map& map, u64* bars,
+                                         u32 bi, const i32 (&c)[R]) {
+  tma_load_impl<false, SW, BOX...>(dst, index, map, bars, bi, 0, c);
+}
+template <u32 SW, u32... BOX, class T, int R>
+__device__ __forceinline__ void tma_load_multicast(T* dst, u32 index, const tensor_map& map,
+                                                   u64* bars, u32 bi, u16 mask, const i32 (&c)[R]) {
+  tma_load_impl<true, SW, BOX...>(dst, index, map, bars, bi, mask, c);
+}
+// ---- clusters (sm_90 and later) -----------------------------------------------------------------
+// cluster_rank: %cluster_ctarank. sync_cluster: the cluster barrier, releasing the units' writes
+// to every cube of the cluster (mbar_init fences its initialization for the cluster, so a
+// multicast from another cube after a sync_cluster completes on it). cluster_load: mapa gives the
+// generic address of the same shared element in the cube of that rank; a generic load reads it.
+__device__ __forceinline__ u32 cluster_rank() {
+#if __CUDA_ARCH__ >= 900
+  u32 r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+#else
+  return 0;
+#endif
+}
+__device__ __forceinline__ void sync_cluster() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile(
+      "barrier.cluster.arrive.release.aligned;\n\t"
+      "barrier.cluster.wait.acquire.aligned;" ::
+          : "memory");
+#else
+  __syncthreads();
+#endif
+}
+template <class L>
+__device__ __forceinline__ auto cluster_load(L* p, u32 rank, u32 i) -> decltype(memory_load(p, i)) {
+  u64 a = (u64)(p + i);
+#if __CUDA_ARCH__ >= 900
+  asm volatile("mapa.u64 %0, %1, %2;" : "=l"(a) : "l"(a), "r"(rank));
+#endif
+  return memory_load(reinterpret_cast<const L*>(a), 0);
 }
 // cp.async.cg: 16 bytes, L2 only; a source size of 0 writes 16 zero bytes and reads nothing.
 template <class T, class S>
 __device__ __forceinline__ void copy_async(T* dst, u32 si, const S* src, u32 gi, bool valid) {
 #if __CUDA_ARCH__ >= 800
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared_address(dst + si)),
-               "l"(src + gi), "r"(valid ? 16u : 0u) : "memory");
+               "l"(src + gi), "r"(valid ? 16u : 0u)
+               : "memory");
 #endif
 }
 __device__ __forceinline__ void copy_async_commit() {
@@ -2405,19 +3042,19 @@ __device__ __forceinline__ void tma_store_impl(const tensor_map& map, T* src, u3
     const u64 m = (u64)&map;
 #define KILN_TMA(OP, N, ...) \
   asm volatile(OP "." #N "d.global.shared::cta" __VA_ARGS__ "}], [%1];"
-#define KILN_TMA_RANKS(OP, KIND)                                                                  \
-  if constexpr (R == 1)                                                                           \
+#define KILN_TMA_RANKS(OP, KIND)                                                                   \
+  if constexpr (R == 1)                                                                            \
     KILN_TMA(OP, 1, KIND ".tile.bulk_group [%0, {%2") ::"l"(m), "r"(s), "r"(c[0]) : "memory");     \
-  else if constexpr (R == 2)                                                                      \
+  else if constexpr (R == 2)                                                                       \
     KILN_TMA(OP, 2, KIND ".tile.bulk_group [%0, {%2, %3") ::"l"(m), "r"(s), "r"(c[1]), "r"(c[0])  \
-        : "memory");                                                                              \
-  else if constexpr (R == 3)                                                                      \
+        : "memory");                                                                               \
+  else if constexpr (R == 3)                                                                       \
     KILN_TMA(OP, 3, KIND ".tile.bulk_group [%0, {%2, %3, %4") ::"l"(m), "r"(s), "r"(c[2]),        \
-        "r"(c[1]), "r"(c[0]) : "memory");                                                         \
-  else if constexpr (R == 4)                                                                      \
+        "r"(c[1]), "r"(c[0]) : "memory");                                                          \
+  else if constexpr (R == 4)                                                                       \
     KILN_TMA(OP, 4, KIND ".tile.bulk_group [%0, {%2, %3, %4, %5") ::"l"(m), "r"(s), "r"(c[3]),    \
-        "r"(c[2]), "r"(c[1]), "r"(c[0]) : "memory");                                              \
-  else                                                                                            \
+        "r"(c[2]), "r"(c[1]), "r"(c[0]) : "memory");                                               \
+  else                                                                                             \
     KILN_TMA(OP, 5, KIND ".tile.bulk_group [%0, {%2, %3, %4, %5, %6") ::"l"(m), "r"(s), "r"(c[4]), \
         "r"(c[3]), "r"(c[2]), "r"(c[1]), "r"(c[0]) : "memory");
     if constexpr (RED == 0) {

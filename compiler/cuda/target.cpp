@@ -73,6 +73,10 @@ bool has_tma(const Target& arch) {
   return arch.sm >= 90;
 }
 
+bool has_multicast(const Target& arch) {
+  return (arch.sm == 90 || arch.sm == 100) && arch.arch_specific;
+}
+
 bool has_mma_scaled(const Target& arch) {
   return arch.sm == 120 && arch.arch_specific;
 }
@@ -89,6 +93,20 @@ std::string unsupported_fragment(const ir::Op& op, const ir::Kernel& k, const Ta
   const bool mbarrier = op.kind == OpKind::MbarInit || op.kind == OpKind::MbarWait;
   if (mbarrier && arch.sm < 80)
     return fmt::format("mbarriers need sm_80 or later; {} has none", arch.name());
+  const bool cluster = op.kind == OpKind::ClusterRank || op.kind == OpKind::SyncCluster ||
+                       op.kind == OpKind::ClusterLoad || op.kind == OpKind::TmaLoadMulticast;
+  if (cluster && !has_tma(arch))
+    return fmt::format(
+        "clusters (cluster_rank, sync_cluster, cluster_load, TMA multicast) are sm_90 features; "
+        "{} has none (ask has_clusters() at trace time and take another path there)",
+        arch.name());
+  if (op.kind == OpKind::TmaLoadMulticast && !has_multicast(arch))
+    return fmt::format(
+        "TMA multicast is for sm_90a and sm_100a; {} has none to use (ptxas expects it to run "
+        "substantially slower on other targets): ask has_multicast() at trace time and copy each "
+        "cube's box with tma_load there",
+        arch.name());
+  if (cluster) return {};
   const bool tma = op.kind == OpKind::TmaLoad || op.kind == OpKind::TmaStore ||
                    op.kind == OpKind::TmaPrefetch || op.kind == OpKind::TmaStoreWait ||
                    op.kind == OpKind::MbarArriveTx || op.kind == OpKind::Pipeline;

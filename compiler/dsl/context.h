@@ -21,6 +21,7 @@ struct TraceTarget {
   bool wgmma = true;       // whether it runs warpgroup multiplies (wgmma.*)
   bool tcgen05 = true;     // whether it has tensor memory and tcgen05 (tmem.*, tcgen05.*)
   bool tma = true;         // whether it has the Tensor Memory Accelerator (tma.*)
+  bool multicast = true;   // whether it multicasts TMA boxes to a cluster (tma.load_multicast)
   bool cp_async = true;    // whether it has per-unit asynchronous copies (async.*)
   bool mma_scaled = true;  // whether it runs block-scaled multiplies (frag.mma_scaled)
 };

@@ -14,6 +14,7 @@
 
 #include "compiler/dsl/async_copy.h"
 #include "compiler/dsl/builtins.h"
+#include "compiler/dsl/cluster.h"
 #include "compiler/dsl/comptime.h"
 #include "compiler/dsl/context.h"
 #include "compiler/dsl/control.h"

@@ -62,6 +62,7 @@ class Lowering {
   Kernel run() {
     out_.name = in_.name;
     out_.cube_dim = in_.cube_dim;
+    out_.cluster_dim = in_.cluster_dim;
     out_.files = in_.files;
     out_.source_name = in_.source_name;
     Region body;

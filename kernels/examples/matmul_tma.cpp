@@ -18,6 +18,13 @@
 // round r; the consumers release round r - 1's stage once wgmma_wait(1) says its multiplies
 // are done. No sync_cube in the loop: the warpgroups and the copies meet only at mbarriers.
 //
+// With cluster = 2 two cubes that compute the same columns of C (cubes (x, 2j) and (x, 2j + 1))
+// form a cluster and share their B tiles: each copies half of a B tile's rows and multicasts it
+// to both (tma_load_multicast), so B is read from global memory once per cluster, not per cube.
+// Since a round's copies now fill a stage of both cubes, the per-round sync_cube becomes a
+// sync_cluster: both cubes are past round r - 1 before either refills its stage. (Not with
+// producer = 1: the ring's empty mbarriers would have to count both cubes' releases.)
+//
 // The boxes land swizzled exactly as wgmma_tile_index lays a K-major tile out (one box per
 // warpgroup and k block of `swizzle` bytes), and elements outside A and B arrive as zeros; the
 // product goes out through shared memory and an asynchronous TMA store per warpgroup (one wait
@@ -34,8 +41,18 @@ using namespace kiln::dsl;
 
 template <class T>
 void matmul_tma(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, int tile_n,
-                int warpgroups, int swizzle, int k_rows, int stages, int prefetch, int producer) {
+                int warpgroups, int swizzle, int k_rows, int stages, int prefetch, int producer,
+                int cluster) {
   using Acc = mma_acc_t<T>;
+  if (cluster == 2 && (producer || tile_n % 16 != 0)) {
+    TraceContext::current().fail(SrcLoc::current(),
+                                 "matmul_tma: cluster = 2 needs producer = 0 (a producer plane's "
+                                 "ring would have to count the releases of both cubes) and a "
+                                 "tile_n that is a multiple of 16 (each cube copies half the "
+                                 "rows of a B tile)");
+    return;
+  }
+  if (cluster == 2) cluster_dims(1, 2);  // two cubes along y: the same columns of C
   const Swizzle sw = static_cast<Swizzle>(swizzle);
   // A box is `swizzle` bytes of k wide: one k block of a tile; a round is k_rows blocks.
   const auto per_row = static_cast<uint32_t>(swizzle / static_cast<int>(sizeof(host_of_t<T>)));
@@ -50,8 +67,12 @@ void matmul_tma(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, in
   auto as = shared_array<T>(ns * a_stage);
   auto bs = shared_array<T>(ns * b_stage);
   auto av = tma_view(a, {64, static_cast<int>(per_row)}, sw);
-  auto bv = tma_view(b, {tile_n, static_cast<int>(per_row)}, sw);
-  const uint32_t stage_bytes = (wgs * av.box_bytes() + bv.box_bytes()) * uint32_t(k_rows);
+  // With a cluster each cube copies half of a B tile's rows (its rank's), for both cubes.
+  const auto halves = static_cast<uint32_t>(cluster);
+  const uint32_t b_rows = un / halves;
+  auto bv = tma_view(b, {static_cast<int>(b_rows), static_cast<int>(per_row)}, sw);
+  const uint32_t stage_bytes = (wgs * av.box_bytes() + halves * bv.box_bytes()) * uint32_t(k_rows);
+  u32 half = cluster == 2 ? cluster_rank() : u32(0u);
   u32 wg = plane_pos() / 4u;
   u32 m0 = cube_pos_y() * (64u * wgs), n0 = cube_pos_x() * un;
   u32 rounds = (k + (kc - 1u)) / kc;
@@ -63,7 +84,12 @@ void matmul_tma(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, in
       for (uint32_t g = 0; g < wgs; ++g)
         tma_load(as, stage * a_stage + g * (64u * kc) + kb * (64u * per_row), av,
                  {m0 + g * 64u, k0 + kb * per_row}, bar, stage);
-      tma_load(bs, stage * b_stage + kb * (un * per_row), bv, {n0, k0 + kb * per_row}, bar, stage);
+      if (cluster == 2)
+        tma_load_multicast(bs, stage * b_stage + kb * (un * per_row) + half * (b_rows * per_row),
+                           bv, {n0 + half * b_rows, k0 + kb * per_row}, bar, stage, 3u);
+      else
+        tma_load(bs, stage * b_stage + kb * (un * per_row), bv, {n0, k0 + kb * per_row}, bar,
+                 stage);
     }
   };
   // Round r's boxes towards L2 only (a hint: no shared memory, no mbarrier).
@@ -71,7 +97,7 @@ void matmul_tma(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, in
     Val<uint32_t> k0 = r * kc;
     for (uint32_t kb = 0; kb < uint32_t(k_rows); ++kb) {
       for (uint32_t g = 0; g < wgs; ++g) tma_prefetch(av, {m0 + g * 64u, k0 + kb * per_row});
-      tma_prefetch(bv, {n0, k0 + kb * per_row});
+      tma_prefetch(bv, {n0 + half * b_rows, k0 + kb * per_row});
     }
   };
   // Round r's multiplies, out of stage `stage`.
@@ -101,6 +127,7 @@ void matmul_tma(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, in
     // first, then each round refills the stage the round before it read.
     auto bar = shared_array<u64>(ns);
     for (uint32_t s = 0; s < ns; ++s) mbarrier_init(bar, s);
+    if (cluster == 2) sync_cluster();  // both cubes' mbarriers are ready for the other's copies
     auto issue = [&](Val<uint32_t> r) { issue_into(r, r % ns, bar); };
     for (uint32_t p = 0; p + 1 < ns; ++p) if_(u32(p) < rounds, [&] { issue(Val<uint32_t>(p)); });
     for_range(0u, rounds, 1u, [&](u32 r) {
@@ -108,12 +135,18 @@ void matmul_tma(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, in
       mbarrier_wait(bar, stage, (r / ns) & 1u);
       multiply(stage);
       wgmma_wait(1);  // round r - 1's multiplies are done; round r's may still run
-      sync_cube();    // every warpgroup is past round r - 1, so its stage can be refilled
+      // Every warpgroup (of both cubes, with a cluster) is past round r - 1, so its stage can
+      // be refilled.
+      if (cluster == 2)
+        sync_cluster();
+      else
+        sync_cube();
       if_(r + (ns - 1u) < rounds, [&] { issue(r + (ns - 1u)); });
       if (prefetch) if_(r + ns < rounds, [&] { warm(r + ns); });
     });
   }
   wgmma_wait(0);
+  if (cluster == 2) sync_cluster();  // no cube leaves while its copies may land in the other
   // The epilogue through TMA too: each plane stores its 16 rows into its warpgroup's 64 x tile_n
   // block of shared memory (row-major), and one box copy per warpgroup writes the block to C,
   // the parts past C's edges left out.
@@ -127,7 +160,7 @@ void matmul_tma(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, in
 KILN_KERNEL_GENERIC(matmul_tma,
                     "a: rank=2, b: rank=2, c: rank=2, tile_n = 128 in 8..256, warpgroups = 2 in "
                     "1..2, swizzle = 128 in 32..128, k_rows = 1 in 1..4, stages = 3 in 2..4, "
-                    "prefetch = 1 in 0..1, producer = 0 in 0..1",
+                    "prefetch = 1 in 0..1, producer = 0 in 0..1, cluster = 1 in 1..2",
                     f16, bf16, f32, i8, u8, f8e4m3, f8e5m2)
     .cube_dim([](const ComptimeArgs& c) -> CubeDim {
       return {static_cast<uint32_t>(128 * c.integer("warpgroups")), 1, 1};
@@ -144,7 +177,11 @@ KILN_RUN(matmul_tma)
     .values("b", 0, 7)
     .cubes([](const kiln::kernels::RunData& d) {
       return kiln::Dim3(kiln::kernels::ceil_div(d.dim("c", 1), d.comptime("tile_n")),
-                        kiln::kernels::ceil_div(d.dim("c", 0), 64 * d.comptime("warpgroups")));
+                        // whole clusters of cubes along y
+                        kiln::kernels::ceil_div(
+                            kiln::kernels::ceil_div(d.dim("c", 0), 64 * d.comptime("warpgroups")),
+                            d.comptime("cluster")) *
+                            d.comptime("cluster"));
     })
     .gpu_arch("sm_90a")
     .tolerance(1e-5, 1e-3)

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <map>
+#include <optional>
 
 #include "kernels/kernels.h"
 #include "kernels/run.h"
@@ -81,6 +82,44 @@ TEST_CASE("every example kernel passes its reference on the GPU and agrees with 
         if (!(std::fabs(got[i] - want[i]) <= tol_abs + tol_rel * std::fabs(want[i]))) ++bad;
       CHECK(bad == 0);
     }
+  }
+}
+
+// The TMA GEMM's other protocols, which the defaults above leave out: a producer plane (warp
+// specialization) and B tiles multicast to clusters of two cubes. Where the GPU has no wgmma
+// (not sm_90a), the placement runs them on the emulator of sm_90a or skips them, as above.
+TEST_CASE("matmul_tma with a producer plane and with clusters passes its reference", "[gpu]") {
+  auto gpu = Runtime::open(test::test_device());
+  REQUIRE(gpu.ok());
+  const kernels::RunRecipe* recipe = kernels::find_run_recipe("matmul_tma");
+  REQUIRE(recipe);
+  const kernels::Placement place = kernels::placement(*recipe, gpu->device());
+  if (!place.skip.empty()) {
+    WARN("matmul_tma skipped: " << place.skip);
+    return;
+  }
+  std::optional<Runtime> other;
+  if (!place.emulator.empty()) {
+    auto opened = Runtime::open(place.emulator);
+    REQUIRE(opened.ok());
+    other.emplace(std::move(*opened));
+  }
+  Runtime& on = other ? *other : *gpu;
+  for (const char* setting : {"producer", "cluster"}) {
+    INFO("matmul_tma with " << setting << " on " << on.device().name);
+    kernels::RunConfig config;
+    config.set[setting] = std::string(setting) == "cluster" ? "2" : "1";
+    config.dtypes["a"] = "bf16";
+    config.repeat = test::emulated() ? 1 : 3;
+    config.seed = 12345;
+    auto r = kernels::run(on, "matmul_tma", config);
+    INFO((r.ok() ? std::string() : r.error().message));
+    REQUIRE(r.ok());
+    for (const auto& c : r->checks) {
+      INFO(c.name << ": " << c.mismatches << " mismatches");
+      CHECK(c.mismatches == 0);
+    }
+    CHECK(r->passed);
   }
 }
 

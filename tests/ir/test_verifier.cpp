@@ -246,6 +246,18 @@ std::vector<Case> cases() {
        "  %0 = alloc.shared : shared<u8, 1024>\n  %1 = alloc.shared : shared<u64, 1>\n"
        "  %2 = const 0 : i32\n  tma.load %0, %u, %w, %1, %u, %2, box 64, swizzle 0, fill nan\n",
        "'tma.load': a NaN fill is for f16, bf16, f32 and f64 tensors, not u8"},
+      {OpKind::ClusterRank, "  %0 = cluster_rank : i32\n", "'cluster_rank' produces u32"},
+      {OpKind::SyncCluster, kVaryingIf + "    sync_cluster\n  }\n",
+       "t.kir:5:5: error: 'sync_cluster' is under control flow that differs between the units of "
+       "the cube"},
+      {OpKind::TmaLoadMulticast,
+       "  %0 = alloc.shared : shared<f32, 1024>\n  %1 = alloc.shared : shared<u64, 1>\n"
+       "  %2 = const 0 : i32\n"
+       "  tma.load_multicast %0, %u, %t, %1, %u, %u, %2, %2, box 8, 32, swizzle 128\n",
+       "the mask of 'tma.load_multicast' (bit r: the cube of rank r in the cluster) is a u16 "
+       "scalar, got u32"},
+      {OpKind::ClusterLoad, "  %0 = cluster.load %t, %u, %u : f32\n",
+       "'cluster.load' reads a shared array of another cube of the cluster, not tensor<f32, 2>"},
       {OpKind::TmaStoreWait, "  tma.store_wait 8\n",
        "'tma.store_wait' leaves 0 to 7 groups in flight, not 8"},
       {OpKind::Pipeline,

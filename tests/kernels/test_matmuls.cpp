@@ -22,6 +22,7 @@ struct Case {
   const char* error = nullptr;  // what the launch's error says, for a launch that must fail
   int prefetch = -1;            // matmul_tma's L2 prefetches (-1: the kernel's default)
   int producer = -1;            // matmul_tma's producer plane (-1: the kernel's default)
+  int cluster = 0;              // matmul_tma's cluster (0: the kernel's default)
 };
 
 void run_cases(const char* kernel, const char* device, const std::vector<Case>& cases) {
@@ -34,7 +35,8 @@ void run_cases(const char* kernel, const char* device, const std::vector<Case>& 
   for (const Case& c : cases) {
     INFO(kernel << " on " << device << ": " << c.dtype << ", swizzle " << c.swizzle << ", tile_n "
                 << c.tile_n << ", k_rows " << c.k_rows << ", stages " << c.stages << ", producer "
-                << c.producer << ", " << c.m << " x " << c.n << " x " << c.k);
+                << c.producer << ", cluster " << c.cluster << ", " << c.m << " x " << c.n << " x "
+                << c.k);
     kernels::RunConfig config;
     config.dtypes["a"] = c.dtype;
     config.set["swizzle"] = std::to_string(c.swizzle);
@@ -43,6 +45,7 @@ void run_cases(const char* kernel, const char* device, const std::vector<Case>& 
     if (c.stages) config.set["stages"] = std::to_string(c.stages);
     if (c.prefetch >= 0) config.set["prefetch"] = std::to_string(c.prefetch);
     if (c.producer >= 0) config.set["producer"] = std::to_string(c.producer);
+    if (c.cluster) config.set["cluster"] = std::to_string(c.cluster);
     config.shapes["a"] = {c.m, c.k};
     config.shapes["b"] = {c.n, c.k};
     config.repeat = 0;
@@ -128,6 +131,26 @@ TEST_CASE("matmul_tma: every input type, swizzle and ring depth on the CPU", "[t
 TEST_CASE("matmul_tma: every input type, swizzle and ring depth on the emulator",
           "[tma][emulator]") {
   run_cases("matmul_tma", "cuda-emu:sm_90a", tma_emulator_cases());
+}
+
+// The same cases with clusters of two cubes, which share their B tiles through multicast copies.
+std::vector<Case> with_cluster(std::vector<Case> cases) {
+  for (Case& c : cases) c.cluster = 2;
+  return cases;
+}
+
+TEST_CASE(
+    "matmul_tma with clusters multicasting B: every input type, swizzle and ring depth on "
+    "the CPU",
+    "[tma][cluster][cpu]") {
+  run_cases("matmul_tma", "cpu", with_cluster(tma_cpu_cases()));
+}
+
+TEST_CASE(
+    "matmul_tma with clusters multicasting B: every input type, swizzle and ring depth on "
+    "the emulator",
+    "[tma][cluster][emulator]") {
+  run_cases("matmul_tma", "cuda-emu:sm_90a", with_cluster(tma_emulator_cases()));
 }
 
 // The same cases with a producer plane (warp specialization: a pipeline; docs/dsl.md).

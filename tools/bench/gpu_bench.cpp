@@ -160,8 +160,9 @@ double spot_check(const std::vector<uint16_t>& ha, const std::vector<uint16_t>& 
 // warpgroup tiles, two warpgroups per cube, a 128-byte swizzle, one wait per round of k (tiles
 // staged by the units, no pipelining: wgmma's floor, not its ceiling). Then matmul_tma, the same
 // arguments and multiplies with its tiles copied by TMA into a ring of three stages (the copies
-// run two rounds ahead of the multiplies), issued by the units' cube operations and then by a
-// producer plane of its own (producer=1: warp specialization). Not on other architectures.
+// run two rounds ahead of the multiplies), issued by the units' cube operations, then by a
+// producer plane of its own (producer=1: warp specialization), then with the B tiles multicast
+// to clusters of two cubes (cluster=2). Not on other architectures.
 void bench_wgmma(Runtime& rt, int64_t n, const std::vector<uint16_t>& ha,
                  const std::vector<uint16_t>& hb, Tensor& a, Tensor& c, bool quick) {
   if (rt.device().arch != "sm_90a") {
@@ -179,21 +180,26 @@ void bench_wgmma(Runtime& rt, int64_t n, const std::vector<uint16_t>& ha,
   struct Variant {
     const char* name;
     int producer;  // matmul_tma's producer plane; -1: matmul_wgmma
+    int cluster;   // matmul_tma's cluster
   };
-  for (const Variant& v :
-       {Variant{"matmul_wgmma", -1}, Variant{"matmul_tma", 0}, Variant{"matmul_tma", 1}}) {
+  for (const Variant& v : {Variant{"matmul_wgmma", -1, 1}, Variant{"matmul_tma", 0, 1},
+                           Variant{"matmul_tma", 1, 1}, Variant{"matmul_tma", 0, 2}}) {
     auto kern = must(rt.kernel(v.name));
-    const std::string name =
-        v.producer < 0 ? v.name : std::string(v.name) + (v.producer ? " (producer plane)" : "");
+    const std::string name = v.producer < 0  ? v.name
+                             : v.producer    ? std::string(v.name) + " (producer plane)"
+                             : v.cluster > 1 ? std::string(v.name) + " (clusters of 2, multicast)"
+                                             : std::string(v.name);
     for (int tile_n : {128, 256}) {
       const auto cubes_n = static_cast<uint32_t>((n + tile_n - 1) / tile_n),
-                 cubes_m = static_cast<uint32_t>((n + 127) / 128);
+                 cubes_m = static_cast<uint32_t>((n + 127) / 128 + v.cluster - 1) /
+                           static_cast<uint32_t>(v.cluster) * static_cast<uint32_t>(v.cluster);
       auto once = [&]() -> Status {
         if (v.producer < 0)
           return rt.launch(kern, Dim3(cubes_n, cubes_m), Dim3(256), a, bt, c, tile_n, 2, 128, 1);
-        // tile_n, 2 warpgroups, 128-byte swizzle, k_rows 1, 3 stages, L2 prefetch, producer.
+        // tile_n, 2 warpgroups, 128-byte swizzle, k_rows 1, 3 stages, L2 prefetch, producer,
+        // cluster.
         return rt.launch(kern, Dim3(cubes_n, cubes_m), Dim3(256), a, bt, c, tile_n, 2, 128, 1, 3, 1,
-                         v.producer);
+                         v.producer, v.cluster);
       };
       // The first launch compiles; a failure here (the first wgmma kernels ever run on a GPU) is
       // reported, and the benchmark goes on.

@@ -12,7 +12,7 @@
 
 namespace kiln::emu {
 
-inline constexpr uint32_t kAbiVersion = 4;
+inline constexpr uint32_t kAbiVersion = 5;
 
 struct Dim3 {
   uint32_t x, y, z;
@@ -21,6 +21,7 @@ struct Dim3 {
 // What a running unit sees; the emulator finds the current one from the running stack.
 struct Unit {
   Dim3 thread_idx, block_idx, block_dim, grid_dim;
+  uint32_t cluster_rank;  // the cube's rank in its cluster
   unsigned char* shared;  // the cube's shared-memory arena
   // The cube's tensor memory (tcgen05): 128 lanes x 512 columns of 32 bits, lane-major, and
   // what the emulator tracks of it (TmemState).
@@ -123,6 +124,12 @@ struct Api {
   // The unit leaves the cube for good (a pipeline's producer plane): barriers stop waiting
   // for it. It returns from the kernel next.
   void (*retire)();
+  // sync_cluster at file:line: every unit of every cube of the cluster arrives.
+  void (*cluster_barrier)(const char* file, uint32_t line);
+  // The address of the byte at `p` of the cube's shared memory in the cube of rank `rank` of its
+  // cluster (distributed shared memory), for cluster_load and multicast copies; null, reported,
+  // for a rank outside the cluster. Accesses there go through `access` as usual.
+  void* (*map_shared)(const void* p, uint32_t rank, const char* file, uint32_t line);
 };
 
 }  // namespace kiln::emu

@@ -249,6 +249,9 @@ class EmuBackend final : public backend::Backend {
     return cuda::has_tcgen05(arch_of(t).target);
   }
   bool has_tma(const backend::Target& t) const override { return cuda::has_tma(arch_of(t).target); }
+  bool has_multicast(const backend::Target& t) const override {
+    return cuda::has_multicast(arch_of(t).target);
+  }
   bool has_cp_async(const backend::Target& t) const override { return arch_of(t).target.sm >= 80; }
   bool has_mma_scaled(const backend::Target& t) const override {
     return cuda::has_mma_scaled(arch_of(t).target);

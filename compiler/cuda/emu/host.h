@@ -47,6 +47,12 @@ inline void order(const void* bar, uint32_t what, uint32_t parity) {
 inline void retire() {
   g_api->retire();
 }
+inline void sync_cluster(const Site& s) {
+  g_api->cluster_barrier(s.file_name(), s.line());
+}
+inline void* map_shared(const void* p, uint32_t rank, const Site& s) {
+  return g_api->map_shared(p, rank, s.file_name(), s.line());
+}
 inline void sync_threads(const Site& s = Site::current()) {
   g_api->barrier(s.file_name(), s.line());
 }
@@ -141,6 +147,7 @@ inline float flush(float x) {
 #define __forceinline__ inline
 #define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
+#define __cluster_dims__(...)
 #define __grid_constant__
 #define threadIdx (::kiln::emu::unit()->thread_idx)
 #define blockIdx (::kiln::emu::unit()->block_idx)

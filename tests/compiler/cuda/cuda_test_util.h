@@ -131,7 +131,10 @@ inline bool refused_arch(const std::string& message, const std::string& arch) {
   const bool mx = message.find("(kind::mxf8f6f4) is an sm_120a instruction") != std::string::npos;
   const bool tma = message.find("are sm_90 features") != std::string::npos ||
                    message.find("are sm_90 instructions") != std::string::npos;
+  const bool multicast =
+      message.find("TMA multicast is for sm_90a and sm_100a") != std::string::npos;
   return (tma && (arch == "sm_80" || arch == "sm_89")) ||
+         (multicast && arch != "sm_90a" && arch != "sm_100a") ||
          (!mx && message.find("is an sm_90a instruction") != std::string::npos &&
           arch != "sm_90a") ||
          (message.find("are sm_100a instructions") != std::string::npos && arch != "sm_100a") ||

@@ -146,6 +146,19 @@ KILN_KERNEL(e_comptime, "y, n = 4");
 
 }  // namespace
 
+void e_cluster_twice(Tensor<f32> y) {
+  cluster_dims(2);
+  cluster_dims(4);  // ERR:cluster-twice
+  y[0] = 0.0f;
+}
+KILN_KERNEL(e_cluster_twice, "y");
+
+void e_cluster_size(Tensor<f32> y) {
+  cluster_dims(4, 4);  // ERR:cluster-size
+  y[0] = 0.0f;
+}
+KILN_KERNEL(e_cluster_size, "y");
+
 TEST_CASE("trace errors say what, where and how to fix it", "[dsl][errors]") {
   SECTION("line widths") {
     CHECK(test::trace_error("e_width") ==
@@ -188,6 +201,12 @@ TEST_CASE("trace errors say what, where and how to fix it", "[dsl][errors]") {
   SECTION("break outside a loop") {
     CHECK(test::trace_error("e_break") ==
           at("ERR:break") + "'break' outside a loop; it must be inside a for/while/loop body");
+  }
+  SECTION("cluster shapes") {
+    CHECK(test::trace_error("e_cluster_twice") ==
+          at("ERR:cluster-twice") + "the cluster shape is already 2x1x1; call cluster_dims once");
+    CHECK(test::trace_error("e_cluster_size") ==
+          at("ERR:cluster-size") + "a cluster of 4x4x1 cubes; use 1 to 8 cubes per cluster");
   }
   SECTION("literals that do not fit") {
     CHECK(test::trace_error("e_literal") == at("ERR:literal") + "literal 300 does not fit in u8");
