@@ -45,6 +45,10 @@ std::string resources_text(const Source& src, const CompiledCuda& c, const std::
           ? fmt::format("kernel {} for {} ({} units per cube and a producer plane of {}):\n",
                         src.info.symbol, target, units, launched - units)
           : fmt::format("kernel {} for {} ({} units per cube):\n", src.info.symbol, target, units);
+  const auto& cl = src.info.cluster_dim;
+  if (cl[0] * cl[1] * cl[2] > 1)
+    s += fmt::format("  cluster        {}x{}x{} cubes (the grid's cube counts are multiples)\n",
+                     cl[0], cl[1], cl[2]);
   s += fmt::format("  registers      {} per unit\n", r.registers);
   s += fmt::format(
       "  shared memory  {} bytes per cube{}\n", src.info.shared_bytes,
