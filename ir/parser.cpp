@@ -443,26 +443,21 @@ class Parser {
       }
     }
     advance();
-    if (is_ident("cube_dim")) {
-      k_.cube_dim_pos = TextPos{tok_.line, tok_.col};
+    // `NAME(x, y, z)` after the parameters: cube_dim, then cluster_dim, each optional.
+    auto dims = [&](const char* name, const char* what, std::array<uint32_t, 3>& out,
+                    TextPos& pos) {
+      if (!is_ident(name)) return;
+      pos = TextPos{tok_.line, tok_.col};
       advance();
       expect_punct('(');
       for (int i = 0; i < 3; ++i) {
         if (i) expect_punct(',');
-        k_.cube_dim[i] = static_cast<uint32_t>(parse_uint("a cube dimension", 0xffffffffu));
+        out[i] = static_cast<uint32_t>(parse_uint(what, 0xffffffffu));
       }
       expect_punct(')');
-    }
-    if (is_ident("cluster_dim")) {
-      k_.cluster_dim_pos = TextPos{tok_.line, tok_.col};
-      advance();
-      expect_punct('(');
-      for (int i = 0; i < 3; ++i) {
-        if (i) expect_punct(',');
-        k_.cluster_dim[i] = static_cast<uint32_t>(parse_uint("a cluster dimension", 0xffffffffu));
-      }
-      expect_punct(')');
-    }
+    };
+    dims("cube_dim", "a cube dimension", k_.cube_dim, k_.cube_dim_pos);
+    dims("cluster_dim", "a cluster dimension", k_.cluster_dim, k_.cluster_dim_pos);
     parse_block(k_.body, 0);
     if (tok_.kind != Tok::Eof) expected("end of input after the kernel");
   }

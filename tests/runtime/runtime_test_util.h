@@ -75,6 +75,15 @@ inline std::vector<Runtime> tma_devices() {
   return out;
 }
 
+// `rows` rows of 64 f32 values, different in each row: small multiples of 0.25, so that sums of
+// them are exact in any order.
+inline std::vector<float> rows_of_64(int64_t rows) {
+  std::vector<float> host(static_cast<size_t>(rows) * 64);
+  for (size_t i = 0; i < host.size(); ++i)
+    host[i] = static_cast<float>((i * 37) % 101) * 0.25f - 12.0f;
+  return host;
+}
+
 inline Kernel kernel(const Runtime& rt, const std::string& name) {
   auto k = rt.kernel(name);
   INFO((k.ok() ? std::string() : k.error().message));

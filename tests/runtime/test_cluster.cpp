@@ -19,13 +19,6 @@ std::string loc(const char* marker) {
   return test::marker_loc("tests/compiler/cpu/cluster_kernels.cpp", marker);
 }
 
-std::vector<float> rows_of(int64_t rows) {
-  std::vector<float> host(static_cast<size_t>(rows) * 64);
-  for (size_t i = 0; i < host.size(); ++i)
-    host[i] = static_cast<float>((i * 37) % 101) * 0.25f - 12.0f;
-  return host;
-}
-
 Status run(Runtime& rt, const Kernel& k, uint32_t cubes, Tensor& x, Tensor& out, int size,
            int bug) {
   Status st = rt.launch(k, cubes, 64, x, out, size, bug);
@@ -40,7 +33,7 @@ TEST_CASE("the cubes of a cluster read each other's shared memory", "[cluster]")
     auto k = test::kernel(rt, "cluster_sum");
     for (int size : {1, 2, 4, 8}) {
       const auto cubes = static_cast<uint32_t>(size * 3);  // three clusters
-      const std::vector<float> host = rows_of(cubes);
+      const std::vector<float> host = test::rows_of_64(cubes);
       Tensor x = test::f32_tensor(rt, host);
       Tensor out = test::f32_tensor(rt, std::vector<float>(host.size(), -1.0f));
       INFO("clusters of " << size);
@@ -63,8 +56,8 @@ TEST_CASE("a grid that is not a whole number of clusters is refused at launch", 
   for (Runtime& rt : test::tma_devices()) {
     INFO("on " << rt.device().name);
     auto k = test::kernel(rt, "cluster_sum");
-    Tensor x = test::f32_tensor(rt, rows_of(3));
-    Tensor out = test::f32_tensor(rt, rows_of(3));
+    Tensor x = test::f32_tensor(rt, test::rows_of_64(3));
+    Tensor out = test::f32_tensor(rt, test::rows_of_64(3));
     const Status st = run(rt, k, 3, x, out, 2, 0);
     REQUIRE_FALSE(st.ok());
     CHECK_THAT(st.error().message, Contains("not a whole number of its 2x1x1 clusters"));
@@ -76,8 +69,8 @@ TEST_CASE("a read of a rank outside the cluster is a fault, not a crash", "[clus
   for (Runtime& rt : test::tma_devices()) {
     INFO("on " << rt.device().name);
     auto k = test::kernel(rt, "cluster_sum");
-    Tensor x = test::f32_tensor(rt, rows_of(4));
-    Tensor out = test::f32_tensor(rt, rows_of(4));
+    Tensor x = test::f32_tensor(rt, test::rows_of_64(4));
+    Tensor out = test::f32_tensor(rt, test::rows_of_64(4));
     const Status st = run(rt, k, 4, x, out, 2, 3);
     REQUIRE_FALSE(st.ok());
     CHECK_THAT(st.error().message, Contains(loc("CLUSTER_READ")));
@@ -90,8 +83,8 @@ TEST_CASE("a cube that leaves before a sync_cluster stops its cluster with a rep
   for (Runtime& rt : test::tma_devices()) {
     INFO("on " << rt.device().name);
     auto k = test::kernel(rt, "cluster_sum");
-    Tensor x = test::f32_tensor(rt, rows_of(2));
-    Tensor out = test::f32_tensor(rt, rows_of(2));
+    Tensor x = test::f32_tensor(rt, test::rows_of_64(2));
+    Tensor out = test::f32_tensor(rt, test::rows_of_64(2));
     const Status st = run(rt, k, 2, x, out, 2, 4);
     REQUIRE_FALSE(st.ok());
     CHECK_THAT(st.error().message, Contains(loc("CLUSTER_SYNC")));
@@ -108,8 +101,8 @@ TEST_CASE("the emulator finds cluster_loads that no sync_cluster orders", "[clus
   }
   Runtime& rt = *opened;
   auto k = test::kernel(rt, "cluster_sum");
-  Tensor x = test::f32_tensor(rt, rows_of(2));
-  Tensor out = test::f32_tensor(rt, rows_of(2));
+  Tensor x = test::f32_tensor(rt, test::rows_of_64(2));
+  Tensor out = test::f32_tensor(rt, test::rows_of_64(2));
   // Reads of the other cube's memory before it is known to be written.
   Status st = run(rt, k, 2, x, out, 2, 1);
   REQUIRE_FALSE(st.ok());
@@ -128,7 +121,7 @@ TEST_CASE("a multicast TMA box lands in every cube of the mask", "[cluster][tma]
     auto k = test::kernel(rt, "cluster_bcast");
     for (int size : {1, 2, 4}) {
       const auto cubes = static_cast<uint32_t>(size * 2);
-      const std::vector<float> host = rows_of(cubes);
+      const std::vector<float> host = test::rows_of_64(cubes);
       auto xs = rt.empty(ir::ElemType::F32, {cubes, 64});
       REQUIRE(xs.ok());
       REQUIRE(xs->upload(std::span<const float>(host)).ok());
@@ -154,7 +147,7 @@ TEST_CASE("a multicast before the other cubes initialize their mbarriers is repo
     auto k = test::kernel(rt, "cluster_bcast");
     auto xs = rt.empty(ir::ElemType::F32, {2, 64});
     REQUIRE(xs.ok());
-    REQUIRE(xs->upload(std::span<const float>(rows_of(2))).ok());
+    REQUIRE(xs->upload(std::span<const float>(test::rows_of_64(2))).ok());
     Tensor out = test::f32_tensor(rt, std::vector<float>(4 * 64, 0.0f));
     Status st = run(rt, k, 2, *xs, out, 2, 1);
     REQUIRE_FALSE(st.ok());

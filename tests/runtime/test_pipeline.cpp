@@ -120,13 +120,6 @@ std::string kernel_loc(const char* marker) {
   return test::marker_loc("tests/compiler/cpu/pipeline_kernels.cpp", marker);
 }
 
-std::vector<float> rows_of(int64_t rows) {
-  std::vector<float> host(static_cast<size_t>(rows) * 64);
-  for (size_t i = 0; i < host.size(); ++i)
-    host[i] = static_cast<float>((i * 37) % 101) * 0.25f - 12.0f;
-  return host;
-}
-
 TEST_CASE("a pipeline feeds every round through its ring, at every depth and lag", "[pipeline]") {
   (void)kernels::builtin_names();
   for (Runtime& rt : test::tma_devices()) {
@@ -134,7 +127,7 @@ TEST_CASE("a pipeline feeds every round through its ring, at every depth and lag
     auto k = test::kernel(rt, "pipe_sum");
     // Fewer rounds than stages, as many, and many times as many (the phases alternate).
     for (int64_t rows : {1, 3, 17}) {
-      const std::vector<float> host = rows_of(rows);
+      const std::vector<float> host = test::rows_of_64(rows);
       Tensor x = test::tensor_from(rt, ir::ElemType::F32, host, {rows, 64});
       for (int stages : {1, 2, 3, 8})
         for (int lag = 0; lag < stages && lag < 3; ++lag) {
@@ -162,7 +155,7 @@ TEST_CASE("the emulator finds a consumer reading a stage the producer may refill
   }
   Runtime& rt = *opened;
   auto k = test::kernel(rt, "pipe_sum");
-  Tensor x = test::tensor_from(rt, ir::ElemType::F32, rows_of(9), {9, 64});
+  Tensor x = test::tensor_from(rt, ir::ElemType::F32, test::rows_of_64(9), {9, 64});
   Tensor out = test::f32_tensor(rt, std::vector<float>(64, 0.0f));
   Status st = rt.launch(k, 1, 64, x, out, 3, 0, 1);
   if (st.ok()) st = rt.sync();
@@ -235,7 +228,7 @@ TEST_CASE("a committed pipeline with a round that never commits is a wait that n
   }
   Runtime& rt = *opened;
   auto k = test::kernel(rt, "pipe_commit");
-  const std::vector<float> host = rows_of(5);
+  const std::vector<float> host = test::rows_of_64(5);
   Tensor x = test::tensor_from(rt, ir::ElemType::F32, host, {5, 64});
   Tensor out = test::f32_tensor(rt, std::vector<float>(64, 0.0f));
   KILN_REQUIRE_OK(rt.launch(k, 1, 64, x, out, 0));
