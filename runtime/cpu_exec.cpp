@@ -2,6 +2,7 @@
 #include "runtime/cpu_exec.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -402,12 +403,12 @@ CpuRunReport run_cpu_packed(const cpu::CompiledKernel& k, const uint64_t* packed
   if (cluster > 1) {
     // Each cluster on one thread, its cubes as fibers; clusters in parallel.
     const uint32_t clusters = cubes / cluster;
-    bool mapped = true;
+    std::atomic<bool> mapped{true};  // cleared by any worker that cannot map a stack
     auto run_clusters = [&](uint32_t b, uint32_t e) {
       ClusterRun run(k, packed, &state);
       for (uint32_t c = b; c < e; ++c)
         if (!run.run(c)) {
-          mapped = false;
+          mapped.store(false, std::memory_order_relaxed);
           return;
         }
     };
@@ -415,7 +416,7 @@ CpuRunReport run_cpu_packed(const cpu::CompiledKernel& k, const uint64_t* packed
       run_clusters(0, clusters);
     else
       pool->parallel_for(clusters, 1, run_clusters);
-    if (!mapped) {
+    if (!mapped.load(std::memory_order_relaxed)) {
       CpuRunReport r;
       r.fault = Error(ErrorKind::Device,
                       fmt::format("kernel '{}': cannot map a stack for a cube of a cluster: {}",
