@@ -397,6 +397,9 @@ std::string check_tcgen05_op(Sig sig, const std::string& name, std::span<const T
       const TmaBox box = tma_box(attr.i);
       if (std::string e = tma_box_error(box, static_cast<uint32_t>(elem_bytes(t.elem))); !e.empty())
         return fmt::format("'{}': {}", name, e);
+      if (box.im2col)
+        return fmt::format("'{}' prefetches tiled boxes; an im2col box is only loaded (tma.load)",
+                           name);
       if (t.rank != box.rank || ops.size() != 1 + box.rank)
         return fmt::format(
             "'{}' of a rank-{} tensor takes a box of that rank and one coordinate "
@@ -447,10 +450,19 @@ std::string check_tcgen05_op(Sig sig, const std::string& name, std::span<const T
       }
       if (tma_async(attr.i) && !store)
         return fmt::format("'{}' completes on its mbarrier; only tma.store is made async", name);
+      if (box.im2col && (store || multicast))
+        return fmt::format("'{}' copies tiled boxes; an im2col box is only loaded (tma.load)",
+                           name);
+      const size_t offsets = box.im2col ? tma_spatial(box) : 0;
       if (box.fill_nan && !tma_nan_fill_allowed(t.elem))
         return fmt::format("'{}': a NaN fill is for f16, bf16, f32 and f64 tensors, not {}", name,
                            elem_name(t.elem));
-      if (t.rank != box.rank || ops.size() != at.coords + box.rank)
+      if (box.im2col && (t.rank != box.rank || ops.size() != at.coords + box.rank + offsets))
+        return fmt::format(
+            "'{}' of an im2col box of a rank-{} tensor takes {} coordinates and {} offsets (one "
+            "per spatial dimension); got a rank-{} box and {} operands after the mbarrier",
+            name, t.rank, t.rank, t.rank >= 2 ? t.rank - 2 : 0, box.rank, ops.size() - at.coords);
+      if (t.rank != box.rank || ops.size() != at.coords + box.rank + offsets)
         return fmt::format(
             "'{}' of a rank-{} tensor takes a box of that rank and one coordinate "
             "per dimension; got a rank-{} box and {} coordinates",
@@ -467,12 +479,17 @@ std::string check_tcgen05_op(Sig sig, const std::string& name, std::span<const T
         return fmt::format(
             "the mask of '{}' (bit r: the cube of rank r in the cluster) is a u16 scalar, got {}",
             name, tn(ops[5]));
-      for (size_t i = at.coords; i < ops.size(); ++i)
+      for (size_t i = at.coords; i < at.coords + box.rank; ++i)
         if (!(ops[i] == Type::value(ElemType::I32)))
           return fmt::format(
               "the coordinates of '{}' are i32 scalars (a box may start before the "
               "tensor), got {}",
               name, tn(ops[i]));
+      for (size_t i = at.coords + box.rank; i < ops.size(); ++i)
+        if (!(ops[i] == Type::value(ElemType::U16)))
+          return fmt::format(
+              "the im2col offsets of '{}' (the filter position) are u16 scalars, got {}", name,
+              tn(ops[i]));
       return {};
     }
     default:

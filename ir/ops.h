@@ -247,13 +247,36 @@ bool is_cube_op(OpKind k);
 // or NaN for floating-point tensors: `fill nan`). Encoded in the attribute as: bits 0-1 the
 // swizzle (0 none, 1 32 B, 2 64 B, 3 128 B), bits 2-4 the rank, bit 5 the NaN fill, then 9
 // bits per dimension from bit 8.
+//
+// An im2col box (`im2col P, C, lower L..., upper U...`; bit 63 set) reads a tensor of rank 3 to 5
+// laid out N[D][H]W C (channels innermost) the way a convolution reads it: `pixels` rows of
+// `channels` elements, one row per filter origin, the origins walked through a bounding box of
+// the spatial dimensions (from lower[s] to shape[s] + upper[s], exclusive; outermost first) and
+// on through the batch, each row read at origin + the load's offsets. Encoded as: bits 0-5 as
+// above, bits 8-16 the channels (1 to 256), bits 17-27 the pixels (1 to 1024), then from bit 28
+// the lower and then the upper corners as two's-complement fields of 16 bits (rank 3), 8 bits
+// (rank 4) or 5 bits (rank 5), the precision the GPU's tensor map has.
 struct TmaBox {
   uint32_t rank = 0;
   uint32_t box[5] = {0, 0, 0, 0, 0};
   uint32_t swizzle = 0;
   bool fill_nan = false;
+  bool im2col = false;
+  uint32_t pixels = 0, channels = 0;                   // im2col: the rows and their elements
+  int32_t lower[3] = {0, 0, 0}, upper[3] = {0, 0, 0};  // im2col: per spatial dimension
   friend bool operator==(const TmaBox&, const TmaBox&) = default;
 };
+inline constexpr uint32_t kTmaIm2colBit = 63, kTmaMaxPixels = 1024, kTmaMaxChannels = 256;
+// The spatial dimensions of an im2col box (rank - 2), and the range of its corners.
+inline uint32_t tma_spatial(const TmaBox& b) {
+  return b.rank >= 3 ? b.rank - 2 : 0;
+}
+inline int32_t tma_corner_max(uint32_t rank) {
+  return rank == 3 ? 32767 : rank == 4 ? 127 : 15;
+}
+// What is wrong with an im2col box's rank, rows, channels or corners, in plain words (the rules
+// that do not depend on the element type); empty when they are valid.
+std::string tma_im2col_shape_error(const TmaBox& b);
 // Whether TMA can fill a box of `e` with NaN (the driver's float tensor-map types).
 bool tma_nan_fill_allowed(ElemType e);
 // What a tma.store does with each element: writes it, or combines it with the tensor's element
@@ -291,6 +314,8 @@ struct TmaOperands {
   size_t tensor, shared, index, coords;
 };
 inline constexpr size_t kNoOperand = ~size_t{0};
+// tma.load of an im2col box: after the rank coordinates, rank - 2 u16 offsets (the filter
+// position, outermost first) from operand coords + rank on.
 inline TmaOperands tma_operands(OpKind k) {
   if (k == OpKind::TmaPrefetch) return TmaOperands{0, kNoOperand, kNoOperand, 1};
   if (k == OpKind::TmaLoadMulticast) return TmaOperands{2, 0, 1, 6};  // %mask: operand 5

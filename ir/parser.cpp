@@ -252,6 +252,44 @@ class Parser {
     advance();
     return v;
   }
+  int64_t parse_int(const char* what, int64_t min, int64_t max) {
+    if (tok_.kind != Tok::Number) expected(what);
+    int64_t v = 0;
+    const auto& s = tok_.text;
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec != std::errc() || p != s.data() + s.size())
+      fail(fmt::format("expected {}, found '{}'", what, s));
+    if (v < min || v > max) fail(fmt::format("{} {} is outside {} to {}", what, s, min, max));
+    advance();
+    return v;
+  }
+  // An im2col box after `im2col`: "P, C, lower L..., upper U...," up to `swizzle`.
+  TmaBox parse_im2col_box() {
+    TmaBox b;
+    b.im2col = true;
+    b.pixels = static_cast<uint32_t>(parse_uint("the pixels (rows) of an im2col box", 0x7ff));
+    expect_punct(',');
+    b.channels = static_cast<uint32_t>(parse_uint("the channels of an im2col box", 0x1ff));
+    expect_punct(',');
+    auto corners = [&](const char* word, int32_t* out, const char* until) {
+      expect_ident(word);
+      uint32_t n = 0;
+      for (;;) {
+        const auto x = parse_int("an im2col corner", -32768, 32767);
+        if (n < 3) out[n] = static_cast<int32_t>(x);
+        if (++n > 3) fail("an im2col box has at most 3 spatial dimensions");
+        expect_punct(',');
+        if (is_ident(until)) break;
+      }
+      return n;
+    };
+    const uint32_t n = corners("lower", b.lower, "upper");
+    if (corners("upper", b.upper, "swizzle") != n)
+      fail("an im2col box has as many upper corners as lower ones, one per spatial dimension");
+    b.rank = n + 2;
+    if (std::string e = tma_im2col_shape_error(b); !e.empty()) fail(e);
+    return b;
+  }
   // The optional operand majors of a multiply: ", MA, MB", each k or mn (default k, k).
   MmaMajors parse_majors() {
     MmaMajors m;
@@ -699,23 +737,31 @@ class Parser {
         // tma.store %t, %m, %i, %c..., box B..., swizzle W[, fill nan][, reduce add|min|max]
         //   [, async]
         // tma.prefetch %t, %c..., box B..., swizzle W[, fill nan]
+        //   (tma.load of an im2col box: %c..., %o..., im2col P, C, lower L..., upper U...,
+        //   swizzle W[, fill nan])
         operands(static_cast<int>(tma_operands(op.kind).coords));
         while (is_punct(',')) {
           advance();
-          if (is_ident("box")) break;
+          if (is_ident("box") || is_ident("im2col")) break;
           op.operands.push_back(use_value());
         }
-        if (!is_ident("box")) expected("', box' and the box's extents after the coordinates");
-        advance();
+        if (!is_ident("box") && !is_ident("im2col"))
+          expected("', box' and the box's extents (or ', im2col') after the coordinates");
         TmaBox b;
-        for (;;) {
-          const uint64_t x = parse_uint("a box extent", kTmaMaxBox);
-          if (b.rank < kTmaMaxRank) b.box[b.rank] = static_cast<uint32_t>(x);
-          ++b.rank;
-          if (b.rank > kTmaMaxRank)
-            fail(fmt::format("a TMA box has at most {} dimensions", kTmaMaxRank));
-          expect_punct(',');
-          if (is_ident("swizzle")) break;
+        if (is_ident("im2col")) {
+          advance();
+          b = parse_im2col_box();
+        } else {
+          advance();
+          for (;;) {
+            const uint64_t x = parse_uint("a box extent", kTmaMaxBox);
+            if (b.rank < kTmaMaxRank) b.box[b.rank] = static_cast<uint32_t>(x);
+            ++b.rank;
+            if (b.rank > kTmaMaxRank)
+              fail(fmt::format("a TMA box has at most {} dimensions", kTmaMaxRank));
+            expect_punct(',');
+            if (is_ident("swizzle")) break;
+          }
         }
         advance();
         b.swizzle =

@@ -213,10 +213,18 @@ class Printer {
         }
         if (info.sig == Sig::TmaLoad || info.sig == Sig::TmaStore || info.sig == Sig::TmaPrefetch) {
           const TmaBox b = tma_box(op.attr.i);
-          std::string box = "box";
-          for (uint32_t d = 0; d < b.rank; ++d)
-            box += fmt::format("{}{}", d ? ", " : " ", b.box[d]);
-          parts.push_back(box);
+          if (b.im2col) {
+            parts.push_back(fmt::format("im2col {}", b.pixels));
+            parts.push_back(fmt::format("{}", b.channels));
+            for (const auto& [word, c] : {std::pair{"lower", b.lower}, std::pair{"upper", b.upper}})
+              for (uint32_t s = 0; s < tma_spatial(b) && s < 3; ++s)
+                parts.push_back(s ? fmt::format("{}", c[s]) : fmt::format("{} {}", word, c[s]));
+          } else {
+            std::string box = "box";
+            for (uint32_t d = 0; d < b.rank; ++d)
+              box += fmt::format("{}{}", d ? ", " : " ", b.box[d]);
+            parts.push_back(box);
+          }
           parts.push_back(fmt::format("swizzle {}", b.swizzle));
           if (b.fill_nan) parts.push_back("fill nan");
           if (tma_reduce(op.attr.i) != TmaReduce::None)

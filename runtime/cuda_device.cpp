@@ -262,11 +262,22 @@ Status encode_tensor_maps(const CudaContext& ctx, const abi::KernelInfo& info,
     if (ctx.tensor_maps.find(t, map)) continue;
     const uint32_t element_strides[5] = {1, 1, 1, 1, 1};
     const int swizzle = t.swizzle == 128 ? 3 : t.swizzle == 64 ? 2 : t.swizzle == 32 ? 1 : 0;
+    if (t.im2col && !api.cuTensorMapEncodeIm2col)
+      return Error(ErrorKind::Unsupported,
+                   fmt::format("kernel '{}' loads im2col boxes, and the CUDA driver {} has no "
+                               "cuTensorMapEncodeIm2col (a driver for CUDA 12 or newer has it)",
+                               info.name, api.path));
     // Interleave none, L2 promotion of 128 bytes, zeros (0) or NaN (1: NAN_REQUEST_ZERO_FMA)
     // outside the tensor.
-    const CUresult r = api.cuTensorMapEncodeTiled(
-        map, tensor_map_type(t.elem), t.rank, reinterpret_cast<void*>(t.address), t.dims,
-        t.strides + 1, t.box, element_strides, 0, swizzle, 2, t.fill_nan ? 1 : 0);
+    const CUresult r =
+        t.im2col
+            ? api.cuTensorMapEncodeIm2col(map, tensor_map_type(t.elem), t.rank,
+                                          reinterpret_cast<void*>(t.address), t.dims, t.strides + 1,
+                                          t.lower, t.upper, t.channels, t.pixels, element_strides,
+                                          0, swizzle, 2, t.fill_nan ? 1 : 0)
+            : api.cuTensorMapEncodeTiled(map, tensor_map_type(t.elem), t.rank,
+                                         reinterpret_cast<void*>(t.address), t.dims, t.strides + 1,
+                                         t.box, element_strides, 0, swizzle, 2, t.fill_nan ? 1 : 0);
     KILN_TRY(check(api, r,
                    fmt::format("encoding the TMA tensor map of argument '{}' of kernel '{}' ({})",
                                info.layout.params[site.param].name, info.name, site.where)));

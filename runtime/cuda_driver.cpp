@@ -66,6 +66,7 @@ Result<Api> load() {
 #undef KILN_BIND
   std::string optional;
   bind(lib, "cuTensorMapEncodeTiled", api.cuTensorMapEncodeTiled, optional);
+  bind(lib, "cuTensorMapEncodeIm2col", api.cuTensorMapEncodeIm2col, optional);
   if (!missing.empty())
     return Error(
         ErrorKind::Unsupported,

@@ -83,6 +83,12 @@ struct Api {
                                      const uint64_t* dims, const uint64_t* strides,
                                      const uint32_t* box, const uint32_t* element_strides,
                                      int interleave, int swizzle, int l2_promotion, int oob_fill);
+  // Optional too: an im2col tensor map (corners innermost spatial dimension first).
+  CUresult (*cuTensorMapEncodeIm2col)(void* map, int data_type, uint32_t rank, void* address,
+                                      const uint64_t* dims, const uint64_t* strides,
+                                      const int* lower, const int* upper, uint32_t channels,
+                                      uint32_t pixels, const uint32_t* element_strides,
+                                      int interleave, int swizzle, int l2_promotion, int oob_fill);
 
   std::string path;        // the library loaded
   int driver_version = 0;  // e.g. 13000

@@ -1,5 +1,5 @@
-// TMA tensor maps on the host (tma.h): the rules of cuTensorMapEncodeTiled, checked before the
-// driver sees them, and the emulator's encoding.
+// TMA tensor maps on the host (tma.h): the rules of cuTensorMapEncodeTiled and
+// cuTensorMapEncodeIm2col, checked before the driver sees them, and the emulator's encoding.
 #include "runtime/tma.h"
 
 #include <cstring>
@@ -33,6 +33,9 @@ Result<TmaTensor> tma_tensor(const abi::KernelInfo& info, const abi::TensorMapSi
   t.rank = rank;
   t.swizzle = box.swizzle;
   t.fill_nan = box.fill_nan;
+  t.im2col = box.im2col;
+  t.pixels = box.pixels;
+  t.channels = box.channels;
   t.address = slots[p.first + abi::slot::kData];
   if (t.address % 16 != 0)
     return tma_error(info, site,
@@ -49,7 +52,7 @@ Result<TmaTensor> tma_tensor(const abi::KernelInfo& info, const abi::TensorMapSi
                                    "0 (skip the launch, or copy without TMA)",
                                    in));
     t.dims[d] = extent;
-    t.box[d] = box.box[in];
+    t.box[d] = box.im2col ? 0 : box.box[in];
     if (d == 0) {
       if (stride != 1 && extent > 1)
         return tma_error(info, site,
@@ -67,6 +70,23 @@ Result<TmaTensor> tma_tensor(const abi::KernelInfo& info, const abi::TensorMapSi
                                    "rows to a multiple of {} elements",
                                    in, stride, t.strides[d], 16 / std::min<uint64_t>(esize, 16)));
   }
+  if (box.im2col) {
+    // Spatial dimension s (kiln's dimension 1 + s, outermost first) is the driver's rank-2-s.
+    const uint32_t spatial = ir::tma_spatial(box);
+    for (uint32_t s = 0; s < spatial; ++s) {
+      const uint32_t driver = spatial - 1 - s;
+      t.lower[driver] = box.lower[s];
+      t.upper[driver] = box.upper[s];
+      const auto extent = static_cast<int64_t>(t.dims[rank - 2 - s]);
+      if (extent + box.upper[s] - box.lower[s] <= 0)
+        return tma_error(
+            info, site,
+            fmt::format("the im2col bounding box of dimension {} is empty: from lower {} to "
+                        "shape[{}] + upper = {} + {} (the filter is larger than the padded "
+                        "image)",
+                        1 + s, box.lower[s], 1 + s, extent, box.upper[s]));
+    }
+  }
   return t;
 }
 
@@ -80,8 +100,9 @@ void encode_emu_tensor_map(const TmaTensor& t, void* out) {
   struct {
     uint64_t base;
     uint32_t rank, elem_bytes;
-    uint32_t fill_nan, reserved;
+    uint32_t fill_nan, im2col;
     uint64_t dims[5], strides[5];
+    int32_t lower[3], upper[3];
   } d{};
   static_assert(sizeof d <= 128);
   const auto esize = static_cast<uint64_t>(ir::elem_bytes(t.elem));
@@ -89,6 +110,12 @@ void encode_emu_tensor_map(const TmaTensor& t, void* out) {
   d.rank = t.rank;
   d.elem_bytes = static_cast<uint32_t>(esize);
   d.fill_nan = t.fill_nan;
+  d.im2col = t.im2col;
+  if (t.im2col)
+    for (uint32_t s = 0, n = t.rank - 2; s < n; ++s) {
+      d.lower[s] = t.lower[n - 1 - s];
+      d.upper[s] = t.upper[n - 1 - s];
+    }
   for (uint32_t i = 0; i < t.rank; ++i) {
     d.dims[t.rank - 1 - i] = t.dims[i];
     d.strides[t.rank - 1 - i] = t.strides[i] / esize;
@@ -109,6 +136,11 @@ TensorMapCache::Key TensorMapCache::key(const TmaTensor& t) {
   k[12] = uint64_t{t.box[0]} | uint64_t{t.box[1]} << 16 | uint64_t{t.box[2]} << 32 |
           uint64_t{t.box[3]} << 48;
   k[13] = t.box[4];
+  k[14] = uint64_t{t.im2col} | uint64_t{t.pixels} << 8 | uint64_t{t.channels} << 24;
+  for (int s = 0; s < 3; ++s) {
+    k[15] |= uint64_t{static_cast<uint16_t>(t.lower[s])} << (16 * s);
+    k[16] |= uint64_t{static_cast<uint16_t>(t.upper[s])} << (16 * s);
+  }
   return k;
 }
 

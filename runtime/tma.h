@@ -26,11 +26,18 @@ struct TmaTensor {
   uint32_t box[5] = {};
   uint32_t swizzle = 0;   // bytes: 0, 32, 64, 128
   bool fill_nan = false;  // loads fill outside the tensor with NaN (else zeros)
+  // An im2col map (cuTensorMapEncodeIm2col) has no box but rows of pixels x channels, and the
+  // corners of its bounding box, innermost spatial dimension first (W, H, D) as the driver
+  // takes them.
+  bool im2col = false;
+  uint32_t pixels = 0, channels = 0;
+  int32_t lower[3] = {}, upper[3] = {};
 };
 
 // The parameters of tensor-map site `site` from packed argument slots, or an error naming the
 // argument and the TMA rule it breaks: its address 16-byte aligned, the innermost dimension
-// contiguous, the other strides multiples of 16 bytes below 2^40, no empty dimension.
+// contiguous, the other strides multiples of 16 bytes below 2^40, no empty dimension, and for
+// an im2col view a bounding box that is not empty.
 Result<TmaTensor> tma_tensor(const abi::KernelInfo& info, const abi::TensorMapSite& site,
                              std::span<const uint64_t> slots);
 
@@ -53,7 +60,7 @@ class TensorMapCache {
   size_t size() const;
 
  private:
-  using Key = std::array<uint64_t, 14>;  // TmaTensor's fields, packed
+  using Key = std::array<uint64_t, 17>;  // TmaTensor's fields, packed
   struct Hash {
     size_t operator()(const Key& k) const;
   };

@@ -416,6 +416,10 @@ const char* tmem_misuse_message(uint32_t code) {
              "(TMA moves whole 128-byte aligned lines)";
     case kTmaPastEnd:
       return "a tma_load or tma_store whose box reaches past the end of its shared array";
+    case kTmaIm2colOutside:
+      return "an im2col tma_load whose coordinates put its first filter origin outside the "
+             "view's bounding box (per spatial dimension: lower <= origin < extent + upper); "
+             "start each load at an output pixel";
     case kCopyMisaligned:
       return "a copy_async whose shared or global address is not 16-byte aligned (its indices "
              "must be multiples of 16 bytes, and the tensor's data start on 16 bytes)";
@@ -606,6 +610,46 @@ namespace {
 // box order: visit(shared byte offset, swizzled, from `start`; whether inside the tensor; the
 // element's offset in the tensor). 0, or the misuse of the shared side: misaligned, or past the
 // `bytes` of the array.
+// An im2col box (ir/ops.h): `coords` holds the rank coordinates, then the rank - 2 offsets.
+template <class Visit>
+uint32_t tma_im2col_walk(const kiln::ir::TmaBox& box, uint32_t elem_bytes, uint64_t start,
+                         const uint32_t* dims, const int32_t* coords, Visit visit) {
+  const uint32_t rank = box.rank, spatial = rank - 2;
+  const uint64_t mask = box.swizzle ? box.swizzle / 16 - 1 : 0;
+  int64_t origin[kiln::ir::kTmaMaxRank] = {};  // the image, then the spatial origin
+  for (uint32_t d = 0; d + 1 < rank; ++d) origin[d] = coords[d];
+  for (uint32_t s = 0; s < spatial; ++s) {
+    const int64_t lo = box.lower[s], hi = int64_t{dims[1 + s]} + box.upper[s];
+    if (origin[1 + s] < lo || origin[1 + s] >= hi) return tm::kTmaIm2colOutside;
+  }
+  const auto* offsets = reinterpret_cast<const uint32_t*>(coords + rank);
+  for (uint32_t p = 0; p < box.pixels; ++p) {
+    bool pixel_inside = origin[0] >= 0 && origin[0] < int64_t{dims[0]};
+    uint64_t at = pixel_inside ? static_cast<uint64_t>(origin[0]) * dims[rank] : 0;
+    for (uint32_t s = 0; s < spatial && pixel_inside; ++s) {
+      const int64_t g = origin[1 + s] + (offsets[s] & 0xffffu);
+      pixel_inside = g >= 0 && g < int64_t{dims[1 + s]};
+      at += static_cast<uint64_t>(g) * dims[rank + 1 + s];
+    }
+    for (uint32_t c = 0; c < box.channels; ++c) {
+      const int64_t g = int64_t{coords[rank - 1]} + c;
+      const bool inside = pixel_inside && g >= 0 && g < int64_t{dims[rank - 1]};
+      uint64_t byte = start + (uint64_t{p} * box.channels + c) * elem_bytes;
+      byte ^= ((byte >> 7) & mask) << 4;
+      visit(byte, inside, inside ? at + static_cast<uint64_t>(g) * dims[2 * rank - 1] : 0);
+    }
+    // The next origin: innermost spatial dimension fastest, wrapping inside the bounding box,
+    // then on to the next image.
+    uint32_t s = spatial;
+    for (; s-- > 0;) {
+      if (++origin[1 + s] < int64_t{dims[1 + s]} + box.upper[s]) break;
+      origin[1 + s] = box.lower[s];
+    }
+    if (s == ~0u) ++origin[0];
+  }
+  return 0;
+}
+
 template <class Visit>
 uint32_t tma_box_walk(uint64_t attr, uint32_t elem_bytes, uint64_t start, uint64_t bytes,
                       const uint32_t* dims, const int32_t* coords, Visit visit) {
@@ -616,6 +660,7 @@ uint32_t tma_box_walk(uint64_t attr, uint32_t elem_bytes, uint64_t start, uint64
   // be inside the array.
   const uint64_t reach = box.swizzle ? (total + 127) / 128 * 128 : total;
   if (start + reach > bytes) return tm::kTmaPastEnd;
+  if (box.im2col) return tma_im2col_walk(box, elem_bytes, start, dims, coords, visit);
   const uint32_t rank = box.rank;
   const uint64_t mask = box.swizzle ? box.swizzle / 16 - 1 : 0;
   uint32_t at[kiln::ir::kTmaMaxRank] = {};  // the element's position in the box

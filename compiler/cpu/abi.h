@@ -54,6 +54,7 @@ enum TmemMisuse : uint32_t {
   kMbarTxOverflow,
   kTmaMisaligned,
   kTmaPastEnd,
+  kTmaIm2colOutside,
   kCopyMisaligned,
   kCopyPastEnd,
   kClusterStuck,

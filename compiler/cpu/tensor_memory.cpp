@@ -28,7 +28,7 @@ std::pair<uint32_t, uint32_t> misuse_codes(OpKind k) {
     case OpKind::MbarArriveTx:
       return {kMbarNotInitialized, kMbarNotInitialized};
     case OpKind::TmaLoad:
-      return {kMbarNotInitialized, kTmaPastEnd};
+      return {kMbarNotInitialized, kTmaIm2colOutside};
     case OpKind::TmaLoadMulticast:
       return {kMbarNotInitialized, kMulticastOutside};
     case OpKind::SyncCluster:
@@ -142,13 +142,18 @@ void Gen::cube_op(const ir::Op& op) {
       const auto rank = static_cast<uint32_t>(t.shape.size());
       llvm::AllocaInst* dims = entry_alloca(i32, B.getInt32(2 * rank),
                                             fmt::format("tma.dims{}", op.operands[at.tensor]));
-      llvm::AllocaInst* coords =
-          entry_alloca(i32, B.getInt32(rank), fmt::format("tma.coords{}", op.operands[at.tensor]));
+      // An im2col box's offsets (u16) follow its coordinates, widened.
+      const auto offsets = static_cast<uint32_t>(op.operands.size() - at.coords - rank);
+      llvm::AllocaInst* coords = entry_alloca(i32, B.getInt32(rank + offsets),
+                                              fmt::format("tma.coords{}", op.operands[at.tensor]));
       for (uint32_t d = 0; d < rank; ++d) {
         B.CreateStore(t.shape[d], B.CreateConstInBoundsGEP1_32(i32, dims, d));
         B.CreateStore(t.stride[d], B.CreateConstInBoundsGEP1_32(i32, dims, rank + d));
         B.CreateStore(v(op.operands[at.coords + d]), B.CreateConstInBoundsGEP1_32(i32, coords, d));
       }
+      for (uint32_t o = 0; o < offsets; ++o)
+        B.CreateStore(B.CreateZExt(v(op.operands[at.coords + rank + o]), i32),
+                      B.CreateConstInBoundsGEP1_32(i32, coords, rank + o));
       const ir::Type& st = type(op.operands[at.shared]);
       Value* shared = element_ptr(op.operands[at.shared], B.getInt32(0));
       Value* esize = B.getInt32(static_cast<uint32_t>(ir::elem_bytes(st.elem)));

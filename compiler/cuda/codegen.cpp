@@ -73,6 +73,27 @@ class Gen {
     if (info_.tensor_maps.empty()) {
       out += fmt::format("struct {}_args {{ kiln::u64 slot[{}]; }};\n\n", info_.symbol, slots);
     } else {
+      // What each map holds, which the runtime encodes at launch: nothing else in the code says
+      // a NaN fill or an im2col box's corners, and two kernels that differ only there must not
+      // share a compiled entry (its description carries the maps).
+      for (size_t i = 0; i < info_.tensor_maps.size(); ++i) {
+        const abi::TensorMapSite& site = info_.tensor_maps[i];
+        const ir::TmaBox b = ir::tma_box(site.box);
+        std::string what;
+        if (b.im2col) {
+          what = fmt::format("im2col {} pixels x {} channels, lower", b.pixels, b.channels);
+          for (uint32_t d = 0; d < ir::tma_spatial(b); ++d) what += fmt::format(" {}", b.lower[d]);
+          what += ", upper";
+          for (uint32_t d = 0; d < ir::tma_spatial(b); ++d) what += fmt::format(" {}", b.upper[d]);
+        } else {
+          what = "box";
+          for (uint32_t d = 0; d < b.rank; ++d)
+            what += fmt::format("{}{}", d ? " x " : " ", b.box[d]);
+        }
+        out +=
+            fmt::format("// map[{}]: '{}', {}, swizzle {}, {} outside the tensor\n", i,
+                        K.params[site.param].name, what, b.swizzle, b.fill_nan ? "NaN" : "zeros");
+      }
       // The maps must stay in parameter space (TMA reads them there): __grid_constant__.
       out += fmt::format("struct {}_args {{ kiln::u64 slot[{}]; kiln::tensor_map map[{}]; }};\n\n",
                          info_.symbol, slots, info_.tensor_maps.size());
@@ -698,12 +719,19 @@ class Gen {
         // _async forms,
         // kiln::tma_prefetch<swizzle, box...>(map, {coordinates}): box and coordinates
         // outermost first, as in the IR.
+        // kiln::tma_load_im2col<swizzle, pixels, channels>(dst, index, map, bars, bar index,
+        // {coordinates}, {offsets}) for an im2col box.
         const ir::TmaOperands at = ir::tma_operands(op.kind);
         const ir::TmaBox b = ir::tma_box(op.attr.i);
-        std::string tmpl = fmt::format("{}u", b.swizzle), coords;
+        std::string tmpl = fmt::format("{}u", b.swizzle), coords, offsets;
         for (uint32_t d = 0; d < b.rank; ++d) {
-          tmpl += fmt::format(", {}u", b.box[d]);
+          if (!b.im2col) tmpl += fmt::format(", {}u", b.box[d]);
           coords += (d ? ", " : "") + v(op.operands[at.coords + d]);
+        }
+        if (b.im2col) {
+          tmpl += fmt::format(", {}u, {}u", b.pixels, b.channels);
+          for (size_t o = at.coords + b.rank; o < op.operands.size(); ++o)
+            offsets += (offsets.empty() ? "" : ", ") + v(op.operands[o]);
         }
         size_t map = 0;
         for (const abi::TensorMapSite& s : info_.tensor_maps) {
@@ -713,7 +741,12 @@ class Gen {
           ++map;
         }
         KILN_CHECK(map < info_.tensor_maps.size(), "a TMA copy without its tensor-map site");
-        if (op.kind == OpKind::TmaLoad) {
+        if (op.kind == OpKind::TmaLoad && b.im2col) {
+          line(fmt::format(
+              "kiln::tma_load_im2col<{}>({}, {}, args.map[{}], {}, {}, {{{}}}, {{{}}});", tmpl,
+              v(op.operands[at.shared]), v(op.operands[at.index]), map, v(op.operands[3]),
+              v(op.operands[4]), coords, offsets));
+        } else if (op.kind == OpKind::TmaLoad) {
           line(fmt::format("kiln::tma_load<{}>({}, {}, args.map[{}], {}, {}, {{{}}});", tmpl,
                            v(op.operands[at.shared]), v(op.operands[at.index]), map,
                            v(op.operands[3]), v(op.operands[4]), coords));

@@ -2603,11 +2603,14 @@ struct alignas(128) tensor_map {
 // The emulator's tensor map (runtime/tma.cpp writes it): the tensor's address, rank, element
 // size, whether a load fills outside the tensor with NaN (else zeros), and its shape and strides
 // in elements, outermost first.
+// An im2col map (im2col = 1) has its bounding box's corners too, per spatial dimension,
+// outermost first.
 struct tma_desc {
   u64 base;
   u32 rank, elem_bytes;
-  u32 fill_nan, reserved;
+  u32 fill_nan, im2col;
   u64 dims[5], strides[5];
+  i32 lower[3], upper[3];
 };
 inline void mbar_arrive_expect_tx(const bounded<u64>& bars, u32 i, u32 bytes KILN_WHERE) {
   if (!issues()) return;
@@ -2689,6 +2692,82 @@ inline void tma_load(const bounded<T>& dst, u32 index, const tensor_map& map,
   u64 total = sizeof(T);
   for (int d = 0; d < R; ++d) total *= box[d];
   if (done) mbar_update(w, 0, -(long long)total KILN_AT);
+}
+// An im2col box (runtime/tma.h): P rows of C elements, row p the pixel of the p-th filter
+// origin from the coordinates on (walking the bounding box, then the images) read at origin +
+// the offsets, the elements outside the tensor filled.
+template <u32 SW, u32 P, u32 C, class T, int R, int S>
+inline void tma_load_im2col(const bounded<T>& dst, u32 index, const tensor_map& map,
+                            const bounded<u64>& bars, u32 bi, const i32 (&c)[R],
+                            const u16 (&o)[S] KILN_WHERE) {
+  static_assert(R >= 3 && R <= 5 && S == R - 2, "an im2col box: rank 3 to 5, an offset per "
+                                                "spatial dimension");
+  if (!issues()) return;
+  u64* w = mbar_word(bars, bi KILN_AT);
+  if (!w) return;
+  tma_desc m;
+  memcpy(&m, &map, sizeof m);
+  if (m.rank != (u32)R || m.elem_bytes != sizeof(T) || !m.im2col) {
+    emu::misuse("an im2col TMA load through a tensor map that does not describe its view", where);
+    return;
+  }
+  const u64 total = (u64)P * C * sizeof(T), start = (u64)index * sizeof(T);
+  if (start % 128 != 0) {
+    emu::misuse(
+        "a tma_load at a shared-array index that is no multiple of 128 bytes (TMA moves whole "
+        "128-byte aligned lines)",
+        where);
+    return;
+  }
+  const u64 reach = SW ? (total + 127) / 128 * 128 : total;
+  if (start + reach > (u64)dst.n * sizeof(T)) {
+    emu::out_of_bounds(dst.space, emu::kStore, (u32)((start + reach) / sizeof(T) - 1), dst.n,
+                       where);
+    return;
+  }
+  long long origin[R - 1];
+  for (int d = 0; d < R - 1; ++d) origin[d] = c[d];
+  for (int s = 0; s < S; ++s)
+    if (origin[1 + s] < m.lower[s] || origin[1 + s] >= (long long)m.dims[1 + s] + m.upper[s]) {
+      emu::misuse(
+          "an im2col tma_load whose coordinates put its first filter origin outside the view's "
+          "bounding box (per spatial dimension: lower <= origin < extent + upper); start each "
+          "load at an output pixel",
+          where);
+      return;
+    }
+  const u64 mask = SW ? SW / 16 - 1 : 0;
+  unsigned char* out = (unsigned char*)dst.p;
+  const unsigned char* in = (const unsigned char*)(uintptr_t)m.base;
+  for (u32 p = 0; p < P; ++p) {
+    bool pixel = origin[0] >= 0 && origin[0] < (long long)m.dims[0];
+    u64 at = pixel ? (u64)origin[0] * m.strides[0] : 0;
+    for (int s = 0; s < S && pixel; ++s) {
+      const long long g = origin[1 + s] + o[s];
+      pixel = g >= 0 && g < (long long)m.dims[1 + s];
+      at += (u64)g * m.strides[1 + s];
+    }
+    for (u32 e = 0; e < C; ++e) {
+      const long long g = (long long)c[R - 1] + e;
+      const bool inside = pixel && g >= 0 && g < (long long)m.dims[R - 1];
+      u64 byte = start + ((u64)p * C + e) * sizeof(T);
+      byte ^= ((byte >> 7) & mask) << 4;
+      if (!emu::access(out + byte, sizeof(T), emu::kStore | emu::kSharedSpace, where)) return;
+      if (inside) {
+        memcpy(out + byte, in + (at + (u64)g * m.strides[R - 1]) * sizeof(T), sizeof(T));
+      } else {
+        memset(out + byte, m.fill_nan ? 0xff : 0, sizeof(T));
+        if (m.fill_nan) out[byte + sizeof(T) - 1] = 0x7f;
+      }
+    }
+    int s = S;
+    while (s-- > 0) {
+      if (++origin[1 + s] < (long long)m.dims[1 + s] + m.upper[s]) break;
+      origin[1 + s] = m.lower[s];
+    }
+    if (s < 0) ++origin[0];
+  }
+  mbar_update(w, 0, -(long long)total KILN_AT);
 }
 // tma_load into the cubes of the cluster in `mask` (bit r: rank r), each at the same shared
 // offsets and completing on its own mbarrier; the box is read once per destination here.
@@ -2947,6 +3026,37 @@ template <u32 SW, u32... BOX, class T, int R>
 __device__ __forceinline__ void tma_load_multicast(T* dst, u32 index, const tensor_map& map,
                                                    u64* bars, u32 bi, u16 mask, const i32 (&c)[R]) {
   tma_load_impl<true, SW, BOX...>(dst, index, map, bars, bi, mask, c);
+}
+// An im2col box: the coordinates and then the offsets, each innermost first.
+template <u32 SW, u32 P, u32 C, class T, int R, int S>
+__device__ __forceinline__ void tma_load_im2col(T* dst, u32 index, const tensor_map& map,
+                                                u64* bars, u32 bi, const i32 (&c)[R],
+                                                const u16 (&o)[S]) {
+  static_assert(R >= 3 && R <= 5 && S == R - 2, "an im2col box: rank 3 to 5, an offset per "
+                                                "spatial dimension");
+#if __CUDA_ARCH__ >= 900
+  if (!issues()) return;
+  const u32 d = shared_address(dst + index), b = shared_address(bars + bi);
+  const u64 m = (u64)&map;
+#define KILN_TMA_IM2COL(N, COORDS, OFFSETS)                                                 \
+  "cp.async.bulk.tensor." #N "d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes" \
+  " [%0], [%1, {" COORDS "}], [%2], {" OFFSETS "};"
+  if constexpr (R == 3) {
+    asm volatile(KILN_TMA_IM2COL(3, "%3, %4, %5", "%6")::"r"(d), "l"(m), "r"(b), "r"(c[2]),
+                 "r"(c[1]), "r"(c[0]), "h"(o[0])
+                 : "memory");
+  } else if constexpr (R == 4) {
+    asm volatile(KILN_TMA_IM2COL(4, "%3, %4, %5, %6", "%7, %8")::"r"(d), "l"(m), "r"(b),
+                 "r"(c[3]), "r"(c[2]), "r"(c[1]), "r"(c[0]), "h"(o[1]), "h"(o[0])
+                 : "memory");
+  } else {
+    asm volatile(KILN_TMA_IM2COL(5, "%3, %4, %5, %6, %7", "%8, %9, %10")::"r"(d), "l"(m),
+                 "r"(b), "r"(c[4]), "r"(c[3]), "r"(c[2]), "r"(c[1]), "r"(c[0]), "h"(o[2]),
+                 "h"(o[1]), "h"(o[0])
+                 : "memory");
+  }
+#undef KILN_TMA_IM2COL
+#endif
 }
 // ---- clusters (sm_90 and later) -----------------------------------------------------------------
 // cluster_rank: %cluster_ctarank. sync_cluster: the cluster barrier, releasing the units' writes

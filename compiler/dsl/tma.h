@@ -18,6 +18,7 @@
 // (cuda-emu) checks the destination for races as it checks stores.
 #pragma once
 
+#include <algorithm>
 #include <initializer_list>
 #include <type_traits>
 #include <utility>
@@ -110,6 +111,91 @@ class TmaCoord {
   ir::ValueId id_ = ir::kNoValue;
 };
 
+// ---- im2col boxes -------------------------------------------------------------------------
+
+// An im2col TMA view of a tensor of rank 3 to 5 laid out N [D] [H] W C (the channels innermost,
+// contiguous): the rows a convolution multiplies, read straight from the image (docs/dsl.md
+// "im2col"). A load copies `pixels` rows of `channels` elements into shared memory, row-major
+// and swizzled like a tiled box of pixels x channels. Row p is the pixel of the p-th filter
+// origin, counting from the load's coordinates through the bounding box of origins (per spatial
+// dimension s, outermost first: lower[s] <= origin < shape[s] + upper[s]; past its end the walk
+// goes on at the next row of the box, then the next image), read at origin + the load's offsets.
+// A convolution with padding P and a filter of K (dilation 1, stride 1) uses lower = -P and
+// upper = P - (K - 1): the origins are then exactly its output pixels, and the offsets are the
+// filter position (0 .. K - 1). Elements outside the tensor (the padding, channels past C,
+// images past N) are filled as `fill` says.
+template <class V>
+class TmaIm2colView {
+ public:
+  using T = host_of_t<V>;
+  TmaIm2colView(const Tensor<V>& t, ir::TmaBox box) : tensor_(t), box_(box) {}
+  const Tensor<V>& tensor() const { return tensor_; }
+  const ir::TmaBox& box() const { return box_; }
+  // The bytes one load copies (pixels x channels elements).
+  uint32_t box_bytes() const { return static_cast<uint32_t>(ir::tma_box_bytes(box_, sizeof(T))); }
+  uint32_t box_elements() const { return box_.pixels * box_.channels; }
+
+ private:
+  Tensor<V> tensor_;
+  ir::TmaBox box_;
+};
+
+template <class V>
+TmaIm2colView<V> tma_im2col_view(const Tensor<V>& t, int pixels, int channels,
+                                 std::initializer_list<int> lower, std::initializer_list<int> upper,
+                                 Swizzle swizzle = Swizzle::None, TmaFill fill = TmaFill::Zero,
+                                 SrcLoc where = SrcLoc::current()) {
+  static_assert(!std::is_same_v<host_of_t<V>, bool>, "kiln: TMA copies numbers, not bools");
+  auto& ctx = TraceContext::current();
+  ir::TmaBox b;
+  b.im2col = true;
+  b.rank = static_cast<uint32_t>(t.rank());
+  b.swizzle = static_cast<uint32_t>(swizzle);
+  b.fill_nan = fill == TmaFill::Nan;
+  b.pixels = pixels < 0 ? 0u : static_cast<uint32_t>(pixels);
+  b.channels = channels < 0 ? 0u : static_cast<uint32_t>(channels);
+  const size_t spatial = ir::tma_spatial(b);
+  std::copy_n(lower.begin(), std::min<size_t>(lower.size(), 3), b.lower);
+  std::copy_n(upper.begin(), std::min<size_t>(upper.size(), 3), b.upper);
+  if (t.rank() < 3 || t.rank() > 5)
+    ctx.fail(where, fmt::format("an im2col TMA view reads a tensor of rank 3 to 5 (N, the "
+                                "spatial dimensions, the channels), not rank {}",
+                                t.rank()));
+  else if (lower.size() != spatial || upper.size() != spatial)
+    ctx.fail(where, fmt::format("an im2col view of a rank-{} tensor has {} lower and {} upper "
+                                "corners (one per spatial dimension), not {} and {}",
+                                t.rank(), spatial, spatial, lower.size(), upper.size()));
+  else if (t.line_size() != 1)
+    ctx.fail(where, fmt::format("TMA copies elements: the tensor has lines of {}; launch it with "
+                                "a line size of 1",
+                                t.line_size()));
+  else if (std::string e = ir::tma_box_error(b, sizeof(host_of_t<V>)); !e.empty())
+    ctx.fail(where, e);
+  else if (b.fill_nan && !ir::tma_nan_fill_allowed(elem_v<host_of_t<V>>))
+    ctx.fail(where, fmt::format("a TMA view of {} elements cannot fill with NaN (f16, bf16, f32 "
+                                "and f64 can); use TmaFill::Zero",
+                                ir::elem_name(elem_v<host_of_t<V>>)));
+  return TmaIm2colView<V>(t, b);
+}
+
+// One offset of an im2col load (a filter position): a u32 or i32 value, taken as the GPU's
+// 16-bit operand (its low 16 bits), or an integer literal from 0 to 65535.
+class TmaOffset {
+ public:
+  template <DslExpr E>
+  requires(std::same_as<typename E::elem_type, int32_t> ||
+           std::same_as<typename E::elem_type, uint32_t>)
+      TmaOffset(const E& e, SrcLoc where = SrcLoc::current()) {
+    id_ = cast<uint16_t>(e, where).id();
+  }
+  TmaOffset(int32_t lit, SrcLoc where = SrcLoc::current())
+      : id_(Arg<uint16_t>(lit, where).value(1)) {}
+  ir::ValueId id() const { return id_; }
+
+ private:
+  ir::ValueId id_ = ir::kNoValue;
+};
+
 // Adds `bytes` to the transaction count the current phase of bars[index] waits for, and arrives
 // on it once (mbarrier.arrive.expect_tx): the phase completes when its arrivals have all come
 // and as many bytes as expected have landed. A cube operation.
@@ -163,6 +249,42 @@ void tma_load(const SharedArray<W>& dst, Arg<uint32_t> index, const TmaView<V>& 
   for (const TmaCoord& c : coords) ops.push_back(c.id());
   ir::Attr a;
   a.i = ir::tma_attr(view.box());
+  ctx.builder().op(ir::OpKind::TmaLoad, ops, index.at(), {}, a);
+}
+
+// The im2col box of `view` whose first row is the filter origin at `coords` (one per dimension
+// of the tensor, outermost first: the image, the origin's spatial position, the first channel),
+// each row read at origin + `offsets` (one per spatial dimension, outermost first), into
+// dst[index ...] as pixels x channels, completing on bars[bar_index]. The origin at `coords` must
+// lie inside the bounding box (a fault on the CPU and the emulator). A cube operation.
+template <class V, class W, class B>
+void tma_load(const SharedArray<W>& dst, Arg<uint32_t> index, const TmaIm2colView<V>& view,
+              std::initializer_list<TmaCoord> coords, std::initializer_list<TmaOffset> offsets,
+              const SharedArray<B>& bars, Arg<uint32_t> bar_index) {
+  static_assert(std::is_same_v<host_of_t<V>, host_of_t<W>>,
+                "kiln: tma_load copies into a shared array of the tensor's element type");
+  static_assert(detail::is_mbarrier_array<B>, "kiln: mbarriers live in a shared array of u64");
+  auto& ctx = TraceContext::current();
+  if (!has_tma()) {
+    ctx.fail(index.where(), fmt::format("TMA copies are sm_90 instructions; {} has none: ask "
+                                        "has_tma() at trace time and copy with loads there",
+                                        ctx.target().name));
+    return;
+  }
+  const ir::TmaBox& box = view.box();
+  if (coords.size() != box.rank || offsets.size() != ir::tma_spatial(box)) {
+    ctx.fail(index.where(),
+             fmt::format("an im2col tma_load of a rank-{} view takes {} coordinates and {} "
+                         "offsets, not {} and {}",
+                         box.rank, box.rank, ir::tma_spatial(box), coords.size(), offsets.size()));
+    return;
+  }
+  std::vector<ir::ValueId> ops = {dst.id(), index.value(1), view.tensor().id(), bars.id(),
+                                  bar_index.value(1)};
+  for (const TmaCoord& c : coords) ops.push_back(c.id());
+  for (const TmaOffset& o : offsets) ops.push_back(o.id());
+  ir::Attr a;
+  a.i = ir::tma_attr(box);
   ctx.builder().op(ir::OpKind::TmaLoad, ops, index.at(), {}, a);
 }
 

@@ -34,6 +34,10 @@ struct TensorMapCall {
   uint32_t box[5], element_strides[5];
   int interleave, swizzle, l2, oob;
   int calls;
+  // cuTensorMapEncodeIm2col's own parameters (im2col 1), innermost spatial dimension first.
+  int im2col;
+  int lower[3], upper[3];
+  unsigned channels, pixels;
 };
 TensorMapCall g_map{};
 
@@ -57,8 +61,15 @@ CUresult cuTensorMapEncodeTiled(void* map, int data_type, unsigned rank, void* a
                                 const uint32_t* element_strides, int interleave, int swizzle,
                                 int l2, int oob) {
   const int calls = g_map.calls + 1;
-  g_map =
-      TensorMapCall{data_type, rank, address, {}, {}, {}, {}, interleave, swizzle, l2, oob, calls};
+  g_map = TensorMapCall{};
+  g_map.data_type = data_type;
+  g_map.rank = rank;
+  g_map.address = address;
+  g_map.interleave = interleave;
+  g_map.swizzle = swizzle;
+  g_map.l2 = l2;
+  g_map.oob = oob;
+  g_map.calls = calls;
   for (unsigned d = 0; d < rank && d < 5; ++d) {
     g_map.dims[d] = dims[d];
     g_map.box[d] = box[d];
@@ -72,6 +83,30 @@ CUresult cuTensorMapEncodeTiled(void* map, int data_type, unsigned rank, void* a
     if (strides[d - 1] % 16 != 0) return kInvalidValue;
   std::memset(map, 0xA0 + calls, 128);
   return kSuccess;
+}
+
+// The same for an im2col map, with the driver's extra rules: rank 3 to 5, corners in the range
+// the rank allows, at most 256 channels and 1024 pixels.
+CUresult cuTensorMapEncodeIm2col(void* map, int data_type, unsigned rank, void* address,
+                                 const uint64_t* dims, const uint64_t* strides, const int* lower,
+                                 const int* upper, unsigned channels, unsigned pixels,
+                                 const uint32_t* element_strides, int interleave, int swizzle,
+                                 int l2, int oob) {
+  const uint32_t box[5] = {};
+  const CUresult r = cuTensorMapEncodeTiled(map, data_type, rank, address, dims, strides, box,
+                                            element_strides, interleave, swizzle, l2, oob);
+  g_map.im2col = 1;
+  g_map.channels = channels;
+  g_map.pixels = pixels;
+  const int range = rank == 3 ? 32768 : rank == 4 ? 128 : 16;
+  bool ok =
+      rank >= 3 && rank <= 5 && channels >= 1 && channels <= 256 && pixels >= 1 && pixels <= 1024;
+  for (unsigned s = 0; s + 2 < rank && s < 3; ++s) {
+    g_map.lower[s] = lower[s];
+    g_map.upper[s] = upper[s];
+    ok = ok && lower[s] >= -range && lower[s] < range && upper[s] >= -range && upper[s] < range;
+  }
+  return r != kSuccess ? r : ok ? kSuccess : kInvalidValue;
 }
 
 CUresult cuInit(unsigned) {

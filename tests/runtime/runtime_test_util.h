@@ -99,6 +99,14 @@ Tensor tensor_from(Runtime& rt, ir::ElemType dtype, const std::vector<T>& host,
   REQUIRE(t->upload(std::span<const T>(host)).ok());
   return std::move(*t);
 }
+template <class T>
+Tensor tensor_from(Runtime& rt, ir::ElemType dtype, const std::vector<T>& host,
+                   const std::vector<int64_t>& shape) {
+  auto t = rt.empty(dtype, std::span<const int64_t>(shape));
+  REQUIRE(t.ok());
+  REQUIRE(t->upload(std::span<const T>(host)).ok());
+  return std::move(*t);
+}
 inline Tensor f32_tensor(Runtime& rt, const std::vector<float>& host) {
   return tensor_from(rt, ir::ElemType::F32, host, {static_cast<int64_t>(host.size())});
 }
