@@ -30,7 +30,7 @@ foreach(dir ir compiler runtime kernels)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kiln/${dir}
           FILES_MATCHING PATTERN "*.h" PATTERN "*.def"
           PATTERN "cpu/codegen.h" EXCLUDE PATTERN "cpu/gen.h" EXCLUDE
-          PATTERN "cpu/math.h" EXCLUDE PATTERN "examples" EXCLUDE PATTERN "lib" EXCLUDE)
+          PATTERN "cpu/math.h" EXCLUDE PATTERN "examples" EXCLUDE)
 endforeach()
 install(FILES ${PROJECT_SOURCE_DIR}/compiler/cuda/prelude.cuh
         DESTINATION ${CMAKE_INSTALL_DATADIR}/kiln)

@@ -167,7 +167,10 @@ Result<CompiledCuda> compile_in_process(const std::string& source, const std::st
   std::vector<std::string> opts = {"--gpu-architecture=" + arch, "-lineinfo", "-std=c++17",
                                    "-default-device"};
   if (real) opts.push_back("-Xptxas=-v");
-  if (fast_math) opts.push_back("--use_fast_math");
+  // The IR rounds every add and multiply on its own (ir/ir.h; a fused one is an explicit fma),
+  // as the CPU and the emulator (-ffp-contract=off) do: NVRTC must not contract them into FMAs
+  // either, or a GPU's results would differ from theirs in the last bits (fast math allows it).
+  opts.push_back(fast_math ? "--use_fast_math" : "--fmad=false");
   std::vector<const char*> argv;
   for (const std::string& o : opts) argv.push_back(o.c_str());
   const int rc = api->compile_program(prog, static_cast<int>(argv.size()), argv.data());

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "kernels/kernels.h"
+#include "kernels/lib/random.h"
 #include "kernels/run.h"
 #include "tests/compiler/dsl/dsl_test_util.h"
 #include "tests/gpu/gpu_exec.h"
@@ -121,6 +122,37 @@ TEST_CASE("matmul_tma with a producer plane and with clusters passes its referen
     }
     CHECK(r->passed);
   }
+}
+
+// kiln::lib's random numbers are the same bits on the GPU as on the CPU (or, in a build
+// without one, the emulator): Philox, the exact conversions and the library's own log, sin and
+// cos, with NVRTC contracting nothing (--fmad=false).
+TEST_CASE("uniform and normal give the GPU the same bits as the CPU", "[gpu]") {
+  auto gpu = Runtime::open(test::test_device());
+  REQUIRE(gpu.ok());
+  auto host = Runtime::open("cpu");
+  if (!host) host = Runtime::open("cuda-emu");
+  if (!host) {
+    WARN("no CPU backend or emulator to compare the GPU's random numbers with: "
+         << host.error().message);
+    return;
+  }
+  auto bits = [](Runtime& rt, ir::ElemType e, bool normal) {
+    auto t = rt.empty(e, {100003});
+    REQUIRE(t.ok());
+    const lib::RandomOptions o{0xfeedfacecafebeefull, 3};
+    KILN_REQUIRE_OK(normal ? lib::normal(rt, *t, o, -1.0, 3.0) : lib::uniform(rt, *t, o, 2.0, 9.0));
+    KILN_REQUIRE_OK(rt.sync());
+    std::vector<uint8_t> raw(static_cast<size_t>(t->numel()) * ir::elem_bytes(e));
+    KILN_REQUIRE_OK(t->download(std::span<uint8_t>(raw)));
+    return raw;
+  };
+  for (ir::ElemType e : {ir::ElemType::F32, ir::ElemType::F16, ir::ElemType::BF16})
+    for (bool normal : {false, true}) {
+      INFO(ir::elem_name(e) << (normal ? " normal" : " uniform") << " on " << gpu->device().name
+                            << " and " << host->device().name);
+      CHECK(bits(*gpu, e, normal) == bits(*host, e, normal));
+    }
 }
 
 TEST_CASE("GPU prints, asserts and checked-mode faults arrive at sync", "[gpu]") {
