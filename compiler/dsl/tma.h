@@ -38,16 +38,13 @@ inline bool has_tma() {
 // a product that reads past an edge visibly wrong instead of silently zero.
 enum class TmaFill { Zero, Nan };
 
-// A TMA view of a tensor parameter: boxes of `box` elements (one extent per dimension,
-// outermost first, as the tensor's shape), written into shared memory with `swizzle`, elements
-// outside the tensor filled as `fill` says. A trace-time object: its box, swizzle and fill are
-// part of the kernel's code (and so of its specialization key); on the GPU the runtime encodes
-// a tensor map for it at launch.
+namespace detail {
+// What both kinds of TMA view hold: the tensor and its box (ir::TmaBox).
 template <class V>
-class TmaView {
+class TmaViewBase {
  public:
   using T = host_of_t<V>;
-  TmaView(const Tensor<V>& t, ir::TmaBox box) : tensor_(t), box_(box) {}
+  TmaViewBase(const Tensor<V>& t, ir::TmaBox box) : tensor_(t), box_(box) {}
   const Tensor<V>& tensor() const { return tensor_; }
   const ir::TmaBox& box() const { return box_; }
   // The bytes one box copies: what mbarrier_arrive_expect_tx expects per copy.
@@ -58,6 +55,42 @@ class TmaView {
  private:
   Tensor<V> tensor_;
   ir::TmaBox box_;
+};
+
+// The checks every view of a tensor of T takes after its shape's own: lines of 1, the box's
+// rules, a NaN fill only of floats. False after a trace error.
+template <class T>
+bool tma_view_valid(int line_size, const ir::TmaBox& b, SrcLoc where) {
+  auto& ctx = TraceContext::current();
+  if (line_size != 1) {
+    ctx.fail(where, fmt::format("TMA copies elements: the tensor has lines of {}; launch it with "
+                                "a line size of 1",
+                                line_size));
+    return false;
+  }
+  if (std::string e = ir::tma_box_error(b, sizeof(T)); !e.empty()) {
+    ctx.fail(where, e);
+    return false;
+  }
+  if (b.fill_nan && !ir::tma_nan_fill_allowed(elem_v<T>)) {
+    ctx.fail(where, fmt::format("a TMA view of {} elements cannot fill with NaN (f16, bf16, f32 "
+                                "and f64 can); use TmaFill::Zero",
+                                ir::elem_name(elem_v<T>)));
+    return false;
+  }
+  return true;
+}
+}  // namespace detail
+
+// A TMA view of a tensor parameter: boxes of `box` elements (one extent per dimension,
+// outermost first, as the tensor's shape), written into shared memory with `swizzle`, elements
+// outside the tensor filled as `fill` says. A trace-time object: its box, swizzle and fill are
+// part of the kernel's code (and so of its specialization key); on the GPU the runtime encodes
+// a tensor map for it at launch.
+template <class V>
+class TmaView : public detail::TmaViewBase<V> {
+ public:
+  using detail::TmaViewBase<V>::TmaViewBase;
 };
 
 template <class V>
@@ -77,16 +110,8 @@ TmaView<V> tma_view(const Tensor<V>& t, std::initializer_list<int> box,
     ctx.fail(where, fmt::format("a TMA view of a rank-{} tensor has a box of {} extents, one per "
                                 "dimension, not {}",
                                 t.rank(), t.rank(), b.rank));
-  else if (t.line_size() != 1)
-    ctx.fail(where, fmt::format("TMA copies elements: the tensor has lines of {}; launch it with "
-                                "a line size of 1",
-                                t.line_size()));
-  else if (std::string e = ir::tma_box_error(b, sizeof(host_of_t<V>)); !e.empty())
-    ctx.fail(where, e);
-  else if (b.fill_nan && !ir::tma_nan_fill_allowed(elem_v<host_of_t<V>>))
-    ctx.fail(where, fmt::format("a TMA view of {} elements cannot fill with NaN (f16, bf16, f32 "
-                                "and f64 can); use TmaFill::Zero",
-                                ir::elem_name(elem_v<host_of_t<V>>)));
+  else
+    detail::tma_view_valid<host_of_t<V>>(t.line_size(), b, where);
   return TmaView<V>(t, b);
 }
 
@@ -125,19 +150,9 @@ class TmaCoord {
 // filter position (0 .. K - 1). Elements outside the tensor (the padding, channels past C,
 // images past N) are filled as `fill` says.
 template <class V>
-class TmaIm2colView {
+class TmaIm2colView : public detail::TmaViewBase<V> {
  public:
-  using T = host_of_t<V>;
-  TmaIm2colView(const Tensor<V>& t, ir::TmaBox box) : tensor_(t), box_(box) {}
-  const Tensor<V>& tensor() const { return tensor_; }
-  const ir::TmaBox& box() const { return box_; }
-  // The bytes one load copies (pixels x channels elements).
-  uint32_t box_bytes() const { return static_cast<uint32_t>(ir::tma_box_bytes(box_, sizeof(T))); }
-  uint32_t box_elements() const { return box_.pixels * box_.channels; }
-
- private:
-  Tensor<V> tensor_;
-  ir::TmaBox box_;
+  using detail::TmaViewBase<V>::TmaViewBase;
 };
 
 template <class V>
@@ -165,16 +180,8 @@ TmaIm2colView<V> tma_im2col_view(const Tensor<V>& t, int pixels, int channels,
     ctx.fail(where, fmt::format("an im2col view of a rank-{} tensor has {} lower and {} upper "
                                 "corners (one per spatial dimension), not {} and {}",
                                 t.rank(), spatial, spatial, lower.size(), upper.size()));
-  else if (t.line_size() != 1)
-    ctx.fail(where, fmt::format("TMA copies elements: the tensor has lines of {}; launch it with "
-                                "a line size of 1",
-                                t.line_size()));
-  else if (std::string e = ir::tma_box_error(b, sizeof(host_of_t<V>)); !e.empty())
-    ctx.fail(where, e);
-  else if (b.fill_nan && !ir::tma_nan_fill_allowed(elem_v<host_of_t<V>>))
-    ctx.fail(where, fmt::format("a TMA view of {} elements cannot fill with NaN (f16, bf16, f32 "
-                                "and f64 can); use TmaFill::Zero",
-                                ir::elem_name(elem_v<host_of_t<V>>)));
+  else
+    detail::tma_view_valid<host_of_t<V>>(t.line_size(), b, where);
   return TmaIm2colView<V>(t, b);
 }
 

@@ -49,19 +49,6 @@ const Kat kKats[] = {
      {0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}},
 };
 
-std::vector<Runtime> devices() {
-  std::vector<Runtime> out;
-  for (const char* device : {"cpu", "cuda-emu"}) {
-    auto opened = Runtime::open(device);
-    if (!opened) {
-      WARN("skipped on " << device << ": " << opened.error().message);
-      continue;
-    }
-    out.push_back(std::move(*opened));
-  }
-  return out;
-}
-
 // The raw bits of a tensor, 2 or 4 bytes per element.
 std::vector<uint32_t> bits_of(const Tensor& t) {
   const size_t size = ir::elem_bytes(t.dtype());
@@ -87,7 +74,7 @@ TEST_CASE("Philox 4x32-10 gives Random123's known answers on the host, the CPU a
   for (const Kat& kat : kKats)
     CHECK(lib::host::philox4x32(kat.counter, kat.k0, kat.k1) == kat.want);
   (void)kernels::builtin_names();
-  for (Runtime& rt : devices()) {
+  for (Runtime& rt : test::open_devices({"cpu", "cuda-emu"})) {
     INFO("on " << rt.device().name);
     auto k = rt.kernel("philox_kat");
     REQUIRE(k.ok());
@@ -107,7 +94,7 @@ TEST_CASE("Philox 4x32-10 gives Random123's known answers on the host, the CPU a
 TEST_CASE("uniform and normal: the same bits on every device, the host's values, their moments",
           "[random]") {
   (void)kernels::builtin_names();
-  auto devs = devices();
+  auto devs = test::open_devices({"cpu", "cuda-emu"});
   REQUIRE(!devs.empty());
   const int64_t n = (1 << 18) + 3;  // not a whole number of blocks
   for (ir::ElemType e : {ir::ElemType::F32, ir::ElemType::F16, ir::ElemType::BF16})

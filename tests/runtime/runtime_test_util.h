@@ -60,11 +60,10 @@ inline Runtime open_cpu(RuntimeOptions o = {}) {
   return std::move(*rt);
 }
 
-// The TMA devices that run without a GPU, the CPU and the emulator of sm_90a; one that cannot
-// be opened is left out with a warning that says why.
-inline std::vector<Runtime> tma_devices() {
+// The devices of `names` that open here; the others are skipped with a warning that says why.
+inline std::vector<Runtime> open_devices(std::initializer_list<const char*> names) {
   std::vector<Runtime> out;
-  for (const char* device : {"cpu", "cuda-emu:sm_90a"}) {
+  for (const char* device : names) {
     auto opened = Runtime::open(device);
     if (!opened) {
       WARN("skipped on " << device << ": " << opened.error().message);
@@ -73,6 +72,10 @@ inline std::vector<Runtime> tma_devices() {
     out.push_back(std::move(*opened));
   }
   return out;
+}
+// The TMA devices that run without a GPU: the CPU and the emulator of sm_90a.
+inline std::vector<Runtime> tma_devices() {
+  return open_devices({"cpu", "cuda-emu:sm_90a"});
 }
 
 // `rows` rows of 64 f32 values, different in each row: small multiples of 0.25, so that sums of
