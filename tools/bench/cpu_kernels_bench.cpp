@@ -16,6 +16,7 @@
 
 #include "compiler/dsl/dsl.h"
 #include "kernels/kernels.h"
+#include "kernels/lib/random.h"
 #include "kernels/run.h"
 #include "runtime/runtime.h"
 #include "tools/bench/bench_util.h"
@@ -256,6 +257,32 @@ int main(int argc, char** argv) {
     report("histogram", fmt::format("2^{}, {} bins", int(std::log2(double(n))), bins),
            bench::median_seconds(launch, reps, samples),
            bench::median_seconds(peer, reps, samples));
+  }
+  {  // kiln::lib's random numbers against the same generator in a plain OpenMP loop
+    const int64_t n = quick ? (1 << 18) : (1 << 24);
+    std::vector<float> out(static_cast<size_t>(n)), ref(out.size());
+    Tensor to = wrap(rt, out, {n});
+    const lib::RandomOptions o{20261203, 0};
+    for (bool normal : {false, true}) {
+      auto launch = [&] {
+        must(normal ? lib::normal(rt, to, o, 0.0, 1.0) : lib::uniform(rt, to, o, -1.0, 1.0));
+        must(rt.sync());
+      };
+      auto peer = [&] {
+        if (normal)
+          bench::peer_normal(ref.data(), n, o.seed, o.offset, 0.0f, 1.0f);
+        else
+          bench::peer_uniform(ref.data(), n, o.seed, o.offset, -1.0f, 2.0f);
+      };
+      launch();
+      peer();
+      // The same bits for uniform; the C library's log and sin/cos for normal.
+      check(normal ? "normal" : "uniform", out, ref, normal ? 1e-5f : 0.0f);
+      report(normal ? "normal" : "uniform",
+             fmt::format("2^{} f32 (Philox)", int(std::log2(double(n)))),
+             bench::median_seconds(launch, reps, samples),
+             bench::median_seconds(peer, reps, samples));
+    }
   }
   {  // kiln demo's stencil2d and histogram (its sizes) against the memory bandwidth
     const int64_t tn = quick ? (1 << 20) : (1 << 25);

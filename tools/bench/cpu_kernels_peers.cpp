@@ -1,7 +1,10 @@
 // Peers of cpu_kernels_bench (cpu_kernels_peers.h), compiled like cpu_peers.cpp.
 #include "tools/bench/cpu_kernels_peers.h"
 
+#include "kernels/lib/philox.h"
+
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <vector>
 
@@ -88,6 +91,40 @@ void peer_histogram(const float* data, int64_t n, uint32_t* hist, int bins) {
     }
 #pragma omp critical
     for (int b = 0; b < bins; ++b) hist[b] += local[static_cast<size_t>(b)];
+  }
+}
+
+namespace {
+
+std::array<uint32_t, 4> block(int64_t b, uint64_t seed, uint64_t offset) {
+  return lib::host::philox4x32({static_cast<uint32_t>(b), 0u, static_cast<uint32_t>(offset),
+                                static_cast<uint32_t>(offset >> 32)},
+                               static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+}
+
+}  // namespace
+
+void peer_uniform(float* out, int64_t n, uint64_t seed, uint64_t offset, float low, float scale) {
+#pragma omp parallel for
+  for (int64_t b = 0; b < (n + 3) / 4; ++b) {
+    const auto w = block(b, seed, offset);
+    for (int64_t j = 0; j < 4 && 4 * b + j < n; ++j)
+      out[4 * b + j] = std::fma(lib::host::uniform01(w[static_cast<size_t>(j)]), scale, low);
+  }
+}
+
+void peer_normal(float* out, int64_t n, uint64_t seed, uint64_t offset, float mean, float stddev) {
+#pragma omp parallel for
+  for (int64_t b = 0; b < (n + 3) / 4; ++b) {
+    const auto w = block(b, seed, offset);
+    for (int64_t pair = 0; pair < 2; ++pair) {
+      const float u1 = static_cast<float>((w[2 * pair] >> 8) + 1) * 0x1p-24f;
+      const float t = static_cast<float>(w[2 * pair + 1] >> 8) * (0x1p-24f * 6.2831853f);
+      const float r = std::sqrt(-2.0f * std::log(u1));
+      const int64_t i = 4 * b + 2 * pair;
+      if (i < n) out[i] = std::fma(r * std::cos(t), stddev, mean);
+      if (i + 1 < n) out[i + 1] = std::fma(r * std::sin(t), stddev, mean);
+    }
   }
 }
 

@@ -19,6 +19,11 @@ void peer_softmax(const float* in, float* out, int64_t rows, int64_t cols);
 void peer_stencil(const float* in, float* out, int64_t h, int64_t w);
 // Counts of [0, 1) values in `bins` buckets, as the histogram example bins them (in f32).
 void peer_histogram(const float* data, int64_t n, uint32_t* hist, int bins);
+// kiln::lib::uniform's numbers (Philox 4x32-10 blocks, the top 24 bits of a word), in a plain
+// OpenMP loop over blocks.
+void peer_uniform(float* out, int64_t n, uint64_t seed, uint64_t offset, float low, float scale);
+// kiln::lib::normal's, by Box-Muller with the C library's logf, sqrtf, sinf and cosf.
+void peer_normal(float* out, int64_t n, uint64_t seed, uint64_t offset, float mean, float stddev);
 // The STREAM triad a = b + s * c: the machine's memory bandwidth reference.
 void peer_triad(float* a, const float* b, const float* c, float s, int64_t n);
 
