@@ -1,5 +1,7 @@
 // `kiln run KERNEL`: runs a registered kernel on random inputs, checks it against its C++
 // reference and times it. `kiln demo`: the same for every example kernel on every device.
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <map>
 
@@ -7,6 +9,7 @@
 
 #include "compiler/dsl/registry.h"
 #include "kernels/kernels.h"
+#include "kernels/lib/random.h"
 #include "kernels/run.h"
 #include "runtime/runtime.h"
 #include "tools/cli/commands.h"
@@ -144,6 +147,138 @@ int run_one(const RunOptions& o) {
   return r->passed ? 0 : 1;
 }
 
+// The seed's demo: the same random matrices on every device, one product on each, its time,
+// and how far the devices' results are apart. Returns false when a device failed.
+bool product_on_every_device(int repeat) {
+  constexpr int64_t M = 2048, K = 4096, N = 2048;
+  const double flops = 2.0 * M * K * N;
+  fmt::print(
+      "\nOne product on every device: C = A B, A {}x{} and B {}x{} drawn from N(0, 1) by "
+      "kiln::lib::normal\n(seed 42: the same bits on every device), f32 multiplied as tf32 "
+      "with f32 sums (matmul_mma); the median of {} runs.\n",
+      M, K, K, N, std::max(repeat, 1));
+  struct Product {
+    std::string device;
+    std::vector<float> c;
+  };
+  std::vector<Product> done;
+  bool ok = true;
+  for (const DeviceEntry& d : devices()) {
+    if (!d.available) continue;  // said above
+    if (d.info.kind == DeviceKind::CudaEmulator) {
+      fmt::print(
+          "  {:<10} skipped: an emulator runs every unit on the host (34 GFLOP would take "
+          "hours); it checked matmul_mma above\n",
+          d.name);
+      continue;
+    }
+    auto fail = [&](const Error& e) {
+      fmt::print("  {:<10} failed: {}\n", d.name, e.message);
+      ok = false;
+    };
+    auto rt = Runtime::open(d.name);
+    if (!rt) {
+      fail(rt.error());
+      continue;
+    }
+    auto a = rt->empty(ir::ElemType::F32, {M, K});
+    auto b = rt->empty(ir::ElemType::F32, {K, N});
+    auto c = rt->empty(ir::ElemType::F32, {M, N});
+    auto k = rt->kernel("matmul_mma");
+    if (!a || !b || !c || !k) {
+      fail(!a ? a.error() : !b ? b.error() : !c ? c.error() : k.error());
+      continue;
+    }
+    auto launch = [&]() -> Status {
+      return rt->launch(*k, Dim3(N / 64, M / 64), Dim3(128), *a, *b, *c, 32, 32, 2, 2, 2, false,
+                        false, false, 1);
+    };
+    Status st = lib::normal(*rt, *a, {42, 0});
+    if (st) st = lib::normal(*rt, *b, {42, 1});
+    if (st) st = launch();  // compiles
+    if (st) st = rt->sync();
+    std::vector<double> ms;
+    for (int r = 0; st && r < std::max(repeat, 1); ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      st = launch();
+      if (st) st = rt->sync();
+      ms.push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    Product p{d.name, std::vector<float>(static_cast<size_t>(M * N))};
+    if (st) st = c->download(std::span<float>(p.c));
+    if (!st) {
+      fail(st.error());
+      continue;
+    }
+    std::sort(ms.begin(), ms.end());
+    const double median = ms[ms.size() / 2];
+    fmt::print("  {:<10} {:9.2f} ms {:9.1f} GFLOP/s\n", d.name, median,
+               flops / (median * 1e-3) / 1e9);
+    done.push_back(std::move(p));
+  }
+  if (done.size() < 2) {
+    fmt::print(
+        "  one device ran it here: nothing to compare (with a GPU, the largest difference "
+        "between its C and the CPU's)\n");
+    return ok;
+  }
+  for (size_t i = 1; i < done.size(); ++i) {
+    double diff = 0, largest = 0;
+    for (size_t j = 0; j < done[0].c.size(); ++j) {
+      diff = std::max(diff, static_cast<double>(std::fabs(done[i].c[j] - done[0].c[j])));
+      largest = std::max(largest, static_cast<double>(std::fabs(done[0].c[j])));
+    }
+    fmt::print(
+        "  largest difference between {} and {}: {:.3g} (the largest |C| is {:.3g}): the "
+        "devices add the {} products of each element in different orders\n",
+        done[0].device, done[i].device, diff, largest, K);
+  }
+  return ok;
+}
+
+// (a + b) * c against a * c + b * c on the CPU, with numbers from N(0, 1).
+bool distributive_on_cpu() {
+  constexpr int64_t n = int64_t{1} << 22;
+  auto rt = Runtime::open("cpu");
+  auto fail = [](const Error& e) {
+    fmt::print("  distributive failed: {}\n", e.message);
+    return false;
+  };
+  if (!rt) return fail(rt.error());
+  std::vector<Tensor> t;
+  for (int i = 0; i < 5; ++i) {
+    auto x = rt->empty(ir::ElemType::F32, {n});
+    if (!x) return fail(x.error());
+    t.push_back(std::move(*x));
+  }
+  for (uint64_t i = 0; i < 3; ++i)
+    if (Status st = lib::normal(*rt, t[i], {42, 2 + i}); !st) return fail(st.error());
+  auto k = rt->kernel("distributive");
+  if (!k) return fail(k.error());
+  Status st =
+      rt->launch(*k, Dim3(static_cast<uint32_t>(n / 256)), Dim3(256), t[0], t[1], t[2], t[3], t[4]);
+  if (st) st = rt->sync();
+  std::vector<float> lhs(static_cast<size_t>(n)), rhs(lhs.size());
+  if (st) st = t[3].download(std::span<float>(lhs));
+  if (st) st = t[4].download(std::span<float>(rhs));
+  if (!st) return fail(st.error());
+  int64_t differ = 0;
+  double largest = 0;
+  for (size_t i = 0; i < lhs.size(); ++i)
+    if (lhs[i] != rhs[i]) {
+      ++differ;
+      largest = std::max(largest, static_cast<double>(std::fabs(lhs[i] - rhs[i])));
+    }
+  fmt::print(
+      "\nFloating point is not associative: with a, b, c from N(0, 1) (2^22 each, on the CPU), "
+      "(a + b) * c and\na * c + b * c differ in {} of {} elements ({:.1f}%), by at most {:.3g}: "
+      "every add and multiply rounds\nto the nearest float, and the two orders round at different "
+      "points.\n",
+      differ, n, 100.0 * static_cast<double>(differ) / static_cast<double>(n), largest);
+  return true;
+}
+
 int run_demo(int repeat) {
   if (auto st = load_kernels({}); !st) {
     print_error(st.error());
@@ -217,6 +352,8 @@ int run_demo(int repeat) {
                  r->median_ms, gb_per_s(*r), check);
     }
   }
+  all_passed = product_on_every_device(repeat) && all_passed;
+  all_passed = distributive_on_cpu() && all_passed;
   const CacheStats s = cache_stats();
   fmt::print("\ncompiled {} kernels in {:.0f} ms, loaded {} from the disk cache in {:.1f} ms\n",
              s.compiles, s.compile_ms, s.disk_hits, s.disk_load_ms);
