@@ -71,7 +71,8 @@ Result<TmaTensor> tma_tensor(const abi::KernelInfo& info, const abi::TensorMapSi
                                    in, stride, t.strides[d], 16 / std::min<uint64_t>(esize, 16)));
   }
   if (box.im2col) {
-    // Spatial dimension s (kiln's dimension 1 + s, outermost first) is the driver's rank-2-s.
+    // Spatial dimension s (kiln's dimension 1 + s, outermost first) is the driver's corner
+    // spatial - 1 - s and its dimension rank - 2 - s (the driver counts innermost first).
     const uint32_t spatial = ir::tma_spatial(box);
     for (uint32_t s = 0; s < spatial; ++s) {
       const uint32_t driver = spatial - 1 - s;

@@ -606,11 +606,10 @@ extern "C" uint32_t kiln_rt_mbar_arrive_tx(uint64_t* bar, uint32_t bytes) {
 
 namespace {
 
-// The elements of a TMA box at `coords` of a tensor (dims: shape, then strides, in elements), in
-// box order: visit(shared byte offset, swizzled, from `start`; whether inside the tensor; the
-// element's offset in the tensor). 0, or the misuse of the shared side: misaligned, or past the
-// `bytes` of the array.
-// An im2col box (ir/ops.h): `coords` holds the rank coordinates, then the rank - 2 offsets.
+// The elements of an im2col box (ir/ops.h) in row order, visited as tma_box_walk visits a tiled
+// box's: row p is the pixel of the p-th filter origin from `coords` on, read at origin + the
+// offsets (`coords` holds the rank coordinates, then the rank - 2 offsets). 0, or
+// kTmaIm2colOutside when the first origin is outside the bounding box.
 template <class Visit>
 uint32_t tma_im2col_walk(const kiln::ir::TmaBox& box, uint32_t elem_bytes, uint64_t start,
                          const uint32_t* dims, const int32_t* coords, Visit visit) {
@@ -650,6 +649,10 @@ uint32_t tma_im2col_walk(const kiln::ir::TmaBox& box, uint32_t elem_bytes, uint6
   return 0;
 }
 
+// The elements of a TMA box at `coords` of a tensor (dims: shape, then strides, in elements), in
+// box order: visit(shared byte offset, swizzled, from `start`; whether inside the tensor; the
+// element's offset in the tensor). 0, or the misuse of the shared side: misaligned, or past the
+// `bytes` of the array.
 template <class Visit>
 uint32_t tma_box_walk(uint64_t attr, uint32_t elem_bytes, uint64_t start, uint64_t bytes,
                       const uint32_t* dims, const int32_t* coords, Visit visit) {
