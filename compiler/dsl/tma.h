@@ -227,6 +227,35 @@ void mbarrier_arrive_expect_tx(const SharedArray<V>& bars, Arg<uint32_t> index, 
   ctx.builder().op(ir::OpKind::MbarArriveTx, {bars.id(), index.value(1)}, index.at(), {}, a);
 }
 
+namespace detail {
+// tma.load of `box` of tensor t into dst[index ...], completing on bars[bar_index], at `coords`
+// (and an im2col box's `offsets`), once the target has TMA; both views' loads end here.
+template <class V, class W, class B>
+void emit_tma_load(const SharedArray<W>& dst, Arg<uint32_t> index, const Tensor<V>& t,
+                   const ir::TmaBox& box, std::initializer_list<TmaCoord> coords,
+                   std::initializer_list<TmaOffset> offsets, const SharedArray<B>& bars,
+                   Arg<uint32_t> bar_index) {
+  static_assert(std::is_same_v<host_of_t<V>, host_of_t<W>>,
+                "kiln: tma_load copies into a shared array of the tensor's element type");
+  static_assert(is_mbarrier_array<B>, "kiln: mbarriers live in a shared array of u64");
+  std::vector<ir::ValueId> ops = {dst.id(), index.value(1), t.id(), bars.id(), bar_index.value(1)};
+  for (const TmaCoord& c : coords) ops.push_back(c.id());
+  for (const TmaOffset& o : offsets) ops.push_back(o.id());
+  ir::Attr a;
+  a.i = ir::tma_attr(box);
+  TraceContext::current().builder().op(ir::OpKind::TmaLoad, ops, index.at(), {}, a);
+}
+// Whether the target has TMA copies; a trace error at `where` if not.
+inline bool tma_copies_allowed(const SrcLoc& where) {
+  if (has_tma()) return true;
+  auto& ctx = TraceContext::current();
+  ctx.fail(where, fmt::format("TMA copies are sm_90 instructions; {} has none: ask has_tma() at "
+                              "trace time and copy with loads there",
+                              ctx.target().name));
+  return false;
+}
+}  // namespace detail
+
 // Copies the box of `view` that starts at `coords` (one per dimension, outermost first) into
 // dst[index ...]: row-major, the innermost extent contiguous, swizzled as the view says (a
 // K-major tile of wgmma_tile_index for a box of `rows` x (swizzle / element size)); elements
@@ -236,27 +265,14 @@ template <class V, class W, class B>
 void tma_load(const SharedArray<W>& dst, Arg<uint32_t> index, const TmaView<V>& view,
               std::initializer_list<TmaCoord> coords, const SharedArray<B>& bars,
               Arg<uint32_t> bar_index) {
-  static_assert(std::is_same_v<host_of_t<V>, host_of_t<W>>,
-                "kiln: tma_load copies into a shared array of the tensor's element type");
-  static_assert(detail::is_mbarrier_array<B>, "kiln: mbarriers live in a shared array of u64");
-  auto& ctx = TraceContext::current();
-  if (!has_tma()) {
-    ctx.fail(index.where(), fmt::format("TMA copies are sm_90 instructions; {} has none: ask "
-                                        "has_tma() at trace time and copy with loads there",
-                                        ctx.target().name));
-    return;
-  }
+  if (!detail::tma_copies_allowed(index.where())) return;
   if (coords.size() != view.box().rank) {
-    ctx.fail(index.where(), fmt::format("tma_load of a rank-{} view takes {} coordinates, not {}",
-                                        view.box().rank, view.box().rank, coords.size()));
+    TraceContext::current().fail(
+        index.where(), fmt::format("tma_load of a rank-{} view takes {} coordinates, not {}",
+                                   view.box().rank, view.box().rank, coords.size()));
     return;
   }
-  std::vector<ir::ValueId> ops = {dst.id(), index.value(1), view.tensor().id(), bars.id(),
-                                  bar_index.value(1)};
-  for (const TmaCoord& c : coords) ops.push_back(c.id());
-  ir::Attr a;
-  a.i = ir::tma_attr(view.box());
-  ctx.builder().op(ir::OpKind::TmaLoad, ops, index.at(), {}, a);
+  detail::emit_tma_load(dst, index, view.tensor(), view.box(), coords, {}, bars, bar_index);
 }
 
 // The im2col box of `view` whose first row is the filter origin at `coords` (one per dimension
@@ -268,31 +284,17 @@ template <class V, class W, class B>
 void tma_load(const SharedArray<W>& dst, Arg<uint32_t> index, const TmaIm2colView<V>& view,
               std::initializer_list<TmaCoord> coords, std::initializer_list<TmaOffset> offsets,
               const SharedArray<B>& bars, Arg<uint32_t> bar_index) {
-  static_assert(std::is_same_v<host_of_t<V>, host_of_t<W>>,
-                "kiln: tma_load copies into a shared array of the tensor's element type");
-  static_assert(detail::is_mbarrier_array<B>, "kiln: mbarriers live in a shared array of u64");
-  auto& ctx = TraceContext::current();
-  if (!has_tma()) {
-    ctx.fail(index.where(), fmt::format("TMA copies are sm_90 instructions; {} has none: ask "
-                                        "has_tma() at trace time and copy with loads there",
-                                        ctx.target().name));
-    return;
-  }
+  if (!detail::tma_copies_allowed(index.where())) return;
   const ir::TmaBox& box = view.box();
   if (coords.size() != box.rank || offsets.size() != ir::tma_spatial(box)) {
-    ctx.fail(index.where(),
-             fmt::format("an im2col tma_load of a rank-{} view takes {} coordinates and {} "
-                         "offsets, not {} and {}",
-                         box.rank, box.rank, ir::tma_spatial(box), coords.size(), offsets.size()));
+    TraceContext::current().fail(
+        index.where(),
+        fmt::format("an im2col tma_load of a rank-{} view takes {} coordinates and {} offsets, "
+                    "not {} and {}",
+                    box.rank, box.rank, ir::tma_spatial(box), coords.size(), offsets.size()));
     return;
   }
-  std::vector<ir::ValueId> ops = {dst.id(), index.value(1), view.tensor().id(), bars.id(),
-                                  bar_index.value(1)};
-  for (const TmaCoord& c : coords) ops.push_back(c.id());
-  for (const TmaOffset& o : offsets) ops.push_back(o.id());
-  ir::Attr a;
-  a.i = ir::tma_attr(box);
-  ctx.builder().op(ir::OpKind::TmaLoad, ops, index.at(), {}, a);
+  detail::emit_tma_load(dst, index, view.tensor(), box, coords, offsets, bars, bar_index);
 }
 
 using TmaReduce = ir::TmaReduce;

@@ -23,18 +23,27 @@ std::array<Val<uint32_t>, 4> block_words(u32 block, u64 seed, u64 offset) {
                                cast<uint32_t>(seed >> uint64_t{32}));
 }
 
-}  // namespace
-
-template <class T>
-void uniform(Tensor<T> out, u64 seed, u64 offset, f32 low, f32 scale) {
+// Unit b fills the elements 4b .. 4b + 3 of out that exist with the four numbers `values` makes
+// of block b's words.
+template <class T, class F>
+void fill_by_block(Tensor<T>& out, u64 seed, u64 offset, F&& values) {
   u32 n = out.len();
   u32 block = absolute_pos();
   u32 i0 = block * 4u;
   if_(i0 < n, [&] {
-    auto r = block_words(block, seed, offset);
+    const std::array<Val<float>, 4> v = values(block_words(block, seed, offset));
     for (uint32_t j = 0; j < 4; ++j)
-      if_(i0 + j < n,
-          [&] { out[i0 + j] = cast<host_of_t<T>>(fma(kiln::lib::uniform01(r[j]), scale, low)); });
+      if_(i0 + j < n, [&] { out[i0 + j] = cast<host_of_t<T>>(v[j]); });
+  });
+}
+
+}  // namespace
+
+template <class T>
+void uniform(Tensor<T> out, u64 seed, u64 offset, f32 low, f32 scale) {
+  fill_by_block(out, seed, offset, [&](const std::array<Val<uint32_t>, 4>& r) {
+    auto u = [&](int j) { return Val<float>(fma(kiln::lib::uniform01(r[j]), scale, low)); };
+    return std::array<Val<float>, 4>{u(0), u(1), u(2), u(3)};
   });
 }
 KILN_KERNEL_GENERIC(uniform, "out: line=1, seed, offset, low, scale", f32, f16, bf16)
@@ -43,18 +52,11 @@ KILN_KERNEL_GENERIC(uniform, "out: line=1, seed, offset, low, scale", f32, f16, 
 
 template <class T>
 void normal(Tensor<T> out, u64 seed, u64 offset, f32 mean, f32 stddev) {
-  u32 n = out.len();
-  u32 block = absolute_pos();
-  u32 i0 = block * 4u;
-  if_(i0 < n, [&] {
-    auto r = block_words(block, seed, offset);
-    for (uint32_t pair = 0; pair < 2; ++pair) {
-      auto [z0, z1] = kiln::lib::box_muller(r[2 * pair], r[2 * pair + 1]);
-      if_(i0 + 2 * pair < n,
-          [&] { out[i0 + 2 * pair] = cast<host_of_t<T>>(fma(z0, stddev, mean)); });
-      if_(i0 + 2 * pair + 1 < n,
-          [&] { out[i0 + 2 * pair + 1] = cast<host_of_t<T>>(fma(z1, stddev, mean)); });
-    }
+  fill_by_block(out, seed, offset, [&](const std::array<Val<uint32_t>, 4>& r) {
+    auto [z0, z1] = kiln::lib::box_muller(r[0], r[1]);
+    auto [z2, z3] = kiln::lib::box_muller(r[2], r[3]);
+    auto at = [&](const Val<float>& z) { return Val<float>(fma(z, stddev, mean)); };
+    return std::array<Val<float>, 4>{at(z0), at(z1), at(z2), at(z3)};
   });
 }
 KILN_KERNEL_GENERIC(normal, "out: line=1, seed, offset, mean, stddev", f32, f16, bf16)
@@ -126,7 +128,8 @@ namespace kiln::lib {
 
 namespace {
 
-Status fill(Runtime& rt, Tensor& out, const char* kernel, RandomOptions o, double a, double b) {
+Status fill(Runtime& rt, Tensor& out, const char* kernel, RandomOptions o, const char* a_name,
+            double a, const char* b_name, double b) {
   auto where = [&](const std::string& what) {
     return Error(ErrorKind::InvalidArgument, fmt::format("kiln::lib::{}: {}", kernel, what));
   };
@@ -141,8 +144,13 @@ Status fill(Runtime& rt, Tensor& out, const char* kernel, RandomOptions o, doubl
         fmt::format("the tensor 'out' has {} elements; at most 2^32 - 1 per call (fill "
                     "it in slices, advancing the offset)",
                     out.numel()));
-  if (!std::isfinite(a) || !std::isfinite(b))
-    return where("the bounds (or the mean and standard deviation) must be finite");
+  // The kernel takes f32: what does not fit one (high - low included) would fill out with
+  // infinities.
+  if (!std::isfinite(static_cast<float>(a)) || !std::isfinite(static_cast<float>(b)))
+    return where(
+        fmt::format("{} {} and {} {} must be finite as f32 values (at most {:g} in "
+                    "magnitude)",
+                    a_name, a, b_name, b, std::numeric_limits<float>::max()));
   if (out.numel() == 0) return {};
   KILN_ASSIGN(const Kernel k, rt.kernel(kernel));
   const auto blocks = static_cast<uint32_t>((out.numel() + 4 * 256 - 1) / (4 * 256));
@@ -153,17 +161,17 @@ Status fill(Runtime& rt, Tensor& out, const char* kernel, RandomOptions o, doubl
 }  // namespace
 
 Status uniform(Runtime& rt, Tensor& out, RandomOptions options, double low, double high) {
-  if (!(low <= high))
+  if (low > high)
     return Error(ErrorKind::InvalidArgument,
                  fmt::format("kiln::lib::uniform: low ({}) is above high ({})", low, high));
-  return fill(rt, out, "uniform", options, low, high - low);
+  return fill(rt, out, "uniform", options, "low", low, "high - low", high - low);
 }
 
 Status normal(Runtime& rt, Tensor& out, RandomOptions options, double mean, double stddev) {
-  if (!(stddev >= 0))
+  if (stddev < 0)
     return Error(ErrorKind::InvalidArgument,
                  fmt::format("kiln::lib::normal: the standard deviation {} is negative", stddev));
-  return fill(rt, out, "normal", options, mean, stddev);
+  return fill(rt, out, "normal", options, "mean", mean, "stddev", stddev);
 }
 
 }  // namespace kiln::lib

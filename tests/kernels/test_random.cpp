@@ -194,6 +194,19 @@ TEST_CASE("the random host API refuses what it cannot fill, naming it", "[random
   st = lib::normal(*rt, *m, {}, 0.0, -1.0);
   REQUIRE_FALSE(st.ok());
   CHECK_THAT(st.error().message, Contains("standard deviation -1 is negative"));
+  // NaN, infinities, and a range too wide for f32, named.
+  st = lib::uniform(*rt, *m, {}, 0.0, std::nan(""));
+  REQUIRE_FALSE(st.ok());
+  CHECK_THAT(st.error().message, Contains("high - low nan") && Contains("must be finite as f32"));
+  st = lib::uniform(*rt, *m, {}, -3e38, 3e38);
+  REQUIRE_FALSE(st.ok());
+  CHECK_THAT(st.error().message, Contains("high - low 6e+38"));
+  st = lib::normal(*rt, *m, {}, 0.0, std::nan(""));
+  REQUIRE_FALSE(st.ok());
+  CHECK_THAT(st.error().message, Contains("kiln::lib::normal: mean 0 and stddev nan"));
+  st = lib::normal(*rt, *m, {}, -INFINITY, 1.0);
+  REQUIRE_FALSE(st.ok());
+  CHECK_THAT(st.error().message, Contains("mean -inf"));
   auto empty = rt->empty(ir::ElemType::F32, {0});
   REQUIRE(empty.ok());
   KILN_REQUIRE_OK(lib::normal(*rt, *empty, {}));
