@@ -332,6 +332,17 @@ RunRecipe& RunRecipe::gpu_arch(std::string arch) {
   return *this;
 }
 
+RunRecipe& RunRecipe::host(HostOp op) {
+  host_ = std::move(op);
+  return *this;
+}
+
+RunRecipe& RunRecipe::tolerance(
+    std::function<std::pair<double, double>(const RunData&, std::string_view)> fn) {
+  tolerance_fn_ = std::move(fn);
+  return *this;
+}
+
 Placement placement(const RunRecipe& recipe, const DeviceInfo& device) {
   const std::string& arch = recipe.gpu_arch();
   const auto base = [](std::string_view a) {
@@ -355,6 +366,14 @@ RunRecipe& run_recipe(std::string_view kernel) {
   return it->second;
 }
 
+std::vector<std::string> host_op_names() {
+  std::lock_guard<std::mutex> lock(recipes_mu());
+  std::vector<std::string> names;
+  for (const auto& [name, r] : recipes())
+    if (r.host_op()) names.push_back(name);
+  return names;
+}
+
 const RunRecipe* find_run_recipe(std::string_view kernel) {
   std::lock_guard<std::mutex> lock(recipes_mu());
   auto it = recipes().find(kernel);
@@ -369,6 +388,7 @@ struct RunRecipeAccess {
   static const auto& cube_dim(const RunRecipe& r) { return r.cube_dim_; }
   static const auto& reference(const RunRecipe& r) { return r.reference_; }
   static const auto& tolerance(const RunRecipe& r) { return r.tolerance_; }
+  static const auto& tolerance_fn(const RunRecipe& r) { return r.tolerance_fn_; }
   static const auto& flops(const RunRecipe& r) { return r.flops_; }
 };
 
@@ -376,7 +396,35 @@ struct RunRecipeAccess {
 
 namespace {
 Result<RunResult> run_unguarded(Runtime& rt, std::string_view name, const RunConfig& config);
+
+// A host operation's parameters as a kernel definition's, so that the runner treats both alike.
+dsl::KernelDef host_def(std::string_view name, const HostOp& op) {
+  dsl::KernelDef def;
+  def.name = std::string(name);
+  def.description = op.description;
+  def.file = "(host operation)";
+  for (const auto& types : op.variants) {
+    dsl::Instantiation inst;
+    for (size_t i = 0; i < op.tensors.size(); ++i) {
+      dsl::ParamInfo p;
+      p.name = op.tensors[i].name;
+      p.kind = dsl::ParamKind::Tensor;
+      p.dtype = types.at(i);
+      p.const_qualified = op.tensors[i].input;
+      inst.params.push_back(std::move(p));
+    }
+    for (const auto& [sname, stype] : op.scalars) {
+      dsl::ParamInfo p;
+      p.name = sname;
+      p.kind = dsl::ParamKind::Scalar;
+      p.dtype = stype;
+      inst.params.push_back(std::move(p));
+    }
+    def.instantiations.push_back(std::move(inst));
+  }
+  return def;
 }
+}  // namespace
 
 Result<RunResult> run(Runtime& rt, std::string_view name, const RunConfig& config) {
   // Host allocations past what the machine has (kiln's own checks estimate, the allocator
@@ -394,10 +442,17 @@ Result<RunResult> run(Runtime& rt, std::string_view name, const RunConfig& confi
 namespace {
 Result<RunResult> run_unguarded(Runtime& rt, std::string_view name, const RunConfig& config) {
   using A = RunRecipeAccess;
-  KILN_ASSIGN(Kernel kernel, rt.kernel(name));
-  const dsl::KernelDef& def = kernel.def();
-  if (!def.problem.empty()) return usage(name, def.problem);
   const RunRecipe* recipe = find_run_recipe(name);
+  const HostOp* host = recipe ? recipe->host_op() : nullptr;
+  Kernel kernel;
+  dsl::KernelDef host_definition;
+  if (host) {
+    host_definition = host_def(name, *host);
+  } else {
+    KILN_ASSIGN(kernel, rt.kernel(name));
+  }
+  const dsl::KernelDef& def = host ? host_definition : kernel.def();
+  if (!def.problem.empty()) return usage(name, def.problem);
 
   // The instantiation: the one whose tensor types match --dtype, else the first.
   const auto& first_params = def.instantiations.front().params;
@@ -550,6 +605,7 @@ Result<RunResult> run_unguarded(Runtime& rt, std::string_view name, const RunCon
   // the tensors' size (docs/runtime.md, "Running a kernel by name").
   RunResult result;
   result.kernel = def.name;
+  result.host_op = host != nullptr;
   result.device = rt.device().name;
   result.seed =
       config.seed
@@ -656,7 +712,14 @@ Result<RunResult> run_unguarded(Runtime& rt, std::string_view name, const RunCon
   for (const auto& p : params)
     if (is_memory(p)) lo.lines.emplace_back(p.name, data.lines[p.name]);
   // The grid.
-  if (config.cubes)
+  if (host && (config.cubes || config.cube_dim || !config.lines.empty()))
+    return usage(name, fmt::format("'{}' runs through its host entry point, which picks the "
+                                   "kernels, their grids and line widths; drop --cubes, "
+                                   "--cube-dim and --line",
+                                   name));
+  if (host)
+    result.cubes = Dim3(0, 0, 0);
+  else if (config.cubes)
     result.cubes = *config.cubes;
   else if (recipe && A::cubes(*recipe))
     result.cubes = A::cubes(*recipe)(data);
@@ -710,12 +773,18 @@ Result<RunResult> run_unguarded(Runtime& rt, std::string_view name, const RunCon
   // shape the caller chose instead of the kernel's recipe runs it in checked mode, so that a
   // footprint the tensors do not have is reported instead of written past them.
   LaunchOptions first = lo;
-  result.validated = !config.checked && (config.cubes || config.cube_dim || !config.lines.empty() ||
-                                         !config.shapes.empty());
+  result.validated =
+      !host && !config.checked &&
+      (config.cubes || config.cube_dim || !config.lines.empty() || !config.shapes.empty());
+  // One run: the kernel's launch, or the host operation's call (checked mode is the runtime's).
+  auto launch = [&](const LaunchOptions& options) -> Status {
+    if (host) return host->call(rt, tensors, data);
+    return rt.launch_args(kernel, result.cubes, result.cube_dim, options, args);
+  };
   if (result.validated) first.checked = true;
   const CacheStats before = cache_stats();
   auto t0 = Clock::now();
-  KILN_TRY(rt.launch_args(kernel, result.cubes, result.cube_dim, first, args));
+  KILN_TRY(launch(first));
   KILN_TRY(rt.sync());
   result.first_ms = ms_since(t0);
   const CacheStats after = cache_stats();
@@ -739,8 +808,10 @@ Result<RunResult> run_unguarded(Runtime& rt, std::string_view name, const RunCon
       const std::vector<unsigned char>& want = expected[p.name];
       TensorCheck c;
       c.name = p.name;
-      std::tie(c.rel_tol, c.abs_tol) =
-          A::tolerance(*recipe) ? *A::tolerance(*recipe) : default_tolerance(p.dtype);
+      std::tie(c.rel_tol, c.abs_tol) = A::tolerance_fn(*recipe)
+                                           ? A::tolerance_fn(*recipe)(data, p.name)
+                                       : A::tolerance(*recipe) ? *A::tolerance(*recipe)
+                                                               : default_tolerance(p.dtype);
       for (size_t i = 0; i * es < got.size(); ++i) {
         const double got_i = get_elem(p.dtype, got.data() + i * es);
         const double want_i = get_elem(p.dtype, want.data() + i * es);
@@ -764,14 +835,14 @@ Result<RunResult> run_unguarded(Runtime& rt, std::string_view name, const RunCon
   // Timed launches, each from the same inputs (after an untimed one that compiles the
   // unchecked code, when the first run was checked only to validate the grid).
   if (result.validated && config.repeat > 0) {
-    KILN_TRY(rt.launch_args(kernel, result.cubes, result.cube_dim, lo, args));
+    KILN_TRY(launch(lo));
     KILN_TRY(rt.sync());
   }
   for (int r = 0; r < config.repeat; ++r) {
     for (const auto& [n, bytes] : initial)
       KILN_TRY(tensors.find(n)->second.upload(bytes.data(), bytes.size()));
     t0 = Clock::now();
-    KILN_TRY(rt.launch_args(kernel, result.cubes, result.cube_dim, lo, args));
+    KILN_TRY(launch(lo));
     KILN_TRY(rt.sync());
     result.times_ms.push_back(ms_since(t0));
   }

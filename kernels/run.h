@@ -74,6 +74,23 @@ double matmul_flops(const RunData& d);
 std::vector<int64_t> abt_c_shape(const RunData& d);
 void abt_reference(RunData& d);
 
+// A library operation that `kiln run NAME` runs through its host entry point (kiln::lib::matmul)
+// instead of launching one kernel: the tensors and scalars it takes, the element types it accepts
+// (one list of the tensors' types per variant, in `tensors` order; --dtype picks the first that
+// matches), and the call. The call gets the runner's tensors by name and the run's values.
+struct HostOp {
+  struct TensorParam {
+    std::string name;
+    bool input = true;  // read only; otherwise written and checked against the reference
+  };
+  std::string description;
+  std::vector<std::string> kernels;  // the kernels it launches, for `kiln show`
+  std::vector<TensorParam> tensors;
+  std::vector<std::vector<ir::ElemType>> variants;
+  std::vector<std::pair<std::string, ir::ElemType>> scalars;  // defaults: RunRecipe::scalar
+  std::function<Status(Runtime&, std::map<std::string, Tensor, std::less<>>&, const RunData&)> call;
+};
+
 class RunRecipe {
  public:
   using ShapeFn = std::function<std::vector<int64_t>(const RunData&)>;
@@ -102,9 +119,15 @@ class RunRecipe {
   // The one GPU architecture a per-architecture kernel is written for ("sm_100a"): `kiln demo`
   // runs it on an emulator of that architecture and skips GPUs of another.
   RunRecipe& gpu_arch(std::string arch);
+  // Runs the host operation instead of a kernel of this name (which need not exist).
+  RunRecipe& host(HostOp op);
+  // |got - want| <= abs + rel * |want| for tensor `name`, from the run's values.
+  RunRecipe& tolerance(
+      std::function<std::pair<double, double>(const RunData&, std::string_view)> fn);
 
   const std::string& kernel() const { return kernel_; }
   const std::string& gpu_arch() const { return gpu_arch_; }
+  const HostOp* host_op() const { return host_ ? &*host_ : nullptr; }
 
  private:
   friend struct RunRecipeAccess;
@@ -122,11 +145,15 @@ class RunRecipe {
   std::optional<std::pair<double, double>> tolerance_;
   std::function<double(const RunData&)> flops_;
   std::string gpu_arch_;
+  std::optional<HostOp> host_;
+  std::function<std::pair<double, double>(const RunData&, std::string_view)> tolerance_fn_;
 };
 
 // The recipe registered for `kernel` (created on first use).
 RunRecipe& run_recipe(std::string_view kernel);
 const RunRecipe* find_run_recipe(std::string_view kernel);
+// The names of the host operations (RunRecipe::host), sorted.
+std::vector<std::string> host_op_names();
 
 // Where a kernel's recipe runs when asked for `device`. Any kernel runs on the CPU; a
 // per-architecture kernel (RunRecipe::gpu_arch) runs on a GPU or emulator of its architecture
@@ -168,6 +195,7 @@ struct TensorCheck {
 
 struct RunResult {
   std::string kernel, device;
+  bool host_op = false;  // ran through a host entry point (RunRecipe::host): no one grid
   Dim3 cubes, cube_dim;
   uint64_t seed = 0;
   std::string arguments;   // "x: f32[4194304] line 16, y: ..., a = 2"

@@ -1,7 +1,9 @@
-// `kiln list`: the registered kernels with their parameters and comptime defaults.
+// `kiln list`: the registered kernels with their parameters and comptime defaults, and the
+// library operations `kiln run` runs through their host entry points.
 #include <fmt/format.h>
 
 #include "compiler/dsl/registry.h"
+#include "kernels/run.h"
 #include "tools/cli/commands.h"
 
 namespace kiln::cli {
@@ -75,6 +77,15 @@ Command add_list_command(CLI::App& app) {
               for (const auto& p : d->instantiations.front().params)
                 fmt::print("  {}\n", describe_param(p));
               if (!types.empty()) fmt::print("  instantiations: {}\n", types);
+            }
+            if (*names_only) return 0;
+            // Library operations: not kernels, but `kiln run` runs them (docs/kernels.md).
+            const auto ops = kernels::host_op_names();
+            if (!ops.empty())
+              fmt::print("\nlibrary operations (kiln run NAME runs them through kiln::lib):\n");
+            for (const std::string& name : ops) {
+              const kernels::HostOp* op = kernels::find_run_recipe(name)->host_op();
+              fmt::print("{}  -  {}\n", name, op->description);
             }
             return 0;
           }};

@@ -122,8 +122,12 @@ int run_one(const RunOptions& o) {
   if (!rt) return fail(rt.error());
   auto r = kernels::run(*rt, o.kernel, config);
   if (!r) return fail(r.error());
-  fmt::print("{} on {}: {} cubes of {} units{}\n", r->kernel, r->device, dim3_text(r->cubes),
-             dim3_text(r->cube_dim), o.checked ? ", checked mode" : "");
+  if (r->host_op)
+    fmt::print("{} on {}: through its host entry point, which picks the kernels and grids{}\n",
+               r->kernel, r->device, o.checked ? ", checked mode" : "");
+  else
+    fmt::print("{} on {}: {} cubes of {} units{}\n", r->kernel, r->device, dim3_text(r->cubes),
+               dim3_text(r->cube_dim), o.checked ? ", checked mode" : "");
   fmt::print("  arguments   {}\n", r->arguments);
   fmt::print("  inputs      random, seed {} (--seed {} repeats them)\n", r->seed, r->seed);
   fmt::print(

@@ -6,6 +6,7 @@
 #include "compiler/backend.h"
 #include "compiler/dsl/registry.h"
 #include "ir/printer.h"
+#include "kernels/run.h"
 #include "tools/cli/commands.h"
 
 namespace kiln::cli {
@@ -26,6 +27,14 @@ struct ShowOptions {
 
 Result<const dsl::KernelDef*> find_kernel(const std::string& name) {
   if (const dsl::KernelDef* d = dsl::Registry::global().find(name)) return d;
+  if (const kernels::RunRecipe* r = kernels::find_run_recipe(name); r && r->host_op()) {
+    std::string ks;
+    for (const std::string& k : r->host_op()->kernels) ks += (ks.empty() ? "" : ", ") + k;
+    return Error(ErrorKind::NotFound,
+                 fmt::format("'{}' is a library operation, not one kernel: `kiln run {}` runs it; "
+                             "show its kernels by name ({})",
+                             name, name, ks));
+  }
   std::string names;
   for (const dsl::KernelDef* d : dsl::Registry::global().all())
     names += (names.empty() ? "" : ", ") + d->name;

@@ -1,0 +1,574 @@
+// The matrix-product kernels of kiln::lib::matmul (matmul.h) for the CPU: the operands are
+// packed into f32 panels by two kernels, then a register-blocked kernel multiplies them.
+//
+// Layout (BLIS's, with the roles of A and B as the SIMD lanes want them):
+// - matmul_pack_a: op(A) as slivers of `mr` rows, sliver s holding element (row s mr + r, k) at
+//   (s K + k) mr + r, rows past M zero. One batch item after another.
+// - matmul_pack_b: op(B) as slivers of `nr` columns, element (k, column t nr + j) at
+//   (t K + k) nr + j, columns past N zero.
+// - matmul_cpu: a cube computes a block of C of mc rows and nb columns, its units one SIMD
+//   vector of columns each (cube_dim = lanes). For each chunk of kc along K, for each sliver of
+//   A in the block (its mr x kc numbers stay in L1), for each sliver of B (kc x nr, from L2):
+//   mr x `vectors` accumulators in registers, and per k `vectors` loads of B and mr broadcasts
+//   of A into mr x vectors FMAs. Between chunks the block's sums wait in shared memory (an f32
+//   tile in L2); after the last chunk they are scaled, added to beta C and the bias, passed
+//   through the epilogue and rounded to C's type once.
+#include "kernels/lib/matmul.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "compiler/dsl/dsl.h"
+#include "kernels/run.h"
+
+using namespace kiln::dsl;
+using kiln::lib::Epilogue;
+
+namespace kiln::lib {
+KILN_COMPTIME_ENUM(Epilogue, None, Relu, Gelu)
+}  // namespace kiln::lib
+
+namespace {
+
+// The flat index of the first element of batch item z of a [B0, B1, B2, R, C] tensor.
+template <class T>
+Val<uint32_t> item_offset(const Tensor<T>& t, const Val<uint32_t>& z) {
+  u32 s1 = t.shape(1), s2 = t.shape(2);
+  return z / (s1 * s2) * t.stride(0) + (z / s2) % s1 * t.stride(1) + z % s2 * t.stride(2);
+}
+
+// C's batch item z as indices along its three batch dimensions.
+struct BatchIndex {
+  Val<uint32_t> i0, i1, i2;
+};
+template <class T>
+BatchIndex batch_index(const Tensor<T>& c, const Val<uint32_t>& z) {
+  u32 s1 = c.shape(1), s2 = c.shape(2);
+  return {z / (s1 * s2), (z / s2) % s1, z % s2};
+}
+
+// The item of an operand of batch shape (d0, d1, d2) that C's item `i` reads, counted in items:
+// the index along a dimension of size 1 is 0 (NumPy's broadcasting).
+inline Val<uint32_t> broadcast_item(const BatchIndex& i, const Val<uint32_t>& d0,
+                                    const Val<uint32_t>& d1, const Val<uint32_t>& d2) {
+  return ((i.i0 % d0) * d1 + i.i1 % d1) * d2 + i.i2 % d2;
+}
+
+// The same item of a tensor, as the flat index of its first element.
+template <class T>
+Val<uint32_t> broadcast_offset(const BatchIndex& i, const Tensor<T>& t) {
+  return (i.i0 % t.shape(0)) * t.stride(0) + (i.i1 % t.shape(1)) * t.stride(1) +
+         (i.i2 % t.shape(2)) * t.stride(2);
+}
+
+}  // namespace
+
+// op(A) (a: [B0, B1, B2, M, K] as the host's view gives it) into slivers of mr rows: cube
+// (s, 0, z) packs sliver s of batch item z. Unit e of the loop writes element e of the sliver,
+// so the stores are consecutive (the reads are a gather unless A is column-major).
+template <class T>
+void matmul_pack_a(Tensor<const T> a, Tensor<f32> ap, int mr) {
+  const auto umr = static_cast<uint32_t>(mr);
+  u32 m = a.shape(3), k = a.shape(4);
+  u32 s = cube_pos_x(), z = cube_pos_z();
+  u32 slivers = (m + (umr - 1u)) / umr;
+  u32 base = (z * slivers + s) * k * umr, from = item_offset(a, z);
+  u32 rs = a.stride(3), ks = a.stride(4);
+  for_range(unit_pos(), k * umr, cube_dim(), [&](u32 e) {
+    u32 kk = e / umr, row = s * umr + e % umr;
+    Val<bool> inside = row < m;
+    u32 idx = from + select(inside, row, 0u) * rs + kk * ks;
+    ap[base + e] = select(inside, cast<float>(Val<host_of_t<T>>(a[idx])), 0.0f);
+  });
+}
+KILN_KERNEL_GENERIC(matmul_pack_a, "a: rank=5, ap, mr = 12 in 1..32", f32, f16, bf16)
+    .cube_dim(256)
+    .describe("kiln::lib::matmul: A into f32 slivers of mr rows (CPU)");
+
+// op(B) (b: [B0, B1, B2, K, N]) into slivers of nr columns: cube (t, 0, z) packs sliver t of
+// batch item z; consecutive units read consecutive columns and write consecutive elements.
+template <class T>
+void matmul_pack_b(Tensor<const T> b, Tensor<f32> bp, int nr) {
+  const auto unr = static_cast<uint32_t>(nr);
+  u32 k = b.shape(3), n = b.shape(4);
+  u32 t = cube_pos_x(), z = cube_pos_z();
+  u32 slivers = (n + (unr - 1u)) / unr;
+  u32 base = (z * slivers + t) * k * unr, from = item_offset(b, z);
+  u32 ks = b.stride(3), cs = b.stride(4);
+  for_range(unit_pos(), k * unr, cube_dim(), [&](u32 e) {
+    u32 kk = e / unr, col = t * unr + e % unr;
+    Val<bool> inside = col < n;
+    u32 idx = from + kk * ks + select(inside, col, 0u) * cs;
+    bp[base + e] = select(inside, cast<float>(Val<host_of_t<T>>(b[idx])), 0.0f);
+  });
+}
+KILN_KERNEL_GENERIC(matmul_pack_b, "b: rank=5, bp, nr = 32 in 1..256", f32, f16, bf16)
+    .cube_dim(256)
+    .describe("kiln::lib::matmul: B into f32 slivers of nr columns (CPU)");
+
+// C (c: [B0, B1, B2, M, N]) = alpha A B + beta C (+ bias) through the epilogue, from the packed
+// operands; a's and b's batch shapes broadcast to c's. Cube (x, y, z) computes the block of mc
+// rows from y mc and nb columns from x nb of batch item z; its `lanes` units hold a vector of
+// columns each (lanes is the CPU's vector width, so a cube is one vector). The register blocking
+// (mr, vectors) is comptime; the cache blocking (mc, nb, kc) is not, so that the autotuner's
+// candidates share one compiled kernel: mc a multiple of mr, nb of vectors * lanes, and mc nb at
+// most `tile`, the floats of shared memory the block's sums may take.
+template <class TC>
+void matmul_cpu(Tensor<const f32> ap, Tensor<const f32> bp, Tensor<TC> c, Tensor<const f32> bias,
+                u32 k, u32 a0, u32 a1, u32 a2, u32 b0, u32 b1, u32 b2, f32 alpha, f32 beta, u32 mc,
+                u32 nb, u32 kc, int mr, int vectors, int lanes, int tile, Epilogue epilogue,
+                bool has_bias) {
+  const auto umr = static_cast<uint32_t>(mr), ulanes = static_cast<uint32_t>(lanes),
+             unr = static_cast<uint32_t>(vectors * lanes);
+  assert_(mc % umr == 0u && nb % unr == 0u && mc * nb <= static_cast<uint32_t>(tile) && kc > 0u,
+          "mc must be a multiple of mr, nb of vectors * lanes, mc * nb at most tile, kc above 0");
+  // The block's sums between chunks of K.
+  auto tile_sums = shared_array<f32>(static_cast<uint32_t>(tile));
+  u32 m = c.shape(3), n = c.shape(4);
+  const BatchIndex item = batch_index(c, cube_pos_z());
+  u32 za = broadcast_item(item, a0, a1, a2), zb = broadcast_item(item, b0, b1, b2);
+  u32 c_item = broadcast_offset(item, c);
+  u32 slivers_m = (m + (umr - 1u)) / umr, slivers_n = (n + (unr - 1u)) / unr;
+  u32 row0 = cube_pos_y() * mc, col0 = cube_pos_x() * nb;
+  // The rows and columns of the block that slivers cover (whole slivers, zeros past M and N).
+  u32 rows = min(mc, slivers_m * umr - min(row0, slivers_m * umr));
+  u32 cols = min(nb, slivers_n * unr - min(col0, slivers_n * unr));
+  u32 unit = unit_pos();
+  // One vector of a row: what the epilogue makes of the sum s of (row, col), stored in C.
+  auto finish = [&](const Val<uint32_t>& row, const Val<uint32_t>& col, const Val<float>& s) {
+    if_(col < n, [&] {
+      u32 idx = c_item + row * c.stride(3) + col * c.stride(4);
+      Var<f32> v = alpha * s;
+      if_(beta != 0.0f, [&] { v += beta * cast<float>(Val<host_of_t<TC>>(c[idx])); });
+      if (has_bias) v += Val<float>(bias[col]);
+      if (epilogue == Epilogue::Relu) v = max(Val<float>(v), 0.0f);
+      if (epilogue == Epilogue::Gelu) {
+        f32 x = v;
+        v = 0.5f * x * (1.0f + tanh(0.7978845608f * (x + 0.044715f * x * x * x)));
+      }
+      c[idx] = cast<host_of_t<TC>>(Val<float>(v));
+    });
+  };
+  u32 kt = max(k, 1u);  // K = 0 still writes alpha 0 + beta C
+  for_range(0u, kt, kc, [&](u32 pc) {
+    u32 depth = min(kc, k - min(pc, k));
+    Val<bool> first = pc == 0u, last = pc + kc >= kt;
+    for_range(0u, rows, umr, [&](u32 ir) {
+      u32 abase = ((za * slivers_m + (row0 + ir) / umr) * k + pc) * umr;
+      for_range(0u, cols, unr, [&](u32 jr) {
+        u32 bbase = ((zb * slivers_n + (col0 + jr) / unr) * k + pc) * unr + unit;
+        u32 tbase = ir * nb + jr + unit;
+        std::vector<Var<f32>> acc;
+        acc.reserve(static_cast<size_t>(mr * vectors));
+        for (int i = 0; i < mr * vectors; ++i) acc.push_back(Var<f32>(0.0f));
+        if_(!first, [&] {
+          for (uint32_t r = 0; r < umr; ++r)
+            for (uint32_t q = 0; q < static_cast<uint32_t>(vectors); ++q)
+              acc[r * vectors + q] = tile_sums[tbase + r * nb + q * ulanes];
+        });
+        for_range(0u, depth, 1u, [&](u32 kk) {
+          std::vector<Val<float>> bv;
+          for (uint32_t q = 0; q < static_cast<uint32_t>(vectors); ++q)
+            bv.push_back(bp[bbase + kk * unr + q * ulanes]);
+          for (uint32_t r = 0; r < umr; ++r) {
+            f32 av = ap[abase + kk * umr + r];
+            for (uint32_t q = 0; q < static_cast<uint32_t>(vectors); ++q) {
+              auto& s = acc[r * vectors + q];
+              s = fma(av, bv[q], Val<float>(s));
+            }
+          }
+        });
+        if_(last, [&] {
+          for (uint32_t r = 0; r < umr; ++r) {
+            u32 row = row0 + ir + r;
+            if_(row < m, [&] {
+              for (uint32_t q = 0; q < static_cast<uint32_t>(vectors); ++q)
+                finish(row, col0 + jr + q * ulanes + unit, acc[r * vectors + q]);
+            });
+          }
+        }).else_([&] {
+          for (uint32_t r = 0; r < umr; ++r)
+            for (uint32_t q = 0; q < static_cast<uint32_t>(vectors); ++q)
+              tile_sums[tbase + r * nb + q * ulanes] = acc[r * vectors + q];
+        });
+      });
+    });
+  });
+}
+KILN_KERNEL_GENERIC(matmul_cpu,
+                    "ap, bp, c: rank=5, bias, k, a0, a1, a2, b0, b1, b2, alpha, beta, "
+                    "mc, nb, kc, mr = 12 in 1..32, vectors = 2 in 1..4, lanes = 16 in 1..64, "
+                    "tile = 131072 in 1..16777216, "
+                    "epilogue = None, has_bias = false",
+                    f32, f16, bf16)
+    .cube_dim([](const ComptimeArgs& c) -> CubeDim {
+      return {static_cast<uint32_t>(c.integer("lanes")), 1, 1};
+    })
+    .describe("kiln::lib::matmul: C = alpha A B + beta C from packed panels (CPU)");
+
+namespace kiln::lib {
+
+namespace {
+
+using ir::ElemType;
+
+Error bad(const std::string& what) {
+  return Error(ErrorKind::InvalidArgument, fmt::format("kiln::lib::matmul: {}", what));
+}
+
+// `t` as a [B0, B1, B2, R, C] view (leading dimensions of 1 added; the last two swapped when
+// `transpose`): no copy.
+Result<Tensor> rank5(const Tensor& t, bool transpose) {
+  std::vector<int64_t> shape(5, 1), strides(5, 0);
+  const int r = t.rank();
+  for (int d = 0; d < r; ++d) {
+    shape[static_cast<size_t>(5 - r + d)] = t.shape(d);
+    strides[static_cast<size_t>(5 - r + d)] = t.stride(d);
+  }
+  if (transpose) {
+    std::swap(shape[3], shape[4]);
+    std::swap(strides[3], strides[4]);
+  }
+  return Tensor::make(t.device_ptr(), t.buffer(), t.dtype(), shape, strides, t.offset());
+}
+
+// The largest element index a view reaches from its first element, plus one.
+int64_t reach(const Tensor& t) {
+  int64_t r = 1;
+  for (int d = 0; d < t.rank(); ++d)
+    if (t.shape(d) > 0) r += (t.shape(d) - 1) * std::abs(t.stride(d));
+  return r;
+}
+
+// One product, checked and in the kernels' terms.
+struct Problem {
+  Tensor a, b, c;  // [B0, B1, B2, rows, columns] views, A and B as op(A) and op(B)
+  int64_t m = 0, n = 0, k = 0;
+  int64_t batch = 1, batch_a = 1, batch_b = 1;  // items of C, of A, of B
+};
+
+// The CPU kernels' blocking: the micro-kernel's shape from the vector registers, the blocks
+// from the caches (an mr x kc sliver of A stays in L1 while kc x nb of B streams from L2).
+struct CpuConfig {
+  int mr = 12, vectors = 2, lanes = 16;  // comptime: one compiled kernel per choice
+  int tile = 1 << 17;                    // comptime: floats of shared memory for the sums
+  int mc = 96, nb = 512, kc = 256;       // run time: the autotuner's candidates vary these
+  int nr() const { return vectors * lanes; }
+  std::string text() const { return fmt::format("mc={} nb={} kc={}", mc, nb, kc); }
+};
+
+long cache_bytes(int name, long fallback) {
+  const long v = ::sysconf(name);
+  return v > 0 ? v : fallback;
+}
+
+CpuConfig cpu_config(const Runtime& rt, const Problem& p) {
+  const DeviceInfo& dev = rt.device();
+  CpuConfig c;
+  c.lanes = std::max(1, rt.max_lanes(ElemType::F32));
+  // 32 vector registers with AVX-512: 24 accumulators; 16 before it: 12.
+  c.mr = dev.vector_bits >= 512 ? 12 : 6;
+  c.vectors = 2;
+  const int nr = c.nr();
+  // On the CPU the sums live in the worker's arena; elsewhere (the emulator) in the 48 KiB of
+  // shared memory a cube gets by default.
+  c.tile = dev.kind == DeviceKind::Cpu ? 1 << 17 : 1 << 13;
+  const long l1 = cache_bytes(_SC_LEVEL1_DCACHE_SIZE, 32 << 10);
+  const long l2 = cache_bytes(_SC_LEVEL2_CACHE_SIZE, 1 << 20);
+  // A's sliver in half of L1, B's block in half of L2, the block's sums in a quarter.
+  c.kc = static_cast<int>(std::clamp<long>(l1 / 2 / (4 * c.mr) / 64 * 64, 64, 1024));
+  c.nb = static_cast<int>(std::max<long>(nr, l2 / 2 / (4 * c.kc) / nr * nr));
+  c.mc = static_cast<int>(
+      std::max<long>(c.mr, std::min<long>(l2 / 4 / (4 * c.nb), 8 * c.mr) / c.mr * c.mr));
+  while (c.mc * c.nb > c.tile) {
+    if (c.nb > nr)
+      c.nb = std::max(nr, c.nb / 2 / nr * nr);
+    else
+      c.mc = std::max(c.mr, c.mc / 2 / c.mr * c.mr);
+  }
+  // Enough blocks for every thread: narrower and then shorter blocks while there are fewer
+  // than 4 per thread.
+  const int64_t threads = std::max(1, dev.cores);
+  auto blocks = [&] { return p.batch * ((p.m + c.mc - 1) / c.mc) * ((p.n + c.nb - 1) / c.nb); };
+  while (blocks() < 4 * threads && (c.nb > nr || c.mc > c.mr)) {
+    if (c.nb > nr && (c.nb >= 2 * c.mc || c.mc == c.mr))
+      c.nb = std::max(nr, c.nb / 2 / nr * nr);
+    else
+      c.mc = std::max(c.mr, c.mc / 2 / c.mr * c.mr);
+  }
+  return c;
+}
+
+Result<Problem> check(const Tensor& a, const Tensor& b, Tensor& c, const MatmulOptions& o) {
+  const std::pair<const Tensor*, const char*> all[] = {{&a, "a"}, {&b, "b"}, {&c, "c"}};
+  for (const auto& [t, name] : all) {
+    if (!t->valid()) return bad(fmt::format("the tensor '{}' is empty (no buffer)", name));
+    if (t->rank() < 2 || t->rank() > 5)
+      return bad(
+          fmt::format("the tensor '{}' is {}; matrices are rank 2 to 5 (up to three "
+                      "batch dimensions before the rows and columns)",
+                      name, t->describe()));
+    if (t->device() != a.device())
+      return bad(fmt::format("the tensor '{}' is on another device than a", name));
+  }
+  const ElemType in = a.dtype();
+  if ((in != ElemType::F32 && in != ElemType::F16 && in != ElemType::BF16) || b.dtype() != in)
+    return bad(fmt::format("a is {} and b {}; both must hold the same type, f32, f16 or bf16",
+                           a.describe(), b.describe()));
+  if (c.dtype() != ElemType::F32 && c.dtype() != in)
+    return bad(fmt::format("c is {}; the result is f32 or the inputs' type ({})", c.describe(),
+                           ir::elem_name(in)));
+  if (c.read_only()) return bad("the tensor 'c' is read-only");
+  if (!std::isfinite(o.alpha) || !std::isfinite(o.beta))
+    return bad(fmt::format("alpha ({}) and beta ({}) must be finite", o.alpha, o.beta));
+  Problem p;
+  KILN_ASSIGN(p.a, rank5(a, o.transpose_a));
+  KILN_ASSIGN(p.b, rank5(b, o.transpose_b));
+  KILN_ASSIGN(p.c, rank5(c, false));
+  p.m = p.a.shape(3);
+  p.k = p.a.shape(4);
+  p.n = p.b.shape(4);
+  auto op = [](const char* name, bool t) { return fmt::format("{}{}", name, t ? "^T" : ""); };
+  if (p.b.shape(3) != p.k)
+    return bad(
+        fmt::format("{} is {} x {} and {} is {} x {}: the columns of the first must be "
+                    "the rows of the second",
+                    op("a", o.transpose_a), p.m, p.k, op("b", o.transpose_b), p.b.shape(3), p.n));
+  if (p.c.shape(3) != p.m || p.c.shape(4) != p.n)
+    return bad(fmt::format("c is {}; the product is {} x {}", c.describe(), p.m, p.n));
+  if (c.rank() < std::max(a.rank(), b.rank()))
+    return bad(fmt::format("c is {}; it has fewer batch dimensions than a ({}) or b ({})",
+                           c.describe(), a.describe(), b.describe()));
+  for (int d = 0; d < 3; ++d) {
+    const int64_t cd = p.c.shape(d);
+    for (const auto& [t, name] : {std::pair{&p.a, "a"}, std::pair{&p.b, "b"}})
+      if (t->shape(d) != 1 && t->shape(d) != cd)
+        return bad(
+            fmt::format("batch dimension {} of {} is {} where c's is {}; each of a's "
+                        "and b's is 1 (broadcast) or c's",
+                        d - 3, name, t->shape(d), cd));
+    p.batch *= cd;
+    p.batch_a *= p.a.shape(d);
+    p.batch_b *= p.b.shape(d);
+  }
+  if (o.bias && (!o.bias->valid() || o.bias->dtype() != ElemType::F32 || o.bias->rank() != 1 ||
+                 o.bias->shape(0) != p.n || o.bias->device() != a.device()))
+    return bad(fmt::format("the bias is {}; it must be f32[{}] (one per column) on a's device",
+                           o.bias->valid() ? o.bias->describe() : "empty", p.n));
+  constexpr int64_t kMax = int64_t{1} << 32;
+  for (const auto& [t, name] : all)
+    if (reach(*t) >= kMax)
+      return bad(
+          fmt::format("the tensor '{}' ({}) spans 2^32 elements or more; the kernels "
+                      "index at most 2^32 - 1 (split the product)",
+                      name, t->describe()));
+  if (p.batch > 65535)
+    return bad(fmt::format("c has {} batch items; at most 65535 per call", p.batch));
+  return p;
+}
+
+// The product on the CPU with `cfg`: both operands packed, then the blocks.
+Status run_cpu(Runtime& rt, const Problem& p, const MatmulOptions& o, const CpuConfig& cfg) {
+  const int64_t slivers_m = (p.m + cfg.mr - 1) / cfg.mr,
+                slivers_n = (p.n + cfg.nr() - 1) / cfg.nr();
+  const int64_t ap_size = p.batch_a * slivers_m * cfg.mr * p.k,
+                bp_size = p.batch_b * slivers_n * cfg.nr() * p.k;
+  constexpr int64_t kMax = int64_t{1} << 32;
+  if (ap_size >= kMax || bp_size >= kMax)
+    return bad(
+        fmt::format("A and B padded to whole slivers hold {} and {} elements; the "
+                    "kernels index at most 2^32 - 1 (split the product)",
+                    ap_size, bp_size));
+  auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
+  KILN_ASSIGN(Tensor ap, rt.empty(ElemType::F32, {std::max<int64_t>(ap_size, 1)}));
+  KILN_ASSIGN(Tensor bp, rt.empty(ElemType::F32, {std::max<int64_t>(bp_size, 1)}));
+  if (p.k > 0) {
+    KILN_ASSIGN(const Kernel pack_a, rt.kernel("matmul_pack_a"));
+    KILN_ASSIGN(const Kernel pack_b, rt.kernel("matmul_pack_b"));
+    KILN_TRY(rt.launch(pack_a, Dim3(u(slivers_m), 1, u(p.batch_a)), Dim3(256), p.a.as_read_only(),
+                       ap, cfg.mr));
+    KILN_TRY(rt.launch(pack_b, Dim3(u(slivers_n), 1, u(p.batch_b)), Dim3(256), p.b.as_read_only(),
+                       bp, cfg.nr()));
+  }
+  Tensor bias;
+  if (o.bias) {
+    bias = o.bias->as_read_only();
+  } else {
+    KILN_ASSIGN(bias, rt.empty(ElemType::F32, {1}));
+  }
+  KILN_ASSIGN(const Kernel gemm, rt.kernel("matmul_cpu"));
+  const Dim3 cubes(u((p.n + cfg.nb - 1) / cfg.nb), u((p.m + cfg.mc - 1) / cfg.mc), u(p.batch));
+  Tensor c = p.c;
+  return rt.launch(gemm, cubes, Dim3(u(cfg.lanes)), ap.as_read_only(), bp.as_read_only(), c, bias,
+                   u(p.k), u(p.a.shape(0)), u(p.a.shape(1)), u(p.a.shape(2)), u(p.b.shape(0)),
+                   u(p.b.shape(1)), u(p.b.shape(2)), o.alpha, o.beta, u(cfg.mc), u(cfg.nb),
+                   u(cfg.kc), cfg.mr, cfg.vectors, cfg.lanes, cfg.tile, o.epilogue,
+                   o.bias != nullptr);
+}
+
+}  // namespace
+
+Status matmul(Runtime& rt, const Tensor& a, const Tensor& b, Tensor& c, const MatmulOptions& o) {
+  KILN_ASSIGN(const Problem p, check(a, b, c, o));
+  if (p.m == 0 || p.n == 0 || p.batch == 0) return {};
+  return run_cpu(rt, p, o, cpu_config(rt, p));
+}
+
+}  // namespace kiln::lib
+
+// `kiln run matmul`: kiln::lib::matmul on random inputs against a double reference.
+// --shape a=[BATCH x]MxK --shape b=[BATCH x]KxN (transposed: KxM and NxK), --dtype a=bf16 (b
+// follows), --dtype c=bf16 for a result in the inputs' type; --set alpha=, beta=, transpose_a=,
+// transpose_b=, use_bias=, epilogue=0 (none), 1 (ReLU) or 2 (GELU).
+namespace {
+
+using kiln::kernels::RunData;
+
+// The shape of C for the run's a and b: broadcast batch dimensions, then M x N.
+std::vector<int64_t> product_shape(const RunData& d) {
+  const auto& a = d.shape("a");
+  const auto& b = d.shape("b");
+  if (a.size() < 2 || b.size() < 2) return {0, 0};  // refused by kiln::lib::matmul
+  const bool ta = d.scalar("transpose_a") != 0, tb = d.scalar("transpose_b") != 0;
+  const size_t rank = std::max(a.size(), b.size());
+  std::vector<int64_t> c(rank, 1);
+  // Batch dimensions line up from the right; a missing one is 1.
+  auto dim = [&](const std::vector<int64_t>& s, size_t i) {
+    return i + s.size() >= rank ? s[i + s.size() - rank] : int64_t{1};
+  };
+  for (size_t i = 0; i + 2 < rank; ++i) c[i] = dim(a, i) == 1 ? dim(b, i) : dim(a, i);
+  c[rank - 2] = a[a.size() - (ta ? 1 : 2)];
+  c[rank - 1] = b[b.size() - (tb ? 2 : 1)];
+  return c;
+}
+
+int64_t inner_k(const RunData& d) {
+  const auto& a = d.shape("a");
+  return a[a.size() - (d.scalar("transpose_a") != 0 ? 2 : 1)];
+}
+
+void matmul_reference(RunData& d) {
+  const auto cs = product_shape(d);
+  const auto& as = d.shape("a");
+  const auto& bs = d.shape("b");
+  const bool ta = d.scalar("transpose_a") != 0, tb = d.scalar("transpose_b") != 0;
+  const size_t rank = cs.size();
+  const int64_t m = cs[rank - 2], n = cs[rank - 1], k = inner_k(d);
+  const double alpha = d.scalar("alpha"), beta = d.scalar("beta");
+  const bool use_bias = d.scalar("use_bias") != 0;
+  const auto epilogue = static_cast<int>(d.scalar("epilogue"));
+  const auto& a = d["a"];
+  const auto& b = d["b"];
+  const auto& bias = d["bias"];
+  auto& c = d["c"];
+  int64_t items = 1;
+  for (size_t i = 0; i + 2 < rank; ++i) items *= cs[i];
+  // The item of an operand of shape `s` that C's item z reads (its dimensions of 1 broadcast).
+  auto item_of = [&](const std::vector<int64_t>& s, int64_t z) {
+    int64_t item = 0, rest = z, scale = 1;
+    for (size_t i = rank - 2; i-- > 0;) {
+      const int64_t idx = rest % cs[i];
+      rest /= cs[i];
+      if (i + s.size() >= rank) {
+        const int64_t dim = s[i + s.size() - rank];
+        item += (dim == 1 ? 0 : idx) * scale;
+        scale *= dim;
+      }
+    }
+    return item;
+  };
+  for (int64_t z = 0; z < items; ++z) {
+    const double* ap = a.data() + item_of(as, z) * m * k;
+    const double* bp = b.data() + item_of(bs, z) * k * n;
+    double* cp = c.data() + z * m * n;
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double sum = 0;
+        for (int64_t l = 0; l < k; ++l)
+          sum += ap[ta ? l * m + i : i * k + l] * bp[tb ? j * k + l : l * n + j];
+        double v = alpha * sum + (beta != 0 ? beta * cp[i * n + j] : 0.0);
+        if (use_bias) v += bias[static_cast<size_t>(j)];
+        if (epilogue == 1) v = std::max(v, 0.0);
+        if (epilogue == 2)
+          v = 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+        cp[i * n + j] = d.round("c", v);
+      }
+  }
+}
+
+}  // namespace
+
+KILN_RUN(matmul)
+    .host({.description = "C = alpha op(A) op(B) + beta C (+ bias, epilogue): kiln::lib::matmul",
+           .kernels = {"matmul_pack_a", "matmul_pack_b", "matmul_cpu"},
+           .tensors = {{"a", true}, {"b", true}, {"bias", true}, {"c", false}},
+           .variants = {{kiln::ir::ElemType::F32, kiln::ir::ElemType::F32, kiln::ir::ElemType::F32,
+                         kiln::ir::ElemType::F32},
+                        {kiln::ir::ElemType::F16, kiln::ir::ElemType::F16, kiln::ir::ElemType::F32,
+                         kiln::ir::ElemType::F32},
+                        {kiln::ir::ElemType::BF16, kiln::ir::ElemType::BF16,
+                         kiln::ir::ElemType::F32, kiln::ir::ElemType::F32},
+                        {kiln::ir::ElemType::F16, kiln::ir::ElemType::F16, kiln::ir::ElemType::F32,
+                         kiln::ir::ElemType::F16},
+                        {kiln::ir::ElemType::BF16, kiln::ir::ElemType::BF16,
+                         kiln::ir::ElemType::F32, kiln::ir::ElemType::BF16}},
+           .scalars = {{"alpha", kiln::ir::ElemType::F32},
+                       {"beta", kiln::ir::ElemType::F32},
+                       {"transpose_a", kiln::ir::ElemType::Bool},
+                       {"transpose_b", kiln::ir::ElemType::Bool},
+                       {"use_bias", kiln::ir::ElemType::Bool},
+                       {"epilogue", kiln::ir::ElemType::U32}},
+           .call = [](kiln::Runtime& rt, std::map<std::string, kiln::Tensor, std::less<>>& t,
+                      const RunData& d) -> kiln::Status {
+             const auto e = static_cast<int>(d.scalar("epilogue"));
+             if (e < 0 || e > 2)
+               return kiln::Error(kiln::ErrorKind::InvalidArgument,
+                                  fmt::format("matmul: --set epilogue={}: 0 (none), 1 (ReLU) or 2 "
+                                              "(GELU)",
+                                              e));
+             kiln::lib::MatmulOptions o;
+             o.alpha = static_cast<float>(d.scalar("alpha"));
+             o.beta = static_cast<float>(d.scalar("beta"));
+             o.transpose_a = d.scalar("transpose_a") != 0;
+             o.transpose_b = d.scalar("transpose_b") != 0;
+             o.epilogue = static_cast<Epilogue>(e);
+             const kiln::Tensor bias = t.at("bias");
+             if (d.scalar("use_bias") != 0) o.bias = &bias;
+             return kiln::lib::matmul(rt, t.at("a"), t.at("b"), t.at("c"), o);
+           }})
+    .shape("a", {384, 256})
+    .shape("b", {256, 320})
+    .shape("bias", [](const RunData& d) { return std::vector<int64_t>{product_shape(d).back()}; })
+    .shape("c", product_shape)
+    .scalar("alpha", 1.0)
+    .scalar("beta", 0.0)
+    .scalar("transpose_a", 0)
+    .scalar("transpose_b", 0)
+    .scalar("use_bias", 0)
+    .scalar("epilogue", 0)
+    .flops([](const RunData& d) {
+      double f = 2.0 * static_cast<double>(inner_k(d));
+      for (int64_t x : product_shape(d)) f *= static_cast<double>(x);
+      return f;
+    })
+    // f32 sums of K products: about K units of f32 rounding of the largest partial sums (the
+    // inputs are in [-1, 1]); then the result type's own rounding.
+    .tolerance([](const RunData& d, std::string_view) -> std::pair<double, double> {
+      const double k = static_cast<double>(inner_k(d));
+      const double sums = 2e-6 * k + 1e-5;
+      switch (d.dtype("c")) {
+        case kiln::ir::ElemType::F16:
+          return {4e-3, 2e-3 + sums};
+        case kiln::ir::ElemType::BF16:
+          return {3e-2, 1e-2 + sums};
+        default:
+          return {1e-5, sums};
+      }
+    })
+    .reference(matmul_reference);

@@ -1,0 +1,41 @@
+// Matrix products from the host: kiln::lib::matmul computes C = alpha op(A) op(B) + beta C on any
+// device, picking the kernels, their configuration and the grid. docs/kernels.md "Matmul".
+//
+//   KILN_TRY(kiln::lib::matmul(rt, a, b, c));                          // C = A B
+//   KILN_TRY(kiln::lib::matmul(rt, x, w, y, {.transpose_b = true, .bias = &bias,
+//                                            .epilogue = kiln::lib::Epilogue::Relu}));
+//
+// A is [..., M, K], B [..., K, N] (with transposes: [..., K, M] and [..., N, K]), C [..., M, N].
+// The batch dimensions (at most three) broadcast as NumPy's do: each of A's and B's is 1 or
+// C's. Any strides: a transposed or sliced view is read as it is. A and B hold the same type,
+// f32, f16 or bf16; C holds f32 or that type. Products and sums are f32 (f16 and bf16 inputs
+// are exact in f32), rounded once to C's type at the end.
+#pragma once
+
+#include "ir/result.h"
+#include "runtime/runtime.h"
+
+namespace kiln::lib {
+
+// What is applied to each element of alpha A B + beta C (+ bias) before it is stored.
+enum class Epilogue {
+  None,
+  Relu,  // max(x, 0)
+  Gelu,  // GELU's tanh form: x / 2 (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
+};
+
+struct MatmulOptions {
+  float alpha = 1.0f;
+  float beta = 0.0f;  // 0: C is only written (NaN in C does not propagate), as BLAS does
+  bool transpose_a = false;
+  bool transpose_b = false;
+  const Tensor* bias = nullptr;  // f32 [N], added to every row before the epilogue
+  Epilogue epilogue = Epilogue::None;
+};
+
+// Asynchronous on the runtime's stream, as launches are; the packed copies of A and B it makes
+// on the device are freed when the launches are done.
+Status matmul(Runtime& rt, const Tensor& a, const Tensor& b, Tensor& c,
+              const MatmulOptions& options = {});
+
+}  // namespace kiln::lib
