@@ -10,6 +10,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -50,6 +51,7 @@ class Fd {
     if (fd_ >= 0) ::close(fd_);
   }
   int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
   explicit operator bool() const { return fd_ >= 0; }
 
  private:
@@ -414,13 +416,31 @@ std::optional<DiskCache::Entry> DiskCache::load(std::string_view kind, const Has
     const std::string fate = ::unlinkat(shard->get(), name.c_str(), 0) == 0 || errno == ENOENT
                                  ? "removed"
                                  : fmt::format("could not be removed ({})", std::strerror(errno));
-    log_warning_once(
-        path, fmt::format("cache entry {} is damaged ({}); {}, the kernel is recompiled", path,
-                          problem, fate));
+    log_warning_once(path,
+                     fmt::format("cache entry {} is damaged ({}); {}, {}", path, problem, fate,
+                                 kind == "tune" ? "the candidates are measured again"
+                                                : "the kernel is recompiled"));
     return std::nullopt;
   }
   ::futimens(f.fd.get(), nullptr);  // mark as recently used (LRU), through the opened file
   return Entry{std::move(parsed.meta), std::move(parsed.blob)};
+}
+
+DiskCache::Lock::~Lock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the flock
+}
+
+DiskCache::Lock DiskCache::lock(std::string_view kind, const Hash128& key) {
+  if (!config_.enabled || !is_kind_name(kind)) return Lock();
+  const std::string hex = key.hex();
+  auto shard = open_shard(config_.dir, kVersionDir, kind, std::string_view(hex).substr(0, 2), true);
+  if (!shard || !*shard) return Lock();
+  // flock on the folder itself: no lock file to leave behind, and the lock goes with the
+  // process if it dies.
+  while (::flock(shard->get(), LOCK_EX) != 0)
+    if (errno != EINTR) return Lock();
+  Fd held = std::move(*shard);
+  return Lock(held.release());
 }
 
 Status DiskCache::store(std::string_view kind, const Hash128& key, std::string_view material,

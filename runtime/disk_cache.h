@@ -65,6 +65,27 @@ class DiskCache {
   Status store(std::string_view kind, const Hash128& key, std::string_view material,
                std::string_view meta, std::span<const char> blob);
 
+  // An exclusive lock on the folder where the entry of `key` lives, held until the object goes:
+  // processes (and threads) that would make the same entry wait for each other, so that the
+  // second finds the first's entry instead of making its own (an autotuner's measurements).
+  // With no usable cache there is nothing to lock: a lock that holds nothing.
+  class Lock {
+   public:
+    Lock() = default;
+    explicit Lock(int fd) : fd_(fd) {}
+    Lock(Lock&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+    Lock& operator=(Lock&& o) noexcept {
+      std::swap(fd_, o.fd_);
+      return *this;
+    }
+    ~Lock();
+    bool held() const { return fd_ >= 0; }
+
+   private:
+    int fd_ = -1;
+  };
+  Lock lock(std::string_view kind, const Hash128& key);
+
   struct Listing {
     std::string path;
     std::string kind;  // the folder it is in

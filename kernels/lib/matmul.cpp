@@ -26,6 +26,7 @@
 
 #include "compiler/dsl/dsl.h"
 #include "kernels/run.h"
+#include "runtime/autotune.h"
 
 using namespace kiln::dsl;
 using kiln::lib::Epilogue;
@@ -412,12 +413,77 @@ Status run_cpu(Runtime& rt, const Problem& p, const MatmulOptions& o, const CpuC
                    o.bias != nullptr);
 }
 
+// Blockings around the heuristic one (first): fast mode measures the first four.
+std::vector<CpuConfig> cpu_candidates(const CpuConfig& base) {
+  const int nr = base.nr();
+  std::vector<CpuConfig> out;
+  auto add = [&](double fm, double fn, double fk) {
+    CpuConfig c = base;
+    c.mc = std::max(c.mr, static_cast<int>(base.mc * fm) / c.mr * c.mr);
+    c.nb = std::max(nr, static_cast<int>(base.nb * fn) / nr * nr);
+    c.kc = std::max(16, static_cast<int>(base.kc * fk) / 16 * 16);
+    if (c.mc * c.nb > c.tile) return;
+    for (const CpuConfig& o : out)
+      if (o.mc == c.mc && o.nb == c.nb && o.kc == c.kc) return;
+    out.push_back(c);
+  };
+  add(1, 1, 1);
+  add(1, 0.5, 1);
+  add(0.5, 1, 1);
+  add(0.5, 0.5, 1);
+  add(2, 0.5, 1);
+  add(1, 1, 0.75);
+  add(1, 0.5, 1.5);
+  add(0.5, 2, 1);
+  add(1, 0.25, 1);
+  add(0.5, 0.25, 0.75);
+  return out;
+}
+
+int64_t bucket(int64_t v) {
+  int64_t b = 1;
+  while (b < v) b *= 2;
+  return b;
+}
+
+// What the blocking's speed depends on besides the device: the types and the sizes, each
+// rounded up to a power of two (the bucket's candidates follow from these alone).
+std::string tune_key(const Problem& p, ElemType out) {
+  return fmt::format("{}->{} m<={} n<={} k<={} batch<={}", ir::elem_name(p.a.dtype()),
+                     ir::elem_name(out), bucket(p.m), bucket(p.n), bucket(p.k), bucket(p.batch));
+}
+
 }  // namespace
 
 Status matmul(Runtime& rt, const Tensor& a, const Tensor& b, Tensor& c, const MatmulOptions& o) {
   KILN_ASSIGN(const Problem p, check(a, b, c, o));
   if (p.m == 0 || p.n == 0 || p.batch == 0) return {};
-  return run_cpu(rt, p, o, cpu_config(rt, p));
+  // The candidates of the shapes' bucket, so that every shape of a bucket shares its tuning.
+  Problem rounded = p;
+  rounded.m = bucket(p.m);
+  rounded.n = bucket(p.n);
+  rounded.batch = bucket(p.batch);
+  const std::vector<CpuConfig> cands = cpu_candidates(cpu_config(rt, rounded));
+  if (p.k == 0 || autotune_mode() == AutotuneMode::Off) return run_cpu(rt, p, o, cands.front());
+  TuneRequest req;
+  req.op = "matmul";
+  req.key = tune_key(p, c.dtype());
+  for (const CpuConfig& cfg : cands) req.candidates.push_back(cfg.text());
+  // Candidates write C when beta is 0 (the call overwrites it anyway), else a scratch tensor.
+  Problem trial = p;
+  if (o.beta != 0) {
+    KILN_ASSIGN(Tensor scratch, rt.empty(c.dtype(), c.shape()));
+    KILN_ASSIGN(trial.c, rank5(scratch, false));
+  }
+  MatmulOptions plain;
+  plain.transpose_a = o.transpose_a;
+  plain.transpose_b = o.transpose_b;
+  req.run = [&](size_t i) -> Status {
+    KILN_TRY(run_cpu(rt, trial, plain, cands[i]));
+    return rt.sync();
+  };
+  const TuneOutcome pick = autotune(rt, req);
+  return run_cpu(rt, p, o, cands[pick.index]);
 }
 
 }  // namespace kiln::lib

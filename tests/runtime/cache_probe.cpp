@@ -2,12 +2,16 @@
 // runtime (with whatever KILN_CACHE_* and KILN_DUMP* the environment sets), checks their
 // results, and prints the cache counters as `compiles=N disk_hits=N`. Exit status 0 when every
 // launch succeeded with the right result.
+// `cache_probe tune`: two calls of kiln::lib::matmul on one shape instead (checked), then the
+// autotuner's counters and the winner: `measured=N runs=N disk_hits=N memory_hits=N winner=W`.
 #include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "kernels/lib/matmul.h"
+#include "runtime/autotune.h"
 #include "runtime/runtime.h"
 
 namespace {
@@ -19,11 +23,51 @@ int fail(const kiln::Error& e) {
 
 }  // namespace
 
-int main() {
+int tune(kiln::Runtime& rt) {
+  using kiln::ir::ElemType;
+  const int64_t m = 200, n = 96, k = 150;
+  std::vector<float> ha(m * k), hb(k * n), hc(m * n);
+  for (size_t i = 0; i < ha.size(); ++i) ha[i] = static_cast<float>(i % 5) - 2.0f;
+  for (size_t i = 0; i < hb.size(); ++i) hb[i] = static_cast<float>(i % 3) - 1.0f;
+  auto a = rt.empty(ElemType::F32, {m, k});
+  auto b = rt.empty(ElemType::F32, {k, n});
+  auto c = rt.empty(ElemType::F32, {m, n});
+  if (!a || !b || !c) return fail(kiln::Error(kiln::ErrorKind::OutOfMemory, "tensors"));
+  if (auto s = a->upload(std::span<const float>(ha)); !s) return fail(s.error());
+  if (auto s = b->upload(std::span<const float>(hb)); !s) return fail(s.error());
+  for (int call = 0; call < 2; ++call)
+    if (auto s = kiln::lib::matmul(rt, *a, *b, *c); !s) return fail(s.error());
+  if (auto s = rt.sync(); !s) return fail(s.error());
+  if (auto s = c->download(std::span<float>(hc)); !s) return fail(s.error());
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      float want = 0;  // small integers: exact in any order
+      for (int64_t l = 0; l < k; ++l)
+        want += ha[static_cast<size_t>(i * k + l)] * hb[static_cast<size_t>(l * n + j)];
+      if (hc[static_cast<size_t>(i * n + j)] != want) {
+        std::fprintf(stderr, "cache_probe: c[%lld, %lld] = %g, expected %g\n",
+                     static_cast<long long>(i), static_cast<long long>(j),
+                     hc[static_cast<size_t>(i * n + j)], want);
+        return 1;
+      }
+    }
+  const kiln::AutotuneStats s = kiln::autotune_stats();
+  const auto report = kiln::last_tune_report();
+  std::string winner = report ? report->candidates[report->outcome.index] : "none";
+  std::replace(winner.begin(), winner.end(), ' ', '/');
+  std::printf("measured=%llu runs=%llu disk_hits=%llu memory_hits=%llu winner=%s\n",
+              static_cast<unsigned long long>(s.measured), static_cast<unsigned long long>(s.runs),
+              static_cast<unsigned long long>(s.disk_hits),
+              static_cast<unsigned long long>(s.memory_hits), winner.c_str());
+  return 0;
+}
+
+int main(int argc, char** argv) {
   using kiln::ir::ElemType;
   (void)kiln::kernels::builtin_names();
   auto rt = kiln::Runtime::open("cpu");
   if (!rt) return fail(rt.error());
+  if (argc > 1 && std::string(argv[1]) == "tune") return tune(*rt);
   const int n = 1024;
   std::vector<float> hx(n), hy(n, 1.0f);
   for (int i = 0; i < n; ++i) hx[static_cast<size_t>(i)] = static_cast<float>(i % 7) - 3.0f;

@@ -14,16 +14,20 @@
 
 #include "runtime/disk_cache.h"
 #include "runtime/log.h"
+#include "tests/runtime/probe_util.h"
 #include "tests/runtime/runtime_test_util.h"
 #include "tests/test_util.h"
-
-extern char** environ;
 
 namespace kiln {
 namespace {
 
 namespace fs = std::filesystem;
 using Catch::Contains;
+using test::entry_files;
+using test::finish_probe;
+using test::ProbeRun;
+using test::run_probe;
+using test::start_probe;
 
 // ---- the DiskCache class ---------------------------------------------------------------------
 
@@ -175,72 +179,6 @@ TEST_CASE("the cache location follows the environment", "[runtime][cache]") {
 }
 
 // ---- whole programs sharing a cache folder ---------------------------------------------------
-
-struct ProbeRun {
-  int status = -1;
-  std::string out, err;
-  std::map<std::string, int> counters;  // compiles, disk_hits
-};
-
-// Starts cache_probe with extra environment variables; returns its pid.
-pid_t start_probe(const std::map<std::string, std::string>& env, const std::string& out,
-                  const std::string& err) {
-  std::vector<std::string> vars;
-  for (char** e = environ; *e; ++e) {
-    const std::string v = *e;
-    const std::string name = v.substr(0, v.find('='));
-    if (!env.count(name) && name.rfind("KILN_", 0) != 0) vars.push_back(v);
-  }
-  for (const auto& [k, v] : env) vars.push_back(k + "=" + v);
-  std::vector<char*> envp;
-  for (auto& v : vars) envp.push_back(v.data());
-  envp.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  std::string exe = KILN_CACHE_PROBE;
-  char* argv[] = {exe.data(), nullptr};
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, exe.c_str(), &fa, nullptr, argv, envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  REQUIRE(rc == 0);
-  return pid;
-}
-
-ProbeRun finish_probe(pid_t pid, const std::string& out, const std::string& err) {
-  ProbeRun r;
-  int status = 0;
-  REQUIRE(::waitpid(pid, &status, 0) == pid);
-  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = test::read_file(out);
-  r.err = test::read_file(err);
-  std::istringstream in(r.out);
-  std::string item;
-  while (in >> item) {
-    const auto eq = item.find('=');
-    if (eq != std::string::npos) r.counters[item.substr(0, eq)] = std::stoi(item.substr(eq + 1));
-  }
-  return r;
-}
-
-ProbeRun run_probe(const test::TempDir& scratch, const std::map<std::string, std::string>& env) {
-  const std::string out = scratch.path() + "/out", err = scratch.path() + "/err";
-  ProbeRun r = finish_probe(start_probe(env, out, err), out, err);
-  INFO("stdout: " << r.out << "\nstderr: " << r.err);
-  CHECK(r.status == 0);
-  return r;
-}
-
-std::vector<std::string> entry_files(const std::string& dir) {
-  std::vector<std::string> out;
-  std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(dir, ec);
-       !ec && it != fs::recursive_directory_iterator(); ++it)
-    if (it->is_regular_file()) out.push_back(it->path().string());
-  std::sort(out.begin(), out.end());
-  return out;
-}
 
 TEST_CASE("a second program loads every kernel from the disk cache", "[runtime][cache][process]") {
   test::TempDir cache, scratch;

@@ -88,6 +88,10 @@ int cache_ls_cmd() {
         meta.is_object() ? meta.value("kernel", std::string("?")) : std::string("(unreadable)");
     fmt::print("{:<20} {:<5} {:>10}  {:<16}  {}\n", kernel, e.kind, human_bytes(e.bytes),
                when(e.last_used), e.name.substr(0, e.name.size() - 3));
+    // A tuning: what it was tuned for and the winner (kiln tune, docs/runtime.md).
+    if (e.kind == "tune" && meta.is_object())
+      fmt::print("  tuned for {}: {} ({} mode)\n", meta.value("tuned", std::string("?")),
+                 meta.value("winner", std::string("?")), meta.value("mode", std::string("?")));
   }
   return 0;
 }
@@ -143,11 +147,12 @@ int cache_clear_cmd() {
 }  // namespace
 
 Command add_cache_command(CLI::App& app) {
-  auto* sub =
-      app.add_subcommand("cache", "Inspect, verify or clear the disk cache of compiled kernels");
+  auto* sub = app.add_subcommand(
+      "cache", "Inspect, verify or clear the disk cache of compiled kernels and tunings");
   sub->require_subcommand(1);
   auto* stats = sub->add_subcommand("stats", "Where the cache is, its size and cap");
-  auto* ls = sub->add_subcommand("ls", "List the entries: kernel, kind, size, last use, key");
+  auto* ls = sub->add_subcommand(
+      "ls", "List the entries: kernel, kind, size, last use, key (and each tuning's winner)");
   auto* verify = sub->add_subcommand(
       "verify",
       "Check every entry's format, checksum and recorded key, and report files kiln did not write");

@@ -11,6 +11,7 @@
 #include "kernels/kernels.h"
 #include "kernels/lib/random.h"
 #include "kernels/run.h"
+#include "runtime/autotune.h"
 #include "runtime/runtime.h"
 #include "tools/cli/commands.h"
 
@@ -80,44 +81,40 @@ double gb_per_s(const kernels::RunResult& r) {
   return r.median_ms > 0 ? static_cast<double>(r.bytes) / (r.median_ms * 1e-3) / 1e9 : 0;
 }
 
+// The run's configuration from the command line's options.
+Result<kernels::RunConfig> make_config(const RunOptions& o) {
+  KILN_TRY(load_kernels(o.plugins));
+  kernels::RunConfig config;
+  KILN_ASSIGN(config.set, parse_assignments(o.set, "--set"));
+  KILN_ASSIGN(config.dtypes, parse_assignments(o.dtype, "--dtype"));
+  KILN_ASSIGN(config.lines, parse_int_map(o.line, "--line"));
+  KILN_ASSIGN(auto shapes, parse_assignments(o.shape, "--shape"));
+  for (const auto& [n, text] : shapes) {
+    KILN_ASSIGN(config.shapes[n], parse_shape(n, text));
+  }
+  if (!o.cubes.empty()) {
+    KILN_ASSIGN(auto d, parse_dims(o.cubes, "--cubes", 0xffffffffu));
+    config.cubes = Dim3(d[0], d[1], d[2]);
+  }
+  if (!o.cube_dim.empty()) {
+    KILN_ASSIGN(auto d, parse_dims(o.cube_dim, "--cube-dim", 1024));
+    config.cube_dim = Dim3(d[0], d[1], d[2]);
+  }
+  if (o.repeat < 0) return Error(ErrorKind::InvalidArgument, "--repeat takes a count of 0 or more");
+  config.repeat = o.repeat;
+  config.checked = o.checked;
+  config.seed = o.seed;
+  return config;
+}
+
 int run_one(const RunOptions& o) {
   auto fail = [](const Error& e) {
     print_error(e);
     return 1;
   };
-  if (auto st = load_kernels(o.plugins); !st) return fail(st.error());
-  kernels::RunConfig config;
-  auto set = parse_assignments(o.set, "--set");
-  if (!set) return fail(set.error());
-  config.set = *set;
-  auto dtype = parse_assignments(o.dtype, "--dtype");
-  if (!dtype) return fail(dtype.error());
-  config.dtypes = *dtype;
-  auto lines = parse_int_map(o.line, "--line");
-  if (!lines) return fail(lines.error());
-  config.lines = *lines;
-  auto shapes = parse_assignments(o.shape, "--shape");
-  if (!shapes) return fail(shapes.error());
-  for (const auto& [n, text] : *shapes) {
-    auto dims = parse_shape(n, text);
-    if (!dims) return fail(dims.error());
-    config.shapes[n] = *dims;
-  }
-  if (!o.cubes.empty()) {
-    auto d = parse_dims(o.cubes, "--cubes", 0xffffffffu);
-    if (!d) return fail(d.error());
-    config.cubes = Dim3((*d)[0], (*d)[1], (*d)[2]);
-  }
-  if (!o.cube_dim.empty()) {
-    auto d = parse_dims(o.cube_dim, "--cube-dim", 1024);
-    if (!d) return fail(d.error());
-    config.cube_dim = Dim3((*d)[0], (*d)[1], (*d)[2]);
-  }
-  if (o.repeat < 0)
-    return fail(Error(ErrorKind::InvalidArgument, "--repeat takes a count of 0 or more"));
-  config.repeat = o.repeat;
-  config.checked = o.checked;
-  config.seed = o.seed;
+  auto made = make_config(o);
+  if (!made) return fail(made.error());
+  const kernels::RunConfig& config = *made;
   auto rt = Runtime::open(o.device);
   if (!rt) return fail(rt.error());
   auto r = kernels::run(*rt, o.kernel, config);
@@ -367,7 +364,76 @@ int run_demo(int repeat) {
   return all_passed ? 0 : 1;
 }
 
+// `kiln tune`: the operation once with the tuner in full mode (or the one asked for), then what
+// it measured and kept.
+int tune_one(const RunOptions& o, const std::string& mode_text) {
+  auto fail = [](const Error& e) {
+    print_error(e);
+    return 1;
+  };
+  const auto mode = parse_autotune_mode(mode_text);
+  if (!mode || *mode == AutotuneMode::Off)
+    return fail(
+        Error(ErrorKind::InvalidArgument, fmt::format("--mode {}: fast or full", mode_text)));
+  auto made = make_config(o);
+  if (!made) return fail(made.error());
+  kernels::RunConfig config = *made;
+  config.repeat = 0;
+  auto rt = Runtime::open(o.device);
+  if (!rt) return fail(rt.error());
+  set_autotune_mode(*mode);
+  auto r = kernels::run(*rt, o.kernel, config);
+  set_autotune_mode(std::nullopt);
+  if (!r) return fail(r.error());
+  const auto report = last_tune_report();
+  if (!report || report->op != o.kernel)
+    return fail(Error(ErrorKind::InvalidArgument,
+                      fmt::format("'{}' has nothing to tune: only library operations that "
+                                  "declare candidates do (kiln list shows them)",
+                                  o.kernel)));
+  const TuneOutcome& out = report->outcome;
+  fmt::print("{} on {}: tuned for {}\n", report->op, rt->device().name, report->key);
+  if (out.source == TuneOutcome::Source::Measured) {
+    for (size_t i = 0; i < report->candidates.size(); ++i)
+      fmt::print("  {} {:<28} {}\n", i == out.index ? "*" : " ", report->candidates[i],
+                 out.ms[i] >= 0 ? fmt::format("{:.3f} ms", out.ms[i]) : std::string("not run"));
+    fmt::print("kept {} in the disk cache (kiln cache ls); later runs take it without measuring\n",
+               report->candidates[out.index]);
+  } else {
+    fmt::print("already tuned: {} (from the {}); `kiln cache clear` forgets it\n",
+               report->candidates[out.index],
+               out.source == TuneOutcome::Source::Disk ? "disk cache" : "tuning in memory");
+  }
+  for (const auto& c : r->checks)
+    if (c.mismatches) {
+      fmt::print("  reference   {}: FAILED\n", check_summary(c));
+      return 1;
+    }
+  return 0;
+}
+
 }  // namespace
+
+Command add_tune_command(CLI::App& app) {
+  auto* sub = app.add_subcommand(
+      "tune", "Tune a library operation for some shapes ahead of time; the winner is kept on disk");
+  auto o = std::make_shared<RunOptions>();
+  auto mode = std::make_shared<std::string>("full");
+  sub->add_option("OPERATION", o->kernel, "A library operation (see kiln list), e.g. matmul")
+      ->required();
+  sub->add_option("--device", o->device, "cpu, cuda:N, or cuda-emu[:sm_XY[a]]")
+      ->capture_default_str();
+  sub->add_option("--shape", o->shape, "Shape NAME=AxB... of a tensor (repeatable)");
+  sub->add_option("--dtype", o->dtype, "Element type NAME=TYPE");
+  sub->add_option("--set", o->set, "Scalar value NAME=VALUE (repeatable)");
+  sub->add_option("--mode", *mode, "full (every candidate) or fast (the short list)")
+      ->capture_default_str();
+  sub->add_option("--plugin", o->plugins, "Load kernels from a shared library first (repeatable)");
+  sub->footer(
+      "The tuning's key is the device, the types and the shapes rounded up to powers of two; "
+      "KILN_AUTOTUNE=off|fast|full sets what a program's first call does (docs/runtime.md).");
+  return {sub, [o, mode]() -> int { return tune_one(*o, *mode); }};
+}
 
 Command add_run_command(CLI::App& app) {
   auto* sub =

@@ -26,6 +26,7 @@ Command add_demo_command(CLI::App& app);
 Command add_list_command(CLI::App& app);
 Command add_show_command(CLI::App& app);
 Command add_run_command(CLI::App& app);
+Command add_tune_command(CLI::App& app);
 Command add_cache_command(CLI::App& app);
 Command add_devices_command(CLI::App& app);
 Command add_targets_command(CLI::App& app);

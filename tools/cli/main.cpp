@@ -14,8 +14,8 @@ int main(int argc, char** argv) {
       kiln::cli::add_ir_command(app),      kiln::cli::add_version_command(app),
       kiln::cli::add_demo_command(app),    kiln::cli::add_list_command(app),
       kiln::cli::add_show_command(app),    kiln::cli::add_run_command(app),
-      kiln::cli::add_cache_command(app),   kiln::cli::add_devices_command(app),
-      kiln::cli::add_targets_command(app),
+      kiln::cli::add_tune_command(app),    kiln::cli::add_cache_command(app),
+      kiln::cli::add_devices_command(app), kiln::cli::add_targets_command(app),
   };
   try {
     app.parse(argc, argv);
