@@ -72,7 +72,10 @@ std::optional<size_t> from_disk(DiskCache& cache, const TuneRequest& r, const st
   return index_of(r, std::string_view(e->blob.data(), e->blob.size()));
 }
 
-// Measures the candidates: a warm-up run (which compiles), then the best of a few runs.
+// Measures the candidates: a warm-up run of each (which compiles), then rounds of one run of
+// every candidate, the best time of each kept. Rounds rather than one candidate's runs after
+// another: a machine that slows down for a while (another process, a noisy VM) slows every
+// candidate alike instead of the one that happened to run then.
 TuneOutcome measure(const TuneRequest& r, AutotuneMode mode, const std::string& what) {
   TuneOutcome out;
   out.source = TuneOutcome::Source::Measured;
@@ -80,32 +83,40 @@ TuneOutcome measure(const TuneRequest& r, AutotuneMode mode, const std::string& 
       mode == AutotuneMode::Full ? r.candidates.size() : std::min(r.fast, r.candidates.size());
   out.ms.assign(r.candidates.size(), -1.0);
   const bool terminal = ::isatty(STDERR_FILENO) == 1;
-  const int reps = mode == AutotuneMode::Full ? 5 : 3;
+  const int rounds = mode == AutotuneMode::Full ? 5 : 3;
   const auto start = Clock::now();
-  for (size_t i = 0; i < count; ++i) {
-    if (i > 0 && ms_since(start) > r.budget_ms) break;
-    if (terminal)
-      std::fprintf(stderr, "\rkiln: tuning %s: candidate %zu of %zu", what.c_str(), i + 1, count);
-    auto once = [&]() -> std::optional<double> {
-      {
-        std::lock_guard<std::mutex> lock(state().mu);
-        ++state().stats.runs;
-      }
-      const auto t = Clock::now();
-      if (!r.run(i)) return std::nullopt;
-      return ms_since(t);
-    };
-    if (!once()) continue;  // the warm-up failed: ruled out
-    double best = -1;
-    for (int k = 0; k < reps; ++k) {
-      const auto t = once();
-      if (!t) {
-        best = -1;
-        break;
-      }
-      best = best < 0 ? *t : std::min(best, *t);
+  auto once = [&](size_t i) -> std::optional<double> {
+    {
+      std::lock_guard<std::mutex> lock(state().mu);
+      ++state().stats.runs;
     }
-    out.ms[i] = best;
+    const auto t = Clock::now();
+    if (!r.run(i)) return std::nullopt;
+    return ms_since(t);
+  };
+  std::vector<bool> alive(count, false);
+  for (size_t i = 0; i < count; ++i) {
+    if (i > 0 && ms_since(start) > r.budget_ms) break;  // later candidates are not started
+    if (terminal)
+      std::fprintf(stderr, "\rkiln: tuning %s: candidate %zu of %zu\033[K", what.c_str(), i + 1,
+                   count);
+    alive[i] = once(i).has_value();  // a failed warm-up rules it out
+  }
+  for (int round = 0; round < rounds; ++round) {
+    if (round > 0 && ms_since(start) > r.budget_ms) break;
+    if (terminal)
+      std::fprintf(stderr, "\rkiln: tuning %s: round %d of %d\033[K", what.c_str(), round + 1,
+                   rounds);
+    for (size_t i = 0; i < count; ++i) {
+      if (!alive[i]) continue;
+      const auto t = once(i);
+      if (!t) {
+        alive[i] = false;
+        out.ms[i] = -1;
+        continue;
+      }
+      out.ms[i] = out.ms[i] < 0 ? *t : std::min(out.ms[i], *t);
+    }
   }
   if (terminal) std::fprintf(stderr, "\r\033[K");
   size_t winner = 0;

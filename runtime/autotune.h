@@ -38,7 +38,7 @@ struct TuneRequest {
   // is stored by its text, so a candidate keeps its text for as long as it means the same.
   std::vector<std::string> candidates;
   size_t fast = 4;          // how many of the first candidates fast mode measures
-  double budget_ms = 3000;  // no new candidate is started past this (the best so far wins)
+  double budget_ms = 3000;  // no candidate or round is started past this (the best so far wins)
   // Runs candidate i once and waits for it (the tuner times it). An error rules it out.
   std::function<Status(size_t)> run;
 };

@@ -53,7 +53,7 @@ TEST_CASE("the tuner picks the fastest candidate once per key and rules out fail
   CHECK(out.index == 2);
   CHECK(out.ms[1] < 0);  // failed: ruled out
   CHECK(runs[1] == 1);   // not retried after its warm-up failed
-  CHECK(runs[0] == 6);   // a warm-up and five timed runs in full mode
+  CHECK(runs[0] == 6);   // a warm-up and five rounds in full mode
   CHECK(autotune_stats().measured == before.measured + 1);
   // The same key again: from memory, nothing run.
   out = autotune(*rt, r);

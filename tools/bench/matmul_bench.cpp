@@ -58,6 +58,7 @@ int main(int argc, char** argv) {
       bench::die("usage: matmul_bench [--quick] [--n N] [--csv FILE]");
     }
   }
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // line by line through a pipe (matmul_vs_peers.sh)
   (void)kernels::builtin_names();
   Runtime rt = must(Runtime::open("cpu"));
   std::printf("matmul_bench: %s, %d threads%s\n", rt.device().description.c_str(),

@@ -9,6 +9,7 @@
 
 #include "compiler/dsl/registry.h"
 #include "kernels/kernels.h"
+#include "kernels/lib/matmul.h"
 #include "kernels/lib/random.h"
 #include "kernels/run.h"
 #include "runtime/autotune.h"
@@ -155,8 +156,8 @@ bool product_on_every_device(int repeat) {
   const double flops = 2.0 * M * K * N;
   fmt::print(
       "\nOne product on every device: C = A B, A {}x{} and B {}x{} drawn from N(0, 1) by "
-      "kiln::lib::normal\n(seed 42: the same bits on every device), f32 multiplied as tf32 "
-      "with f32 sums (matmul_mma); the median of {} runs.\n",
+      "kiln::lib::normal\n(seed 42: the same bits on every device), in f32 by kiln::lib::matmul "
+      "(tuned on its first call); the median of {} runs.\n",
       M, K, K, N, std::max(repeat, 1));
   struct Product {
     std::string device;
@@ -169,7 +170,7 @@ bool product_on_every_device(int repeat) {
     if (d.info.kind == DeviceKind::CudaEmulator) {
       fmt::print(
           "  {:<10} skipped: an emulator runs every unit on the host (34 GFLOP would take "
-          "hours); it checked matmul_mma above\n",
+          "hours)\n",
           d.name);
       continue;
     }
@@ -185,15 +186,11 @@ bool product_on_every_device(int repeat) {
     auto a = rt->empty(ir::ElemType::F32, {M, K});
     auto b = rt->empty(ir::ElemType::F32, {K, N});
     auto c = rt->empty(ir::ElemType::F32, {M, N});
-    auto k = rt->kernel("matmul_mma");
-    if (!a || !b || !c || !k) {
-      fail(!a ? a.error() : !b ? b.error() : !c ? c.error() : k.error());
+    if (!a || !b || !c) {
+      fail(!a ? a.error() : !b ? b.error() : c.error());
       continue;
     }
-    auto launch = [&]() -> Status {
-      return rt->launch(*k, Dim3(N / 64, M / 64), Dim3(128), *a, *b, *c, 32, 32, 2, 2, 2, false,
-                        false, false, 1);
-    };
+    auto launch = [&]() -> Status { return lib::matmul(*rt, *a, *b, *c); };
     Status st = lib::normal(*rt, *a, {42, 0});
     if (st) st = lib::normal(*rt, *b, {42, 1});
     if (st) st = launch();  // compiles
