@@ -1540,10 +1540,12 @@ __device__ __forceinline__ void frag_load_ldmatrix(F& f, const Mem& mem, u32 ind
   frag_ldmatrix(f, base, index, stride, col_major KILN_AT);
 }
 
+// `mem` by forwarding reference: a shared array is written through it (a const reference would
+// make it an array of const elements).
 template <class F, class Mem>
-__device__ __forceinline__ void frag_store(const Mem& mem, u32 index, u32 stride, u32 rows,
-                                           u32 cols, const F& f, u32 col_major, u32 bound,
-                                           report* rep, u64 key, u32 site KILN_WHERE) {
+__device__ __forceinline__ void frag_store(Mem&& mem, u32 index, u32 stride, u32 rows, u32 cols,
+                                           const F& f, u32 col_major, u32 bound, report* rep,
+                                           u64 key, u32 site KILN_WHERE) {
   const u32 lane = unit_linear() & 31u;
   for (int e = 0; e < F::count; ++e) {
     u32 r, c;

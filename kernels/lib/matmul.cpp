@@ -68,6 +68,24 @@ Val<uint32_t> broadcast_offset(const BatchIndex& i, const Tensor<T>& t) {
          (i.i2 % t.shape(2)) * t.stride(2);
 }
 
+// What the epilogue makes of the sum s of element idx (column col) of C: alpha s + beta C
+// (C not read when beta is 0) + the bias, then ReLU or GELU; in f32, in this order on every
+// device.
+template <class TC>
+Val<float> finish_value(const Tensor<TC>& c, const Val<uint32_t>& idx, const Val<uint32_t>& col,
+                        const Val<float>& s, const Val<float>& alpha, const Val<float>& beta,
+                        const Tensor<const f32>& bias, bool has_bias, Epilogue epilogue) {
+  Var<f32> v = alpha * s;
+  if_(beta != 0.0f, [&] { v += beta * cast<float>(Val<host_of_t<TC>>(c[idx])); });
+  if (has_bias) v += Val<float>(bias[col]);
+  if (epilogue == Epilogue::Relu) v = max(Val<float>(v), 0.0f);
+  if (epilogue == Epilogue::Gelu) {
+    f32 x = v;
+    v = 0.5f * x * (1.0f + tanh(0.7978845608f * (x + 0.044715f * x * x * x)));
+  }
+  return v;
+}
+
 }  // namespace
 
 // op(A) (a: [B0, B1, B2, M, K] as the host's view gives it) into slivers of mr rows: cube
@@ -145,15 +163,8 @@ void matmul_cpu(Tensor<const f32> ap, Tensor<const f32> bp, Tensor<TC> c, Tensor
   auto finish = [&](const Val<uint32_t>& row, const Val<uint32_t>& col, const Val<float>& s) {
     if_(col < n, [&] {
       u32 idx = c_item + row * c.stride(3) + col * c.stride(4);
-      Var<f32> v = alpha * s;
-      if_(beta != 0.0f, [&] { v += beta * cast<float>(Val<host_of_t<TC>>(c[idx])); });
-      if (has_bias) v += Val<float>(bias[col]);
-      if (epilogue == Epilogue::Relu) v = max(Val<float>(v), 0.0f);
-      if (epilogue == Epilogue::Gelu) {
-        f32 x = v;
-        v = 0.5f * x * (1.0f + tanh(0.7978845608f * (x + 0.044715f * x * x * x)));
-      }
-      c[idx] = cast<host_of_t<TC>>(Val<float>(v));
+      c[idx] =
+          cast<host_of_t<TC>>(finish_value(c, idx, col, s, alpha, beta, bias, has_bias, epilogue));
     });
   };
   u32 kt = max(k, 1u);  // K = 0 still writes alpha 0 + beta C
@@ -212,6 +223,117 @@ KILN_KERNEL_GENERIC(matmul_cpu,
       return {static_cast<uint32_t>(c.integer("lanes")), 1, 1};
     })
     .describe("kiln::lib::matmul: C = alpha A B + beta C from packed panels (CPU)");
+
+// ---- GPUs (and the emulator) ------------------------------------------------------------------
+
+// The input and result types of one instantiation of matmul_gpu.
+template <class In_, class Out_>
+struct InOut {
+  using In = In_;
+  using Out = Out_;
+};
+
+// C (c: [B0, B1, B2, M, N]) = alpha op(A) op(B) + beta C (+ bias) through the epilogue, on a GPU:
+// a cube computes a tile of planes_m x planes_n planes of frag_m x frag_n. Each step of k
+// (k_steps instruction steps) stages the cube's rows of A and columns of B in shared memory,
+// converted to the input type and zero outside the matrices, whatever the operands' strides
+// (a, b: [B0, B1, B2, rows, columns] views, batch dimensions of 1 broadcast). With `fragments`
+// and a target that has the multiply (sm_80 and later, has_mma), each plane multiplies its
+// fragments on the tensor cores (f32 inputs as tf32); otherwise each unit computes its elements
+// of the tile with FMAs in f32, in the order of k, as the CPU kernel does. The sums go through
+// shared memory to the epilogue, which every unit applies to its elements of C.
+template <class P>
+void matmul_gpu(Tensor<const typename P::In> a, Tensor<const typename P::In> b,
+                Tensor<typename P::Out> c, Tensor<const f32> bias, f32 alpha, f32 beta, int frag_m,
+                int frag_n, int planes_m, int planes_n, int k_steps, bool fragments,
+                Epilogue epilogue, bool has_bias) {
+  using T = typename P::In;
+  using In = host_of_t<T>;
+  const int ks = mma_k_step<T>() * k_steps;
+  const uint32_t tm = static_cast<uint32_t>(planes_m * frag_m),
+                 tn = static_cast<uint32_t>(planes_n * frag_n), uks = static_cast<uint32_t>(ks),
+                 units = static_cast<uint32_t>(32 * planes_m * planes_n);
+  auto as = shared_array<T>(tm * uks);
+  auto bs = shared_array<T>(uks * tn);
+  auto sums = shared_array<f32>(tm * tn);
+  u32 m = c.shape(3), n = c.shape(4), k = a.shape(4);
+  const BatchIndex item = batch_index(c, cube_pos_z());
+  u32 a_item = broadcast_offset(item, a), b_item = broadcast_offset(item, b),
+      c_item = broadcast_offset(item, c);
+  u32 crow = cube_pos_y() * tm, ccol = cube_pos_x() * tn;
+  // Step k0's tiles into shared memory, zeros outside the matrices.
+  auto stage = [&](const Val<uint32_t>& k0) {
+    for_range(unit_pos(), tm * uks, units, [&](u32 e) {
+      u32 r = e / uks, kk = e % uks;
+      Val<bool> inside = crow + r < m && k0 + kk < k;
+      u32 idx = a_item + min(crow + r, m - 1u) * a.stride(3) + min(k0 + kk, k - 1u) * a.stride(4);
+      as[e] = select(inside, Val<In>(a[idx]), T(0));
+    });
+    for_range(unit_pos(), uks * tn, units, [&](u32 e) {
+      u32 kk = e / tn, j = e % tn;
+      Val<bool> inside = k0 + kk < k && ccol + j < n;
+      u32 idx = b_item + min(k0 + kk, k - 1u) * b.stride(3) + min(ccol + j, n - 1u) * b.stride(4);
+      bs[e] = select(inside, Val<In>(b[idx]), T(0));
+    });
+  };
+  if (fragments && has_mma<T>(frag_m, frag_n, ks)) {
+    auto fa = matrix_a<T>(frag_m, frag_n, ks);
+    auto fb = matrix_b<T>(frag_m, frag_n, ks);
+    auto acc = accumulator<f32>(frag_m, frag_n, ks);
+    u32 p = plane_pos();
+    u32 prow = p / static_cast<uint32_t>(planes_n) * static_cast<uint32_t>(frag_m),
+        pcol = p % static_cast<uint32_t>(planes_n) * static_cast<uint32_t>(frag_n);
+    fill(acc, 0.0f);
+    for_range(0u, k, uks, [&](u32 k0) {
+      stage(k0);
+      sync_cube();
+      load(fa, as, prow * uks, uks);
+      load(fb, bs, pcol, tn);
+      mma(acc, fa, fb);
+      sync_cube();
+    });
+    store(sums, prow * tn + pcol, tn, acc);
+  } else {
+    // Each unit's elements of the tile: unit + i units.
+    const uint32_t per_unit = tm * tn / units;
+    std::vector<Var<f32>> acc;
+    acc.reserve(per_unit);
+    for (uint32_t i = 0; i < per_unit; ++i) acc.push_back(Var<f32>(0.0f));
+    for_range(0u, k, uks, [&](u32 k0) {
+      stage(k0);
+      sync_cube();
+      for_range(0u, uks, 1u, [&](u32 kk) {
+        for (uint32_t i = 0; i < per_unit; ++i) {
+          u32 e = unit_pos() + i * units;
+          f32 x = cast<float>(Val<In>(as[e / tn * uks + kk]));
+          f32 y = cast<float>(Val<In>(bs[kk * tn + e % tn]));
+          acc[i] = fma(x, y, Val<float>(acc[i]));
+        }
+      });
+      sync_cube();
+    });
+    for (uint32_t i = 0; i < per_unit; ++i) sums[unit_pos() + i * units] = acc[i];
+  }
+  sync_cube();
+  for_range(unit_pos(), tm * tn, units, [&](u32 e) {
+    u32 row = crow + e / tn, col = ccol + e % tn;
+    if_(row < m && col < n, [&] {
+      u32 idx = c_item + row * c.stride(3) + col * c.stride(4);
+      c[idx] = cast<host_of_t<typename P::Out>>(finish_value<typename P::Out>(
+          c, idx, col, sums[e], alpha, beta, bias, has_bias, epilogue));
+    });
+  });
+}
+KILN_KERNEL_GENERIC(matmul_gpu,
+                    "a: rank=5, b: rank=5, c: rank=5, bias, alpha, beta, frag_m = 32 in 16..32, "
+                    "frag_n = 32 in 8..32, planes_m = 2 in 1..4, planes_n = 2 in 1..4, "
+                    "k_steps = 1 in 1..2, fragments = true, epilogue = None, has_bias = false",
+                    InOut<f32, f32>, InOut<f16, f32>, InOut<bf16, f32>, InOut<f16, f16>,
+                    InOut<bf16, bf16>)
+    .cube_dim([](const ComptimeArgs& c) -> CubeDim {
+      return {static_cast<uint32_t>(32 * c.integer("planes_m") * c.integer("planes_n")), 1, 1};
+    })
+    .describe("kiln::lib::matmul on a GPU: tiles staged in shared memory, tensor-core fragments");
 
 namespace kiln::lib {
 
@@ -453,11 +575,34 @@ std::string tune_key(const Problem& p, ElemType out) {
                      ir::elem_name(out), bucket(p.m), bucket(p.n), bucket(p.k), bucket(p.batch));
 }
 
+// The product on a GPU or the emulator: one launch of matmul_gpu, 64 x 64 tiles of 2 x 2 planes.
+Status run_gpu(Runtime& rt, const Problem& p, const MatmulOptions& o) {
+  constexpr int kFrag = 32, kPlanes = 2, kTile = kFrag * kPlanes;
+  auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
+  if ((p.m + kTile - 1) / kTile > 65535)
+    return bad(fmt::format("M = {} is more than a GPU grid's 65535 tiles of {} rows", p.m, kTile));
+  Tensor bias;
+  if (o.bias) {
+    bias = o.bias->as_read_only();
+  } else {
+    KILN_ASSIGN(bias, rt.empty(ElemType::F32, {1}));
+  }
+  KILN_ASSIGN(const Kernel gemm, rt.kernel("matmul_gpu"));
+  Tensor c = p.c;
+  // f32 inputs stay f32 (FMAs) unless tf32 tensor cores are allowed.
+  const bool fragments = p.a.dtype() != ElemType::F32 || o.allow_tf32;
+  return rt.launch(
+      gemm, Dim3(u((p.n + kTile - 1) / kTile), u((p.m + kTile - 1) / kTile), u(p.batch)),
+      Dim3(32 * kPlanes * kPlanes), p.a.as_read_only(), p.b.as_read_only(), c, bias, o.alpha,
+      o.beta, kFrag, kFrag, kPlanes, kPlanes, 2, fragments, o.epilogue, o.bias != nullptr);
+}
+
 }  // namespace
 
 Status matmul(Runtime& rt, const Tensor& a, const Tensor& b, Tensor& c, const MatmulOptions& o) {
   KILN_ASSIGN(const Problem p, check(a, b, c, o));
   if (p.m == 0 || p.n == 0 || p.batch == 0) return {};
+  if (rt.device().kind != DeviceKind::Cpu) return run_gpu(rt, p, o);
   // The candidates of the shapes' bucket, so that every shape of a bucket shares its tuning.
   Problem rounded = p;
   rounded.m = bucket(p.m);
@@ -572,7 +717,7 @@ void matmul_reference(RunData& d) {
 
 KILN_RUN(matmul)
     .host({.description = "C = alpha op(A) op(B) + beta C (+ bias, epilogue): kiln::lib::matmul",
-           .kernels = {"matmul_pack_a", "matmul_pack_b", "matmul_cpu"},
+           .kernels = {"matmul_pack_a", "matmul_pack_b", "matmul_cpu", "matmul_gpu"},
            .tensors = {{"a", true}, {"b", true}, {"bias", true}, {"c", false}},
            .variants = {{kiln::ir::ElemType::F32, kiln::ir::ElemType::F32, kiln::ir::ElemType::F32,
                          kiln::ir::ElemType::F32},
@@ -589,6 +734,7 @@ KILN_RUN(matmul)
                        {"transpose_a", kiln::ir::ElemType::Bool},
                        {"transpose_b", kiln::ir::ElemType::Bool},
                        {"use_bias", kiln::ir::ElemType::Bool},
+                       {"allow_tf32", kiln::ir::ElemType::Bool},
                        {"epilogue", kiln::ir::ElemType::U32}},
            .call = [](kiln::Runtime& rt, std::map<std::string, kiln::Tensor, std::less<>>& t,
                       const RunData& d) -> kiln::Status {
@@ -604,6 +750,7 @@ KILN_RUN(matmul)
              o.transpose_a = d.scalar("transpose_a") != 0;
              o.transpose_b = d.scalar("transpose_b") != 0;
              o.epilogue = static_cast<Epilogue>(e);
+             o.allow_tf32 = d.scalar("allow_tf32") != 0;
              const kiln::Tensor bias = t.at("bias");
              if (d.scalar("use_bias") != 0) o.bias = &bias;
              return kiln::lib::matmul(rt, t.at("a"), t.at("b"), t.at("c"), o);
@@ -617,6 +764,7 @@ KILN_RUN(matmul)
     .scalar("transpose_a", 0)
     .scalar("transpose_b", 0)
     .scalar("use_bias", 0)
+    .scalar("allow_tf32", 0)
     .scalar("epilogue", 0)
     .flops([](const RunData& d) {
       double f = 2.0 * static_cast<double>(inner_k(d));
@@ -624,10 +772,13 @@ KILN_RUN(matmul)
       return f;
     })
     // f32 sums of K products: about K units of f32 rounding of the largest partial sums (the
-    // inputs are in [-1, 1]); then the result type's own rounding.
+    // inputs are in [-1, 1]); then the result type's own rounding. f32 inputs as tf32 (a GPU's
+    // tensor cores with allow_tf32): 2^-11 of each product, about sqrt(K) of them adding up.
     .tolerance([](const RunData& d, std::string_view) -> std::pair<double, double> {
       const double k = static_cast<double>(inner_k(d));
       const double sums = 2e-6 * k + 1e-5;
+      if (d.scalar("allow_tf32") != 0 && d.dtype("a") == kiln::ir::ElemType::F32)
+        return {2e-3, 2e-3 * std::sqrt(k) + sums};
       switch (d.dtype("c")) {
         case kiln::ir::ElemType::F16:
           return {4e-3, 2e-3 + sums};

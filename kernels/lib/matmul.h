@@ -31,6 +31,9 @@ struct MatmulOptions {
   bool transpose_b = false;
   const Tensor* bias = nullptr;  // f32 [N], added to every row before the epilogue
   Epilogue epilogue = Epilogue::None;
+  // On a GPU, f32 inputs multiplied on the tensor cores as tf32 (10-bit mantissas, as
+  // PyTorch's allow_tf32); otherwise f32 FMAs. The CPU always multiplies f32 exactly.
+  bool allow_tf32 = false;
 };
 
 // Asynchronous on the runtime's stream, as launches are; the packed copies of A and B it makes

@@ -44,6 +44,16 @@ TEST_CASE("kiln::lib::matmul matches a double reference", "[matmul]") {
        {{"a", "f16"}},
        true},
       {"K = 0: C = beta C", {{"a", {5, 0}}, {"b", {0, 7}}}, {{"beta", "2"}}, {}, true},
+      {"f16 to f16, tiles past the edges, a batch of B",
+       {{"a", {130, 40}}, {"b", {3, 40, 70}}},
+       {{"alpha", "0.5"}},
+       {{"a", "f16"}, {"c", "f16"}},
+       true},
+      {"f32 as tf32 where tensor cores may take it",
+       {{"a", {33, 48}}, {"b", {48, 65}}},
+       {{"allow_tf32", "true"}},
+       {},
+       true},
       {"K over several chunks, beta, bias",
        {{"a", {50, 1000}}, {"b", {1000, 40}}},
        {{"beta", "-1"}, {"use_bias", "true"}},
@@ -136,6 +146,45 @@ TEST_CASE("kiln::lib::matmul reads and writes strided views; beta = 0 ignores Na
         CHECK(std::abs(got - want[static_cast<size_t>(i * n + j / 3)]) < 1e-5);
       }
     }
+}
+
+TEST_CASE("kiln::lib::matmul in f32: the emulator's bits are the CPU's; tf32 is asked for",
+          "[matmul]") {
+  (void)kernels::builtin_names();
+  auto devs = test::open_devices({"cpu", "cuda-emu"});
+  if (devs.size() < 2) {
+    WARN("skipped: the emulator is not available here");
+    return;
+  }
+  const int64_t m = 40, n = 72, k = 100;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> d(-1, 1);
+  std::vector<float> a(static_cast<size_t>(m * k)), b(static_cast<size_t>(k * n));
+  for (float& x : a) x = d(rng);
+  for (float& x : b) x = d(rng);
+  auto product = [&](Runtime& rt, bool tf32) {
+    Tensor ta = test::tensor_from(rt, ir::ElemType::F32, a, {m, k});
+    Tensor tb = test::tensor_from(rt, ir::ElemType::F32, b, {k, n});
+    auto tc = rt.empty(ir::ElemType::F32, {m, n});
+    REQUIRE(tc.ok());
+    KILN_REQUIRE_OK(lib::matmul(rt, ta, tb, *tc, {.alpha = 1.5f, .allow_tf32 = tf32}));
+    KILN_REQUIRE_OK(rt.sync());
+    std::vector<float> out(static_cast<size_t>(m * n));
+    KILN_REQUIRE_OK(tc->download(std::span<float>(out)));
+    return out;
+  };
+  // The same FMAs in the same order (along k from 0) on both: the same bits.
+  const std::vector<float> cpu = product(devs[0], false), emu = product(devs[1], false);
+  CHECK(emu == cpu);
+  // The CPU has no tf32 path (it multiplies f32 exactly); the emulator's tensor cores round.
+  CHECK(product(devs[0], true) == cpu);
+  const std::vector<float> tf32 = product(devs[1], true);
+  size_t differ = 0;
+  for (size_t i = 0; i < tf32.size(); ++i) {
+    differ += tf32[i] != cpu[i];
+    CHECK(std::abs(tf32[i] - cpu[i]) < 2e-2);
+  }
+  CHECK(differ > tf32.size() / 2);
 }
 
 TEST_CASE("kiln::lib::matmul refuses what it cannot compute, naming it", "[matmul]") {
