@@ -155,6 +155,34 @@ TEST_CASE("uniform and normal give the GPU the same bits as the CPU", "[gpu]") {
     }
 }
 
+// kiln::lib::matmul on the device against the CPU (or the emulator): f32 bit for bit (the same
+// FMAs in the same order), bf16 inputs on the tensor cores within f32 rounding, through the
+// runner's double reference too.
+TEST_CASE("kiln::lib::matmul on the GPU gives the CPU's f32 bits and bf16 on the tensor cores",
+          "[gpu]") {
+  auto gpu = Runtime::open(test::test_device());
+  REQUIRE(gpu.ok());
+  kernels::RunConfig config;
+  config.repeat = 0;
+  config.seed = 7;
+  config.shapes = {{"a", {2, 300, 200}}, {"b", {200, 260}}};
+  config.set = {{"beta", "0.5"}, {"use_bias", "true"}, {"epilogue", "1"}};
+  for (const char* dtype : {"f32", "bf16"}) {
+    INFO(dtype << " on " << gpu->device().name);
+    config.dtypes = {{"a", dtype}};
+    config.keep_outputs = true;
+    auto r = kernels::run(*gpu, "matmul", config);
+    KILN_REQUIRE_OK(r);
+    REQUIRE(r->checks.size() == 1);
+    CHECK(r->checks[0].mismatches == 0);
+    auto host = Runtime::open("cpu");
+    if (!host) continue;  // no CPU backend in this build: the reference is the check
+    auto on_cpu = kernels::run(*host, "matmul", config);
+    KILN_REQUIRE_OK(on_cpu);
+    if (std::string(dtype) == "f32") CHECK(r->outputs.at("c") == on_cpu->outputs.at("c"));
+  }
+}
+
 TEST_CASE("GPU prints, asserts and checked-mode faults arrive at sync", "[gpu]") {
   std::vector<std::string> lines;
   RuntimeOptions o;
