@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -41,6 +42,16 @@ double median_seconds(F&& f, int reps, int samples = 15) {
   }
   std::nth_element(t.begin(), t.begin() + static_cast<long>(t.size() / 2), t.end());
   return t[t.size() / 2];
+}
+
+// The largest difference between two results, relative to the largest magnitude of `want`.
+inline double max_rel_error(const std::vector<float>& got, const std::vector<float>& want) {
+  double err = 0, mag = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    err = std::max(err, std::fabs(static_cast<double>(got[i]) - want[i]));
+    mag = std::max(mag, std::fabs(static_cast<double>(want[i])));
+  }
+  return err / std::max(mag, 1e-30);
 }
 
 }  // namespace kiln::bench

@@ -31,15 +31,6 @@ struct Shape {
   int64_t batch, m, n, k;
 };
 
-double max_rel_error(const std::vector<float>& got, const std::vector<float>& want) {
-  double err = 0, mag = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    err = std::max(err, std::fabs(static_cast<double>(got[i]) - want[i]));
-    mag = std::max(mag, std::fabs(static_cast<double>(want[i])));
-  }
-  return err / std::max(mag, 1e-30);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -119,7 +110,7 @@ int main(int argc, char** argv) {
       bs = bench::median_seconds(sgemm, reps, 7);
       // OpenBLAS's threads spin for a while after a call, which would slow what runs next.
       std::this_thread::sleep_for(std::chrono::milliseconds(300));
-      const double e = max_rel_error(c, ref);
+      const double e = bench::max_rel_error(c, ref);
       if (e > 1e-4)
         bench::die(std::string("kiln's matmul differs from sgemm by ") + std::to_string(e) + " (" +
                    s.kind + ")");

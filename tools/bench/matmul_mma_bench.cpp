@@ -67,15 +67,6 @@ Timing run_wgmma(Runtime& rt, ir::ElemType t, const void* a, const void* bt, flo
   return {s * 1e3, 2.0 * static_cast<double>(n) * n * n / s / 1e9};
 }
 
-double max_rel_error(const std::vector<float>& got, const std::vector<float>& want) {
-  double err = 0, mag = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    err = std::max(err, std::fabs(static_cast<double>(got[i]) - want[i]));
-    mag = std::max(mag, std::fabs(static_cast<double>(want[i])));
-  }
-  return err / std::max(mag, 1e-30);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -142,10 +133,10 @@ int main(int argc, char** argv) {
       blas_gf = 2.0 * static_cast<double>(n) * n * n / s / 1e9;
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
       // tf32 inputs: about 2^-11 relative per product; bf16 2^-8.
-      const double et = max_rel_error(c_tf, ref), eb = max_rel_error(c, ref);
+      const double et = bench::max_rel_error(c_tf, ref), eb = bench::max_rel_error(c, ref);
       if (et > 2e-2) bench::die("kiln's tf32 matmul differs from sgemm by " + std::to_string(et));
       if (eb > 5e-2) bench::die("kiln's bf16 matmul differs from sgemm by " + std::to_string(eb));
-      const double ew = max_rel_error(c_wg, ref);
+      const double ew = bench::max_rel_error(c_wg, ref);
       if (ew > 5e-2) bench::die("kiln's wgmma matmul differs from sgemm by " + std::to_string(ew));
     }
     std::printf(
