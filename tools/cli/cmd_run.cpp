@@ -383,6 +383,12 @@ int tune_one(const RunOptions& o, const std::string& mode_text) {
   set_autotune_mode(std::nullopt);
   if (!r) return fail(r.error());
   const auto report = last_tune_report();
+  const kernels::RunRecipe* recipe = kernels::find_run_recipe(o.kernel);
+  if ((!report || report->op != o.kernel) && recipe && recipe->host_op())
+    return fail(Error(ErrorKind::InvalidArgument,
+                      fmt::format("{} had nothing to tune for these shapes: an empty product or "
+                                  "one with K = 0 is computed one way only",
+                                  o.kernel)));
   if (!report || report->op != o.kernel)
     return fail(Error(ErrorKind::InvalidArgument,
                       fmt::format("'{}' has nothing to tune: only library operations that "
