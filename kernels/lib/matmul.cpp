@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <vector>
 
 #include <fmt/format.h>
@@ -614,17 +615,21 @@ Status matmul(Runtime& rt, const Tensor& a, const Tensor& b, Tensor& c, const Ma
   req.op = "matmul";
   req.key = tune_key(p, c.dtype());
   for (const CpuConfig& cfg : cands) req.candidates.push_back(cfg.text());
-  // Candidates write C when beta is 0 (the call overwrites it anyway), else a scratch tensor.
-  Problem trial = p;
-  if (o.beta != 0) {
-    KILN_ASSIGN(Tensor scratch, rt.empty(c.dtype(), c.shape()));
-    KILN_ASSIGN(trial.c, rank5(scratch, false));
-  }
+  // Candidates write C when beta is 0 (the call overwrites it anyway), else a scratch tensor,
+  // made only if the tuner measures.
+  std::optional<Problem> trial;
   MatmulOptions plain;
   plain.transpose_a = o.transpose_a;
   plain.transpose_b = o.transpose_b;
   req.run = [&](size_t i) -> Status {
-    KILN_TRY(run_cpu(rt, trial, plain, cands[i]));
+    if (!trial) {
+      trial = p;
+      if (o.beta != 0) {
+        KILN_ASSIGN(Tensor scratch, rt.empty(c.dtype(), c.shape()));
+        KILN_ASSIGN(trial->c, rank5(scratch, false));
+      }
+    }
+    KILN_TRY(run_cpu(rt, *trial, plain, cands[i]));
     return rt.sync();
   };
   const TuneOutcome pick = autotune(rt, req);
