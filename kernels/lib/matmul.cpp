@@ -3,7 +3,8 @@
 //
 // Layout (BLIS's, with the roles of A and B as the SIMD lanes want them):
 // - matmul_pack_a: op(A) as slivers of `mr` rows, sliver s holding element (row s mr + r, k) at
-//   (s K + k) mr + r, rows past M zero. One batch item after another.
+//   (s K + k) mr + r, rows past M zero. One batch item after another; a cube packs a chunk of
+//   an item's elements.
 // - matmul_pack_b: op(B) as slivers of `nr` columns, element (k, column t nr + j) at
 //   (t K + k) nr + j, columns past N zero.
 // - matmul_cpu: a cube computes a block of C of mc rows and nb columns, its units one SIMD
@@ -90,45 +91,57 @@ Val<float> finish_value(const Tensor<TC>& c, const Val<uint32_t>& idx, const Val
 }  // namespace
 
 // op(A) (a: [B0, B1, B2, M, K] as the host's view gives it) into slivers of mr rows: cube
-// (s, 0, z) packs sliver s of batch item z. Unit e of the loop writes element e of the sliver,
-// so the stores are consecutive (the reads are a gather unless A is column-major).
+// (x, 0, z) packs elements x chunk .. (x + 1) chunk - 1 of batch item z's slivers, one after
+// another (many small slivers to a cube: a batch of small products is not a cube per sliver).
+// Unit e of the loop writes element e, so the stores are consecutive (the reads are a gather
+// unless A is column-major).
 template <class T>
-void matmul_pack_a(Tensor<const T> a, Tensor<f32> ap, int mr) {
+void matmul_pack_a(Tensor<const T> a, Tensor<f32> ap, int mr, int chunk) {
   const auto umr = static_cast<uint32_t>(mr);
   u32 m = a.shape(3), k = a.shape(4);
-  u32 s = cube_pos_x(), z = cube_pos_z();
-  u32 slivers = (m + (umr - 1u)) / umr;
-  u32 base = (z * slivers + s) * k * umr, from = item_offset(a, z);
+  u32 z = cube_pos_z();
+  u32 slivers = (m + (umr - 1u)) / umr, size = slivers * k * umr;
+  u32 base = z * size, from = item_offset(a, z);
   u32 rs = a.stride(3), ks = a.stride(4);
-  for_range(unit_pos(), k * umr, cube_dim(), [&](u32 e) {
-    u32 kk = e / umr, row = s * umr + e % umr;
-    Val<bool> inside = row < m;
-    u32 idx = from + select(inside, row, 0u) * rs + kk * ks;
-    ap[base + e] = select(inside, cast<float>(Val<host_of_t<T>>(a[idx])), 0.0f);
-  });
+  u32 first = cube_pos_x() * static_cast<uint32_t>(chunk);
+  for_range(first + unit_pos(), min(size, first + static_cast<uint32_t>(chunk)), cube_dim(),
+            [&](u32 e) {
+              u32 step = e / umr;  // k of sliver s: s k + kk
+              u32 row = step / k * umr + e % umr, kk = step % k;
+              Val<bool> inside = row < m;
+              u32 idx = from + select(inside, row, 0u) * rs + kk * ks;
+              ap[base + e] = select(inside, cast<float>(Val<host_of_t<T>>(a[idx])), 0.0f);
+            });
 }
-KILN_KERNEL_GENERIC(matmul_pack_a, "a: rank=5, ap, mr = 12 in 1..32", f32, f16, bf16)
+KILN_KERNEL_GENERIC(matmul_pack_a, "a: rank=5, ap, mr = 12 in 1..32, chunk = 16384 in 256..1048576",
+                    f32, f16, bf16)
     .cube_dim(256)
     .describe("kiln::lib::matmul: A into f32 slivers of mr rows (CPU)");
 
-// op(B) (b: [B0, B1, B2, K, N]) into slivers of nr columns: cube (t, 0, z) packs sliver t of
-// batch item z; consecutive units read consecutive columns and write consecutive elements.
+// op(B) (b: [B0, B1, B2, K, N]) into slivers of nr columns, a chunk of elements per cube as
+// matmul_pack_a; consecutive units read consecutive columns (nr is a multiple of the vector) and
+// write consecutive elements.
 template <class T>
-void matmul_pack_b(Tensor<const T> b, Tensor<f32> bp, int nr) {
+void matmul_pack_b(Tensor<const T> b, Tensor<f32> bp, int nr, int chunk) {
   const auto unr = static_cast<uint32_t>(nr);
   u32 k = b.shape(3), n = b.shape(4);
-  u32 t = cube_pos_x(), z = cube_pos_z();
-  u32 slivers = (n + (unr - 1u)) / unr;
-  u32 base = (z * slivers + t) * k * unr, from = item_offset(b, z);
+  u32 z = cube_pos_z();
+  u32 slivers = (n + (unr - 1u)) / unr, size = slivers * k * unr;
+  u32 base = z * size, from = item_offset(b, z);
   u32 ks = b.stride(3), cs = b.stride(4);
-  for_range(unit_pos(), k * unr, cube_dim(), [&](u32 e) {
-    u32 kk = e / unr, col = t * unr + e % unr;
-    Val<bool> inside = col < n;
-    u32 idx = from + kk * ks + select(inside, col, 0u) * cs;
-    bp[base + e] = select(inside, cast<float>(Val<host_of_t<T>>(b[idx])), 0.0f);
-  });
+  u32 first = cube_pos_x() * static_cast<uint32_t>(chunk);
+  for_range(first + unit_pos(), min(size, first + static_cast<uint32_t>(chunk)), cube_dim(),
+            [&](u32 e) {
+              u32 step = e / unr;
+              u32 col = step / k * unr + e % unr, kk = step % k;
+              Val<bool> inside = col < n;
+              u32 idx = from + kk * ks + select(inside, col, 0u) * cs;
+              bp[base + e] = select(inside, cast<float>(Val<host_of_t<T>>(b[idx])), 0.0f);
+            });
 }
-KILN_KERNEL_GENERIC(matmul_pack_b, "b: rank=5, bp, nr = 32 in 1..256", f32, f16, bf16)
+KILN_KERNEL_GENERIC(matmul_pack_b,
+                    "b: rank=5, bp, nr = 32 in 1..256, chunk = 16384 in 256..1048576", f32, f16,
+                    bf16)
     .cube_dim(256)
     .describe("kiln::lib::matmul: B into f32 slivers of nr columns (CPU)");
 
@@ -515,10 +528,13 @@ Status run_cpu(Runtime& rt, const Problem& p, const MatmulOptions& o, const CpuC
   if (p.k > 0) {
     KILN_ASSIGN(const Kernel pack_a, rt.kernel("matmul_pack_a"));
     KILN_ASSIGN(const Kernel pack_b, rt.kernel("matmul_pack_b"));
-    KILN_TRY(rt.launch(pack_a, Dim3(u(slivers_m), 1, u(p.batch_a)), Dim3(256), p.a.as_read_only(),
-                       ap, cfg.mr));
-    KILN_TRY(rt.launch(pack_b, Dim3(u(slivers_n), 1, u(p.batch_b)), Dim3(256), p.b.as_read_only(),
-                       bp, cfg.nr()));
+    // Chunks of 16384 elements (64 KiB of f32) per cube, a multiple of the cube's 256 units.
+    constexpr int64_t kChunk = 16384;
+    const int64_t item_a = slivers_m * cfg.mr * p.k, item_b = slivers_n * cfg.nr() * p.k;
+    KILN_TRY(rt.launch(pack_a, Dim3(u((item_a + kChunk - 1) / kChunk), 1, u(p.batch_a)), Dim3(256),
+                       p.a.as_read_only(), ap, cfg.mr, static_cast<int>(kChunk)));
+    KILN_TRY(rt.launch(pack_b, Dim3(u((item_b + kChunk - 1) / kChunk), 1, u(p.batch_b)), Dim3(256),
+                       p.b.as_read_only(), bp, cfg.nr(), static_cast<int>(kChunk)));
   }
   Tensor bias;
   if (o.bias) {
