@@ -712,6 +712,11 @@ Result<RunResult> run_unguarded(Runtime& rt, std::string_view name, const RunCon
   for (const auto& p : params)
     if (is_memory(p)) lo.lines.emplace_back(p.name, data.lines[p.name]);
   // The grid.
+  if (host && config.checked)
+    return usage(name, fmt::format("'{}' runs through its host entry point, whose launches "
+                                   "follow the runtime's checked mode: open the runtime with "
+                                   "RuntimeOptions::checked (kiln run --checked does)",
+                                   name));
   if (host && (config.cubes || config.cube_dim || !config.lines.empty()))
     return usage(name, fmt::format("'{}' runs through its host entry point, which picks the "
                                    "kernels, their grids and line widths; drop --cubes, "
