@@ -90,54 +90,47 @@ Val<float> finish_value(const Tensor<TC>& c, const Val<uint32_t>& idx, const Val
 
 }  // namespace
 
-// op(A) (a: [B0, B1, B2, M, K] as the host's view gives it) into slivers of mr rows: cube
-// (x, 0, z) packs elements x chunk .. (x + 1) chunk - 1 of batch item z's slivers, one after
-// another (many small slivers to a cube: a batch of small products is not a cube per sliver).
-// Unit e of the loop writes element e, so the stores are consecutive (the reads are a gather
-// unless A is column-major).
+// Batch item z of t ([B0, B1, B2, R, C]) into f32 slivers of `width` along dimension `cut` (3:
+// rows, 4: columns), the other one (K) running inside each: element (sliver s, k, lane l) at
+// (s K + k) width + l, lanes past the cut dimension zero. Cube (x, 0, z) packs elements
+// x chunk .. (x + 1) chunk - 1 of the item (many small slivers to a cube: a batch of small
+// products is not a cube per sliver); unit e writes element e, so the stores are consecutive.
 template <class T>
-void matmul_pack_a(Tensor<const T> a, Tensor<f32> ap, int mr, int chunk) {
-  const auto umr = static_cast<uint32_t>(mr);
-  u32 m = a.shape(3), k = a.shape(4);
+void pack_slivers(const Tensor<const T>& t, Tensor<f32>& out, int width, int chunk, int cut) {
+  const auto w = static_cast<uint32_t>(width);
+  const int along = 7 - cut;  // the other of dimensions 3 and 4
+  u32 cut_size = t.shape(cut), k = t.shape(along);
   u32 z = cube_pos_z();
-  u32 slivers = (m + (umr - 1u)) / umr, size = slivers * k * umr;
-  u32 base = z * size, from = item_offset(a, z);
-  u32 rs = a.stride(3), ks = a.stride(4);
+  u32 size = (cut_size + (w - 1u)) / w * k * w;
+  u32 base = z * size, from = item_offset(t, z);
+  u32 cs = t.stride(cut), ks = t.stride(along);
   u32 first = cube_pos_x() * static_cast<uint32_t>(chunk);
   for_range(first + unit_pos(), min(size, first + static_cast<uint32_t>(chunk)), cube_dim(),
             [&](u32 e) {
-              u32 step = e / umr;  // k of sliver s: s k + kk
-              u32 row = step / k * umr + e % umr, kk = step % k;
-              Val<bool> inside = row < m;
-              u32 idx = from + select(inside, row, 0u) * rs + kk * ks;
-              ap[base + e] = select(inside, cast<float>(Val<host_of_t<T>>(a[idx])), 0.0f);
+              u32 step = e / w;  // sliver s, k: s K + k
+              u32 at = step / k * w + e % w, kk = step % k;
+              Val<bool> inside = at < cut_size;
+              u32 idx = from + select(inside, at, 0u) * cs + kk * ks;
+              out[base + e] = select(inside, cast<float>(Val<host_of_t<T>>(t[idx])), 0.0f);
             });
+}
+
+// op(A) (a: [B0, B1, B2, M, K] as the host's view gives it) into slivers of mr rows (the reads
+// are a gather unless A is column-major).
+template <class T>
+void matmul_pack_a(Tensor<const T> a, Tensor<f32> ap, int mr, int chunk) {
+  pack_slivers(a, ap, mr, chunk, 3);
 }
 KILN_KERNEL_GENERIC(matmul_pack_a, "a: rank=5, ap, mr = 12 in 1..32, chunk = 16384 in 256..1048576",
                     f32, f16, bf16)
     .cube_dim(256)
     .describe("kiln::lib::matmul: A into f32 slivers of mr rows (CPU)");
 
-// op(B) (b: [B0, B1, B2, K, N]) into slivers of nr columns, a chunk of elements per cube as
-// matmul_pack_a; consecutive units read consecutive columns (nr is a multiple of the vector) and
-// write consecutive elements.
+// op(B) (b: [B0, B1, B2, K, N]) into slivers of nr columns: consecutive units read consecutive
+// columns (nr is a multiple of the vector).
 template <class T>
 void matmul_pack_b(Tensor<const T> b, Tensor<f32> bp, int nr, int chunk) {
-  const auto unr = static_cast<uint32_t>(nr);
-  u32 k = b.shape(3), n = b.shape(4);
-  u32 z = cube_pos_z();
-  u32 slivers = (n + (unr - 1u)) / unr, size = slivers * k * unr;
-  u32 base = z * size, from = item_offset(b, z);
-  u32 ks = b.stride(3), cs = b.stride(4);
-  u32 first = cube_pos_x() * static_cast<uint32_t>(chunk);
-  for_range(first + unit_pos(), min(size, first + static_cast<uint32_t>(chunk)), cube_dim(),
-            [&](u32 e) {
-              u32 step = e / unr;
-              u32 col = step / k * unr + e % unr, kk = step % k;
-              Val<bool> inside = col < n;
-              u32 idx = from + kk * ks + select(inside, col, 0u) * cs;
-              bp[base + e] = select(inside, cast<float>(Val<host_of_t<T>>(b[idx])), 0.0f);
-            });
+  pack_slivers(b, bp, nr, chunk, 4);
 }
 KILN_KERNEL_GENERIC(matmul_pack_b,
                     "b: rank=5, bp, nr = 32 in 1..256, chunk = 16384 in 256..1048576", f32, f16,
