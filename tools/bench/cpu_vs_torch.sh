@@ -6,17 +6,11 @@
 #   tools/bench/cpu_vs_torch.sh [--quick]      (run ./setup.sh build first)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-venv=build/bench-venv
-if ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
-  echo "cpu_vs_torch: installing PyTorch into $venv (once)"
-  python3 -m venv "$venv"
-  # The CPU-only wheels when their index is reachable, else PyPI's (with CUDA libraries).
-  "$venv/bin/pip" install -q torch --index-url https://download.pytorch.org/whl/cpu 2>/dev/null ||
-    "$venv/bin/pip" install -q torch
-fi
+. tools/bench/bench_venv.sh
+bench_venv cpu_vs_torch
 threads=$(nproc)
 kiln_out=$(build/bin/cpu_kernels_bench "$@")
-torch_out=$("$venv/bin/python" tools/bench/torch_cpu_peers.py --threads "$threads" "$@")
+torch_out=$("$py" tools/bench/torch_cpu_peers.py --threads "$threads" "$@")
 echo "$kiln_out"
 echo "$torch_out"
 # Join the two on job and shape: kiln ms (first number after "kiln") against torch ms.

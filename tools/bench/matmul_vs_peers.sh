@@ -9,17 +9,8 @@
 #   tools/bench/matmul_vs_peers.sh [--quick]      (run ./setup.sh build first)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-venv=build/bench-venv
-if ! "$venv/bin/python" -c "import torch, matplotlib" 2>/dev/null; then
-  echo "matmul_vs_peers: installing PyTorch and matplotlib into $venv (once)"
-  python3 -m venv "$venv"
-  # The CPU-only wheels when their index is reachable, else PyPI's (with CUDA libraries).
-  "$venv/bin/pip" install -q torch --index-url https://download.pytorch.org/whl/cpu 2>/dev/null ||
-    "$venv/bin/pip" install -q torch || echo "matmul_vs_peers: no PyTorch; its column stays empty"
-  "$venv/bin/pip" install -q numpy matplotlib || echo "matmul_vs_peers: no matplotlib; no plot"
-fi
-py="$venv/bin/python"
-[ -x "$py" ] || py=python3
+. tools/bench/bench_venv.sh
+bench_venv matmul_vs_peers numpy matplotlib
 kiln_csv=build/matmul_kiln.csv
 env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE build/bin/matmul_bench --csv "$kiln_csv" "$@" |
   tee build/matmul_kiln.txt
