@@ -197,16 +197,21 @@ void Gen::vload(const ir::Op& op) {
                      gathered);
     }
   } else if (it != affine_.end()) {
-    // base + unit * stride with a stride known at run time (a tensor's): one scalar test.
+    // base + unit * stride with a stride known at run time (a tensor's, or a pooling window's
+    // step times it): scalar tests for 1 (a vector load) and, for single elements, 2 (one load
+    // of twice the width, its even elements).
     const Affine a = it->second;
-    r = first_path(
-        {{[&] {
-            return B.CreateAnd(
-                B.CreateICmpEQ(a.stride, llvm::ConstantInt::get(a.stride->getType(), 1)),
-                B.CreateICmpULE(a.base, B.getInt32(0xffffffffu - static_cast<uint32_t>(V_ - 1))));
-          },
-          [&] { return contiguous_load(mem, a.base, mask); }}},
-        gathered);
+    auto stride_is = [&](uint64_t s) {
+      return B.CreateAnd(
+          B.CreateICmpEQ(a.stride, llvm::ConstantInt::get(a.stride->getType(), s)),
+          B.CreateICmpULE(a.base, B.getInt32(0xffffffffu - static_cast<uint32_t>(s * (V_ - 1)))));
+    };
+    std::vector<Path> paths = {
+        {[&] { return stride_is(1); }, [&] { return contiguous_load(mem, a.base, mask); }}};
+    if (K.type_of(mem).lanes == 1)
+      paths.push_back({[&] { return stride_is(2); },
+                       [&] { return window_load(mem, a.base, mask, B.getFalse()); }});
+    r = first_path(paths, gathered);
   } else if (K.type_of(mem).lanes == 1) {
     // Test at run time for the common shapes (a row of a tensor whose strides are parameters,
     // every other element of one).
