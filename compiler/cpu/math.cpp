@@ -60,6 +60,15 @@ class MathGen {
   Value* to_int(Value* x) {  // NaN -> 0, saturating
     return B.CreateIntrinsic(llvm::Intrinsic::fptosi_sat, {IT, T}, {x});
   }
+  // An exponent n for scale(): clamped to +-2 bias (NaN to the low end) and converted, in
+  // vector instructions (fptosi.sat becomes lane-by-lane code on x86). Callers select the
+  // result for arguments outside the range, so the clamp never shows.
+  Value* exponent_int(Value* n) {
+    const double lim = 2.0 * bias;
+    n = sel(B.CreateFCmpOGT(n, c(lim)), c(lim), n);
+    n = sel(B.CreateFCmpULT(n, c(-lim)), c(-lim), n);
+    return B.CreateFPToSI(n, IT);
+  }
   Value* is_nan(Value* x) { return B.CreateFCmpUNO(x, x); }
   Value* sel(Value* c2, Value* a, Value* b) { return B.CreateSelect(c2, a, b); }
   // Horner: coefficients from the constant term up. fmuladd: fused where the CPU has FMA,
@@ -105,7 +114,7 @@ class MathGen {
     Value* n = rint(B.CreateFMul(x, c(M_LOG2E)));
     Value* r = fma(B.CreateFNeg(n), c(ln2_hi()), x);
     r = fma(B.CreateFNeg(n), c(ln2_lo()), r);
-    Value* res = scale(exp_poly(r), to_int(n));
+    Value* res = scale(exp_poly(r), exponent_int(n));
     res = sel(B.CreateFCmpOGT(x, c(exp_hi())), c(INFINITY), res);
     res = sel(B.CreateFCmpOLT(x, c(exp_lo())), c(0.0), res);
     return sel(is_nan(x), x, res);
@@ -114,7 +123,7 @@ class MathGen {
   Value* exp2(Value* x) {
     Value* n = rint(x);
     Value* r = B.CreateFSub(x, n);  // exact
-    Value* res = scale(exp_poly(B.CreateFMul(r, c(M_LN2))), to_int(n));
+    Value* res = scale(exp_poly(B.CreateFMul(r, c(M_LN2))), exponent_int(n));
     res = sel(B.CreateFCmpOGE(x, c(dbl ? 1024.0 : 128.0)), c(INFINITY), res);
     res = sel(B.CreateFCmpOLT(x, c(dbl ? -1075.0 : -150.0)), c(0.0), res);
     return sel(is_nan(x), x, res);
@@ -244,7 +253,7 @@ class MathGen {
     // 2^w
     Value* n = rint(w_hi);
     Value* r = B.CreateFAdd(B.CreateFSub(w_hi, n), w_lo);
-    Value* core = scale(exp_poly(B.CreateFMul(r, c(M_LN2))), to_int(n));
+    Value* core = scale(exp_poly(B.CreateFMul(r, c(M_LN2))), exponent_int(n));
     core = sel(B.CreateFCmpOGT(w_hi, c(1024.0)), c(INFINITY), core);
     core = sel(B.CreateFCmpOLT(w_hi, c(-1080.0)), c(0.0), core);
     // log2 of 0 and inf.

@@ -20,6 +20,7 @@
 #include <map>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "compiler/passes/build_op.h"
 #include "compiler/passes/unit_loops_analysis.h"
@@ -54,8 +55,16 @@ class Lowering {
       : in_(in), u_(u), of_(of), plan_(plan), facts_(facts), plane_width_(plane_width) {
     units_ = in.units_per_cube();
     planes_ = (units_ + plane_width_ - 1) / plane_width_;
+    size_t i = 0;
     walk(in.body, [&](const Op& op) {
-      if (op.result != kNoValue) def_[op.result] = &op;
+      if (op.result != kNoValue) {
+        def_[op.result] = &op;
+        // Every unit computes a uniform value defined under uniform control flow, unit 0 too.
+        if (i < u.control.size() && u.control[i].level == Uniformity::Uniform &&
+            u.of(op.result) == Uniformity::Uniform)
+          everywhere_.insert(op.result);
+      }
+      ++i;
     });
   }
 
@@ -189,7 +198,9 @@ class Lowering {
     // value is the same for every unit there).
     facts_.ctx.insert(v);
     const ValueId arr = ctx_array(v);
-    ValueId index = unit_of(&s);
+    // A value the same in every unit is read from unit 0's entry even in a unit scope: a scalar
+    // load, so that the CPU vectorizer still sees `base + unit` in the indices built on it.
+    ValueId index = everywhere_.count(v) ? kNoValue : unit_of(&s);
     if (index == kNoValue) index = s.plane_first != kNoValue ? s.plane_first : cu32(s, 0);
     const ValueId r = emit(s, OpKind::Load, {arr, index});
     s.map[v] = r;
@@ -752,6 +763,7 @@ class Lowering {
   std::map<ValueId, ValueId> var_arrays_;  // input variable/local array -> its storage
   std::unordered_map<const Scope*, std::vector<const Op*>> pending_;  // ops awaiting a loop
   ValueId done_ = kNoValue;
+  std::unordered_set<ValueId> everywhere_;  // uniform values every unit computes
   int next_segment_ = 0;
   int plane_depth_ = 0;
   SourceLoc at_;
