@@ -7,6 +7,7 @@
 #include "kernels/lib/norm.h"
 
 #include <cmath>
+#include <functional>
 #include <string>
 
 #include <fmt/format.h>
@@ -34,12 +35,20 @@ T from_f32(const f32& v) {
   }
 }
 
-// The flat index of the first element of row r of a [D0, D1, D2, D3, C] view.
+// The flat index of the first element of row r of a [D0, D1, D2, D3, C] view whose last `lead`
+// leading dimensions are not 1 (the host merges what it can, so that usually one remains and no
+// division is needed).
 template <class T>
-Val<uint32_t> row_offset(const Tensor<T>& t, const Val<uint32_t>& r) {
-  u32 d1 = t.shape(1), d2 = t.shape(2), d3 = t.shape(3);
-  return r / (d1 * d2 * d3) * t.stride(0) + r / (d2 * d3) % d1 * t.stride(1) +
-         r / d3 % d2 * t.stride(2) + r % d3 * t.stride(3);
+Val<uint32_t> row_offset(const Tensor<T>& t, const Val<uint32_t>& r, int lead) {
+  if (lead <= 1) return r * t.stride(3);
+  u32 rest = r;
+  u32 off = 0u;
+  for (int d = 3; d >= 4 - lead; --d) {
+    u32 i = d > 4 - lead ? rest % t.shape(d) : rest;
+    if (d > 4 - lead) rest = rest / t.shape(d);
+    off = off + i * t.stride(d);
+  }
+  return off;
 }
 
 // The cube's total of every unit's `v` (sum or max), the same in every unit.
@@ -60,24 +69,36 @@ Val<float> cube_total(Shared& part, const Val<float>& v, int units, bool is_max)
 
 template <class T>
 void norm_rows(Tensor<const T> x, Tensor<T> y, Tensor<const T> weight, Tensor<const T> bias,
-               f32 eps, RowOp op, bool has_weight, bool has_bias, bool stash, int units) {
+               f32 eps, RowOp op, bool has_weight, bool has_bias, bool stash, int lead, int units) {
   auto part = shared_array<f32>(static_cast<uint32_t>(units));
   const auto step = static_cast<uint32_t>(units);
   u32 r = cube_pos();
   u32 n = x.shape(4);
   u32 xs = x.stride(4), ys = y.stride(4);
-  u32 xo = row_offset(x, r), yo = row_offset(y, r);
+  u32 xo = row_offset(x, r, lead), yo = row_offset(y, r, lead);
   auto at = [&](const Val<uint32_t>& j) { return cast<f32>(x[xo + j * xs]); };
+  // A unit's partial over its elements of the row, in two accumulators taking turns (two
+  // dependency chains instead of one).
+  auto partial = [&](float init, bool is_max, const std::function<void(Var<f32>&, u32)>& body) {
+    Var<f32> a0 = init;
+    Var<f32> a1 = init;
+    u32 n2 = n / (2u * step) * (2u * step);
+    for_range(unit_pos(), n2, 2u * step, [&](u32 j) {
+      body(a0, j);
+      body(a1, j + step);
+    });
+    for_range(n2 + unit_pos(), n, step, [&](u32 j) { body(a0, j); });
+    f32 v0 = a0, v1 = a1;
+    return is_max ? max(v0, v1) : v0 + v1;
+  };
   // The per-unit partials: NaN-free maxima (IR max ignores NaN; a NaN reaches the sums).
   if (op == RowOp::Softmax || op == RowOp::LogSoftmax) {
-    Var<f32> m = -INFINITY;
-    for_range(unit_pos(), n, step, [&](u32 j) { m = max(m.get(), at(j)); });
+    f32 m = partial(-INFINITY, true, [&](Var<f32>& a, u32 j) { a = max(a.get(), at(j)); });
     f32 row_max = cube_total(part, m, units, true);
-    Var<f32> s = 0.0f;
-    for_range(unit_pos(), n, step, [&](u32 j) {
+    f32 s = partial(0.0f, false, [&](Var<f32>& a, u32 j) {
       f32 e = exp(at(j) - row_max);
       if (stash) y[yo + j * ys] = from_f32<T>(e);
-      s += e;
+      a += e;
     });
     f32 sum = cube_total(part, s, units, false);
     if (op == RowOp::Softmax) {
@@ -96,14 +117,12 @@ void norm_rows(Tensor<const T> x, Tensor<T> y, Tensor<const T> weight, Tensor<co
   f32 count = cast<f32>(n);
   f32 mean = 0.0f;
   if (op == RowOp::LayerNorm) {
-    Var<f32> s = 0.0f;
-    for_range(unit_pos(), n, step, [&](u32 j) { s += at(j); });
+    f32 s = partial(0.0f, false, [&](Var<f32>& a, u32 j) { a += at(j); });
     mean = cube_total(part, s, units, false) / count;
   }
-  Var<f32> sq = 0.0f;
-  for_range(unit_pos(), n, step, [&](u32 j) {
+  f32 sq = partial(0.0f, false, [&](Var<f32>& a, u32 j) {
     f32 d = at(j) - mean;
-    sq += d * d;
+    a += d * d;
   });
   f32 rstd = 1.0f / sqrt(cube_total(part, sq, units, false) / count + eps);
   for_range(unit_pos(), n, step, [&](u32 j) {
@@ -115,7 +134,7 @@ void norm_rows(Tensor<const T> x, Tensor<T> y, Tensor<const T> weight, Tensor<co
 }
 KILN_KERNEL_GENERIC(norm_rows,
                     "x: rank=5, y: rank=5, weight, bias, eps, op = Softmax, has_weight = false, "
-                    "has_bias = false, stash = false, units = 64 in 1..1024",
+                    "has_bias = false, stash = false, lead = 1 in 0..4, units = 16 in 1..1024",
                     f32, f16, bf16)
     .cube_dim([](const ComptimeArgs& c) -> CubeDim {
       return {static_cast<uint32_t>(c.integer("units")), 1, 1};
@@ -134,15 +153,39 @@ Error bad(const char* op, const std::string& what) {
   return Error(ErrorKind::InvalidArgument, fmt::format("kiln::lib::{}: {}", op, what));
 }
 
-// `t` as a [D0, D1, D2, D3, C] view (leading dimensions of 1 added).
-Result<Tensor> rank5(const Tensor& t) {
-  std::vector<int64_t> shape(5, 1), strides(5, 0);
-  const int r = t.rank();
-  for (int d = 0; d < r; ++d) {
-    shape[static_cast<size_t>(5 - r + d)] = t.shape(d);
-    strides[static_cast<size_t>(5 - r + d)] = t.stride(d);
+// x and y as [D0, D1, D2, D3, C] views whose leading dimensions are merged where both step
+// through memory as one (dimensions of 1 dropped), padded in front with 1s; and how many leading
+// dimensions remain.
+Status rank5(const Tensor& x, const Tensor& y, Tensor& x5, Tensor& y5, int& lead) {
+  struct Lead {
+    int64_t size, xs, ys;
+  };
+  std::vector<Lead> dims;
+  for (int d = 0; d + 1 < x.rank(); ++d) {
+    if (x.shape(d) == 1) continue;
+    if (!dims.empty() && dims.back().xs == x.stride(d) * x.shape(d) &&
+        dims.back().ys == y.stride(d) * x.shape(d)) {
+      dims.back().size *= x.shape(d);
+      dims.back().xs = x.stride(d);
+      dims.back().ys = y.stride(d);
+      continue;
+    }
+    dims.push_back({x.shape(d), x.stride(d), y.stride(d)});
   }
-  return Tensor::make(t.device_ptr(), t.buffer(), t.dtype(), shape, strides, t.offset());
+  lead = static_cast<int>(dims.size());
+  std::vector<int64_t> shape(5, 1), xs(5, 0), ys(5, 0);
+  for (int i = 0; i < lead; ++i) {
+    const size_t at = static_cast<size_t>(4 - lead + i);
+    shape[at] = dims[static_cast<size_t>(i)].size;
+    xs[at] = dims[static_cast<size_t>(i)].xs;
+    ys[at] = dims[static_cast<size_t>(i)].ys;
+  }
+  shape[4] = x.shape(x.rank() - 1);
+  xs[4] = x.stride(x.rank() - 1);
+  ys[4] = y.stride(y.rank() - 1);
+  KILN_ASSIGN(x5, Tensor::make(x.device_ptr(), x.buffer(), x.dtype(), shape, xs, x.offset()));
+  KILN_ASSIGN(y5, Tensor::make(y.device_ptr(), y.buffer(), y.dtype(), shape, ys, y.offset()));
+  return {};
 }
 
 int64_t reach(const Tensor& t) {
@@ -187,8 +230,9 @@ Status rows(Runtime& rt, const char* name, RowOp op, const Tensor& x, Tensor& y,
   const int64_t n_rows = c == 0 ? 0 : x.numel() / c;
   if (n_rows == 0 || c == 0) return {};
   if (n_rows > 0x7fffffff) return bad(name, fmt::format("x has {} rows; at most 2^31 - 1", n_rows));
-  KILN_ASSIGN(const Tensor x5, rank5(x));
-  KILN_ASSIGN(Tensor y5, rank5(y));
+  Tensor x5, y5;
+  int lead = 0;
+  KILN_TRY(rank5(x, y, x5, y5, lead));
   // Placeholders for an absent weight or bias (never read).
   Tensor w, b;
   if (o.weight) {
@@ -214,7 +258,7 @@ Status rows(Runtime& rt, const char* name, RowOp op, const Tensor& x, Tensor& y,
   KILN_ASSIGN(const Kernel k, rt.kernel("norm_rows"));
   return rt.launch(k, Dim3(static_cast<uint32_t>(n_rows)), Dim3(static_cast<uint32_t>(units)),
                    x5.as_read_only(), y5, w, b, o.eps, op, o.weight != nullptr, o.bias != nullptr,
-                   stash, units);
+                   stash, lead, units);
 }
 
 }  // namespace

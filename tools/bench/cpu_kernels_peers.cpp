@@ -134,3 +134,53 @@ void peer_triad(float* a, const float* b, const float* c, float s, int64_t n) {
 }
 
 }  // namespace kiln::bench
+
+namespace kiln::bench {
+
+void peer_layernorm(const float* in, float* out, const float* w, const float* b, int64_t rows,
+                    int64_t cols, float eps) {
+#pragma omp parallel for
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = in + r * cols;
+    float* y = out + r * cols;
+    float s = 0;
+    for (int64_t j = 0; j < cols; ++j) s += x[j];
+    const float mean = s / static_cast<float>(cols);
+    float q = 0;
+    for (int64_t j = 0; j < cols; ++j) q += (x[j] - mean) * (x[j] - mean);
+    const float rstd = 1.0f / std::sqrt(q / static_cast<float>(cols) + eps);
+    for (int64_t j = 0; j < cols; ++j) y[j] = (x[j] - mean) * rstd * w[j] + b[j];
+  }
+}
+
+void peer_sum_axis(const float* in, float* out, int64_t a, int64_t n, int64_t c, int axis) {
+  // (a, n, c) summed over axis 0, 1 or 2, with the loop orders a C++ programmer picks: rows
+  // added into the output for the outer axes, a dot-style loop for the last.
+  if (axis == 2) {
+#pragma omp parallel for
+    for (int64_t i = 0; i < a * n; ++i) {
+      float s = 0;
+      for (int64_t j = 0; j < c; ++j) s += in[i * c + j];
+      out[i] = s;
+    }
+  } else if (axis == 1) {
+#pragma omp parallel for
+    for (int64_t i = 0; i < a; ++i) {
+      float* o = out + i * c;
+      std::fill(o, o + c, 0.0f);
+      for (int64_t k = 0; k < n; ++k)
+        for (int64_t j = 0; j < c; ++j) o[j] += in[(i * n + k) * c + j];
+    }
+  } else {
+    const int64_t m = n * c;
+#pragma omp parallel for
+    for (int64_t j0 = 0; j0 < m; j0 += 4096) {
+      const int64_t j1 = std::min(j0 + 4096, m);
+      std::fill(out + j0, out + j1, 0.0f);
+      for (int64_t k = 0; k < a; ++k)
+        for (int64_t j = j0; j < j1; ++j) out[j] += in[k * m + j];
+    }
+  }
+}
+
+}  // namespace kiln::bench

@@ -24,6 +24,11 @@ void peer_histogram(const float* data, int64_t n, uint32_t* hist, int bins);
 void peer_uniform(float* out, int64_t n, uint64_t seed, uint64_t offset, float low, float scale);
 // kiln::lib::normal's, by Box-Muller with the C library's logf, sqrtf, sinf and cosf.
 void peer_normal(float* out, int64_t n, uint64_t seed, uint64_t offset, float mean, float stddev);
+// Layer normalization of each row (f32 sums), with weight w and bias b.
+void peer_layernorm(const float* in, float* out, const float* w, const float* b, int64_t rows,
+                    int64_t cols, float eps);
+// The sum of an (a, n, c) tensor over `axis`.
+void peer_sum_axis(const float* in, float* out, int64_t a, int64_t n, int64_t c, int axis);
 // The STREAM triad a = b + s * c: the machine's memory bandwidth reference.
 void peer_triad(float* a, const float* b, const float* c, float s, int64_t n);
 

@@ -17,7 +17,9 @@
 #include <fmt/format.h>
 
 #include "kernels/kernels.h"
+#include "kernels/lib/norm.h"
 #include "kernels/lib/pool.h"
+#include "kernels/lib/reduce.h"
 #include "runtime/runtime.h"
 #include "tools/bench/bench_util.h"
 #include "tools/bench/cpu_kernels_peers.h"
@@ -108,6 +110,73 @@ void bench_pool(Bench& b) {
   }
 }
 
+void bench_rows(Bench& b) {
+  using Shape = std::vector<int64_t>;
+  for (const Shape& shape : {Shape{4096, 4096}, Shape{32, 128, 1024}}) {
+    Shape sh = shape;
+    if (b.quick) sh[0] /= 16;
+    int64_t numel = 1;
+    for (int64_t d : sh) numel *= d;
+    const int64_t cols = sh.back(), rows = numel / cols;
+    std::vector<float> x = random_floats(static_cast<size_t>(numel), 2), y(x.size()), ref(x.size());
+    for (float& v : x) v *= 4;
+    std::vector<float> w = random_floats(static_cast<size_t>(cols), 3),
+                       bias = random_floats(static_cast<size_t>(cols), 4);
+    Tensor tx = must(b.rt.wrap(x.data(), ir::ElemType::F32, sh));
+    Tensor ty = must(b.rt.wrap(y.data(), ir::ElemType::F32, sh));
+    const std::vector<int64_t> wshape{cols};
+    Tensor tw = must(b.rt.wrap(w.data(), ir::ElemType::F32, wshape));
+    Tensor tb = must(b.rt.wrap(bias.data(), ir::ElemType::F32, wshape));
+    std::string name;
+    for (size_t i = 0; i < sh.size(); ++i) name += (i ? "," : "(") + std::to_string(sh[i]);
+    name += ")";
+    const double bytes = 8.0 * static_cast<double>(numel);
+    if (b.wants("softmax")) {
+      auto kiln = [&] { must(lib::softmax(b.rt, tx, ty)); };
+      auto peer = [&] { bench::peer_softmax(x.data(), ref.data(), rows, cols); };
+      kiln();
+      must(b.rt.sync());
+      peer();
+      check("softmax", y, ref, 1e-5f);
+      b.row("softmax", name, bytes, kiln, peer);
+    }
+    if (b.wants("layernorm")) {
+      const lib::NormOptions o{.weight = &tw, .bias = &tb};
+      auto kiln = [&] { must(lib::layer_norm(b.rt, tx, ty, o)); };
+      auto peer = [&] {
+        bench::peer_layernorm(x.data(), ref.data(), w.data(), bias.data(), rows, cols, 1e-5f);
+      };
+      kiln();
+      must(b.rt.sync());
+      peer();
+      check("layernorm", y, ref, 1e-4f);
+      b.row("layernorm", name, bytes, kiln, peer);
+    }
+  }
+}
+
+void bench_sum(Bench& b) {
+  const int64_t a = b.quick ? 8 : 64, n = 1024, c = 1024;
+  std::vector<float> x = random_floats(static_cast<size_t>(a * n * c), 5);
+  const std::vector<int64_t> shape{a, n, c};
+  Tensor tx = must(b.rt.wrap(x.data(), ir::ElemType::F32, shape));
+  for (int axis = 0; axis < 3; ++axis) {
+    lib::ReduceOptions o{.axes = {axis}};
+    const auto os = must(lib::reduce_output_shape(tx.shape(), o));
+    std::vector<float> out(static_cast<size_t>(a * n * c / shape[static_cast<size_t>(axis)])),
+        ref(out.size());
+    Tensor tout = must(b.rt.wrap(out.data(), ir::ElemType::F32, os));
+    auto kiln = [&] { must(lib::reduce(b.rt, lib::ReduceOp::Sum, tx, tout, o)); };
+    auto peer = [&] { bench::peer_sum_axis(x.data(), ref.data(), a, n, c, axis); };
+    kiln();
+    must(b.rt.sync());
+    peer();
+    check("sum", out, ref, 1e-3f);
+    b.row("sum", fmt::format("({},{},{}) axis {}", a, n, c, axis),
+          4.0 * static_cast<double>(x.size() + out.size()), kiln, peer);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -145,5 +214,7 @@ int main(int argc, char** argv) {
                 quick ? " (quick sizes)" : "");
   }
   if (b.wants("max_pool2d")) bench_pool(b);
+  bench_rows(b);
+  if (b.wants("sum")) bench_sum(b);
   return 0;
 }
