@@ -92,6 +92,30 @@ struct Acc {
   }
 };
 
+// The maximum (NaN if any is) or the sum of taps known at trace time, as a tree: a dependency
+// chain of log2(taps) operations instead of taps.
+Val<float> tap_tree(std::vector<Val<float>> v, PoolOp op) {
+  std::vector<Val<bool>> nan;
+  if (op == PoolOp::Max)
+    for (const auto& x : v) nan.push_back(is_nan(x));
+  while (v.size() > 1) {
+    std::vector<Val<float>> next;
+    std::vector<Val<bool>> next_nan;
+    for (size_t i = 0; i + 1 < v.size(); i += 2) {
+      next.push_back(op == PoolOp::Max ? max(v[i], v[i + 1]) : v[i] + v[i + 1]);
+      if (op == PoolOp::Max) next_nan.push_back(nan[i] || nan[i + 1]);
+    }
+    if (v.size() % 2) {
+      next.push_back(v.back());
+      if (op == PoolOp::Max) next_nan.push_back(nan.back());
+    }
+    v = std::move(next);
+    nan = std::move(next_nan);
+  }
+  if (op == PoolOp::Avg) return v[0];
+  return select(nan[0], splat<f32>(NAN, 1), v[0]);
+}
+
 // Average pooling's divisor for the output at padded position (py, px) (PyTorch's).
 Val<float> avg_divisor(const Val<uint32_t>& py, const Val<uint32_t>& px, const Val<uint32_t>& h,
                        const Val<uint32_t>& w, const Window& win, const Val<uint32_t>& divisor,
@@ -108,7 +132,7 @@ Val<float> avg_divisor(const Val<uint32_t>& py, const Val<uint32_t>& px, const V
 template <class T>
 void pool2d_rows(Tensor<const T> in, Tensor<T> out, Tensor<i64> idx, u32 kh, u32 kw, u32 sh, u32 sw,
                  u32 ph, u32 pw, u32 dh, u32 dw, u32 rows, u32 divisor, u32 include_pad, PoolOp op,
-                 bool indices, int units, int band) {
+                 bool indices, int units, int band, int taps_h, int taps_w) {
   const auto tile = static_cast<uint32_t>(units * band);
   auto hval = shared_array<f32>(tile);
   auto hcol = shared_array<u32>(indices ? tile : 1u);
@@ -141,6 +165,13 @@ void pool2d_rows(Tensor<const T> in, Tensor<T> out, Tensor<i64> idx, u32 kh, u32
       // A window inside the row needs no test per tap (on the CPU, a vector of such units
       // skips the other branch).
       if_(ox >= ox_lo && ox < ox_hi, [&] {
+        if (taps_w > 0 && !indices) {
+          std::vector<Val<float>> v;
+          for (int dx = 0; dx < taps_w; ++dx)
+            v.push_back(cast<f32>(in(n, c, iy, px0 + static_cast<uint32_t>(dx) * dw - pw)));
+          acc.value = tap_tree(std::move(v), op);
+          return;
+        }
         for_range(0u, kw, [&](u32 dx) {
           u32 ix = px0 + dx * dw - pw;
           acc.add(cast<f32>(in(n, c, iy, ix)), ix);
@@ -166,6 +197,24 @@ void pool2d_rows(Tensor<const T> in, Tensor<T> out, Tensor<i64> idx, u32 kh, u32
     if_(ox < ow, [&] {
       Acc acc(op, indices);
       Var<u32> col = 0u;
+      if (taps_h > 0 && !indices) {
+        // Every row of the window inside the input (the same for every unit): a tree.
+        u32 py_first = py0 + j * sh;
+        u32 py_last = py_first + static_cast<uint32_t>(taps_h - 1) * dh;
+        if_(py_first >= ph && py_last < h + ph, [&] {
+          std::vector<Val<float>> v;
+          for (int dy = 0; dy < taps_h; ++dy)
+            v.push_back(hval[(j * sh + static_cast<uint32_t>(dy) * dh) * units + u]);
+          f32 t = tap_tree(std::move(v), op);
+          if (op == PoolOp::Avg) {
+            out(n, c, oy, ox) =
+                from_f32<T>(t / avg_divisor(oy * sh, px0, h, w, win, divisor, include_pad));
+          } else {
+            out(n, c, oy, ox) = from_f32<T>(t);
+          }
+          continue_();
+        });
+      }
       for_range(0u, kh, [&](u32 dy) {
         u32 r = j * sh + dy * dh;
         u32 py = py0 + r;
@@ -198,7 +247,7 @@ void pool2d_rows(Tensor<const T> in, Tensor<T> out, Tensor<i64> idx, u32 kh, u32
 KILN_KERNEL_GENERIC(pool2d_rows,
                     "in: rank=4, out: rank=4, idx: rank=4, kh, kw, sh, sw, ph, pw, dh, dw, rows, "
                     "divisor, include_pad, op = Max, indices = false, units = 64 in 16..1024, "
-                    "band = 40 in 1..256",
+                    "band = 32 in 1..256, taps_h = 0 in 0..8, taps_w = 0 in 0..8",
                     f32, f16, bf16)
     .cube_dim([](const ComptimeArgs& c) -> CubeDim {
       return {static_cast<uint32_t>(c.integer("units")), 1, 1};
@@ -441,11 +490,13 @@ Status pool(Runtime& rt, const char* op_name, PoolOp op, const Tensor& in, Tenso
                fmt::format("N x C is {}; at most {} (split the batch)", planes, kMaxCubes));
   while (units > 32 && units / 2 >= ow) units /= 2;
   const int64_t rows = std::min((band - window) / g.s[0] + 1, oh);
+  // Windows of up to 8 taps a side are unrolled (a tree per output) on the CPU.
+  auto taps = [&](int64_t k) { return !gpu && k <= 8 ? static_cast<int>(k) : 0; };
   KILN_ASSIGN(const Kernel k, rt.kernel("pool2d_rows"));
   return rt.launch(k, Dim3(u((ow + units - 1) / units), u((oh + rows - 1) / rows), u(planes)),
                    Dim3(u(units)), x.as_read_only(), y, idx, u(g.k[0]), u(g.k[1]), u(g.s[0]),
                    u(g.s[1]), u(g.p[0]), u(g.p[1]), u(g.d[0]), u(g.d[1]), u(rows), divisor,
-                   include_pad, op, indices != nullptr, units, band);
+                   include_pad, op, indices != nullptr, units, band, taps(g.k[0]), taps(g.k[1]));
 }
 
 }  // namespace
@@ -482,7 +533,8 @@ Status avg_pool2d(Runtime& rt, const Tensor& in, Tensor& out, const Pool2dOption
 // `kiln run max_pool2d` / `kiln run avg_pool2d`: the entry points on random inputs against a
 // double reference. --shape in=NxCxHxW (with --set channels_last=1: NxHxWxC); --set kernel=,
 // stride= (0: the kernel), padding=, dilation=, ceil_mode=, and kernel_w=, stride_w=,
-// padding_w=, dilation_w= for a width that differs (-1: as the height); avg_pool2d also
+// padding_w=, dilation_w= for a width that differs (-1: as the height); max_pool2d
+// with_indices=0 for its values from the kernels' form without indices; avg_pool2d also
 // count_include_pad= and divisor=.
 namespace {
 
@@ -574,6 +626,13 @@ void pool_reference(RunData& d, bool is_max) {
 kiln::Status run_pool(kiln::Runtime& rt, std::map<std::string, kiln::Tensor, std::less<>>& t,
                       const RunData& d, bool is_max) {
   const Pool2dOptions o = run_options(d);
+  if (is_max && d.scalar("with_indices") == 0) {
+    // The values from a call without indices; the indices from one with them, into a scratch
+    // output (both kernels' forms are checked).
+    KILN_ASSIGN(kiln::Tensor scratch, rt.empty(t.at("out").dtype(), t.at("out").shape()));
+    KILN_TRY(kiln::lib::max_pool2d(rt, t.at("in"), scratch, o, &t.at("indices")));
+    return kiln::lib::max_pool2d(rt, t.at("in"), t.at("out"), o);
+  }
   if (is_max) return kiln::lib::max_pool2d(rt, t.at("in"), t.at("out"), o, &t.at("indices"));
   return kiln::lib::avg_pool2d(rt, t.at("in"), t.at("out"), o);
 }
@@ -586,6 +645,7 @@ std::vector<std::pair<std::string, kiln::ir::ElemType>> pool_scalars(bool is_max
       {"kernel_w", ElemType::I32},   {"stride_w", ElemType::I32},
       {"padding_w", ElemType::I32},  {"dilation_w", ElemType::I32},
       {"ceil_mode", ElemType::Bool}, {"channels_last", ElemType::Bool}};
+  if (is_max) s.push_back({"with_indices", ElemType::Bool});
   if (!is_max) {
     s.push_back({"count_include_pad", ElemType::Bool});
     s.push_back({"divisor", ElemType::I32});
@@ -622,6 +682,7 @@ KILN_RUN(max_pool2d)
                       const RunData& d) { return run_pool(rt, t, d, true); }})
     .shape("out", run_out_shape)
     .shape("indices", run_out_shape)
+    .scalar("with_indices", 1)
     .tolerance(0, 0)
     .reference([](RunData& d) { pool_reference(d, true); });
 [[maybe_unused]] static auto& kiln_run_max_pool2d_defaults =
