@@ -323,11 +323,9 @@ Result<ComptimeValue> parse_comptime(std::string_view text) {
 // ---- declaring comptime enums and structs
 // --------------------------------------------------------
 
-#define KILN_DSL_PP_NARG(...) \
-  KILN_DSL_PP_NARG_(__VA_ARGS__, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)
-#define KILN_DSL_PP_NARG_(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, _13, _14, _15, _16, \
-                          N, ...)                                                                \
-  N
+// Up to 48 items (an enum of many values, a struct of many fields).
+#define KILN_DSL_PP_NARG(...) KILN_DSL_PP_NARG_(__VA_ARGS__, 48, 47, 46, 45, 44, 43, 42, 41, 40, 39, 38, 37, 36, 35, 34, 33, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)
+#define KILN_DSL_PP_NARG_(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, _13, _14, _15, _16, _17, _18, _19, _20, _21, _22, _23, _24, _25, _26, _27, _28, _29, _30, _31, _32, _33, _34, _35, _36, _37, _38, _39, _40, _41, _42, _43, _44, _45, _46, _47, _48, N, ...) N
 #define KILN_DSL_PP_CAT(a, b) KILN_DSL_PP_CAT_(a, b)
 #define KILN_DSL_PP_CAT_(a, b) a##b
 #define KILN_DSL_FE_1(m, t, x) m(t, x)
@@ -346,6 +344,38 @@ Result<ComptimeValue> parse_comptime(std::string_view text) {
 #define KILN_DSL_FE_14(m, t, x, ...) m(t, x), KILN_DSL_FE_13(m, t, __VA_ARGS__)
 #define KILN_DSL_FE_15(m, t, x, ...) m(t, x), KILN_DSL_FE_14(m, t, __VA_ARGS__)
 #define KILN_DSL_FE_16(m, t, x, ...) m(t, x), KILN_DSL_FE_15(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_17(m, t, x, ...) m(t, x), KILN_DSL_FE_16(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_18(m, t, x, ...) m(t, x), KILN_DSL_FE_17(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_19(m, t, x, ...) m(t, x), KILN_DSL_FE_18(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_20(m, t, x, ...) m(t, x), KILN_DSL_FE_19(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_21(m, t, x, ...) m(t, x), KILN_DSL_FE_20(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_22(m, t, x, ...) m(t, x), KILN_DSL_FE_21(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_23(m, t, x, ...) m(t, x), KILN_DSL_FE_22(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_24(m, t, x, ...) m(t, x), KILN_DSL_FE_23(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_25(m, t, x, ...) m(t, x), KILN_DSL_FE_24(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_26(m, t, x, ...) m(t, x), KILN_DSL_FE_25(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_27(m, t, x, ...) m(t, x), KILN_DSL_FE_26(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_28(m, t, x, ...) m(t, x), KILN_DSL_FE_27(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_29(m, t, x, ...) m(t, x), KILN_DSL_FE_28(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_30(m, t, x, ...) m(t, x), KILN_DSL_FE_29(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_31(m, t, x, ...) m(t, x), KILN_DSL_FE_30(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_32(m, t, x, ...) m(t, x), KILN_DSL_FE_31(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_33(m, t, x, ...) m(t, x), KILN_DSL_FE_32(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_34(m, t, x, ...) m(t, x), KILN_DSL_FE_33(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_35(m, t, x, ...) m(t, x), KILN_DSL_FE_34(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_36(m, t, x, ...) m(t, x), KILN_DSL_FE_35(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_37(m, t, x, ...) m(t, x), KILN_DSL_FE_36(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_38(m, t, x, ...) m(t, x), KILN_DSL_FE_37(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_39(m, t, x, ...) m(t, x), KILN_DSL_FE_38(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_40(m, t, x, ...) m(t, x), KILN_DSL_FE_39(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_41(m, t, x, ...) m(t, x), KILN_DSL_FE_40(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_42(m, t, x, ...) m(t, x), KILN_DSL_FE_41(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_43(m, t, x, ...) m(t, x), KILN_DSL_FE_42(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_44(m, t, x, ...) m(t, x), KILN_DSL_FE_43(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_45(m, t, x, ...) m(t, x), KILN_DSL_FE_44(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_46(m, t, x, ...) m(t, x), KILN_DSL_FE_45(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_47(m, t, x, ...) m(t, x), KILN_DSL_FE_46(m, t, __VA_ARGS__)
+#define KILN_DSL_FE_48(m, t, x, ...) m(t, x), KILN_DSL_FE_47(m, t, __VA_ARGS__)
 #define KILN_DSL_FOR_EACH(m, t, ...) \
   KILN_DSL_PP_CAT(KILN_DSL_FE_, KILN_DSL_PP_NARG(__VA_ARGS__))(m, t, __VA_ARGS__)
 

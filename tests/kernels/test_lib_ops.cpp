@@ -9,6 +9,7 @@
 #include <random>
 
 #include "kernels/kernels.h"
+#include "kernels/lib/elementwise.h"
 #include "kernels/lib/norm.h"
 #include "kernels/lib/pool.h"
 #include "kernels/lib/reduce.h"
@@ -163,6 +164,34 @@ TEST_CASE("kiln::lib::reduce matches a double reference", "[lib][reduce]") {
   run_cases(cases);
 }
 
+TEST_CASE("kiln::lib elementwise chains and copies match a double reference", "[lib][map]") {
+  std::vector<Case> cases;
+  for (int c = 0; c < 6; ++c) {
+    const std::string chain = std::to_string(c);
+    cases.push_back(
+        {"elementwise", {{"x", {37, 65}}, {"y", {37, 65}}, {"z", {37, 65}}}, {{"chain", chain}}});
+    // Broadcast: y along rows, z along columns, x with a leading dimension of 1.
+    cases.push_back({"elementwise",
+                     {{"x", {1, 37, 65}}, {"y", {65}}, {"z", {4, 37, 1}}},
+                     {{"chain", chain}},
+                     {{"x", c % 2 ? "f16" : "bf16"}}});
+  }
+  cases.push_back(
+      {"elementwise", {{"x", {3, 1, 5, 1, 7}}, {"y", {2, 1, 6, 1}}, {"z", {1}}}, {{"chain", "2"}}});
+  cases.push_back({"elementwise", {{"x", {0, 5}}, {"y", {5}}, {"z", {1}}}, {{"chain", "1"}}});
+  cases.push_back({"elementwise",
+                   {{"x", {50, 40}}, {"y", {50, 40}}, {"z", {50, 40}}},
+                   {{"chain", "0"}},
+                   {{"x", "f32"}, {"out", "f16"}}});
+  cases.push_back({"copy", {{"src", {3, 57, 29}}}, {}});
+  cases.push_back({"copy", {{"src", {2, 3, 4, 5, 6}}}, {{"transpose", "0"}}, {{"src", "f64"}}});
+  cases.push_back({"copy", {{"src", {33, 17}}}, {}, {{"src", "u8"}}});
+  cases.push_back({"copy", {{"src", {33, 17}}}, {}, {{"src", "f16"}, {"dst", "f32"}}});
+  cases.push_back({"copy", {{"src", {33, 17}}}, {}, {{"src", "f32"}, {"dst", "bf16"}}});
+  cases.push_back({"copy", {{"src", {1024, 999}}}, {}, {}, false});
+  run_cases(cases);
+}
+
 // A row-major f32 tensor on `rt` holding `v`.
 Tensor make(Runtime& rt, const std::vector<float>& v, std::vector<int64_t> shape) {
   return test::tensor_from(rt, ir::ElemType::F32, v, shape);
@@ -252,6 +281,23 @@ TEST_CASE("kiln::lib treats NaN and infinity as PyTorch does", "[lib]") {
     av = read<int64_t>(rt, *a);
     CHECK(av[0] == 1);
     CHECK(av[1] == 0);
+    // Elementwise: NaN passes through ReLU, maximum and minimum as in PyTorch.
+    Tensor e = make(rt, {kNaN, -1, 2, -kInf}, {4});
+    Tensor f = make(rt, {0, kNaN, 1, 0}, {4});
+    auto g = rt.empty(ir::ElemType::F32, {4});
+    REQUIRE(g.ok());
+    KILN_REQUIRE_OK(lib::unary(rt, lib::Op::Relu, e, *g));
+    auto gv = read<float>(rt, *g);
+    CHECK(std::isnan(gv[0]));
+    CHECK(gv[1] == 0);
+    CHECK(gv[2] == 2);
+    CHECK(gv[3] == 0);
+    KILN_REQUIRE_OK(lib::binary(rt, lib::Op::Max, e, f, *g));
+    gv = read<float>(rt, *g);
+    CHECK(std::isnan(gv[0]));
+    CHECK(std::isnan(gv[1]));
+    CHECK(gv[2] == 2);
+    CHECK(gv[3] == 0);
     // Ties: the first index.
     KILN_REQUIRE_OK(lib::reduce(rt, lib::ReduceOp::ArgMax,
                                 make(rt, {1, 5, 5, 5, 2, 2, 0, 2}, {2, 4}), *a, {.axes = {1}}));
@@ -378,6 +424,20 @@ TEST_CASE("kiln::lib refuses what it cannot compute, naming it", "[lib]") {
   fails(lib::reduce(*rt, lib::ReduceOp::ArgMax, x, s, {.axes = {1}}), "ArgMax of f32 gives i64");
   fails(lib::reduce(*rt, lib::ReduceOp::Mean, empty(ir::ElemType::I32, {4, 6}), s, {.axes = {1}}),
         "it takes floating-point tensors");
+  Tensor a = empty(F32, {4, 6}), b3 = empty(F32, {3}), o = empty(F32, {4, 6});
+  fails(lib::binary(*rt, lib::Op::Add, a, b3, o),
+        "do not broadcast: dimension 1 is 6 in one and 3");
+  fails(lib::unary(*rt, lib::Op::Add, a, o), "not a unary one");
+  fails(lib::map(*rt, {lib::Step{lib::Op::Mul}}, a, o),
+        "step 0: a binary operation needs an operand");
+  fails(lib::map(*rt, {lib::Step{lib::Op::Mul, lib::Arg::Y}}, a, o),
+        "step 0 reads y, which was not given");
+  fails(lib::map(*rt, {lib::Step{lib::Op::Add, lib::Arg::S1}}, a, o,
+                 {.y = nullptr, .z = nullptr, .scalars = {1}}),
+        "reads scalar S1, but 1 scalars were given");
+  Tensor i32 = empty(ir::ElemType::I32, {4, 6});
+  fails(lib::copy(*rt, i32, o), "copies convert between f32, f16 and bf16 only");
+  fails(lib::copy(*rt, b3, o), "'src' is f32[3], which does not broadcast to [4, 6]");
   Tensor s0 = empty(F32, {4});
   fails(lib::reduce(*rt, lib::ReduceOp::Max, empty(F32, {4, 0}), s0, {.axes = {1}}),
         "over no elements");

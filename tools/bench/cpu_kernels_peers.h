@@ -29,6 +29,8 @@ void peer_layernorm(const float* in, float* out, const float* w, const float* b,
                     int64_t cols, float eps);
 // The sum of an (a, n, c) tensor over `axis`.
 void peer_sum_axis(const float* in, float* out, int64_t a, int64_t n, int64_t c, int axis);
+// max(exp(x * 0.5 + 1) * x, 0): lib_bench's elementwise chain.
+void peer_chain(const float* x, float* out, int64_t n);
 // The STREAM triad a = b + s * c: the machine's memory bandwidth reference.
 void peer_triad(float* a, const float* b, const float* c, float s, int64_t n);
 

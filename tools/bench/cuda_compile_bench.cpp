@@ -51,8 +51,8 @@ int main() {
   }
   cpu::CompileOptions copts;
   copts.target = must(cpu::host_target());
-  std::printf("NVRTC %d.%d, sm_90a (a per-architecture kernel: its own); CPU %s\n", (*nv)->major, (*nv)->minor,
-              copts.target.describe().c_str());
+  std::printf("NVRTC %d.%d, sm_90a (a per-architecture kernel: its own); CPU %s\n", (*nv)->major,
+              (*nv)->minor, copts.target.describe().c_str());
   std::printf("  %-14s %12s %12s %7s %10s\n", "kernel", "CUDA ms", "CPU ms", "ratio", "registers");
   for (const std::string& name : kernels::builtin_names()) {
     const kernels::RunRecipe* recipe = kernels::find_run_recipe(name);
@@ -64,8 +64,7 @@ int main() {
     int registers = 0;
     const double t_cuda = median_ms([&] {
       auto src = must(cuda::generate(must(backend::find("cuda")->prepare(traced)), {}));
-      registers =
-          must(cuda::compile_cuda(src.text, name + ".cu", arch, false)).resources.registers;
+      registers = must(cuda::compile_cuda(src.text, name + ".cu", arch, false)).resources.registers;
     });
     const double t_cpu = median_ms(
         [&] { must(cpu::compile_object(must(backend::find("cpu")->prepare(traced)), copts)); });

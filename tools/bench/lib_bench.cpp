@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "kernels/kernels.h"
+#include "kernels/lib/elementwise.h"
 #include "kernels/lib/norm.h"
 #include "kernels/lib/pool.h"
 #include "kernels/lib/reduce.h"
@@ -177,6 +178,28 @@ void bench_sum(Bench& b) {
   }
 }
 
+void bench_chain(Bench& b) {
+  const int lg = b.quick ? 22 : 26;
+  const int64_t n = int64_t{1} << lg;
+  std::vector<float> x = random_floats(static_cast<size_t>(n), 6), out(x.size()), ref(x.size());
+  const std::vector<int64_t> shape{n};
+  Tensor tx = must(b.rt.wrap(x.data(), ir::ElemType::F32, shape));
+  Tensor tout = must(b.rt.wrap(out.data(), ir::ElemType::F32, shape));
+  using lib::Arg;
+  using lib::Op;
+  const lib::Step chain[] = {
+      {Op::Mul, Arg::S0}, {Op::Add, Arg::S1}, {Op::Exp}, {Op::Mul, Arg::X}, {Op::Relu}};
+  const lib::MapInputs in{.y = nullptr, .z = nullptr, .scalars = {0.5f, 1.0f}};
+  auto kiln = [&] { must(lib::map(b.rt, chain, tx, tout, in)); };
+  auto peer = [&] { bench::peer_chain(x.data(), ref.data(), n); };
+  kiln();
+  must(b.rt.sync());
+  peer();
+  check("elementwise", out, ref, 1e-5f);
+  b.row("elementwise", fmt::format("chain of 5 on 2^{}", lg), 8.0 * static_cast<double>(n), kiln,
+        peer);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -216,5 +239,6 @@ int main(int argc, char** argv) {
   if (b.wants("max_pool2d")) bench_pool(b);
   bench_rows(b);
   if (b.wants("sum")) bench_sum(b);
+  if (b.wants("elementwise")) bench_chain(b);
   return 0;
 }

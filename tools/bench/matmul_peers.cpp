@@ -77,7 +77,8 @@ double peak_fma_gflops() {
         for (int l = 0; l < kLanes; ++l) sink += acc[c][l];
     }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double flops = 2.0 * kLanes * kChains * static_cast<double>(kIters) * omp_get_max_threads();
+    const double flops =
+        2.0 * kLanes * kChains * static_cast<double>(kIters) * omp_get_max_threads();
     if (sink == 12345.0f) best += 1e-30;  // use sink
     best = std::max(best, flops / s / 1e9);
   }
