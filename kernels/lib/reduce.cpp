@@ -145,15 +145,17 @@ struct Running {
 };
 
 // Offsets of output o: in x (its kept dimensions, the first 5 - red of x's) and in out.
+// Only out's last `kept` dimensions are not 1 (the host merges what it can): one kept
+// dimension needs no division.
 template <class X, class O>
 std::pair<Val<uint32_t>, Val<uint32_t>> kept_offsets(const Tensor<X>& x, const Tensor<O>& out,
-                                                     const Val<uint32_t>& o, int red) {
+                                                     const Val<uint32_t>& o, int red, int kept) {
   u32 rest = o;
   u32 xo = 0u, oo = 0u;
-  for (int d = 3; d >= 0; --d) {
+  for (int d = 3; d >= 4 - kept; --d) {
     u32 dim = out.shape(d);
-    u32 i = d > 0 ? rest % dim : rest;
-    if (d > 0) rest = rest / dim;
+    u32 i = d > 4 - kept ? rest % dim : rest;
+    if (d > 4 - kept) rest = rest / dim;
     oo = oo + i * out.stride(d);
     const int xd = d - red + 1;  // x's kept dimension for out's d
     if (xd >= 0) xo = xo + i * x.stride(xd);
@@ -196,7 +198,7 @@ void store_result(Tensor<typename P::Out>& out, const Val<uint32_t>& at,
 // One output per cube.
 template <class P>
 void reduce_rows(Tensor<const typename P::In> x, Tensor<typename P::Out> out, f32 divisor,
-                 ReduceOp op, int red, int units) {
+                 ReduceOp op, int red, int kept, int units) {
   using A = acc_t<typename P::In>;
   auto vals = shared_array<A>(static_cast<uint32_t>(units));
   auto where = shared_array<u32>(is_arg(op) ? static_cast<uint32_t>(units) : 1u);
@@ -223,7 +225,7 @@ void reduce_rows(Tensor<const typename P::In> x, Tensor<typename P::Out> out, f3
     return all;
   };
   u32 o = cube_pos();
-  auto [xo0, oo0] = kept_offsets(x, out, o, red);
+  auto [xo0, oo0] = kept_offsets(x, out, o, red, kept);
   u32 xo = xo0;
   ReduceOp first = op == ReduceOp::Var ? ReduceOp::Sum : op;
   Running<A> mine(first);
@@ -232,7 +234,7 @@ void reduce_rows(Tensor<const typename P::In> x, Tensor<typename P::Out> out, f3
   Running<A> all = combine(mine, first);
   auto store = [&](Running<A>& r) {
     if_(unit_pos() == 0u, [&] {
-      u32 oo = kept_offsets(x, out, cube_pos(), red).second;
+      u32 oo = kept_offsets(x, out, cube_pos(), red, kept).second;
       store_result<P>(out, oo, r, op, n, divisor);
     });
   };
@@ -241,7 +243,7 @@ void reduce_rows(Tensor<const typename P::In> x, Tensor<typename P::Out> out, f3
     // The squared distances from the mean, from the row again (in cache).
     f32 mean = all.result() / cast<f32>(n);
     Running<A> dev(ReduceOp::Sum);
-    u32 xo2 = kept_offsets(x, out, cube_pos(), red).first;
+    u32 xo2 = kept_offsets(x, out, cube_pos(), red, kept).first;
     for_range(unit_pos(), n, step, [&](u32 k) {
       f32 d = convert<A>(x[xo2 + reduced_offset(x, k, red)]) - mean;
       dev.add(d * d, k);
@@ -257,7 +259,7 @@ void reduce_rows(Tensor<const typename P::In> x, Tensor<typename P::Out> out, f3
 // the rows on its own (a page apart).
 template <class P>
 void reduce_cols(Tensor<const typename P::In> x, Tensor<typename P::Out> out, f32 divisor,
-                 ReduceOp op, int red, bool lockstep, int units) {
+                 ReduceOp op, int red, int kept, bool lockstep, int units) {
   (void)units;  // the cube size
   using A = acc_t<typename P::In>;
   u32 o = absolute_pos();
@@ -265,7 +267,7 @@ void reduce_cols(Tensor<const typename P::In> x, Tensor<typename P::Out> out, f3
   u32 n = 1u;
   for (int d = 5 - red; d < 5; ++d) n = n * x.shape(d);
   // Units past the last output compute the last one again (barriers need every unit).
-  auto [xo, oo] = kept_offsets(x, out, min(o, outputs - 1u), red);
+  auto [xo, oo] = kept_offsets(x, out, min(o, outputs - 1u), red, kept);
   // One pass over k: the values, or their squared distances from `mean` (Var).
   auto pass = [&](Running<A>& r, const A* mean) {
     for_range(0u, n, [&](u32 k) {
@@ -299,7 +301,7 @@ void reduce_cols(Tensor<const typename P::In> x, Tensor<typename P::Out> out, f3
       ReducePair<f16, i64>, ReducePair<bf16, i64>, ReducePair<i32, i32>, ReducePair<i32, i64>
 
 KILN_KERNEL_GENERIC(reduce_rows,
-                    "x: rank=5, out: rank=4, divisor, op = Sum, red = 1 in 1..5, "
+                    "x: rank=5, out: rank=4, divisor, op = Sum, red = 1 in 1..5, kept = 1 in 0..4, "
                     "units = 16 in 1..1024",
                     KILN_REDUCE_PAIRS)
     .cube_dim([](const ComptimeArgs& c) -> CubeDim {
@@ -308,7 +310,7 @@ KILN_KERNEL_GENERIC(reduce_rows,
     .describe("kiln::lib::reduce over close elements: a cube per output");
 
 KILN_KERNEL_GENERIC(reduce_cols,
-                    "x: rank=5, out: rank=4, divisor, op = Sum, red = 1 in 1..5, "
+                    "x: rank=5, out: rank=4, divisor, op = Sum, red = 1 in 1..5, kept = 1 in 0..4, "
                     "lockstep = false, units = 256 in 1..1024",
                     KILN_REDUCE_PAIRS)
     .cube_dim([](const ComptimeArgs& c) -> CubeDim {
@@ -500,14 +502,14 @@ Status reduce(Runtime& rt, ReduceOp op, const Tensor& x, Tensor& out, const Redu
     const int units = gpu ? (n >= 4096 ? 256 : 64) : 16;
     KILN_ASSIGN(const Kernel k, rt.kernel("reduce_rows"));
     return rt.launch(k, Dim3(static_cast<uint32_t>(outputs)), Dim3(static_cast<uint32_t>(units)),
-                     xv.as_read_only(), ov, divisor, op, nr, units);
+                     xv.as_read_only(), ov, divisor, op, nr, nk, units);
   }
   // On the CPU a cube takes 1024 consecutive outputs (4 KiB runs of each reduced row).
   const int units = gpu ? 256 : 1024;
   KILN_ASSIGN(const Kernel k, rt.kernel("reduce_cols"));
   return rt.launch(k, Dim3(static_cast<uint32_t>((outputs + units - 1) / units)),
-                   Dim3(static_cast<uint32_t>(units)), xv.as_read_only(), ov, divisor, op, nr, !gpu,
-                   units);
+                   Dim3(static_cast<uint32_t>(units)), xv.as_read_only(), ov, divisor, op, nr, nk,
+                   !gpu, units);
 }
 
 }  // namespace kiln::lib
