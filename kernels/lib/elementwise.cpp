@@ -243,6 +243,88 @@ KILN_KERNEL_GENERIC(copy_bits, "src: rank=5, dst: rank=5, flat = false", u8, u16
     .cube_dim(256)
     .describe("kiln::lib::copy of a type to itself, bit for bit");
 
+// Element types as a comptime value (the destination of a cast), in ElemType's order.
+enum class To { Bool, I8, I16, I32, I64, U8, U16, U32, U64, F16, BF16, F32, F64, F8E4M3, F8E5M2 };
+KILN_COMPTIME_ENUM(To, Bool, I8, I16, I32, I64, U8, U16, U32, U64, F16, BF16, F32, F64, F8E4M3,
+                   F8E5M2)
+static_assert(static_cast<int>(To::F8E5M2) + 1 == kiln::ir::kNumElemTypes);
+
+template <class Src_, class Bits_>
+struct CastPair {
+  using Src = Src_;
+  using Bits = Bits_;
+};
+
+// v converted to D (the IR's cast: floats round to nearest even and saturate to integers, NaN
+// to 0; integers wrap), as the bits of a Bits-wide word.
+template <class D, class Bits, class V>
+Bits cast_bits(const V& v) {
+  if constexpr (std::is_same_v<D, Bool>) {
+    if constexpr (sizeof(host_of_t<Bits>) == 1) {
+      return select(cast<Bool>(v), splat<Bits>(1, 1), splat<Bits>(0, 1));
+    }
+  } else if constexpr (sizeof(host_of_t<D>) == sizeof(host_of_t<Bits>)) {
+    return bitcast<Bits>(convert<D>(v));
+  }
+  throw std::logic_error("cast_copy: the destination's width is not the kernel's");
+}
+
+template <class P>
+void cast_copy(Tensor<const typename P::Src> src, Tensor<typename P::Bits> dst, To to, bool flat) {
+  using Bits = typename P::Bits;
+  u32 i = absolute_pos();
+  u32 n = dst.shape(0) * dst.shape(1) * dst.shape(2) * dst.shape(3) * dst.shape(4);
+  if_(i < n, [&] {
+    auto v = src[flat ? i : offset(src, dst, i)];
+    typename P::Src x = v;
+    Bits b = [&]() -> Bits {
+      switch (to) {
+        case To::Bool:
+          return cast_bits<Bool, Bits>(x);
+        case To::I8:
+          return cast_bits<i8, Bits>(x);
+        case To::I16:
+          return cast_bits<i16, Bits>(x);
+        case To::I32:
+          return cast_bits<i32, Bits>(x);
+        case To::I64:
+          return cast_bits<i64, Bits>(x);
+        case To::U8:
+          return cast_bits<u8, Bits>(x);
+        case To::U16:
+          return cast_bits<u16, Bits>(x);
+        case To::U32:
+          return cast_bits<u32, Bits>(x);
+        case To::U64:
+          return cast_bits<u64, Bits>(x);
+        case To::F16:
+          return cast_bits<f16, Bits>(x);
+        case To::BF16:
+          return cast_bits<bf16, Bits>(x);
+        case To::F32:
+          return cast_bits<f32, Bits>(x);
+        case To::F64:
+          return cast_bits<f64, Bits>(x);
+        case To::F8E4M3:
+          return cast_bits<f8e4m3, Bits>(x);
+        default:
+          return cast_bits<f8e5m2, Bits>(x);
+      }
+    }();
+    dst[flat ? i : offset(dst, dst, i)] = b;
+  });
+}
+
+#define KILN_CAST_FROM(T) CastPair<T, u8>, CastPair<T, u16>, CastPair<T, u32>, CastPair<T, u64>
+KILN_KERNEL_GENERIC(cast_copy, "src: rank=5, dst: rank=5, to = F32, flat = false",
+                    KILN_CAST_FROM(Bool), KILN_CAST_FROM(i8), KILN_CAST_FROM(i16),
+                    KILN_CAST_FROM(i32), KILN_CAST_FROM(i64), KILN_CAST_FROM(u8),
+                    KILN_CAST_FROM(u16), KILN_CAST_FROM(u32), KILN_CAST_FROM(u64),
+                    KILN_CAST_FROM(f16), KILN_CAST_FROM(bf16), KILN_CAST_FROM(f32),
+                    KILN_CAST_FROM(f64), KILN_CAST_FROM(f8e4m3), KILN_CAST_FROM(f8e5m2))
+    .cube_dim(256)
+    .describe("kiln::lib::copy between two types (any pair), by the IR's cast");
+
 }  // namespace
 
 namespace kiln::lib {
@@ -411,27 +493,25 @@ Status copy(Runtime& rt, const Tensor& src, Tensor& dst) {
   KILN_TRY(check_views(op, {{&src, "src"}, {&dst, "dst"}}, dst));
   const auto shape = dst.shape();
   const int64_t n = dst.numel();
-  if (src.dtype() != dst.dtype()) {
-    if (!is_float3(src.dtype()) || !is_float3(dst.dtype()))
-      return bad(op, fmt::format("src is {} and dst {}; copies convert between f32, f16 and "
-                                 "bf16 only (other types copy to their own type)",
-                                 src.describe(), dst.describe()));
-    return map(rt, std::span<const Step>{}, src, dst);
-  }
-  const int bytes = ir::elem_bytes(src.dtype());
+  const int bytes = ir::elem_bytes(dst.dtype());
   const ElemType bits = bytes == 1   ? ElemType::U8
                         : bytes == 2 ? ElemType::U16
                         : bytes == 4 ? ElemType::U32
                                      : ElemType::U64;
-  if (bytes != 1 && bytes != 2 && bytes != 4 && bytes != 8)
-    return bad(op, fmt::format("{} elements are not whole bytes", ir::elem_name(src.dtype())));
-  KILN_ASSIGN(const Tensor s5, as5(op, "src", src, shape, bits));
+  const bool same = src.dtype() == dst.dtype();
+  // The same type moves bits (one kernel per width); another goes through the IR's cast.
+  KILN_ASSIGN(const Tensor s5, as5(op, "src", src, shape, same ? bits : src.dtype()));
   KILN_ASSIGN(Tensor d5, as5(op, "dst", dst, shape, bits));
   if (n == 0) return {};
   if (n >= (int64_t{1} << 32)) return bad(op, "dst has 2^32 elements or more; split it");
   const bool flat = flat_view(src, shape) && flat_view(dst, shape);
-  KILN_ASSIGN(const Kernel k, rt.kernel("copy_bits"));
-  return rt.launch(k, Dim3(cubes_for(n)), Dim3(256), s5.as_read_only(), d5, flat);
+  if (same) {
+    KILN_ASSIGN(const Kernel k, rt.kernel("copy_bits"));
+    return rt.launch(k, Dim3(cubes_for(n)), Dim3(256), s5.as_read_only(), d5, flat);
+  }
+  KILN_ASSIGN(const Kernel k, rt.kernel("cast_copy"));
+  return rt.launch(k, Dim3(cubes_for(n)), Dim3(256), s5.as_read_only(), d5,
+                   static_cast<To>(static_cast<int>(dst.dtype())), flat);
 }
 
 }  // namespace kiln::lib
@@ -664,6 +744,31 @@ KILN_RUN(elementwise)
 
 namespace {
 
+// The IR's cast of v (of type `from`) to `to`: floats to integers truncate toward zero,
+// saturate and take NaN to 0; integers to narrower integers wrap; to bool, v != 0; to floats,
+// rounded to nearest even.
+double cast_reference(const RunData& d, double v) {
+  using kiln::ir::ElemClass;
+  const ElemType from = d.dtype("src"), to = d.dtype("dst");
+  const ElemClass c = kiln::ir::elem_class(to);
+  if (c == ElemClass::Bool) return v != 0 ? 1 : 0;
+  if (c == ElemClass::Float) return d.round("dst", v);
+  const int bits = kiln::ir::elem_bits(to);
+  const bool sgn = c == ElemClass::Signed;
+  const double lo = sgn ? -std::ldexp(1.0, bits - 1) : 0.0;
+  const double hi = std::ldexp(1.0, sgn ? bits - 1 : bits) - 1;
+  if (kiln::ir::is_float(from)) {
+    if (std::isnan(v)) return 0;
+    return std::clamp(std::trunc(v), lo, hi);
+  }
+  // Integer (or bool) to integer: modulo 2^bits (values here are small, exact in double).
+  const double m = std::ldexp(1.0, bits);
+  double w = std::fmod(v, m);
+  if (w < 0) w += m;
+  if (sgn && w > hi) w -= m;
+  return w;
+}
+
 std::vector<int64_t> copy_shape(const RunData& d) {
   auto s = d.shape("src");
   if (d.scalar("transpose") != 0 && s.size() >= 2) std::swap(s[s.size() - 1], s[s.size() - 2]);
@@ -677,18 +782,17 @@ KILN_RUN(copy)
                           "kiln::lib::copy",
            .kernels = {"copy_bits", "map_chain"},
            .tensors = {{"src", true}, {"dst", false}},
-           .variants = {{ElemType::F32, ElemType::F32},
-                        {ElemType::F16, ElemType::F16},
-                        {ElemType::BF16, ElemType::BF16},
-                        {ElemType::F64, ElemType::F64},
-                        {ElemType::I32, ElemType::I32},
-                        {ElemType::I64, ElemType::I64},
-                        {ElemType::U8, ElemType::U8},
-                        {ElemType::F32, ElemType::F16},
-                        {ElemType::F16, ElemType::F32},
-                        {ElemType::F32, ElemType::BF16},
-                        {ElemType::BF16, ElemType::F32},
-                        {ElemType::F16, ElemType::BF16}},
+           .variants = {{ElemType::F32, ElemType::F32},   {ElemType::F16, ElemType::F16},
+                        {ElemType::BF16, ElemType::BF16}, {ElemType::F64, ElemType::F64},
+                        {ElemType::I32, ElemType::I32},   {ElemType::I64, ElemType::I64},
+                        {ElemType::U8, ElemType::U8},     {ElemType::F32, ElemType::F16},
+                        {ElemType::F16, ElemType::F32},   {ElemType::F32, ElemType::BF16},
+                        {ElemType::BF16, ElemType::F32},  {ElemType::F16, ElemType::BF16},
+                        {ElemType::F32, ElemType::I32},   {ElemType::I32, ElemType::F32},
+                        {ElemType::F32, ElemType::U8},    {ElemType::I32, ElemType::I8},
+                        {ElemType::I64, ElemType::F16},   {ElemType::F64, ElemType::F8E4M3},
+                        {ElemType::U16, ElemType::I64},   {ElemType::F32, ElemType::Bool},
+                        {ElemType::Bool, ElemType::F32},  {ElemType::F16, ElemType::U32}},
            .scalars = {{"transpose", ElemType::Bool}},
            .call = [](kiln::Runtime& rt, TensorMap& t, const RunData& d) -> kiln::Status {
              kiln::Tensor src = t.at("src");
@@ -699,6 +803,7 @@ KILN_RUN(copy)
            }})
     .shape("src", {3, 257, 129})
     .shape("dst", copy_shape)
+    .values("src", -300, 300)
     .scalar("transpose", 1)
     .tolerance(0, 0)
     .reference([](RunData& d) {
@@ -715,6 +820,6 @@ KILN_RUN(copy)
           const int64_t i = in / r, j = in % r;  // dst is c x r: element (i, j) is src (j, i)
           from = static_cast<size_t>(plane * r * c + j * c + i);
         }
-        dst[e] = d.round("dst", src[from]);
+        dst[e] = cast_reference(d, src[from]);
       }
     });

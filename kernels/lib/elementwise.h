@@ -1,6 +1,6 @@
 // Elementwise operations from the host: a chain of up to eight operations fused into one kernel,
-// NumPy broadcasting over strided views, and copies of any view into any other (with f32, f16
-// and bf16 converted). docs/kernels.md "Elementwise".
+// NumPy broadcasting over strided views, and copies of any view into any other (with any types
+// converted). docs/kernels.md "Elementwise".
 //
 //   using kiln::lib::Op; using kiln::lib::Arg;
 //   // out = relu(exp(x * 0.5 + 1) * x): five operations, one pass over memory.
@@ -98,8 +98,9 @@ Status unary(Runtime& rt, Op op, const Tensor& x, Tensor& out);
 // out = op(a, b), broadcast.
 Status binary(Runtime& rt, Op op, const Tensor& a, const Tensor& b, Tensor& out);
 // dst = src, element by element in the same positions (shapes equal, or src broadcast to dst's):
-// any strides; the same type (any type, bit for bit) or between f32, f16 and bf16 (rounded to
-// nearest even).
+// any strides; the same type bit for bit, or any other type converted as the IR's cast does
+// (floats round to nearest even; to integers they truncate toward zero, saturate, NaN to 0;
+// integers wrap into narrower ones; to bool, x != 0).
 Status copy(Runtime& rt, const Tensor& src, Tensor& dst);
 // The broadcast shape of two shapes, or why they do not broadcast.
 Result<std::vector<int64_t>> broadcast_shape(std::span<const int64_t> a,
