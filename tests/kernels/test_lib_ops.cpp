@@ -355,6 +355,18 @@ TEST_CASE("kiln::lib reads and writes strided views", "[lib]") {
       }
     }
   }
+  // In place: softmax and a chain with y the same view as x.
+  std::vector<float> ip = {1, 2, 3, 4, 0, 0, 0, 0};
+  Tensor tip = make(*rt, ip, {2, 4});
+  KILN_REQUIRE_OK(lib::softmax(*rt, tip, tip));
+  auto ipv = read<float>(*rt, tip);
+  CHECK(ipv[3] ==
+        Approx(std::exp(4.0) / (std::exp(1.0) + std::exp(2.0) + std::exp(3.0) + std::exp(4.0))));
+  CHECK(ipv[5] == Approx(0.25));
+  KILN_REQUIRE_OK(lib::map(*rt, {lib::Step{lib::Op::Mul, lib::Arg::S0}}, tip, tip,
+                           {.y = nullptr, .z = nullptr, .scalars = {4.0f}}));
+  ipv = read<float>(*rt, tip);
+  CHECK(ipv[5] == Approx(1.0));
   // A sum over the view's rows (its axis 0, stride 2 in memory) and its columns.
   auto s0 = rt->empty(ir::ElemType::F32, {40});
   auto s1 = rt->empty(ir::ElemType::F32, {15, 1});
