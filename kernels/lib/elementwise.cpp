@@ -243,12 +243,6 @@ KILN_KERNEL_GENERIC(copy_bits, "src: rank=5, dst: rank=5, flat = false", u8, u16
     .cube_dim(256)
     .describe("kiln::lib::copy of a type to itself, bit for bit");
 
-// Element types as a comptime value (the destination of a cast), in ElemType's order.
-enum class To { Bool, I8, I16, I32, I64, U8, U16, U32, U64, F16, BF16, F32, F64, F8E4M3, F8E5M2 };
-KILN_COMPTIME_ENUM(To, Bool, I8, I16, I32, I64, U8, U16, U32, U64, F16, BF16, F32, F64, F8E4M3,
-                   F8E5M2)
-static_assert(static_cast<int>(To::F8E5M2) + 1 == kiln::ir::kNumElemTypes);
-
 template <class Src_, class Bits_>
 struct CastPair {
   using Src = Src_;
@@ -256,67 +250,82 @@ struct CastPair {
 };
 
 // v converted to D (the IR's cast: floats round to nearest even and saturate to integers, NaN
-// to 0; integers wrap), as the bits of a Bits-wide word.
+// to 0; integers wrap), as the bits of a word of D's width.
 template <class D, class Bits, class V>
 Bits cast_bits(const V& v) {
   if constexpr (std::is_same_v<D, Bool>) {
-    if constexpr (sizeof(host_of_t<Bits>) == 1) {
-      return select(cast<Bool>(v), splat<Bits>(1, 1), splat<Bits>(0, 1));
-    }
-  } else if constexpr (sizeof(host_of_t<D>) == sizeof(host_of_t<Bits>)) {
+    return select(cast<Bool>(v), splat<Bits>(1, 1), splat<Bits>(0, 1));
+  } else {
     return bitcast<Bits>(convert<D>(v));
   }
-  throw std::logic_error("cast_copy: the destination's width is not the kernel's");
 }
 
+// The destination types of each width, in the order of cast_copy's `to`.
+//   1 byte: bool, i8, u8, f8e4m3, f8e5m2; 2: i16, u16, f16, bf16; 4: i32, u32, f32;
+//   8: i64, u64, f64.
+template <class Bits, class V>
+Bits cast_to(int to, const V& x) {
+  using H = host_of_t<Bits>;
+  if constexpr (sizeof(H) == 1) {
+    switch (to) {
+      case 0:
+        return cast_bits<Bool, Bits>(x);
+      case 1:
+        return cast_bits<i8, Bits>(x);
+      case 2:
+        return cast_bits<u8, Bits>(x);
+      case 3:
+        return cast_bits<f8e4m3, Bits>(x);
+      default:
+        return cast_bits<f8e5m2, Bits>(x);
+    }
+  } else if constexpr (sizeof(H) == 2) {
+    switch (to) {
+      case 0:
+        return cast_bits<i16, Bits>(x);
+      case 1:
+        return cast_bits<u16, Bits>(x);
+      case 2:
+        return cast_bits<f16, Bits>(x);
+      default:
+        return cast_bits<bf16, Bits>(x);
+    }
+  } else if constexpr (sizeof(H) == 4) {
+    switch (to) {
+      case 0:
+        return cast_bits<i32, Bits>(x);
+      case 1:
+        return cast_bits<u32, Bits>(x);
+      default:
+        return cast_bits<f32, Bits>(x);
+    }
+  } else {
+    switch (to) {
+      case 0:
+        return cast_bits<i64, Bits>(x);
+      case 1:
+        return cast_bits<u64, Bits>(x);
+      default:
+        return cast_bits<f64, Bits>(x);
+    }
+  }
+}
+
+// `to` picks the destination type among those of dst's width (cast_to).
 template <class P>
-void cast_copy(Tensor<const typename P::Src> src, Tensor<typename P::Bits> dst, To to, bool flat) {
+void cast_copy(Tensor<const typename P::Src> src, Tensor<typename P::Bits> dst, int to, bool flat) {
   using Bits = typename P::Bits;
   u32 i = absolute_pos();
   u32 n = dst.shape(0) * dst.shape(1) * dst.shape(2) * dst.shape(3) * dst.shape(4);
   if_(i < n, [&] {
-    auto v = src[flat ? i : offset(src, dst, i)];
-    typename P::Src x = v;
-    Bits b = [&]() -> Bits {
-      switch (to) {
-        case To::Bool:
-          return cast_bits<Bool, Bits>(x);
-        case To::I8:
-          return cast_bits<i8, Bits>(x);
-        case To::I16:
-          return cast_bits<i16, Bits>(x);
-        case To::I32:
-          return cast_bits<i32, Bits>(x);
-        case To::I64:
-          return cast_bits<i64, Bits>(x);
-        case To::U8:
-          return cast_bits<u8, Bits>(x);
-        case To::U16:
-          return cast_bits<u16, Bits>(x);
-        case To::U32:
-          return cast_bits<u32, Bits>(x);
-        case To::U64:
-          return cast_bits<u64, Bits>(x);
-        case To::F16:
-          return cast_bits<f16, Bits>(x);
-        case To::BF16:
-          return cast_bits<bf16, Bits>(x);
-        case To::F32:
-          return cast_bits<f32, Bits>(x);
-        case To::F64:
-          return cast_bits<f64, Bits>(x);
-        case To::F8E4M3:
-          return cast_bits<f8e4m3, Bits>(x);
-        default:
-          return cast_bits<f8e5m2, Bits>(x);
-      }
-    }();
+    typename P::Src x = src[flat ? i : offset(src, dst, i)];
+    Bits b = cast_to<Bits>(to, x);
     dst[flat ? i : offset(dst, dst, i)] = b;
   });
 }
 
 #define KILN_CAST_FROM(T) CastPair<T, u8>, CastPair<T, u16>, CastPair<T, u32>, CastPair<T, u64>
-KILN_KERNEL_GENERIC(cast_copy, "src: rank=5, dst: rank=5, to = F32, flat = false",
+KILN_KERNEL_GENERIC(cast_copy, "src: rank=5, dst: rank=5, to = 0 in 0..4, flat = false",
                     KILN_CAST_FROM(Bool), KILN_CAST_FROM(i8), KILN_CAST_FROM(i16),
                     KILN_CAST_FROM(i32), KILN_CAST_FROM(i64), KILN_CAST_FROM(u8),
                     KILN_CAST_FROM(u16), KILN_CAST_FROM(u32), KILN_CAST_FROM(u64),
@@ -396,6 +405,32 @@ bool flat_view(const Tensor& t, std::span<const int64_t> shape) {
 
 uint32_t cubes_for(int64_t n) {
   return static_cast<uint32_t>((n + 255) / 256);
+}
+
+// cast_copy's `to` for a destination type (its place among the types of its width).
+int cast_index(ElemType t) {
+  switch (t) {
+    case ElemType::Bool:
+    case ElemType::I16:
+    case ElemType::I32:
+    case ElemType::I64:
+      return 0;
+    case ElemType::I8:
+    case ElemType::U16:
+    case ElemType::U32:
+    case ElemType::U64:
+      return 1;
+    case ElemType::U8:
+    case ElemType::F16:
+    case ElemType::F32:
+    case ElemType::F64:
+      return 2;
+    case ElemType::F8E4M3:
+    case ElemType::BF16:
+      return 3;
+    default:
+      return 4;  // F8E5M2
+  }
 }
 
 }  // namespace
@@ -510,8 +545,8 @@ Status copy(Runtime& rt, const Tensor& src, Tensor& dst) {
     return rt.launch(k, Dim3(cubes_for(n)), Dim3(256), s5.as_read_only(), d5, flat);
   }
   KILN_ASSIGN(const Kernel k, rt.kernel("cast_copy"));
-  return rt.launch(k, Dim3(cubes_for(n)), Dim3(256), s5.as_read_only(), d5,
-                   static_cast<To>(static_cast<int>(dst.dtype())), flat);
+  return rt.launch(k, Dim3(cubes_for(n)), Dim3(256), s5.as_read_only(), d5, cast_index(dst.dtype()),
+                   flat);
 }
 
 }  // namespace kiln::lib

@@ -270,7 +270,7 @@ void reduce_cols(Tensor<const typename P::In> x, Tensor<typename P::Out> out, f3
   auto [xo, oo] = kept_offsets(x, out, min(o, outputs - 1u), red, kept);
   // One pass over k: the values, or their squared distances from `mean` (Var).
   auto pass = [&](Running<A>& r, const A* mean) {
-    for_range(0u, n, [&](u32 k) {
+    auto step = [&](const Val<uint32_t>& k) {
       A v = convert<A>(x[xo + reduced_offset(x, k, red)]);
       if (mean) {
         A d = v - *mean;
@@ -278,7 +278,20 @@ void reduce_cols(Tensor<const typename P::In> x, Tensor<typename P::Out> out, f3
       } else {
         r.add(v, k);
       }
-      if (lockstep) sync_cube();
+    };
+    if (!lockstep) {
+      for_range(0u, n, [&](u32 k) { step(k); });
+      return;
+    }
+    // Eight steps of k between barriers: eight runs of the reduced rows in flight.
+    u32 n8 = n / 8u * 8u;
+    for_range(0u, n8, 8u, [&](u32 k) {
+      for (uint32_t j = 0; j < 8; ++j) step(k + j);
+      sync_cube();
+    });
+    for_range(n8, n, [&](u32 k) {
+      step(k);
+      sync_cube();
     });
   };
   ReduceOp first = op == ReduceOp::Var ? ReduceOp::Sum : op;

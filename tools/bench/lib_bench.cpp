@@ -68,7 +68,7 @@ struct Bench {
     const double tp = bench::median_seconds(peer, r, samples());
     const double limit = bytes / (triad * 1e9);  // the triad's bandwidth for these bytes
     if (csv) {
-      std::printf("%s,%s,%.4f,%.4f,%.4f\n", op.c_str(), shape.c_str(), tk * 1e3, tp * 1e3,
+      std::printf("%s,\"%s\",%.4f,%.4f,%.4f\n", op.c_str(), shape.c_str(), tk * 1e3, tp * 1e3,
                   limit * 1e3);
     } else {
       std::printf(
