@@ -180,14 +180,13 @@ Val<uint32_t> reduced_offset(const Tensor<X>& x, const Val<uint32_t>& k, int red
 
 template <class P>
 void store_result(Tensor<typename P::Out>& out, const Val<uint32_t>& at,
-                  Running<acc_t<typename P::In>>& r, ReduceOp op, const Val<uint32_t>& n,
-                  const Val<float>& divisor) {
+                  Running<acc_t<typename P::In>>& r, ReduceOp op, const Val<float>& divisor) {
   using Out = typename P::Out;
   using A = acc_t<typename P::In>;
   if (is_arg(op)) {
     out[at] = convert<Out>(cast<i64>(r.where.get()));
   } else if (op == ReduceOp::Mean) {
-    if constexpr (is_float_v<A>) out[at] = convert<Out>(r.result() / cast<f32>(n));
+    if constexpr (is_float_v<A>) out[at] = convert<Out>(r.result() / divisor);
   } else if (op == ReduceOp::Var) {
     if constexpr (is_float_v<A>) out[at] = convert<Out>(r.result() / divisor);
   } else {
@@ -235,7 +234,7 @@ void reduce_rows(Tensor<const typename P::In> x, Tensor<typename P::Out> out, f3
   auto store = [&](Running<A>& r) {
     if_(unit_pos() == 0u, [&] {
       u32 oo = kept_offsets(x, out, cube_pos(), red, kept).second;
-      store_result<P>(out, oo, r, op, n, divisor);
+      store_result<P>(out, oo, r, op, divisor);
     });
   };
   if (op != ReduceOp::Var) return store(all);
@@ -298,20 +297,22 @@ void reduce_cols(Tensor<const typename P::In> x, Tensor<typename P::Out> out, f3
   Running<A> r(first);
   pass(r, nullptr);
   if (op != ReduceOp::Var) {
-    if_(o < outputs, [&] { store_result<P>(out, oo, r, op, n, divisor); });
+    if_(o < outputs, [&] { store_result<P>(out, oo, r, op, divisor); });
     return;
   }
   if constexpr (is_float_v<A>) {
     f32 mean = r.result() / cast<f32>(n);
     Running<A> dev(ReduceOp::Sum);
     pass(dev, &mean);
-    if_(o < outputs, [&] { store_result<P>(out, oo, dev, op, n, divisor); });
+    if_(o < outputs, [&] { store_result<P>(out, oo, dev, op, divisor); });
   }
 }
 
-#define KILN_REDUCE_PAIRS                                                                   \
-  ReducePair<f32, f32>, ReducePair<f16, f16>, ReducePair<bf16, bf16>, ReducePair<f32, i64>, \
-      ReducePair<f16, i64>, ReducePair<bf16, i64>, ReducePair<i32, i32>, ReducePair<i32, i64>
+#define KILN_REDUCE_PAIRS                                                                      \
+  ReducePair<f32, f32>, ReducePair<f16, f16>, ReducePair<bf16, bf16>, ReducePair<f32, i64>,    \
+      ReducePair<f16, i64>, ReducePair<bf16, i64>, ReducePair<i32, i32>, ReducePair<i32, i64>, \
+      /* the two passes of a long axis: */ ReducePair<f16, f32>, ReducePair<bf16, f32>,        \
+      ReducePair<f32, f16>, ReducePair<f32, bf16>, ReducePair<i64, i64>
 
 KILN_KERNEL_GENERIC(reduce_rows,
                     "x: rank=5, out: rank=4, divisor, op = Sum, red = 1 in 1..5, kept = 1 in 0..4, "
@@ -505,8 +506,59 @@ Status reduce(Runtime& rt, ReduceOp op, const Tensor& x, Tensor& out, const Redu
               Tensor::make(x.device_ptr(), x.buffer(), x.dtype(), xs, xst, x.offset()));
   KILN_ASSIGN(Tensor ov,
               Tensor::make(out.device_ptr(), out.buffer(), out.dtype(), os, ost, out.offset()));
-  const float divisor = static_cast<float>(n - o.correction);
+  const float divisor = static_cast<float>(op == ReduceOp::Mean ? n : n - o.correction);
   const bool gpu = rt.device().kind != DeviceKind::Cpu;
+  // A long axis with few outputs: two passes, so that every thread (or multiprocessor) takes a
+  // part. The axis is cut into `split` chunks (a divisor of its length, each of 4096 elements
+  // or more); the first pass reduces each chunk into a partial (f32 for floats, i64 for
+  // integer sums and products), the second the partials of each output.
+  const bool assoc = op == ReduceOp::Sum || op == ReduceOp::Mean || op == ReduceOp::Max ||
+                     op == ReduceOp::Min || op == ReduceOp::Prod;
+  int64_t split = 0;
+  if (assoc && nr == 1 && nk <= 3 && outputs <= 16 && n >= (int64_t{1} << 16))
+    for (int64_t c = 256; c >= 8 && !split; --c)
+      if (n % c == 0 && n / c >= 4096) split = c;
+  if (split) {
+    const bool minmax = op == ReduceOp::Max || op == ReduceOp::Min;
+    const ElemType ptype = minmax                    ? x.dtype()
+                           : ir::is_float(x.dtype()) ? ElemType::F32
+                                                     : ElemType::I64;
+    const int64_t chunk = n / split;
+    // x as [kept..., split, chunk] and the partials as a contiguous [kept..., split].
+    std::vector<int64_t> x1s(5, 1), x1st(5, 0), ps(5, 1), pst(5, 0);
+    x1s[4] = chunk;
+    x1st[4] = red[0].x_stride;
+    x1s[3] = split;
+    x1st[3] = red[0].x_stride * chunk;
+    ps[4] = split;
+    pst[4] = 1;
+    int64_t inner = split;
+    for (int i = nk - 1; i >= 0; --i) {
+      const Dim& d = kept[static_cast<size_t>(i)];
+      x1s[static_cast<size_t>(3 - nk + i)] = d.size;
+      x1st[static_cast<size_t>(3 - nk + i)] = d.x_stride;
+      ps[static_cast<size_t>(4 - nk + i)] = d.size;
+      pst[static_cast<size_t>(4 - nk + i)] = inner;
+      inner *= d.size;
+    }
+    KILN_ASSIGN(Tensor part, rt.empty(ptype, {outputs * split}));
+    KILN_ASSIGN(const Tensor x1,
+                Tensor::make(x.device_ptr(), x.buffer(), x.dtype(), x1s, x1st, x.offset()));
+    // The partials as the first pass's output (rank 4: [kept..., split]) and the second's input.
+    const std::vector<int64_t> p4s(ps.begin() + 1, ps.end()), p4st(pst.begin() + 1, pst.end());
+    KILN_ASSIGN(Tensor p_out, Tensor::make(part.device_ptr(), part.buffer(), ptype, p4s, p4st, 0));
+    KILN_ASSIGN(const Tensor p_in,
+                Tensor::make(part.device_ptr(), part.buffer(), ptype, ps, pst, 0));
+    const int units = gpu ? 256 : 16;
+    KILN_ASSIGN(const Kernel k, rt.kernel("reduce_rows"));
+    const ReduceOp first = op == ReduceOp::Mean ? ReduceOp::Sum : op;
+    KILN_TRY(rt.launch(k, Dim3(static_cast<uint32_t>(outputs * split)),
+                       Dim3(static_cast<uint32_t>(units)), x1.as_read_only(), p_out, 0.0f, first, 1,
+                       nk + 1, units));
+    return rt.launch(k, Dim3(static_cast<uint32_t>(outputs)), Dim3(static_cast<uint32_t>(units)),
+                     p_in.as_read_only(), ov, divisor, op == ReduceOp::Mean ? op : first, 1, nk,
+                     units);
+  }
   // The reduced elements one after the other (the innermost reduced stride 1) and more of them
   // than a few vectors: a cube per output. Otherwise, with enough outputs, a unit per output.
   const bool close = red.back().x_stride == 1 || red.back().size == 1;

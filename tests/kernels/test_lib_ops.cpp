@@ -159,7 +159,12 @@ TEST_CASE("kiln::lib::reduce matches a double reference", "[lib][reduce]") {
   cases.push_back({"reduce_sum", {{"x", {4, 0, 3}}}, {{"axis", "1"}}, {}});
   cases.push_back({"reduce_mean", {{"x", {3, 4}}}, {{"axis", "0"}}, {}});
   cases.push_back({"reduce_sum", {{"x", {8, 300, 200}}}, {{"axis", "1"}}, {}, false});
+  // Long axes with few outputs: two passes (chunks of the axis, then their partials).
   cases.push_back({"reduce_sum", {{"x", {2, 1 << 16}}}, {{"axis", "1"}}, {}, false});
+  cases.push_back({"reduce_mean", {{"x", {3, 1 << 17}}}, {{"axis", "1"}}, {{"x", "f16"}}, false});
+  cases.push_back({"reduce_max", {{"x", {1 << 17}}}, {{"all", "1"}}, {{"x", "bf16"}}, false});
+  cases.push_back({"reduce_prod", {{"x", {2, 1 << 16}}}, {{"axis", "1"}}, {{"x", "i32"}}, false});
+  cases.push_back({"reduce_min", {{"x", {1 << 16, 2}}}, {{"axis", "0"}}, {}, false});
   cases.push_back({"reduce_argmax", {{"x", {40, 3000}}}, {{"axis", "0"}}, {}, false});
   run_cases(cases);
 }
