@@ -67,11 +67,12 @@ Val<float> cube_total(Shared& part, const Val<float>& v, int units, bool is_max)
   return result;
 }
 
-template <class T, class Shared>
-void one_row(const Tensor<const T>& x, Tensor<T>& y, const Tensor<const T>& weight,
-             const Tensor<const T>& bias, const f32& eps, RowOp op, bool has_weight, bool has_bias,
-             bool stash, int lead, int units, Shared& part, const u32& r) {
+template <class T>
+void norm_rows(Tensor<const T> x, Tensor<T> y, Tensor<const T> weight, Tensor<const T> bias,
+               f32 eps, RowOp op, bool has_weight, bool has_bias, bool stash, int lead, int units) {
+  auto part = shared_array<f32>(static_cast<uint32_t>(units));
   const auto step = static_cast<uint32_t>(units);
+  u32 r = cube_pos();
   u32 n = x.shape(4);
   u32 xs = x.stride(4), ys = y.stride(4);
   u32 xo = row_offset(x, r, lead), yo = row_offset(y, r, lead);
@@ -131,23 +132,9 @@ void one_row(const Tensor<const T>& x, Tensor<T>& y, const Tensor<const T>& weig
     y[yo + j * ys] = from_f32<T>(v);
   });
 }
-template <class T>
-void norm_rows(Tensor<const T> x, Tensor<T> y, Tensor<const T> weight, Tensor<const T> bias,
-               f32 eps, u32 rows_per_cube, RowOp op, bool has_weight, bool has_bias, bool stash,
-               int lead, int units) {
-  auto part = shared_array<f32>(static_cast<uint32_t>(units));
-  u32 rows = x.shape(0) * x.shape(1) * x.shape(2) * x.shape(3);
-  u32 first = cube_pos() * rows_per_cube;
-  // The cube's rows one after the other (several per cube amortize its start on short rows).
-  for_range(first, min(first + rows_per_cube, rows), [&](u32 r) {
-    one_row(x, y, weight, bias, eps, op, has_weight, has_bias, stash, lead, units, part, r);
-  });
-}
-
 KILN_KERNEL_GENERIC(norm_rows,
-                    "x: rank=5, y: rank=5, weight, bias, eps, rows_per_cube, op = Softmax, "
-                    "has_weight = false, has_bias = false, stash = false, lead = 1 in 0..4, "
-                    "units = 16 in 1..1024",
+                    "x: rank=5, y: rank=5, weight, bias, eps, op = Softmax, has_weight = false, "
+                    "has_bias = false, stash = false, lead = 1 in 0..4, units = 16 in 1..1024",
                     f32, f16, bf16)
     .cube_dim([](const ComptimeArgs& c) -> CubeDim {
       return {static_cast<uint32_t>(c.integer("units")), 1, 1};
@@ -269,12 +256,9 @@ Status rows(Runtime& rt, const char* name, RowOp op, const Tensor& x, Tensor& y,
   // f32 softmax keeps exp(x - max) in y between the passes instead of computing it twice.
   const bool stash = type == ElemType::F32 && op == RowOp::Softmax;
   KILN_ASSIGN(const Kernel k, rt.kernel("norm_rows"));
-  // Short rows (under 4096 elements) several to a cube on the CPU, about 4096 elements per cube.
-  const uint32_t per_cube =
-      gpu ? 1u : static_cast<uint32_t>(std::clamp<int64_t>(4096 / std::max<int64_t>(c, 1), 1, 16));
-  const auto cubes = static_cast<uint32_t>((n_rows + per_cube - 1) / per_cube);
-  return rt.launch(k, Dim3(cubes), Dim3(static_cast<uint32_t>(units)), x5.as_read_only(), y5, w, b,
-                   o.eps, per_cube, op, o.weight != nullptr, o.bias != nullptr, stash, lead, units);
+  return rt.launch(k, Dim3(static_cast<uint32_t>(n_rows)), Dim3(static_cast<uint32_t>(units)),
+                   x5.as_read_only(), y5, w, b, o.eps, op, o.weight != nullptr, o.bias != nullptr,
+                   stash, lead, units);
 }
 
 }  // namespace
