@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "compiler/dsl/dsl.h"
+#include "kernels/lib/common.h"
 #include "kernels/run.h"
 
 using namespace kiln::dsl;
@@ -56,14 +57,7 @@ struct MapPair {
   using Out = Out_;
 };
 
-template <class To, class From>
-To convert(const From& v) {
-  if constexpr (std::is_same_v<To, From>) {
-    return v;
-  } else {
-    return cast<To>(v);
-  }
-}
+using kiln::lib::detail::convert;
 
 // NaN if either is (PyTorch's maximum and minimum); IR max and min return the number.
 f32 nan_max(const f32& a, const f32& b, bool is_max) {
@@ -346,13 +340,6 @@ Error bad(const char* op, const std::string& what) {
   return Error(ErrorKind::InvalidArgument, fmt::format("kiln::lib::{}: {}", op, what));
 }
 
-int64_t reach(const Tensor& t) {
-  int64_t r = 1;
-  for (int d = 0; d < t.rank(); ++d)
-    if (t.shape(d) > 0) r += (t.shape(d) - 1) * std::abs(t.stride(d));
-  return r;
-}
-
 std::string dims(std::span<const int64_t> s) {
   return fmt::format("[{}]", fmt::join(s, ", "));
 }
@@ -385,7 +372,7 @@ Status check_views(const char* op, std::initializer_list<std::pair<const Tensor*
     if (t->device() != out.device())
       return bad(op, fmt::format("the tensor '{}' is on another device than the result", name));
     if (t->rank() > 5) return bad(op, fmt::format("'{}' is {}; rank up to 5", name, t->describe()));
-    if (reach(*t) + t->offset() > (int64_t{1} << 32))
+    if (!detail::fits_u32(*t))
       return bad(op, fmt::format("'{}' ({}) spans more than 2^32 elements; split it", name,
                                  t->describe()));
   }

@@ -27,6 +27,7 @@
 #include <fmt/format.h>
 
 #include "compiler/dsl/dsl.h"
+#include "kernels/lib/common.h"
 #include "kernels/run.h"
 #include "runtime/autotune.h"
 
@@ -368,14 +369,6 @@ Result<Tensor> rank5(const Tensor& t, bool transpose) {
   return Tensor::make(t.device_ptr(), t.buffer(), t.dtype(), shape, strides, t.offset());
 }
 
-// The largest element index a view reaches from its first element, plus one.
-int64_t reach(const Tensor& t) {
-  int64_t r = 1;
-  for (int d = 0; d < t.rank(); ++d)
-    if (t.shape(d) > 0) r += (t.shape(d) - 1) * std::abs(t.stride(d));
-  return r;
-}
-
 // One product, checked and in the kernels' terms.
 struct Problem {
   Tensor a, b, c;  // [B0, B1, B2, rows, columns] views, A and B as op(A) and op(B)
@@ -493,7 +486,7 @@ Result<Problem> check(const Tensor& a, const Tensor& b, Tensor& c, const MatmulO
                            o.bias->valid() ? o.bias->describe() : "empty", p.n));
   constexpr int64_t kMax = int64_t{1} << 32;
   for (const auto& [t, name] : all)
-    if (reach(*t) >= kMax)
+    if (detail::reach(*t) >= kMax)
       return bad(
           fmt::format("the tensor '{}' ({}) spans 2^32 elements or more; the kernels "
                       "index at most 2^32 - 1 (split the product)",

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "compiler/dsl/dsl.h"
+#include "kernels/lib/common.h"
 #include "kernels/run.h"
 
 using namespace kiln::dsl;
@@ -26,14 +27,7 @@ using kiln::lib::RowOp;
 
 namespace {
 
-template <class T>
-T from_f32(const f32& v) {
-  if constexpr (std::is_same_v<T, f32>) {
-    return v;
-  } else {
-    return cast<T>(v);
-  }
-}
+using kiln::lib::detail::convert;
 
 // The flat index of the first element of row r of a [D0, D1, D2, D3, C] view whose last `lead`
 // leading dimensions are not 1 (the host merges what it can, so that usually one remains and no
@@ -97,7 +91,7 @@ void norm_rows(Tensor<const T> x, Tensor<T> y, Tensor<const T> weight, Tensor<co
     f32 row_max = cube_total(part, m, units, true);
     f32 s = partial(0.0f, false, [&](Var<f32>& a, u32 j) {
       f32 e = exp(at(j) - row_max);
-      if (stash) y[yo + j * ys] = from_f32<T>(e);
+      if (stash) y[yo + j * ys] = convert<T>(e);
       a += e;
     });
     f32 sum = cube_total(part, s, units, false);
@@ -105,11 +99,11 @@ void norm_rows(Tensor<const T> x, Tensor<T> y, Tensor<const T> weight, Tensor<co
       f32 inv = 1.0f / sum;
       for_range(unit_pos(), n, step, [&](u32 j) {
         f32 e = stash ? cast<f32>(y[yo + j * ys]) : exp(at(j) - row_max);
-        y[yo + j * ys] = from_f32<T>(e * inv);
+        y[yo + j * ys] = convert<T>(e * inv);
       });
     } else {
       f32 shift = row_max + log(sum);
-      for_range(unit_pos(), n, step, [&](u32 j) { y[yo + j * ys] = from_f32<T>(at(j) - shift); });
+      for_range(unit_pos(), n, step, [&](u32 j) { y[yo + j * ys] = convert<T>(at(j) - shift); });
     }
     return;
   }
@@ -129,7 +123,7 @@ void norm_rows(Tensor<const T> x, Tensor<T> y, Tensor<const T> weight, Tensor<co
     f32 v = (at(j) - mean) * rstd;
     if (has_weight) v = v * cast<f32>(weight[j]);
     if (has_bias) v = v + cast<f32>(bias[j]);
-    y[yo + j * ys] = from_f32<T>(v);
+    y[yo + j * ys] = convert<T>(v);
   });
 }
 KILN_KERNEL_GENERIC(norm_rows,
@@ -188,13 +182,6 @@ Status rank5(const Tensor& x, const Tensor& y, Tensor& x5, Tensor& y5, int& lead
   return {};
 }
 
-int64_t reach(const Tensor& t) {
-  int64_t r = 1;
-  for (int d = 0; d < t.rank(); ++d)
-    if (t.shape(d) > 0) r += (t.shape(d) - 1) * std::abs(t.stride(d));
-  return r;
-}
-
 Status rows(Runtime& rt, const char* name, RowOp op, const Tensor& x, Tensor& y,
             const NormOptions& o) {
   const std::pair<const Tensor*, const char*> all[] = {
@@ -207,7 +194,7 @@ Status rows(Runtime& rt, const char* name, RowOp op, const Tensor& x, Tensor& y,
     if (t->dtype() != x.dtype())
       return bad(name, fmt::format("'{}' is {}; it must hold x's type ({})", what, t->describe(),
                                    ir::elem_name(x.dtype())));
-    if (reach(*t) + t->offset() > (int64_t{1} << 32))
+    if (!detail::fits_u32(*t))
       return bad(name, fmt::format("'{}' ({}) spans more than 2^32 elements; split it", what,
                                    t->describe()));
   }

@@ -24,6 +24,7 @@
 #include <fmt/format.h>
 
 #include "compiler/dsl/dsl.h"
+#include "kernels/lib/common.h"
 #include "kernels/run.h"
 
 using namespace kiln::dsl;
@@ -39,14 +40,7 @@ namespace {
 
 constexpr uint32_t kNone = 0xffffffffu;  // no tap taken yet
 
-template <class T>
-T from_f32(const f32& v) {
-  if constexpr (std::is_same_v<T, f32>) {
-    return v;
-  } else {
-    return cast<T>(v);
-  }
-}
+using kiln::lib::detail::convert;
 
 // The window's geometry, run-time values shared by both kernels.
 struct Window {
@@ -208,9 +202,9 @@ void pool2d_rows(Tensor<const T> in, Tensor<T> out, Tensor<i64> idx, u32 kh, u32
           f32 t = tap_tree(std::move(v), op);
           if (op == PoolOp::Avg) {
             out(n, c, oy, ox) =
-                from_f32<T>(t / avg_divisor(oy * sh, px0, h, w, win, divisor, include_pad));
+                convert<T>(t / avg_divisor(oy * sh, px0, h, w, win, divisor, include_pad));
           } else {
-            out(n, c, oy, ox) = from_f32<T>(t);
+            out(n, c, oy, ox) = convert<T>(t);
           }
           continue_();
         });
@@ -233,9 +227,9 @@ void pool2d_rows(Tensor<const T> in, Tensor<T> out, Tensor<i64> idx, u32 kh, u32
       f32 m = acc.result();
       if (op == PoolOp::Avg) {
         out(n, c, oy, ox) =
-            from_f32<T>(m / avg_divisor(oy * sh, px0, h, w, win, divisor, include_pad));
+            convert<T>(m / avg_divisor(oy * sh, px0, h, w, win, divisor, include_pad));
       } else {
-        out(n, c, oy, ox) = from_f32<T>(m);
+        out(n, c, oy, ox) = convert<T>(m);
       }
       if (indices) {
         u32 iy = acc.where;
@@ -284,9 +278,9 @@ void pool2d_channels(Tensor<const T> in, Tensor<T> out, Tensor<i64> idx, u32 kh,
       });
       f32 m = acc.result();
       if (op == PoolOp::Avg) {
-        out(n, c, oy, ox) = from_f32<T>(m / avg_divisor(py, px, h, w, win, divisor, include_pad));
+        out(n, c, oy, ox) = convert<T>(m / avg_divisor(py, px, h, w, win, divisor, include_pad));
       } else {
-        out(n, c, oy, ox) = from_f32<T>(m);
+        out(n, c, oy, ox) = convert<T>(m);
       }
       if (indices) idx(n, c, oy, ox) = cast<i64>(acc.where.get());
     });
@@ -401,14 +395,6 @@ Result<Tensor> as_nchw(const Tensor& t, Layout layout) {
   return Tensor::make(t.device_ptr(), t.buffer(), t.dtype(), shape, strides, t.offset());
 }
 
-// The largest element index a view reaches from its first element, plus one.
-int64_t reach(const Tensor& t) {
-  int64_t r = 1;
-  for (int d = 0; d < t.rank(); ++d)
-    if (t.shape(d) > 0) r += (t.shape(d) - 1) * std::abs(t.stride(d));
-  return r;
-}
-
 Status pool(Runtime& rt, const char* op_name, PoolOp op, const Tensor& in, Tensor& out,
             const Pool2dOptions& o, Tensor* indices) {
   KILN_ASSIGN(const Geometry g, geometry(op_name, o));
@@ -423,7 +409,7 @@ Status pool(Runtime& rt, const char* op_name, PoolOp op, const Tensor& in, Tenso
     if (!t->valid()) return bad(op_name, fmt::format("the tensor '{}' is empty (no buffer)", name));
     if (t->device() != in.device())
       return bad(op_name, fmt::format("the tensor '{}' is on another device than 'in'", name));
-    if (reach(*t) + t->offset() > (int64_t{1} << 32))
+    if (!detail::fits_u32(*t))
       return bad(op_name, fmt::format("'{}' ({}) spans more than 2^32 elements; split it", name,
                                       t->describe()));
   }

@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 
 #include "compiler/dsl/dsl.h"
+#include "kernels/lib/common.h"
 #include "kernels/run.h"
 
 using namespace kiln::dsl;
@@ -49,14 +50,7 @@ constexpr bool is_float_v =
 template <class In>
 using acc_t = std::conditional_t<is_float_v<In>, f32, i64>;
 
-template <class To, class From>
-To convert(const From& v) {
-  if constexpr (std::is_same_v<To, From>) {
-    return v;
-  } else {
-    return cast<To>(v);
-  }
-}
+using kiln::lib::detail::convert;
 
 bool is_arg(ReduceOp op) {
   return op == ReduceOp::ArgMax || op == ReduceOp::ArgMin;
@@ -363,13 +357,6 @@ Result<std::vector<bool>> axis_mask(int rank, const std::vector<int>& axes) {
   return m;
 }
 
-int64_t reach(const Tensor& t) {
-  int64_t r = 1;
-  for (int d = 0; d < t.rank(); ++d)
-    if (t.shape(d) > 0) r += (t.shape(d) - 1) * std::abs(t.stride(d));
-  return r;
-}
-
 struct Dim {
   int64_t size, x_stride, out_stride;
 };
@@ -440,7 +427,7 @@ Status reduce(Runtime& rt, ReduceOp op, const Tensor& x, Tensor& out, const Redu
     if (!t->valid()) return bad(fmt::format("the tensor '{}' is empty (no buffer)", name));
     if (t->device() != x.device())
       return bad(fmt::format("the tensor '{}' is on another device than 'x'", name));
-    if (reach(*t) + t->offset() > (int64_t{1} << 32))
+    if (!detail::fits_u32(*t))
       return bad(
           fmt::format("'{}' ({}) spans more than 2^32 elements; split it", name, t->describe()));
   }
