@@ -1,10 +1,14 @@
 // Helpers shared by the kernel library's sources (internal, not part of the documented API):
-// converting DSL values between element types, and how far a tensor view reaches in its buffer.
+// converting DSL values between element types, how far a tensor view reaches in its buffer, and
+// the error of a refused argument.
 #pragma once
 
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 #include <type_traits>
+
+#include <fmt/format.h>
 
 #include "compiler/dsl/dsl.h"
 #include "runtime/runtime.h"
@@ -27,6 +31,11 @@ inline int64_t reach(const Tensor& t) {
   for (int d = 0; d < t.rank(); ++d)
     if (t.shape(d) > 0) r += (t.shape(d) - 1) * std::abs(t.stride(d));
   return r;
+}
+
+// The error of a refused argument: "kiln::lib::OP: WHAT".
+inline Error bad(const char* op, const std::string& what) {
+  return Error(ErrorKind::InvalidArgument, fmt::format("kiln::lib::{}: {}", op, what));
 }
 
 // Whether the elements a view reaches, from its offset, fit 32-bit indices (the kernels'

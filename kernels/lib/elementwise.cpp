@@ -336,9 +336,7 @@ namespace {
 
 using ir::ElemType;
 
-Error bad(const char* op, const std::string& what) {
-  return Error(ErrorKind::InvalidArgument, fmt::format("kiln::lib::{}: {}", op, what));
-}
+using detail::bad;
 
 std::string dims(std::span<const int64_t> s) {
   return fmt::format("[{}]", fmt::join(s, ", "));

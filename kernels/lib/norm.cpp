@@ -143,9 +143,7 @@ namespace {
 
 using ir::ElemType;
 
-Error bad(const char* op, const std::string& what) {
-  return Error(ErrorKind::InvalidArgument, fmt::format("kiln::lib::{}: {}", op, what));
-}
+using detail::bad;
 
 // x and y as [D0, D1, D2, D3, C] views whose leading dimensions are merged where both step
 // through memory as one (dimensions of 1 dropped), padded in front with 1s; and how many leading
