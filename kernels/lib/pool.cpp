@@ -458,6 +458,8 @@ Status pool(Runtime& rt, const char* op_name, PoolOp op, const Tensor& in, Tenso
   const int64_t window = (g.k[0] - 1) * g.d[0] + 1;
   const bool channels = (x.stride(1) == 1 && x.stride(3) != 1 && x.shape(1) > 1) || window > band;
   if (channels) {
+    // A unit per channel: as many units as channels, in whole vectors (16 lanes), up to 128.
+    units = static_cast<int>(std::clamp<int64_t>((x.shape(1) + 15) / 16 * 16, 16, 128));
     const int64_t cols = std::min<int64_t>(ow, 8);
     const int64_t z = x.shape(0) * oh;
     if (z > kMaxCubes)
