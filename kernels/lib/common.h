@@ -1,14 +1,16 @@
 // Helpers shared by the kernel library's sources (internal, not part of the documented API):
-// converting DSL values between element types, how far a tensor view reaches in its buffer, and
-// the error of a refused argument.
+// converting DSL values between element types, how far a tensor view reaches in its buffer, a
+// shape as text, and the error of a refused argument.
 #pragma once
 
 #include <cstdint>
 #include <cstdlib>
+#include <span>
 #include <string>
 #include <type_traits>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "compiler/dsl/dsl.h"
 #include "runtime/runtime.h"
@@ -31,6 +33,11 @@ inline int64_t reach(const Tensor& t) {
   for (int d = 0; d < t.rank(); ++d)
     if (t.shape(d) > 0) r += (t.shape(d) - 1) * std::abs(t.stride(d));
   return r;
+}
+
+// A shape as text: "[2, 3, 4]".
+inline std::string dims(std::span<const int64_t> s) {
+  return fmt::format("[{}]", fmt::join(s, ", "));
 }
 
 // The error of a refused argument: "kiln::lib::OP: WHAT".

@@ -338,9 +338,7 @@ using ir::ElemType;
 
 using detail::bad;
 
-std::string dims(std::span<const int64_t> s) {
-  return fmt::format("[{}]", fmt::join(s, ", "));
-}
+using detail::dims;
 
 // `t` broadcast to `shape` (rank 5, padded in front), as a view of type `as`.
 Result<Tensor> as5(const char* op, const char* name, const Tensor& t,

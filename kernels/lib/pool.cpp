@@ -305,11 +305,7 @@ using ir::ElemType;
 
 using detail::bad;
 
-std::string dims(std::span<const int64_t> s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += fmt::format("{}{}", i ? ", " : "", s[i]);
-  return out + "]";
-}
+using detail::dims;
 
 // The window's numbers, checked.
 struct Geometry {

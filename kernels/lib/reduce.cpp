@@ -440,8 +440,8 @@ Status reduce(Runtime& rt, ReduceOp op, const Tensor& x, Tensor& out, const Redu
   KILN_ASSIGN(const auto mask, axis_mask(x.rank(), o.axes));
   KILN_ASSIGN(const auto want_shape, reduce_output_shape(x.shape(), o));
   if (!std::equal(want_shape.begin(), want_shape.end(), out.shape().begin(), out.shape().end()))
-    return bad(fmt::format("out is {}; reducing {} over these axes gives [{}]", out.describe(),
-                           x.describe(), fmt::join(want_shape, ", ")));
+    return bad(fmt::format("out is {}; reducing {} over these axes gives {}", out.describe(),
+                           x.describe(), detail::dims(want_shape)));
   if (is_arg(op) && o.axes.size() > 1)
     return bad(fmt::format("{} takes one axis or none (the flattened tensor), not {}", op_name(op),
                            o.axes.size()));

@@ -431,6 +431,13 @@ TEST_CASE("kiln::lib refuses what it cannot compute, naming it", "[lib]") {
         "padding height is 2; it must be 0 to half the kernel (1)");
   fails(lib::max_pool2d(*rt, in, out, {.kernel = {3, 3}}), "'out' has shape [1, 2, 4, 4]");
   fails(lib::avg_pool2d(*rt, in, out, {.dilation = {2, 2}}), "dilation must be 1");
+  fails(lib::max_pool2d(*rt, in, out, {.kernel = {0, 2}}),
+        "kernel height is 0; it must be 1 to 65535");
+  fails(lib::max_pool2d(*rt, in, out, {.stride = {2, -1}}), "stride width is -1");
+  fails(lib::max_pool2d(*rt, in, out, {.dilation = {0, 1}}), "dilation height is 0");
+  fails(lib::avg_pool2d(*rt, in, out, {.divisor = -3}), "divisor is -3");
+  Tensor none;
+  fails(lib::max_pool2d(*rt, none, out, {}), "the tensor 'in' is empty (no buffer)");
   Tensor idx32 = empty(ir::ElemType::I32, {1, 2, 4, 4});
   fails(lib::max_pool2d(*rt, in, out, {}, &idx32), "'indices' is i32");
   fails(lib::max_pool2d(*rt, empty(ir::ElemType::I32, {1, 2, 8, 8}), out, {}),
@@ -467,6 +474,17 @@ TEST_CASE("kiln::lib refuses what it cannot compute, naming it", "[lib]") {
   Tensor ro = o.as_read_only();
   fails(lib::copy(*rt, a, ro), "the result tensor is read-only");
   fails(lib::copy(*rt, b3, o), "'src' is f32[3], which does not broadcast to [4, 6]");
+  const std::vector<lib::Step> nine(9, lib::Step{lib::Op::Neg});
+  fails(lib::map(*rt, nine, a, o), "the chain has 9 steps; at most 8");
+  fails(lib::map(*rt, {lib::Step{lib::Op::Neg}}, a, o,
+                 {.y = nullptr, .z = nullptr, .scalars = {1, 2, 3, 4, 5}}),
+        "5 scalars given; at most 4");
+  Tensor o3 = empty(F32, {2, 4, 6});
+  fails(lib::copy(*rt, o3, o), "'src' is f32[2, 4, 6]; it has more dimensions than the result");
+  Tensor s4 = empty(F32, {4});
+  fails(lib::reduce(*rt, lib::ReduceOp::Var, x, s4, {.axes = {1}, .correction = -1}),
+        "correction is -1");
+  fails(lib::softmax(*rt, none, y6), "the tensor 'x' is empty (no buffer)");
   Tensor s0 = empty(F32, {4});
   fails(lib::reduce(*rt, lib::ReduceOp::Max, empty(F32, {4, 0}), s0, {.axes = {1}}),
         "over no elements");

@@ -8,19 +8,10 @@ tools/bench/lib_vs_torch.sh runs both and joins them.
 """
 import argparse
 import os
-import statistics
 import sys
-import time
 
-
-def median_ms(f, reps, samples):
-    times = []
-    for _ in range(samples):
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            f()
-        times.append((time.perf_counter() - t0) / reps * 1e3)
-    return statistics.median(times)
+# The same timing as the first PyTorch peer script (a module beside this one).
+from torch_cpu_peers import median_ms
 
 
 def main():
