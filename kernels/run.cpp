@@ -175,18 +175,6 @@ std::pair<double, double> default_tolerance(ElemType t) {
   }
 }
 
-std::vector<unsigned char> to_bytes(ElemType t, const std::vector<double>& v) {
-  const size_t es = static_cast<size_t>(ir::elem_bytes(t));
-  std::vector<unsigned char> bytes(v.size() * es);
-  if (t == ElemType::F32) {
-    auto* f = reinterpret_cast<float*>(bytes.data());
-    for (size_t i = 0; i < v.size(); ++i) f[i] = static_cast<float>(v[i]);
-  } else {
-    for (size_t i = 0; i < v.size(); ++i) put_elem(t, v[i], bytes.data() + i * es);
-  }
-  return bytes;
-}
-
 Result<std::vector<double>> download_values(const Tensor& t) {
   std::vector<unsigned char> bytes(static_cast<size_t>(t.numel()) * t.element_bytes());
   KILN_TRY(t.download(bytes.data(), bytes.size()));
@@ -216,10 +204,25 @@ std::string human_bytes(uint64_t b) {
   return fmt::format("{} KiB", (b + 1023) / 1024);
 }
 
+// The integers an integer element type holds, as doubles (exact up to 2^53; the 64-bit bounds
+// round outward, which the caller's truncation test then refuses).
+std::pair<double, double> integer_range(ElemType t) {
+  const int bits = ir::elem_bytes(t) * 8;
+  if (ir::is_signed(t)) return {-std::ldexp(1.0, bits - 1), std::ldexp(1.0, bits - 1) - 1};
+  return {0, std::ldexp(1.0, bits) - 1};
+}
+
 std::string dims_text(const std::vector<int64_t>& s) {
   std::string out;
   for (size_t i = 0; i < s.size(); ++i) out += fmt::format("{}{}", i ? "x" : "", s[i]);
   return out;
+}
+
+std::string given_shapes_text(const RunConfig& config) {
+  std::string out;
+  for (const auto& [n, dims] : config.shapes)
+    out += fmt::format("{}--shape {}={}", out.empty() ? "" : " ", n, dims_text(dims));
+  return out.empty() ? "the defaults" : out;
 }
 
 Error usage(std::string_view kernel, const std::string& what) {
@@ -431,6 +434,12 @@ Result<RunResult> run(Runtime& rt, std::string_view name, const RunConfig& confi
   // decides) are an error of this run, not the end of the program.
   try {
     return run_unguarded(rt, name, config);
+  } catch (const std::out_of_range&) {
+    // A recipe's grid, shape or reference read a dimension the given shapes do not have.
+    return Error(ErrorKind::InvalidArgument,
+                 fmt::format("kernel '{}': the shapes given do not have the ranks the kernel's "
+                             "tensors have ({}); see `kiln show {}` for its parameters",
+                             name, given_shapes_text(config), name));
   } catch (const std::bad_alloc&) {
     return Error(ErrorKind::OutOfMemory,
                  fmt::format("kernel '{}': the host ran out of memory for the tensors of this run "
@@ -537,6 +546,15 @@ Result<RunResult> run_unguarded(Runtime& rt, std::string_view name, const RunCon
         return usage(name, fmt::format("scalar parameter '{}' has no default; pass --set {}=VALUE",
                                        p.name, p.name));
       }
+      if (given != config.set.end() && !ir::is_float(p.dtype) && p.dtype != ElemType::Bool) {
+        // Checked here, against the type, so that the value is never echoed wrapped.
+        const auto [lo, hi] = integer_range(p.dtype);
+        if (!(std::trunc(v) == v && v >= lo && v <= hi))
+          return usage(name, fmt::format("--set {}={}: '{}' is {} and takes an integer from {} "
+                                         "to {}",
+                                         p.name, given->second, p.name, ir::elem_name(p.dtype),
+                                         fmt::format("{:.0f}", lo), fmt::format("{:.0f}", hi)));
+      }
       data.scalars[p.name] = v;
     }
   }
@@ -581,7 +599,14 @@ Result<RunResult> run_unguarded(Runtime& rt, std::string_view name, const RunCon
     for (const auto& decl : A::shapes(*recipe)) {
       if (decl.dims) continue;
       resolve_lines();
-      std::vector<int64_t> derived = decl.fn(data);
+      std::vector<int64_t> derived;
+      try {
+        derived = decl.fn(data);
+      } catch (const std::out_of_range&) {
+        return usage(name, fmt::format("the shapes given do not have the ranks the kernel's "
+                                       "tensors have ({}); see `kiln show {}` for its parameters",
+                                       given_shapes_text(config), name));
+      }
       auto given = data.shapes.find(decl.name);
       // A shape that follows from the others cannot be chosen apart from them: the kernel
       // would index past the tensor.
@@ -653,8 +678,9 @@ Result<RunResult> run_unguarded(Runtime& rt, std::string_view name, const RunCon
   // What this run holds at its peak, checked against the memory the host has free, so that a
   // shape too large fails here with its size instead of in the out-of-memory killer.
   const bool has_reference = recipe && A::reference(*recipe);
-  // The reference phase holds every tensor as doubles; the launch phase holds the device's
-  // tensors (host memory on the CPU), the initial and expected outputs, and one tensor's bytes.
+  // The launch comes first (it validates every argument before anything is computed): the
+  // device's tensors (host memory on the CPU), the initial outputs and one tensor's bytes; then
+  // the reference: every tensor as doubles and the computed outputs.
   const uint64_t host_peak =
       std::max(has_reference ? double_bytes + output_bytes : 0,
                (rt.device().host_memory ? tensor_bytes : 0) + 2 * output_bytes + largest);
@@ -682,31 +708,29 @@ Result<RunResult> run_unguarded(Runtime& rt, std::string_view name, const RunCon
     values_of(plan, [&](size_t i, double x) { put_elem(plan.p->dtype, x, bytes.data() + i * es); });
     return bytes;
   };
-  // The reference first, from the same values in double precision; only its results are kept,
-  // as the element type holds them (which is what they are compared as).
-  std::map<std::string, std::vector<unsigned char>, std::less<>> expected;
-  if (has_reference) {
-    for (const Plan& plan : plans) {
-      std::vector<double> v(plan.numel);
-      values_of(plan, [&](size_t i, double x) { v[i] = x; });
-      data.values[plan.p->name] = std::move(v);
-    }
-    A::reference (*recipe)(data);
-    for (const Plan& plan : plans)
-      if (!plan.p->const_qualified)
-        expected[plan.p->name] = to_bytes(plan.p->dtype, data.values[plan.p->name]);
-    data.values.clear();
-  }
+  // The device's tensors with their inputs. They are made twice when there is a reference: for
+  // the first launch, then again for the timed ones, so that the reference (every tensor as
+  // doubles) never shares the host with them. The map's entries stay put (launch arguments
+  // point at them); only the tensors in them are replaced.
   std::map<std::string, Tensor, std::less<>> tensors;
   std::map<std::string, std::vector<unsigned char>, std::less<>> initial;
-  for (const Plan& plan : plans) {
-    const dsl::ParamInfo& p = *plan.p;
-    KILN_ASSIGN(Tensor t, rt.empty(p.dtype, std::span<const int64_t>(data.shapes[p.name])));
-    std::vector<unsigned char> bytes = bytes_of(plan);
-    KILN_TRY(t.upload(bytes.data(), bytes.size()));
-    if (!p.const_qualified) initial[p.name] = std::move(bytes);  // restored before each timed run
-    tensors.emplace(p.name, std::move(t));
-  }
+  auto make_tensors = [&]() -> Status {
+    for (const Plan& plan : plans) {
+      const dsl::ParamInfo& p = *plan.p;
+      KILN_ASSIGN(Tensor t, rt.empty(p.dtype, std::span<const int64_t>(data.shapes[p.name])));
+      std::vector<unsigned char> bytes = bytes_of(plan);
+      KILN_TRY(t.upload(bytes.data(), bytes.size()));
+      if (!p.const_qualified) initial[p.name] = std::move(bytes);  // restored before each run
+      tensors[p.name] = std::move(t);
+    }
+    return {};
+  };
+  auto drop_tensors = [&] {
+    for (auto& [n, t] : tensors) t = Tensor();
+    initial.clear();
+    rt.trim();
+  };
+  KILN_TRY(make_tensors());
   LaunchOptions lo;
   lo.checked = config.checked;
   for (const auto& p : params)
@@ -803,14 +827,35 @@ Result<RunResult> run_unguarded(Runtime& rt, std::string_view name, const RunCon
         KILN_ASSIGN(result.outputs[p.name], download_values(tensors.find(p.name)->second));
       }
   if (has_reference) {
-    result.has_reference = true;
+    // What the launch wrote, then the reference from the same values in double precision (kept
+    // as the element type holds its results, which is what they are compared as).
+    std::map<std::string, std::vector<unsigned char>, std::less<>> computed;
     for (const auto& p : params) {
       if (!is_memory(p) || p.const_qualified) continue;
       const Tensor& t = tensors.find(p.name)->second;
-      const size_t es = t.element_bytes();
-      std::vector<unsigned char> got(static_cast<size_t>(t.numel()) * es);
+      std::vector<unsigned char>& got = computed[p.name];
+      got.resize(static_cast<size_t>(t.numel()) * t.element_bytes());
       KILN_TRY(t.download(got.data(), got.size()));
-      const std::vector<unsigned char>& want = expected[p.name];
+    }
+    drop_tensors();
+    for (const Plan& plan : plans) {
+      std::vector<double> v(plan.numel);
+      values_of(plan, [&](size_t i, double x) { v[i] = x; });
+      data.values[plan.p->name] = std::move(v);
+    }
+    try {
+      A::reference (*recipe)(data);
+    } catch (const std::out_of_range&) {
+      return usage(name, fmt::format("the shapes given do not have the ranks the kernel's "
+                                     "tensors have ({}); see `kiln show {}` for its parameters",
+                                     given_shapes_text(config), name));
+    }
+    result.has_reference = true;
+    for (const auto& p : params) {
+      if (!is_memory(p) || p.const_qualified) continue;
+      const size_t es = static_cast<size_t>(ir::elem_bytes(p.dtype));
+      const std::vector<unsigned char>& got = computed[p.name];
+      const std::vector<double>& want = data.values[p.name];
       TensorCheck c;
       c.name = p.name;
       std::tie(c.rel_tol, c.abs_tol) = A::tolerance_fn(*recipe)
@@ -819,8 +864,8 @@ Result<RunResult> run_unguarded(Runtime& rt, std::string_view name, const RunCon
                                                                : default_tolerance(p.dtype);
       for (size_t i = 0; i * es < got.size(); ++i) {
         const double got_i = get_elem(p.dtype, got.data() + i * es);
-        const double want_i = get_elem(p.dtype, want.data() + i * es);
-        const double err = std::fabs(got_i - want_i);
+        const double want_i = round_to_elem(p.dtype, want[i]);  // as the type holds it
+        const double err = got_i == want_i ? 0.0 : std::fabs(got_i - want_i);
         const bool bad = !(err <= c.abs_tol + c.rel_tol * std::fabs(want_i)) &&
                          !(std::isnan(got_i) && std::isnan(want_i));
         c.max_abs_error = std::max(c.max_abs_error, std::isnan(err) ? INFINITY : err);
@@ -836,9 +881,11 @@ Result<RunResult> run_unguarded(Runtime& rt, std::string_view name, const RunCon
       if (c.mismatches) result.passed = false;
       result.checks.push_back(c);
     }
+    data.values.clear();
   }
   // Timed launches, each from the same inputs (after an untimed one that compiles the
   // unchecked code, when the first run was checked only to validate the grid).
+  if (has_reference && config.repeat > 0) KILN_TRY(make_tensors());
   if (result.validated && config.repeat > 0) {
     KILN_TRY(launch(lo));
     KILN_TRY(rt.sync());

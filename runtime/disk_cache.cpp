@@ -208,6 +208,13 @@ OpenedFile open_file(int shard, const std::string& name, bool head_only) {
     done += static_cast<size_t>(n);
   }
   f.bytes.resize(done);  // shorter than fstat said: a truncated entry
+  // Shorter than the header and a start of it (an empty file too: what a power cut leaves of a
+  // write renamed into place before it reached the disk) is a damaged entry of ours, which the
+  // parser then refuses, and load, verify --remove and clear remove.
+  if (f.bytes.size() < cache_entry::kMagic.size() &&
+      (f.bytes.empty() ||
+       std::memcmp(f.bytes.data(), cache_entry::kMagic.data(), f.bytes.size()) == 0))
+    return f;
   if (f.bytes.size() < cache_entry::kMagic.size() ||
       std::memcmp(f.bytes.data(), cache_entry::kMagic.data(), cache_entry::kMagic.size()) != 0)
     f.foreign = "not a kiln cache entry (no kiln header)";
@@ -484,8 +491,12 @@ Status DiskCache::store(std::string_view kind, const Hash128& key, std::string_v
     }
     done += static_cast<size_t>(n);
   }
+  // On the disk before it has its name, so that a power cut leaves the old entry or the new
+  // one, never an empty file under the entry's name.
+  if (!err && ::fsync(fd) != 0) err = errno;
   if (::close(fd) != 0 && !err) err = errno;
   if (!err && ::renameat(shard->get(), tmp.c_str(), shard->get(), name.c_str()) != 0) err = errno;
+  if (!err) ::fsync(shard->get());  // the rename itself
   if (err) {
     ::unlinkat(shard->get(), tmp.c_str(), 0);
     return Error(ErrorKind::Io,

@@ -1,6 +1,10 @@
 // Runtime: devices, streams, kernels and the launch path.
 #include "runtime/runtime.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -249,17 +253,50 @@ Result<Tensor> Runtime::wrap(void* data, ir::ElemType dtype, std::span<const int
       return Error(ErrorKind::InvalidArgument,
                    fmt::format("wrap: stride {} is {}; strides are not negative", d, strides[d]));
   }
-  // The extent the view reaches bounds the wrapped size.
+  // The extent the view reaches bounds the wrapped size; every step is checked, so that a
+  // stride of 2^40 or INT64_MAX is refused here rather than read at a wrapped address later.
   int64_t last = 0, n = 1;
+  auto too_far = [&](size_t d) {
+    return Error(ErrorKind::InvalidArgument,
+                 fmt::format("wrap: the view reaches beyond the address space (dimension {}: "
+                             "size {}, stride {}); check the shape and strides",
+                             d, shape[d], strides.empty() ? 0 : strides[d]));
+  };
   for (size_t d = 0; d < shape.size(); ++d) {
     const int64_t st = strides.empty() ? 0 : strides[d];
-    n *= shape[d];
-    last += (shape[d] > 0 ? shape[d] - 1 : 0) * st;
+    int64_t step = 0;
+    if (__builtin_mul_overflow(n, shape[d], &n) ||
+        __builtin_mul_overflow(shape[d] > 0 ? shape[d] - 1 : 0, st, &step) ||
+        __builtin_add_overflow(last, step, &last))
+      return too_far(d);
   }
   const int64_t elems = strides.empty() ? n : (n == 0 ? 0 : last + 1);
-  Buffer b =
-      Buffer::wrap(data, static_cast<size_t>(elems) * static_cast<size_t>(ir::elem_bytes(dtype)),
-                   std::move(release));
+  int64_t bytes = 0;
+  uintptr_t end = 0;
+  if (__builtin_mul_overflow(elems, int64_t{ir::elem_bytes(dtype)}, &bytes) ||
+      __builtin_add_overflow(reinterpret_cast<uintptr_t>(data), static_cast<uintptr_t>(bytes),
+                             &end) ||
+      bytes > (int64_t{1} << 56))
+    return Error(ErrorKind::InvalidArgument,
+                 fmt::format("wrap: the view reaches {} elements of {} bytes past the pointer, "
+                             "beyond the address space; check the shape and strides",
+                             elems, ir::elem_bytes(dtype)));
+  // Host memory: the first and the last byte the view reaches must be mapped (a stride far
+  // past the allocation would otherwise fault at the first download). Pages in between are the
+  // caller's promise.
+  if (bytes > 0 && s_->device->info().host_memory) {
+    const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    for (uintptr_t at : {reinterpret_cast<uintptr_t>(data), end - 1}) {
+      unsigned char resident = 0;
+      if (::mincore(reinterpret_cast<void*>(at & ~(page - 1)), 1, &resident) != 0 &&
+          errno == ENOMEM)
+        return Error(ErrorKind::InvalidArgument,
+                     fmt::format("wrap: the view reaches {} bytes past the pointer, to memory "
+                                 "that is not mapped; check the shape and strides (in elements)",
+                                 at - reinterpret_cast<uintptr_t>(data)));
+    }
+  }
+  Buffer b = Buffer::wrap(data, static_cast<size_t>(bytes), std::move(release));
   return Tensor::make(s_->device, std::move(b), dtype, shape, strides);
 }
 
@@ -420,6 +457,7 @@ Status Runtime::launch_args(const Kernel& kernel, Dim3 cubes, Dim3 cube_dim, con
   std::array<dsl::ArgDesc, kMaxParams> descs;
   std::array<HostArg, kMaxParams> host;
   std::array<dsl::ComptimeValue, kMaxParams> comptime;
+  std::array<uint8_t, kMaxParams> param_of;  // runtime argument -> its parameter
   size_t nr = 0, nc = 0;
   int common_width = -1;  // for line=max parameters, found on first need
   for (size_t i = 0; i < inst.params.size(); ++i) {
@@ -432,9 +470,14 @@ Status Runtime::launch_args(const Kernel& kernel, Dim3 cubes, Dim3 cube_dim, con
             fmt::format("the kernel takes a tensor here ({})", dsl::param_kind_name(p.kind)));
       const Tensor& t = *a.tensor;
       if (t.device() != &dev)
-        return arg_error(def, p,
-                         fmt::format("the tensor is on {}, the launch on {}",
-                                     t.device()->info().name, dev.info().name));
+        return arg_error(
+            def, p,
+            t.device()->info().name == dev.info().name
+                ? fmt::format("the tensor belongs to another Runtime on {}; a launch takes "
+                              "tensors of its own runtime (copy it over, or launch there)",
+                              dev.info().name)
+                : fmt::format("the tensor is on {}, the launch on {}", t.device()->info().name,
+                              dev.info().name));
       if (t.rank() < 1)
         return arg_error(def, p, "tensors passed to kernels have at least one dimension");
       if (p.kind == dsl::ParamKind::Array && !t.is_contiguous())
@@ -477,7 +520,7 @@ Status Runtime::launch_args(const Kernel& kernel, Dim3 cubes, Dim3 cube_dim, con
         host[nr] = TensorView(t.data(), t.shape(), t.strides());
       else
         host[nr] = ArrayView{t.data(), static_cast<uint64_t>(t.numel())};
-      ++nr;
+      param_of[nr++] = static_cast<uint8_t>(i);
     } else if (p.kind == dsl::ParamKind::Scalar) {
       if (a.kind != LaunchArg::Kind::Number)
         return arg_error(
@@ -485,7 +528,7 @@ Status Runtime::launch_args(const Kernel& kernel, Dim3 cubes, Dim3 cube_dim, con
       KILN_ASSIGN(uint64_t bits, scalar_bits(def, p, a));
       descs[nr] = dsl::ArgDesc{p.dtype, 0, 1, false};
       host[nr] = ScalarBits{bits};
-      ++nr;
+      param_of[nr++] = static_cast<uint8_t>(i);
     } else {
       if (a.kind == LaunchArg::Kind::Tensor || a.comptime.empty())
         return arg_error(def, p,
@@ -528,6 +571,30 @@ Status Runtime::launch_args(const Kernel& kernel, Dim3 cubes, Dim3 cube_dim, con
     req.device = s_->device;
     KILN_ASSIGN(spec, detail::get_or_build(*kernel.table_, key, req));
   }
+
+  // Views the kernel would read or write outside of (docs/runtime.md "Views").
+  if (const uint64_t watched = spec->flat_params | spec->written_params; watched)
+    for (size_t j = 0; j < nr && j < 64; ++j) {
+      if (!(watched >> j & 1)) continue;
+      const dsl::ParamInfo& p = inst.params[param_of[j]];
+      const Tensor& t = *args[param_of[j]].tensor;
+      if (spec->flat_params >> j & 1 && !t.is_contiguous() && t.numel() > 0)
+        return arg_error(
+            def, p,
+            fmt::format("the kernel indexes it flat ({}[i]), which reads only a dense row-major "
+                        "view, but this view of {} has strides {}; pass a contiguous tensor (a "
+                        "copy: .contiguous() in PyTorch, numpy.ascontiguousarray, "
+                        "kiln::lib::copy), or index it through its strides in the kernel "
+                        "({}(i, j))",
+                        p.name, t.describe(), t.strides_text(), p.name));
+      if (spec->written_params >> j & 1 && t.may_overlap())
+        return arg_error(
+            def, p,
+            fmt::format("the kernel writes it, but this view of {} with strides {} reaches some "
+                        "elements more than once (a stride of 0 or overlapping strides, as "
+                        "expand() or as_strided make); write into a tensor of its own",
+                        t.describe(), t.strides_text()));
+    }
 
   const Stream& stream = o.stream ? *o.stream : s_->default_stream;
   if (!stream.valid()) return Error(ErrorKind::InvalidArgument, "launch on an empty stream handle");

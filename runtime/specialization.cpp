@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ir/printer.h"
+#include "ir/view_use.h"
 #include "runtime/disk_cache.h"
 #include "runtime/log.h"
 
@@ -123,9 +124,35 @@ Result<backend::Artifact> artifact_from_entry(DiskCache::Entry entry) {
   return a;
 }
 
+// Why an artifact read from the disk cache is not the code of `k`: the entry's checksum and
+// key matched, but what it records of the kernel (parameters, their types and slots, the cube
+// size) must also be what this kiln traced, or the launch would pack the wrong arguments.
+std::string disagreement(const abi::KernelInfo& info, const ir::Kernel& k) {
+  const abi::ArgLayout want = abi::arg_layout(k);
+  const auto& have = info.layout.params;
+  if (have.size() != want.params.size())
+    return fmt::format("it records {} parameters, the kernel has {}", have.size(),
+                       want.params.size());
+  for (size_t i = 0; i < have.size(); ++i)
+    if (have[i].name != want.params[i].name || !(have[i].type == want.params[i].type) ||
+        have[i].first != want.params[i].first)
+      return fmt::format("its parameter {} is '{}', the kernel's is '{}'", i, have[i].name,
+                         want.params[i].name);
+  if (info.layout.slot_count != want.slot_count)
+    return fmt::format("it records {} argument slots, the kernel takes {}",
+                       info.layout.slot_count, want.slot_count);
+  if (info.cube_dim != k.cube_dim) return "it records another cube size";
+  return {};
+}
+
 // The slow path, for any device: trace -> the backend's passes -> its cache key text -> the
 // disk cache, or the backend's compile (stored) -> loaded on the device.
-Result<std::shared_ptr<const LoadedKernel>> build(const detail::BuildRequest& req) {
+struct Built {
+  std::shared_ptr<const LoadedKernel> code;
+  uint64_t flat_params = 0, written_params = 0;
+};
+
+Result<Built> build(const detail::BuildRequest& req) {
   Device& dev = *req.device;
   const backend::Target& target = dev.target();
   const backend::Backend& b = *target.backend;
@@ -137,6 +164,12 @@ Result<std::shared_ptr<const LoadedKernel>> build(const detail::BuildRequest& re
   trace_req.target = backend::trace_target(target);
   KILN_ASSIGN(ir::Kernel traced, dsl::trace(*req.def, *req.inst, trace_req));
   report.trace_ms = ms_since(t);
+  Built built;
+  const std::vector<ir::ParamViewUse> views = ir::view_use(traced);
+  for (size_t i = 0; i < views.size() && i < 64; ++i) {
+    if (views[i].flat) built.flat_params |= uint64_t{1} << i;
+    if (views[i].written) built.written_params |= uint64_t{1} << i;
+  }
   t = Clock::now();
   KILN_ASSIGN(ir::Kernel prepared, b.prepare(traced));
   KILN_TRY(backend::check_supported(b, prepared, target));
@@ -158,6 +191,10 @@ Result<std::shared_ptr<const LoadedKernel>> build(const detail::BuildRequest& re
   report.read_ms = ms_since(t);
   if (entry) {
     auto artifact = artifact_from_entry(std::move(*entry));
+    if (artifact)
+      if (std::string why = disagreement(artifact->info, prepared); !why.empty())
+        artifact = Error(ErrorKind::Io,
+                         fmt::format("it does not describe this kernel: {}; it is replaced", why));
     t = Clock::now();
     auto k = artifact ? dev.load(*artifact)
                       : Result<std::shared_ptr<const LoadedKernel>>(artifact.error());
@@ -195,7 +232,8 @@ Result<std::shared_ptr<const LoadedKernel>> build(const detail::BuildRequest& re
     return b.emit(prepared, stage, target, req.options);
   });
   t_report = report;
-  return loaded;
+  built.code = std::move(loaded);
+  return built;
 }
 
 }  // namespace
@@ -255,10 +293,12 @@ Result<const Spec*> get_or_build(SpecTable& table, const SpecKey& key, const Bui
   }
   if (mine) {
     // This thread builds it; others that arrive meanwhile wait below.
-    Result<std::shared_ptr<const LoadedKernel>> built = build(req);
+    Result<Built> built = build(req);
     std::lock_guard<std::mutex> lock(spec->mu);
     if (built) {
-      spec->code = std::move(*built);
+      spec->code = std::move(built->code);
+      spec->flat_params = built->flat_params;
+      spec->written_params = built->written_params;
       spec->state.store(Spec::State::Ready, std::memory_order_release);
     } else {
       spec->error = built.error();

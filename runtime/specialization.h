@@ -59,6 +59,10 @@ struct Spec {
   std::condition_variable cv;
   std::atomic<State> state{State::Compiling};  // Ready is published after `code` is set
   std::shared_ptr<const LoadedKernel> code;    // what the device runs
+  // Bit i: runtime parameter i is indexed flat somewhere (it takes only dense row-major
+  // views) / is written (its view must not overlap itself). From ir::view_use of the trace.
+  uint64_t flat_params = 0;
+  uint64_t written_params = 0;
   Error error;
 };
 

@@ -2,6 +2,7 @@
 #include "runtime/tensor.h"
 
 #include <cstring>
+#include <utility>
 #include <numeric>
 
 #include <fmt/format.h>
@@ -44,10 +45,20 @@ Result<Tensor> Tensor::make(std::shared_ptr<Device> device, Buffer buffer, ir::E
     }
   }
   // Every element the view reaches must lie inside the buffer.
-  if (t.numel() > 0) {
+  int64_t count = 1;
+  for (int d = 0; d < t.rank_; ++d)
+    if (__builtin_mul_overflow(count, t.shape_[static_cast<size_t>(d)], &count))
+      return bad(fmt::format("the view's element count overflows 64 bits ({})", t.describe()));
+  if (count > 0) {
     int64_t last = offset;
-    for (int d = 0; d < t.rank_; ++d)
-      last += (t.shape_[static_cast<size_t>(d)] - 1) * t.strides_[static_cast<size_t>(d)];
+    for (int d = 0; d < t.rank_; ++d) {
+      int64_t step = 0;
+      if (__builtin_mul_overflow(t.shape_[static_cast<size_t>(d)] - 1,
+                                 t.strides_[static_cast<size_t>(d)], &step) ||
+          __builtin_add_overflow(last, step, &last))
+        return bad(fmt::format("the view's reach overflows 64 bits (dimension {}, stride {})", d,
+                               t.strides_[static_cast<size_t>(d)]));
+    }
     const int64_t capacity = static_cast<int64_t>(t.buffer_.size() / t.element_bytes());
     if (last >= capacity)
       return bad(fmt::format("the view reaches element {} but the buffer holds {} elements", last,
@@ -69,6 +80,31 @@ bool Tensor::is_contiguous() const {
     s *= shape_[static_cast<size_t>(d)];
   }
   return true;
+}
+
+bool Tensor::may_overlap() const {
+  if (numel() == 0) return false;
+  std::array<std::pair<int64_t, int64_t>, kMaxTensorRank> dims{};  // (stride, size)
+  size_t n = 0;
+  for (int d = 0; d < rank_; ++d)
+    if (shape_[static_cast<size_t>(d)] > 1)
+      dims[n++] = {strides_[static_cast<size_t>(d)], shape_[static_cast<size_t>(d)]};
+  for (size_t i = 1; i < n; ++i)  // insertion sort by stride (at most 8 entries)
+    for (size_t j = i; j > 0 && dims[j] < dims[j - 1]; --j) std::swap(dims[j], dims[j - 1]);
+  // Each stride must step past everything the smaller strides reach.
+  int64_t reach = 1;
+  for (size_t i = 0; i < n; ++i) {
+    if (dims[i].first < reach) return true;
+    reach += dims[i].first * (dims[i].second - 1);
+  }
+  return false;
+}
+
+std::string Tensor::strides_text() const {
+  std::string s = "[";
+  for (int d = 0; d < rank_; ++d)
+    s += fmt::format("{}{}", d ? ", " : "", strides_[static_cast<size_t>(d)]);
+  return s + "]";
 }
 
 void* Tensor::data() const {

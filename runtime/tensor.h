@@ -34,8 +34,13 @@ class Tensor {
   int64_t offset() const { return offset_; }
   int64_t numel() const;
   size_t element_bytes() const { return static_cast<size_t>(ir::elem_bytes(dtype_)); }
-  // Row-major with no gaps.
+  // Row-major with no gaps (the strides of dimensions of size 1 do not matter).
   bool is_contiguous() const;
+  // Whether two different indices may reach the same element: a stride of 0 over a dimension
+  // of more than one element, or strides that interleave. Such a view cannot be written.
+  // Conservative: a view this calls overlapping may, in rare hand-made cases, not be.
+  bool may_overlap() const;
+  std::string strides_text() const;  // "[8, 2]"
   bool read_only() const { return read_only_; }
   // Device pointer of element 0 of the view.
   void* data() const;

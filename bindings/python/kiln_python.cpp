@@ -6,6 +6,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <bit>
 #include <string>
 #include <vector>
 
@@ -382,6 +383,11 @@ PYBIND11_MODULE(kiln, m) {
       .def(
           "upload",
           [](kiln::Runtime& rt, py::array arr) {
+            // A byte order other than the host's ('>f4' here) is converted, not copied as is.
+            const std::string order = py::str(arr.dtype().attr("byteorder")).cast<std::string>();
+            const bool little = std::endian::native == std::endian::little;
+            if ((order == ">" && little) || (order == "<" && !little))
+              arr = py::array::ensure(arr.attr("astype")(arr.dtype().attr("newbyteorder")("=")));
             const std::string f = py::str(arr.dtype().attr("char")).cast<std::string>();
             static const std::pair<const char*, const char*> types[] = {
                 {"?", "bool"}, {"b", "i8"},  {"h", "i16"}, {"i", "i32"}, {"l", "i64"},

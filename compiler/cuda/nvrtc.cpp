@@ -2,9 +2,12 @@
 #include "compiler/cuda/nvrtc.h"
 
 #include <dlfcn.h>
+#include <sys/stat.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 
 #include <fmt/format.h>
@@ -36,6 +39,17 @@ bool bind(void* lib, const char* name, F& fn) {
 }
 
 Result<NvrtcApi> load() {
+  // A library named on purpose is that library or an error, never a silent fall back to
+  // another; and it must be a regular file (dlopen blocks on a FIFO).
+  if (const char* p = std::getenv("KILN_NVRTC_LIBRARY"); p && *p) {
+    struct stat st {};
+    if (::stat(p, &st) != 0)
+      return Error(ErrorKind::NotFound,
+                   fmt::format("KILN_NVRTC_LIBRARY={}: {}", p, std::strerror(errno)));
+    if (!S_ISREG(st.st_mode))
+      return Error(ErrorKind::InvalidArgument,
+                   fmt::format("KILN_NVRTC_LIBRARY={}: not a regular file (name libnvrtc.so)", p));
+  }
   std::string tried;
   void* lib = nullptr;
   std::string path;
@@ -46,6 +60,9 @@ Result<NvrtcApi> load() {
       break;
     }
     tried += fmt::format("\n  {}: {}", p, dlerror());
+    if (const char* named = std::getenv("KILN_NVRTC_LIBRARY"); named && *named && p == named)
+      return Error(ErrorKind::NotFound,
+                   fmt::format("KILN_NVRTC_LIBRARY={} cannot be loaded:{}", named, tried));
   }
   if (!lib)
     return Error(ErrorKind::NotFound,

@@ -2,6 +2,7 @@
 // socket pair as length-prefixed fields; a worker that dies (a crash inside NVRTC) is a
 // compile error naming the signal, and the host program goes on.
 #include <dlfcn.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
@@ -9,11 +10,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -77,26 +80,68 @@ struct Reader {
   }
 };
 
+// A point after which the parent gives up on its worker (none on the worker's side).
+using Deadline = std::optional<std::chrono::steady_clock::time_point>;
+
+// Waits until `fd` is ready for `events`; false when the deadline passes first.
+bool wait_ready(int fd, short events, const Deadline& deadline) {
+  if (!deadline) return true;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          *deadline - std::chrono::steady_clock::now())
+                          .count();
+    if (left <= 0) return false;
+    pollfd p{fd, events, 0};
+    const int r = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 1 << 30)));
+    if (r > 0 || (r < 0 && errno != EINTR)) return true;  // ready, or an error the I/O reports
+  }
+}
+
 // Writes all of `data` (no SIGPIPE: a worker that died is an error here, not a signal).
-bool send_all(int fd, const std::string& data) {
+bool send_all(int fd, const std::string& data, const Deadline& deadline = {},
+              bool* timed_out = nullptr) {
   size_t done = 0;
   while (done < data.size()) {
-    const ssize_t n = ::send(fd, data.data() + done, data.size() - done, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
+    if (!wait_ready(fd, POLLOUT, deadline)) {
+      if (timed_out) *timed_out = true;
+      return false;
+    }
+    const ssize_t n = ::send(fd, data.data() + done, data.size() - done,
+                             MSG_NOSIGNAL | (deadline ? MSG_DONTWAIT : 0));
+    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
     if (n <= 0) return false;
     done += static_cast<size_t>(n);
   }
   return true;
 }
-bool read_all(int fd, std::string& out) {
+bool read_all(int fd, std::string& out, const Deadline& deadline = {},
+              bool* timed_out = nullptr) {
   char buf[65536];
   for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
+    if (!wait_ready(fd, POLLIN, deadline)) {
+      if (timed_out) *timed_out = true;
+      return false;
+    }
+    const ssize_t n = ::recv(fd, buf, sizeof buf, deadline ? MSG_DONTWAIT : 0);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
     if (n < 0) return false;
     if (n == 0) return true;
     out.append(buf, static_cast<size_t>(n));
   }
+}
+
+// How long a worker may take: KILN_NVRTC_TIMEOUT seconds, 300 by default.
+Result<std::chrono::milliseconds> worker_timeout() {
+  const char* v = std::getenv("KILN_NVRTC_TIMEOUT");
+  if (!v || !*v) return std::chrono::milliseconds(300 * 1000);
+  char* end = nullptr;
+  const double secs = std::strtod(v, &end);
+  if (end == v || *end != '\0' || !(secs > 0) || secs > 86400)
+    return Error(ErrorKind::InvalidArgument,
+                 fmt::format("KILN_NVRTC_TIMEOUT={}: give the seconds a compile in the NVRTC "
+                             "worker may take (more than 0, at most 86400)",
+                             v));
+  return std::chrono::milliseconds(static_cast<int64_t>(secs * 1000));
 }
 
 // The worker program: KILN_NVRTC_WORKER, else beside kiln's libraries (build/bin next to
@@ -148,6 +193,7 @@ Result<CompiledCuda> compile_cuda(const std::string& source, const std::string& 
   if (mode == NvrtcMode::InProcess) return compile_in_process(source, name, arch, fast_math);
   const auto t0 = std::chrono::steady_clock::now();
   KILN_ASSIGN(const std::string worker, worker_path());
+  KILN_ASSIGN(const std::chrono::milliseconds timeout, worker_timeout());
   int fds[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0)
     return Error(ErrorKind::Io,
@@ -171,14 +217,24 @@ Result<CompiledCuda> compile_cuda(const std::string& source, const std::string& 
   put_text(request, arch);
   put_text(request, name);
   put_text(request, source);
-  const bool sent = send_all(fds[0], request);
+  // Bounded in time: a worker that hangs (or never reads) is killed and reported.
+  const Deadline deadline = t0 + timeout;
+  bool timed_out = false;
+  const bool sent = send_all(fds[0], request, deadline, &timed_out);
   ::shutdown(fds[0], SHUT_WR);
   std::string answer;
-  const bool got = read_all(fds[0], answer);
+  const bool got = !timed_out && read_all(fds[0], answer, deadline, &timed_out);
   ::close(fds[0]);
+  if (timed_out) ::kill(pid, SIGKILL);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+  if (timed_out)
+    return Error(ErrorKind::Compile,
+                 fmt::format("the NVRTC worker ({}) did not answer within {:g} s compiling {} for "
+                             "{}, and was stopped; raise KILN_NVRTC_TIMEOUT (seconds) if the "
+                             "kernel is that large",
+                             worker, static_cast<double>(timeout.count()) / 1000, name, arch));
   if (WIFSIGNALED(status)) {
     const int sig = WTERMSIG(status);
     return Error(ErrorKind::Compile,

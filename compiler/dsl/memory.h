@@ -228,7 +228,7 @@ typename Tensor<V>::Elem Tensor<V>::index(std::span<const Arg<uint32_t>* const> 
   const ir::ValueId last = is[r - 1]->value(1);
   ir::ValueId lines;
   if (line == 1) {
-    lines = add(offset, r == 1 ? last : b.op(ir::OpKind::Mul, {last, stride_of(r - 1)}, at));
+    lines = add(offset, b.op(ir::OpKind::Mul, {last, stride_of(r - 1)}, at));
   } else if (offset == ir::kNoValue) {
     lines = last;
   } else {

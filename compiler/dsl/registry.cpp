@@ -3,8 +3,14 @@
 #include "compiler/dsl/registry.h"
 
 #include <dlfcn.h>
+#include <elf.h>
+#include <fcntl.h>
+#include <link.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -15,6 +21,7 @@
 
 #include <fmt/format.h>
 
+#include "compiler/backend.h"
 #include "compiler/dsl/context.h"
 #include "compiler/dsl/selection.h"
 #include "ir/verifier.h"
@@ -642,6 +649,48 @@ struct PluginLoading {
   Registry& r;
 };
 
+// Why `file` cannot be a plugin, checked before dlopen maps it: not a regular file (a FIFO would
+// block the loader), not a complete ELF shared object of this machine's class and architecture
+// (a truncated one faults inside the loader, SIGBUS), or empty when it is fine.
+std::string not_a_plugin(const std::string& file) {
+  struct stat st {};
+  if (::stat(file.c_str(), &st) != 0) return std::strerror(errno);
+  if (!S_ISREG(st.st_mode)) return "it is not a regular file";
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return std::strerror(errno);
+  const auto size = static_cast<uint64_t>(st.st_size);
+  auto read_at = [&](uint64_t off, void* buf, size_t n) {
+    return off + n <= size &&
+           ::pread(fd, buf, n, static_cast<off_t>(off)) == static_cast<ssize_t>(n);
+  };
+  std::string why;
+  ElfW(Ehdr) eh{};
+  if (!read_at(0, &eh, sizeof eh) || std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0) {
+    why = "it is not an ELF shared library";
+  } else if (eh.e_ident[EI_CLASS] != (sizeof(void*) == 8 ? ELFCLASS64 : ELFCLASS32) ||
+             eh.e_ident[EI_DATA] != (std::endian::native == std::endian::little ? ELFDATA2LSB
+                                                                                : ELFDATA2MSB)) {
+    why = "it is an ELF file of another word size or byte order than this kiln";
+  } else if (eh.e_type != ET_DYN) {
+    why = "it is an ELF file but not a shared library (build it with -shared)";
+  } else if (eh.e_phentsize != sizeof(ElfW(Phdr)) || eh.e_phnum == 0 ||
+             eh.e_phoff + uint64_t{eh.e_phnum} * sizeof(ElfW(Phdr)) > size ||
+             (eh.e_shnum && eh.e_shoff + uint64_t{eh.e_shnum} * eh.e_shentsize > size)) {
+    why = fmt::format("its ELF headers reach past its {} bytes (a truncated file?)", size);
+  } else {
+    for (unsigned i = 0; i < eh.e_phnum && why.empty(); ++i) {
+      ElfW(Phdr) ph{};
+      if (!read_at(eh.e_phoff + i * sizeof ph, &ph, sizeof ph))
+        why = "its program headers cannot be read";
+      else if (ph.p_type == PT_LOAD && ph.p_offset + ph.p_filesz > size)
+        why = fmt::format("a segment reaches byte {} of a file of {} bytes (a truncated file?)",
+                          ph.p_offset + ph.p_filesz, size);
+    }
+  }
+  ::close(fd);
+  return why;
+}
+
 Result<Plugin> load_plugin(const std::string& path) {
   // One load at a time: the registry attributes what registers to the library being loaded.
   static std::mutex load_mu;
@@ -656,9 +705,15 @@ Result<Plugin> load_plugin(const std::string& path) {
   const std::string key = real;
   std::free(real);
   if (auto it = loaded.find(key); it != loaded.end()) return it->second;
+  if (std::string why = not_a_plugin(key); !why.empty())
+    return Error(ErrorKind::InvalidArgument,
+                 fmt::format("cannot load plugin '{}': {}; a plugin is a shared library built "
+                             "with kiln_add_kernels",
+                             path, why));
 
   Registry& r = Registry::global();
   const size_t before = r.size();
+  const size_t backends_before = backend::all().size();
   void* lib = nullptr;
   {
     PluginLoading loading(r, path, key);
@@ -675,6 +730,14 @@ Result<Plugin> load_plugin(const std::string& path) {
     if (!d->replaces.empty())
       out.notices.push_back(
           fmt::format("kernel '{}' of {} replaces {}", d->name, path, d->replaces));
+  }
+  if (out.kernels.empty() && backend::all().size() == backends_before) {
+    ::dlclose(lib);
+    return Error(ErrorKind::InvalidArgument,
+                 fmt::format("'{}' loaded but registered no kernels and no backend: it is not a "
+                             "kiln plugin (a plugin is a shared library of KILN_KERNELs built "
+                             "with kiln_add_kernels)",
+                             path));
   }
   loaded.emplace(key, out);
   return out;

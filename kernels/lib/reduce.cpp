@@ -493,7 +493,10 @@ Status reduce(Runtime& rt, ReduceOp op, const Tensor& x, Tensor& out, const Redu
               Tensor::make(x.device_ptr(), x.buffer(), x.dtype(), xs, xst, x.offset()));
   KILN_ASSIGN(Tensor ov,
               Tensor::make(out.device_ptr(), out.buffer(), out.dtype(), os, ost, out.offset()));
-  const float divisor = static_cast<float>(op == ReduceOp::Mean ? n : n - o.correction);
+  // PyTorch clamps var's divisor at zero (a correction past the count gives inf or NaN, never a
+  // negative variance).
+  const float divisor = static_cast<float>(
+      op == ReduceOp::Mean ? n : std::max<int64_t>(n - o.correction, 0));
   const bool gpu = rt.device().kind != DeviceKind::Cpu;
   // A long axis with few outputs: two passes, so that every thread (or multiprocessor) takes a
   // part. The axis is cut into `split` chunks (a divisor of its length, each of 4096 elements
@@ -655,7 +658,7 @@ void reduce_reference(RunData& d, ReduceOp op) {
         for (double a : v) mean += a;
         mean /= n;
         for (double a : v) sq += (a - mean) * (a - mean);
-        r = sq / (n - static_cast<double>(o.correction));
+        r = sq / std::max(n - static_cast<double>(o.correction), 0.0);
         break;
       }
     }

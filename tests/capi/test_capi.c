@@ -128,6 +128,40 @@ int main(void) {
   CHECK(kiln_launch(rt, axpy, no_cubes, cube256, args, 3, NULL) == KILN_INVALID_ARGUMENT);
   CHECK(kiln_launch(rt, axpy, cubes, cube256, args, 2, NULL) == KILN_INVALID_ARGUMENT);
   CHECK(strstr(kiln_last_error(), "'a' (argument 3) is missing") != NULL);
+  {
+    /* Views (docs/runtime.md "Views"): axpy indexes x and y flat, so an every-other-element
+       view is refused, naming the argument, and a stride-0 output too; nothing is written. */
+    static float wide[2 * N];
+    for (int i = 0; i < 2 * N; ++i) wide[i] = -7.0f;
+    const int64_t vshape[1] = {N}, every_other[1] = {2}, zero[1] = {0};
+    kiln_tensor* strided = NULL;
+    REQUIRE_OK(kiln_tensor_wrap(rt, wide, KILN_F32, vshape, every_other, 1, NULL, NULL, &strided));
+    kiln_arg vargs[3];
+    memcpy(vargs, args, sizeof vargs);
+    vargs[0].value.tensor = strided;
+    CHECK(kiln_launch(rt, axpy, cubes, cube256, vargs, 3, NULL) == KILN_INVALID_ARGUMENT);
+    CHECK(strstr(kiln_last_error(), "argument 'x'") != NULL);
+    CHECK(strstr(kiln_last_error(), "strides [2]") != NULL);
+    vargs[0].value.tensor = x;
+    vargs[1].value.tensor = strided;
+    CHECK(kiln_launch(rt, axpy, cubes, cube256, vargs, 3, NULL) == KILN_INVALID_ARGUMENT);
+    CHECK(strstr(kiln_last_error(), "argument 'y'") != NULL);
+    kiln_tensor_release(strided);
+    kiln_tensor* broadcast = NULL;
+    REQUIRE_OK(kiln_tensor_wrap(rt, wide, KILN_F32, vshape, zero, 1, NULL, NULL, &broadcast));
+    vargs[1].value.tensor = broadcast;
+    CHECK(kiln_launch(rt, axpy, cubes, cube256, vargs, 3, NULL) == KILN_INVALID_ARGUMENT);
+    kiln_tensor_release(broadcast);
+    for (int i = 0; i < 2 * N; ++i) CHECK(wide[i] == -7.0f);
+    /* A stride whose reach overflows, or reaches unmapped memory, is refused at the wrap. */
+    const int64_t huge[1] = {(int64_t)1 << 40}, max[1] = {INT64_MAX};
+    kiln_tensor* bad = NULL;
+    CHECK(kiln_tensor_wrap(rt, wide, KILN_F32, vshape, huge, 1, NULL, NULL, &bad) ==
+          KILN_INVALID_ARGUMENT);
+    CHECK(kiln_tensor_wrap(rt, wide, KILN_F32, vshape, max, 1, NULL, NULL, &bad) ==
+          KILN_INVALID_ARGUMENT);
+    CHECK(bad == NULL);
+  }
 
   /* row_sum with its comptime `units` by name, as a number and as text. */
   enum { R = 30, C = 100 };

@@ -22,4 +22,8 @@ config.substitutions.append(("%src", config.kiln_source_dir))
 config.substitutions.append(("%plugin", os.path.join(config.kiln_lib_dir, "libkiln_sample_plugin.so")))
 config.substitutions.append(("%userplugin", os.path.join(config.kiln_lib_dir, "libkiln_user_plugin.so")))
 config.substitutions.append(("%plainplugin", os.path.join(config.kiln_lib_dir, "libkiln_user_plugin_plain.so")))
+# A shared library that is not a plugin (zlib is on every Debian system).
+import glob as _glob
+_libz = sorted(_glob.glob("/usr/lib/*/libz.so.1") + _glob.glob("/lib/*/libz.so.1"))
+config.substitutions.append(("%libz", _libz[0] if _libz else "/nonexistent/libz.so.1"))
 config.substitutions.append(("%mirror", os.path.join(config.kiln_lib_dir, "libkiln_mirror_backend.so")))

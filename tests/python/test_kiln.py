@@ -75,6 +75,62 @@ class NumPy(unittest.TestCase):
         base[0, 1] = 7.0
         self.assertEqual(back[0, 0], 7.0)
 
+    def test_flat_kernels_refuse_views_they_would_read_flat(self):
+        # axpy indexes x and y flat: a strided x would be read at the wrong elements, a strided
+        # y written between its elements, a broadcast y past the end (docs/runtime.md "Views").
+        rt = cpu()
+        x = np.arange(8192, dtype=np.float32)[::2]
+        y = np.ones(4096, np.float32)
+        with self.assertRaisesRegex(kiln.Error, r"argument 'x'.*strides \[2\]"):
+            rt.launch("axpy", 4, 256, x, y, 2.0)
+        g = np.full(64, -5.0, np.float32)
+        with self.assertRaisesRegex(kiln.Error, r"argument 'y'"):
+            rt.launch("axpy", 1, 256, np.ones(16, np.float32), g[:32:2], 2.0)
+        self.assertTrue((g == -5.0).all())  # nothing written between the view's elements
+        b = np.zeros(4096, np.float32)
+        with self.assertRaisesRegex(kiln.Error, r"argument 'y'"):
+            rt.launch("axpy", 4, 256, x.copy(),
+                      np.lib.stride_tricks.as_strided(b, (4096,), (0,)), 1.0)
+        # The contiguous copies the message asks for work.
+        rt.launch("axpy", 4, 256, np.ascontiguousarray(x), y, 2.0)
+        rt.sync()
+        np.testing.assert_array_equal(y, 2 * np.arange(0, 8192, 2, dtype=np.float32) + 1)
+
+    def test_random_views_compute_the_reference_or_are_refused(self):
+        # The library's copy takes any view; axpy only dense ones. Either way, no element outside
+        # the output view changes.
+        rt = cpu()
+        rng = np.random.default_rng(7)
+        ran = refused = 0
+        for trial in range(60):
+            base = np.full(512, -9.0, np.float32)
+            n = int(rng.integers(1, 40))
+            step = int(rng.integers(1, 4))
+            start = int(rng.integers(0, 8))
+            y = base[start:start + n * step:step]
+            x = np.arange(n, dtype=np.float32) if trial % 2 else \
+                np.arange(2 * n, dtype=np.float32)[::2]
+            before = base.copy()
+            try:
+                rt.launch("axpy", (n + 255) // 256, 256, x, y, 3.0)
+                rt.sync()
+            except kiln.Error:
+                refused += 1
+                np.testing.assert_array_equal(base, before)
+                continue
+            ran += 1
+            want = before.copy()
+            want[start:start + n * step:step] = 3.0 * x + before[start:start + n * step:step]
+            np.testing.assert_array_equal(base, want)
+        self.assertGreater(ran, 5)
+        self.assertGreater(refused, 5)
+
+    def test_upload_converts_big_endian_arrays(self):
+        rt = cpu()
+        a = np.arange(10, dtype=">f4")
+        t = rt.upload(a)
+        np.testing.assert_array_equal(np.from_dlpack(t), np.arange(10, dtype=np.float32))
+
     def test_kiln_tensors_round_trip_through_numpy(self):
         rt = cpu()
         x = np.arange(12, dtype=np.float64).reshape(3, 4)
@@ -195,6 +251,16 @@ class PyTorch(unittest.TestCase):
         rt.launch("axpy", 4, 256, x, y, 2.0)
         rt.sync()
         self.assertTrue(torch.equal(y, 2 * torch.arange(1000, dtype=torch.float32) + 1))
+
+    def test_expanded_outputs_are_refused(self):
+        rt = cpu()
+        x = torch.arange(16, dtype=torch.float32)
+        y = torch.zeros(1, dtype=torch.float32).expand(16)
+        with self.assertRaisesRegex(kiln.Error, r"argument 'y'"):
+            rt.launch("axpy", 1, 256, x, y, 2.0)
+        with self.assertRaisesRegex(kiln.Error, r"argument 'x'"):
+            rt.launch("axpy", 1, 256, torch.arange(32, dtype=torch.float32)[::2],
+                      torch.zeros(16), 2.0)
 
     def test_bf16_both_ways(self):
         rt = cpu()

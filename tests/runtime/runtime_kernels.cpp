@@ -56,3 +56,28 @@ void rt_copy2d(Tensor<const f32> x, Tensor<f32> y) {
   for_range(unit_pos(), x.shape(1), cube_dim(), [&](u32 c) { y(r, c) = x(r, c); });
 }
 KILN_KERNEL(rt_copy2d, "x: rank=2, y: rank=2").cube_dim(32);
+
+// y = x + 1 through each view's strides (rank 2): honors any view of either, so a launch
+// refuses only an output whose elements overlap. One unit per element of y.
+void rt_strided_add1(Tensor<const f32> x, Tensor<f32> y) {
+  u32 i = absolute_pos();
+  if_(i < y.shape(0) * y.shape(1), [&] {
+    u32 r = i / y.shape(1), c = i % y.shape(1);
+    y(r, c) = x(r, c) + 1.0f;
+  });
+}
+KILN_KERNEL(rt_strided_add1, "x, y").cube_dim(64);
+
+// The same, indexed flat: a launch takes only dense row-major views of x and y.
+void rt_flat_add1(Tensor<const f32> x, Tensor<f32> y) {
+  u32 i = absolute_pos();
+  if_(i < y.len(), [&] { y[i] = x[i] + 1.0f; });
+}
+KILN_KERNEL(rt_flat_add1, "x, y").cube_dim(64);
+
+// Rank 1 through t(i): the stride of the one dimension is honored.
+void rt_strided_add1_1d(Tensor<const f32> x, Tensor<f32> y) {
+  u32 i = absolute_pos();
+  if_(i < y.shape(0), [&] { y(i) = x(i) + 1.0f; });
+}
+KILN_KERNEL(rt_strided_add1_1d, "x, y").cube_dim(64);

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -11,6 +12,8 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "runtime/cache_entry.h"
 #include "runtime/disk_cache.h"
@@ -333,6 +336,90 @@ TEST_CASE("KILN_CACHE_MAX is parsed strictly", "[runtime][cache][safety]") {
   CHECK(w.any("KILN_CACHE_MAX='1e30' is not a size"));
   ::unsetenv("KILN_CACHE_MAX");
   ::unsetenv("KILN_CACHE_DIR");
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+TEST_CASE("an empty or truncated file at an entry's name is removed and rewritten",
+          "[runtime][cache][safety]") {
+  test::TempDir dir;
+  Warnings w;
+  DiskCache cache = cache_at(dir.path());
+  // What a power cut leaves when a write was renamed into place before it reached the disk.
+  for (const std::string& content : {std::string(), std::string("KILN")}) {
+    write(entry_path(dir.path(), "kernel A"), content);
+    CHECK_FALSE(get(cache, "kernel A"));
+    CHECK(w.any("damaged"));
+    CHECK_FALSE(w.any("left alone"));
+    CHECK_FALSE(fs::exists(entry_path(dir.path(), "kernel A")));
+    KILN_REQUIRE_OK(put(cache, "kernel A"));  // the next store writes it
+    CHECK(get(cache, "kernel A"));
+  }
+  // verify --remove and clear remove it too.
+  write(entry_path(dir.path(), "kernel B"), "");
+  auto listed = cache.list(true);
+  REQUIRE(listed);
+  bool flagged = false;
+  for (const auto& l : *listed)
+    if (l.path == entry_path(dir.path(), "kernel B")) {
+      flagged = !l.problem.empty() && l.ours;
+      KILN_REQUIRE_OK(cache.remove(l));
+    }
+  CHECK(flagged);
+  CHECK_FALSE(fs::exists(entry_path(dir.path(), "kernel B")));
+  write(entry_path(dir.path(), "kernel C"), "");
+  KILN_REQUIRE_OK(cache.clear());
+  CHECK_FALSE(fs::exists(entry_path(dir.path(), "kernel C")));
+}
+
+TEST_CASE("an entry whose description disagrees with the kernel is a miss, then replaced",
+          "[runtime][cache][safety]") {
+  test::ScopedCache scoped;
+  Warnings w;
+  // A cube size nothing else launches rt_fill_n with: its specialization is new to this
+  // process, so the launch below reads the disk cache. A child process writes the entry.
+  auto launch = [](float value) {
+    auto rt = test::open_cpu();
+    Tensor y = test::f32_tensor(rt, std::vector<float>(40, 0.0f));
+    KILN_REQUIRE_OK(rt.launch(test::kernel(rt, "rt_fill_n"), 1, 40, y, 40u, value));
+    KILN_REQUIRE_OK(rt.sync());
+    return test::to_host<float>(y);
+  };
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    auto rt = Runtime::open("cpu");
+    if (!rt) ::_exit(1);
+    auto y = rt->empty(ir::ElemType::F32, {40});
+    auto k = rt->kernel("rt_fill_n");
+    ::_exit(y && k && rt->launch(*k, 1, 40, *y, 40u, 1.0f).ok() && rt->sync().ok() ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  // Rewrite the entry's description (a valid checksum) to say the kernel takes no parameters.
+  DiskCache cache = cache_at(scoped.dir());
+  auto listed = cache.list(true);
+  REQUIRE(listed);
+  REQUIRE(listed->size() == 1);
+  const std::string path = listed->front().path;
+  const std::string bytes = test::read_file(path);
+  cache_entry::Parsed parsed;
+  REQUIRE(cache_entry::parse(std::span<const char>(bytes.data(), bytes.size()), &parsed).empty());
+  auto meta = nlohmann::json::parse(parsed.meta);
+  auto info = nlohmann::json::parse(meta["info"].get<std::string>());
+  info["layout"]["params"] = nlohmann::json::array();
+  meta["info"] = info.dump();
+  const std::vector<char> forged =
+      cache_entry::encode(parsed.kind, parsed.key, parsed.material, meta.dump(), parsed.blob);
+  write(path, std::string(forged.begin(), forged.end()));
+  for (float v : launch(2.0f)) REQUIRE(v == 2.0f);
+  CHECK(w.any("does not describe this kernel"));
+  CHECK(test::read_file(path) != std::string(forged.begin(), forged.end()));  // rewritten
 }
 
 }  // namespace
