@@ -12,29 +12,33 @@ namespace {
 
 constexpr int kMaxTracked = 64;  // parameters beyond this are treated as honoring strides
 
-// The memory operand and the operands that form its index, for each access to a tensor.
+// The memory operand and the operands that form its index, for each access to a tensor, and
+// whether the access writes that memory.
 struct Access {
   size_t mem;
   size_t index;
   size_t ld = SIZE_MAX;  // a fragment access's leading dimension, which may carry the stride
+  bool writes = false;
 };
 
 void accesses(const Op& op, SmallVector<Access, 2>& out) {
   switch (op.kind) {
     case OpKind::Load:
+      out.push_back({0, 1});
+      return;
     case OpKind::Store:
     case OpKind::AtomicAdd:
     case OpKind::AtomicMin:
     case OpKind::AtomicMax:
     case OpKind::AtomicExchange:
     case OpKind::AtomicCas:
-      out.push_back({0, 1});
+      out.push_back({0, 1, SIZE_MAX, true});
       return;
     case OpKind::FragLoad:
       out.push_back({1, 2, 3});
       return;
     case OpKind::FragStore:
-      out.push_back({0, 1, 2});
+      out.push_back({0, 1, 2, true});
       return;
     case OpKind::FragMmaScaled:
       out.push_back({3, 4, 5});
@@ -45,21 +49,6 @@ void accesses(const Op& op, SmallVector<Access, 2>& out) {
       return;
     default:
       return;
-  }
-}
-
-bool writes(OpKind k) {
-  switch (k) {
-    case OpKind::Store:
-    case OpKind::AtomicAdd:
-    case OpKind::AtomicMin:
-    case OpKind::AtomicMax:
-    case OpKind::AtomicExchange:
-    case OpKind::AtomicCas:
-    case OpKind::FragStore:
-      return true;
-    default:
-      return false;
   }
 }
 
@@ -122,7 +111,7 @@ std::vector<ParamViewUse> view_use(const Kernel& k) {
       uint64_t idx = m(op.operands[a.index]);
       if (a.ld != SIZE_MAX) idx |= m(op.operands[a.ld]);
       (idx & b ? u.strided : u.flat) = true;
-      if (writes(op.kind) && a.mem == 0) u.written = true;
+      if (a.writes) u.written = true;
     }
   });
   return use;

@@ -139,8 +139,8 @@ std::string disagreement(const abi::KernelInfo& info, const ir::Kernel& k) {
       return fmt::format("its parameter {} is '{}', the kernel's is '{}'", i, have[i].name,
                          want.params[i].name);
   if (info.layout.slot_count != want.slot_count)
-    return fmt::format("it records {} argument slots, the kernel takes {}",
-                       info.layout.slot_count, want.slot_count);
+    return fmt::format("it records {} argument slots, the kernel takes {}", info.layout.slot_count,
+                       want.slot_count);
   if (info.cube_dim != k.cube_dim) return "it records another cube size";
   return {};
 }

@@ -2,8 +2,8 @@
 #include "runtime/tensor.h"
 
 #include <cstring>
-#include <utility>
 #include <numeric>
+#include <utility>
 
 #include <fmt/format.h>
 

@@ -114,8 +114,7 @@ bool send_all(int fd, const std::string& data, const Deadline& deadline = {},
   }
   return true;
 }
-bool read_all(int fd, std::string& out, const Deadline& deadline = {},
-              bool* timed_out = nullptr) {
+bool read_all(int fd, std::string& out, const Deadline& deadline = {}, bool* timed_out = nullptr) {
   char buf[65536];
   for (;;) {
     if (!wait_ready(fd, POLLIN, deadline)) {

@@ -668,8 +668,8 @@ std::string not_a_plugin(const std::string& file) {
   if (!read_at(0, &eh, sizeof eh) || std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0) {
     why = "it is not an ELF shared library";
   } else if (eh.e_ident[EI_CLASS] != (sizeof(void*) == 8 ? ELFCLASS64 : ELFCLASS32) ||
-             eh.e_ident[EI_DATA] != (std::endian::native == std::endian::little ? ELFDATA2LSB
-                                                                                : ELFDATA2MSB)) {
+             eh.e_ident[EI_DATA] !=
+                 (std::endian::native == std::endian::little ? ELFDATA2LSB : ELFDATA2MSB)) {
     why = "it is an ELF file of another word size or byte order than this kiln";
   } else if (eh.e_type != ET_DYN) {
     why = "it is an ELF file but not a shared library (build it with -shared)";

@@ -495,8 +495,8 @@ Status reduce(Runtime& rt, ReduceOp op, const Tensor& x, Tensor& out, const Redu
               Tensor::make(out.device_ptr(), out.buffer(), out.dtype(), os, ost, out.offset()));
   // PyTorch clamps var's divisor at zero (a correction past the count gives inf or NaN, never a
   // negative variance).
-  const float divisor = static_cast<float>(
-      op == ReduceOp::Mean ? n : std::max<int64_t>(n - o.correction, 0));
+  const float divisor =
+      static_cast<float>(op == ReduceOp::Mean ? n : std::max<int64_t>(n - o.correction, 0));
   const bool gpu = rt.device().kind != DeviceKind::Cpu;
   // A long axis with few outputs: two passes, so that every thread (or multiprocessor) takes a
   // part. The axis is cut into `split` chunks (a divisor of its length, each of 4096 elements

@@ -93,8 +93,7 @@ TEST_CASE("a flat kernel refuses strided views and names the argument", "[views]
   KILN_REQUIRE_OK(add1(rt, "rt_strided_add1_1d", dense, every_other));
   auto host = test::to_host<float>(base);
   for (int i = 0; i < 64; ++i)
-    REQUIRE(host[static_cast<size_t>(i)] ==
-            (i >= 32 && i % 2 == 0 ? kCanary + 1.0f : kCanary));
+    REQUIRE(host[static_cast<size_t>(i)] == (i >= 32 && i % 2 == 0 ? kCanary + 1.0f : kCanary));
 }
 
 TEST_CASE("an output view that overlaps itself is refused", "[views]") {
@@ -120,8 +119,7 @@ TEST_CASE("an output view that overlaps itself is refused", "[views]") {
 // Random views: shapes 0..5 a side, strides 0..9 (transposed, sliced, broadcast, overlapping),
 // offsets; the flat and the strided kernel; every launch is correct or refused, and the
 // buffer outside the output view's elements keeps its canaries.
-TEST_CASE("property: launches on random views compute the reference or are refused",
-          "[views]") {
+TEST_CASE("property: launches on random views compute the reference or are refused", "[views]") {
   test::ScopedCache cache;
   auto rt = test::open_cpu();
   std::mt19937 rng(12345);
