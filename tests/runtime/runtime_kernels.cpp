@@ -66,7 +66,7 @@ void rt_strided_add1(Tensor<const f32> x, Tensor<f32> y) {
     y(r, c) = x(r, c) + 1.0f;
   });
 }
-KILN_KERNEL(rt_strided_add1, "x, y").cube_dim(64);
+KILN_KERNEL(rt_strided_add1, "x: rank=2, y: rank=2").cube_dim(64);
 
 // The same, indexed flat: a launch takes only dense row-major views of x and y.
 void rt_flat_add1(Tensor<const f32> x, Tensor<f32> y) {

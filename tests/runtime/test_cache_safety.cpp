@@ -412,7 +412,7 @@ TEST_CASE("an entry whose description disagrees with the kernel is a miss, then 
   REQUIRE(cache_entry::parse(std::span<const char>(bytes.data(), bytes.size()), &parsed).empty());
   auto meta = nlohmann::json::parse(parsed.meta);
   auto info = nlohmann::json::parse(meta["info"].get<std::string>());
-  info["layout"]["params"] = nlohmann::json::array();
+  info["params"] = nlohmann::json::array();
   meta["info"] = info.dump();
   const std::vector<char> forged =
       cache_entry::encode(parsed.kind, parsed.key, parsed.material, meta.dump(), parsed.blob);
