@@ -770,7 +770,10 @@ Result<std::shared_ptr<Module>> load_module(const std::vector<char>& image,
     path = fmt::format("/proc/self/fd/{}", fd);
   } else {
     const char* tmp = std::getenv("TMPDIR");
-    std::string templ = fmt::format("{}/kiln-emu-XXXXXX.so", tmp && *tmp ? tmp : "/tmp");
+    // Named with the pid, like the compiler's folders, so that one left by a killed process
+    // is removed by the next compile (compiler/cuda/emu/backend.cpp).
+    std::string templ =
+        fmt::format("{}/kiln-emu-{}-XXXXXX.so", tmp && *tmp ? tmp : "/tmp", ::getpid());
     fd = ::mkstemps(templ.data(), 3);
     if (fd < 0)
       return Error(ErrorKind::Io, fmt::format("cuda-emu: cannot create a file for kernel '{}': {}",

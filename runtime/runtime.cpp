@@ -330,8 +330,20 @@ Status Runtime::sync() {
   return sync(s_->default_stream);
 }
 
+// A stream handle this Runtime may use: made by it (or by another Runtime on the same device).
+Status Runtime::check_stream(const Stream& stream, std::string_view op) const {
+  if (!stream.valid())
+    return Error(ErrorKind::InvalidArgument, fmt::format("{} on an empty stream handle", op));
+  if (stream.s_->device != s_->device.get())
+    return Error(ErrorKind::InvalidArgument,
+                 fmt::format("{} on a stream of another Runtime ({}); use the Runtime whose "
+                             "new_stream() or wrap_stream() made it",
+                             op, stream.s_->device->info().name));
+  return {};
+}
+
 Status Runtime::sync(const Stream& stream) {
-  if (!stream.valid()) return Error(ErrorKind::InvalidArgument, "sync of an empty stream handle");
+  KILN_TRY(check_stream(stream, "sync"));
   std::vector<std::string> prints;
   std::optional<Error> err;
   {
@@ -350,7 +362,7 @@ Status Runtime::sync(const Stream& stream) {
 }
 
 Result<Event> Runtime::record(const Stream& stream) {
-  if (!stream.valid()) return Error(ErrorKind::InvalidArgument, "record on an empty stream handle");
+  KILN_TRY(check_stream(stream, "record"));
   Event e;
   std::lock_guard<std::mutex> lock(stream.s_->mu);
   KILN_ASSIGN(e.e_, stream.s_->stream->record());
@@ -358,7 +370,7 @@ Result<Event> Runtime::record(const Stream& stream) {
 }
 
 Status Runtime::wait(const Stream& stream, const Event& event) {
-  if (!stream.valid()) return Error(ErrorKind::InvalidArgument, "wait on an empty stream handle");
+  KILN_TRY(check_stream(stream, "wait"));
   if (!event.e_) return Error(ErrorKind::InvalidArgument, "wait on an event never recorded");
   std::lock_guard<std::mutex> lock(stream.s_->mu);
   return stream.s_->stream->wait(*event.e_);
@@ -597,9 +609,7 @@ Status Runtime::launch_args(const Kernel& kernel, Dim3 cubes, Dim3 cube_dim, con
     }
 
   const Stream& stream = o.stream ? *o.stream : s_->default_stream;
-  if (!stream.valid()) return Error(ErrorKind::InvalidArgument, "launch on an empty stream handle");
-  if (stream.s_->device != &dev)
-    return Error(ErrorKind::InvalidArgument, "launch on a stream of another device");
+  KILN_TRY(check_stream(stream, "launch"));
   if (std::string why = dev.grid_problem(cubes.array()); !why.empty())
     return Error(ErrorKind::InvalidArgument, fmt::format("kernel '{}': {}", def.name, why));
   std::lock_guard<std::mutex> lock(stream.s_->mu);

@@ -250,6 +250,8 @@ class Runtime {
                      std::span<const LaunchArg> args);
 
  private:
+  Status check_stream(const Stream& stream, std::string_view op) const;
+
   std::shared_ptr<detail::RuntimeState> s_;
 };
 

@@ -210,6 +210,17 @@ TEST_CASE("streams keep their own errors; events time what ran between them", "[
   CHECK_FALSE(rt.sync(s1).ok());
   CHECK(rt.sync(s1).ok());
   CHECK_FALSE(rt.sync(Stream()).ok());
+  // A stream of another Runtime is refused by every call that takes one, before any work.
+  auto other = open_cpu(o);
+  auto synced = other.sync(s1), waited = other.wait(s1, e1);
+  auto recorded = other.record(s2);
+  REQUIRE_FALSE((synced.ok() || waited.ok() || recorded.ok()));
+  for (const Error& e : {synced.error(), waited.error(), recorded.error()})
+    CHECK_THAT(e.message, Contains("on a stream of another Runtime (cpu)"));
+  lo.stream = &s2;
+  Tensor fine = test::f32_tensor(other, {1.0f});
+  CHECK_THAT(other.launch_with(lo, kernel(other, "rt_print_assert"), 1, 1, fine).error().message,
+             Contains("launch on a stream of another Runtime"));
 }
 
 TEST_CASE("a kernel that fails to trace fails its launch with the DSL line",

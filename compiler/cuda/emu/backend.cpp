@@ -8,9 +8,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -33,19 +35,46 @@ namespace emu {
 
 namespace {
 
+std::string temp_root() {
+  const char* tmp = std::getenv("TMPDIR");
+  return tmp && *tmp ? tmp : "/tmp";
+}
+
+// The build folders and logs of compiles are named kiln-emu-<pid>-XXXXXX and
+// kiln-emu-log-<pid>-XXXXXX. A process killed mid-compile cannot remove its own, so the first
+// compile of each process removes those of this user whose process no longer exists.
+void remove_orphans(const std::string& root) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    std::string_view rest = name;
+    if (rest.starts_with("kiln-emu-log-"))
+      rest.remove_prefix(13);
+    else if (rest.starts_with("kiln-emu-"))
+      rest.remove_prefix(9);
+    else
+      continue;
+    const size_t dash = rest.find('-');
+    if (dash == 0 || dash == std::string_view::npos || dash > 9 ||
+        rest.substr(0, dash).find_first_not_of("0123456789") != std::string_view::npos)
+      continue;
+    const auto pid = static_cast<pid_t>(std::stol(std::string(rest.substr(0, dash))));
+    struct stat st {};
+    if (::lstat(it->path().c_str(), &st) != 0 || st.st_uid != ::getuid()) continue;
+    if (pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
+    std::error_code ignored;
+    fs::remove_all(it->path(), ignored);
+  }
+}
+
 // Runs a program (found on PATH) and waits for it; its exit status, with stdout and stderr in
 // `output`. -1 when it could not be started.
 int run_program(const std::vector<std::string>& argv, std::string& output) {
-  char log_template[] = "/tmp/kiln-emu-log-XXXXXX";
-  const char* tmp = std::getenv("TMPDIR");
-  std::string log_path = fmt::format("{}/kiln-emu-log-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  std::string log_path = fmt::format("{}/kiln-emu-log-{}-XXXXXX", temp_root(), ::getpid());
   int log = ::mkstemp(log_path.data());
   if (log < 0) {
-    log = ::mkstemp(log_template);
-    log_path = log_template;
-  }
-  if (log < 0) {
-    output = fmt::format("cannot create a log file: {}", std::strerror(errno));
+    output = fmt::format("cannot create a log file in {}: {}", temp_root(), std::strerror(errno));
     return -1;
   }
   posix_spawn_file_actions_t actions;
@@ -328,11 +357,13 @@ Result<backend::Artifact> compile_source(const Source& src, const backend::Targe
   KILN_ASSIGN(HostCompiler cxx, host_compiler());
   const std::string unit = host_unit(src, t.name);
   TempDir dir;
-  const char* tmp = std::getenv("TMPDIR");
-  std::string templ = fmt::format("{}/kiln-emu-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  const std::string root = temp_root();
+  static std::once_flag swept;
+  std::call_once(swept, [&] { remove_orphans(root); });
+  std::string templ = fmt::format("{}/kiln-emu-{}-XXXXXX", root, ::getpid());
   if (!::mkdtemp(templ.data()))
-    return Error(ErrorKind::Io, fmt::format("cuda-emu: cannot create a folder in {}: {}",
-                                            tmp && *tmp ? tmp : "/tmp", std::strerror(errno)));
+    return Error(ErrorKind::Io, fmt::format("cuda-emu: cannot create a folder in {}: {}", root,
+                                            std::strerror(errno)));
   dir.path = templ;
   KILN_TRY(write_file(dir.path + "/kiln_emu.h", kEmuHostText));
   KILN_TRY(write_file(dir.path + "/kiln_emu_abi.h", kEmuAbiText));
