@@ -7,7 +7,13 @@
 #    of the same name was loaded before it (kiln's built-in `axpy`, another plugin's);
 #  - -ffile-prefix-map of the calling project's source folder: DSL source lines in IR dumps,
 #    errors and cache keys are relative to it, the same wherever the project is checked out;
-#  - a run path to kiln's libraries, so a program that links the library finds them.
+#  - a run path to kiln's libraries, so a program that links the library finds them;
+#  - a program that links the library keeps it, under --as-needed too (the default of Ubuntu's
+#    compilers, and a common flag): nothing in the program calls into it, its kernels register
+#    from its static initializers, so an as-needed link would drop it and every kernel name
+#    would be unknown. The library is named to the linker once more between
+#    --push-state,--no-as-needed and --pop-state, which leaves the program's other libraries
+#    as they were.
 function(kiln_add_kernels target)
   if(NOT ARGN)
     message(FATAL_ERROR "kiln_add_kernels(${target}): name at least one source file")
@@ -20,4 +26,6 @@ function(kiln_add_kernels target)
                                              INSTALL_RPATH "${KILN_LIBRARY_DIR}")
   target_compile_options(${target} PRIVATE "-ffile-prefix-map=${CMAKE_SOURCE_DIR}/=")
   target_link_options(${target} PRIVATE "LINKER:-Bsymbolic-functions")
+  target_link_options(${target} INTERFACE
+                      "LINKER:--push-state,--no-as-needed,$<TARGET_FILE:${target}>,--pop-state")
 endfunction()

@@ -388,8 +388,15 @@ Result<Kernel> Runtime::kernel(std::string_view name) const {
     std::string names;
     for (const dsl::KernelDef* d : dsl::Registry::global().all())
       names += (names.empty() ? "" : ", ") + d->name;
+    // The usual cause in a program: the library that defines it is not loaded. A linked one
+    // registers at start-up, unless the linker dropped it because nothing calls into it.
     return Error(ErrorKind::NotFound,
-                 fmt::format("no kernel named '{}'; registered kernels: {}", name, names));
+                 fmt::format("no kernel named '{}'; registered kernels: {}. A kernel registers "
+                             "when its library loads: load a plugin with kiln::load_plugin, or "
+                             "link the library through kiln_add_kernels (a library linked with "
+                             "--as-needed is dropped when the program calls nothing in it; "
+                             "-Wl,--no-as-needed keeps it)",
+                             name, names.empty() ? "none" : names));
   }
   Kernel k;
   k.def_ = def;

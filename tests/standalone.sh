@@ -23,6 +23,7 @@ cmake --build "$work/project/build" >"$work/build.log" || { cat "$work/build.log
 plugin=$work/project/build/libmy_kernels.so
 "$work/project/build/app"
 "$work/project/build/app_c"
+"$work/project/build/app_linked"
 # From Python, when the prefix has the module (built where python3-dev and pybind11-dev are).
 if ls "$prefix"/lib/python/kiln*.so >/dev/null 2>&1; then
   PYTHONPATH="$prefix/lib/python" "${KILN_PYTHON:-/usr/bin/python3}" "$work/project/app.py" \
