@@ -119,38 +119,89 @@ kiln::Tensor import_any(kiln::Runtime& rt, py::handle obj) {
   return import_capsule(rt, cap);
 }
 
-std::vector<int64_t> dims(py::handle shape) {
-  if (py::isinstance<py::int_>(shape)) return {shape.cast<int64_t>()};
-  return shape.cast<std::vector<int64_t>>();
+std::string type_name(py::handle v) {
+  return py::str(v.get_type().attr("__name__")).cast<std::string>();
 }
-kiln::Dim3 dim3(py::handle d) {
-  std::vector<int64_t> v = dims(d);
+
+// A NumPy scalar (np.float32(2), np.int64(3), np.bool_(True)) as the Python value it holds;
+// anything else unchanged. NumPy is asked only when the program imported it.
+py::object plain(py::handle v) {
+  py::dict modules = py::module_::import("sys").attr("modules");
+  if (modules.contains("numpy") &&
+      py::isinstance(v, modules["numpy"].attr("generic")) && py::hasattr(v, "item"))
+    return v.attr("item")();
+  return py::reinterpret_borrow<py::object>(v);
+}
+
+// A Python integer (or anything with __index__: a NumPy integer) as an int64; `what` names
+// the argument in the error.
+int64_t to_int64(py::handle v, const std::string& what) {
+  py::object index = py::reinterpret_steal<py::object>(PyNumber_Index(v.ptr()));
+  if (!index) {
+    PyErr_Clear();
+    raise(kiln::Error(kiln::ErrorKind::InvalidArgument,
+                      fmt::format("{} must be an integer, not a {} ({})", what, type_name(v),
+                                  py::repr(v).cast<std::string>())));
+  }
+  int overflow = 0;
+  const long long x = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+  if (overflow != 0)
+    raise(kiln::Error(kiln::ErrorKind::InvalidArgument,
+                      fmt::format("{} is {}, which does not fit in 64 bits", what,
+                                  py::str(index).cast<std::string>())));
+  return x;
+}
+
+// A shape (an int or a sequence of ints); `what` names it in errors.
+std::vector<int64_t> dims(py::handle shape, const std::string& what) {
+  if (!py::isinstance<py::sequence>(shape) || py::isinstance<py::str>(shape))
+    return {to_int64(shape, what)};
+  std::vector<int64_t> out;
+  const py::sequence seq = py::reinterpret_borrow<py::sequence>(shape);
+  for (size_t i = 0; i < seq.size(); ++i)
+    out.push_back(to_int64(seq[i], fmt::format("{}[{}]", what, i)));
+  return out;
+}
+kiln::Dim3 dim3(py::handle d, const char* what) {
+  std::vector<int64_t> v = dims(d, what);
   if (v.empty() || v.size() > 3)
     raise(kiln::Error(kiln::ErrorKind::InvalidArgument,
-                      "cubes and cube_dim are an int or a tuple of 1 to 3 ints"));
+                      fmt::format("{} is an int or a tuple of 1 to 3 ints, not {}", what,
+                                  py::repr(d).cast<std::string>())));
   for (int64_t x : v)
     if (x < 1 || x > UINT32_MAX)
       raise(kiln::Error(kiln::ErrorKind::InvalidArgument,
-                        fmt::format("a grid dimension of {} is out of range", x)));
+                        fmt::format("{}: a dimension of {} is out of range (1 to {})", what, x,
+                                    UINT32_MAX)));
   v.resize(3, 1);
   return kiln::Dim3(static_cast<uint32_t>(v[0]), static_cast<uint32_t>(v[1]),
                     static_cast<uint32_t>(v[2]));
 }
 
-// A Python value as a loose launch argument; tensors are imported into `keep`.
-kiln::LooseArg loose(kiln::Runtime& rt, py::handle v, std::vector<kiln::Tensor>& keep) {
+// A Python value as a loose launch argument; tensors are imported into `keep`. `what` names
+// the argument in errors ("argument 3", "argument 'a'").
+kiln::LooseArg loose(kiln::Runtime& rt, py::handle given, const std::string& what,
+                     std::vector<kiln::Tensor>& keep) {
   kiln::LooseArg a;
+  const py::object v = plain(given);
   if (py::isinstance<py::bool_>(v)) {
     a.arg = kiln::launch_arg(v.cast<bool>());
   } else if (py::isinstance<py::int_>(v)) {
-    a.arg = kiln::launch_arg(v.cast<int64_t>());
+    a.arg = kiln::launch_arg(to_int64(v, what));
   } else if (py::isinstance<py::float_>(v)) {
     a.arg = kiln::launch_arg(v.cast<double>());
   } else if (py::isinstance<py::str>(v)) {
     a.text = v.cast<std::string>();
-  } else {
+  } else if (py::isinstance<kiln::Tensor>(v) || PyCapsule_CheckExact(v.ptr()) ||
+             py::hasattr(v, "__dlpack__")) {
     keep.push_back(import_any(rt, v));  // `keep` has room for every argument: no reallocation
     a.arg = kiln::launch_arg(keep.back());
+  } else {
+    raise(kiln::Error(kiln::ErrorKind::InvalidArgument,
+                      fmt::format("{} is a {}, which a kernel cannot take: pass a tensor (a "
+                                  "kiln.Tensor or an object with __dlpack__: a NumPy array, a "
+                                  "PyTorch tensor), a bool, an int, a float or a str",
+                                  what, type_name(v))));
   }
   return a;
 }
@@ -193,18 +244,25 @@ std::string format_of(kiln::ir::ElemType t) {
 // rt.launch / rt.launch_on.
 void launch(kiln::Runtime& rt, const kiln::Stream* stream, py::object kernel, py::object cubes,
             py::object cube_dim, py::args args, py::kwargs kwargs) {
+  if (!py::isinstance<py::str>(kernel) && !py::isinstance<kiln::Kernel>(kernel))
+    raise(kiln::Error(kiln::ErrorKind::InvalidArgument,
+                      fmt::format("the kernel is a name (str) or a kiln.Kernel; got a {}",
+                                  type_name(kernel))));
   kiln::Kernel k = py::isinstance<py::str>(kernel) ? take(rt.kernel(kernel.cast<std::string>()))
                                                    : kernel.cast<kiln::Kernel>();
   std::vector<kiln::Tensor> keep;
   keep.reserve(args.size() + kwargs.size());
   std::vector<kiln::LooseArg> list;
-  for (py::handle v : args) list.push_back(loose(rt, v, keep));
+  size_t position = 0;
+  for (py::handle v : args)
+    list.push_back(loose(rt, v, fmt::format("argument {}", ++position), keep));
   for (auto [key, v] : kwargs) {
-    list.push_back(loose(rt, v, keep));
-    list.back().name = key.cast<std::string>();
+    const std::string name = key.cast<std::string>();
+    list.push_back(loose(rt, v, fmt::format("argument '{}'", name), keep));
+    list.back().name = name;
   }
   std::vector<kiln::LaunchArg> ordered = take(kiln::order_args(k, list));
-  const kiln::Dim3 c = dim3(cubes), d = dim3(cube_dim);
+  const kiln::Dim3 c = dim3(cubes, "cubes"), d = dim3(cube_dim, "cube_dim");
   kiln::LaunchOptions o;
   o.stream = stream;
   kiln::Status st;
@@ -371,7 +429,7 @@ PYBIND11_MODULE(kiln, m) {
       .def(
           "empty",
           [](kiln::Runtime& rt, const std::string& dtype, py::object shape) {
-            const std::vector<int64_t> d = dims(shape);
+            const std::vector<int64_t> d = dims(shape, "shape");
             return take(rt.empty(parse_dtype(dtype), std::span<const int64_t>(d)));
           },
           py::arg("dtype"), py::arg("shape"), "A new tensor (uninitialized).")

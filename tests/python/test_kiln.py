@@ -188,9 +188,25 @@ class NumPy(unittest.TestCase):
         with self.assertRaises(kiln.Error) as e:
             rt.launch("axpy", 1, 256, np.zeros(4, np.float32))
         self.assertIn("'y' (argument 2) is missing", str(e.exception))
-        with self.assertRaises(kiln.Error) as e:
-            rt.launch("axpy", 1, 256, [1, 2], np.zeros(4, np.float32), 1.0)
-        self.assertIn("not a tensor", str(e.exception))
+        # What the binding layer converts names the argument and says what it takes.
+        x, y = np.zeros(4, np.float32), np.zeros(4, np.float32)
+        for call, message in [
+            (lambda: rt.launch("axpy", 1, 256, [1, 2], y, 1.0), "argument 1 is a list"),
+            (lambda: rt.launch("axpy", 1, 256, x, y, a=None), "argument 'a' is a NoneType"),
+            (lambda: rt.launch("axpy", 1, 256, x, y, 2**70), "argument 3 is 1180591620717411303424"),
+            (lambda: rt.launch("axpy", 1.5, 256, x, y, 1.0), "cubes must be an integer, not a float"),
+            (lambda: rt.launch("axpy", (1, "a"), 256, x, y, 1.0), "cubes[1] must be an integer"),
+            (lambda: rt.launch("axpy", 1, (1, 1, 1, 1), x, y, 1.0), "cube_dim is an int or a tuple"),
+            (lambda: rt.launch(3, 1, 256, x, y, 1.0), "a name (str) or a kiln.Kernel; got a int"),
+            (lambda: rt.empty("f32", (2, "a")), "shape[1] must be an integer, not a str"),
+        ]:
+            with self.assertRaises(kiln.Error) as e:
+                call()
+            self.assertIn(message, str(e.exception))
+        # NumPy scalars are the values they hold.
+        y[:] = 1
+        rt.launch("axpy", np.int64(1), np.int32(256), np.ones(4, np.float32), y, np.float32(2))
+        np.testing.assert_array_equal(y, np.full(4, 3, np.float32))
         with self.assertRaises(kiln.Error) as e:
             rt.kernel("axpx")
         self.assertEqual(e.exception.kind, "not found")
