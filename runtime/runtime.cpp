@@ -2,6 +2,7 @@
 #include "runtime/runtime.h"
 
 #include <sys/mman.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -230,6 +231,26 @@ Result<Tensor> Runtime::empty(ir::ElemType dtype, std::span<const int64_t> shape
   return Tensor::make(s_->device, std::move(b), dtype, shape);
 }
 
+namespace {
+
+// Whether the byte at `at` of this process can be read, without touching it: a one-byte
+// process_vm_readv of our own memory fails with EFAULT where a read would fault (unmapped,
+// PROT_NONE, or a region a sanitizer reserved). Where the call is not allowed (seccomp), a page
+// that mincore does not find unmapped.
+bool host_readable(uintptr_t at) {
+  unsigned char byte = 0;
+  iovec local{&byte, 1}, remote{reinterpret_cast<void*>(at), 1};
+  const ssize_t n = ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0);
+  if (n == 1) return true;
+  if (n < 0 && errno == EFAULT) return false;
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  unsigned char resident = 0;
+  return !(::mincore(reinterpret_cast<void*>(at & ~(page - 1)), 1, &resident) != 0 &&
+           errno == ENOMEM);
+}
+
+}  // namespace
+
 Result<Tensor> Runtime::wrap(void* data, ir::ElemType dtype, std::span<const int64_t> shape,
                              std::span<const int64_t> strides, std::function<void()> release) {
   if (!data) return Error(ErrorKind::InvalidArgument, "wrap: null data pointer");
@@ -281,20 +302,16 @@ Result<Tensor> Runtime::wrap(void* data, ir::ElemType dtype, std::span<const int
                  fmt::format("wrap: the view reaches {} elements of {} bytes past the pointer, "
                              "beyond the address space; check the shape and strides",
                              elems, ir::elem_bytes(dtype)));
-  // Host memory: the first and the last byte the view reaches must be mapped (a stride far
+  // Host memory: the first and the last byte the view reaches must be readable (a stride far
   // past the allocation would otherwise fault at the first download). Pages in between are the
   // caller's promise.
   if (bytes > 0 && s_->device->info().host_memory) {
-    const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-    for (uintptr_t at : {reinterpret_cast<uintptr_t>(data), end - 1}) {
-      unsigned char resident = 0;
-      if (::mincore(reinterpret_cast<void*>(at & ~(page - 1)), 1, &resident) != 0 &&
-          errno == ENOMEM)
+    for (uintptr_t at : {reinterpret_cast<uintptr_t>(data), end - 1})
+      if (!host_readable(at))
         return Error(ErrorKind::InvalidArgument,
                      fmt::format("wrap: the view reaches {} bytes past the pointer, to memory "
-                                 "that is not mapped; check the shape and strides (in elements)",
+                                 "that cannot be read; check the shape and strides (in elements)",
                                  at - reinterpret_cast<uintptr_t>(data)));
-    }
   }
   Buffer b = Buffer::wrap(data, static_cast<size_t>(bytes), std::move(release));
   return Tensor::make(s_->device, std::move(b), dtype, shape, strides);

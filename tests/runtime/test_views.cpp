@@ -3,6 +3,9 @@
 // and no kernel writes a view whose elements overlap. A property test launches both kinds on
 // random views of a canary-filled buffer: each launch computes what a reference computes from
 // the view's elements, or is refused, and no byte outside the output view's elements changes.
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -200,6 +203,18 @@ TEST_CASE("wrap refuses strides whose reach overflows", "[views]") {
   }
   const int64_t big[] = {int64_t{1} << 40, int64_t{1} << 40};
   REQUIRE_FALSE(rt.wrap(data, ElemType::F32, big, {}, nullptr).ok());
+  // A view whose last element lies in a page that cannot be read (a guard page) is refused;
+  // one that ends before it is not.
+  const auto page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  void* mem = ::mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(mem != MAP_FAILED);
+  REQUIRE(::mprotect(static_cast<char*>(mem) + page, page, PROT_NONE) == 0);
+  const int64_t fits[] = {static_cast<int64_t>(page / 4)}, past[] = {fits[0] + 1};
+  CHECK(rt.wrap(mem, ElemType::F32, fits, {}, nullptr).ok());
+  auto guarded = rt.wrap(mem, ElemType::F32, past, {}, nullptr);
+  REQUIRE_FALSE(guarded.ok());
+  CHECK_THAT(guarded.error().message, Contains("memory that cannot be read"));
+  ::munmap(mem, 2 * page);
 }
 
 TEST_CASE("a tensor of another runtime on the same device is named as such", "[views]") {
