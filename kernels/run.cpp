@@ -572,8 +572,25 @@ Result<RunResult> run_unguarded(Runtime& rt, std::string_view name, const RunCon
     KILN_ASSIGN(auto needed, dsl::required_cube_dim(def, *inst, in_order));
     if (needed) data.cube_dim = Dim3((*needed)[0], (*needed)[1], (*needed)[2]);
   }
-  // Shapes: given, else declared (constants first, then computed in declaration order).
-  for (const auto& [n, dims] : config.shapes) data.shapes[n] = dims;
+  // Shapes: given, else declared (constants first, then computed in declaration order). A
+  // given shape is checked first, since the recipe's shape functions compute with it.
+  auto too_large = [](const std::vector<int64_t>& shape) {
+    uint64_t n = 1;
+    for (int64_t d : shape) {
+      if (d < 0 || (d > 0 && n > (uint64_t{1} << 48) / static_cast<uint64_t>(d))) return true;
+      n *= static_cast<uint64_t>(d);
+    }
+    return false;
+  };
+  for (const auto& [n, dims] : config.shapes) {
+    if (too_large(dims))
+      return usage(name, fmt::format("--shape {}={}: {}", n, dims_text(dims),
+                                     std::any_of(dims.begin(), dims.end(),
+                                                 [](int64_t d) { return d < 0; })
+                                         ? "a dimension is negative"
+                                         : "more than 2^48 elements"));
+    data.shapes[n] = dims;
+  }
   // Line widths follow from shapes: the runner's tensors start on 64-byte boundaries, so the
   // widest line is the widest that divides the innermost dimension (a launch picks the same).
   // A shape computed from a line width sees the widths of the shapes known before it.
@@ -653,13 +670,11 @@ Result<RunResult> run_unguarded(Runtime& rt, std::string_view name, const RunCon
       return usage(name,
                    fmt::format("array '{}' takes a 1-D shape, got {}", p.name, dims_text(shape)));
     Plan plan{&p};
+    if (too_large(shape))
+      return usage(name,
+                   fmt::format("tensor '{}' of shape {} is too large", p.name, dims_text(shape)));
     uint64_t n = 1;
-    for (int64_t d : shape) {
-      if (d < 0 || (d > 0 && n > (uint64_t{1} << 48) / static_cast<uint64_t>(d)))
-        return usage(name,
-                     fmt::format("tensor '{}' of shape {} is too large", p.name, dims_text(shape)));
-      n *= static_cast<uint64_t>(d);
-    }
+    for (int64_t d : shape) n *= static_cast<uint64_t>(d);
     plan.numel = static_cast<size_t>(n);
     std::tie(plan.lo, plan.hi) = default_range(p.dtype);
     if (recipe && A::ranges(*recipe).count(p.name))

@@ -4,6 +4,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#if KILN_FIBER_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+
 namespace kiln::detail::fiber {
 
 #if defined(__x86_64__)
@@ -44,7 +48,7 @@ kiln_fiber_entry:
 
 // Lays out a new fiber's stack as kiln_fiber_switch leaves a suspended one: it resumes in
 // kiln_fiber_entry, which calls fn(arg) with the stack aligned as after a call.
-void fiber_start(Fiber& f, void (*fn)(void*), void* arg) {
+static void lay_out(Fiber& f, void (*fn)(void*), void* arg) {
   auto* s = reinterpret_cast<uint64_t*>(
       reinterpret_cast<uintptr_t>(f.stack + kStackBytes - kHeaderBytes) & ~uintptr_t{15});
   *--s = reinterpret_cast<uint64_t>(&kiln_fiber_entry);
@@ -65,7 +69,7 @@ static thread_local void* t_start_arg = nullptr;
 static void fiber_trampoline() {
   t_start_fn(t_start_arg);
 }
-void fiber_start(Fiber& f, void (*fn)(void*), void* arg) {
+static void lay_out(Fiber& f, void (*fn)(void*), void* arg) {
   getcontext(&f.ctx);
   f.ctx.uc_stack.ss_sp = f.stack;
   f.ctx.uc_stack.ss_size = kStackBytes - kHeaderBytes;
@@ -79,6 +83,18 @@ static void raw_switch(Fiber& from, Fiber& to) {
   swapcontext(&from.ctx, &to.ctx);
 }
 #endif
+
+// A stack is reused by the next fiber started on it. Under ASan the shadow of the frames a
+// finished fiber never returned from (its last switch away) still marks their redzones
+// poisoned; code the sanitizer does not see (JIT-compiled kernels) may then keep its locals
+// there, and an instrumented helper reading them (kiln_rt_tma_load reading a copy's
+// coordinates) would be reported. A new fiber starts on a clean stack.
+void fiber_start(Fiber& f, void (*fn)(void*), void* arg) {
+#if KILN_FIBER_ASAN
+  __asan_unpoison_memory_region(f.stack, kStackBytes);
+#endif
+  lay_out(f, fn, arg);
+}
 
 // Sanitizers follow the switches through their fiber interfaces: ASan moves its idea of the
 // current stack (or it reports the fibers' frames as overflows), TSan keeps a clock per fiber.
