@@ -187,6 +187,37 @@ Result<CompiledCuda> compile_cuda(const std::string& source, const std::string& 
   return compile_cuda(source, name, arch, fast_math, mode);
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+#define KILN_WORKER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KILN_WORKER_ASAN 1
+#endif
+#endif
+
+namespace {
+
+// The worker's environment: this process's. In a build under AddressSanitizer the worker is
+// instrumented too, and ASan would turn a crash inside NVRTC (which it cannot see into) into a
+// report and exit 1; the worker leaves the fatal signals to the kernel instead, so that the
+// parent reports the crash as it does in any other build.
+std::vector<std::string> worker_environment() {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) env.emplace_back(*e);
+#if KILN_WORKER_ASAN
+  constexpr const char* kSignals = "handle_segv=0:handle_sigbus=0:handle_sigfpe=0:handle_abort=0";
+  auto it = std::find_if(env.begin(), env.end(),
+                         [](const std::string& v) { return v.starts_with("ASAN_OPTIONS="); });
+  if (it == env.end())
+    env.push_back(std::string("ASAN_OPTIONS=") + kSignals);
+  else
+    *it += std::string(":") + kSignals;
+#endif
+  return env;
+}
+
+}  // namespace
+
 Result<CompiledCuda> compile_cuda(const std::string& source, const std::string& name,
                                   const std::string& arch, bool fast_math, NvrtcMode mode) {
   if (mode == NvrtcMode::InProcess) return compile_in_process(source, name, arch, fast_math);
@@ -202,8 +233,12 @@ Result<CompiledCuda> compile_cuda(const std::string& source, const std::string& 
   posix_spawn_file_actions_adddup2(&actions, fds[1], 0);
   posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
   char* const argv[] = {const_cast<char*>(worker.c_str()), nullptr};
+  const std::vector<std::string> env = worker_environment();
+  std::vector<char*> envp;
+  for (const std::string& v : env) envp.push_back(const_cast<char*>(v.c_str()));
+  envp.push_back(nullptr);
   pid_t pid = 0;
-  const int spawned = ::posix_spawn(&pid, worker.c_str(), &actions, nullptr, argv, environ);
+  const int spawned = ::posix_spawn(&pid, worker.c_str(), &actions, nullptr, argv, envp.data());
   posix_spawn_file_actions_destroy(&actions);
   ::close(fds[1]);
   if (spawned != 0) {
