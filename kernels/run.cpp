@@ -1,6 +1,8 @@
 // The kernel runner behind `kiln run` and `kiln demo`.
 #include "kernels/run.h"
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -27,8 +29,9 @@ double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
 
-std::map<std::string, RunRecipe, std::less<>>& recipes() {
-  static auto* r = new std::map<std::string, RunRecipe, std::less<>>;
+// The recipes of each name, one per shared object that registered one, in registration order.
+std::map<std::string, std::vector<std::unique_ptr<RunRecipe>>, std::less<>>& recipes() {
+  static auto* r = new std::map<std::string, std::vector<std::unique_ptr<RunRecipe>>, std::less<>>;
   return *r;
 }
 std::mutex& recipes_mu() {
@@ -361,26 +364,47 @@ Placement placement(const RunRecipe& recipe, const DeviceInfo& device) {
   return p;
 }
 
-RunRecipe& run_recipe(std::string_view kernel) {
+RunRecipe& run_recipe(std::string_view kernel, const void* anchor) {
+  Dl_info info{};
+  const std::string object =
+      anchor && ::dladdr(anchor, &info) && info.dli_fname ? info.dli_fname : "";
   std::lock_guard<std::mutex> lock(recipes_mu());
-  auto it = recipes().find(kernel);
-  if (it == recipes().end())
-    it = recipes().emplace(std::string(kernel), RunRecipe(std::string(kernel))).first;
-  return it->second;
+  auto& list = recipes()[std::string(kernel)];
+  if (!anchor && !list.empty()) return *list.back();
+  for (auto& r : list)
+    if (r->object_ == object) return *r;
+  list.push_back(std::make_unique<RunRecipe>(std::string(kernel)));
+  list.back()->object_ = object;
+  return *list.back();
 }
+
+RunRecipe& run_recipe(std::string_view kernel) {
+  return run_recipe(kernel, nullptr);
+}
+
+namespace {
+const RunRecipe* find_locked(std::string_view kernel) {
+  auto it = recipes().find(kernel);
+  if (it == recipes().end() || it->second.empty()) return nullptr;
+  const dsl::KernelDef* def = dsl::Registry::global().find(kernel);
+  if (!def || def->object.empty()) return it->second.back().get();
+  for (const auto& r : it->second)
+    if (r->object() == def->object || r->object().empty()) return r.get();
+  return nullptr;
+}
+}  // namespace
 
 std::vector<std::string> host_op_names() {
   std::lock_guard<std::mutex> lock(recipes_mu());
   std::vector<std::string> names;
-  for (const auto& [name, r] : recipes())
-    if (r.host_op()) names.push_back(name);
+  for (const auto& [name, list] : recipes())
+    if (const RunRecipe* r = find_locked(name); r && r->host_op()) names.push_back(name);
   return names;
 }
 
 const RunRecipe* find_run_recipe(std::string_view kernel) {
   std::lock_guard<std::mutex> lock(recipes_mu());
-  auto it = recipes().find(kernel);
-  return it == recipes().end() ? nullptr : &it->second;
+  return find_locked(kernel);
 }
 
 struct RunRecipeAccess {

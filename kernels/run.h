@@ -126,6 +126,9 @@ class RunRecipe {
       std::function<std::pair<double, double>(const RunData&, std::string_view)> fn);
 
   const std::string& kernel() const { return kernel_; }
+  // The shared object (or program) that registered it: a recipe describes the kernel of the
+  // same name registered from the same object, not one a plugin put in its place.
+  const std::string& object() const { return object_; }
   const std::string& gpu_arch() const { return gpu_arch_; }
   const HostOp* host_op() const { return host_ ? &*host_ : nullptr; }
 
@@ -136,7 +139,8 @@ class RunRecipe {
     std::optional<std::vector<int64_t>> dims;
     ShapeFn fn;
   };
-  std::string kernel_;
+  friend RunRecipe& run_recipe(std::string_view kernel, const void* anchor);
+  std::string kernel_, object_;
   std::vector<TensorDecl> shapes_;
   std::map<std::string, std::pair<double, double>, std::less<>> ranges_;
   std::map<std::string, double, std::less<>> scalars_;
@@ -149,8 +153,14 @@ class RunRecipe {
   std::function<std::pair<double, double>(const RunData&, std::string_view)> tolerance_fn_;
 };
 
-// The recipe registered for `kernel` (created on first use).
+// The recipe for `kernel` registered from the shared object (or program) whose code `anchor`
+// points into (created on first use; KILN_RUN passes a function of its own file). Without an
+// anchor: the recipe of that name registered last, to add to it.
+RunRecipe& run_recipe(std::string_view kernel, const void* anchor);
 RunRecipe& run_recipe(std::string_view kernel);
+// The recipe that describes the kernel the name stands for now: the one registered from the
+// same object as that kernel. None when a plugin's kernel took the name and brought no recipe
+// (the built-in recipe describes another kernel). For a host operation, the last registered.
 const RunRecipe* find_run_recipe(std::string_view kernel);
 // The names of the host operations (RunRecipe::host), sorted.
 std::vector<std::string> host_op_names();
@@ -170,7 +180,7 @@ Placement placement(const RunRecipe& recipe, const DeviceInfo& device);
 #define KILN_RUN_CAT(a, b) KILN_RUN_CAT2(a, b)
 #define KILN_RUN(kernel)                                                                  \
   [[maybe_unused]] static ::kiln::kernels::RunRecipe& KILN_RUN_CAT(kiln_run_, __LINE__) = \
-      ::kiln::kernels::run_recipe(#kernel)
+      ::kiln::kernels::run_recipe(#kernel, reinterpret_cast<const void*>(+[] {}))
 
 struct RunConfig {
   std::map<std::string, std::string> set;              // scalars and comptime values
