@@ -101,7 +101,9 @@ float bits_float(uint32_t b) {
   return f;
 }
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// Not under ThreadSanitizer: GCC instruments the clones' resolver, which the dynamic loader
+// runs while it relocates the library, before TSan has set itself up (a crash before main).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define KILN_WGMMA_CLONES \
   __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
