@@ -445,7 +445,14 @@ namespace {
 CpuRunReport launch_report(const abi::KernelInfo& info, abi::LaunchState& state) {
   CpuRunReport report;
   if (!state.prints.empty()) report.prints = abi::format_prints(state, info.prints);
-  if (state.fault) {
+  // The first of the fault and the failed assert: the lower (cube, unit); at the same unit the
+  // assert, which states what the kernel expected (checked mode's view checks are asserts
+  // placed before the access they skip).
+  const bool assert_first =
+      state.assert_failed &&
+      (!state.fault || std::pair(state.assert_cube, state.assert_unit) <=
+                           std::pair(state.fault_cube, state.fault_unit));
+  if (state.fault && !assert_first) {
     const abi::AccessSite& site = info.accesses.at(state.fault_site);
     report.fault =
         Error(ErrorKind::KernelFault,
@@ -455,7 +462,7 @@ CpuRunReport launch_report(const abi::KernelInfo& info, abi::LaunchState& state)
                           info.name, state.fault_index, state.fault_bound, state.fault_cube,
                           state.fault_unit));
   }
-  if (state.assert_failed && !report.fault) {
+  if (assert_first) {
     const abi::AssertSite& site = info.asserts.at(state.assert_site);
     report.fault =
         Error(ErrorKind::KernelFault,

@@ -27,16 +27,19 @@ void read_report(const ReportHeader& h, std::span<const unsigned char> arena,
                  const std::function<const abi::KernelInfo*(uint32_t seq)>& kernel_of,
                  std::vector<std::string>& prints, std::optional<Error>& fault,
                  uint64_t& fault_key) {
-  // The first fault or failed assert: the smallest (launch, cube, unit); faults first.
+  // The first fault or failed assert: the smallest (launch, cube, unit); at the same unit the
+  // assert, which states what the kernel expected (checked mode's view checks are asserts
+  // placed before the access they skip).
   const FaultEntry* best = nullptr;
   bool best_is_fault = false;
   for (int list = 0; list < 2; ++list) {
-    const uint32_t count = std::min<uint32_t>(list == 0 ? h.fault_count : h.assert_count, 32);
-    const FaultEntry* entries = list == 0 ? h.faults : h.asserts;
+    const bool faults = list == 1;
+    const uint32_t count = std::min<uint32_t>(faults ? h.fault_count : h.assert_count, 32);
+    const FaultEntry* entries = faults ? h.faults : h.asserts;
     for (uint32_t i = 0; i < count; ++i)
       if (!best || entries[i].key < best->key) {
         best = &entries[i];
-        best_is_fault = list == 0;
+        best_is_fault = faults;
       }
   }
   fault_key = ~uint64_t{0};

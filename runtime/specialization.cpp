@@ -162,6 +162,7 @@ Result<Built> build(const detail::BuildRequest& req) {
   auto t = Clock::now();
   dsl::TraceRequest trace_req = req.trace;
   trace_req.target = backend::trace_target(target);
+  trace_req.checked = req.options.checked;
   KILN_ASSIGN(ir::Kernel traced, dsl::trace(*req.def, *req.inst, trace_req));
   report.trace_ms = ms_since(t);
   Built built;

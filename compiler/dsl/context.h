@@ -41,6 +41,9 @@ class TraceContext {
   ir::Builder& builder() { return builder_; }
   const TraceTarget& target() const;
   void set_target(std::shared_ptr<const TraceTarget> t) { target_ = std::move(t); }
+  // Checked mode: t(i, j) checks each index against the view's shape (TraceRequest::checked).
+  bool checked() const { return checked_; }
+  void set_checked(bool on) { checked_ = on; }
 
   // The IR location of a DSL call site; remembered as the latest location.
   ir::SourceLoc loc(const std::source_location& where);
@@ -55,6 +58,7 @@ class TraceContext {
  private:
   ir::Builder builder_;
   std::shared_ptr<const TraceTarget> target_;
+  bool checked_ = false;
   TraceContext* previous_;
   ir::SourceLoc last_;
   // file_name() pointers seen so far and their file index: source_location hands out the same

@@ -235,6 +235,28 @@ typename Tensor<V>::Elem Tensor<V>::index(std::span<const Arg<uint32_t>* const> 
     const ir::ValueId width = b.const_uint(ir::Type::value(ir::ElemType::U32), line, at);
     lines = b.op(ir::OpKind::Add, {b.op(ir::OpKind::Div, {offset, width}, at), last}, at);
   }
+  if (ctx.checked()) {
+    // Every index below its dimension (the last in lines), or the access is reported here
+    // and sent outside the footprint, where checked mode skips it: an index past one dimension
+    // lands between a strided view's elements, which the footprint alone does not catch.
+    ir::ValueId inside = ir::kNoValue;
+    for (int d = 0; d < r; ++d) {
+      ir::ValueId bound = shape(d, where).id();
+      if (d + 1 == r && line > 1)
+        bound = b.op(ir::OpKind::Div,
+                     {bound, b.const_uint(ir::Type::value(ir::ElemType::U32), line, at)}, at);
+      const ir::ValueId below = b.op(ir::OpKind::Lt, {is[d]->value(1), bound}, at);
+      ir::Attr a;
+      a.s = fmt::format("index {} of {} is not below {} (checked mode: the access is skipped)",
+                        d, detail::describe_memory(this->id_),
+                        d + 1 == r && line > 1 ? fmt::format("shape({}) / {}", d, line)
+                                               : fmt::format("shape({})", d));
+      b.op(ir::OpKind::Assert, {below}, at, {}, std::move(a));
+      inside = inside == ir::kNoValue ? below : b.op(ir::OpKind::And, {inside, below}, at);
+    }
+    lines = b.op(ir::OpKind::Select,
+                 {inside, lines, b.const_uint(ir::Type::value(ir::ElemType::U32), ~0u, at)}, at);
+  }
   return Elem(this->id_, lines);
 }
 

@@ -465,6 +465,7 @@ Result<ir::Kernel> trace(const KernelDef& def, const Instantiation& inst, const 
   }
   TraceContext ctx(def.name);
   ctx.set_target(req.target);
+  ctx.set_checked(req.checked);
   ctx.builder().set_cube_dim(req.cube_dim[0], req.cube_dim[1], req.cube_dim[2]);
   // Kernel code is ordinary C++ run at trace time: what it throws (a vector sized by a comptime
   // value, an allocation that fails) is an error of this trace, not the end of the process.

@@ -71,6 +71,9 @@ struct TraceRequest {
   std::array<uint32_t, 3> cube_dim{1, 1, 1};
   // The target the kernel is traced for (null: "any"); runtimes and `kiln show --target` set it.
   std::shared_ptr<const TraceTarget> target;
+  // Checked mode: each index of t(i, j) is checked against the view's shape, so that an access
+  // between a strided view's elements is reported (and skipped) like one outside its memory.
+  bool checked = false;
 };
 
 class TraceContext;

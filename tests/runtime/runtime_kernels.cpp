@@ -81,3 +81,14 @@ void rt_strided_add1_1d(Tensor<const f32> x, Tensor<f32> y) {
   if_(i < y.shape(0), [&] { y(i) = x(i) + 1.0f; });
 }
 KILN_KERNEL(rt_strided_add1_1d, "x, y").cube_dim(64);
+
+// A bug on purpose: writes y(r, c + 1), one past the row for the last column. On a strided view
+// that index lands between the view's elements, inside its footprint; checked mode reports it.
+void rt_strided_past_row(Tensor<const f32> x, Tensor<f32> y) {
+  u32 i = absolute_pos();
+  if_(i < y.shape(0) * y.shape(1), [&] {
+    u32 r = i / y.shape(1), c = i % y.shape(1);
+    y(r, c + 1u) = x(r, c);  // PAST_ROW
+  });
+}
+KILN_KERNEL(rt_strided_past_row, "x: rank=2, y: rank=2").cube_dim(64);

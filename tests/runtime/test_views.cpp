@@ -119,6 +119,35 @@ TEST_CASE("an output view that overlaps itself is refused", "[views]") {
                        view_of(base, {4, 4}, {1, 4}, 32)));
 }
 
+TEST_CASE("checked mode reports an index past a dimension of a strided view", "[views]") {
+  test::ScopedCache cache;
+  for (Runtime& rt : test::open_devices({"cpu", "cuda-emu"})) {
+    INFO(rt.device().name);
+    Tensor base = canaries(rt, 64);
+    Tensor x = test::f32_tensor(rt, std::vector<float>(12, 5.0f));
+    Tensor xv = view_of(x, {4, 3}, {3, 1}, 0);
+    // y: 4 rows of 3 elements, every other element of rows 8 apart. y(r, 3) is r * 8 + 6:
+    // inside the footprint (0 .. 28), between the view's elements.
+    Tensor y = view_of(base, {4, 3}, {8, 2}, 0);
+    LaunchOptions checked;
+    checked.checked = true;
+    KILN_REQUIRE_OK(
+        rt.launch_with(checked, test::kernel(rt, "rt_strided_past_row"), 1, 64, xv, y));
+    auto st = rt.sync();
+    REQUIRE_FALSE(st.ok());
+    CHECK_THAT(st.error().message, Contains("runtime_kernels.cpp"));
+    CHECK_THAT(st.error().message, Contains("index 1 of tensor 'y' is not below shape(1) (checked mode"));
+    // The skipped writes changed nothing: y(r, 1) and y(r, 2) were written, the rest is
+    // canaries.
+    auto host = test::to_host<float>(base);
+    for (int i = 0; i < 64; ++i) {
+      const bool written = i < 32 && (i % 8 == 2 || i % 8 == 4);
+      INFO(i);
+      REQUIRE(host[static_cast<size_t>(i)] == (written ? 5.0f : kCanary));
+    }
+  }
+}
+
 // Random views: shapes 0..5 a side, strides 0..9 (transposed, sliced, broadcast, overlapping),
 // offsets; the flat and the strided kernel; every launch is correct or refused, and the
 // buffer outside the output view's elements keeps its canaries.

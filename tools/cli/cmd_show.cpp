@@ -87,6 +87,7 @@ int run_show(const ShowOptions& o) {
   auto sel = dsl::select(**def, spec);
   if (!sel) return fail(sel.error());
   sel->request.target = backend::trace_target(*target);
+  sel->request.checked = o.checked;
   auto k = dsl::trace(**def, *sel->inst, sel->request);
   if (!k) return fail(k.error());
   if (!o.after.empty()) {
