@@ -1,7 +1,12 @@
 // A stand-in NVRTC whose compile crashes (SIGSEGV), as NVRTC 13.0's embedded ptxas has been
-// seen to on some wgmma code: loaded through KILN_NVRTC_LIBRARY by the worker-process tests.
+// seen to on some wgmma code, or with KILN_FAKE_NVRTC=hang never returns: loaded through
+// KILN_NVRTC_LIBRARY by the worker-process tests.
+#include <unistd.h>
+
 #include <csignal>
 #include <cstddef>
+#include <cstdlib>
+#include <cstring>
 
 extern "C" {
 int nvrtcVersion(int* major, int* minor) {
@@ -24,6 +29,8 @@ int nvrtcCreateProgram(void** prog, const char*, const char*, int, const char* c
   return 0;
 }
 int nvrtcCompileProgram(void*, int, const char* const*) {
+  if (const char* how = std::getenv("KILN_FAKE_NVRTC"); how && std::strcmp(how, "hang") == 0)
+    for (;;) ::pause();
   std::raise(SIGSEGV);
   return 0;
 }

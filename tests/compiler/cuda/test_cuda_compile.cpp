@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <array>
+#include <chrono>
 #include <set>
 
 #include <stdlib.h>
@@ -399,6 +400,31 @@ TEST_CASE("a crash inside NVRTC in the worker is a compile error and the program
   ::unsetenv("KILN_NVRTC");
   REQUIRE_FALSE(bad.ok());
   CHECK_THAT(bad.error().message, Contains("KILN_NVRTC=elsewhere"));
+}
+
+TEST_CASE("a worker that never answers is stopped at KILN_NVRTC_TIMEOUT", "[cuda][compile]") {
+  // The stand-in's compile never returns: the worker is killed after half a second.
+  ::setenv("KILN_NVRTC_LIBRARY", KILN_FAKE_NVRTC_CRASH, 1);
+  ::setenv("KILN_FAKE_NVRTC", "hang", 1);
+  ::setenv("KILN_NVRTC_TIMEOUT", "0.5", 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = cuda::compile_cuda("extern \"C\" __global__ void k() {}", "hang.cu", "sm_90a", false,
+                              cuda::NvrtcMode::Worker);
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ::setenv("KILN_NVRTC_TIMEOUT", "soon", 1);
+  auto bad = cuda::compile_cuda("extern \"C\" __global__ void k() {}", "k.cu", "sm_90a", false,
+                                cuda::NvrtcMode::Worker);
+  ::unsetenv("KILN_NVRTC_TIMEOUT");
+  ::unsetenv("KILN_FAKE_NVRTC");
+  ::unsetenv("KILN_NVRTC_LIBRARY");
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().kind == ErrorKind::Compile);
+  CHECK_THAT(r.error().message, Contains("did not answer within 0.5 s compiling hang.cu for "
+                                         "sm_90a, and was stopped; raise KILN_NVRTC_TIMEOUT"));
+  CHECK(secs < 30);
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.error().message, Contains("KILN_NVRTC_TIMEOUT=soon"));
 }
 
 // f8 inputs need sm_89: on sm_80 the backend refuses their fragments (f8 accumulators, which
