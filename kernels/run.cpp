@@ -608,11 +608,11 @@ Result<RunResult> run_unguarded(Runtime& rt, std::string_view name, const RunCon
   };
   for (const auto& [n, dims] : config.shapes) {
     if (too_large(dims))
-      return usage(name, fmt::format("--shape {}={}: {}", n, dims_text(dims),
-                                     std::any_of(dims.begin(), dims.end(),
-                                                 [](int64_t d) { return d < 0; })
-                                         ? "a dimension is negative"
-                                         : "more than 2^48 elements"));
+      return usage(
+          name, fmt::format("--shape {}={}: {}", n, dims_text(dims),
+                            std::any_of(dims.begin(), dims.end(), [](int64_t d) { return d < 0; })
+                                ? "a dimension is negative"
+                                : "more than 2^48 elements"));
     data.shapes[n] = dims;
   }
   // Line widths follow from shapes: the runner's tensors start on 64-byte boundaries, so the

@@ -449,9 +449,8 @@ CpuRunReport launch_report(const abi::KernelInfo& info, abi::LaunchState& state)
   // assert, which states what the kernel expected (checked mode's view checks are asserts
   // placed before the access they skip).
   const bool assert_first =
-      state.assert_failed &&
-      (!state.fault || std::pair(state.assert_cube, state.assert_unit) <=
-                           std::pair(state.fault_cube, state.fault_unit));
+      state.assert_failed && (!state.fault || std::pair(state.assert_cube, state.assert_unit) <=
+                                                  std::pair(state.fault_cube, state.fault_unit));
   if (state.fault && !assert_first) {
     const abi::AccessSite& site = info.accesses.at(state.fault_site);
     report.fault =

@@ -127,8 +127,8 @@ std::string type_name(py::handle v) {
 // anything else unchanged. NumPy is asked only when the program imported it.
 py::object plain(py::handle v) {
   py::dict modules = py::module_::import("sys").attr("modules");
-  if (modules.contains("numpy") &&
-      py::isinstance(v, modules["numpy"].attr("generic")) && py::hasattr(v, "item"))
+  if (modules.contains("numpy") && py::isinstance(v, modules["numpy"].attr("generic")) &&
+      py::hasattr(v, "item"))
     return v.attr("item")();
   return py::reinterpret_borrow<py::object>(v);
 }
@@ -170,9 +170,9 @@ kiln::Dim3 dim3(py::handle d, const char* what) {
                                   py::repr(d).cast<std::string>())));
   for (int64_t x : v)
     if (x < 1 || x > UINT32_MAX)
-      raise(kiln::Error(kiln::ErrorKind::InvalidArgument,
-                        fmt::format("{}: a dimension of {} is out of range (1 to {})", what, x,
-                                    UINT32_MAX)));
+      raise(kiln::Error(
+          kiln::ErrorKind::InvalidArgument,
+          fmt::format("{}: a dimension of {} is out of range (1 to {})", what, x, UINT32_MAX)));
   v.resize(3, 1);
   return kiln::Dim3(static_cast<uint32_t>(v[0]), static_cast<uint32_t>(v[1]),
                     static_cast<uint32_t>(v[2]));
@@ -245,9 +245,9 @@ std::string format_of(kiln::ir::ElemType t) {
 void launch(kiln::Runtime& rt, const kiln::Stream* stream, py::object kernel, py::object cubes,
             py::object cube_dim, py::args args, py::kwargs kwargs) {
   if (!py::isinstance<py::str>(kernel) && !py::isinstance<kiln::Kernel>(kernel))
-    raise(kiln::Error(kiln::ErrorKind::InvalidArgument,
-                      fmt::format("the kernel is a name (str) or a kiln.Kernel; got a {}",
-                                  type_name(kernel))));
+    raise(kiln::Error(
+        kiln::ErrorKind::InvalidArgument,
+        fmt::format("the kernel is a name (str) or a kiln.Kernel; got a {}", type_name(kernel))));
   kiln::Kernel k = py::isinstance<py::str>(kernel) ? take(rt.kernel(kernel.cast<std::string>()))
                                                    : kernel.cast<kiln::Kernel>();
   std::vector<kiln::Tensor> keep;

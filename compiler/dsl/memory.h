@@ -247,8 +247,8 @@ typename Tensor<V>::Elem Tensor<V>::index(std::span<const Arg<uint32_t>* const> 
                      {bound, b.const_uint(ir::Type::value(ir::ElemType::U32), line, at)}, at);
       const ir::ValueId below = b.op(ir::OpKind::Lt, {is[d]->value(1), bound}, at);
       ir::Attr a;
-      a.s = fmt::format("index {} of {} is not below {} (checked mode: the access is skipped)",
-                        d, detail::describe_memory(this->id_),
+      a.s = fmt::format("index {} of {} is not below {} (checked mode: the access is skipped)", d,
+                        detail::describe_memory(this->id_),
                         d + 1 == r && line > 1 ? fmt::format("shape({}) / {}", d, line)
                                                : fmt::format("shape({})", d));
       b.op(ir::OpKind::Assert, {below}, at, {}, std::move(a));

@@ -131,12 +131,12 @@ TEST_CASE("checked mode reports an index past a dimension of a strided view", "[
     Tensor y = view_of(base, {4, 3}, {8, 2}, 0);
     LaunchOptions checked;
     checked.checked = true;
-    KILN_REQUIRE_OK(
-        rt.launch_with(checked, test::kernel(rt, "rt_strided_past_row"), 1, 64, xv, y));
+    KILN_REQUIRE_OK(rt.launch_with(checked, test::kernel(rt, "rt_strided_past_row"), 1, 64, xv, y));
     auto st = rt.sync();
     REQUIRE_FALSE(st.ok());
     CHECK_THAT(st.error().message, Contains("runtime_kernels.cpp"));
-    CHECK_THAT(st.error().message, Contains("index 1 of tensor 'y' is not below shape(1) (checked mode"));
+    CHECK_THAT(st.error().message,
+               Contains("index 1 of tensor 'y' is not below shape(1) (checked mode"));
     // The skipped writes changed nothing: y(r, 1) and y(r, 2) were written, the rest is
     // canaries.
     auto host = test::to_host<float>(base);

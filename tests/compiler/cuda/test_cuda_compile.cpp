@@ -410,8 +410,7 @@ TEST_CASE("a worker that never answers is stopped at KILN_NVRTC_TIMEOUT", "[cuda
   const auto t0 = std::chrono::steady_clock::now();
   auto r = cuda::compile_cuda("extern \"C\" __global__ void k() {}", "hang.cu", "sm_90a", false,
                               cuda::NvrtcMode::Worker);
-  const double secs =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ::setenv("KILN_NVRTC_TIMEOUT", "soon", 1);
   auto bad = cuda::compile_cuda("extern \"C\" __global__ void k() {}", "k.cu", "sm_90a", false,
                                 cuda::NvrtcMode::Worker);
