@@ -347,7 +347,8 @@ Status Runtime::sync() {
   return sync(s_->default_stream);
 }
 
-// A stream handle this Runtime may use: made by it (or by another Runtime on the same device).
+// A stream handle this Runtime may use: one made by it (each Runtime has a device object of
+// its own, so another Runtime's stream is refused even on the same device).
 Status Runtime::check_stream(const Stream& stream, std::string_view op) const {
   if (!stream.valid())
     return Error(ErrorKind::InvalidArgument, fmt::format("{} on an empty stream handle", op));

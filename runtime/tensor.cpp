@@ -6,6 +6,7 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace kiln {
 
@@ -38,7 +39,9 @@ Result<Tensor> Tensor::make(std::shared_ptr<Device> device, Buffer buffer, ir::E
     t.shape_[static_cast<size_t>(d)] = shape[static_cast<size_t>(d)];
     if (strides.empty()) {
       t.strides_[static_cast<size_t>(d)] = s;
-      s *= shape[static_cast<size_t>(d)];
+      if (__builtin_mul_overflow(s, shape[static_cast<size_t>(d)], &s))
+        return bad(fmt::format("the row-major strides of shape {} overflow 64 bits",
+                               fmt::join(shape, "x")));
     } else {
       if (strides[static_cast<size_t>(d)] < 0) return bad("negative strides are not supported");
       t.strides_[static_cast<size_t>(d)] = strides[static_cast<size_t>(d)];

@@ -232,6 +232,12 @@ TEST_CASE("wrap refuses strides whose reach overflows", "[views]") {
   }
   const int64_t big[] = {int64_t{1} << 40, int64_t{1} << 40};
   REQUIRE_FALSE(rt.wrap(data, ElemType::F32, big, {}, nullptr).ok());
+  // An empty tensor whose row-major strides would overflow: refused, not made with wrapped
+  // strides.
+  const int64_t empty_huge[] = {0, int64_t{1} << 40, int64_t{1} << 40};
+  auto e = rt.empty(ElemType::F32, empty_huge);
+  REQUIRE_FALSE(e.ok());
+  CHECK_THAT(e.error().message, Contains("overflow 64 bits"));
   // A view whose last element lies in a page that cannot be read (a guard page) is refused;
   // one that ends before it is not.
   const auto page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
