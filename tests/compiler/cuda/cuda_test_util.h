@@ -115,11 +115,15 @@ inline CudaBuild cuda_build(const ir::Kernel& k, const std::string& arch, bool c
 }
 
 // Traces a registered kernel with options.
-inline ir::Kernel traced(const dsl::KernelDef& def, const dsl::SpecOptions& opts = {}) {
+// `checked`: traced as a checked launch is (each index of t(i, j) checked against its view).
+inline ir::Kernel traced(const dsl::KernelDef& def, const dsl::SpecOptions& opts = {},
+                         bool checked = false) {
   auto sel = dsl::select(def, opts);
   INFO((sel.ok() ? std::string() : sel.error().message));
   REQUIRE(sel.ok());
-  auto k = dsl::trace(def, *sel->inst, sel->request);
+  dsl::TraceRequest request = sel->request;
+  request.checked = checked;
+  auto k = dsl::trace(def, *sel->inst, request);
   INFO((k.ok() ? std::string() : k.error().message));
   REQUIRE(k.ok());
   return std::move(*k);

@@ -74,7 +74,7 @@ TEST_CASE("every instantiation, line width and checked mode compiles", "[cuda][c
           arch = a;
           break;
         }
-      test::cuda_build(test::traced(*d, o), arch, /*checked=*/true);
+      test::cuda_build(test::traced(*d, o, /*checked=*/true), arch, /*checked=*/true);
     }
   }
   // Wide lines: 16 f32 lanes are four 16-byte accesses; f16x8 is one.
