@@ -7,6 +7,7 @@
 #include <pybind11/stl.h>
 
 #include <bit>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -124,42 +125,45 @@ std::string type_name(py::handle v) {
 }
 
 // A NumPy scalar (np.float32(2), np.int64(3), np.bool_(True)) as the Python value it holds;
-// anything else unchanged. NumPy is asked only when the program imported it.
-py::object plain(py::handle v) {
+// nothing for anything else (a type name test first: tensors pass here on every launch).
+std::optional<py::object> numpy_scalar(py::handle v) {
+  const std::string_view type = Py_TYPE(v.ptr())->tp_name;
+  if (!type.starts_with("numpy.") || type == "numpy.ndarray") return std::nullopt;
   py::dict modules = py::module_::import("sys").attr("modules");
   if (modules.contains("numpy") && py::isinstance(v, modules["numpy"].attr("generic")) &&
       py::hasattr(v, "item"))
     return v.attr("item")();
-  return py::reinterpret_borrow<py::object>(v);
+  return std::nullopt;
 }
 
-// A Python integer (or anything with __index__: a NumPy integer) as an int64; `what` names
-// the argument in the error.
-int64_t to_int64(py::handle v, const std::string& what) {
+// A Python integer (or anything with __index__: a NumPy integer) as an int64; `what()` names
+// the argument in the error (made only then: launches pass every argument through here).
+template <class What>
+int64_t to_int64(py::handle v, const What& what) {
   py::object index = py::reinterpret_steal<py::object>(PyNumber_Index(v.ptr()));
   if (!index) {
     PyErr_Clear();
     raise(kiln::Error(kiln::ErrorKind::InvalidArgument,
-                      fmt::format("{} must be an integer, not a {} ({})", what, type_name(v),
+                      fmt::format("{} must be an integer, not a {} ({})", what(), type_name(v),
                                   py::repr(v).cast<std::string>())));
   }
   int overflow = 0;
   const long long x = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
   if (overflow != 0)
     raise(kiln::Error(kiln::ErrorKind::InvalidArgument,
-                      fmt::format("{} is {}, which does not fit in 64 bits", what,
+                      fmt::format("{} is {}, which does not fit in 64 bits", what(),
                                   py::str(index).cast<std::string>())));
   return x;
 }
 
 // A shape (an int or a sequence of ints); `what` names it in errors.
-std::vector<int64_t> dims(py::handle shape, const std::string& what) {
+std::vector<int64_t> dims(py::handle shape, const char* what) {
   if (!py::isinstance<py::sequence>(shape) || py::isinstance<py::str>(shape))
-    return {to_int64(shape, what)};
+    return {to_int64(shape, [&] { return std::string(what); })};
   std::vector<int64_t> out;
   const py::sequence seq = py::reinterpret_borrow<py::sequence>(shape);
   for (size_t i = 0; i < seq.size(); ++i)
-    out.push_back(to_int64(seq[i], fmt::format("{}[{}]", what, i)));
+    out.push_back(to_int64(seq[i], [&] { return fmt::format("{}[{}]", what, i); }));
   return out;
 }
 kiln::Dim3 dim3(py::handle d, const char* what) {
@@ -178,12 +182,15 @@ kiln::Dim3 dim3(py::handle d, const char* what) {
                     static_cast<uint32_t>(v[2]));
 }
 
-// A Python value as a loose launch argument; tensors are imported into `keep`. `what` names
-// the argument in errors ("argument 3", "argument 'a'").
-kiln::LooseArg loose(kiln::Runtime& rt, py::handle given, const std::string& what,
+// A Python value as a loose launch argument; tensors are imported into `keep`. Errors name
+// the argument: "argument 3" (1-based `position`), or "argument 'a'" for a keyword.
+kiln::LooseArg loose(kiln::Runtime& rt, py::handle v, size_t position, std::string_view keyword,
                      std::vector<kiln::Tensor>& keep) {
+  auto what = [&] {
+    return keyword.empty() ? fmt::format("argument {}", position)
+                           : fmt::format("argument '{}'", keyword);
+  };
   kiln::LooseArg a;
-  const py::object v = plain(given);
   if (py::isinstance<py::bool_>(v)) {
     a.arg = kiln::launch_arg(v.cast<bool>());
   } else if (py::isinstance<py::int_>(v)) {
@@ -192,6 +199,8 @@ kiln::LooseArg loose(kiln::Runtime& rt, py::handle given, const std::string& wha
     a.arg = kiln::launch_arg(v.cast<double>());
   } else if (py::isinstance<py::str>(v)) {
     a.text = v.cast<std::string>();
+  } else if (std::optional<py::object> held = numpy_scalar(v)) {
+    return loose(rt, *held, position, keyword, keep);  // before __dlpack__, which 0-d has
   } else if (py::isinstance<kiln::Tensor>(v) || PyCapsule_CheckExact(v.ptr()) ||
              py::hasattr(v, "__dlpack__")) {
     keep.push_back(import_any(rt, v));  // `keep` has room for every argument: no reallocation
@@ -201,7 +210,7 @@ kiln::LooseArg loose(kiln::Runtime& rt, py::handle given, const std::string& wha
                       fmt::format("{} is a {}, which a kernel cannot take: pass a tensor (a "
                                   "kiln.Tensor or an object with __dlpack__: a NumPy array, a "
                                   "PyTorch tensor), a bool, an int, a float or a str",
-                                  what, type_name(v))));
+                                  what(), type_name(v))));
   }
   return a;
 }
@@ -254,12 +263,11 @@ void launch(kiln::Runtime& rt, const kiln::Stream* stream, py::object kernel, py
   keep.reserve(args.size() + kwargs.size());
   std::vector<kiln::LooseArg> list;
   size_t position = 0;
-  for (py::handle v : args)
-    list.push_back(loose(rt, v, fmt::format("argument {}", ++position), keep));
+  for (py::handle v : args) list.push_back(loose(rt, v, ++position, {}, keep));
   for (auto [key, v] : kwargs) {
-    const std::string name = key.cast<std::string>();
-    list.push_back(loose(rt, v, fmt::format("argument '{}'", name), keep));
-    list.back().name = name;
+    std::string name = key.cast<std::string>();
+    list.push_back(loose(rt, v, 0, name, keep));
+    list.back().name = std::move(name);
   }
   std::vector<kiln::LaunchArg> ordered = take(kiln::order_args(k, list));
   const kiln::Dim3 c = dim3(cubes, "cubes"), d = dim3(cube_dim, "cube_dim");
