@@ -35,30 +35,6 @@ std::vector<ir::MatrixConfig> Backend::matrix_configs(const Target&) const {
   return ir::matrix_configs();
 }
 
-bool Backend::has_wgmma(const Target&) const {
-  return true;
-}
-
-bool Backend::has_tcgen05(const Target&) const {
-  return true;
-}
-
-bool Backend::has_tma(const Target&) const {
-  return true;
-}
-
-bool Backend::has_multicast(const Target&) const {
-  return true;
-}
-
-bool Backend::has_cp_async(const Target&) const {
-  return true;
-}
-
-bool Backend::has_mma_scaled(const Target&) const {
-  return true;
-}
-
 std::string Backend::unsupported(const ir::Kernel&, const ir::Op&, const Target&) const {
   return {};
 }
@@ -103,7 +79,7 @@ Status check_supported(const Backend& b, const ir::Kernel& k, const Target& t) {
     return Error(ErrorKind::Unsupported,
                  fmt::format("kernel '{}': a cube of {} units; {} allows at most {} units per cube",
                              k.name, k.units_per_cube(), t.name, lim.max_units_per_cube));
-  if (k.cubes_per_cluster() > 1 && !b.has_tma(t))
+  if (k.cubes_per_cluster() > 1 && !t.features.tma)
     return Error(ErrorKind::Unsupported,
                  fmt::format("{}: error: kernel '{}' has clusters of {}x{}x{} cubes; clusters are "
                              "sm_90 features and {} has none (ask has_clusters() at trace time)",
@@ -131,12 +107,7 @@ std::shared_ptr<const dsl::TraceTarget> trace_target(const Target& t) {
   auto tt = std::make_shared<dsl::TraceTarget>();
   tt->name = t.name;
   tt->matrix = t.backend->matrix_configs(t);
-  tt->wgmma = t.backend->has_wgmma(t);
-  tt->tcgen05 = t.backend->has_tcgen05(t);
-  tt->tma = t.backend->has_tma(t);
-  tt->multicast = t.backend->has_multicast(t);
-  tt->cp_async = t.backend->has_cp_async(t);
-  tt->mma_scaled = t.backend->has_mma_scaled(t);
+  tt->features = t.features;
   return tt;
 }
 

@@ -34,6 +34,8 @@ struct Target {
   std::string name;  // canonical text: "cpu", "cpu:skylake", "sm_90a"
   // Everything about the target that changes the code (the CPU's features): part of cache keys.
   std::string key;
+  // What it runs beyond the ops every backend takes (ir/ops.h); parse_target fills it.
+  ir::Features features;
   std::shared_ptr<const void> impl;  // the backend's own description of it
 };
 
@@ -96,24 +98,6 @@ class Backend {
   // The matrix multiplies (fragment shapes and types) the target runs; every one the IR
   // accepts unless the backend says otherwise. Kernels ask at trace time (dsl::has_mma).
   virtual std::vector<ir::MatrixConfig> matrix_configs(const Target& t) const;
-  // Whether the target runs warpgroup multiplies (wgmma.*): all by default (the CPU), sm_90a
-  // only among the GPUs.
-  virtual bool has_wgmma(const Target& t) const;
-  // Whether the target has tensor memory and tcgen05 (tmem.*, tcgen05.*): all by default (the
-  // CPU), sm_100a only among the GPUs.
-  virtual bool has_tcgen05(const Target& t) const;
-  // Whether the target has the Tensor Memory Accelerator (tma.load, mbar.arrive_expect_tx): all
-  // by default (the CPU), sm_90 and later among the GPUs.
-  virtual bool has_tma(const Target& t) const;
-  // Whether the target multicasts TMA boxes to the cubes of a cluster (tma.load_multicast): all
-  // by default (the CPU), sm_90a and sm_100a among the GPUs.
-  virtual bool has_multicast(const Target& t) const;
-  // Whether the target has per-unit asynchronous copies (async.*, cp.async): all by default (the
-  // CPU), sm_80 and later among the GPUs.
-  virtual bool has_cp_async(const Target& t) const;
-  // Whether the target runs block-scaled multiplies (frag.mma_scaled): all by default (the
-  // CPU), sm_120a only among the GPUs.
-  virtual bool has_mma_scaled(const Target& t) const;
 
   // Stages after "ir" and "ir-opt", in order.
   virtual const std::vector<Stage>& own_stages() const = 0;

@@ -198,6 +198,20 @@ struct MatrixConfig {
 // Every multiply the IR accepts (frag_type_error's rules), in a fixed order.
 const std::vector<MatrixConfig>& matrix_configs();
 
+// The ops a target runs beyond those every backend takes, as one set the target carries
+// (backend::Target::features): kernels ask at trace time (dsl::has_wgmma() ...), the library
+// picks its strategies from them, backends refuse what their target lacks. Everything by
+// default: the CPU runs every op. Which fragment multiplies: Backend::matrix_configs.
+struct Features {
+  bool wgmma = true;       // warpgroup multiplies (wgmma.*): sm_90a among the GPUs
+  bool tcgen05 = true;     // tensor memory and tcgen05 (tmem.*, tcgen05.*): sm_100a
+  bool tma = true;         // the Tensor Memory Accelerator and clusters (tma.*): sm_90 and later
+  bool multicast = true;   // TMA boxes multicast to a cluster's cubes: sm_90a and sm_100a
+  bool cp_async = true;    // per-unit asynchronous copies (async.*, cp.async): sm_80 and later
+  bool mma_scaled = true;  // block-scaled multiplies (frag.mma_scaled): sm_120a
+  friend bool operator==(const Features&, const Features&) = default;
+};
+
 // Why a fragment type is not one kiln supports, or "" (the shapes and element types of
 // docs/dsl.md "Matrices": m 16 or 32, n 8, 16 or 32, k one or two instruction steps).
 std::string frag_type_error(const Type& t);

@@ -535,22 +535,48 @@ class Parser {
       fail_at(name_tok.line, name_tok.col,
               fmt::format("'{}' produces a value; write '%N = {} ...'", info.name, info.name));
 
-    auto operands = [&](int n) {
-      for (int i = 0; i < n; ++i) {
-        if (i) expect_punct(',');
-        op.operands.push_back(use_value());
-      }
-    };
-    auto immediate = [&](const char* what) {
-      expect_punct(',');
-      op.attr.i = parse_uint(what, 0xffffffffu);
-    };
-
+    if (is_region_sig(info.sig)) {
+      parse_region_op(op, depth);
+      return op;
+    }
     std::string literal;
     Token literal_tok;
-    switch (info.sig) {
+    if (!parse_matrix_operands(op)) parse_operands(op, literal, literal_tok);
+    if (sig_has_result(info.sig)) {
+      expect_punct(':');
+      const Type t = parse_type();
+      if (info.sig == Sig::Const) set_literal(op, t, literal, literal_tok);
+      op.result = define_value(result_tok, t);
+    } else if (is_punct(':')) {
+      fail(fmt::format("'{}' produces no value, so it has no type", info.name));
+    }
+    op.loc = parse_optional_loc();
+    return op;
+  }
+
+  static bool is_region_sig(Sig s) {
+    return s == Sig::If || s == Sig::For || s == Sig::Loop || s == Sig::Pipeline ||
+           s == Sig::Units;
+  }
+
+  // N operands, comma-separated.
+  void operands(Op& op, int n) {
+    for (int i = 0; i < n; ++i) {
+      if (i) expect_punct(',');
+      op.operands.push_back(use_value());
+    }
+  }
+  // `, N`: the op's immediate.
+  void immediate(Op& op, const char* what) {
+    expect_punct(',');
+    op.attr.i = parse_uint(what, 0xffffffffu);
+  }
+
+  // An op with regions (if, for, loop, pipeline, units): its operands, location and blocks.
+  void parse_region_op(Op& op, int depth) {
+    switch (op_info(op.kind).sig) {
       case Sig::If:
-        operands(1);
+        operands(op, 1);
         op.loc = parse_optional_loc();
         op.regions.resize(2);
         parse_block(op.regions[0], depth + 1);
@@ -558,7 +584,7 @@ class Parser {
           advance();
           parse_block(op.regions[1], depth + 1);
         }
-        return op;
+        return;
       case Sig::For: {
         if (tok_.kind != Tok::Value) expected("the induction variable such as %4");
         const Token iv_tok = tok_;
@@ -582,15 +608,15 @@ class Parser {
         op.regions.resize(1);
         op.regions[0].args.push_back(define_value(iv_tok, k_.type_of(op.operands[0])));
         parse_block(op.regions[0], depth + 1);
-        return op;
+        return;
       }
       case Sig::Loop:
         op.loc = parse_optional_loc();
         op.regions.resize(1);
         parse_block(op.regions[0], depth + 1);
-        return op;
+        return;
       case Sig::Pipeline: {
-        operands(3);
+        operands(op, 3);
         expect_punct(',');
         expect_ident("stages");
         const auto stages = parse_uint("a stage count", kMaxPipelineStages);
@@ -629,7 +655,7 @@ class Parser {
         expect_ident("consume");
         region_args(op.regions[1]);
         parse_block(op.regions[1], depth + 1);
-        return op;
+        return;
       }
       case Sig::Units: {
         if (tok_.kind != Tok::Value) expected("the unit index such as %4");
@@ -643,52 +669,21 @@ class Parser {
         op.regions.resize(1);
         op.regions[0].args.push_back(define_value(u_tok, Type::value(ElemType::U32)));
         parse_block(op.regions[0], depth + 1);
-        return op;
+        return;
       }
-      case Sig::Const:
-        if (tok_.kind != Tok::Number && tok_.kind != Tok::Ident) expected("a literal");
-        literal = tok_.text;
-        literal_tok = tok_;
-        advance();
-        break;
-      case Sig::Builtin:
-        if (is_ident("x") || is_ident("y") || is_ident("z")) {
-          op.attr.i = static_cast<uint64_t>(tok_.text[0] - 'x' + 1);
-          advance();
-        }
-        break;
-      case Sig::Print:
-        if (tok_.kind != Tok::String) expected("a format string");
-        op.attr.s = tok_.text;
-        advance();
-        while (is_punct(',')) {
-          advance();
-          op.operands.push_back(use_value());
-        }
-        break;
-      case Sig::Assert:
-        operands(1);
-        expect_punct(',');
-        if (tok_.kind != Tok::String) expected("a message string");
-        op.attr.s = tok_.text;
-        advance();
-        break;
-      case Sig::Extract:
-        operands(1);
-        immediate("a lane index");
-        break;
-      case Sig::Insert:
-        operands(2);
-        immediate("a lane index");
-        break;
-      case Sig::ShapeStride:
-        operands(1);
-        immediate("a dimension");
-        break;
+      default:
+        KILN_CHECK(false, "not an op with regions");
+    }
+  }
+
+  // The operands and immediates of the matrix, mbarrier, tensor-memory and TMA ops; false when
+  // `op` is not one of them.
+  bool parse_matrix_operands(Op& op) {
+    switch (op_info(op.kind).sig) {
       case Sig::FragLoad:
       case Sig::FragStore:
       case Sig::FragLdmatrix:
-        operands(info.sig == Sig::FragLdmatrix ? 4 : 6);
+        operands(op, op_info(op.kind).sig == Sig::FragLdmatrix ? 4 : 6);
         if (!is_punct(',')) expected("', row' or ', col' (the memory layout) after the operands");
         advance();
         if (is_ident("row") || is_ident("col")) {
@@ -697,39 +692,39 @@ class Parser {
         } else {
           expected("the memory layout, row or col");
         }
-        break;
+        return true;
       case Sig::WgmmaDesc:
-        operands(4);
-        immediate("the swizzle in bytes (0, 32, 64 or 128)");
-        break;
+        operands(op, 4);
+        immediate(op, "the swizzle in bytes (0, 32, 64 or 128)");
+        return true;
       case Sig::Wgmma: {
-        operands(3);
+        operands(op, 3);
         expect_punct(',');
         const auto e = tok_.kind == Tok::Ident ? parse_elem_type(tok_.text) : std::nullopt;
         if (!e) expected("the input element type of the multiply, such as bf16");
         op.attr.i = static_cast<uint64_t>(*e);
         advance();
         op.attr.i |= mma_major_bits(parse_majors(), kWgmmaMajorShift);
-        break;
+        return true;
       }
       case Sig::WgmmaWait:
         op.attr.i = parse_uint("the number of groups left in flight", 0xffffffffu);
-        break;
+        return true;
       case Sig::MbarInit:
-        operands(2);
-        immediate("the number of arrivals per phase");
-        break;
+        operands(op, 2);
+        immediate(op, "the number of arrivals per phase");
+        return true;
       case Sig::TmemAlloc:
         op.attr.i = parse_uint("the number of tensor-memory columns", 0xffffffffu);
-        break;
+        return true;
       case Sig::TmemFree:
-        operands(1);
-        immediate("the number of tensor-memory columns");
-        break;
+        operands(op, 1);
+        immediate(op, "the number of tensor-memory columns");
+        return true;
       case Sig::TmemLoad:
-        operands(3);
-        immediate("the number of columns");
-        break;
+        operands(op, 3);
+        immediate(op, "the number of columns");
+        return true;
       case Sig::TmaLoad:
       case Sig::TmaStore:
       case Sig::TmaPrefetch: {
@@ -739,7 +734,7 @@ class Parser {
         // tma.prefetch %t, %c..., box B..., swizzle W[, fill nan]
         //   (tma.load of an im2col box: %c..., %o..., im2col P, C, lower L..., upper U...,
         //   swizzle W[, fill nan])
-        operands(static_cast<int>(tma_operands(op.kind).coords));
+        operands(op, static_cast<int>(tma_operands(op.kind).coords));
         while (is_punct(',')) {
           advance();
           if (is_ident("box") || is_ident("im2col")) break;
@@ -791,10 +786,10 @@ class Parser {
         }
         op.attr.i = tma_attr(b) | uint64_t{static_cast<uint32_t>(red)} << kTmaReduceShift |
                     uint64_t{async} << kTmaAsyncBit;
-        break;
+        return true;
       }
       case Sig::Tcgen05Mma: {
-        operands(4);
+        operands(op, 4);
         expect_punct(',');
         const auto e = tok_.kind == Tok::Ident ? parse_elem_type(tok_.text) : std::nullopt;
         if (!e) expected("the input element type of the multiply, such as bf16");
@@ -803,22 +798,60 @@ class Parser {
         const uint64_t n = parse_uint("the number of columns N", 0xffffu);
         op.attr.i =
             static_cast<uint64_t>(*e) | n << 8 | mma_major_bits(parse_majors(), kTcgen05MajorShift);
-        break;
+        return true;
       }
       default:
-        operands(sig_operand_count(info.sig));
+        return false;
+    }
+  }
+
+  // The operands, immediates and literal of every other op.
+  void parse_operands(Op& op, std::string& literal, Token& literal_tok) {
+    switch (op_info(op.kind).sig) {
+      case Sig::Const:
+        if (tok_.kind != Tok::Number && tok_.kind != Tok::Ident) expected("a literal");
+        literal = tok_.text;
+        literal_tok = tok_;
+        advance();
+        break;
+      case Sig::Builtin:
+        if (is_ident("x") || is_ident("y") || is_ident("z")) {
+          op.attr.i = static_cast<uint64_t>(tok_.text[0] - 'x' + 1);
+          advance();
+        }
+        break;
+      case Sig::Print:
+        if (tok_.kind != Tok::String) expected("a format string");
+        op.attr.s = tok_.text;
+        advance();
+        while (is_punct(',')) {
+          advance();
+          op.operands.push_back(use_value());
+        }
+        break;
+      case Sig::Assert:
+        operands(op, 1);
+        expect_punct(',');
+        if (tok_.kind != Tok::String) expected("a message string");
+        op.attr.s = tok_.text;
+        advance();
+        break;
+      case Sig::Extract:
+        operands(op, 1);
+        immediate(op, "a lane index");
+        break;
+      case Sig::Insert:
+        operands(op, 2);
+        immediate(op, "a lane index");
+        break;
+      case Sig::ShapeStride:
+        operands(op, 1);
+        immediate(op, "a dimension");
+        break;
+      default:
+        operands(op, sig_operand_count(op_info(op.kind).sig));
         break;
     }
-    if (sig_has_result(info.sig)) {
-      expect_punct(':');
-      const Type t = parse_type();
-      if (info.sig == Sig::Const) set_literal(op, t, literal, literal_tok);
-      op.result = define_value(result_tok, t);
-    } else if (is_punct(':')) {
-      fail(fmt::format("'{}' produces no value, so it has no type", info.name));
-    }
-    op.loc = parse_optional_loc();
-    return op;
   }
 
   void set_literal(Op& op, const Type& t, const std::string& lit, const Token& at) {

@@ -356,9 +356,9 @@ Placement placement(const RunRecipe& recipe, const DeviceInfo& device) {
     return a;
   };
   Placement p;
-  if (arch.empty() || device.kind == DeviceKind::Cpu || base(device.arch) == base(arch)) return p;
-  if (device.kind == DeviceKind::CudaEmulator)
-    p.emulator = "cuda-emu:" + arch;
+  if (arch.empty() || device.any_arch || base(device.arch) == base(arch)) return p;
+  if (!device.retarget.empty())
+    p.emulator = fmt::format(fmt::runtime(device.retarget), arch);
   else
     p.skip = fmt::format("written for {}, this GPU is {}", arch, device.arch);
   return p;

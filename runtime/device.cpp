@@ -34,6 +34,25 @@ std::vector<DeviceFamily> device_families() {
   return families();
 }
 
+Result<std::shared_ptr<DeviceEvent>> HostStream::record() {
+  auto e = std::make_shared<HostEvent>();  // launches before it have finished already
+  e->device = device_;
+  return std::shared_ptr<DeviceEvent>(std::move(e));
+}
+
+Status HostStream::wait(const DeviceEvent& event) {
+  if (event.device != device_)
+    return Error(ErrorKind::InvalidArgument, "wait: the event was not recorded on this device");
+  return {};  // launches complete in order as they are issued
+}
+
+void describe_target(DeviceInfo& info, const backend::Target& target) {
+  info.features = target.features;
+  if (!target.backend) return;
+  info.plane_width = target.backend->plane_width(target);
+  info.shared_bytes = target.backend->limits(target).max_shared_bytes;
+}
+
 Result<std::unique_ptr<DeviceStream>> Device::wrap_stream(void*) {
   return Error(ErrorKind::Unsupported,
                fmt::format("{} has no native streams to wrap; external streams are CUDA streams "

@@ -1,6 +1,6 @@
 // The device interface behind a Runtime (ggml's ggml_backend_i is the model): one narrow table
 // of memory, copies, loading a compiled artifact, streams with launch, sync and events. Each
-// device family implements it in its own file (cpu_device.cpp, cuda_device.cpp) and registers a
+// device family implements it in its own folder (runtime/cpu/, runtime/cuda/, runtime/emu/) and registers a
 // DeviceFamily; Runtime, the specialization cache and the CLI never ask which device they hold.
 #pragma once
 
@@ -16,26 +16,51 @@
 #include <vector>
 
 #include "compiler/backend.h"
-#include "runtime/cpu_exec.h"
+#include "runtime/args.h"
 #include "runtime/memory.h"
 
 namespace kiln {
 
 class Tensor;
 
-enum class DeviceKind { Cpu, Cuda, CudaEmulator, Other };
-
+// What a device is, in the facts code chooses by: the library picks its strategies, `kiln run`
+// its placement and DLPack its device type from these, never from which family the device is
+// of, so that a new family gets the right behaviour by stating its facts.
 struct DeviceInfo {
-  std::string name;  // "cpu", "cuda:0", "cuda-emu"
-  DeviceKind kind = DeviceKind::Cpu;
+  std::string name;         // "cpu", "cuda:0", "cuda-emu"
   std::string description;  // the processor or GPU model
   int cores = 0;            // CPU threads kiln uses, or streaming multiprocessors
-  int vector_bits = 0;      // CPU: the widest SIMD register
+  int vector_bits = 0;      // the widest vector load: a CPU's SIMD register, 128 on a GPU
   std::string arch;         // CUDA: "sm_90"; CPU: the LLVM CPU name
   uint64_t memory_bytes = 0;
-  bool host_memory = false;  // its memory is the host's (the CPU)
-  std::string details;       // one line for `kiln devices`: "2 threads, 512-bit vectors"
+  bool host_memory = false;  // its memory is the host's: the CPU reads it directly
+  // A cube's units are the SIMD lanes of one core (the CPU backend's model), so a cube is cheap
+  // and a few units per cube are best; otherwise each unit is a thread of a GPU (or of its
+  // emulation), and a cube of hundreds of units is the norm.
+  bool lane_units = false;
+  // It runs a GPU's code unit by unit on the host's cores: every result exact, every access
+  // checked, but thousands of times slower than the GPU (benchmarks and huge jobs skip it).
+  bool emulated = false;
+  // It runs kernels written for any GPU architecture as they are (the CPU: its target has every
+  // feature), so a kernel written for one needs no other device.
+  bool any_arch = false;
+  // How to open a device of this kind for another GPU architecture, with {} for it
+  // ("cuda-emu:{}"); empty when it cannot.
+  std::string retarget;
+  // DLPack's device type and id for its memory (kDLCPU 1, kDLCUDA 2), or type 0 when other
+  // frameworks cannot share it, and then why not ("the CUDA emulator checks every access...").
+  int dlpack_type = 0, dlpack_id = 0;
+  std::string dlpack_refusal;
+  // From its compile target (describe_target): what it runs beyond every backend's ops
+  // (wgmma, tcgen05, TMA...), units per plane, and the shared memory a cube gets by default.
+  ir::Features features;
+  int plane_width = 1;
+  uint64_t shared_bytes = 0;
+  std::string details;  // one line for `kiln devices`: "2 threads, 512-bit vectors"
 };
+// Fills the facts of `info` that its compile target gives (features, plane width, shared
+// memory); each device calls it once its target is known.
+void describe_target(DeviceInfo& info, const backend::Target& target);
 
 // A compiled specialization loaded on a device, ready to launch.
 class LoadedKernel {
@@ -80,6 +105,18 @@ class DeviceStream {
   virtual Result<std::shared_ptr<DeviceEvent>> record() = 0;
   // Makes later launches on this stream wait for `event` (of the same device).
   virtual Status wait(const DeviceEvent& event) = 0;
+};
+
+// A stream of a device whose launches finish before launch() returns (the CPU, the CUDA
+// emulator): an event is the host time it was recorded at, and waiting for one is free.
+class HostStream : public DeviceStream {
+ public:
+  explicit HostStream(const void* device) : device_(device) {}
+  Result<std::shared_ptr<DeviceEvent>> record() override;
+  Status wait(const DeviceEvent& event) override;
+
+ protected:
+  const void* device_;  // the Device whose stream it is
 };
 
 class Device {

@@ -1,6 +1,6 @@
 // Fibers: stacks that one host thread switches between by hand, for what must run
-// interleaved but not in parallel: the units of an emulated cube (runtime/emu_exec.cpp) and the
-// cubes of a cluster on the CPU (runtime/cpu_exec.cpp). A fiber is a stack and a saved stack
+// interleaved but not in parallel: the units of an emulated cube (runtime/emu/exec.cpp) and the
+// cubes of a cluster on the CPU (runtime/cpu/exec.cpp). A fiber is a stack and a saved stack
 // pointer. On x86-64 the switch saves the callee-saved registers on the old stack and restores
 // them from the new one (a few nanoseconds, no system call); the floating-point control words
 // are the thread's, which no kernel changes. Elsewhere ucontext does the same, slower.

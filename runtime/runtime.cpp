@@ -17,7 +17,7 @@
 #include "compiler/dsl/selection.h"
 #include "ir/float16.h"
 #include "ir/verifier.h"
-#include "runtime/cpu_exec.h"
+#include "runtime/cpu/exec.h"
 #include "runtime/device.h"
 #include "runtime/specialization.h"
 
@@ -435,21 +435,35 @@ int Runtime::max_lanes(ir::ElemType dtype) const {
 // ---- launch
 // ------------------------------------------------------------------------------------------
 
-Status Runtime::launch_args(const Kernel& kernel, Dim3 cubes, Dim3 cube_dim, const LaunchOptions& o,
-                            std::span<const LaunchArg> args) {
-  if (!kernel.def_) return Error(ErrorKind::InvalidArgument, "launch of an empty Kernel handle");
-  const dsl::KernelDef& def = *kernel.def_;
+namespace {
+
+// What a launch builds on the stack (no allocation): the specialization key, the trace's
+// argument descriptors and comptime values, the host views of the runtime arguments, and the
+// parameter each runtime argument is.
+struct LaunchFrame {
+  detail::SpecKey key;
+  std::array<dsl::ArgDesc, kMaxParams> descs;
+  std::array<HostArg, kMaxParams> host;
+  std::array<dsl::ComptimeValue, kMaxParams> comptime;
+  std::array<uint8_t, kMaxParams> param_of;
+  size_t nr = 0, nc = 0;
+  int common_width = -1;  // for line=max parameters, found on first need
+};
+
+// The checks of a launch that need no argument: the kernel's registration, the argument count,
+// the cube size and the cube count.
+Status check_launch(const dsl::KernelDef& def, size_t arg_count, Dim3 cubes, Dim3 cube_dim) {
   if (!def.problem.empty())
     return Error(ErrorKind::InvalidArgument,
                  fmt::format("{}:{}: error: kernel '{}' is not registered correctly: {}", def.file,
                              def.line, def.name, def.problem));
   const std::vector<dsl::ParamInfo>& params0 = def.instantiations.front().params;
-  if (args.size() != params0.size()) {
+  if (arg_count != params0.size()) {
     std::string names;
     for (const auto& p : params0) names += (names.empty() ? "" : ", ") + p.name;
     return Error(ErrorKind::InvalidArgument,
                  fmt::format("kernel '{}' takes {} arguments ({}), got {}", def.name,
-                             params0.size(), names, args.size()));
+                             params0.size(), names, arg_count));
   }
   if (params0.size() > kMaxParams)
     return Error(ErrorKind::Unsupported,
@@ -466,7 +480,136 @@ Status Runtime::launch_args(const Kernel& kernel, Dim3 cubes, Dim3 cube_dim, con
         fmt::format(
             "kernel '{}': {}x{}x{} cubes; each count must be at least 1 and the total below 2^32",
             def.name, cubes.x, cubes.y, cubes.z));
+  return {};
+}
 
+// A tensor or array argument: its device, rank, contiguity and line width, into the frame.
+Status add_tensor_arg(LaunchFrame& f, const Device& dev, const dsl::KernelDef& def,
+                      const dsl::Instantiation& inst, size_t i, const LaunchOptions& o,
+                      std::span<const LaunchArg> args) {
+  const dsl::ParamInfo& p = inst.params[i];
+  const LaunchArg& a = args[i];
+  if (a.kind != LaunchArg::Kind::Tensor || !a.tensor->valid())
+    return arg_error(
+        def, p, fmt::format("the kernel takes a tensor here ({})", dsl::param_kind_name(p.kind)));
+  const Tensor& t = *a.tensor;
+  if (t.device() != &dev)
+    return arg_error(
+        def, p,
+        t.device()->info().name == dev.info().name
+            ? fmt::format("the tensor belongs to another Runtime on {}; a launch takes "
+                          "tensors of its own runtime (copy it over, or launch there)",
+                          dev.info().name)
+            : fmt::format("the tensor is on {}, the launch on {}", t.device()->info().name,
+                          dev.info().name));
+  if (t.rank() < 1)
+    return arg_error(def, p, "tensors passed to kernels have at least one dimension");
+  if (p.kind == dsl::ParamKind::Array && !t.is_contiguous())
+    return arg_error(def, p,
+                     "an Array parameter takes a contiguous tensor; this view is strided");
+  // The line width: the launch's choice, else the registered one (0: the widest that fits).
+  int w = p.default_line;
+  for (const auto& [name, width] : o.lines)
+    if (name == p.name) w = width;
+  if (w == 0) {
+    if (f.common_width < 0)
+      f.common_width = dsl::line_max_width(inst, [&](size_t j) {
+        return args[j].kind == LaunchArg::Kind::Tensor && args[j].tensor->valid()
+                   ? widest_lines(dev, *args[j].tensor)
+                   : 0;
+      });
+    w = f.common_width;
+  }
+  if (!ir::valid_lanes(w))
+    return arg_error(def, p, fmt::format("line width {} is not 1, 2, 4, 8 or 16", w));
+  if (!lines_fit(t, w, false))
+    return arg_error(
+        def, p,
+        fmt::format(
+            "{} cannot be read in lines of {}: its innermost dimension must be contiguous and "
+            "a multiple of {} (and outer strides multiples of {}); choose a width with "
+            "Runtime::line_width and LaunchOptions::lines",
+            t.describe(), w, w, w));
+  if (std::string why = dev.line_problem(t, w); !why.empty()) return arg_error(def, p, why);
+  dsl::ArgDesc& d = f.descs[f.nr];
+  d.dtype = t.dtype();
+  d.rank = static_cast<uint8_t>(p.kind == dsl::ParamKind::Tensor ? t.rank() : 0);
+  d.line = static_cast<uint8_t>(w);
+  d.read_only = t.read_only() || p.const_qualified;
+  f.key.put(d.dtype);
+  f.key.put(d.rank);
+  f.key.put(d.line);
+  f.key.put(d.read_only);
+  if (p.kind == dsl::ParamKind::Tensor)
+    f.host[f.nr] = TensorView(t.data(), t.shape(), t.strides());
+  else
+    f.host[f.nr] = ArrayView{t.data(), static_cast<uint64_t>(t.numel())};
+  f.param_of[f.nr++] = static_cast<uint8_t>(i);
+  return {};
+}
+
+// A comptime argument, converted to the parameter's C++ type when it fits, into the key.
+Status add_comptime_arg(LaunchFrame& f, const dsl::KernelDef& def, const dsl::ParamInfo& p,
+                        const LaunchArg& a) {
+  if (a.kind == LaunchArg::Kind::Tensor || a.comptime.empty())
+    return arg_error(def, p, fmt::format("the kernel takes a comptime {} here", p.comptime_type));
+  dsl::ComptimeValue v = a.comptime;
+  if (v.type_name() != p.comptime_type) {
+    // A number of another C++ type: converted when it fits (256 for an unsigned).
+    auto converted = a.kind == LaunchArg::Kind::Number ? p.parse(v.format())
+                                                       : Result<dsl::ComptimeValue>(Error());
+    if (!converted)
+      return arg_error(def, p,
+                       fmt::format("the comptime parameter takes a {}, got a {} ({})",
+                                   p.comptime_type, v.type_name(), v.format()));
+    v = *converted;
+  }
+  uint8_t buf[dsl::ComptimeValue::kMaxSize];
+  dsl::KeyWriter w(buf, sizeof buf);
+  v.encode(w);
+  f.key.put_bytes(buf, w.size());
+  f.comptime[f.nc++] = v;
+  return {};
+}
+
+// Views the kernel would read or write outside of (docs/runtime.md "Views"): a flat-indexed
+// parameter takes only dense row-major views, a written one no view that reaches an element
+// twice.
+Status check_views(const detail::Spec& spec, const LaunchFrame& f, const dsl::KernelDef& def,
+                   const dsl::Instantiation& inst, std::span<const LaunchArg> args) {
+  const uint64_t watched = spec.flat_params | spec.written_params;
+  for (size_t j = 0; j < f.nr && j < 64; ++j) {
+    if (!(watched >> j & 1)) continue;
+    const dsl::ParamInfo& p = inst.params[f.param_of[j]];
+    const Tensor& t = *args[f.param_of[j]].tensor;
+    if (spec.flat_params >> j & 1 && !t.is_contiguous() && t.numel() > 0)
+      return arg_error(
+          def, p,
+          fmt::format("the kernel indexes it flat ({}[i]), which reads only a dense row-major "
+                      "view, but this view of {} has strides {}; pass a contiguous tensor (a "
+                      "copy: .contiguous() in PyTorch, numpy.ascontiguousarray, "
+                      "kiln::lib::copy), or index it through its strides in the kernel "
+                      "({}(i, j))",
+                      p.name, t.describe(), t.strides_text(), p.name));
+    if (spec.written_params >> j & 1 && t.may_overlap())
+      return arg_error(
+          def, p,
+          fmt::format("the kernel writes it, but this view of {} with strides {} reaches some "
+                      "elements more than once (a stride of 0 or overlapping strides, as "
+                      "expand() or as_strided make); write into a tensor of its own",
+                      t.describe(), t.strides_text()));
+  }
+  return {};
+}
+
+}  // namespace
+
+Status Runtime::launch_args(const Kernel& kernel, Dim3 cubes, Dim3 cube_dim, const LaunchOptions& o,
+                            std::span<const LaunchArg> args) {
+  if (!kernel.def_) return Error(ErrorKind::InvalidArgument, "launch of an empty Kernel handle");
+  const dsl::KernelDef& def = *kernel.def_;
+  KILN_TRY(check_launch(def, args.size(), cubes, cube_dim));
+  const std::vector<dsl::ParamInfo>& params0 = def.instantiations.front().params;
   // The instantiation whose element types match the tensors.
   const auto found = dsl::find_instantiation(def, [&](size_t i) -> std::optional<ir::ElemType> {
     const dsl::ParamKind k = params0[i].kind;
@@ -489,149 +632,46 @@ Status Runtime::launch_args(const Kernel& kernel, Dim3 cubes, Dim3 cube_dim, con
   const bool checked = o.checked.value_or(s_->options.checked);
 
   // Descriptors and the key, on the stack.
-  detail::SpecKey key;
-  key.put(static_cast<uint8_t>(inst_index));
-  std::array<dsl::ArgDesc, kMaxParams> descs;
-  std::array<HostArg, kMaxParams> host;
-  std::array<dsl::ComptimeValue, kMaxParams> comptime;
-  std::array<uint8_t, kMaxParams> param_of;  // runtime argument -> its parameter
-  size_t nr = 0, nc = 0;
-  int common_width = -1;  // for line=max parameters, found on first need
+  LaunchFrame f;
+  f.key.put(static_cast<uint8_t>(inst_index));
   for (size_t i = 0; i < inst.params.size(); ++i) {
     const dsl::ParamInfo& p = inst.params[i];
     const LaunchArg& a = args[i];
     if (p.kind == dsl::ParamKind::Tensor || p.kind == dsl::ParamKind::Array) {
-      if (a.kind != LaunchArg::Kind::Tensor || !a.tensor->valid())
-        return arg_error(
-            def, p,
-            fmt::format("the kernel takes a tensor here ({})", dsl::param_kind_name(p.kind)));
-      const Tensor& t = *a.tensor;
-      if (t.device() != &dev)
-        return arg_error(
-            def, p,
-            t.device()->info().name == dev.info().name
-                ? fmt::format("the tensor belongs to another Runtime on {}; a launch takes "
-                              "tensors of its own runtime (copy it over, or launch there)",
-                              dev.info().name)
-                : fmt::format("the tensor is on {}, the launch on {}", t.device()->info().name,
-                              dev.info().name));
-      if (t.rank() < 1)
-        return arg_error(def, p, "tensors passed to kernels have at least one dimension");
-      if (p.kind == dsl::ParamKind::Array && !t.is_contiguous())
-        return arg_error(def, p,
-                         "an Array parameter takes a contiguous tensor; this view is strided");
-      // The line width: the launch's choice, else the registered one (0: the widest that fits).
-      int w = p.default_line;
-      for (const auto& [name, width] : o.lines)
-        if (name == p.name) w = width;
-      if (w == 0) {
-        if (common_width < 0)
-          common_width = dsl::line_max_width(inst, [&](size_t j) {
-            return args[j].kind == LaunchArg::Kind::Tensor && args[j].tensor->valid()
-                       ? widest_lines(dev, *args[j].tensor)
-                       : 0;
-          });
-        w = common_width;
-      }
-      if (!ir::valid_lanes(w))
-        return arg_error(def, p, fmt::format("line width {} is not 1, 2, 4, 8 or 16", w));
-      if (!lines_fit(t, w, false))
-        return arg_error(
-            def, p,
-            fmt::format(
-                "{} cannot be read in lines of {}: its innermost dimension must be contiguous and "
-                "a multiple of {} (and outer strides multiples of {}); choose a width with "
-                "Runtime::line_width and LaunchOptions::lines",
-                t.describe(), w, w, w));
-      if (std::string why = dev.line_problem(t, w); !why.empty()) return arg_error(def, p, why);
-      dsl::ArgDesc& d = descs[nr];
-      d.dtype = t.dtype();
-      d.rank = static_cast<uint8_t>(p.kind == dsl::ParamKind::Tensor ? t.rank() : 0);
-      d.line = static_cast<uint8_t>(w);
-      d.read_only = t.read_only() || p.const_qualified;
-      key.put(d.dtype);
-      key.put(d.rank);
-      key.put(d.line);
-      key.put(d.read_only);
-      if (p.kind == dsl::ParamKind::Tensor)
-        host[nr] = TensorView(t.data(), t.shape(), t.strides());
-      else
-        host[nr] = ArrayView{t.data(), static_cast<uint64_t>(t.numel())};
-      param_of[nr++] = static_cast<uint8_t>(i);
+      KILN_TRY(add_tensor_arg(f, dev, def, inst, i, o, args));
     } else if (p.kind == dsl::ParamKind::Scalar) {
       if (a.kind != LaunchArg::Kind::Number)
         return arg_error(
             def, p, fmt::format("the kernel takes a number here ({})", ir::elem_name(p.dtype)));
       KILN_ASSIGN(uint64_t bits, scalar_bits(def, p, a));
-      descs[nr] = dsl::ArgDesc{p.dtype, 0, 1, false};
-      host[nr] = ScalarBits{bits};
-      param_of[nr++] = static_cast<uint8_t>(i);
+      f.descs[f.nr] = dsl::ArgDesc{p.dtype, 0, 1, false};
+      f.host[f.nr] = ScalarBits{bits};
+      f.param_of[f.nr++] = static_cast<uint8_t>(i);
     } else {
-      if (a.kind == LaunchArg::Kind::Tensor || a.comptime.empty())
-        return arg_error(def, p,
-                         fmt::format("the kernel takes a comptime {} here", p.comptime_type));
-      dsl::ComptimeValue v = a.comptime;
-      if (v.type_name() != p.comptime_type) {
-        // A number of another C++ type: converted when it fits (256 for an unsigned).
-        auto converted = a.kind == LaunchArg::Kind::Number ? p.parse(v.format())
-                                                           : Result<dsl::ComptimeValue>(Error());
-        if (!converted)
-          return arg_error(def, p,
-                           fmt::format("the comptime parameter takes a {}, got a {} ({})",
-                                       p.comptime_type, v.type_name(), v.format()));
-        v = *converted;
-      }
-      uint8_t buf[dsl::ComptimeValue::kMaxSize];
-      dsl::KeyWriter w(buf, sizeof buf);
-      v.encode(w);
-      key.put_bytes(buf, w.size());
-      comptime[nc++] = v;
+      KILN_TRY(add_comptime_arg(f, def, p, a));
     }
   }
-  key.put(cube_dim.array());
-  key.put(s_->target_id);
-  key.put(checked);
-  key.finish();
-  if (key.overflow)
+  f.key.put(cube_dim.array());
+  f.key.put(s_->target_id);
+  f.key.put(checked);
+  f.key.finish();
+  if (f.key.overflow)
     return Error(ErrorKind::Unsupported,
                  fmt::format("kernel '{}': the comptime values are too large for a key", def.name));
 
-  const detail::Spec* spec = detail::find_ready(*kernel.table_, key);
+  const detail::Spec* spec = detail::find_ready(*kernel.table_, f.key);
   if (!spec) {
     detail::BuildRequest req;
     req.def = &def;
     req.inst = &inst;
-    req.trace.args.assign(descs.begin(), descs.begin() + static_cast<long>(nr));
-    req.trace.comptime.assign(comptime.begin(), comptime.begin() + static_cast<long>(nc));
+    req.trace.args.assign(f.descs.begin(), f.descs.begin() + static_cast<long>(f.nr));
+    req.trace.comptime.assign(f.comptime.begin(), f.comptime.begin() + static_cast<long>(f.nc));
     req.trace.cube_dim = cube_dim.array();
     req.options.checked = checked;
     req.device = s_->device;
-    KILN_ASSIGN(spec, detail::get_or_build(*kernel.table_, key, req));
+    KILN_ASSIGN(spec, detail::get_or_build(*kernel.table_, f.key, req));
   }
-
-  // Views the kernel would read or write outside of (docs/runtime.md "Views").
-  if (const uint64_t watched = spec->flat_params | spec->written_params; watched)
-    for (size_t j = 0; j < nr && j < 64; ++j) {
-      if (!(watched >> j & 1)) continue;
-      const dsl::ParamInfo& p = inst.params[param_of[j]];
-      const Tensor& t = *args[param_of[j]].tensor;
-      if (spec->flat_params >> j & 1 && !t.is_contiguous() && t.numel() > 0)
-        return arg_error(
-            def, p,
-            fmt::format("the kernel indexes it flat ({}[i]), which reads only a dense row-major "
-                        "view, but this view of {} has strides {}; pass a contiguous tensor (a "
-                        "copy: .contiguous() in PyTorch, numpy.ascontiguousarray, "
-                        "kiln::lib::copy), or index it through its strides in the kernel "
-                        "({}(i, j))",
-                        p.name, t.describe(), t.strides_text(), p.name));
-      if (spec->written_params >> j & 1 && t.may_overlap())
-        return arg_error(
-            def, p,
-            fmt::format("the kernel writes it, but this view of {} with strides {} reaches some "
-                        "elements more than once (a stride of 0 or overlapping strides, as "
-                        "expand() or as_strided make); write into a tensor of its own",
-                        t.describe(), t.strides_text()));
-    }
+  if (spec->flat_params | spec->written_params) KILN_TRY(check_views(*spec, f, def, inst, args));
 
   const Stream& stream = o.stream ? *o.stream : s_->default_stream;
   KILN_TRY(check_stream(stream, "launch"));
@@ -639,7 +679,7 @@ Status Runtime::launch_args(const Kernel& kernel, Dim3 cubes, Dim3 cube_dim, con
     return Error(ErrorKind::InvalidArgument, fmt::format("kernel '{}': {}", def.name, why));
   std::lock_guard<std::mutex> lock(stream.s_->mu);
   return stream.s_->stream->launch(*spec->code, cubes.array(),
-                                   std::span<const HostArg>(host.data(), nr));
+                                   std::span<const HostArg>(f.host.data(), f.nr));
 }
 
 }  // namespace kiln

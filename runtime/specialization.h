@@ -20,8 +20,8 @@
 
 #include "compiler/backend.h"
 #include "compiler/dsl/registry.h"
+#include "runtime/compile_report.h"
 #include "runtime/device.h"
-#include "runtime/runtime.h"
 
 namespace kiln::detail {
 

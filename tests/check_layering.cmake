@@ -1,7 +1,7 @@
 # Checks the architecture's rules on #include lines (run by ctest as `layering`):
 #  - dependencies point one way: ir <- compiler <- runtime <- kernels <- tools;
 #  - LLVM headers appear only in compiler/cpu/;
-#  - CUDA toolkit headers appear only in compiler/cuda/ and runtime/cuda_* (today none does:
+#  - CUDA toolkit headers appear only in compiler/cuda/ and runtime/cuda/ (today none does:
 #    kiln declares the NVRTC and driver functions it loads itself).
 set(layers ir compiler runtime kernels tools)
 set(failures "")
@@ -29,8 +29,8 @@ foreach(i RANGE 0 4)
         string(APPEND failures "${rel}: '${line}': LLVM headers belong in compiler/cpu/ only\n")
       endif()
       if(line MATCHES "#include [<\"](cuda|cuda_runtime|nvrtc|cudaTypedefs)\\.h" AND
-         NOT rel MATCHES "^(compiler/cuda/|runtime/cuda_)")
-        string(APPEND failures "${rel}: '${line}': CUDA headers belong in compiler/cuda/ and runtime/cuda_* only\n")
+         NOT rel MATCHES "^(compiler/cuda/|runtime/cuda/)")
+        string(APPEND failures "${rel}: '${line}': CUDA headers belong in compiler/cuda/ and runtime/cuda/ only\n")
       endif()
     endforeach()
   endforeach()

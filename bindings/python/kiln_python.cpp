@@ -15,7 +15,7 @@
 
 #include "compiler/dsl/registry.h"
 #include "kernels/kernels.h"
-#include "runtime/dlpack.h"
+#include "runtime/api/dlpack.h"
 #include "runtime/runtime.h"
 
 namespace py = pybind11;
@@ -353,9 +353,8 @@ PYBIND11_MODULE(kiln, m) {
       .def("__dlpack_device__",
            [](const kiln::Tensor& t) {
              const kiln::DeviceInfo& info = t.device()->info();
-             if (info.kind == kiln::DeviceKind::Cuda)
-               return py::make_tuple(static_cast<int>(kDLCUDA),
-                                     std::stoi(info.name.substr(info.name.find(':') + 1)));
+             if (info.dlpack_type == kDLCUDA)
+               return py::make_tuple(static_cast<int>(kDLCUDA), info.dlpack_id);
              return py::make_tuple(static_cast<int>(kDLCPU), 0);
            })
       .def_property_readonly(

@@ -64,7 +64,7 @@ enum TmemMisuse : uint32_t {
 // The message of a misuse, for the kernel's assert site.
 const char* tmem_misuse_message(uint32_t code);
 
-// The cubes of a cluster run on the CPU as fibers of one thread (runtime/cpu_exec.cpp), which
+// The cubes of a cluster run on the CPU as fibers of one thread (runtime/cpu/exec.cpp), which
 // switch at sync_cluster and at mbarrier waits that other cubes complete. The kiln_rt_ functions
 // reach the running cluster through the thread's ClusterHooks (null outside a cluster: a cube is
 // its own cluster).

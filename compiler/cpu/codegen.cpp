@@ -389,25 +389,27 @@ Value* Gen::plain_atomic(const ir::Op& op) {
   return old;
 }
 
-void Gen::emit_scalar(const ir::Op& op) {
+// Ops that only compute values: constants, builtins, arithmetic, math, casts and lanes. False
+// when `op` is not one of them.
+bool Gen::emit_value(const ir::Op& op) {
   switch (op.kind) {
     case OpKind::Const:
       set(op.result, constant(op));
-      return;
+      return true;
     case OpKind::CubePos:
       set(op.result, cube_pos_[op.attr.i]);
-      return;
+      return true;
     case OpKind::CubeCount:
       set(op.result, cube_count_[op.attr.i]);
-      return;
+      return true;
     case OpKind::CubeDim: {
       const uint32_t d = op.attr.i == 0 ? K.units_per_cube() : K.cube_dim[op.attr.i - 1];
       set(op.result, B.getInt32(d));
-      return;
+      return true;
     }
     case OpKind::PlaneDim:
       set(op.result, B.getInt32(32));
-      return;
+      return true;
     case OpKind::ClusterRank: {
       // x % cx + (y % cy) cx + (z % cz) cx cy: clusters tile the grid from cube (0, 0, 0).
       const auto& d = K.cluster_dim;
@@ -420,7 +422,7 @@ void Gen::emit_scalar(const ir::Op& op) {
         scale *= d[a];
       }
       set(op.result, r);
-      return;
+      return true;
     }
     case OpKind::Add:
     case OpKind::Sub:
@@ -434,17 +436,17 @@ void Gen::emit_scalar(const ir::Op& op) {
     case OpKind::Shr:
     case OpKind::Pow:
       set(op.result, binary(op));
-      return;
+      return true;
     case OpKind::Min:
     case OpKind::Max:
       set(op.result,
           minmax(op.kind == OpKind::Max, type(op.result), v(op.operands[0]), v(op.operands[1])));
-      return;
+      return true;
     case OpKind::Clamp: {
       const ir::Type& t = type(op.result);
       set(op.result, minmax(false, t, minmax(true, t, v(op.operands[0]), v(op.operands[1])),
                             v(op.operands[2])));
-      return;
+      return true;
     }
     case OpKind::Fma: {
       const ir::Type& t = type(op.result);
@@ -452,7 +454,7 @@ void Gen::emit_scalar(const ir::Op& op) {
                                    {promote(v(op.operands[0]), t), promote(v(op.operands[1]), t),
                                     promote(v(op.operands[2]), t)});
       set(op.result, demote(r, t));
-      return;
+      return true;
     }
     case OpKind::Eq:
     case OpKind::Ne:
@@ -461,42 +463,42 @@ void Gen::emit_scalar(const ir::Op& op) {
     case OpKind::Gt:
     case OpKind::Ge:
       set(op.result, compare(op));
-      return;
+      return true;
     case OpKind::Select:
       set(op.result, B.CreateSelect(v(op.operands[0]), v(op.operands[1]), v(op.operands[2])));
-      return;
+      return true;
     case OpKind::Cast:
       set(op.result, cast(op));
-      return;
+      return true;
     case OpKind::Bitcast:
       set(op.result, B.CreateBitCast(v(op.operands[0]), ty(type(op.result))));
-      return;
+      return true;
     case OpKind::Broadcast:
       set(op.result, B.CreateVectorSplat(type(op.result).lanes, v(op.operands[0])));
-      return;
+      return true;
     case OpKind::Extract: {
       Value* x = v(op.operands[0]);
       set(op.result, type(op.operands[0]).lanes == 1 ? x : B.CreateExtractElement(x, op.attr.i));
-      return;
+      return true;
     }
     case OpKind::Insert: {
       Value* x = v(op.operands[0]);
       set(op.result, type(op.operands[0]).lanes == 1
                          ? v(op.operands[1])
                          : B.CreateInsertElement(x, v(op.operands[1]), op.attr.i));
-      return;
+      return true;
     }
     case OpKind::IsNan: {
       const ir::Type& t = type(op.operands[0]);
       Value* x = promote(v(op.operands[0]), t);
       set(op.result, B.CreateFCmpUNO(x, x));
-      return;
+      return true;
     }
     case OpKind::IsInf: {
       const ir::Type& t = type(op.operands[0]);
       Value* x = B.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, promote(v(op.operands[0]), t));
       set(op.result, B.CreateFCmpOEQ(x, llvm::ConstantFP::getInfinity(x->getType())));
-      return;
+      return true;
     }
     case OpKind::Neg:
     case OpKind::Abs:
@@ -515,7 +517,21 @@ void Gen::emit_scalar(const ir::Op& op) {
     case OpKind::Round:
     case OpKind::Trunc:
       set(op.result, unary(op));
-      return;
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Ops of one unit, in scalar form: emit_value's ops, else memory, control flow and effects.
+void Gen::emit_scalar(const ir::Op& op) {
+  if (!emit_value(op)) emit_effect(op);
+}
+
+// Memory, variables, atomics, control flow, prints and asserts, and the ops the CPU runs once
+// per cube or plane (fragments, wgmma, tcgen05, TMA).
+void Gen::emit_effect(const ir::Op& op) {
+  switch (op.kind) {
     case OpKind::AllocShared:
     case OpKind::AllocFrag:
       return;  // placed up front
@@ -641,24 +657,11 @@ void Gen::emit_scalar(const ir::Op& op) {
     case OpKind::Assert:
       emit_assert(op);
       return;
-    // Unit-loop lowering (passes/unit_loops.h) replaces these with loops, context arrays and
-    // the plane exchange (and lower_pipeline.h a pipeline with its in-order loop); a lowered
-    // kernel that still has one is a bug of those passes.
-    case OpKind::Pipeline:
-    case OpKind::UnitPos:
-    case OpKind::AbsolutePos:
-    case OpKind::PlaneLane:
-    case OpKind::PlanePos:
-    case OpKind::SyncCube:
-    case OpKind::SyncPlane:
-    case OpKind::PlaneSum:
-    case OpKind::PlaneMax:
-    case OpKind::PlaneMin:
-    case OpKind::PlaneAny:
-    case OpKind::PlaneAll:
-    case OpKind::PlaneBroadcast:
-    case OpKind::PlaneShuffle:
-    case OpKind::PlaneShuffleXor:
+    // Unit-loop lowering (passes/unit_loops.h) replaces the unit ops, barriers and plane ops
+    // with loops, context arrays and the plane exchange (and lower_pipeline.h a pipeline with
+    // its in-order loop); a lowered kernel that still has one is a bug of those passes. Value
+    // ops are emit_value's.
+    default:
       KILN_CHECK(false, "unit ops, barriers and plane ops are gone after unit-loop lowering");
       return;
   }

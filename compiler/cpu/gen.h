@@ -726,6 +726,8 @@ class Gen {
   }
 
   void emit_scalar(const ir::Op& op);
+  bool emit_value(const ir::Op& op);  // false when op is not a pure value op
+  void emit_effect(const ir::Op& op);
 
   // ---- matrix fragments (fragments.cpp)
   // ---------------------------------------------------------- A fragment is a tile of 4-byte

@@ -445,8 +445,25 @@ class Gen {
     }
   }
 
+  // One op, by its family (each family's function says whether the op is one of its own).
   Status emit(const ir::Op& op) {
     at(op);
+    if (std::optional<Status> s = emit_value(op)) return std::move(*s);
+    if (std::optional<Status> s = emit_memory(op)) return std::move(*s);
+    if (std::optional<Status> s = emit_async(op)) return std::move(*s);
+    if (std::optional<Status> s = emit_tma(op)) return std::move(*s);
+    if (std::optional<Status> s = emit_control(op)) return std::move(*s);
+    if (std::optional<Status> s = emit_fragment(op)) return std::move(*s);
+    return cannot_generate(op);
+  }
+
+  Status cannot_generate(const ir::Op& op) const {
+    return Error(ErrorKind::Unsupported, fmt::format("{}: the CUDA backend cannot generate '{}'",
+                                                     K.where(op), ir::op_name(op.kind)));
+  }
+
+  // Values: constants, builtins, arithmetic, math, casts and the lanes of lines.
+  std::optional<Status> emit_value(const ir::Op& op) {
     switch (op.kind) {
       case OpKind::Const: {
         const Type& t = type(op.result);
@@ -454,7 +471,7 @@ class Gen {
         def(op, t.lanes == 1
                     ? lit
                     : fmt::format("kiln::broadcast<{}, {}>({})", elem_c(t.elem), t.lanes, lit));
-        return {};
+        return Status{};
       }
       case OpKind::UnitPos:
       case OpKind::CubePos:
@@ -466,7 +483,7 @@ class Gen {
       case OpKind::PlanePos:
       case OpKind::ClusterRank:
         def(op, builtin(op));
-        return {};
+        return Status{};
       case OpKind::Add:
       case OpKind::Sub:
       case OpKind::Mul:
@@ -508,30 +525,38 @@ class Gen {
       case OpKind::IsNan:
       case OpKind::IsInf:
         def(op, fmt::format("kiln::{}({})", func_name(op.kind), args(op)));
-        return {};
+        return Status{};
       case OpKind::Cast:
         def(op, fmt::format("kiln::cast<{}>({})", elem_c(type(op.result).elem), v(op.operands[0])));
-        return {};
+        return Status{};
       case OpKind::Bitcast:
         def(op, fmt::format("kiln::bitcast<{}>({})", value_c(type(op.result)), v(op.operands[0])));
-        return {};
+        return Status{};
       case OpKind::Broadcast: {
         const Type& t = type(op.result);
         def(op,
             fmt::format("kiln::broadcast<{}, {}>({})", elem_c(t.elem), t.lanes, v(op.operands[0])));
-        return {};
+        return Status{};
       }
       case OpKind::Extract:  // a 1-lane line is its scalar
         def(op, type(op.operands[0]).lanes == 1
                     ? v(op.operands[0])
                     : fmt::format("{}[{}]", v(op.operands[0]), op.attr.i));
-        return {};
+        return Status{};
       case OpKind::Insert:
         def(op, type(op.operands[0]).lanes == 1
                     ? v(op.operands[1])
                     : fmt::format("kiln::insert({}, {}, {})", v(op.operands[0]), op.attr.i,
                                   v(op.operands[1])));
-        return {};
+        return Status{};
+      default:
+        return std::nullopt;
+    }
+  }
+
+  // Memory: shared and local arrays, tensor shapes, loads, stores, variables, atomics.
+  std::optional<Status> emit_memory(const ir::Op& op) {
+    switch (op.kind) {
       case OpKind::AllocShared: {
         const Type& t = type(op.result);
         const std::string name = fmt::format("shared{}", op.result);
@@ -540,19 +565,19 @@ class Gen {
         if (!info_.dynamic_shared_bytes && wgmma_arrays_.count(op.result)) {
           line(fmt::format("KILN_SHARED_ALIGNED({}, {}, {}, {}, 1024);", mem_line_c(t), name,
                            t.count, shared_offset_.at(op.result)));
-          return {};
+          return Status{};
         }
         line(fmt::format("{}({}, {}, {}, {});",
                          info_.dynamic_shared_bytes ? "KILN_SHARED_DYNAMIC" : "KILN_SHARED",
                          mem_line_c(t), name, t.count, shared_offset_.at(op.result)));
-        return {};
+        return Status{};
       }
       case OpKind::AllocLocal: {
         const Type& t = type(op.result);
         const std::string name = fmt::format("local{}", op.result);
         mem_name_[op.result] = name;
         line(fmt::format("KILN_LOCAL({}, {}, {});", mem_line_c(t), name, t.count));
-        return {};
+        return Status{};
       }
       case OpKind::Len: {
         const ValueId m = op.operands[0];
@@ -561,7 +586,7 @@ class Gen {
         for (const ir::Param& p : K.params)
           if (p.value == m) e = param_name_.at(p.name) + "_len";
         def(op, e);
-        return {};
+        return Status{};
       }
       case OpKind::Shape:
       case OpKind::Stride: {
@@ -569,7 +594,7 @@ class Gen {
           if (p.value == op.operands[0])
             def(op, fmt::format("{}_{}{}", param_name_.at(p.name),
                                 op.kind == OpKind::Shape ? "shape" : "stride", op.attr.i));
-        return {};
+        return Status{};
       }
       case OpKind::Load: {
         const std::string load =
@@ -583,7 +608,7 @@ class Gen {
                               v(op.operands[1]), b, load, value_c(type(op.result)), site,
                               v(op.operands[1]), b));
         }
-        return {};
+        return Status{};
       }
       case OpKind::Store: {
         const std::string store = fmt::format("kiln::store({}, {}, {});", v(op.operands[0]),
@@ -597,18 +622,18 @@ class Gen {
               "if ({} < {}) {} else kiln::fault_store(kiln_report, kiln_key, {}, {}, {});",
               v(op.operands[1]), b, store, site, v(op.operands[1]), b));
         }
-        return {};
+        return Status{};
       }
       case OpKind::Var:
         line(fmt::format("{} v{} = {};", value_c(type(op.operands[0])), op.result,
                          v(op.operands[0])));
-        return {};
+        return Status{};
       case OpKind::VarRead:
         def(op, v(op.operands[0]));
-        return {};
+        return Status{};
       case OpKind::VarWrite:
         line(fmt::format("{} = {};", v(op.operands[0]), v(op.operands[1])));
-        return {};
+        return Status{};
       case OpKind::AtomicAdd:
       case OpKind::AtomicMin:
       case OpKind::AtomicMax:
@@ -628,16 +653,24 @@ class Gen {
                               v(op.operands[1]), b, call, value_c(type(op.result)), site,
                               v(op.operands[1]), b));
         }
-        return {};
+        return Status{};
       }
+      default:
+        return std::nullopt;
+    }
+  }
+
+  // Barriers, clusters, mbarriers, tensor memory allocation and tcgen05, asynchronous copies.
+  std::optional<Status> emit_async(const ir::Op& op) {
+    switch (op.kind) {
       case OpKind::SyncCube:
         if (!wgmma_arrays_.empty()) line("kiln::fence_async_shared();");
         line("__syncthreads();");
-        return {};
+        return Status{};
       case OpKind::SyncCluster:
         if (!wgmma_arrays_.empty()) line("kiln::fence_async_shared();");
         line("kiln::sync_cluster();");
-        return {};
+        return Status{};
       case OpKind::ClusterLoad: {
         // Checked: the rank within the cluster and the index within the array, each a fault
         // of its own site.
@@ -645,7 +678,7 @@ class Gen {
                                              v(op.operands[1]), v(op.operands[2]));
         if (!O.checked) {
           def(op, load);
-          return {};
+          return Status{};
         }
         const std::string vt = value_c(type(op.result));
         const std::string b = bound(op.operands[0]);
@@ -660,55 +693,63 @@ class Gen {
                         v(op.operands[1]), K.cubes_per_cluster(), vt, rank_site, v(op.operands[1]),
                         K.cubes_per_cluster(), v(op.operands[2]), b, load, vt, site,
                         v(op.operands[2]), b));
-        return {};
+        return Status{};
       }
       case OpKind::MbarInit:
         line(fmt::format("kiln::mbar_init({}, {}, {}u);", v(op.operands[0]), v(op.operands[1]),
                          op.attr.i));
-        return {};
+        return Status{};
       case OpKind::MbarWait:
         line(fmt::format("kiln::mbar_wait({}, {}, {});", v(op.operands[0]), v(op.operands[1]),
                          v(op.operands[2])));
-        return {};
+        return Status{};
       case OpKind::TmemAlloc: {
         const std::string slot = fmt::format("tmem_slot{}", op.result);
         line(fmt::format("{}(kiln::u32, {}, 4, {});",
                          info_.dynamic_shared_bytes ? "KILN_SHARED_DYNAMIC" : "KILN_SHARED", slot,
                          tmem_slot_.at(op.result)));
         def(op, fmt::format("kiln::tmem_alloc<{}u>({})", op.attr.i, slot));
-        return {};
+        return Status{};
       }
       case OpKind::TmemFree:
         line(fmt::format("kiln::tmem_free<{}u>({});", op.attr.i, v(op.operands[0])));
-        return {};
+        return Status{};
       case OpKind::Tcgen05Desc:
         def(op, fmt::format("kiln::tcgen05_desc({}, {}, {}, {}, {}u)", v(op.operands[0]),
                             v(op.operands[1]), v(op.operands[2]), v(op.operands[3]), op.attr.i));
-        return {};
+        return Status{};
       case OpKind::Tcgen05Mma:
         line(fmt::format("kiln::tcgen05_mma<{}, {}, {}>({}, {}, {}, {});",
                          elem_c(static_cast<ElemType>(op.attr.i & 0xff)), (op.attr.i >> 8) & 0xffff,
                          op.attr.i >> ir::kTcgen05MajorShift, v(op.operands[0]), v(op.operands[1]),
                          v(op.operands[2]), v(op.operands[3])));
-        return {};
+        return Status{};
       case OpKind::Tcgen05Commit:
         line(fmt::format("kiln::tcgen05_commit({}, {});", v(op.operands[0]), v(op.operands[1])));
-        return {};
+        return Status{};
       case OpKind::MbarArriveTx:
         line(fmt::format("kiln::mbar_arrive_expect_tx({}, {}, {}u);", v(op.operands[0]),
                          v(op.operands[1]), op.attr.i));
-        return {};
+        return Status{};
       case OpKind::AsyncCopy:
         line(fmt::format("kiln::copy_async({}, {}, {}, {}, {});", v(op.operands[0]),
                          v(op.operands[1]), v(op.operands[2]), v(op.operands[3]),
                          v(op.operands[4])));
-        return {};
+        return Status{};
       case OpKind::AsyncCommit:
         line("kiln::copy_async_commit();");
-        return {};
+        return Status{};
       case OpKind::AsyncWait:
         line(fmt::format("kiln::copy_async_wait<{}>();", op.attr.i));
-        return {};
+        return Status{};
+      default:
+        return std::nullopt;
+    }
+  }
+
+  // TMA copies and tensor-memory loads.
+  std::optional<Status> emit_tma(const ir::Op& op) {
+    switch (op.kind) {
       case OpKind::TmaLoad:
       case OpKind::TmaLoadMulticast:
       case OpKind::TmaStore:
@@ -769,38 +810,46 @@ class Gen {
         } else {
           line(fmt::format("kiln::tma_prefetch<{}>(args.map[{}], {{{}}});", tmpl, map, coords));
         }
-        return {};
+        return Status{};
       }
       case OpKind::TmaStoreWait:
         line(fmt::format("kiln::tma_store_wait<{}>();", op.attr.i));
-        return {};
+        return Status{};
       case OpKind::TmemLoad:
         line(fmt::format("kiln::tmem_load<{}u>({}, {}, {});", op.attr.i, v(op.operands[0]),
                          v(op.operands[1]), v(op.operands[2])));
-        return {};
+        return Status{};
       case OpKind::TmemRead:
         def(op, fmt::format("kiln::tmem_read<{}>({}, {})", value_c(type(op.result)),
                             v(op.operands[0]), v(op.operands[1])));
-        return {};
+        return Status{};
+      default:
+        return std::nullopt;
+    }
+  }
+
+  // Planes (warp collectives), structured control flow, prints and asserts.
+  std::optional<Status> emit_control(const ir::Op& op) {
+    switch (op.kind) {
       case OpKind::SyncPlane:
         line(fmt::format("kiln::sync_plane({}u);", units_));
-        return {};
+        return Status{};
       case OpKind::PlaneSum:
       case OpKind::PlaneMin:
       case OpKind::PlaneMax:
       case OpKind::PlaneAny:
       case OpKind::PlaneAll:
         def(op, fmt::format("kiln::{}({}u, {})", func_name(op.kind), units_, v(op.operands[0])));
-        return {};
+        return Status{};
       case OpKind::PlaneBroadcast:
       case OpKind::PlaneShuffle:
         def(op, fmt::format("kiln::plane_shuffle({}u, {}, {})", units_, v(op.operands[0]),
                             v(op.operands[1])));
-        return {};
+        return Status{};
       case OpKind::PlaneShuffleXor:
         def(op, fmt::format("kiln::plane_shuffle_xor({}u, {}, {})", units_, v(op.operands[0]),
                             v(op.operands[1])));
-        return {};
+        return Status{};
       case OpKind::If: {
         line(fmt::format("if ({}) {{", v(op.operands[0])));
         KILN_TRY(nested(op.regions[0]));
@@ -809,7 +858,7 @@ class Gen {
           KILN_TRY(nested(op.regions[1]));
         }
         line("}");
-        return {};
+        return Status{};
       }
       case OpKind::For: {
         const Type& t = type(op.operands[0]);
@@ -828,7 +877,7 @@ class Gen {
         KILN_TRY(region(op.regions[0]));
         --indent_;
         line("}");
-        return {};
+        return Status{};
       }
       case OpKind::Pipeline:
         return pipeline(op);
@@ -836,16 +885,16 @@ class Gen {
         line("for (;;) {");
         KILN_TRY(nested(op.regions[0]));
         line("}");
-        return {};
+        return Status{};
       case OpKind::Break:
         line("break;");
-        return {};
+        return Status{};
       case OpKind::Continue:
         line("continue;");
-        return {};
+        return Status{};
       case OpKind::Return:
         line("return;");
-        return {};
+        return Status{};
       case OpKind::Print: {
         abi::PrintSite site;
         site.format = op.attr.s;
@@ -868,47 +917,55 @@ class Gen {
               fmt::format("{{ const kiln::u64 bits[] = {{{}}}; kiln::print(kiln_report, kiln_key, "
                           "{}, bits, {}u); }}",
                           bits, id, total));
-        return {};
+        return Status{};
       }
       case OpKind::Assert: {
         const auto id = static_cast<uint32_t>(info_.asserts.size());
         info_.asserts.push_back(abi::AssertSite{op.attr.s, K.loc_string(op.loc)});
         line(fmt::format("if (!{}) kiln::assert_failed(kiln_report, kiln_key, {});",
                          v(op.operands[0]), id));
-        return {};
+        return Status{};
       }
+      default:
+        return std::nullopt;
+    }
+  }
+
+  // Matrix fragments: mma.sync, ldmatrix, wgmma and block-scaled multiplies.
+  std::optional<Status> emit_fragment(const ir::Op& op) {
+    switch (op.kind) {
       case OpKind::AllocFrag: {
         const Type& t = type(op.result);
         const std::string name = fmt::format("frag{}", op.result);
         mem_name_[op.result] = name;
         line(fmt::format("{} {};", frag_c(t), name));
-        return {};
+        return Status{};
       }
       case OpKind::FragFill:
         wgmma_touch(op);
         line(fmt::format("kiln::frag_fill({}, {});", v(op.operands[0]), v(op.operands[1])));
-        return {};
+        return Status{};
       case OpKind::WgmmaDesc:
         def(op, fmt::format("kiln::wgmma_desc({}, {}, {}, {}, {}u)", v(op.operands[0]),
                             v(op.operands[1]), v(op.operands[2]), v(op.operands[3]), op.attr.i));
-        return {};
+        return Status{};
       case OpKind::Wgmma:
         line(fmt::format("kiln::wgmma<{}, {}>(kiln_wg, {}, {}, {});",
                          elem_c(static_cast<ElemType>(op.attr.i & 0xff)),
                          op.attr.i >> ir::kWgmmaMajorShift, v(op.operands[0]), v(op.operands[1]),
                          v(op.operands[2])));
-        return {};
+        return Status{};
       case OpKind::WgmmaFence:
         line("kiln::wgmma_fence(kiln_wg);");
-        return {};
+        return Status{};
       case OpKind::WgmmaCommit:
         line("kiln::wgmma_commit(kiln_wg);");
-        return {};
+        return Status{};
       case OpKind::WgmmaWait:
         line(fmt::format("kiln::wgmma_wait<{}>(kiln_wg);", op.attr.i));
         // The accumulators are the tensor cores' until the wait: no access moves above it.
         for (ValueId acc : wgmma_accs_) line(fmt::format("kiln::wgmma_fence_operand({});", v(acc)));
-        return {};
+        return Status{};
       case OpKind::FragLoad:
       case OpKind::FragStore: {
         const bool load = op.kind == OpKind::FragLoad;
@@ -930,7 +987,7 @@ class Gen {
                          : shared ? "load_shared"
                                   : "load",
                          args, op.attr.i, check));
-        return {};
+        return Status{};
       }
       case OpKind::FragLdmatrix: {
         const std::string check = O.checked
@@ -940,17 +997,17 @@ class Gen {
         line(fmt::format("kiln::frag_load_ldmatrix({}, {}, {}, {}, {}u, {});", v(op.operands[0]),
                          v(op.operands[1]), v(op.operands[2]), v(op.operands[3]), op.attr.i,
                          check));
-        return {};
+        return Status{};
       }
       case OpKind::FragMma:
         wgmma_touch(op);
         line(fmt::format("kiln::frag_mma({}, {}, {});", v(op.operands[0]), v(op.operands[1]),
                          v(op.operands[2])));
-        return {};
+        return Status{};
       case OpKind::FragCast:
         wgmma_touch(op);
         line(fmt::format("kiln::frag_cast({}, {});", v(op.operands[0]), v(op.operands[1])));
-        return {};
+        return Status{};
       case OpKind::FragMmaScaled: {
         wgmma_touch(op);
         // Each scale array with its bound, and the report where the launch is checked.
@@ -962,14 +1019,11 @@ class Gen {
         line(fmt::format("kiln::frag_mma_scaled({}, {}, {}, {}, {}, {});", v(op.operands[0]),
                          v(op.operands[1]), v(op.operands[2]), scales(3), scales(6),
                          O.checked ? "kiln_report, kiln_key" : "nullptr, 0ull"));
-        return {};
+        return Status{};
       }
-      case OpKind::Units:
-      case OpKind::FragPlane:
-        break;
+      default:  // Units and FragPlane are lowered before code generation
+        return std::nullopt;
     }
-    return Error(ErrorKind::Unsupported, fmt::format("{}: the CUDA backend cannot generate '{}'",
-                                                     K.where(op), ir::op_name(op.kind)));
   }
 
   // A pipeline with a producer plane of its own (the cube's last 32 units; ir.h and

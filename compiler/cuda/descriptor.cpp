@@ -9,8 +9,8 @@
 
 #include "compiler/backend.h"
 #include "compiler/cuda/codegen.h"
+#include "compiler/cuda/family.h"
 #include "compiler/cuda/nvrtc.h"
-#include "compiler/passes/pipeline.h"
 
 namespace kiln::cuda {
 
@@ -62,9 +62,10 @@ std::string resources_text(const Source& src, const CompiledCuda& c, const std::
   return s;
 }
 
-class CudaBackend final : public backend::Backend {
+class CudaBackend final : public GpuArchBackend {
  public:
   std::string_view name() const override { return "cuda"; }
+  const Target& arch(const backend::Target& t) const override { return arch_of(t).target; }
   std::string_view target_syntax() const override {
     return "sm_XY or sm_XYa (NVIDIA GPUs: sm_80, sm_89, sm_90a, sm_100a, sm_120a), compute_XY "
            "(PTX only)";
@@ -87,12 +88,7 @@ class CudaBackend final : public backend::Backend {
                                "targets)",
                                text));
     a.target = *parsed;
-    backend::Target out;
-    out.backend = this;
-    out.name = a.nvrtc_arch();
-    out.key = out.name;
-    out.impl = std::make_shared<const Arch>(a);
-    return out;
+    return make_target(a.target, a.nvrtc_arch(), a.nvrtc_arch(), std::make_shared<const Arch>(a));
   }
   std::vector<std::string> list_targets() const override {
     auto nv = nvrtc();
@@ -105,29 +101,6 @@ class CudaBackend final : public backend::Backend {
     for (const std::string& t : *targets) list += (list.empty() ? "" : " ") + t;
     return {fmt::format("cuda     NVRTC {}.{}: {}", (*nv)->major, (*nv)->minor, list)};
   }
-  int plane_width(const backend::Target&) const override { return 32; }  // a warp
-  std::vector<ir::MatrixConfig> matrix_configs(const backend::Target& t) const override {
-    return cuda::matrix_configs(arch_of(t).target);
-  }
-  bool has_wgmma(const backend::Target& t) const override {
-    return cuda::has_wgmma(arch_of(t).target);
-  }
-  bool has_tcgen05(const backend::Target& t) const override {
-    return cuda::has_tcgen05(arch_of(t).target);
-  }
-  bool has_tma(const backend::Target& t) const override { return cuda::has_tma(arch_of(t).target); }
-  bool has_multicast(const backend::Target& t) const override {
-    return cuda::has_multicast(arch_of(t).target);
-  }
-  bool has_cp_async(const backend::Target& t) const override { return arch_of(t).target.sm >= 80; }
-  bool has_mma_scaled(const backend::Target& t) const override {
-    return cuda::has_mma_scaled(arch_of(t).target);
-  }
-  std::string unsupported(const ir::Kernel& k, const ir::Op& op,
-                          const backend::Target& t) const override {
-    return cuda::unsupported_fragment(op, k, arch_of(t).target);
-  }
-  backend::Limits limits(const backend::Target&) const override { return cuda::limits(); }
   const std::vector<backend::Stage>& own_stages() const override {
     static const std::vector<backend::Stage> s = {
         {"cuda", ".cu", "the CUDA C++ kiln generates (with the kiln prelude)"},
@@ -135,9 +108,6 @@ class CudaBackend final : public backend::Backend {
         {"resources", ".resources.txt", "registers, shared memory, stack and spills from ptxas"},
     };
     return s;
-  }
-  Result<ir::Kernel> prepare(ir::Kernel traced, const DumpFn& dump) const override {
-    return passes::prepare_for_cuda(std::move(traced), dump);
   }
   Result<std::string> emit(const ir::Kernel& prepared, std::string_view stage,
                            const backend::Target& t, const backend::Options& o) const override {

@@ -1104,7 +1104,7 @@ __device__ __forceinline__ T for_index(T a, typename traits<T>::uint k, T s) {
 // ---- reports: prints, failed asserts, checked-mode faults
 // ------------------------------------------
 
-// The report buffer of a stream (runtime/cuda_report.h reads it at sync). Faults and asserts
+// The report buffer of a stream (runtime/cuda/report.h reads it at sync). Faults and asserts
 // keep the smallest key (launch, cube, unit) so the host reports the first one; prints are
 // records appended to an arena.
 struct fault_entry {

@@ -18,13 +18,13 @@ namespace kiln::dsl {
 
 // Whether the target has cp.async (asked at trace time): sm_80 and later, the CPU and cuda-emu.
 inline bool has_cp_async() {
-  return TraceContext::current().target().cp_async;
+  return TraceContext::current().target().features.cp_async;
 }
 
 namespace detail {
 inline bool need_cp_async(const SrcLoc& where) {
   auto& ctx = TraceContext::current();
-  if (ctx.target().cp_async) return true;
+  if (ctx.target().features.cp_async) return true;
   ctx.fail(where, fmt::format("cp.async is an sm_80 instruction; {} has none: ask "
                               "has_cp_async() at trace time and copy with loads and stores there",
                               ctx.target().name));
@@ -51,6 +51,7 @@ void copy_async(const SharedArray<W>& dst, Arg<uint32_t> dst_index, const M& src
 
 // Closes this unit's copies issued since the last commit into a group.
 inline void copy_async_commit(SrcLoc where = SrcLoc::current()) {
+  const CallSite site(where);
   auto& ctx = TraceContext::current();
   if (!detail::need_cp_async(where)) return;
   ctx.builder().op(ir::OpKind::AsyncCommit, {}, ctx.loc(where));
@@ -58,6 +59,7 @@ inline void copy_async_commit(SrcLoc where = SrcLoc::current()) {
 
 // Waits until at most `pending` (0 to 7) of this unit's committed groups are still in flight.
 inline void copy_async_wait(int pending, SrcLoc where = SrcLoc::current()) {
+  const CallSite site(where);
   auto& ctx = TraceContext::current();
   if (!detail::need_cp_async(where)) return;
   if (pending < 0 || pending > 7) {

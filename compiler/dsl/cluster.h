@@ -21,7 +21,7 @@ namespace kiln::dsl {
 // Whether the target has clusters (asked at trace time): sm_90 and later, the CPU and the
 // emulator; the same targets as has_tma().
 inline bool has_clusters() {
-  return TraceContext::current().target().tma;
+  return TraceContext::current().target().features.tma;
 }
 
 // The cluster shape: x * y * z neighbouring cubes of the grid (at most 8) form a cluster, which
@@ -29,6 +29,7 @@ inline bool has_clusters() {
 // kernel; without it a cube is its own cluster.
 inline void cluster_dims(uint32_t x, uint32_t y = 1, uint32_t z = 1,
                          SrcLoc where = SrcLoc::current()) {
+  const CallSite site(where);
   auto& ctx = TraceContext::current();
   if (!has_clusters()) {
     ctx.fail(where, fmt::format("clusters are sm_90 features; {} has none: ask has_clusters() at "
@@ -91,7 +92,7 @@ Val<host_of_t<V>> cluster_load(const SharedArray<V>& m, Arg<uint32_t> rank, Arg<
 // Whether the target multicasts TMA boxes (asked at trace time): sm_90a and sm_100a, the CPU and
 // the emulator of those; other targets copy each cube's box with tma_load.
 inline bool has_multicast() {
-  return TraceContext::current().target().multicast;
+  return TraceContext::current().target().features.multicast;
 }
 
 // tma_load, with the box landing at dst[index ...] and completing on bars[bar_index] in every

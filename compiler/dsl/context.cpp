@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 namespace kiln::dsl {
 
@@ -41,20 +42,39 @@ TraceContext& TraceContext::current() {
   return *t_active;
 }
 
+namespace {
+
+// Whether a path is one of kiln's DSL headers (compiler/dsl/*.h, in the tree or installed).
+bool dsl_header(std::string_view file) {
+  const size_t slash = file.rfind('/');
+  if (slash == std::string_view::npos) return false;
+  return file.substr(0, slash).ends_with("compiler/dsl") && file.ends_with(".h");
+}
+
+}  // namespace
+
 ir::SourceLoc TraceContext::loc(const std::source_location& where) {
   const char* file = where.file_name();
-  uint32_t index = 0;
-  for (const auto& [ptr, idx] : files_)
-    if (ptr == file) {
-      index = idx;
-      break;
-    }
-  if (index == 0) {
-    index = builder_.loc(file, 0).file;
+  auto it = files_.begin();
+  while (it != files_.end() && it->first != file) ++it;
+  if (it == files_.end()) {
+    const uint32_t index = dsl_header(file) ? 0 : builder_.loc(file, 0).file;
     files_.emplace_back(file, index);
+    it = files_.end() - 1;
   }
-  last_ = ir::SourceLoc{index, static_cast<uint32_t>(where.line())};
+  if (it->second == 0) return site_.known() ? site_ : last_;
+  last_ = ir::SourceLoc{it->second, static_cast<uint32_t>(where.line())};
   return last_;
+}
+
+CallSite::CallSite(const std::source_location& where) : ctx_(TraceContext::active()) {
+  if (!ctx_) return;
+  saved_ = ctx_->site_;
+  if (!saved_.known()) ctx_->site_ = ctx_->loc(where);
+}
+
+CallSite::~CallSite() {
+  if (ctx_) ctx_->site_ = saved_;
 }
 
 void TraceContext::fail(const std::source_location& where, const std::string& message) {

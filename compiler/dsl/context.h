@@ -18,12 +18,7 @@ namespace kiln::dsl {
 struct TraceTarget {
   std::string name = "any";
   std::vector<ir::MatrixConfig> matrix = ir::matrix_configs();
-  bool wgmma = true;       // whether it runs warpgroup multiplies (wgmma.*)
-  bool tcgen05 = true;     // whether it has tensor memory and tcgen05 (tmem.*, tcgen05.*)
-  bool tma = true;         // whether it has the Tensor Memory Accelerator (tma.*)
-  bool multicast = true;   // whether it multicasts TMA boxes to a cluster (tma.load_multicast)
-  bool cp_async = true;    // whether it has per-unit asynchronous copies (async.*)
-  bool mma_scaled = true;  // whether it runs block-scaled multiplies (frag.mma_scaled)
+  ir::Features features;  // the target's (backend::Target::features)
 };
 
 class TraceContext {
@@ -45,7 +40,11 @@ class TraceContext {
   bool checked() const { return checked_; }
   void set_checked(bool on) { checked_ = on; }
 
-  // The IR location of a DSL call site; remembered as the latest location.
+  // The IR location of a DSL call site; remembered as the latest location. A site inside kiln's
+  // own DSL headers (compiler/dsl/: a helper such as wgmma_desc emitting ops of its own) is
+  // never named: its ops belong to the kernel's line that called the helper (the outermost
+  // CallSite), or else the latest kernel line. So every message, #line and checked-mode report
+  // names the kernel's own source.
   ir::SourceLoc loc(const std::source_location& where);
   // The latest location seen, for the few ops C++ gives no call site for (copy assignment).
   ir::SourceLoc last_loc() const { return last_; }
@@ -56,14 +55,30 @@ class TraceContext {
   bool ok() const { return builder_.ok(); }
 
  private:
+  friend class CallSite;
   ir::Builder builder_;
   std::shared_ptr<const TraceTarget> target_;
   bool checked_ = false;
   TraceContext* previous_;
-  ir::SourceLoc last_;
-  // file_name() pointers seen so far and their file index: source_location hands out the same
-  // pointer for every call in one file, so most lookups are one pointer comparison.
+  ir::SourceLoc last_;  // the latest kernel line
+  ir::SourceLoc site_;  // the kernel line the running DSL helper was called from (CallSite)
+  // file_name() pointers seen so far and their file index (0: a kiln DSL header): source_location
+  // hands out the same pointer for every call in one file, so most lookups are one comparison.
   std::vector<std::pair<const char*, uint32_t>> files_;
+};
+
+// Attributes the ops a DSL helper emits to the kernel line it was called from: a helper that
+// takes a call site opens one first thing. Nested helpers keep the outermost kernel line.
+class CallSite {
+ public:
+  explicit CallSite(const std::source_location& where);
+  ~CallSite();
+  CallSite(const CallSite&) = delete;
+  CallSite& operator=(const CallSite&) = delete;
+
+ private:
+  TraceContext* ctx_;
+  ir::SourceLoc saved_;
 };
 
 }  // namespace kiln::dsl

@@ -121,16 +121,19 @@ inline uint64_t layout_attr(Layout l) {
 // The A operand (m x k) of an m x n x k multiply.
 template <class V>
 Fragment<V> matrix_a(int m, int n, int k, SrcLoc where = SrcLoc::current()) {
+  const CallSite site(where);
   return detail::alloc_frag<V>(ir::FragUse::A, m, n, k, where);
 }
 // The B operand (k x n).
 template <class V>
 Fragment<V> matrix_b(int m, int n, int k, SrcLoc where = SrcLoc::current()) {
+  const CallSite site(where);
   return detail::alloc_frag<V>(ir::FragUse::B, m, n, k, where);
 }
 // The accumulator (m x n).
 template <class V>
 Fragment<V> accumulator(int m, int n, int k, SrcLoc where = SrcLoc::current()) {
+  const CallSite site(where);
   return detail::alloc_frag<V>(ir::FragUse::Acc, m, n, k, where);
 }
 
@@ -205,6 +208,7 @@ void store(const Mem& mem, Arg<uint32_t> index, Arg<uint32_t> stride, Arg<uint32
 template <class C, class V>
 void mma(const Fragment<C>& acc, const Fragment<V>& a, const Fragment<V>& b,
          SrcLoc where = SrcLoc::current()) {
+  const CallSite site(where);
   auto& ctx = TraceContext::current();
   ctx.builder().op(ir::OpKind::FragMma, {acc.id(), a.id(), b.id()}, ctx.loc(where));
 }
@@ -212,7 +216,7 @@ void mma(const Fragment<C>& acc, const Fragment<V>& a, const Fragment<V>& b,
 // Whether the target runs block-scaled multiplies (mma_scaled): sm_120a, the CPU and
 // cuda-emu:sm_120a (asked at trace time, like has_mma).
 inline bool has_mma_scaled() {
-  return TraceContext::current().target().mma_scaled;
+  return TraceContext::current().target().features.mma_scaled;
 }
 
 // acc += (A * SA) (B * SB), the block-scaled multiply of MX formats (mma.sync
@@ -225,8 +229,9 @@ inline bool has_mma_scaled() {
 // they run. A kernel written for them alone calls it first, before allocating f8 fragments
 // that such a target may not have either.
 inline bool require_mma_scaled(SrcLoc where = SrcLoc::current()) {
+  const CallSite site(where);
   auto& ctx = TraceContext::current();
-  if (ctx.target().mma_scaled) return true;
+  if (ctx.target().features.mma_scaled) return true;
   ctx.fail(where, fmt::format("block-scaled mma (kind::mxf8f6f4) is an sm_120a instruction; {} "
                               "has none: ask has_mma_scaled() at trace time and scale the "
                               "inputs before mma() there",
@@ -250,6 +255,7 @@ void mma_scaled(const Fragment<C>& acc, const Fragment<V>& a, const Fragment<V>&
 // dst = src converted element by element (accumulators of one shape, e.g. f32 to f16).
 template <class D, class S>
 void convert(const Fragment<D>& dst, const Fragment<S>& src, SrcLoc where = SrcLoc::current()) {
+  const CallSite site(where);
   auto& ctx = TraceContext::current();
   ctx.builder().op(ir::OpKind::FragCast, {dst.id(), src.id()}, ctx.loc(where));
 }
@@ -287,13 +293,13 @@ enum class Major : uint32_t { K = 0, MN = 1 };
 
 // Whether the target runs warpgroup multiplies (asked at trace time, like has_mma).
 inline bool has_wgmma() {
-  return TraceContext::current().target().wgmma;
+  return TraceContext::current().target().features.wgmma;
 }
 
 namespace detail {
 inline bool need_wgmma(const SrcLoc& where) {
   auto& ctx = TraceContext::current();
-  if (ctx.target().wgmma) return true;
+  if (ctx.target().features.wgmma) return true;
   ctx.fail(where, fmt::format("wgmma is an sm_90a instruction; {} has none: ask has_wgmma() at "
                               "trace time and take another path (mma() on fragments) there",
                               ctx.target().name));
@@ -305,16 +311,23 @@ inline bool need_wgmma(const SrcLoc& where) {
 // byte offsets (multiples of 16) and swizzle, as the PTX ISA defines them for K-major operands:
 // without swizzle, core matrices of 8 rows x 16 bytes, LBO bytes apart along k and SBO bytes
 // apart along the rows; with a swizzle of W bytes, rows of W bytes, groups of 8 rows SBO apart.
+namespace detail {
+// The descriptor op of a matrix in shared memory (wgmma.desc, tcgen05.desc).
+template <class V>
+Val<uint64_t> smem_desc(ir::OpKind kind, const SharedArray<V>& mem, Arg<uint32_t> index,
+                        Arg<uint32_t> lbo, Arg<uint32_t> sbo, Swizzle swizzle) {
+  ir::Attr a;
+  a.i = static_cast<uint64_t>(swizzle);
+  return Val<uint64_t>::from_id(TraceContext::current().builder().op(
+      kind, {mem.id(), index.value(1), lbo.value(1), sbo.value(1)}, index.at(), {}, a));
+}
+}  // namespace detail
+
 template <class V>
 Val<uint64_t> wgmma_desc(const SharedArray<V>& mem, Arg<uint32_t> index, Arg<uint32_t> lbo,
                          Arg<uint32_t> sbo, Swizzle swizzle = Swizzle::None) {
-  auto& ctx = TraceContext::current();
   if (!detail::need_wgmma(index.where())) return Val<uint64_t>();
-  ir::Attr a;
-  a.i = static_cast<uint64_t>(swizzle);
-  return Val<uint64_t>::from_id(
-      ctx.builder().op(ir::OpKind::WgmmaDesc,
-                       {mem.id(), index.value(1), lbo.value(1), sbo.value(1)}, index.at(), {}, a));
+  return detail::smem_desc(ir::OpKind::WgmmaDesc, mem, index, lbo, sbo, swizzle);
 }
 
 // kiln's layout of a K-major tile of `rows` rows (a multiple of 8) and any number of k columns
@@ -373,6 +386,7 @@ bool mn_tile_ok(Swizzle swizzle, int extent, const char* who, const SrcLoc& wher
 template <class V>
 Val<uint32_t> wgmma_tile_index(Swizzle swizzle, int extent, Val<uint32_t> r, Val<uint32_t> k,
                                Major major, SrcLoc where = SrcLoc::current()) {
+  const CallSite site(where);
   if (major == Major::K) return wgmma_tile_index<V>(swizzle, extent, r, k);
   if (!detail::mn_tile_ok<V>(swizzle, extent, "wgmma", where)) return Val<uint32_t>();
   const uint32_t size = sizeof(host_of_t<V>), w = static_cast<uint32_t>(swizzle);
@@ -385,6 +399,31 @@ Val<uint32_t> wgmma_tile_index(Swizzle swizzle, int extent, Val<uint32_t> r, Val
 }
 
 namespace detail {
+
+// The descriptor of k-step `step` (32 bytes of k) of a K-major tile of `rows` rows laid out by
+// wgmma_tile_index at mem[base], made by `describe` (wgmma_desc or tcgen05_desc). Without
+// swizzle: core-matrix columns 2 step and 2 step + 1, LBO between them, SBO down the rows.
+template <class V, class Describe>
+Val<uint64_t> k_tile_desc(const SharedArray<V>& mem, Val<uint32_t> base, int rows,
+                          Swizzle swizzle, Val<uint32_t> step, const char* who,
+                          const SrcLoc& where, Describe describe) {
+  const uint32_t size = sizeof(host_of_t<V>), groups = static_cast<uint32_t>(rows) / 8;
+  const uint32_t w = static_cast<uint32_t>(swizzle);
+  if (rows <= 0 || rows % 8 != 0) {
+    TraceContext::current().fail(
+        where, fmt::format("a {} tile has a multiple of 8 rows, not {}", who, rows));
+    return Val<uint64_t>();
+  }
+  if (w == 0)
+    return describe(mem, Arg<uint32_t>(base + step * (2u * groups * 128u / size), where),
+                    Arg<uint32_t>(groups * 128u, where), Arg<uint32_t>(128u, where), swizzle);
+  const uint32_t steps_per_row = w / 32;  // 32 bytes of k per step
+  const Val<uint32_t> index = base + (step / steps_per_row) * (groups * 8u * w / size) +
+                              (step % steps_per_row) * (32u / size);
+  return describe(mem, Arg<uint32_t>(index, where), Arg<uint32_t>(16u, where),
+                  Arg<uint32_t>(8u * w, where), swizzle);
+}
+
 // The descriptor of k-step `step` (32 bytes of k: 16 elements, two groups of 8 k-rows) of an
 // MN-major tile laid out by wgmma_tile_index(..., Major::MN) at mem[base], made by `describe`
 // (wgmma_desc or tcgen05_desc: the same layouts, encoded for each instruction).
@@ -410,21 +449,9 @@ template <class V>
 Val<uint64_t> wgmma_tile_desc(const SharedArray<V>& mem, Val<uint32_t> base, int rows,
                               Swizzle swizzle, Val<uint32_t> step,
                               SrcLoc where = SrcLoc::current()) {
-  const uint32_t size = sizeof(host_of_t<V>), groups = static_cast<uint32_t>(rows) / 8;
-  const uint32_t w = static_cast<uint32_t>(swizzle);
-  if (rows <= 0 || rows % 8 != 0) {
-    TraceContext::current().fail(
-        where, fmt::format("a wgmma tile has a multiple of 8 rows, not {}", rows));
-    return Val<uint64_t>();
-  }
-  if (w == 0)  // core-matrix columns 2 step and 2 step + 1; LBO between them, SBO down
-    return wgmma_desc(mem, Arg<uint32_t>(base + step * (2u * groups * 128u / size), where),
-                      Arg<uint32_t>(groups * 128u, where), Arg<uint32_t>(128u, where), swizzle);
-  const uint32_t steps_per_row = w / 32;  // 32 bytes of k per step
-  const Val<uint32_t> index = base + (step / steps_per_row) * (groups * 8u * w / size) +
-                              (step % steps_per_row) * (32u / size);
-  return wgmma_desc(mem, Arg<uint32_t>(index, where), Arg<uint32_t>(16u, where),
-                    Arg<uint32_t>(8u * w, where), swizzle);
+  const CallSite site(where);
+  return detail::k_tile_desc(mem, base, rows, swizzle, step, "wgmma", where,
+                             [](auto&&... x) { return wgmma_desc(x...); });
 }
 
 // The same with the tile's major (Major::MN: `extent` along mn, laid out by
@@ -433,6 +460,7 @@ template <class V>
 Val<uint64_t> wgmma_tile_desc(const SharedArray<V>& mem, Val<uint32_t> base, int extent,
                               Swizzle swizzle, Val<uint32_t> step, Major major,
                               SrcLoc where = SrcLoc::current()) {
+  const CallSite site(where);
   if (major == Major::K) return wgmma_tile_desc(mem, base, extent, swizzle, step, where);
   return detail::mn_tile_desc(mem, base, extent, swizzle, step, "wgmma", where,
                               [](auto&&... x) { return wgmma_desc(x...); });
@@ -461,6 +489,7 @@ bool majors_ok(Major a, Major b, const char* who, const SrcLoc& where) {
 template <class V, class C>
 void wgmma(const Fragment<C>& acc, Arg<uint64_t> a, Arg<uint64_t> b, Major a_major = Major::K,
            Major b_major = Major::K, SrcLoc where = SrcLoc::current()) {
+  const CallSite site(where);
   auto& ctx = TraceContext::current();
   if (!detail::need_wgmma(where) || !detail::majors_ok<V>(a_major, b_major, "wgmma", where)) return;
   ir::Attr attr;
@@ -470,17 +499,20 @@ void wgmma(const Fragment<C>& acc, Arg<uint64_t> a, Arg<uint64_t> b, Major a_maj
 }
 // Orders earlier accesses to accumulators before the multiplies after it (wgmma.fence).
 inline void wgmma_fence(SrcLoc where = SrcLoc::current()) {
+  const CallSite site(where);
   auto& ctx = TraceContext::current();
   if (detail::need_wgmma(where)) ctx.builder().op(ir::OpKind::WgmmaFence, {}, ctx.loc(where));
 }
 // Closes the group of multiplies issued since the last commit (wgmma.commit_group).
 inline void wgmma_commit(SrcLoc where = SrcLoc::current()) {
+  const CallSite site(where);
   auto& ctx = TraceContext::current();
   if (detail::need_wgmma(where)) ctx.builder().op(ir::OpKind::WgmmaCommit, {}, ctx.loc(where));
 }
 // Waits until at most `pending` (0..7) committed groups are still running (wgmma.wait_group):
 // the accumulators of the others may then be read.
 inline void wgmma_wait(int pending, SrcLoc where = SrcLoc::current()) {
+  const CallSite site(where);
   auto& ctx = TraceContext::current();
   if (pending < 0 || pending > 7) {
     ctx.fail(where, fmt::format("wgmma_wait leaves 0 to 7 groups pending, not {}", pending));

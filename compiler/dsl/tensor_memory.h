@@ -27,7 +27,7 @@ namespace kiln::dsl {
 // Whether the target has tensor memory and tcgen05 (asked at trace time, like has_wgmma):
 // sm_100a, the CPU and cuda-emu:sm_100a.
 inline bool has_tcgen05() {
-  return TraceContext::current().target().tcgen05;
+  return TraceContext::current().target().features.tcgen05;
 }
 
 namespace detail {
@@ -35,7 +35,7 @@ template <class V>
 constexpr bool is_mbarrier_array = std::is_same_v<host_of_t<V>, uint64_t>;
 inline bool need_tcgen05(const SrcLoc& where) {
   auto& ctx = TraceContext::current();
-  if (ctx.target().tcgen05) return true;
+  if (ctx.target().features.tcgen05) return true;
   ctx.fail(where, fmt::format("tensor memory and tcgen05 are sm_100a instructions; {} has none: "
                               "ask has_tcgen05() at trace time and take another path there "
                               "(wgmma on sm_90a, mma() on fragments elsewhere)",
@@ -85,6 +85,7 @@ void mbarrier_wait(const SharedArray<V>& bars, Arg<uint32_t> index, Arg<uint32_t
 // tensor memory; the result is their address (lane 0, the first column). Free them with
 // tmem_free before the kernel ends.
 inline Val<uint32_t> tmem_alloc(int columns, SrcLoc where = SrcLoc::current()) {
+  const CallSite site(where);
   auto& ctx = TraceContext::current();
   if (!detail::need_tcgen05(where) || !detail::columns_ok(columns, where)) return Val<uint32_t>();
   ir::Attr a;
@@ -111,13 +112,8 @@ inline void tmem_free(Arg<uint32_t> address, int columns) {
 template <class V>
 Val<uint64_t> tcgen05_desc(const SharedArray<V>& mem, Arg<uint32_t> index, Arg<uint32_t> lbo,
                            Arg<uint32_t> sbo, Swizzle swizzle = Swizzle::None) {
-  auto& ctx = TraceContext::current();
   if (!detail::need_tcgen05(index.where())) return Val<uint64_t>();
-  ir::Attr a;
-  a.i = static_cast<uint64_t>(swizzle);
-  return Val<uint64_t>::from_id(
-      ctx.builder().op(ir::OpKind::Tcgen05Desc,
-                       {mem.id(), index.value(1), lbo.value(1), sbo.value(1)}, index.at(), {}, a));
+  return detail::smem_desc(ir::OpKind::Tcgen05Desc, mem, index, lbo, sbo, swizzle);
 }
 
 // The descriptor of k-step `step` (32 bytes of k: 16 for f16/bf16, 8 for tf32, 32 for the 8-bit
@@ -126,21 +122,9 @@ template <class V>
 Val<uint64_t> tcgen05_tile_desc(const SharedArray<V>& mem, Val<uint32_t> base, int rows,
                                 Swizzle swizzle, Val<uint32_t> step,
                                 SrcLoc where = SrcLoc::current()) {
-  const uint32_t size = sizeof(host_of_t<V>), groups = static_cast<uint32_t>(rows) / 8;
-  const uint32_t w = static_cast<uint32_t>(swizzle);
-  if (rows <= 0 || rows % 8 != 0) {
-    TraceContext::current().fail(
-        where, fmt::format("a tcgen05 tile has a multiple of 8 rows, not {}", rows));
-    return Val<uint64_t>();
-  }
-  if (w == 0)
-    return tcgen05_desc(mem, Arg<uint32_t>(base + step * (2u * groups * 128u / size), where),
-                        Arg<uint32_t>(groups * 128u, where), Arg<uint32_t>(128u, where), swizzle);
-  const uint32_t steps_per_row = w / 32;
-  const Val<uint32_t> index = base + (step / steps_per_row) * (groups * 8u * w / size) +
-                              (step % steps_per_row) * (32u / size);
-  return tcgen05_desc(mem, Arg<uint32_t>(index, where), Arg<uint32_t>(16u, where),
-                      Arg<uint32_t>(8u * w, where), swizzle);
+  const CallSite site(where);
+  return detail::k_tile_desc(mem, base, rows, swizzle, step, "tcgen05", where,
+                             [](auto&&... x) { return tcgen05_desc(x...); });
 }
 
 // The same with the tile's major (Major::MN: `extent` along m or n, laid out by
@@ -149,6 +133,7 @@ template <class V>
 Val<uint64_t> tcgen05_tile_desc(const SharedArray<V>& mem, Val<uint32_t> base, int extent,
                                 Swizzle swizzle, Val<uint32_t> step, Major major,
                                 SrcLoc where = SrcLoc::current()) {
+  const CallSite site(where);
   if (major == Major::K) return tcgen05_tile_desc(mem, base, extent, swizzle, step, where);
   return detail::mn_tile_desc(mem, base, extent, swizzle, step, "tcgen05", where,
                               [](auto&&... x) { return tcgen05_desc(x...); });

@@ -30,7 +30,7 @@ namespace kiln::dsl {
 // Whether the target has TMA (asked at trace time, like has_wgmma): sm_90 and later, the CPU
 // and the emulator of those architectures.
 inline bool has_tma() {
-  return TraceContext::current().target().tma;
+  return TraceContext::current().target().features.tma;
 }
 
 // What a load writes for the elements of a box outside the tensor: zeros, or NaN (f16, bf16, f32
@@ -97,6 +97,7 @@ template <class V>
 TmaView<V> tma_view(const Tensor<V>& t, std::initializer_list<int> box,
                     Swizzle swizzle = Swizzle::None, TmaFill fill = TmaFill::Zero,
                     SrcLoc where = SrcLoc::current()) {
+  const CallSite site(where);
   static_assert(!std::is_same_v<host_of_t<V>, bool>, "kiln: TMA copies numbers, not bools");
   auto& ctx = TraceContext::current();
   ir::TmaBox b;
@@ -123,6 +124,7 @@ class TmaCoord {
   requires(std::same_as<typename E::elem_type, int32_t> ||
            std::same_as<typename E::elem_type, uint32_t>)
       TmaCoord(const E& e, SrcLoc where = SrcLoc::current()) {
+   const CallSite site(where);
     if constexpr (std::same_as<typename E::elem_type, int32_t>)
       id_ = Arg<int32_t>(e, where).value(1);
     else
@@ -160,6 +162,7 @@ TmaIm2colView<V> tma_im2col_view(const Tensor<V>& t, int pixels, int channels,
                                  std::initializer_list<int> lower, std::initializer_list<int> upper,
                                  Swizzle swizzle = Swizzle::None, TmaFill fill = TmaFill::Zero,
                                  SrcLoc where = SrcLoc::current()) {
+  const CallSite site(where);
   static_assert(!std::is_same_v<host_of_t<V>, bool>, "kiln: TMA copies numbers, not bools");
   auto& ctx = TraceContext::current();
   ir::TmaBox b;
@@ -193,6 +196,7 @@ class TmaOffset {
   requires(std::same_as<typename E::elem_type, int32_t> ||
            std::same_as<typename E::elem_type, uint32_t>)
       TmaOffset(const E& e, SrcLoc where = SrcLoc::current()) {
+   const CallSite site(where);
     id_ = cast<uint16_t>(e, where).id();
   }
   TmaOffset(int32_t lit, SrcLoc where = SrcLoc::current())
@@ -389,6 +393,7 @@ void tma_reduce_async(const TmaView<V>& view, std::initializer_list<TmaCoord> co
 // memory; then every unit may write it again (a cube operation; on the GPU one unit's
 // cp.async.bulk.wait_group.read and a cube barrier).
 inline void tma_store_wait(int pending = 0, SrcLoc where = SrcLoc::current()) {
+  const CallSite site(where);
   auto& ctx = TraceContext::current();
   if (pending < 0 || pending > 7) {
     ctx.fail(where, fmt::format("tma_store_wait leaves 0 to 7 stores pending, not {}", pending));
@@ -411,6 +416,7 @@ inline void tma_store_wait(int pending = 0, SrcLoc where = SrcLoc::current()) {
 template <class V>
 void tma_prefetch(const TmaView<V>& view, std::initializer_list<TmaCoord> coords,
                   SrcLoc where = SrcLoc::current()) {
+  const CallSite site(where);
   auto& ctx = TraceContext::current();
   if (!has_tma()) {
     ctx.fail(where, fmt::format("TMA prefetches are sm_90 instructions; {} has none: ask has_tma() "
@@ -498,6 +504,7 @@ SharedArray<u64> pipeline(Arg<uint32_t> rounds, int stages, int lag, bool commit
 template <class P, class C>
 void pipeline(Arg<uint32_t> rounds, int stages, int lag, P&& produce, C&& consume,
               SrcLoc where = SrcLoc::current()) {
+  const CallSite site(where);
   static_assert(std::is_invocable_v<C, Val<uint32_t>, Val<uint32_t>>,
                 "kiln: a pipeline's consume region takes the round and the stage");
   detail::pipeline(rounds, stages, lag, false, std::forward<P>(produce), std::forward<C>(consume),
@@ -513,6 +520,7 @@ void pipeline(Arg<uint32_t> rounds, int stages, int lag, P&& produce, C&& consum
 template <class P, class C>
 SharedArray<u64> pipeline_committed(Arg<uint32_t> rounds, int stages, P&& produce, C&& consume,
                                     SrcLoc where = SrcLoc::current()) {
+  const CallSite site(where);
   static_assert(
       std::is_invocable_v<C, Val<uint32_t>, Val<uint32_t>, const SharedArray<u64>&>,
       "kiln: pipeline_committed's consume region takes the round, the stage and the empty "

@@ -1,9 +1,9 @@
-/* The same kernels from C, through kiln's C API (runtime/kiln.h): load the plugin, launch
+/* The same kernels from C, through kiln's C API (runtime/api/kiln.h): load the plugin, launch
  * row_sum by name with its comptime `units` given by name, check the sums.
  * `app_c [PLUGIN]`: the plugin built next to it by default. */
 #include <stdio.h>
 
-#include "runtime/kiln.h"
+#include "runtime/api/kiln.h"
 
 static int fail(const char* what, kiln_status s) {
   fprintf(stderr, "app_c: %s: %s: %s\n", what, kiln_status_name(s), kiln_last_error());

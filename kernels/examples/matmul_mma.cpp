@@ -25,6 +25,9 @@
 
 using namespace kiln::dsl;
 
+// Longer than 150 lines on purpose: a kernel is one algorithm read from top to bottom (tiles,
+// the copy ring, the multiply loop, the store), each phase marked; its helpers would be traced
+// inline anyway.
 template <class T>
 void matmul_mma(Tensor<const T> a, Tensor<const T> b, Tensor<mma_acc_t<T>> c, int frag_m,
                 int frag_n, int k_steps, int planes_m, int planes_n, bool b_transposed,

@@ -399,9 +399,10 @@ CpuConfig cpu_config(const Runtime& rt, const Problem& p) {
   c.mr = dev.vector_bits >= 512 ? 12 : 6;
   c.vectors = 2;
   const int nr = c.nr();
-  // On the CPU the sums live in the worker's arena; elsewhere (the emulator) in the 48 KiB of
-  // shared memory a cube gets by default.
-  c.tile = dev.kind == DeviceKind::Cpu ? 1 << 17 : 1 << 13;
+  // The block's sums live in the cube's shared memory (on the CPU the worker's arena, elsewhere
+  // the 48 KiB a cube gets by default): up to 2^17 floats, in two thirds of it.
+  c.tile = 1 << 17;
+  while (c.tile > 1024 && static_cast<uint64_t>(c.tile) * 4 > dev.shared_bytes * 2 / 3) c.tile /= 2;
   const long l1 = cache_bytes(_SC_LEVEL1_DCACHE_SIZE, 32 << 10);
   const long l2 = cache_bytes(_SC_LEVEL2_CACHE_SIZE, 1 << 20);
   // A's sliver in half of L1, B's block in half of L2, the block's sums in a quarter.
@@ -605,7 +606,7 @@ Status run_gpu(Runtime& rt, const Problem& p, const MatmulOptions& o) {
 Status matmul(Runtime& rt, const Tensor& a, const Tensor& b, Tensor& c, const MatmulOptions& o) {
   KILN_ASSIGN(const Problem p, check(a, b, c, o));
   if (p.m == 0 || p.n == 0 || p.batch == 0) return {};
-  if (rt.device().kind != DeviceKind::Cpu) return run_gpu(rt, p, o);
+  if (!rt.device().lane_units) return run_gpu(rt, p, o);
   // The candidates of the shapes' bucket, so that every shape of a bucket shares its tuning.
   Problem rounded = p;
   rounded.m = bucket(p.m);

@@ -230,7 +230,7 @@ Status rows(Runtime& rt, const char* name, RowOp op, const Tensor& x, Tensor& y,
   } else {
     KILN_ASSIGN(b, rt.empty(type, {1}));
   }
-  const bool gpu = rt.device().kind != DeviceKind::Cpu;
+  const bool gpu = !rt.device().lane_units;
   // On the CPU one vector of 16 units walks the row in order (more units measured slower: each
   // vector walks the row on its own with a stride); on a GPU up to 256, fewer for short rows.
   int units = 16;

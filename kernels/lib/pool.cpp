@@ -441,7 +441,7 @@ Status pool(Runtime& rt, const char* op_name, PoolOp op, const Tensor& in, Tenso
       x.shape(2) * x.shape(3) >= (int64_t{1} << 32))
     return bad(op_name, "a plane of 'in' holds 2^32 elements or more; split it");
   auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
-  const bool gpu = rt.device().kind != DeviceKind::Cpu;
+  const bool gpu = !rt.device().lane_units;
   const uint32_t divisor = u(o.divisor), include_pad = o.count_include_pad ? 1u : 0u;
   constexpr int64_t kMaxCubes = 65535;
   // `units` output columns per cube (a power of two near the output width) and a band of

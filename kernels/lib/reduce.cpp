@@ -497,7 +497,7 @@ Status reduce(Runtime& rt, ReduceOp op, const Tensor& x, Tensor& out, const Redu
   // negative variance).
   const float divisor =
       static_cast<float>(op == ReduceOp::Mean ? n : std::max<int64_t>(n - o.correction, 0));
-  const bool gpu = rt.device().kind != DeviceKind::Cpu;
+  const bool gpu = !rt.device().lane_units;
   // A long axis with few outputs: two passes, so that every thread (or multiprocessor) takes a
   // part. The axis is cut into `split` chunks (a divisor of its length, each of 4096 elements
   // or more); the first pass reduces each chunk into a partial (f32 for floats, i64 for

@@ -94,7 +94,6 @@ class MirrorDevice final : public Device {
     pool_ = cpu_->pool();
     info_ = cpu_->info();
     info_.name = "mirror";
-    info_.kind = DeviceKind::Other;
     info_.description = "the host CPU, through the test backend";
   }
   const DeviceInfo& info() const override { return info_; }

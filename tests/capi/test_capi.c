@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/kiln.h"
+#include "runtime/api/kiln.h"
 
 static int failures = 0;
 #define CHECK(cond)                                                                          \

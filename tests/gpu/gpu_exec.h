@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "compiler/backend.h"
-#include "runtime/cpu_exec.h"
+#include "runtime/cpu/exec.h"
 #include "runtime/device.h"
 
 #include <cstdlib>

@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
     const auto& info = kiln::test::gpu()->device->info();
     std::printf("running on %s: %s, %s, %d %s\n", info.name.c_str(), info.description.c_str(),
                 info.arch.c_str(), info.cores,
-                info.kind == kiln::DeviceKind::Cuda ? "SMs" : "host threads");
+                info.host_memory ? "host threads" : "SMs");
   }
   return Catch::Session().run(argc, argv);
 }

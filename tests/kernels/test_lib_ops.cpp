@@ -38,7 +38,7 @@ struct Case {
 void run_cases(const std::vector<Case>& cases) {
   (void)kernels::builtin_names();
   for (Runtime& rt : test::open_devices({"cpu", "cuda-emu"})) {
-    const bool emu = rt.device().kind != DeviceKind::Cpu;
+    const bool emu = rt.device().emulated;
     for (const Case& c : cases) {
       if (emu && !c.emulator) continue;
       std::string what = c.op;

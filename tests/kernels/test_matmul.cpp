@@ -66,7 +66,7 @@ TEST_CASE("kiln::lib::matmul matches a double reference", "[matmul]") {
       {"a batch of one-row products", {{"a", {7, 1, 64}}, {"b", {7, 64, 100}}}, {}, {}},
   };
   for (Runtime& rt : test::open_devices({"cpu", "cuda-emu"})) {
-    const bool emu = rt.device().kind != DeviceKind::Cpu;
+    const bool emu = rt.device().emulated;
     for (const Case& c : cases) {
       if (emu && !c.emulator) continue;
       INFO(c.what << " on " << rt.device().name);

@@ -10,7 +10,7 @@
 #include <numeric>
 
 #include "compiler/dsl/dsl.h"
-#include "runtime/cuda_device.h"
+#include "runtime/cuda/device.h"
 #include "runtime/disk_cache.h"
 #include "tests/compiler/dsl/dsl_test_util.h"
 #include "tests/runtime/runtime_test_util.h"
@@ -137,7 +137,7 @@ TEST_CASE("the fake GPU is listed with its properties", "[fake]") {
   CHECK(d->name == "cuda:0");
   CHECK(d->available);
   CHECK(d->info.description == "kiln fake GPU");
-  CHECK(d->info.kind == DeviceKind::Cuda);
+  CHECK(d->info.dlpack_type == 2);
   CHECK(d->info.arch == "sm_90a");
   CHECK(d->info.cores == 80);
   CHECK(d->info.memory_bytes == (uint64_t{1} << 30));

@@ -19,7 +19,7 @@
 #include "compiler/dsl/registry.h"
 #include "compiler/passes/pipeline.h"
 #include "kernels/kernels.h"
-#include "runtime/cpu_exec.h"
+#include "runtime/cpu/exec.h"
 #include "tools/bench/bench_util.h"
 #include "tools/bench/cpu_peers.h"
 

@@ -24,8 +24,8 @@
 #include "compiler/passes/pipeline.h"
 #include "ir/float16.h"
 #include "kernels/kernels.h"
-#include "runtime/cpu_exec.h"
-#include "runtime/cuda_device.h"
+#include "runtime/cpu/exec.h"
+#include "runtime/cuda/device.h"
 #include "runtime/runtime.h"
 #include "tools/bench/bench_util.h"
 

@@ -25,7 +25,7 @@
 #include "compiler/passes/pipeline.h"
 #include "kernels/kernels.h"
 #include "kernels/run.h"
-#include "runtime/cpu_exec.h"
+#include "runtime/cpu/exec.h"
 #include "runtime/disk_cache.h"
 #include "runtime/runtime.h"
 #include "tools/bench/bench_util.h"

@@ -174,7 +174,7 @@ bool product_on_every_device(int repeat) {
   bool ok = true;
   for (const DeviceEntry& d : devices()) {
     if (!d.available) continue;  // said above
-    if (d.info.kind == DeviceKind::CudaEmulator) {
+    if (d.info.emulated) {
       fmt::print(
           "  {:<10} skipped: an emulator runs every unit on the host (34 GFLOP would take "
           "hours)\n",
@@ -297,7 +297,7 @@ int run_demo(int repeat) {
       fmt::print("\n{}: absent ({})\n", d.name, d.reason);
       continue;
     }
-    const bool emulated = d.info.kind == DeviceKind::CudaEmulator;
+    const bool emulated = d.info.emulated;
     fmt::print("\n{}: {}{}\n", d.name, d.info.description,
                emulated ? " (checks the generated CUDA; its times are the emulator's, 2 runs at "
                           "most)"

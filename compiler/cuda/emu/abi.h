@@ -3,7 +3,7 @@
 //   uint32_t kiln_emu_abi(void)              kAbiVersion
 //   void     kiln_emu_bind(const Api* api)   before anything runs
 //   void     kiln_emu_unit(const void* slots) one unit of the kernel, on the current fiber
-// and calls back into the emulator (runtime/emu_exec.cpp) through Api for everything that is
+// and calls back into the emulator (runtime/emu/exec.cpp) through Api for everything that is
 // not plain computation: the unit's position, barriers, warp collectives and memory checks.
 // Plain C++ types only: the runtime includes this header and the module is built with it.
 #pragma once

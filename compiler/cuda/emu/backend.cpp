@@ -22,7 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "compiler/cuda/emu/abi.h"
-#include "compiler/passes/pipeline.h"
+#include "compiler/cuda/family.h"
 
 extern char** environ;
 
@@ -228,9 +228,10 @@ Status write_file(const std::string& path, const std::string& text) {
   return {};
 }
 
-class EmuBackend final : public backend::Backend {
+class EmuBackend final : public GpuArchBackend {
  public:
   std::string_view name() const override { return "cuda-emu"; }
+  const cuda::Target& arch(const backend::Target& t) const override { return arch_of(t).target; }
   std::string_view target_syntax() const override {
     return "cuda-emu (sm_90a) or cuda-emu:sm_XY[a] (the CUDA backend's code, run on the host)";
   }
@@ -252,12 +253,9 @@ class EmuBackend final : public backend::Backend {
     Arch a;
     a.target = *t;
     a.max_shared_bytes = max_shared_for(t->sm);
-    backend::Target out;
-    out.backend = this;
-    out.name = fmt::format("cuda-emu:{}", t->name());
-    out.key = fmt::format("{}:{}", out.name, host_machine());
-    out.impl = std::make_shared<const Arch>(a);
-    return out;
+    const std::string name = fmt::format("cuda-emu:{}", t->name());
+    return make_target(a.target, name, fmt::format("{}:{}", name, host_machine()),
+                       std::make_shared<const Arch>(a));
   }
   std::vector<std::string> list_targets() const override {
     auto cxx = host_compiler();
@@ -267,38 +265,12 @@ class EmuBackend final : public backend::Backend {
                     "host by emulation, built with {}",
                     cxx->version)};
   }
-  int plane_width(const backend::Target&) const override { return 32; }
-  std::vector<ir::MatrixConfig> matrix_configs(const backend::Target& t) const override {
-    return cuda::matrix_configs(arch_of(t).target);
-  }
-  bool has_wgmma(const backend::Target& t) const override {
-    return cuda::has_wgmma(arch_of(t).target);
-  }
-  bool has_tcgen05(const backend::Target& t) const override {
-    return cuda::has_tcgen05(arch_of(t).target);
-  }
-  bool has_tma(const backend::Target& t) const override { return cuda::has_tma(arch_of(t).target); }
-  bool has_multicast(const backend::Target& t) const override {
-    return cuda::has_multicast(arch_of(t).target);
-  }
-  bool has_cp_async(const backend::Target& t) const override { return arch_of(t).target.sm >= 80; }
-  bool has_mma_scaled(const backend::Target& t) const override {
-    return cuda::has_mma_scaled(arch_of(t).target);
-  }
-  std::string unsupported(const ir::Kernel& k, const ir::Op& op,
-                          const backend::Target& t) const override {
-    return cuda::unsupported_fragment(op, k, arch_of(t).target);
-  }
-  backend::Limits limits(const backend::Target&) const override { return cuda::limits(); }
   const std::vector<backend::Stage>& own_stages() const override {
     static const std::vector<backend::Stage> s = {
         {"cuda", ".cu", "the CUDA C++ the CUDA backend generates for the emulated arch"},
         {"host", ".emu.cpp", "the translation unit the host C++ compiler builds for cuda-emu"},
     };
     return s;
-  }
-  Result<ir::Kernel> prepare(ir::Kernel traced, const DumpFn& dump) const override {
-    return passes::prepare_for_cuda(std::move(traced), dump);
   }
   Result<std::string> emit(const ir::Kernel& prepared, std::string_view stage,
                            const backend::Target& t, const backend::Options& o) const override {

@@ -1,6 +1,6 @@
 // The cuda-emu backend: the CUDA backend's CUDA C++ for an NVIDIA arch, compiled for the host
 // with the system C++ compiler together with kiln_emu.h (host.h), for the emulation device
-// (runtime/emu_device.cpp). Targets: cuda-emu (sm_90a) and cuda-emu:sm_XY[a].
+// (runtime/emu/device.cpp). Targets: cuda-emu (sm_90a) and cuda-emu:sm_XY[a].
 #pragma once
 
 #include <string>

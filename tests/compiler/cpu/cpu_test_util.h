@@ -19,7 +19,7 @@
 #include "compiler/passes/pipeline.h"
 #include "ir/float16.h"
 #include "ir/printer.h"
-#include "runtime/cpu_exec.h"
+#include "runtime/cpu/exec.h"
 #ifdef KILN_TEST_CUDA
 #include "tests/gpu/gpu_exec.h"
 #endif

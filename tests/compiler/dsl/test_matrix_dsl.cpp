@@ -108,6 +108,12 @@ void doc_matmul_f16(Tensor<const f16> a, Tensor<const f16> b, Tensor<f32> c) {
 }
 KILN_KERNEL(doc_matmul_f16, "a: rank=2, b: rank=2, c: rank=2").cube_dim(128);
 
+// A DSL helper that computes with operators inside kiln's header (wgmma_tile_index).
+void m_helper_loc(Tensor<u32> out) {
+  out[unit_pos()] = wgmma_tile_index<f16>(Swizzle::B128, 64, unit_pos(), 8u, Major::K);  // LOC:tile
+}
+KILN_KERNEL(m_helper_loc, "out").cube_dim(32);
+
 }  // namespace
 
 TEST_CASE("the kernel of docs/dsl.md traces to fragment ops", "[dsl][matrix]") {
@@ -177,4 +183,20 @@ TEST_CASE("kernels ask the target they are traced for which multiplies it runs",
   CHECK_THAT(k.error().message, Contains("is not available on sm_75: it multiplies f16 "
                                          "fragments in no shape; ask has_mma<T>(m, n, k)"));
   CHECK_THAT(k.error().message, Contains(kFile));
+}
+
+TEST_CASE("ops a DSL helper emits are located at the kernel line that called it", "[dsl][matrix]") {
+  auto k = test::trace_kernel("m_helper_loc");
+  INFO((k.ok() ? std::string() : k.error().message));
+  REQUIRE(k.ok());
+  // One source file: the kernel's; none of kiln's DSL headers.
+  REQUIRE(k->files.size() == 1);
+  CHECK_THAT(k->files[0], Catch::EndsWith("test_matrix_dsl.cpp"));
+  const std::string tile = test::marker_loc(kFile, "LOC:tile");
+  const uint32_t line = static_cast<uint32_t>(std::stoul(tile.substr(tile.rfind(':') + 1)));
+  int at_call = 0;
+  ir::walk(k->body, [&](const ir::Op& op) {
+    if (op.loc.line == line) ++at_call;
+  });
+  CHECK(at_call >= 5);  // the swizzle's shifts, masks and products, all at the call
 }

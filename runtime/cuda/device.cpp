@@ -1,5 +1,5 @@
 // CUDA devices, kernels, streams and reports.
-#include "runtime/cuda_device.h"
+#include "runtime/cuda/device.h"
 
 #include <algorithm>
 #include <cstring>
@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "runtime/cuda_report.h"
+#include "runtime/cuda/report.h"
 #include "runtime/log.h"
 #include "runtime/tensor.h"
 #include "runtime/tma.h"
@@ -79,13 +79,14 @@ Result<DeviceInfo> CudaDevice::describe(int ordinal) {
   KILN_TRY(check(*api, api->cuDeviceTotalMem_v2(&mem, dev), "reading the device memory"));
   DeviceInfo info;
   info.name = fmt::format("cuda:{}", ordinal);
-  info.kind = DeviceKind::Cuda;
   info.description = name;
   info.cores = sms;
   info.vector_bits = 128;  // 16-byte loads and stores
   const int sm = major * 10 + minor;
   info.arch = fmt::format("sm_{}{}", sm, sm >= 90 ? "a" : "");
   info.memory_bytes = mem;
+  info.dlpack_type = 2;  // kDLCUDA
+  info.dlpack_id = ordinal;
   info.details = fmt::format("{}, {} SMs", info.arch, sms);
   return info;
 }
@@ -138,6 +139,7 @@ Result<std::shared_ptr<CudaDevice>> CudaDevice::open(int ordinal, uint64_t memor
   KILN_CHECK(b, "the CUDA backend is registered");
   KILN_ASSIGN(dev->backend_target_,
               b->parse_target(dev->cubin_ ? dev->target_.name() : dev->target_.compute()));
+  describe_target(dev->info_, dev->backend_target_);
   dev->pool_ = std::make_shared<MemoryPool>(std::make_unique<CudaAllocator>(ctx), memory_cap);
   dev->pool_->set_reuse_fence([ctx] {
     if (ctx->bind()) ctx->api->cuCtxSynchronize();

@@ -1,6 +1,6 @@
 // DLPack import and export (dlpack.h): kiln tensors over other frameworks' memory and the
 // reverse, without copies.
-#include "runtime/dlpack.h"
+#include "runtime/api/dlpack.h"
 
 #include <array>
 #include <cstdlib>
@@ -114,23 +114,16 @@ std::string device_text(DLDevice d) {
 // Whether `rt` can use memory of `d` directly; otherwise why not.
 std::string device_problem(const Runtime& rt, DLDevice d) {
   const DeviceInfo& info = rt.device();
-  const bool host_memory = d.device_type == kDLCPU || d.device_type == kDLCUDAHost;
-  switch (info.kind) {
-    case DeviceKind::Cpu:
-      if (host_memory) return {};
-      break;
-    case DeviceKind::Cuda:
-      if (d.device_type == kDLCUDA && info.name == fmt::format("cuda:{}", d.device_id)) return {};
-      if (d.device_type == kDLCUDAManaged) return {};
-      break;
-    case DeviceKind::CudaEmulator:
-      return fmt::format(
-          "the CUDA emulator checks every access against its own allocations, so it cannot "
-          "wrap {}; allocate a kiln tensor on {} and upload the data",
-          device_text(d), info.name);
-    default:
-      break;
-  }
+  if (info.dlpack_type == 0 && !info.dlpack_refusal.empty())
+    return fmt::format("{}, so it cannot wrap {}; allocate a kiln tensor on {} and upload the data",
+                       info.dlpack_refusal, device_text(d), info.name);
+  // Host memory serves a device whose memory is the host's; a GPU's own memory (or managed
+  // memory) serves that GPU.
+  const bool host = d.device_type == kDLCPU || d.device_type == kDLCUDAHost;
+  if (info.dlpack_type == kDLCPU && info.host_memory && host) return {};
+  if (info.dlpack_type == kDLCUDA && d.device_type == kDLCUDA && d.device_id == info.dlpack_id)
+    return {};
+  if (info.dlpack_type == kDLCUDA && d.device_type == kDLCUDAManaged) return {};
   return fmt::format(
       "{} cannot be used by a runtime on {}; open the runtime on the device the "
       "memory belongs to",
@@ -207,17 +200,15 @@ Result<std::unique_ptr<Exported>> export_common(const Tensor& t, DLTensor& dl) {
   if (!t.valid()) return bad("export of an empty tensor handle");
   const DeviceInfo& info = t.device()->info();
   DLDevice dev{};
-  if (info.kind == DeviceKind::Cpu) {
-    dev.device_type = kDLCPU;
-  } else if (info.kind == DeviceKind::Cuda) {
-    dev.device_type = kDLCUDA;
-    dev.device_id = std::atoi(info.name.c_str() + info.name.find(':') + 1);
-  } else {
+  if (info.dlpack_type == 0)
     return Error(ErrorKind::Unsupported,
-                 fmt::format("DLPack: tensors of {} cannot be exported: its memory is reached "
-                             "only through copies (download the data)",
-                             info.name));
-  }
+                 fmt::format("DLPack: tensors of {} cannot be exported: {} (download the data)",
+                             info.name,
+                             info.dlpack_refusal.empty()
+                                 ? "its memory is reached only through copies"
+                                 : info.dlpack_refusal));
+  dev.device_type = static_cast<DLDeviceType>(info.dlpack_type);
+  dev.device_id = info.dlpack_id;
   auto e = std::make_unique<Exported>();
   e->tensor = t;
   for (int d = 0; d < t.rank(); ++d) {

@@ -1,5 +1,5 @@
-// Reading a CUDA stream's report buffer (cuda_report.h).
-#include "runtime/cuda_report.h"
+// Reading a CUDA stream's report buffer (runtime/cuda/report.h).
+#include "runtime/cuda/report.h"
 
 #include <algorithm>
 #include <cstring>

@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/dlpack.h"
+#include "runtime/api/dlpack.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,6 +1,6 @@
 // The C API (kiln.h) over the C++ runtime: handles own C++ objects, errors become a status and
 // a thread-local message, and no C++ exception or type crosses the boundary.
-#include "runtime/kiln.h"
+#include "runtime/api/kiln.h"
 
 #include <cstring>
 #include <exception>
@@ -11,7 +11,7 @@
 #include <fmt/format.h>
 
 #include "runtime/disk_cache.h"
-#include "runtime/dlpack.h"
+#include "runtime/api/dlpack.h"
 #include "runtime/runtime.h"
 
 #ifndef KILN_VERSION

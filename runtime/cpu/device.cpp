@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "compiler/cpu/backend.h"
+#include "runtime/cpu/exec.h"
 #include "runtime/device.h"
 
 namespace kiln {
@@ -26,9 +27,9 @@ class CpuKernel final : public LoadedKernel {
   std::unique_ptr<cpu::CompiledKernel> k_;
 };
 
-class CpuStream final : public DeviceStream {
+class CpuStream final : public HostStream {
  public:
-  explicit CpuStream(const void* device) : device_(device) {}
+  explicit CpuStream(const void* device) : HostStream(device) {}
   Status launch(const LoadedKernel& k, const std::array<uint32_t, 3>& cubes,
                 std::span<const HostArg> args) override {
     const cpu::CompiledKernel& code = static_cast<const CpuKernel&>(k).code();
@@ -49,19 +50,8 @@ class CpuStream final : public DeviceStream {
     fault_.reset();
     return {};
   }
-  Result<std::shared_ptr<DeviceEvent>> record() override {
-    auto e = std::make_shared<HostEvent>();  // launches before it have finished already
-    e->device = device_;
-    return std::shared_ptr<DeviceEvent>(std::move(e));
-  }
-  Status wait(const DeviceEvent& event) override {
-    if (event.device != device_)
-      return Error(ErrorKind::InvalidArgument, "wait: the event was not recorded on this device");
-    return {};  // launches complete in order as they are issued
-  }
 
  private:
-  const void* device_;
   std::vector<std::string> prints_;
   std::optional<Error> fault_;
 };
@@ -73,7 +63,6 @@ class CpuDevice final : public Device {
     cpu_ = t;
     pool_ = std::make_shared<MemoryPool>(make_host_allocator(), cap);
     info_.name = "cpu";
-    info_.kind = DeviceKind::Cpu;
     info_.description = t.describe();
     info_.cores = ThreadPool::global().threads();
     info_.vector_bits = t.vector_bits;
@@ -82,7 +71,11 @@ class CpuDevice final : public Device {
     info_.memory_bytes =
         pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
     info_.host_memory = true;
+    info_.lane_units = true;
+    info_.any_arch = true;
+    info_.dlpack_type = 1;  // kDLCPU
     info_.details = fmt::format("{} threads, {}-bit vectors", info_.cores, info_.vector_bits);
+    describe_target(info_, target_);
   }
   const DeviceInfo& info() const override { return info_; }
   bool host_accessible() const override { return true; }

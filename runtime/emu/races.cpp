@@ -3,7 +3,7 @@
 // pipeline) and, across the cubes of a cluster, sync_cluster.
 #include <fmt/format.h>
 
-#include "runtime/emu_engine.h"
+#include "runtime/emu/engine.h"
 
 namespace kiln::detail::emu {
 

@@ -1,6 +1,6 @@
 // The CUDA emulator's execution engine: fibers, the cube scheduler, barriers, warp collectives,
-// memory checks and the shared-memory race detector (emu_exec.h).
-#include "runtime/emu_exec.h"
+// memory checks and the shared-memory race detector (exec.h).
+#include "runtime/emu/exec.h"
 
 #include <dlfcn.h>
 #include <sys/mman.h>
@@ -20,7 +20,7 @@
 
 #include "runtime/thread_pool.h"
 
-#include "runtime/emu_engine.h"
+#include "runtime/emu/engine.h"
 #include "runtime/fiber.h"
 
 namespace kiln::detail::emu {

@@ -1,5 +1,5 @@
 // Loading the CUDA driver.
-#include "runtime/cuda_driver.h"
+#include "runtime/cuda/driver.h"
 
 #include <dlfcn.h>
 

@@ -1,6 +1,6 @@
 // A CUDA GPU as a kiln device (internal to the runtime): its context, memory pool, copies,
 // loaded kernels, streams with their report buffers, and launches. Everything goes through the
-// driver table of cuda_driver.h; every failure is a Result naming the CUDA error and what kiln
+// driver table of driver.h; every failure is a Result naming the CUDA error and what kiln
 // was doing.
 #pragma once
 
@@ -14,7 +14,7 @@
 #include "compiler/abi.h"
 #include "compiler/cuda/codegen.h"
 #include "compiler/cuda/nvrtc.h"
-#include "runtime/cuda_driver.h"
+#include "runtime/cuda/driver.h"
 #include "runtime/device.h"
 #include "runtime/tma.h"
 

@@ -1,5 +1,5 @@
-// Running a compiled CPU kernel over host memory: argument checks and packing, per-thread
-// shared-memory arenas, and the cubes spread over the thread pool.
+// Running a compiled CPU kernel over host memory: its arguments packed (runtime/args.h), per-
+// thread shared-memory arenas, and the cubes spread over the thread pool.
 #pragma once
 
 #include <array>
@@ -7,41 +7,13 @@
 #include <optional>
 #include <span>
 #include <string>
-#include <variant>
 #include <vector>
 
 #include "compiler/cpu/backend.h"
+#include "runtime/args.h"
 #include "runtime/thread_pool.h"
 
 namespace kiln {
-
-// Host views of a kernel's runtime arguments, in parameter order. Fixed-size, so building
-// them allocates nothing.
-inline constexpr int kMaxRank = 8;
-struct TensorView {
-  void* data = nullptr;
-  int rank = 0;
-  int64_t shape[kMaxRank] = {};
-  int64_t strides[kMaxRank] = {};  // in elements
-
-  TensorView() = default;
-  // A view with the given shape and strides (row-major contiguous when strides are empty).
-  TensorView(void* d, std::span<const int64_t> shp, std::span<const int64_t> str = {});
-  TensorView(void* d, std::initializer_list<int64_t> shp, std::initializer_list<int64_t> str = {})
-      : TensorView(d, std::span<const int64_t>(shp.begin(), shp.size()),
-                   std::span<const int64_t>(str.begin(), str.size())) {}
-};
-struct ArrayView {
-  void* data = nullptr;
-  uint64_t elements = 0;
-};
-struct ScalarBits {
-  uint64_t bits = 0;  // the value's bit pattern, zero-extended
-};
-using HostArg = std::variant<TensorView, ArrayView, ScalarBits>;
-
-// Row-major strides for a shape.
-std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape);
 
 // What a launch reported.
 struct CpuRunReport {
@@ -59,10 +31,6 @@ Result<std::vector<uint64_t>> pack_cpu_args(const cpu::CompiledKernel& k,
 // KernelInfo::layout.slot_count slots.
 Status pack_cpu_args_into(const cpu::CompiledKernel& k, const std::array<uint32_t, 3>& cube_count,
                           std::span<const HostArg> args, std::span<uint64_t> slots);
-// The same for any backend's kernel (CUDA packs device pointers the same way).
-Status pack_args_into(const abi::KernelInfo& info, const std::array<uint32_t, 3>& cube_count,
-                      std::span<const HostArg> args, std::span<uint64_t> slots);
-
 // Runs the kernel over a grid of cubes, spread over `pool` (the global pool when null). A
 // failed device-side assert comes back as an error naming its source line.
 Result<CpuRunReport> run_cpu(const cpu::CompiledKernel& k,

@@ -1,6 +1,6 @@
 // The CUDA emulator as a kiln device: `cuda-emu` (sm_90a) and `cuda-emu:sm_XY[a]`. Kernels are
 // the CUDA backend's CUDA C++ for that arch, compiled for the host by the cuda-emu backend
-// (compiler/cuda/emu/backend.cpp) and run by emu_exec.cpp. Its memory is host memory, but
+// (compiler/cuda/emu/backend.cpp) and run by the engine (exec.cpp). Its memory is host memory, but
 // reached only through uploads and downloads, as a GPU's; its streams run each launch when it is
 // enqueued (as the CPU's do) and report prints, asserts and checked-mode faults through the same
 // report buffer as a GPU, plus the faults only the emulator sees.
@@ -13,10 +13,10 @@
 #include <nlohmann/json.hpp>
 
 #include "compiler/cuda/emu/backend.h"
-#include "runtime/cuda_device.h"
-#include "runtime/cuda_report.h"
+#include "runtime/cuda/device.h"
+#include "runtime/cuda/report.h"
 #include "runtime/device.h"
-#include "runtime/emu_exec.h"
+#include "runtime/emu/exec.h"
 #include "runtime/thread_pool.h"
 #include "runtime/tma.h"
 
@@ -48,10 +48,10 @@ class EmuKernel final : public LoadedKernel {
   const abi::KernelInfo& info() const override { return kernel_info; }
 };
 
-class EmuStream final : public DeviceStream {
+class EmuStream final : public HostStream {
  public:
   EmuStream(const void* device, std::string name)
-      : device_(device),
+      : HostStream(device),
         name_(std::move(name)),
         report_((sizeof(ReportHeader) + detail::kPrintCapacity) / 8) {
     reset();
@@ -119,16 +119,6 @@ class EmuStream final : public DeviceStream {
     reset();
     return {};
   }
-  Result<std::shared_ptr<DeviceEvent>> record() override {
-    auto e = std::make_shared<HostEvent>();  // launches before it have finished already
-    e->device = device_;
-    return std::shared_ptr<DeviceEvent>(std::move(e));
-  }
-  Status wait(const DeviceEvent& event) override {
-    if (event.device != device_)
-      return Error(ErrorKind::InvalidArgument, "wait: the event was not recorded on this device");
-    return {};  // launches complete in order as they are issued
-  }
 
  private:
   void reset() {
@@ -141,7 +131,6 @@ class EmuStream final : public DeviceStream {
     emu_fault_key_ = ~uint64_t{0};
   }
 
-  const void* device_;
   std::string name_;
   std::vector<uint64_t> report_;  // the report buffer: header, then the print arena
   uint32_t seq_ = 0;
@@ -157,7 +146,6 @@ class EmuDevice final : public Device {
       : target_(std::move(target)), max_shared_(arch.max_shared_bytes) {
     pool_ = std::make_shared<MemoryPool>(std::make_unique<EmuAllocator>(), cap);
     info_.name = std::move(name);
-    info_.kind = DeviceKind::CudaEmulator;
     info_.description = fmt::format("CUDA {} emulated on the host", arch.target.name());
     info_.cores = ThreadPool::global().threads();
     info_.vector_bits = 128;
@@ -166,8 +154,12 @@ class EmuDevice final : public Device {
     info_.memory_bytes =
         pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
     info_.host_memory = true;
+    info_.emulated = true;
+    info_.retarget = "cuda-emu:{}";
+    info_.dlpack_refusal = "the CUDA emulator checks every access against its own allocations";
     info_.details = fmt::format("{} on {} host threads; units are fibers, every access checked",
                                 arch.target.name(), info_.cores);
+    describe_target(info_, target_);
   }
   const DeviceInfo& info() const override { return info_; }
   bool host_accessible() const override { return false; }  // as a GPU's: copies only

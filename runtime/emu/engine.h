@@ -1,7 +1,7 @@
 // The CUDA emulator's engine, as its two parts share it (internal to the runtime): the units
 // (Slot), the cubes and clusters they run in, the memory a host thread keeps for them, and the
-// race detector's records. emu_exec.cpp schedules units and implements kiln_emu_abi.h;
-// emu_races.cpp checks shared-memory accesses for races.
+// race detector's records. exec.cpp schedules units and implements kiln_emu_abi.h;
+// races.cpp checks shared-memory accesses for races.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +13,7 @@
 #include <fmt/format.h>
 
 #include "compiler/cuda/emu/abi.h"
-#include "runtime/emu_exec.h"
+#include "runtime/emu/exec.h"
 #include "runtime/fiber.h"
 
 namespace kiln::detail::emu {
@@ -193,7 +193,7 @@ struct Cube {
   }
 };
 
-// ---- the race detector (emu_races.cpp) ---------------------------------------------------------
+// ---- the race detector (races.cpp) ---------------------------------------------------------
 
 // A unit's access to `bytes` of its cube's shared memory from `offset` on (abi.h's `how`).
 void check_shared(Cube& c, Slot& s, uintptr_t offset, uint64_t bytes, uint32_t how,

@@ -1,0 +1,43 @@
+// What the CUDA backend and the emulator's backend share (family.h).
+#include "compiler/cuda/family.h"
+
+#include "compiler/passes/pipeline.h"
+
+namespace kiln::cuda {
+
+ir::Features features(const Target& arch) {
+  ir::Features f;
+  f.wgmma = has_wgmma(arch);
+  f.tcgen05 = has_tcgen05(arch);
+  f.tma = has_tma(arch);
+  f.multicast = has_multicast(arch);
+  f.cp_async = arch.sm >= 80;
+  f.mma_scaled = has_mma_scaled(arch);
+  return f;
+}
+
+std::vector<ir::MatrixConfig> GpuArchBackend::matrix_configs(const backend::Target& t) const {
+  return cuda::matrix_configs(arch(t));
+}
+
+std::string GpuArchBackend::unsupported(const ir::Kernel& k, const ir::Op& op,
+                                        const backend::Target& t) const {
+  return unsupported_fragment(op, k, arch(t));
+}
+
+Result<ir::Kernel> GpuArchBackend::prepare(ir::Kernel traced, const DumpFn& dump) const {
+  return passes::prepare_for_cuda(std::move(traced), dump);
+}
+
+backend::Target GpuArchBackend::make_target(const Target& a, std::string name, std::string key,
+                                            std::shared_ptr<const void> impl) const {
+  backend::Target out;
+  out.backend = this;
+  out.name = std::move(name);
+  out.key = std::move(key);
+  out.features = features(a);
+  out.impl = std::move(impl);
+  return out;
+}
+
+}  // namespace kiln::cuda
