@@ -422,7 +422,6 @@ struct RunRecipeAccess {
 // ---- the runner ------------------------------------------------------------------------------
 
 namespace {
-Result<RunResult> run_unguarded(Runtime& rt, std::string_view name, const RunConfig& config);
 
 // A host operation's parameters as a kernel definition's, so that the runner treats both alike.
 dsl::KernelDef host_def(std::string_view name, const HostOp& op) {
@@ -451,13 +450,562 @@ dsl::KernelDef host_def(std::string_view name, const HostOp& op) {
   }
   return def;
 }
+
+// One `kiln run`: each phase below reads what the earlier ones decided and adds its own part
+// (the instantiation, the values of comptime and scalar parameters, the cube size, shapes and
+// line widths, the tensors' plans, the grid, the arguments), then the first launch is checked
+// against the reference and the timed launches follow.
+class Runner {
+ public:
+  Runner(Runtime& rt, std::string_view name, const RunConfig& config)
+      : rt_(rt),
+        name_(name),
+        config_(config),
+        recipe_(find_run_recipe(name)),
+        host_(recipe_ ? recipe_->host_op() : nullptr) {}
+
+  Result<RunResult> run() {
+    KILN_TRY(choose_instantiation());
+    KILN_TRY(check_option_names());
+    KILN_TRY(read_values());
+    KILN_TRY(choose_cube_dim());
+    KILN_TRY(resolve_shapes());
+    KILN_TRY(plan_tensors());
+    KILN_TRY(make_tensors());
+    KILN_TRY(choose_grid());
+    KILN_TRY(make_arguments());
+    KILN_TRY(first_launch());
+    if (has_reference()) KILN_TRY(check_reference());
+    KILN_TRY(timed_launches());
+    return std::move(result_);
+  }
+
+ private:
+  using A = RunRecipeAccess;
+
+  // A tensor's share of the run's random stream and its size.
+  struct Plan {
+    const dsl::ParamInfo* p;
+    size_t numel = 0;
+    double lo = 0, hi = 0;
+    uint64_t rng_start = 0;
+  };
+
+  static bool is_memory(const dsl::ParamInfo& p) {
+    return p.kind == dsl::ParamKind::Tensor || p.kind == dsl::ParamKind::Array;
+  }
+  static bool too_large(const std::vector<int64_t>& shape) {
+    uint64_t n = 1;
+    for (int64_t d : shape) {
+      if (d < 0 || (d > 0 && n > (uint64_t{1} << 48) / static_cast<uint64_t>(d))) return true;
+      n *= static_cast<uint64_t>(d);
+    }
+    return false;
+  }
+  bool has_reference() const { return recipe_ && A::reference(*recipe_); }
+  Error usage(const std::string& what) const { return kernels::usage(name_, what); }
+  const dsl::ParamInfo* find_param(std::string_view n) const {
+    for (const auto& p : inst_->params)
+      if (p.name == n) return &p;
+    return nullptr;
+  }
+
+  // The instantiation: the one whose tensor types match --dtype, else the first.
+  Status choose_instantiation() {
+    if (host_) {
+      host_definition_ = host_def(name_, *host_);
+      def_ = &host_definition_;
+    } else {
+      KILN_ASSIGN(kernel_, rt_.kernel(name_));
+      def_ = &kernel_.def();
+    }
+    if (!def_->problem.empty()) return usage(def_->problem);
+    const auto& first_params = def_->instantiations.front().params;
+    std::vector<std::optional<ElemType>> wanted(first_params.size());
+    std::string asked;
+    for (const auto& [pname, tname] : config_.dtypes) {
+      auto t = ir::parse_elem_type(tname);
+      if (!t)
+        return usage(
+            fmt::format("'{}' is not an element type (--dtype {}={})", tname, pname, tname));
+      for (size_t i = 0; i < first_params.size(); ++i)
+        if (first_params[i].name == pname) wanted[i] = *t;
+      asked += fmt::format("{}{}: {}", asked.empty() ? "" : ", ", pname, tname);
+    }
+    const auto index = dsl::find_instantiation(*def_, [&](size_t i) { return wanted[i]; });
+    if (!index) return dsl::no_instantiation(*def_, asked);
+    inst_ = &def_->instantiations[*index];
+    for (const dsl::ParamInfo& p : inst_->params)
+      if (p.runtime()) data_.dtypes[p.name] = p.dtype;
+    return {};
+  }
+
+  // Every --set, --shape, --line and --dtype names a parameter of the right kind.
+  Status check_option_names() const {
+    std::string names;
+    for (const auto& p : inst_->params) names += (names.empty() ? "" : ", ") + p.name;
+    auto unknown = [&](const char* option, const std::string& n) {
+      return usage(fmt::format("{} names '{}', which is not a parameter (parameters: {})", option,
+                               n, names));
+    };
+    for (const auto& [n, v] : config_.set)
+      if (!find_param(n) || is_memory(*find_param(n))) return unknown("--set", n);
+    for (const auto& [n, v] : config_.shapes)
+      if (!find_param(n) || !is_memory(*find_param(n))) return unknown("--shape", n);
+    for (const auto& [n, v] : config_.lines) {
+      if (!find_param(n) || !is_memory(*find_param(n))) return unknown("--line", n);
+      if (!ir::valid_lanes(v))
+        return usage(fmt::format("--line {}={}: a line width is 1, 2, 4, 8 or 16", n, v));
+    }
+    for (const auto& [n, v] : config_.dtypes)
+      if (!find_param(n)) return unknown("--dtype", n);
+    return {};
+  }
+
+  // Comptime and scalar values: given with --set, else the declared default.
+  Status read_values() {
+    const auto& params = inst_->params;
+    comptime_values_.resize(params.size());
+    for (size_t i = 0; i < params.size(); ++i) {
+      const dsl::ParamInfo& p = params[i];
+      if (p.kind == dsl::ParamKind::Comptime) {
+        KILN_ASSIGN(comptime_values_[i], read_comptime(p));
+        data_.comptimes[p.name] = comptime_values_[i].format();
+      } else if (p.kind == dsl::ParamKind::Scalar) {
+        KILN_ASSIGN(data_.scalars[p.name], read_scalar(p));
+      }
+    }
+    return {};
+  }
+
+  Result<dsl::ComptimeValue> read_comptime(const dsl::ParamInfo& p) const {
+    auto given = config_.set.find(p.name);
+    if (given == config_.set.end()) {
+      if (p.default_value) return *p.default_value;
+      return usage(fmt::format("comptime parameter '{}' has no default; pass --set {}=VALUE",
+                               p.name, p.name));
+    }
+    auto v = p.parse(given->second);
+    if (!v) return usage(fmt::format("--set {}={}: {}", p.name, given->second, v.error().message));
+    if (auto st = dsl::check_comptime_range(*def_, p, *v); !st)
+      return Error(ErrorKind::InvalidArgument,
+                   fmt::format("--set {}={}: {}", p.name, given->second, st.error().message));
+    return *v;
+  }
+
+  Result<double> read_scalar(const dsl::ParamInfo& p) const {
+    auto given = config_.set.find(p.name);
+    if (given == config_.set.end()) {
+      if (recipe_ && A::scalars(*recipe_).count(p.name))
+        return A::scalars(*recipe_).find(p.name)->second;
+      return usage(
+          fmt::format("scalar parameter '{}' has no default; pass --set {}=VALUE", p.name, p.name));
+    }
+    const std::string& text = given->second;
+    char* end = nullptr;
+    const double v = text == "true" ? 1 : text == "false" ? 0 : std::strtod(text.c_str(), &end);
+    if (text != "true" && text != "false" && (end == text.c_str() || *end != '\0'))
+      return usage(fmt::format("--set {}={}: not a number", p.name, text));
+    if (!ir::is_float(p.dtype) && p.dtype != ElemType::Bool) {
+      // Checked here, against the type, so that the value is never echoed wrapped.
+      const auto [lo, hi] = integer_range(p.dtype);
+      if (!(std::trunc(v) == v && v >= lo && v <= hi))
+        return usage(fmt::format("--set {}={}: '{}' is {} and takes an integer from {} to {}",
+                                 p.name, text, p.name, ir::elem_name(p.dtype),
+                                 fmt::format("{:.0f}", lo), fmt::format("{:.0f}", hi)));
+    }
+    return v;
+  }
+
+  // The cube size: given, else the recipe's, else the kernel's default or what it requires.
+  Status choose_cube_dim() {
+    const auto& d = def_->default_cube_dim;
+    if (config_.cube_dim) {
+      data_.cube_dim = *config_.cube_dim;
+    } else if (recipe_ && A::cube_dim(*recipe_)) {
+      data_.cube_dim = A::cube_dim(*recipe_)(data_);
+    } else {
+      data_.cube_dim = Dim3(d[0], d[1], d[2]);
+      std::vector<dsl::ComptimeValue> in_order;
+      for (size_t i = 0; i < inst_->params.size(); ++i)
+        if (!inst_->params[i].runtime()) in_order.push_back(comptime_values_[i]);
+      KILN_ASSIGN(auto needed, dsl::required_cube_dim(*def_, *inst_, in_order));
+      if (needed) data_.cube_dim = Dim3((*needed)[0], (*needed)[1], (*needed)[2]);
+    }
+    result_.cube_dim = data_.cube_dim;
+    return {};
+  }
+
+  // Shapes: given, else declared (constants first, then computed in declaration order). A
+  // given shape is checked first, since the recipe's shape functions compute with it.
+  Status resolve_shapes() {
+    for (const auto& [n, dims] : config_.shapes) {
+      if (too_large(dims))
+        return usage(
+            fmt::format("--shape {}={}: {}", n, dims_text(dims),
+                        std::any_of(dims.begin(), dims.end(), [](int64_t d) { return d < 0; })
+                            ? "a dimension is negative"
+                            : "more than 2^48 elements"));
+      data_.shapes[n] = dims;
+    }
+    if (recipe_) {
+      for (const auto& decl : A::shapes(*recipe_))
+        if (decl.dims && !data_.shapes.count(decl.name)) data_.shapes[decl.name] = *decl.dims;
+      for (const auto& decl : A::shapes(*recipe_)) {
+        if (decl.dims) continue;
+        resolve_lines();
+        // A function that reads a dimension the given shapes lack throws std::out_of_range,
+        // which run() turns into an error naming the --shapes.
+        std::vector<int64_t> derived = decl.fn(data_);
+        auto given = data_.shapes.find(decl.name);
+        // A shape that follows from the others cannot be chosen apart from them: the kernel
+        // would index past the tensor.
+        if (given != data_.shapes.end() && given->second != derived)
+          return usage(
+              fmt::format("tensor '{}' must be {} with these arguments (its shape "
+                          "follows from the others); drop --shape {} or make it {}",
+                          decl.name, dims_text(derived), decl.name, dims_text(derived)));
+        data_.shapes[decl.name] = std::move(derived);
+      }
+    }
+    for (const auto& p : inst_->params)
+      if (is_memory(p) && !data_.shapes.count(p.name))
+        return usage(fmt::format("tensor '{}' has no shape; pass --shape {}=AxB", p.name, p.name));
+    resolve_lines();
+    return {};
+  }
+
+  // Line widths follow from shapes: the runner's tensors start on 64-byte boundaries, so the
+  // widest line is the widest that divides the innermost dimension (a launch picks the same).
+  // A shape computed from a line width sees the widths of the shapes known before it.
+  void resolve_lines() {
+    const auto& params = inst_->params;
+    const int common = dsl::line_max_width(*inst_, [&](size_t i) {
+      const dsl::ParamInfo& p = params[i];
+      if (config_.lines.count(p.name) || !data_.shapes.count(p.name)) return 0;
+      const auto& shape = data_.shapes[p.name];
+      int w = rt_.max_lanes(p.dtype);
+      while (w > 1 && (shape.empty() || shape.back() % w != 0)) w /= 2;
+      return w;
+    });
+    for (const auto& p : params) {
+      if (!is_memory(p) || !data_.shapes.count(p.name)) continue;
+      int w = p.default_line == 0 ? common : p.default_line;
+      if (auto it = config_.lines.find(p.name); it != config_.lines.end()) w = it->second;
+      data_.lines[p.name] = w;
+    }
+  }
+
+  // Tensors with random inputs. Each tensor's values are its own stretch of one splitmix64
+  // stream, so they can be made again instead of kept: host memory stays under three times
+  // the tensors' size (docs/runtime.md, "Running a kernel by name").
+  Status plan_tensors() {
+    result_.kernel = def_->name;
+    result_.host_op = host_ != nullptr;
+    result_.device = rt_.device().name;
+    result_.seed =
+        config_.seed
+            ? config_.seed
+            : (uint64_t{std::random_device{}()} << 20 | std::random_device{}()) % 1000000007 + 1;
+    uint64_t rng_state = result_.seed, tensor_bytes = 0, output_bytes = 0, double_bytes = 0,
+             largest = 0;
+    for (const auto& p : inst_->params) {
+      if (!is_memory(p)) continue;
+      const auto& shape = data_.shapes[p.name];
+      if (p.kind == dsl::ParamKind::Array && shape.size() != 1)
+        return usage(fmt::format("array '{}' takes a 1-D shape, got {}", p.name, dims_text(shape)));
+      Plan plan{&p};
+      if (too_large(shape))
+        return usage(fmt::format("tensor '{}' of shape {} is too large", p.name, dims_text(shape)));
+      uint64_t n = 1;
+      for (int64_t d : shape) n *= static_cast<uint64_t>(d);
+      plan.numel = static_cast<size_t>(n);
+      std::tie(plan.lo, plan.hi) = default_range(p.dtype);
+      if (recipe_ && A::ranges(*recipe_).count(p.name))
+        std::tie(plan.lo, plan.hi) = A::ranges(*recipe_).find(p.name)->second;
+      plan.rng_start = rng_state;
+      rng_state += 0x9e3779b97f4a7c15ull * plan.numel;  // splitmix64 steps by a constant
+      const uint64_t bytes = n * static_cast<uint64_t>(ir::elem_bytes(p.dtype));
+      tensor_bytes += bytes;
+      largest = std::max(largest, bytes);
+      if (!p.const_qualified) output_bytes += bytes;
+      double_bytes += n * sizeof(double);
+      plans_.push_back(plan);
+    }
+    result_.bytes = tensor_bytes;
+    if (recipe_ && A::flops(*recipe_)) result_.flops = A::flops(*recipe_)(data_);
+    // What this run holds at its peak, checked against the memory the host has free, so that a
+    // shape too large fails here with its size instead of in the out-of-memory killer. The
+    // launch comes first (it validates every argument before anything is computed): the
+    // device's tensors (host memory on the CPU), the initial outputs and one tensor's bytes;
+    // then the reference: every tensor as doubles and the computed outputs.
+    const uint64_t host_peak =
+        std::max(has_reference() ? double_bytes + output_bytes : 0,
+                 (rt_.device().host_memory ? tensor_bytes : 0) + 2 * output_bytes + largest);
+    if (const uint64_t avail = available_host_memory(); avail && host_peak > avail)
+      return Error(ErrorKind::OutOfMemory,
+                   fmt::format("kernel '{}': these tensors ({}) need about {} of host memory to "
+                               "run and check, and only {} is free; pass a smaller --shape",
+                               name_, human_bytes(tensor_bytes), human_bytes(host_peak),
+                               human_bytes(avail)));
+    return {};
+  }
+
+  template <class Put>
+  static void values_of(const Plan& plan, Put&& put) {
+    uint64_t state = plan.rng_start;
+    for (size_t i = 0; i < plan.numel; ++i) {
+      uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+      z ^= z >> 31;
+      double x = plan.lo + (plan.hi - plan.lo) * (static_cast<double>(z >> 11) * 0x1.0p-53);
+      if (!ir::is_float(plan.p->dtype)) x = std::round(x);
+      put(i, round_to_elem(plan.p->dtype, x));
+    }
+  }
+
+  // The device's tensors with their inputs. They are made twice when there is a reference: for
+  // the first launch, then again for the timed ones, so that the reference (every tensor as
+  // doubles) never shares the host with them. The map's entries stay put (launch arguments
+  // point at them); only the tensors in them are replaced.
+  Status make_tensors() {
+    for (const Plan& plan : plans_) {
+      const dsl::ParamInfo& p = *plan.p;
+      KILN_ASSIGN(Tensor t, rt_.empty(p.dtype, std::span<const int64_t>(data_.shapes[p.name])));
+      const size_t es = static_cast<size_t>(ir::elem_bytes(p.dtype));
+      std::vector<unsigned char> bytes(plan.numel * es);
+      values_of(plan, [&](size_t i, double x) { put_elem(p.dtype, x, bytes.data() + i * es); });
+      KILN_TRY(t.upload(bytes.data(), bytes.size()));
+      if (!p.const_qualified) initial_[p.name] = std::move(bytes);  // restored before each run
+      tensors_[p.name] = std::move(t);
+    }
+    return {};
+  }
+
+  void drop_tensors() {
+    for (auto& [n, t] : tensors_) t = Tensor();
+    initial_.clear();
+    rt_.trim();
+  }
+
+  // The grid: given, else the recipe's; a host operation picks its own.
+  Status choose_grid() {
+    if (host_ && config_.checked)
+      return usage(
+          fmt::format("'{}' runs through its host entry point, whose launches follow "
+                      "the runtime's checked mode: open the runtime with "
+                      "RuntimeOptions::checked (kiln run --checked does)",
+                      name_));
+    if (host_ && (config_.cubes || config_.cube_dim || !config_.lines.empty()))
+      return usage(
+          fmt::format("'{}' runs through its host entry point, which picks the "
+                      "kernels, their grids and line widths; drop --cubes, "
+                      "--cube-dim and --line",
+                      name_));
+    if (host_)
+      result_.cubes = Dim3(0, 0, 0);
+    else if (config_.cubes)
+      result_.cubes = *config_.cubes;
+    else if (recipe_ && A::cubes(*recipe_))
+      result_.cubes = A::cubes(*recipe_)(data_);
+    else
+      return usage("the kernel declares no cube count (KILN_RUN ... .cubes); pass --cubes X[xYxZ]");
+    return {};
+  }
+
+  // The launch arguments and options, and the text that lists them.
+  Status make_arguments() {
+    const auto& params = inst_->params;
+    options_.checked = config_.checked;
+    args_.resize(params.size());
+    for (size_t i = 0; i < params.size(); ++i) {
+      const dsl::ParamInfo& p = params[i];
+      LaunchArg& a = args_[i];
+      std::string text;
+      if (is_memory(p)) {
+        options_.lines.emplace_back(p.name, data_.lines[p.name]);
+        a.kind = LaunchArg::Kind::Tensor;
+        a.tensor = &tensors_.find(p.name)->second;
+        text = fmt::format("{}: {}[{}] line {}", p.name, ir::elem_name(p.dtype),
+                           dims_text(data_.shapes[p.name]), data_.lines[p.name]);
+      } else if (p.kind == dsl::ParamKind::Scalar) {
+        KILN_TRY(scalar_argument(p, a));
+        text = fmt::format("{} = {}", p.name, data_.scalars[p.name]);
+      } else {
+        a.kind = LaunchArg::Kind::Value;
+        a.comptime = comptime_values_[i];
+        text = fmt::format("{} = {}", p.name, a.comptime.format());
+      }
+      result_.arguments += (result_.arguments.empty() ? "" : ", ") + text;
+    }
+    return {};
+  }
+
+  Status scalar_argument(const dsl::ParamInfo& p, LaunchArg& a) {
+    const double v = data_.scalars[p.name];
+    a.kind = LaunchArg::Kind::Number;
+    if (p.dtype == ElemType::Bool) {
+      a.num = LaunchArg::Num::Bool;
+      a.u = v != 0;
+    } else if (ir::is_float(p.dtype)) {
+      a.num = LaunchArg::Num::Float;
+      a.f = v;
+    } else if (ir::is_signed(p.dtype)) {
+      a.num = LaunchArg::Num::Int;
+      a.i = static_cast<int64_t>(v);
+    } else {
+      if (v < 0)
+        return usage(fmt::format("scalar '{}' is {} and cannot be negative", p.name,
+                                 ir::elem_name(p.dtype)));
+      a.num = LaunchArg::Num::UInt;
+      a.u = static_cast<uint64_t>(v);
+    }
+    if (!ir::is_float(p.dtype) && std::trunc(v) != v)
+      return usage(fmt::format("scalar '{}' is {} and takes an integer, got {}", p.name,
+                               ir::elem_name(p.dtype), v));
+    return {};
+  }
+
+  // One run: the kernel's launch, or the host operation's call (checked mode is the runtime's).
+  Status launch(const LaunchOptions& options) {
+    if (host_) return host_->call(rt_, tensors_, data_);
+    return rt_.launch_args(kernel_, result_.cubes, result_.cube_dim, options, args_);
+  }
+
+  // The first launch (compiling if needed). A grid, line width or shape the caller chose
+  // instead of the kernel's recipe runs it in checked mode, so that a footprint the tensors do
+  // not have is reported instead of written past them.
+  Status first_launch() {
+    LaunchOptions first = options_;
+    result_.validated =
+        !host_ && !config_.checked &&
+        (config_.cubes || config_.cube_dim || !config_.lines.empty() || !config_.shapes.empty());
+    if (result_.validated) first.checked = true;
+    const CacheStats before = cache_stats();
+    const auto t0 = Clock::now();
+    KILN_TRY(launch(first));
+    KILN_TRY(rt_.sync());
+    result_.first_ms = ms_since(t0);
+    const CacheStats after = cache_stats();
+    if (after.compiles + after.disk_hits > before.compiles + before.disk_hits) {
+      result_.compiled = true;
+      result_.compile = last_compile_report();
+    }
+    if (config_.keep_outputs)
+      for (const auto& p : inst_->params)
+        if (is_memory(p) && !p.const_qualified) {
+          KILN_ASSIGN(result_.outputs[p.name], download_values(tensors_.find(p.name)->second));
+        }
+    return {};
+  }
+
+  // What the first launch wrote, against the reference computed from the same values in
+  // double precision (kept as the element type holds its results, which is what they are
+  // compared as).
+  Status check_reference() {
+    std::map<std::string, std::vector<unsigned char>, std::less<>> computed;
+    for (const auto& p : inst_->params) {
+      if (!is_memory(p) || p.const_qualified) continue;
+      const Tensor& t = tensors_.find(p.name)->second;
+      std::vector<unsigned char>& got = computed[p.name];
+      got.resize(static_cast<size_t>(t.numel()) * t.element_bytes());
+      KILN_TRY(t.download(got.data(), got.size()));
+    }
+    drop_tensors();
+    for (const Plan& plan : plans_) {
+      std::vector<double> v(plan.numel);
+      values_of(plan, [&](size_t i, double x) { v[i] = x; });
+      data_.values[plan.p->name] = std::move(v);
+    }
+    A::reference (*recipe_)(data_);  // std::out_of_range, as above
+    result_.has_reference = true;
+    for (const auto& p : inst_->params) {
+      if (!is_memory(p) || p.const_qualified) continue;
+      TensorCheck c = compare(p, computed[p.name], data_.values[p.name]);
+      if (c.mismatches) result_.passed = false;
+      result_.checks.push_back(c);
+    }
+    data_.values.clear();
+    return {};
+  }
+
+  TensorCheck compare(const dsl::ParamInfo& p, const std::vector<unsigned char>& got,
+                      const std::vector<double>& want) const {
+    const size_t es = static_cast<size_t>(ir::elem_bytes(p.dtype));
+    TensorCheck c;
+    c.name = p.name;
+    std::tie(c.rel_tol, c.abs_tol) = A::tolerance_fn(*recipe_)
+                                         ? A::tolerance_fn(*recipe_)(data_, p.name)
+                                     : A::tolerance(*recipe_) ? *A::tolerance(*recipe_)
+                                                              : default_tolerance(p.dtype);
+    for (size_t i = 0; i * es < got.size(); ++i) {
+      const double got_i = get_elem(p.dtype, got.data() + i * es);
+      const double want_i = round_to_elem(p.dtype, want[i]);  // as the type holds it
+      const double err = got_i == want_i ? 0.0 : std::fabs(got_i - want_i);
+      const bool bad = !(err <= c.abs_tol + c.rel_tol * std::fabs(want_i)) &&
+                       !(std::isnan(got_i) && std::isnan(want_i));
+      c.max_abs_error = std::max(c.max_abs_error, std::isnan(err) ? INFINITY : err);
+      if (want_i != 0) c.max_rel_error = std::max(c.max_rel_error, err / std::fabs(want_i));
+      if (bad && c.mismatches++ == 0) {
+        c.first_bad = static_cast<int64_t>(i);
+        c.got = got_i;
+        c.want = want_i;
+      }
+    }
+    return c;
+  }
+
+  // Timed launches, each from the same inputs (after an untimed one that compiles the
+  // unchecked code, when the first run was checked only to validate the grid).
+  Status timed_launches() {
+    if (has_reference() && config_.repeat > 0) KILN_TRY(make_tensors());
+    if (result_.validated && config_.repeat > 0) {
+      KILN_TRY(launch(options_));
+      KILN_TRY(rt_.sync());
+    }
+    for (int r = 0; r < config_.repeat; ++r) {
+      for (const auto& [n, bytes] : initial_)
+        KILN_TRY(tensors_.find(n)->second.upload(bytes.data(), bytes.size()));
+      const auto t0 = Clock::now();
+      KILN_TRY(launch(options_));
+      KILN_TRY(rt_.sync());
+      result_.times_ms.push_back(ms_since(t0));
+    }
+    if (!result_.times_ms.empty()) {
+      std::vector<double> sorted = result_.times_ms;
+      std::sort(sorted.begin(), sorted.end());
+      result_.median_ms = sorted[sorted.size() / 2];
+      result_.min_ms = sorted.front();
+    }
+    return {};
+  }
+
+  Runtime& rt_;
+  std::string_view name_;
+  const RunConfig& config_;
+  const RunRecipe* recipe_;
+  const HostOp* host_;
+  Kernel kernel_;
+  dsl::KernelDef host_definition_;
+  const dsl::KernelDef* def_ = nullptr;
+  const dsl::Instantiation* inst_ = nullptr;
+  RunData data_;
+  std::vector<dsl::ComptimeValue> comptime_values_;
+  std::vector<Plan> plans_;
+  std::map<std::string, Tensor, std::less<>> tensors_;
+  std::map<std::string, std::vector<unsigned char>, std::less<>> initial_;
+  std::vector<LaunchArg> args_;
+  LaunchOptions options_;
+  RunResult result_;
+};
 }  // namespace
 
 Result<RunResult> run(Runtime& rt, std::string_view name, const RunConfig& config) {
   // Host allocations past what the machine has (kiln's own checks estimate, the allocator
   // decides) are an error of this run, not the end of the program.
   try {
-    return run_unguarded(rt, name, config);
+    return Runner(rt, name, config).run();
   } catch (const std::out_of_range&) {
     // A recipe's grid, shape or reference read a dimension the given shapes do not have.
     return Error(ErrorKind::InvalidArgument,
@@ -471,470 +1019,6 @@ Result<RunResult> run(Runtime& rt, std::string_view name, const RunConfig& confi
                              name));
   }
 }
-
-namespace {
-Result<RunResult> run_unguarded(Runtime& rt, std::string_view name, const RunConfig& config) {
-  using A = RunRecipeAccess;
-  const RunRecipe* recipe = find_run_recipe(name);
-  const HostOp* host = recipe ? recipe->host_op() : nullptr;
-  Kernel kernel;
-  dsl::KernelDef host_definition;
-  if (host) {
-    host_definition = host_def(name, *host);
-  } else {
-    KILN_ASSIGN(kernel, rt.kernel(name));
-  }
-  const dsl::KernelDef& def = host ? host_definition : kernel.def();
-  if (!def.problem.empty()) return usage(name, def.problem);
-
-  // The instantiation: the one whose tensor types match --dtype, else the first.
-  const auto& first_params = def.instantiations.front().params;
-  std::vector<std::optional<ElemType>> wanted(first_params.size());
-  std::string asked;
-  for (const auto& [pname, tname] : config.dtypes) {
-    auto t = ir::parse_elem_type(tname);
-    if (!t)
-      return usage(name,
-                   fmt::format("'{}' is not an element type (--dtype {}={})", tname, pname, tname));
-    for (size_t i = 0; i < first_params.size(); ++i)
-      if (first_params[i].name == pname) wanted[i] = *t;
-    asked += fmt::format("{}{}: {}", asked.empty() ? "" : ", ", pname, tname);
-  }
-  const auto index = dsl::find_instantiation(def, [&](size_t i) { return wanted[i]; });
-  if (!index) return dsl::no_instantiation(def, asked);
-  const dsl::Instantiation* inst = &def.instantiations[*index];
-  const auto& params = inst->params;
-  auto find_param = [&](std::string_view n) -> const dsl::ParamInfo* {
-    for (const auto& p : params)
-      if (p.name == n) return &p;
-    return nullptr;
-  };
-  std::string param_names;
-  for (const auto& p : params) param_names += (param_names.empty() ? "" : ", ") + p.name;
-  auto unknown = [&](const char* option, const std::string& n) {
-    return usage(name, fmt::format("{} names '{}', which is not a parameter (parameters: {})",
-                                   option, n, param_names));
-  };
-  auto is_memory = [](const dsl::ParamInfo& p) {
-    return p.kind == dsl::ParamKind::Tensor || p.kind == dsl::ParamKind::Array;
-  };
-  for (const auto& [n, v] : config.set)
-    if (!find_param(n) || is_memory(*find_param(n))) return unknown("--set", n);
-  for (const auto& [n, v] : config.shapes)
-    if (!find_param(n) || !is_memory(*find_param(n))) return unknown("--shape", n);
-  for (const auto& [n, v] : config.lines) {
-    if (!find_param(n) || !is_memory(*find_param(n))) return unknown("--line", n);
-    if (!ir::valid_lanes(v))
-      return usage(name, fmt::format("--line {}={}: a line width is 1, 2, 4, 8 or 16", n, v));
-  }
-  for (const auto& [n, v] : config.dtypes)
-    if (!find_param(n)) return unknown("--dtype", n);
-
-  RunData data;
-  for (const dsl::ParamInfo& p : params)
-    if (p.runtime()) data.dtypes[p.name] = p.dtype;
-  std::vector<dsl::ComptimeValue> comptime_values(params.size());
-  // Comptime and scalar values.
-  for (size_t i = 0; i < params.size(); ++i) {
-    const dsl::ParamInfo& p = params[i];
-    auto given = config.set.find(p.name);
-    if (p.kind == dsl::ParamKind::Comptime) {
-      if (given != config.set.end()) {
-        auto v = p.parse(given->second);
-        if (!v)
-          return usage(name,
-                       fmt::format("--set {}={}: {}", p.name, given->second, v.error().message));
-        if (auto st = dsl::check_comptime_range(def, p, *v); !st)
-          return Error(ErrorKind::InvalidArgument,
-                       fmt::format("--set {}={}: {}", p.name, given->second, st.error().message));
-        comptime_values[i] = *v;
-      } else if (p.default_value) {
-        comptime_values[i] = *p.default_value;
-      } else {
-        return usage(
-            name, fmt::format("comptime parameter '{}' has no default; pass --set {}=VALUE", p.name,
-                              p.name));
-      }
-      data.comptimes[p.name] = comptime_values[i].format();
-    } else if (p.kind == dsl::ParamKind::Scalar) {
-      double v = 0;
-      if (given != config.set.end()) {
-        const std::string& text = given->second;
-        char* end = nullptr;
-        v = text == "true" ? 1 : text == "false" ? 0 : std::strtod(text.c_str(), &end);
-        if (text != "true" && text != "false" && (end == text.c_str() || *end != '\0'))
-          return usage(name, fmt::format("--set {}={}: not a number", p.name, text));
-      } else if (recipe && A::scalars(*recipe).count(p.name)) {
-        v = A::scalars(*recipe).find(p.name)->second;
-      } else {
-        return usage(name, fmt::format("scalar parameter '{}' has no default; pass --set {}=VALUE",
-                                       p.name, p.name));
-      }
-      if (given != config.set.end() && !ir::is_float(p.dtype) && p.dtype != ElemType::Bool) {
-        // Checked here, against the type, so that the value is never echoed wrapped.
-        const auto [lo, hi] = integer_range(p.dtype);
-        if (!(std::trunc(v) == v && v >= lo && v <= hi))
-          return usage(name, fmt::format("--set {}={}: '{}' is {} and takes an integer from {} "
-                                         "to {}",
-                                         p.name, given->second, p.name, ir::elem_name(p.dtype),
-                                         fmt::format("{:.0f}", lo), fmt::format("{:.0f}", hi)));
-      }
-      data.scalars[p.name] = v;
-    }
-  }
-  // The cube size.
-  if (config.cube_dim)
-    data.cube_dim = *config.cube_dim;
-  else if (recipe && A::cube_dim(*recipe))
-    data.cube_dim = A::cube_dim(*recipe)(data);
-  else
-    data.cube_dim = Dim3(def.default_cube_dim[0], def.default_cube_dim[1], def.default_cube_dim[2]);
-  if (!config.cube_dim && !(recipe && A::cube_dim(*recipe))) {
-    std::vector<dsl::ComptimeValue> in_order;
-    for (size_t i = 0; i < params.size(); ++i)
-      if (!params[i].runtime()) in_order.push_back(comptime_values[i]);
-    KILN_ASSIGN(auto needed, dsl::required_cube_dim(def, *inst, in_order));
-    if (needed) data.cube_dim = Dim3((*needed)[0], (*needed)[1], (*needed)[2]);
-  }
-  // Shapes: given, else declared (constants first, then computed in declaration order). A
-  // given shape is checked first, since the recipe's shape functions compute with it.
-  auto too_large = [](const std::vector<int64_t>& shape) {
-    uint64_t n = 1;
-    for (int64_t d : shape) {
-      if (d < 0 || (d > 0 && n > (uint64_t{1} << 48) / static_cast<uint64_t>(d))) return true;
-      n *= static_cast<uint64_t>(d);
-    }
-    return false;
-  };
-  for (const auto& [n, dims] : config.shapes) {
-    if (too_large(dims))
-      return usage(
-          name, fmt::format("--shape {}={}: {}", n, dims_text(dims),
-                            std::any_of(dims.begin(), dims.end(), [](int64_t d) { return d < 0; })
-                                ? "a dimension is negative"
-                                : "more than 2^48 elements"));
-    data.shapes[n] = dims;
-  }
-  // Line widths follow from shapes: the runner's tensors start on 64-byte boundaries, so the
-  // widest line is the widest that divides the innermost dimension (a launch picks the same).
-  // A shape computed from a line width sees the widths of the shapes known before it.
-  auto resolve_lines = [&] {
-    const int common = dsl::line_max_width(*inst, [&](size_t i) {
-      const dsl::ParamInfo& p = params[i];
-      if (config.lines.count(p.name) || !data.shapes.count(p.name)) return 0;
-      const auto& shape = data.shapes[p.name];
-      int w = rt.max_lanes(p.dtype);
-      while (w > 1 && (shape.empty() || shape.back() % w != 0)) w /= 2;
-      return w;
-    });
-    for (const auto& p : params) {
-      if (!is_memory(p) || !data.shapes.count(p.name)) continue;
-      int w = p.default_line == 0 ? common : p.default_line;
-      if (auto it = config.lines.find(p.name); it != config.lines.end()) w = it->second;
-      data.lines[p.name] = w;
-    }
-  };
-  if (recipe) {
-    for (const auto& decl : A::shapes(*recipe))
-      if (decl.dims && !data.shapes.count(decl.name)) data.shapes[decl.name] = *decl.dims;
-    for (const auto& decl : A::shapes(*recipe)) {
-      if (decl.dims) continue;
-      resolve_lines();
-      // A function that reads a dimension the given shapes lack throws std::out_of_range,
-      // which run() turns into an error naming the --shapes.
-      std::vector<int64_t> derived = decl.fn(data);
-      auto given = data.shapes.find(decl.name);
-      // A shape that follows from the others cannot be chosen apart from them: the kernel
-      // would index past the tensor.
-      if (given != data.shapes.end() && given->second != derived)
-        return usage(
-            name,
-            fmt::format("tensor '{}' must be {} with these arguments (its shape follows from the "
-                        "others); drop --shape {} or make it {}",
-                        decl.name, dims_text(derived), decl.name, dims_text(derived)));
-      data.shapes[decl.name] = std::move(derived);
-    }
-  }
-  for (const auto& p : params)
-    if (is_memory(p) && !data.shapes.count(p.name))
-      return usage(name,
-                   fmt::format("tensor '{}' has no shape; pass --shape {}=AxB", p.name, p.name));
-  resolve_lines();
-
-  // Tensors with random inputs. Each tensor's values are its own stretch of one splitmix64
-  // stream, so they can be made again instead of kept: host memory stays under three times
-  // the tensors' size (docs/runtime.md, "Running a kernel by name").
-  RunResult result;
-  result.kernel = def.name;
-  result.host_op = host != nullptr;
-  result.device = rt.device().name;
-  result.seed =
-      config.seed
-          ? config.seed
-          : (uint64_t{std::random_device{}()} << 20 | std::random_device{}()) % 1000000007 + 1;
-  result.cube_dim = data.cube_dim;
-  struct Plan {
-    const dsl::ParamInfo* p;
-    size_t numel = 0;
-    double lo = 0, hi = 0;
-    uint64_t rng_start = 0;
-  };
-  std::vector<Plan> plans;
-  uint64_t rng_state = result.seed, tensor_bytes = 0, output_bytes = 0, double_bytes = 0,
-           largest = 0;
-  for (const auto& p : params) {
-    if (!is_memory(p)) continue;
-    const auto& shape = data.shapes[p.name];
-    if (p.kind == dsl::ParamKind::Array && shape.size() != 1)
-      return usage(name,
-                   fmt::format("array '{}' takes a 1-D shape, got {}", p.name, dims_text(shape)));
-    Plan plan{&p};
-    if (too_large(shape))
-      return usage(name,
-                   fmt::format("tensor '{}' of shape {} is too large", p.name, dims_text(shape)));
-    uint64_t n = 1;
-    for (int64_t d : shape) n *= static_cast<uint64_t>(d);
-    plan.numel = static_cast<size_t>(n);
-    std::tie(plan.lo, plan.hi) = default_range(p.dtype);
-    if (recipe && A::ranges(*recipe).count(p.name))
-      std::tie(plan.lo, plan.hi) = A::ranges(*recipe).find(p.name)->second;
-    plan.rng_start = rng_state;
-    rng_state += 0x9e3779b97f4a7c15ull * plan.numel;  // splitmix64 steps by a constant
-    const uint64_t bytes = n * static_cast<uint64_t>(ir::elem_bytes(p.dtype));
-    tensor_bytes += bytes;
-    largest = std::max(largest, bytes);
-    if (!p.const_qualified) output_bytes += bytes;
-    double_bytes += n * sizeof(double);
-    plans.push_back(plan);
-  }
-  result.bytes = tensor_bytes;
-  if (recipe && A::flops(*recipe)) result.flops = A::flops(*recipe)(data);
-  // What this run holds at its peak, checked against the memory the host has free, so that a
-  // shape too large fails here with its size instead of in the out-of-memory killer.
-  const bool has_reference = recipe && A::reference(*recipe);
-  // The launch comes first (it validates every argument before anything is computed): the
-  // device's tensors (host memory on the CPU), the initial outputs and one tensor's bytes; then
-  // the reference: every tensor as doubles and the computed outputs.
-  const uint64_t host_peak =
-      std::max(has_reference ? double_bytes + output_bytes : 0,
-               (rt.device().host_memory ? tensor_bytes : 0) + 2 * output_bytes + largest);
-  if (const uint64_t avail = available_host_memory(); avail && host_peak > avail)
-    return Error(
-        ErrorKind::OutOfMemory,
-        fmt::format("kernel '{}': these tensors ({}) need about {} of host memory to "
-                    "run and check, and only {} is free; pass a smaller --shape",
-                    name, human_bytes(tensor_bytes), human_bytes(host_peak), human_bytes(avail)));
-  auto values_of = [](const Plan& plan, auto&& put) {
-    uint64_t state = plan.rng_start;
-    for (size_t i = 0; i < plan.numel; ++i) {
-      uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-      z ^= z >> 31;
-      double x = plan.lo + (plan.hi - plan.lo) * (static_cast<double>(z >> 11) * 0x1.0p-53);
-      if (!ir::is_float(plan.p->dtype)) x = std::round(x);
-      put(i, round_to_elem(plan.p->dtype, x));
-    }
-  };
-  auto bytes_of = [&](const Plan& plan) {
-    const size_t es = static_cast<size_t>(ir::elem_bytes(plan.p->dtype));
-    std::vector<unsigned char> bytes(plan.numel * es);
-    values_of(plan, [&](size_t i, double x) { put_elem(plan.p->dtype, x, bytes.data() + i * es); });
-    return bytes;
-  };
-  // The device's tensors with their inputs. They are made twice when there is a reference: for
-  // the first launch, then again for the timed ones, so that the reference (every tensor as
-  // doubles) never shares the host with them. The map's entries stay put (launch arguments
-  // point at them); only the tensors in them are replaced.
-  std::map<std::string, Tensor, std::less<>> tensors;
-  std::map<std::string, std::vector<unsigned char>, std::less<>> initial;
-  auto make_tensors = [&]() -> Status {
-    for (const Plan& plan : plans) {
-      const dsl::ParamInfo& p = *plan.p;
-      KILN_ASSIGN(Tensor t, rt.empty(p.dtype, std::span<const int64_t>(data.shapes[p.name])));
-      std::vector<unsigned char> bytes = bytes_of(plan);
-      KILN_TRY(t.upload(bytes.data(), bytes.size()));
-      if (!p.const_qualified) initial[p.name] = std::move(bytes);  // restored before each run
-      tensors[p.name] = std::move(t);
-    }
-    return {};
-  };
-  auto drop_tensors = [&] {
-    for (auto& [n, t] : tensors) t = Tensor();
-    initial.clear();
-    rt.trim();
-  };
-  KILN_TRY(make_tensors());
-  LaunchOptions lo;
-  lo.checked = config.checked;
-  for (const auto& p : params)
-    if (is_memory(p)) lo.lines.emplace_back(p.name, data.lines[p.name]);
-  // The grid.
-  if (host && config.checked)
-    return usage(name, fmt::format("'{}' runs through its host entry point, whose launches "
-                                   "follow the runtime's checked mode: open the runtime with "
-                                   "RuntimeOptions::checked (kiln run --checked does)",
-                                   name));
-  if (host && (config.cubes || config.cube_dim || !config.lines.empty()))
-    return usage(name, fmt::format("'{}' runs through its host entry point, which picks the "
-                                   "kernels, their grids and line widths; drop --cubes, "
-                                   "--cube-dim and --line",
-                                   name));
-  if (host)
-    result.cubes = Dim3(0, 0, 0);
-  else if (config.cubes)
-    result.cubes = *config.cubes;
-  else if (recipe && A::cubes(*recipe))
-    result.cubes = A::cubes(*recipe)(data);
-  else
-    return usage(name,
-                 "the kernel declares no cube count (KILN_RUN ... .cubes); pass --cubes X[xYxZ]");
-
-  // The arguments.
-  std::vector<LaunchArg> args(params.size());
-  for (size_t i = 0; i < params.size(); ++i) {
-    const dsl::ParamInfo& p = params[i];
-    LaunchArg& a = args[i];
-    if (is_memory(p)) {
-      a.kind = LaunchArg::Kind::Tensor;
-      a.tensor = &tensors.find(p.name)->second;
-      result.arguments +=
-          fmt::format("{}{}: {}[{}] line {}", result.arguments.empty() ? "" : ", ", p.name,
-                      ir::elem_name(p.dtype), dims_text(data.shapes[p.name]), data.lines[p.name]);
-    } else if (p.kind == dsl::ParamKind::Scalar) {
-      const double v = data.scalars[p.name];
-      a.kind = LaunchArg::Kind::Number;
-      if (p.dtype == ElemType::Bool) {
-        a.num = LaunchArg::Num::Bool;
-        a.u = v != 0;
-      } else if (ir::is_float(p.dtype)) {
-        a.num = LaunchArg::Num::Float;
-        a.f = v;
-      } else if (ir::is_signed(p.dtype)) {
-        a.num = LaunchArg::Num::Int;
-        a.i = static_cast<int64_t>(v);
-      } else {
-        if (v < 0)
-          return usage(name, fmt::format("scalar '{}' is {} and cannot be negative", p.name,
-                                         ir::elem_name(p.dtype)));
-        a.num = LaunchArg::Num::UInt;
-        a.u = static_cast<uint64_t>(v);
-      }
-      if (!ir::is_float(p.dtype) && std::trunc(v) != v)
-        return usage(name, fmt::format("scalar '{}' is {} and takes an integer, got {}", p.name,
-                                       ir::elem_name(p.dtype), v));
-      result.arguments += fmt::format("{}{} = {}", result.arguments.empty() ? "" : ", ", p.name, v);
-    } else {
-      a.kind = LaunchArg::Kind::Value;
-      a.comptime = comptime_values[i];
-      result.arguments += fmt::format("{}{} = {}", result.arguments.empty() ? "" : ", ", p.name,
-                                      a.comptime.format());
-    }
-  }
-
-  // The first launch (compiling if needed), checked against the reference. A grid, line width or
-  // shape the caller chose instead of the kernel's recipe runs it in checked mode, so that a
-  // footprint the tensors do not have is reported instead of written past them.
-  LaunchOptions first = lo;
-  result.validated =
-      !host && !config.checked &&
-      (config.cubes || config.cube_dim || !config.lines.empty() || !config.shapes.empty());
-  // One run: the kernel's launch, or the host operation's call (checked mode is the runtime's).
-  auto launch = [&](const LaunchOptions& options) -> Status {
-    if (host) return host->call(rt, tensors, data);
-    return rt.launch_args(kernel, result.cubes, result.cube_dim, options, args);
-  };
-  if (result.validated) first.checked = true;
-  const CacheStats before = cache_stats();
-  auto t0 = Clock::now();
-  KILN_TRY(launch(first));
-  KILN_TRY(rt.sync());
-  result.first_ms = ms_since(t0);
-  const CacheStats after = cache_stats();
-  if (after.compiles + after.disk_hits > before.compiles + before.disk_hits) {
-    result.compiled = true;
-    result.compile = last_compile_report();
-  }
-  if (config.keep_outputs)
-    for (const auto& p : params)
-      if (is_memory(p) && !p.const_qualified) {
-        KILN_ASSIGN(result.outputs[p.name], download_values(tensors.find(p.name)->second));
-      }
-  if (has_reference) {
-    // What the launch wrote, then the reference from the same values in double precision (kept
-    // as the element type holds its results, which is what they are compared as).
-    std::map<std::string, std::vector<unsigned char>, std::less<>> computed;
-    for (const auto& p : params) {
-      if (!is_memory(p) || p.const_qualified) continue;
-      const Tensor& t = tensors.find(p.name)->second;
-      std::vector<unsigned char>& got = computed[p.name];
-      got.resize(static_cast<size_t>(t.numel()) * t.element_bytes());
-      KILN_TRY(t.download(got.data(), got.size()));
-    }
-    drop_tensors();
-    for (const Plan& plan : plans) {
-      std::vector<double> v(plan.numel);
-      values_of(plan, [&](size_t i, double x) { v[i] = x; });
-      data.values[plan.p->name] = std::move(v);
-    }
-    A::reference (*recipe)(data);  // std::out_of_range, as above
-    result.has_reference = true;
-    for (const auto& p : params) {
-      if (!is_memory(p) || p.const_qualified) continue;
-      const size_t es = static_cast<size_t>(ir::elem_bytes(p.dtype));
-      const std::vector<unsigned char>& got = computed[p.name];
-      const std::vector<double>& want = data.values[p.name];
-      TensorCheck c;
-      c.name = p.name;
-      std::tie(c.rel_tol, c.abs_tol) = A::tolerance_fn(*recipe)
-                                           ? A::tolerance_fn(*recipe)(data, p.name)
-                                       : A::tolerance(*recipe) ? *A::tolerance(*recipe)
-                                                               : default_tolerance(p.dtype);
-      for (size_t i = 0; i * es < got.size(); ++i) {
-        const double got_i = get_elem(p.dtype, got.data() + i * es);
-        const double want_i = round_to_elem(p.dtype, want[i]);  // as the type holds it
-        const double err = got_i == want_i ? 0.0 : std::fabs(got_i - want_i);
-        const bool bad = !(err <= c.abs_tol + c.rel_tol * std::fabs(want_i)) &&
-                         !(std::isnan(got_i) && std::isnan(want_i));
-        c.max_abs_error = std::max(c.max_abs_error, std::isnan(err) ? INFINITY : err);
-        if (want_i != 0) c.max_rel_error = std::max(c.max_rel_error, err / std::fabs(want_i));
-        if (bad) {
-          if (c.mismatches++ == 0) {
-            c.first_bad = static_cast<int64_t>(i);
-            c.got = got_i;
-            c.want = want_i;
-          }
-        }
-      }
-      if (c.mismatches) result.passed = false;
-      result.checks.push_back(c);
-    }
-    data.values.clear();
-  }
-  // Timed launches, each from the same inputs (after an untimed one that compiles the
-  // unchecked code, when the first run was checked only to validate the grid).
-  if (has_reference && config.repeat > 0) KILN_TRY(make_tensors());
-  if (result.validated && config.repeat > 0) {
-    KILN_TRY(launch(lo));
-    KILN_TRY(rt.sync());
-  }
-  for (int r = 0; r < config.repeat; ++r) {
-    for (const auto& [n, bytes] : initial)
-      KILN_TRY(tensors.find(n)->second.upload(bytes.data(), bytes.size()));
-    t0 = Clock::now();
-    KILN_TRY(launch(lo));
-    KILN_TRY(rt.sync());
-    result.times_ms.push_back(ms_since(t0));
-  }
-  if (!result.times_ms.empty()) {
-    std::vector<double> sorted = result.times_ms;
-    std::sort(sorted.begin(), sorted.end());
-    result.median_ms = sorted[sorted.size() / 2];
-    result.min_ms = sorted.front();
-  }
-  return result;
-}
-}  // namespace
 
 double matmul_flops(const RunData& d) {
   return 2.0 * static_cast<double>(d.dim("c", 0)) * static_cast<double>(d.dim("c", 1)) *
