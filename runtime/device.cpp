@@ -2,6 +2,7 @@
 #include "runtime/device.h"
 
 #include <algorithm>
+#include <cstring>
 #include <mutex>
 
 #include <fmt/format.h>
@@ -44,6 +45,30 @@ Status HostStream::wait(const DeviceEvent& event) {
   if (event.device != device_)
     return Error(ErrorKind::InvalidArgument, "wait: the event was not recorded on this device");
   return {};  // launches complete in order as they are issued
+}
+
+Status HostMemoryDevice::upload(void* dst, const void* host, size_t bytes) {
+  if (bytes) std::memcpy(dst, host, bytes);
+  return {};
+}
+Status HostMemoryDevice::download(void* host, const void* src, size_t bytes) {
+  if (bytes) std::memcpy(host, src, bytes);
+  return {};
+}
+Status HostMemoryDevice::copy(void* dst, const void* src, size_t bytes) {
+  if (bytes) std::memmove(dst, src, bytes);
+  return {};
+}
+
+DeviceEntry device_entry(std::string name, const Result<DeviceInfo>& info) {
+  DeviceEntry e;
+  e.name = std::move(name);
+  e.available = info.ok();
+  if (info)
+    e.info = *info;
+  else
+    e.reason = info.error().message;
+  return e;
 }
 
 void describe_target(DeviceInfo& info, const backend::Target& target) {

@@ -1,7 +1,8 @@
 // The device interface behind a Runtime (ggml's ggml_backend_i is the model): one narrow table
 // of memory, copies, loading a compiled artifact, streams with launch, sync and events. Each
-// device family implements it in its own folder (runtime/cpu/, runtime/cuda/, runtime/emu/) and registers a
-// DeviceFamily; Runtime, the specialization cache and the CLI never ask which device they hold.
+// device family implements it in its own folder (runtime/cpu/, runtime/cuda/, runtime/emu/) and
+// registers a DeviceFamily; Runtime, the specialization cache and the CLI never ask which device
+// they hold.
 #pragma once
 
 #include <array>
@@ -153,6 +154,14 @@ class Device {
   std::shared_ptr<MemoryPool> pool_;
 };
 
+// A device whose memory lives in this process (the CPU, the emulator): copies are memcpy.
+class HostMemoryDevice : public Device {
+ public:
+  Status upload(void* dst, const void* host, size_t bytes) override;
+  Status download(void* host, const void* src, size_t bytes) override;
+  Status copy(void* dst, const void* src, size_t bytes) override;
+};
+
 // A family of devices ("cpu", "cuda"): how to list them and open one by name. Each family
 // registers one (register_device_family, from its own file).
 struct DeviceEntry {
@@ -169,6 +178,8 @@ struct DeviceFamily {
   std::function<Result<std::shared_ptr<Device>>(std::string_view name, uint64_t memory_cap)> open;
   std::string syntax;  // how its devices are named, for messages: "cuda:N"
 };
+// The entry of a device named `name`: its facts when it opened, else why not.
+DeviceEntry device_entry(std::string name, const Result<DeviceInfo>& info);
 void register_device_family(DeviceFamily family);
 std::vector<DeviceFamily> device_families();
 

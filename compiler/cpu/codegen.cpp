@@ -531,6 +531,7 @@ void Gen::emit_scalar(const ir::Op& op) {
 // Memory, variables, atomics, control flow, prints and asserts, and the ops the CPU runs once
 // per cube or plane (fragments, wgmma, tcgen05, TMA).
 void Gen::emit_effect(const ir::Op& op) {
+  if (ir::is_cube_op(op.kind)) return cube_op(op);
   switch (op.kind) {
     case OpKind::AllocShared:
     case OpKind::AllocFrag:
@@ -553,23 +554,6 @@ void Gen::emit_effect(const ir::Op& op) {
       return;  // a multiply is done when it returns on the CPU
     case OpKind::Tcgen05Desc:
       tcgen05_desc(op);
-      return;
-    case OpKind::MbarInit:
-    case OpKind::MbarWait:
-    case OpKind::TmemAlloc:
-    case OpKind::TmemFree:
-    case OpKind::Tcgen05Mma:
-    case OpKind::Tcgen05Commit:
-    case OpKind::TmemLoad:
-    case OpKind::MbarArriveTx:
-    case OpKind::TmaLoad:
-    case OpKind::TmaLoadMulticast:
-    case OpKind::TmaStore:
-    case OpKind::SyncCluster:
-      cube_op(op);
-      return;
-    case OpKind::TmaPrefetch:   // a hint for the GPU's L2; nothing to do on the CPU
-    case OpKind::TmaStoreWait:  // the CPU's stores are done when they return
       return;
     case OpKind::TmemRead:
       tmem_read(op);

@@ -574,34 +574,50 @@ class Gen {
     B.SetInsertPoint(exit);
   }
 
+  // The blocks of a loop over units `for (u = start; u < end; u += step)`, scalar or one
+  // vector of units per iteration: open_units_loop leaves the builder in the body,
+  // close_units_loop (called once the body has branched to the latch) in the exit.
+  struct UnitsLoop {
+    llvm::BasicBlock *pre, *header, *body, *latch, *exit;
+    llvm::PHINode* u;
+  };
+  UnitsLoop open_units_loop(Value* start, Value* end) {
+    UnitsLoop l;
+    l.pre = B.GetInsertBlock();
+    l.header = llvm::BasicBlock::Create(C, "units.header", F);
+    l.body = llvm::BasicBlock::Create(C, "units.body", F);
+    l.latch = llvm::BasicBlock::Create(C, "units.latch", F);
+    l.exit = llvm::BasicBlock::Create(C, "units.exit", F);
+    B.CreateBr(l.header);
+    B.SetInsertPoint(l.header);
+    l.u = B.CreatePHI(B.getInt32Ty(), 2, "unit");
+    l.u->addIncoming(start, l.pre);
+    B.CreateCondBr(B.CreateICmpULT(l.u, end), l.body, l.exit);
+    B.SetInsertPoint(l.body);
+    return l;
+  }
+  llvm::BranchInst* close_units_loop(const UnitsLoop& l, uint32_t step) {
+    B.SetInsertPoint(l.latch);
+    l.u->addIncoming(B.CreateAdd(l.u, B.getInt32(step), "unit.next"), l.latch);
+    llvm::BranchInst* back = B.CreateBr(l.header);
+    B.SetInsertPoint(l.exit);
+    return back;
+  }
+
   void emit_units(const ir::Op& op) {
     if (const int width = units_width(op); width > 1) return emit_units_vec(op, width);
     Value* start = range_.start ? range_.start : v(op.operands[0]);
     Value* end = range_.end ? range_.end : v(op.operands[1]);
-    auto* pre = B.GetInsertBlock();
-    auto* header = llvm::BasicBlock::Create(C, "units.header", F);
-    auto* body = llvm::BasicBlock::Create(C, "units.body", F);
-    auto* latch = llvm::BasicBlock::Create(C, "units.latch", F);
-    auto* exit = llvm::BasicBlock::Create(C, "units.exit", F);
-    B.CreateBr(header);
-    B.SetInsertPoint(header);
-    auto* u = B.CreatePHI(B.getInt32Ty(), 2, "unit");
-    u->addIncoming(start, pre);
-    B.CreateCondBr(B.CreateICmpULT(u, end), body, exit);
-    B.SetInsertPoint(body);
+    const UnitsLoop loop = open_units_loop(start, end);
     Value* saved = unit_;
-    unit_ = u;
-    vals_[op.regions[0].args[0]] = u;
-    loops_.push_back({latch, exit, true});
+    unit_ = loop.u;
+    vals_[op.regions[0].args[0]] = loop.u;
+    loops_.push_back({loop.latch, loop.exit, true});
     region(op.regions[0]);
     loops_.pop_back();
     unit_ = saved;
-    branch_to_if_open(latch);
-    B.SetInsertPoint(latch);
-    auto* next = B.CreateAdd(u, B.getInt32(1), "unit.next");
-    u->addIncoming(next, latch);
-    B.CreateBr(header);
-    B.SetInsertPoint(exit);
+    branch_to_if_open(loop.latch);
+    close_units_loop(loop, 1);
   }
 
   void emit_jump(const ir::Op& op) {

@@ -106,6 +106,8 @@ void Gen::tcgen05_desc(const ir::Op& op) {
 }
 
 void Gen::cube_op(const ir::Op& op) {
+  // A prefetch is a hint for the GPU's L2; the CPU's stores are done when they return.
+  if (op.kind == OpKind::TmaPrefetch || op.kind == OpKind::TmaStoreWait) return;
   KILN_CHECK(tmem_, "a cube op in a kernel without a tensor-memory block");
   llvm::Type* i32 = B.getInt32Ty();
   llvm::Type* i64 = B.getInt64Ty();

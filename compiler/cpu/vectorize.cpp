@@ -271,24 +271,16 @@ void Gen::emit_units_vec(const ir::Op& op, int width) {
     B.CreateStore(B.getFalse(), ran);
   }
 
-  auto* pre = B.GetInsertBlock();
-  auto* header = llvm::BasicBlock::Create(C, "units.header", F);
-  auto* body = llvm::BasicBlock::Create(C, "units.body", F);
-  auto* latch = llvm::BasicBlock::Create(C, "units.latch", F);
-  auto* exit = llvm::BasicBlock::Create(C, "units.exit", F);
-  B.CreateBr(header);
-  B.SetInsertPoint(header);
-  auto* u = B.CreatePHI(B.getInt32Ty(), 2, "unit");
-  u->addIncoming(start, pre);
-  B.CreateCondBr(B.CreateICmpULT(u, end), body, exit);
-  B.SetInsertPoint(body);
+  const UnitsLoop loop = open_units_loop(start, end);
+  auto* const u = loop.u;
 
   V_ = width;
   vu_ = u;
-  units_pre_ = inner ? k_pre : pre;
+  units_pre_ = inner ? k_pre : loop.pre;
   outer_blocks_.clear();
   for (llvm::BasicBlock& bb : *F)
-    if (&bb != header && &bb != body && &bb != latch && &bb != exit && &bb != k_header)
+    if (&bb != loop.header && &bb != loop.body && &bb != loop.latch && &bb != loop.exit &&
+        &bb != k_header)
       outer_blocks_.insert(&bb);
   magic_.clear();
   Value* lanes = B.CreateAdd(B.CreateVectorSplat(static_cast<unsigned>(width), u),
@@ -300,7 +292,7 @@ void Gen::emit_units_vec(const ir::Op& op, int width) {
   vals_[arg] = lanes;
   vary_[arg] = 1;
   affine_[arg] = Affine{u, B.getInt32(1), aligned};
-  loops_.push_back({latch, exit, true, true, nullptr, nullptr});
+  loops_.push_back({loop.latch, loop.exit, true, true, nullptr, nullptr});
   if (inner)
     strided_iteration(op, *inner, k, ran);
   else
@@ -310,11 +302,8 @@ void Gen::emit_units_vec(const ir::Op& op, int width) {
   vu_ = nullptr;
   mask_ = nullptr;
 
-  B.CreateBr(latch);
-  B.SetInsertPoint(latch);
-  auto* next = B.CreateAdd(u, B.getInt32(static_cast<uint32_t>(width)), "unit.next");
-  u->addIncoming(next, latch);
-  auto* br = B.CreateBr(header);
+  B.CreateBr(loop.latch);
+  llvm::BranchInst* br = close_units_loop(loop, static_cast<uint32_t>(width));
   // The body is already vector code: LLVM's loop vectorizer has nothing left to do here.
   llvm::Metadata* off[] = {llvm::MDString::get(C, "llvm.loop.vectorize.enable"),
                            llvm::ConstantAsMetadata::get(B.getFalse())};
@@ -322,9 +311,8 @@ void Gen::emit_units_vec(const ir::Op& op, int width) {
   auto* node = llvm::MDNode::getDistinct(C, md);
   node->replaceOperandWith(0, node);
   br->setMetadata(llvm::LLVMContext::MD_loop, node);
-  B.SetInsertPoint(exit);
   if (inner) {  // the next iteration, while some lane of some vector ran this one
-    k->addIncoming(B.CreateAdd(k, llvm::ConstantInt::get(k->getType(), 1)), exit);
+    k->addIncoming(B.CreateAdd(k, llvm::ConstantInt::get(k->getType(), 1)), loop.exit);
     auto* done = llvm::BasicBlock::Create(C, "strided.done", F);
     B.CreateCondBr(B.CreateLoad(B.getInt1Ty(), ran), k_header, done);
     B.SetInsertPoint(done);

@@ -1,7 +1,6 @@
 // The CUDA backend's entry in the backend table (compiler/backend.h): targets sm_XY[a] (CUBIN
 // and PTX) and compute_XY[a] (PTX only, for a GPU newer than NVRTC), the CUDA pipeline, and the
 // stages cuda, ptx and resources.
-#include <chrono>
 
 #include <fmt/format.h>
 #include <xxhash.h>
@@ -25,15 +24,6 @@ struct Arch {
 
 const Arch& arch_of(const backend::Target& t) {
   return *static_cast<const Arch*>(t.impl.get());
-}
-
-CodegenOptions codegen_options(const backend::Target& t, const backend::Options& o) {
-  CodegenOptions c;
-  c.target = arch_of(t).target;
-  c.plane_width = 32;
-  c.checked = o.checked;
-  c.fast_math = o.fast_math;
-  return c;
 }
 
 std::string resources_text(const Source& src, const CompiledCuda& c, const std::string& target,
@@ -111,7 +101,7 @@ class CudaBackend final : public GpuArchBackend {
   }
   Result<std::string> emit(const ir::Kernel& prepared, std::string_view stage,
                            const backend::Target& t, const backend::Options& o) const override {
-    KILN_ASSIGN(Source src, generate(prepared, codegen_options(t, o)));
+    KILN_ASSIGN(Source src, source(prepared, t, o));
     if (stage == "cuda") return src.text;
     const Arch& a = arch_of(t);
     if (stage == "ptx") {
@@ -133,15 +123,13 @@ class CudaBackend final : public GpuArchBackend {
   // CUDA code is determined by the generated source (which includes everything the IR says).
   Result<std::string> key_text(const ir::Kernel& prepared, const backend::Target& t,
                                const backend::Options& o) const override {
-    KILN_ASSIGN(Source src, generate(prepared, codegen_options(t, o)));
+    KILN_ASSIGN(Source src, source(prepared, t, o));
     return std::move(src.text);
   }
   Result<backend::Artifact> compile(const ir::Kernel& prepared, const backend::Target& t,
                                     const backend::Options& o) const override {
-    using Clock = std::chrono::steady_clock;
-    const auto t0 = Clock::now();
-    KILN_ASSIGN(Source src, generate(prepared, codegen_options(t, o)));
-    const double codegen_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    double codegen_ms = 0;
+    KILN_ASSIGN(Source src, source(prepared, t, o, &codegen_ms));
     const Arch& a = arch_of(t);
     KILN_ASSIGN(CompiledCuda c,
                 compile_cuda(src.text, prepared.name + ".cu", a.nvrtc_arch(), o.fast_math));

@@ -1,6 +1,8 @@
 // What the CUDA backend and the emulator's backend share (family.h).
 #include "compiler/cuda/family.h"
 
+#include <chrono>
+
 #include "compiler/passes/pipeline.h"
 
 namespace kiln::cuda {
@@ -27,6 +29,20 @@ std::string GpuArchBackend::unsupported(const ir::Kernel& k, const ir::Op& op,
 
 Result<ir::Kernel> GpuArchBackend::prepare(ir::Kernel traced, const DumpFn& dump) const {
   return passes::prepare_for_cuda(std::move(traced), dump);
+}
+
+Result<Source> GpuArchBackend::source(const ir::Kernel& prepared, const backend::Target& t,
+                                      const backend::Options& o, double* ms) const {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  CodegenOptions c;
+  c.target = arch(t);
+  c.plane_width = 32;
+  c.checked = o.checked;
+  c.fast_math = o.fast_math;
+  Result<Source> src = generate(prepared, c);
+  if (ms) *ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  return src;
 }
 
 backend::Target GpuArchBackend::make_target(const Target& a, std::string name, std::string key,

@@ -27,6 +27,9 @@ class GpuArchBackend : public backend::Backend {
  protected:
   // The architecture a target of this backend stands for.
   virtual const Target& arch(const backend::Target& t) const = 0;
+  // The CUDA C++ for a prepared kernel on `t`; `ms`, when given, gets the time it took.
+  Result<Source> source(const ir::Kernel& prepared, const backend::Target& t,
+                        const backend::Options& o, double* ms = nullptr) const;
   // A target of this backend for `arch` (its features filled in), described by `impl`.
   backend::Target make_target(const Target& arch, std::string name, std::string key,
                               std::shared_ptr<const void> impl) const;

@@ -254,55 +254,47 @@ Bits cast_bits(const V& v) {
   }
 }
 
-// The destination types of each width, in the order of cast_copy's `to`.
-//   1 byte: bool, i8, u8, f8e4m3, f8e5m2; 2: i16, u16, f16, bf16; 4: i32, u32, f32;
-//   8: i64, u64, f64.
+// The destination types of each width, in the order of cast_copy's `to`; cast_index gives a
+// type's place on the host side from the same lists.
+template <class... Ts>
+struct CastTypes {};
+template <size_t Bytes>
+struct CastTargets;
+template <>
+struct CastTargets<1> {
+  using type = CastTypes<Bool, i8, u8, f8e4m3, f8e5m2>;
+};
+template <>
+struct CastTargets<2> {
+  using type = CastTypes<i16, u16, f16, bf16>;
+};
+template <>
+struct CastTargets<4> {
+  using type = CastTypes<i32, u32, f32>;
+};
+template <>
+struct CastTargets<8> {
+  using type = CastTypes<i64, u64, f64>;
+};
+
+template <class Bits, class V, class T, class... Rest>
+Bits cast_pick(int to, const V& x, CastTypes<T, Rest...>) {
+  if constexpr (sizeof...(Rest) > 0)
+    if (to > 0) return cast_pick<Bits>(to - 1, x, CastTypes<Rest...>{});
+  return cast_bits<T, Bits>(x);
+}
+
 template <class Bits, class V>
 Bits cast_to(int to, const V& x) {
-  using H = host_of_t<Bits>;
-  if constexpr (sizeof(H) == 1) {
-    switch (to) {
-      case 0:
-        return cast_bits<Bool, Bits>(x);
-      case 1:
-        return cast_bits<i8, Bits>(x);
-      case 2:
-        return cast_bits<u8, Bits>(x);
-      case 3:
-        return cast_bits<f8e4m3, Bits>(x);
-      default:
-        return cast_bits<f8e5m2, Bits>(x);
-    }
-  } else if constexpr (sizeof(H) == 2) {
-    switch (to) {
-      case 0:
-        return cast_bits<i16, Bits>(x);
-      case 1:
-        return cast_bits<u16, Bits>(x);
-      case 2:
-        return cast_bits<f16, Bits>(x);
-      default:
-        return cast_bits<bf16, Bits>(x);
-    }
-  } else if constexpr (sizeof(H) == 4) {
-    switch (to) {
-      case 0:
-        return cast_bits<i32, Bits>(x);
-      case 1:
-        return cast_bits<u32, Bits>(x);
-      default:
-        return cast_bits<f32, Bits>(x);
-    }
-  } else {
-    switch (to) {
-      case 0:
-        return cast_bits<i64, Bits>(x);
-      case 1:
-        return cast_bits<u64, Bits>(x);
-      default:
-        return cast_bits<f64, Bits>(x);
-    }
-  }
+  return cast_pick<Bits>(to, x, typename CastTargets<sizeof(host_of_t<Bits>)>::type{});
+}
+
+// A type's place in its width's list, or -1.
+template <class... Ts>
+int cast_place(kiln::ir::ElemType t, CastTypes<Ts...>) {
+  int place = -1, i = 0;
+  ((place = ElemOf<host_of_t<Ts>>::value == t ? i : place, ++i), ...);
+  return place;
 }
 
 // `to` picks the destination type among those of dst's width (cast_to).
@@ -392,27 +384,15 @@ uint32_t cubes_for(int64_t n) {
 
 // cast_copy's `to` for a destination type (its place among the types of its width).
 int cast_index(ElemType t) {
-  switch (t) {
-    case ElemType::Bool:
-    case ElemType::I16:
-    case ElemType::I32:
-    case ElemType::I64:
-      return 0;
-    case ElemType::I8:
-    case ElemType::U16:
-    case ElemType::U32:
-    case ElemType::U64:
-      return 1;
-    case ElemType::U8:
-    case ElemType::F16:
-    case ElemType::F32:
-    case ElemType::F64:
-      return 2;
-    case ElemType::F8E4M3:
-    case ElemType::BF16:
-      return 3;
+  switch (ir::elem_bytes(t)) {
+    case 1:
+      return cast_place(t, CastTargets<1>::type{});
+    case 2:
+      return cast_place(t, CastTargets<2>::type{});
+    case 4:
+      return cast_place(t, CastTargets<4>::type{});
     default:
-      return 4;  // F8E5M2
+      return cast_place(t, CastTargets<8>::type{});
   }
 }
 

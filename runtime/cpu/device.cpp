@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstring>
 
 #include <fmt/format.h>
 
@@ -56,7 +55,7 @@ class CpuStream final : public HostStream {
   std::optional<Error> fault_;
 };
 
-class CpuDevice final : public Device {
+class CpuDevice final : public HostMemoryDevice {
  public:
   explicit CpuDevice(backend::Target target, uint64_t cap) : target_(std::move(target)) {
     const auto& t = *static_cast<const cpu::Target*>(target_.impl.get());
@@ -79,18 +78,6 @@ class CpuDevice final : public Device {
   }
   const DeviceInfo& info() const override { return info_; }
   bool host_accessible() const override { return true; }
-  Status upload(void* dst, const void* host, size_t bytes) override {
-    if (bytes) std::memcpy(dst, host, bytes);
-    return {};
-  }
-  Status download(void* host, const void* src, size_t bytes) override {
-    if (bytes) std::memcpy(host, src, bytes);
-    return {};
-  }
-  Status copy(void* dst, const void* src, size_t bytes) override {
-    if (bytes) std::memmove(dst, src, bytes);
-    return {};
-  }
   const backend::Target& target() const override { return target_; }
   int max_lanes(int bytes) const override { return cpu_.max_lanes(bytes); }
   std::string line_problem(const Tensor&, int) const override { return {}; }  // any alignment
@@ -126,16 +113,9 @@ const bool g_registered = [] {
   f.syntax = "cpu";
   f.claims = [](std::string_view n) { return n == "cpu"; };
   f.list = [] {
-    DeviceEntry e;
-    e.name = "cpu";
     auto dev = open_cpu(0);
-    if (dev) {
-      e.available = true;
-      e.info = (*dev)->info();
-    } else {
-      e.reason = dev.error().message;
-    }
-    return std::vector<DeviceEntry>{e};
+    return std::vector<DeviceEntry>{
+        device_entry("cpu", dev ? Result<DeviceInfo>((*dev)->info()) : dev.error())};
   };
   f.open = [](std::string_view, uint64_t cap) { return open_cpu(cap); };
   register_device_family(std::move(f));

@@ -510,15 +510,7 @@ const bool g_registered = [] {
       return out;
     }
     for (int i = 0; i < (*drv)->device_count; ++i) {
-      DeviceEntry e;
-      e.name = fmt::format("cuda:{}", i);
-      if (auto info = CudaDevice::describe(i)) {
-        e.available = true;
-        e.info = *info;
-      } else {
-        e.reason = info.error().message;
-      }
-      out.push_back(std::move(e));
+      out.push_back(device_entry(fmt::format("cuda:{}", i), CudaDevice::describe(i)));
     }
     return out;
   };

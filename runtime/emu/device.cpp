@@ -140,7 +140,7 @@ class EmuStream final : public HostStream {
   uint64_t emu_fault_key_ = ~uint64_t{0};
 };
 
-class EmuDevice final : public Device {
+class EmuDevice final : public HostMemoryDevice {
  public:
   EmuDevice(std::string name, backend::Target target, const cuda::emu::Arch& arch, uint64_t cap)
       : target_(std::move(target)), max_shared_(arch.max_shared_bytes) {
@@ -163,18 +163,6 @@ class EmuDevice final : public Device {
   }
   const DeviceInfo& info() const override { return info_; }
   bool host_accessible() const override { return false; }  // as a GPU's: copies only
-  Status upload(void* dst, const void* host, size_t bytes) override {
-    if (bytes) std::memcpy(dst, host, bytes);
-    return {};
-  }
-  Status download(void* host, const void* src, size_t bytes) override {
-    if (bytes) std::memcpy(host, src, bytes);
-    return {};
-  }
-  Status copy(void* dst, const void* src, size_t bytes) override {
-    if (bytes) std::memmove(dst, src, bytes);
-    return {};
-  }
   const backend::Target& target() const override { return target_; }
   int max_lanes(int bytes) const override { return bytes >= 16 ? 1 : 16 / bytes; }
   std::string line_problem(const Tensor& t, int line) const override {
@@ -228,16 +216,9 @@ const bool g_registered = [] {
   f.syntax = "cuda-emu[:sm_XY[a]]";
   f.claims = [](std::string_view n) { return n.starts_with("cuda-emu"); };
   f.list = [] {
-    DeviceEntry e;
-    e.name = "cuda-emu";
     auto dev = open_emu("cuda-emu", 0);
-    if (dev) {
-      e.available = true;
-      e.info = (*dev)->info();
-    } else {
-      e.reason = dev.error().message;
-    }
-    return std::vector<DeviceEntry>{e};
+    return std::vector<DeviceEntry>{
+        device_entry("cuda-emu", dev ? Result<DeviceInfo>((*dev)->info()) : dev.error())};
   };
   f.open = [](std::string_view name, uint64_t cap) -> Result<std::shared_ptr<Device>> {
     auto dev = open_emu(name, cap);

@@ -274,21 +274,19 @@ class EmuBackend final : public GpuArchBackend {
   }
   Result<std::string> emit(const ir::Kernel& prepared, std::string_view stage,
                            const backend::Target& t, const backend::Options& o) const override {
-    KILN_ASSIGN(Source src, generate(prepared, options(t, o)));
+    KILN_ASSIGN(Source src, source(prepared, t, o));
     if (stage == "cuda") return std::move(src.text);
     return host_unit(src, t.name);
   }
   Result<std::string> key_text(const ir::Kernel& prepared, const backend::Target& t,
                                const backend::Options& o) const override {
-    KILN_ASSIGN(Source src, generate(prepared, options(t, o)));
+    KILN_ASSIGN(Source src, source(prepared, t, o));
     return host_unit(src, t.name);
   }
   Result<backend::Artifact> compile(const ir::Kernel& prepared, const backend::Target& t,
                                     const backend::Options& o) const override {
-    using Clock = std::chrono::steady_clock;
-    const auto t0 = Clock::now();
-    KILN_ASSIGN(Source src, generate(prepared, options(t, o)));
-    const double codegen_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    double codegen_ms = 0;
+    KILN_ASSIGN(Source src, source(prepared, t, o, &codegen_ms));
     KILN_ASSIGN(backend::Artifact out, compile_source(src, t, needs_fibers(prepared)));
     out.timings.insert(out.timings.begin(), {"cuda", codegen_ms});
     return out;
@@ -302,16 +300,6 @@ class EmuBackend final : public GpuArchBackend {
                        cxx ? cxx->version : std::string("none"), flags, ::kiln::emu::kAbiVersion,
                        XXH3_64bits(prelude().data(), prelude().size()),
                        XXH3_64bits(host.data(), host.size()));
-  }
-
- private:
-  static CodegenOptions options(const backend::Target& t, const backend::Options& o) {
-    CodegenOptions c;
-    c.target = arch_of(t).target;
-    c.plane_width = 32;
-    c.checked = o.checked;
-    c.fast_math = o.fast_math;
-    return c;
   }
 };
 
