@@ -11,7 +11,7 @@
  *    KILN_INVALID_ARGUMENT with a message.
  *  - Handles may be used from several threads at once, except that a handle must not be used
  *    while or after it is released.
- * docs/embedding.md#the-c-api walks through a program; tests/capi/test_capi.c is one. */
+ * docs/embedding.md#the-c-api walks through a program; tests/runtime/api/test_capi.c is one. */
 #ifndef KILN_H
 #define KILN_H
 

@@ -340,7 +340,7 @@ int main(void) {
   REQUIRE_OK(kiln_launch(rt, axpy, cubes, cube256, args, 3, s));
   REQUIRE_OK(kiln_stream_sync(rt, s));
   kiln_stream_release(s);
-  /* A caller's CUstream: only for a GPU runtime (tests/runtime/test_cuda_driver.cpp checks
+  /* A caller's CUstream: only for a GPU runtime (tests/runtime/cuda/test_cuda_driver.cpp checks
    * launches on one with a fake driver). */
   CHECK(kiln_stream_wrap(rt, NULL, &s) == KILN_UNSUPPORTED);
   CHECK(s == NULL);

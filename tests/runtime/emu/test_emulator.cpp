@@ -81,7 +81,7 @@ Runtime* emulator() {
 }
 
 std::string loc(const char* marker) {
-  return test::marker_loc("tests/runtime/test_emulator.cpp", marker);
+  return test::marker_loc("tests/runtime/emu/test_emulator.cpp", marker);
 }
 
 TEST_CASE("a missing barrier is reported; with the barrier the kernel is right", "[emulator]") {
