@@ -537,29 +537,14 @@ class Gen {
     Value* step = v(op.operands[2]);
     Value* trips = trip_count(start, end, step, sgn);
     llvm::Type* it = start->getType();
-    Value* zero = llvm::ConstantInt::get(it, 0);
-    Value* one = llvm::ConstantInt::get(it, 1);
-    auto* pre = B.GetInsertBlock();
-    auto* header = llvm::BasicBlock::Create(C, "for.header", F);
-    auto* body = llvm::BasicBlock::Create(C, "for.body", F);
-    auto* latch = llvm::BasicBlock::Create(C, "for.latch", F);
-    auto* exit = llvm::BasicBlock::Create(C, "for.exit", F);
-    B.CreateBr(header);
-    B.SetInsertPoint(header);
-    auto* k = B.CreatePHI(it, 2, "k");
-    k->addIncoming(zero, pre);
-    B.CreateCondBr(B.CreateICmpULT(k, trips), body, exit);
-    B.SetInsertPoint(body);
-    set(op.regions[0].args[0], B.CreateAdd(start, B.CreateMul(k, step)));
-    loops_.push_back({latch, exit, false});
+    const CountedLoop loop = open_loop("for", llvm::ConstantInt::get(it, 0), "k");
+    enter_body(loop, B.CreateICmpULT(loop.k, trips));
+    set(op.regions[0].args[0], B.CreateAdd(start, B.CreateMul(loop.k, step)));
+    loops_.push_back({loop.latch, loop.exit, false});
     region(op.regions[0]);
     loops_.pop_back();
-    branch_to_if_open(latch);
-    B.SetInsertPoint(latch);
-    auto* next = B.CreateAdd(k, one);
-    k->addIncoming(next, latch);
-    loop_metadata(B.CreateBr(header), op.attr.i);
-    B.SetInsertPoint(exit);
+    branch_to_if_open(loop.latch);
+    loop_metadata(close_loop(loop, llvm::ConstantInt::get(it, 1)), op.attr.i);
   }
 
   void emit_loop(const ir::Op& op) {
@@ -574,31 +559,34 @@ class Gen {
     B.SetInsertPoint(exit);
   }
 
-  // The blocks of a loop over units `for (u = start; u < end; u += step)`, scalar or one
-  // vector of units per iteration: open_units_loop leaves the builder in the body,
-  // close_units_loop (called once the body has branched to the latch) in the exit.
-  struct UnitsLoop {
+  // The blocks of a counted loop (a units loop, scalar or over vectors of units, or a `for`):
+  // open_loop leaves the builder in the header after the counter (from `first`), enter_body
+  // branches to the body or the exit, and close_loop (called once the body has branched to the
+  // latch) steps the counter and leaves the builder in the exit.
+  struct CountedLoop {
     llvm::BasicBlock *pre, *header, *body, *latch, *exit;
-    llvm::PHINode* u;
+    llvm::PHINode* k;
   };
-  UnitsLoop open_units_loop(Value* start, Value* end) {
-    UnitsLoop l;
+  CountedLoop open_loop(const std::string& name, Value* first, const char* counter) {
+    CountedLoop l;
     l.pre = B.GetInsertBlock();
-    l.header = llvm::BasicBlock::Create(C, "units.header", F);
-    l.body = llvm::BasicBlock::Create(C, "units.body", F);
-    l.latch = llvm::BasicBlock::Create(C, "units.latch", F);
-    l.exit = llvm::BasicBlock::Create(C, "units.exit", F);
+    l.header = llvm::BasicBlock::Create(C, name + ".header", F);
+    l.body = llvm::BasicBlock::Create(C, name + ".body", F);
+    l.latch = llvm::BasicBlock::Create(C, name + ".latch", F);
+    l.exit = llvm::BasicBlock::Create(C, name + ".exit", F);
     B.CreateBr(l.header);
     B.SetInsertPoint(l.header);
-    l.u = B.CreatePHI(B.getInt32Ty(), 2, "unit");
-    l.u->addIncoming(start, l.pre);
-    B.CreateCondBr(B.CreateICmpULT(l.u, end), l.body, l.exit);
-    B.SetInsertPoint(l.body);
+    l.k = B.CreatePHI(first->getType(), 2, counter);
+    l.k->addIncoming(first, l.pre);
     return l;
   }
-  llvm::BranchInst* close_units_loop(const UnitsLoop& l, uint32_t step) {
+  void enter_body(const CountedLoop& l, Value* go) {
+    B.CreateCondBr(go, l.body, l.exit);
+    B.SetInsertPoint(l.body);
+  }
+  llvm::BranchInst* close_loop(const CountedLoop& l, Value* step) {
     B.SetInsertPoint(l.latch);
-    l.u->addIncoming(B.CreateAdd(l.u, B.getInt32(step), "unit.next"), l.latch);
+    l.k->addIncoming(B.CreateAdd(l.k, step, l.k->getName() + ".next"), l.latch);
     llvm::BranchInst* back = B.CreateBr(l.header);
     B.SetInsertPoint(l.exit);
     return back;
@@ -608,16 +596,17 @@ class Gen {
     if (const int width = units_width(op); width > 1) return emit_units_vec(op, width);
     Value* start = range_.start ? range_.start : v(op.operands[0]);
     Value* end = range_.end ? range_.end : v(op.operands[1]);
-    const UnitsLoop loop = open_units_loop(start, end);
+    const CountedLoop loop = open_loop("units", start, "unit");
+    enter_body(loop, B.CreateICmpULT(loop.k, end));
     Value* saved = unit_;
-    unit_ = loop.u;
-    vals_[op.regions[0].args[0]] = loop.u;
+    unit_ = loop.k;
+    vals_[op.regions[0].args[0]] = loop.k;
     loops_.push_back({loop.latch, loop.exit, true});
     region(op.regions[0]);
     loops_.pop_back();
     unit_ = saved;
     branch_to_if_open(loop.latch);
-    close_units_loop(loop, 1);
+    close_loop(loop, B.getInt32(1));
   }
 
   void emit_jump(const ir::Op& op) {

@@ -271,8 +271,9 @@ void Gen::emit_units_vec(const ir::Op& op, int width) {
     B.CreateStore(B.getFalse(), ran);
   }
 
-  const UnitsLoop loop = open_units_loop(start, end);
-  auto* const u = loop.u;
+  const CountedLoop loop = open_loop("units", start, "unit");
+  enter_body(loop, B.CreateICmpULT(loop.k, end));
+  auto* const u = loop.k;
 
   V_ = width;
   vu_ = u;
@@ -303,7 +304,7 @@ void Gen::emit_units_vec(const ir::Op& op, int width) {
   mask_ = nullptr;
 
   B.CreateBr(loop.latch);
-  llvm::BranchInst* br = close_units_loop(loop, static_cast<uint32_t>(width));
+  llvm::BranchInst* br = close_loop(loop, B.getInt32(static_cast<uint32_t>(width)));
   // The body is already vector code: LLVM's loop vectorizer has nothing left to do here.
   llvm::Metadata* off[] = {llvm::MDString::get(C, "llvm.loop.vectorize.enable"),
                            llvm::ConstantAsMetadata::get(B.getFalse())};
@@ -560,15 +561,8 @@ void Gen::vfor(const ir::Op& op) {
   llvm::AllocaInst* ret = returns ? entry_alloca(entry->getType(), nullptr, "returned") : nullptr;
   if (ret) B.CreateStore(llvm::Constant::getNullValue(entry->getType()), ret);
 
-  auto* pre = B.GetInsertBlock();
-  auto* header = llvm::BasicBlock::Create(C, "vfor.header", F);
-  auto* body = llvm::BasicBlock::Create(C, "vfor.body", F);
-  auto* latch = llvm::BasicBlock::Create(C, "vfor.latch", F);
-  auto* exit = llvm::BasicBlock::Create(C, "vfor.exit", F);
-  B.CreateBr(header);
-  B.SetInsertPoint(header);
-  auto* k = B.CreatePHI(it, 2, "k");
-  k->addIncoming(llvm::ConstantInt::get(it, 0), pre);
+  const CountedLoop loop = open_loop("vfor", llvm::ConstantInt::get(it, 0), "k");
+  auto* const k = loop.k;
   Value* active = B.CreateLoad(entry->getType(), alive);
   Value* go;
   if (varying) {
@@ -578,8 +572,7 @@ void Gen::vfor(const ir::Op& op) {
   } else {
     go = B.CreateAnd(B.CreateICmpULT(k, trips), any(active));
   }
-  B.CreateCondBr(go, body, exit);
-  B.SetInsertPoint(body);
+  enter_body(loop, go);
   mask_ = active;
   const ValueId arg = op.regions[0].args[0];
   if (varying) {
@@ -597,14 +590,11 @@ void Gen::vfor(const ir::Op& op) {
     set(arg, B.CreateAdd(start, B.CreateMul(k, step)));
     vary_[arg] = 0;
   }
-  loops_.push_back({latch, exit, false, true, alive, ret});
+  loops_.push_back({loop.latch, loop.exit, false, true, alive, ret});
   vregion(op.regions[0]);
   loops_.pop_back();
-  B.CreateBr(latch);
-  B.SetInsertPoint(latch);
-  k->addIncoming(B.CreateAdd(k, llvm::ConstantInt::get(it, 1)), latch);
-  loop_metadata(B.CreateBr(header), op.attr.i);
-  B.SetInsertPoint(exit);
+  B.CreateBr(loop.latch);
+  loop_metadata(close_loop(loop, llvm::ConstantInt::get(it, 1)), op.attr.i);
   mask_ =
       ret ? B.CreateAnd(entry, B.CreateNot(B.CreateLoad(entry->getType(), ret)), "mask") : entry;
 }
