@@ -25,9 +25,40 @@ namespace {
 // kiln.Error, a RuntimeError with a `kind` ("invalid argument", "trace", "kernel fault", ...).
 py::handle g_error;
 
+// Error.kind: one word or two, stable, for a program to compare (the C++ error_kind_name says
+// "trace error", which reads well in a message and badly in `e.kind == "trace error"`).
+const char* kind_name(kiln::ErrorKind k) {
+  using kiln::ErrorKind;
+  switch (k) {
+    case ErrorKind::InvalidArgument:
+      return "invalid argument";
+    case ErrorKind::Parse:
+      return "parse";
+    case ErrorKind::Verify:
+      return "verify";
+    case ErrorKind::Trace:
+      return "trace";
+    case ErrorKind::Compile:
+      return "compile";
+    case ErrorKind::OutOfMemory:
+      return "out of memory";
+    case ErrorKind::Device:
+      return "device";
+    case ErrorKind::Io:
+      return "io";
+    case ErrorKind::NotFound:
+      return "not found";
+    case ErrorKind::Unsupported:
+      return "unsupported";
+    case ErrorKind::KernelFault:
+      return "kernel fault";
+  }
+  return "error";
+}
+
 [[noreturn]] void raise(const kiln::Error& e) {
   py::object inst = py::reinterpret_borrow<py::object>(g_error)(e.message);
-  inst.attr("kind") = kiln::error_kind_name(e.kind);
+  inst.attr("kind") = kind_name(e.kind);
   PyErr_SetObject(g_error.ptr(), inst.ptr());
   throw py::error_already_set();
 }
@@ -215,6 +246,25 @@ kiln::LooseArg loose(kiln::Runtime& rt, py::handle v, size_t position, std::stri
   return a;
 }
 
+// NumPy arrays are read through their Python attributes wherever pybind11 would read NumPy's C
+// structs: NumPy 2 changed PyArray_Descr (an element's size moved), so pybind11 2.10's
+// py::array::nbytes(), itemsize() and the strides of py::array(dtype, shape) are wrong under it
+// (0 bytes, 0 strides). These are copies, not launches: the attribute lookups cost nothing that
+// matters here.
+struct HostArray {
+  void* data;
+  size_t bytes;
+  std::vector<int64_t> shape;
+};
+HostArray host_array(py::handle a) {
+  HostArray h;
+  h.data = reinterpret_cast<void*>(
+      a.attr("__array_interface__")["data"].cast<py::tuple>()[0].cast<uintptr_t>());
+  h.bytes = a.attr("nbytes").cast<size_t>();
+  h.shape = a.attr("shape").cast<std::vector<int64_t>>();
+  return h;
+}
+
 std::string format_of(kiln::ir::ElemType t) {
   using kiln::ir::ElemType;
   switch (t) {
@@ -288,6 +338,11 @@ PYBIND11_MODULE(kiln, m) {
   (void)kiln::kernels::builtin_names();  // kiln's own kernels
   static py::exception<std::runtime_error> error(m, "Error", PyExc_RuntimeError);
   g_error = error;
+  error.attr("__doc__") =
+      "An error from kiln (a RuntimeError). str(e) is kiln's message: what went wrong, where (the "
+      "kernel's source line, the argument's name) and how to fix it. e.kind says which kind: "
+      "'invalid argument', 'parse', 'verify', 'trace', 'compile', 'out of memory', 'device', "
+      "'io', 'not found', 'unsupported' or 'kernel fault'.";
   m.attr("__version__") = KILN_VERSION;
 
   m.def(
@@ -395,10 +450,11 @@ PYBIND11_MODULE(kiln, m) {
                                 fmt::format("{} has no NumPy type; read it with torch.from_dlpack",
                                             kiln::ir::elem_name(t.dtype()))));
             auto s = t.shape();
-            std::vector<py::ssize_t> shape(s.begin(), s.end());
-            py::array out(py::dtype(f), shape);
+            py::object out = py::module_::import("numpy").attr("empty")(
+                py::tuple(py::cast(std::vector<int64_t>(s.begin(), s.end()))), f);
+            const HostArray h = host_array(out);
             check(t.is_contiguous()
-                      ? t.download(out.mutable_data(), static_cast<size_t>(out.nbytes()))
+                      ? t.download(h.data, h.bytes)
                       : kiln::Status(kiln::Error(kiln::ErrorKind::Unsupported,
                                                  "numpy() copies contiguous tensors")));
             return out;
@@ -449,11 +505,13 @@ PYBIND11_MODULE(kiln, m) {
           "upload",
           [](kiln::Runtime& rt, py::array arr) {
             // A byte order other than the host's ('>f4' here) is converted, not copied as is.
-            const std::string order = py::str(arr.dtype().attr("byteorder")).cast<std::string>();
+            const std::string order =
+                py::str(arr.attr("dtype").attr("byteorder")).cast<std::string>();
             const bool little = std::endian::native == std::endian::little;
             if ((order == ">" && little) || (order == "<" && !little))
-              arr = py::array::ensure(arr.attr("astype")(arr.dtype().attr("newbyteorder")("=")));
-            const std::string f = py::str(arr.dtype().attr("char")).cast<std::string>();
+              arr = py::array::ensure(
+                  arr.attr("astype")(arr.attr("dtype").attr("newbyteorder")("=")));
+            const std::string f = py::str(arr.attr("dtype").attr("char")).cast<std::string>();
             static const std::pair<const char*, const char*> types[] = {
                 {"?", "bool"}, {"b", "i8"},  {"h", "i16"}, {"i", "i32"}, {"l", "i64"},
                 {"q", "i64"},  {"B", "u8"},  {"H", "u16"}, {"I", "u32"}, {"L", "u64"},
@@ -464,10 +522,10 @@ PYBIND11_MODULE(kiln, m) {
             if (!name)
               raise(kiln::Error(kiln::ErrorKind::InvalidArgument,
                                 fmt::format("NumPy type '{}' has no kiln type", f)));
-            py::array c = py::array::ensure(arr, py::array::c_style);
-            std::vector<int64_t> shape(c.shape(), c.shape() + c.ndim());
-            kiln::Tensor t = take(rt.empty(parse_dtype(name), std::span<const int64_t>(shape)));
-            check(t.upload(c.data(), static_cast<size_t>(c.nbytes())));
+            py::object c = py::module_::import("numpy").attr("require")(arr, py::none(), "C");
+            const HostArray h = host_array(c);
+            kiln::Tensor t = take(rt.empty(parse_dtype(name), std::span<const int64_t>(h.shape)));
+            check(t.upload(h.data, h.bytes));
             return t;
           },
           py::arg("array"), "A new tensor with a copy of a NumPy array (for any device).")

@@ -36,6 +36,8 @@ class Devices(unittest.TestCase):
             kiln.Runtime("tpu:0")
         self.assertIn("cuda-emu", str(e.exception))
         self.assertIsInstance(e.exception, RuntimeError)
+        self.assertEqual(e.exception.kind, "not found")
+        self.assertIn("'trace'", kiln.Error.__doc__)
 
 
 class NumPy(unittest.TestCase):
