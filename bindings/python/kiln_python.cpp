@@ -417,14 +417,18 @@ PYBIND11_MODULE(kiln, m) {
           [](const kiln::Tensor& t) {
             // NumPy's view of a CPU tensor, without a copy and writable unless the tensor is
             // read-only (np.asarray(t)); NumPy keeps the tensor alive as the array's base.
+            // A TypeError, not an AttributeError: NumPy takes the latter to mean "not an array"
+            // and makes a 0-d object array of the tensor, silently.
             if (!t.device()->host_accessible())
-              throw py::attribute_error(
-                  fmt::format("a tensor of {} is not in host memory; use t.numpy() for a copy",
-                              t.device()->info().name));
+              throw py::type_error(fmt::format(
+                  "np.asarray: a tensor of {} is not in host memory; t.numpy() copies it",
+                  t.device()->info().name));
             const std::string f = format_of(t.dtype());
             if (f.empty())
-              throw py::attribute_error(
-                  fmt::format("{} has no NumPy type", kiln::ir::elem_name(t.dtype())));
+              throw py::type_error(
+                  fmt::format("np.asarray: {} has no NumPy type; torch.from_dlpack(t) reads it "
+                              "without a copy",
+                              kiln::ir::elem_name(t.dtype())));
             static const char* const typestr[] = {"|b1", "|i1", "<i2", "<i4", "<i8",
                                                   "|u1", "<u2", "<u4", "<u8", "<f2",
                                                   "",    "<f4", "<f8", "",    ""};
@@ -472,6 +476,29 @@ PYBIND11_MODULE(kiln, m) {
                                  names.push_back(p.name);
                                return names;
                              })
+      .def_property_readonly(
+          "parameters",
+          [](const kiln::Kernel& k) {
+            py::list out;
+            for (const auto& p : k.def().instantiations.front().params) {
+              py::dict d;
+              d["name"] = p.name;
+              d["kind"] = kiln::dsl::param_kind_name(p.kind);
+              if (p.runtime()) {
+                d["dtype"] = kiln::ir::elem_name(p.dtype);
+                d["const"] = p.const_qualified;
+              } else {
+                d["type"] = p.comptime_type;
+                d["default"] = p.default_value ? py::object(py::str(p.default_value->format()))
+                                               : py::object(py::none());
+              }
+              out.append(d);
+            }
+            return out;
+          },
+          "Each parameter as a dict: name and kind ('tensor', 'array', 'scalar', 'comptime'); "
+          "dtype and const for the others (the first instantiation's), type and default for "
+          "comptime parameters, which a launch passes by position or name like any other.")
       .def_property_readonly("description",
                              [](const kiln::Kernel& k) { return k.def().description; })
       .def("__repr__", [](const kiln::Kernel& k) { return "kiln.Kernel('" + k.name() + "')"; });

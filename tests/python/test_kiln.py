@@ -54,6 +54,12 @@ class NumPy(unittest.TestCase):
         k = rt.kernel("row_sum")
         self.assertEqual(k.name, "row_sum")
         self.assertEqual(k.params, ["in", "out", "units"])
+        kinds = {p["name"]: p["kind"] for p in k.parameters}
+        self.assertEqual(kinds, {"in": "tensor", "out": "tensor", "units": "comptime"})
+        self.assertTrue(k.parameters[0]["const"])
+        self.assertEqual(k.parameters[0]["dtype"], "f32")
+        self.assertEqual(k.parameters[2]["type"], "int")
+        self.assertEqual(k.parameters[2]["default"], "256")
         a = np.random.default_rng(1).random((37, 300), dtype=np.float32)
         out = np.zeros(37, np.float32)
         rt.launch(k, 37, 64, a, out, units=64)
@@ -167,6 +173,14 @@ class NumPy(unittest.TestCase):
         else:
             self.fail("a read-only array was accepted as a kernel's output")
         np.testing.assert_array_equal(y, np.ones(256, np.float32))
+
+    def test_asarray_of_a_type_numpy_lacks_is_an_error_not_an_object_array(self):
+        t = cpu().empty("bf16", [4])
+        with self.assertRaisesRegex(TypeError, "bf16 has no NumPy type"):
+            np.asarray(t)
+        emu = kiln.Runtime("cuda-emu").empty("f32", [4])
+        with self.assertRaisesRegex(TypeError, "not in host memory"):
+            np.asarray(emu)
 
     def test_a_capsule_consumed_twice_is_an_error(self):
         rt = cpu()
