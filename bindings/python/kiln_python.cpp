@@ -301,6 +301,35 @@ std::string format_of(kiln::ir::ElemType t) {
 }
 
 // rt.launch / rt.launch_on.
+bool has_param(const kiln::Kernel& k, std::string_view name) {
+  for (const auto& p : k.def().instantiations.front().params)
+    if (p.name == name) return true;
+  return false;
+}
+
+// checked=True/False (None: the runtime's mode), lines={"x": 4, ...}.
+void launch_option(kiln::LaunchOptions& o, const std::string& name, py::handle v) {
+  if (name == "checked") {
+    if (!v.is_none() && !py::isinstance<py::bool_>(v))
+      raise(kiln::Error(
+          kiln::ErrorKind::InvalidArgument,
+          fmt::format("launch option checked= takes True, False or None; got a {}", type_name(v))));
+    if (!v.is_none()) o.checked = v.cast<bool>();
+    return;
+  }
+  if (!py::isinstance<py::dict>(v))
+    raise(kiln::Error(kiln::ErrorKind::InvalidArgument,
+                      fmt::format("launch option lines= takes a dict of parameter names to line "
+                                  "widths, like {{'x': 4}}; got a {}",
+                                  type_name(v))));
+  for (auto [key, width] : v.cast<py::dict>()) {
+    if (!py::isinstance<py::str>(key) || !py::isinstance<py::int_>(width))
+      raise(kiln::Error(kiln::ErrorKind::InvalidArgument,
+                        "launch option lines= maps parameter names (str) to widths (int)"));
+    o.lines.emplace_back(key.cast<std::string>(), width.cast<int>());
+  }
+}
+
 void launch(kiln::Runtime& rt, const kiln::Stream* stream, py::object kernel, py::object cubes,
             py::object cube_dim, py::args args, py::kwargs kwargs) {
   if (!py::isinstance<py::str>(kernel) && !py::isinstance<kiln::Kernel>(kernel))
@@ -314,15 +343,20 @@ void launch(kiln::Runtime& rt, const kiln::Stream* stream, py::object kernel, py
   std::vector<kiln::LooseArg> list;
   size_t position = 0;
   for (py::handle v : args) list.push_back(loose(rt, v, ++position, {}, keep));
+  kiln::LaunchOptions o;
+  o.stream = stream;
   for (auto [key, v] : kwargs) {
     std::string name = key.cast<std::string>();
+    // `checked` and `lines` are the launch's options unless the kernel has a parameter so named.
+    if ((name == "checked" || name == "lines") && !has_param(k, name)) {
+      launch_option(o, name, v);
+      continue;
+    }
     list.push_back(loose(rt, v, 0, name, keep));
     list.back().name = std::move(name);
   }
   std::vector<kiln::LaunchArg> ordered = take(kiln::order_args(k, list));
   const kiln::Dim3 c = dim3(cubes, "cubes"), d = dim3(cube_dim, "cube_dim");
-  kiln::LaunchOptions o;
-  o.stream = stream;
   kiln::Status st;
   {
     py::gil_scoped_release nogil;
@@ -344,6 +378,23 @@ PYBIND11_MODULE(kiln, m) {
       "'invalid argument', 'parse', 'verify', 'trace', 'compile', 'out of memory', 'device', "
       "'io', 'not found', 'unsupported' or 'kernel fault'.";
   m.attr("__version__") = KILN_VERSION;
+
+  m.def(
+      "cache_stats",
+      [] {
+        const kiln::CacheStats c = kiln::cache_stats();
+        py::dict d;
+        d["memory_hits"] = c.memory_hits;
+        d["disk_hits"] = c.disk_hits;
+        d["compiles"] = c.compiles;
+        d["failures"] = c.failures;
+        d["compile_ms"] = c.compile_ms;
+        d["disk_load_ms"] = c.disk_load_ms;
+        return d;
+      },
+      "The specialization caches' counters for this process: memory_hits (launches that found "
+      "their kernel compiled), disk_hits, compiles, failures, and the milliseconds spent "
+      "compiling and loading from disk.");
 
   m.def(
       "devices",
@@ -581,7 +632,9 @@ PYBIND11_MODULE(kiln, m) {
           "Launches a kernel (a kiln.Kernel or a name) over `cubes` cubes of `cube_dim` units. "
           "Positional arguments follow the kernel's parameters: tensors (kiln.Tensor or "
           "anything with __dlpack__, used without a copy), numbers; keyword arguments are "
-          "comptime values by name (numbers, or text such as 'Fast').")
+          "comptime values by name (numbers, or text such as 'Fast'), and two options (unless "
+          "the kernel has a parameter so named): checked=True or False for this launch, and "
+          "lines={'name': width} to choose line widths.")
       .def(
           "sync",
           [](kiln::Runtime& rt, const kiln::Stream* stream) {

@@ -240,6 +240,37 @@ class NumPy(unittest.TestCase):
         self.assertEqual(e.exception.kind, "kernel fault")
         self.assertIn("kernels/examples/row_sum.cpp:", str(e.exception))
 
+    def test_checked_mode_and_line_widths_per_launch(self):
+        rt = cpu()  # unchecked
+        a = np.ones((10, 64), np.float32)
+        out = np.zeros(10, np.float32)
+        rt.launch("row_sum", 12, 64, a, out, units=64, checked=True)  # two cubes past the rows
+        with self.assertRaises(kiln.Error) as e:
+            rt.sync()
+        self.assertEqual(e.exception.kind, "kernel fault")
+        x = np.arange(64, dtype=np.float32)
+        y = np.zeros(64, np.float32)
+        rt.launch("axpy", 1, 256, x, y, 2.0, lines={"x": 4, "y": 4})
+        rt.sync()
+        np.testing.assert_array_equal(y, 2 * x)
+        with self.assertRaisesRegex(kiln.Error, "argument 'x'.*line width 3"):
+            rt.launch("axpy", 1, 256, x, y, 2.0, lines={"x": 3})
+        with self.assertRaisesRegex(kiln.Error, "checked= takes True, False or None"):
+            rt.launch("axpy", 1, 256, x, y, 2.0, checked=1)
+        with self.assertRaisesRegex(kiln.Error, "lines= takes a dict"):
+            rt.launch("axpy", 1, 256, x, y, 2.0, lines=4)
+
+    def test_cache_statistics(self):
+        rt = cpu()
+        x = np.ones(16, np.float32)
+        rt.launch("axpy", 1, 256, x, x.copy(), 1.0)
+        before = kiln.cache_stats()
+        rt.launch("axpy", 1, 256, x, x.copy(), 1.0)
+        after = kiln.cache_stats()
+        self.assertEqual(after["memory_hits"], before["memory_hits"] + 1)
+        self.assertEqual(after["compiles"], before["compiles"])
+        self.assertGreaterEqual(after["compile_ms"] + after["disk_load_ms"], 0.0)
+
 
 class Streams(unittest.TestCase):
     def test_launches_on_a_stream_of_their_own(self):
