@@ -25,35 +25,12 @@ namespace {
 // kiln.Error, a RuntimeError with a `kind` ("invalid argument", "trace", "kernel fault", ...).
 py::handle g_error;
 
-// Error.kind: one word or two, stable, for a program to compare (the C++ error_kind_name says
-// "trace error", which reads well in a message and badly in `e.kind == "trace error"`).
-const char* kind_name(kiln::ErrorKind k) {
-  using kiln::ErrorKind;
-  switch (k) {
-    case ErrorKind::InvalidArgument:
-      return "invalid argument";
-    case ErrorKind::Parse:
-      return "parse";
-    case ErrorKind::Verify:
-      return "verify";
-    case ErrorKind::Trace:
-      return "trace";
-    case ErrorKind::Compile:
-      return "compile";
-    case ErrorKind::OutOfMemory:
-      return "out of memory";
-    case ErrorKind::Device:
-      return "device";
-    case ErrorKind::Io:
-      return "io";
-    case ErrorKind::NotFound:
-      return "not found";
-    case ErrorKind::Unsupported:
-      return "unsupported";
-    case ErrorKind::KernelFault:
-      return "kernel fault";
-  }
-  return "error";
+// Error.kind: error_kind_name without its " error" ("trace", not "trace error"), for a program
+// to compare.
+std::string kind_name(kiln::ErrorKind k) {
+  std::string_view n = kiln::error_kind_name(k);
+  if (n.ends_with(" error")) n.remove_suffix(6);
+  return std::string(n);
 }
 
 [[noreturn]] void raise(const kiln::Error& e) {
@@ -375,8 +352,8 @@ PYBIND11_MODULE(kiln, m) {
   error.attr("__doc__") =
       "An error from kiln (a RuntimeError). str(e) is kiln's message: what went wrong, where (the "
       "kernel's source line, the argument's name) and how to fix it. e.kind says which kind: "
-      "'invalid argument', 'parse', 'verify', 'trace', 'compile', 'out of memory', 'device', "
-      "'io', 'not found', 'unsupported' or 'kernel fault'.";
+      "'invalid argument', 'parse', 'verification', 'trace', 'compile', 'out of memory', "
+      "'device', 'i/o', 'not found', 'unsupported' or 'kernel fault'.";
   m.attr("__version__") = KILN_VERSION;
 
   m.def(
