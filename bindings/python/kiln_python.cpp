@@ -402,22 +402,29 @@ PYBIND11_MODULE(kiln, m) {
       "Loads a shared library of kernels; returns the names it registered and notices.");
 
   py::class_<kiln::Tensor>(m, "Tensor", "A kiln tensor: a view (shape, strides) of device memory.")
-      .def_property_readonly("shape",
-                             [](const kiln::Tensor& t) {
-                               auto s = t.shape();
-                               return py::tuple(py::cast(std::vector<int64_t>(s.begin(), s.end())));
-                             })
-      .def_property_readonly("strides",
-                             [](const kiln::Tensor& t) {
-                               auto s = t.strides();
-                               return py::tuple(py::cast(std::vector<int64_t>(s.begin(), s.end())));
-                             })
+      .def_property_readonly(
+          "shape",
+          [](const kiln::Tensor& t) {
+            auto s = t.shape();
+            return py::tuple(py::cast(std::vector<int64_t>(s.begin(), s.end())));
+          },
+          "The tensor's dimensions, outermost first.")
+      .def_property_readonly(
+          "strides",
+          [](const kiln::Tensor& t) {
+            auto s = t.strides();
+            return py::tuple(py::cast(std::vector<int64_t>(s.begin(), s.end())));
+          },
+          "The step of each dimension, in elements (NumPy's are in bytes).")
       .def_property_readonly(
           "dtype",
-          [](const kiln::Tensor& t) { return std::string(kiln::ir::elem_name(t.dtype())); })
-      .def_property_readonly("device",
-                             [](const kiln::Tensor& t) { return t.device()->info().name; })
-      .def_property_readonly("read_only", &kiln::Tensor::read_only)
+          [](const kiln::Tensor& t) { return std::string(kiln::ir::elem_name(t.dtype())); },
+          "The element type's kiln name: 'f32', 'bf16', 'i64', ...")
+      .def_property_readonly(
+          "device", [](const kiln::Tensor& t) { return t.device()->info().name; },
+          "The device its memory is on: 'cpu', 'cuda:0', 'cuda-emu'.")
+      .def_property_readonly("read_only", &kiln::Tensor::read_only,
+                             "Whether kernels may only read it (a read-only producer's memory).")
       .def("__repr__",
            [](const kiln::Tensor& t) {
              return fmt::format("kiln.Tensor({} on {})", t.describe(), t.device()->info().name);
@@ -432,14 +439,17 @@ PYBIND11_MODULE(kiln, m) {
             return export_capsule(t, versioned);
           },
           py::kw_only(), py::arg("stream") = py::none(), py::arg("max_version") = py::none(),
-          py::arg("dl_device") = py::none(), py::arg("copy") = py::none())
-      .def("__dlpack_device__",
-           [](const kiln::Tensor& t) {
-             const kiln::DeviceInfo& info = t.device()->info();
-             if (info.dlpack_type == kDLCUDA)
-               return py::make_tuple(static_cast<int>(kDLCUDA), info.dlpack_id);
-             return py::make_tuple(static_cast<int>(kDLCPU), 0);
-           })
+          py::arg("dl_device") = py::none(), py::arg("copy") = py::none(),
+          "The tensor as a DLPack capsule, without a copy (np.from_dlpack, torch.from_dlpack).")
+      .def(
+          "__dlpack_device__",
+          [](const kiln::Tensor& t) {
+            const kiln::DeviceInfo& info = t.device()->info();
+            if (info.dlpack_type == kDLCUDA)
+              return py::make_tuple(static_cast<int>(kDLCUDA), info.dlpack_id);
+            return py::make_tuple(static_cast<int>(kDLCPU), 0);
+          },
+          "(DLPack device type, device index): (1, 0) for host memory, (2, N) for cuda:N.")
       .def_property_readonly(
           "__array_interface__",
           [](const kiln::Tensor& t) {
@@ -472,7 +482,9 @@ PYBIND11_MODULE(kiln, m) {
             d["data"] = py::make_tuple(reinterpret_cast<uintptr_t>(t.data()), t.read_only());
             d["version"] = 3;
             return d;
-          })
+          },
+          "NumPy's view of a CPU tensor, without a copy (np.asarray(t)); a TypeError for a "
+          "tensor off the host or of a type NumPy lacks.")
       .def(
           "numpy",
           [](const kiln::Tensor& t) {
@@ -496,14 +508,16 @@ PYBIND11_MODULE(kiln, m) {
   py::class_<kiln::Stream>(m, "Stream", "A queue of launches of one runtime.");
 
   py::class_<kiln::Kernel>(m, "Kernel", "A registered kernel.")
-      .def_property_readonly("name", [](const kiln::Kernel& k) { return k.name(); })
-      .def_property_readonly("params",
-                             [](const kiln::Kernel& k) {
-                               std::vector<std::string> names;
-                               for (const auto& p : k.def().instantiations.front().params)
-                                 names.push_back(p.name);
-                               return names;
-                             })
+      .def_property_readonly(
+          "name", [](const kiln::Kernel& k) { return k.name(); }, "The name it is registered as.")
+      .def_property_readonly(
+          "params",
+          [](const kiln::Kernel& k) {
+            std::vector<std::string> names;
+            for (const auto& p : k.def().instantiations.front().params) names.push_back(p.name);
+            return names;
+          },
+          "The parameters' names in launch order (parameters has the rest).")
       .def_property_readonly(
           "parameters",
           [](const kiln::Kernel& k) {
@@ -527,8 +541,9 @@ PYBIND11_MODULE(kiln, m) {
           "Each parameter as a dict: name and kind ('tensor', 'array', 'scalar', 'comptime'); "
           "dtype and const for the others (the first instantiation's), type and default for "
           "comptime parameters, which a launch passes by position or name like any other.")
-      .def_property_readonly("description",
-                             [](const kiln::Kernel& k) { return k.def().description; })
+      .def_property_readonly(
+          "description", [](const kiln::Kernel& k) { return k.def().description; },
+          "What the kernel does, as its registration describes it.")
       .def("__repr__", [](const kiln::Kernel& k) { return "kiln.Kernel('" + k.name() + "')"; });
 
   py::class_<kiln::Runtime>(m, "Runtime",
@@ -539,11 +554,15 @@ PYBIND11_MODULE(kiln, m) {
              return take(kiln::Runtime::open(device, std::move(o)));
            }),
            py::arg("device") = "cpu", py::arg("checked") = false)
-      .def_property_readonly("device", [](const kiln::Runtime& rt) { return rt.device().name; })
+      .def_property_readonly(
+          "device", [](const kiln::Runtime& rt) { return rt.device().name; },
+          "The name of the device it launches on.")
       .def(
           "kernel",
           [](const kiln::Runtime& rt, const std::string& name) { return take(rt.kernel(name)); },
-          py::arg("name"))
+          py::arg("name"),
+          "The registered kernel of that name (a kiln.Error of kind 'not found' when there is "
+          "none); launching a Kernel skips the lookup by name.")
       .def(
           "empty",
           [](kiln::Runtime& rt, const std::string& dtype, py::object shape) {
@@ -584,7 +603,9 @@ PYBIND11_MODULE(kiln, m) {
             return t;
           },
           py::arg("array"), "A new tensor with a copy of a NumPy array (for any device).")
-      .def("new_stream", [](kiln::Runtime& rt) { return take(rt.new_stream()); })
+      .def(
+          "new_stream", [](kiln::Runtime& rt) { return take(rt.new_stream()); },
+          "A new stream of this runtime: its launches run in order, apart from other streams'.")
       .def(
           "wrap_stream",
           [](kiln::Runtime& rt, uintptr_t handle) {

@@ -39,6 +39,42 @@ class Devices(unittest.TestCase):
         self.assertEqual(e.exception.kind, "not found")
         self.assertIn("'trace'", kiln.Error.__doc__)
 
+    def test_the_type_stubs_name_exactly_the_public_names(self):
+        import ast
+        import os
+        stub = os.path.join(os.path.dirname(kiln.__file__), "kiln.pyi")
+        with open(stub) as f:
+            tree = ast.parse(f.read())
+        def public(names):
+            return {n for n in names if not n.startswith("_") or n in (
+                "__dlpack__", "__dlpack_device__", "__array_interface__")}
+        stubbed = {}
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef):
+                stubbed[node.name] = public(n.name for n in node.body
+                                            if isinstance(n, ast.FunctionDef))
+                stubbed[node.name] |= public(n.target.id for n in node.body
+                                             if isinstance(n, ast.AnnAssign))
+            elif isinstance(node, ast.FunctionDef):
+                stubbed[node.name] = None
+        module = public(n for n in dir(kiln) if not n.startswith("__"))
+        self.assertEqual(set(stubbed), module)
+        for name, members in stubbed.items():
+            if members is None:
+                continue
+            cls = getattr(kiln, name)
+            have = public(n for n in vars(cls) if n != "__init__")
+            if name == "Error":
+                have = {"kind"}  # set on each instance
+            self.assertEqual(members - {"__init__"}, have, name)
+            for m in members - {"__init__", "kind"}:
+                # More than pybind11's signature line: what it is or does.
+                doc = (getattr(cls, m).__doc__ or "").strip().splitlines()
+                prop = isinstance(vars(cls)[m], property)
+                self.assertGreater(len(doc), 0 if prop else 1, f"{name}.{m} has no docstring")
+        for f in (n for n, members in stubbed.items() if members is None):
+            self.assertGreater(len((getattr(kiln, f).__doc__ or "").strip().splitlines()), 1, f)
+
 
 class NumPy(unittest.TestCase):
     def test_axpy_writes_the_numpy_array_in_place(self):
