@@ -237,16 +237,28 @@ namespace {
 // process_vm_readv of our own memory fails with EFAULT where a read would fault (unmapped,
 // PROT_NONE, or a region a sanitizer reserved). Where the call is not allowed (seccomp), a page
 // that mincore does not find unmapped.
+// The pages found readable last are remembered per thread: the call costs microseconds (a page
+// walk in the kernel), and a program that wraps the same arrays on every launch (a Python loop
+// over NumPy arrays or torch tensors, through DLPack) would pay it twice per tensor per launch.
+// A remembered page that has been unmapped since is accepted, as it was before this check
+// existed; what the check is for, strides that reach past an allocation, reach pages not seen.
 bool host_readable(uintptr_t at) {
+  static const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  thread_local std::array<uintptr_t, 16> seen{};  // page addresses; 0 (never readable): empty
+  thread_local size_t next = 0;
+  const uintptr_t first = at & ~(page - 1);
+  for (uintptr_t p : seen)
+    if (p == first && p != 0) return true;
   unsigned char byte = 0;
   iovec local{&byte, 1}, remote{reinterpret_cast<void*>(at), 1};
   const ssize_t n = ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0);
-  if (n == 1) return true;
-  if (n < 0 && errno == EFAULT) return false;
-  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  unsigned char resident = 0;
-  return !(::mincore(reinterpret_cast<void*>(at & ~(page - 1)), 1, &resident) != 0 &&
-           errno == ENOMEM);
+  bool readable = n == 1;
+  if (n != 1 && !(n < 0 && errno == EFAULT)) {
+    unsigned char resident = 0;
+    readable = !(::mincore(reinterpret_cast<void*>(first), 1, &resident) != 0 && errno == ENOMEM);
+  }
+  if (readable) seen[next++ % seen.size()] = first;
+  return readable;
 }
 
 }  // namespace

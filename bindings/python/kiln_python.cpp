@@ -7,8 +7,10 @@
 #include <pybind11/stl.h>
 
 #include <bit>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <fmt/format.h>
@@ -118,13 +120,38 @@ kiln::Tensor import_any(kiln::Runtime& rt, py::handle obj) {
                       fmt::format("a {} is not a tensor: pass a kiln.Tensor or an object with "
                                   "__dlpack__ (a NumPy array, a PyTorch tensor)",
                                   py::str(obj.get_type().attr("__name__")).cast<std::string>())));
-  py::object cap;
-  try {  // the versioned form where the producer has it (NumPy 2.1+, PyTorch 2.5+)
-    cap = obj.attr("__dlpack__")(py::arg("max_version") = py::make_tuple(1, 0));
-  } catch (py::error_already_set& e) {
-    if (!e.matches(PyExc_TypeError)) throw;
-    cap = obj.attr("__dlpack__")();
+  // The versioned form where the producer has it (NumPy 2.1+, PyTorch 2.5+). Whether a type
+  // takes max_version is remembered, so that older producers (NumPy 1) do not raise and catch a
+  // TypeError on every launch; through the C API, since a C++ exception costs microseconds.
+  static std::mutex mu;  // under the GIL today; free-threaded builds are not, so guarded
+  static std::unordered_map<PyTypeObject*, bool> legacy;
+  PyTypeObject* type = Py_TYPE(obj.ptr());
+  bool old = false;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = legacy.find(type);
+    old = it != legacy.end() && it->second;
   }
+  py::object method = obj.attr("__dlpack__");
+  py::object cap;
+  if (!old) {
+    // Kept for the life of the process (never released: the interpreter may be gone by then).
+    static PyObject* const no_args = py::tuple().release().ptr();
+    static PyObject* const versioned = [] {
+      py::dict d;
+      d["max_version"] = py::make_tuple(1, 0);
+      return d.release().ptr();
+    }();
+    cap = py::reinterpret_steal<py::object>(PyObject_Call(method.ptr(), no_args, versioned));
+    if (!cap) {
+      if (!PyErr_ExceptionMatches(PyExc_TypeError)) throw py::error_already_set();
+      PyErr_Clear();
+      old = true;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    legacy[type] = old;
+  }
+  if (old) cap = method();
   return import_capsule(rt, cap);
 }
 
