@@ -555,8 +555,7 @@ class Parser {
   }
 
   static bool is_region_sig(Sig s) {
-    return s == Sig::If || s == Sig::For || s == Sig::Loop || s == Sig::Pipeline ||
-           s == Sig::Units;
+    return s == Sig::If || s == Sig::For || s == Sig::Loop || s == Sig::Pipeline || s == Sig::Units;
   }
 
   // N operands, comma-separated.

@@ -61,7 +61,6 @@ Error arg_error(const abi::KernelInfo& info, const abi::ParamSlots& p, const std
                fmt::format("kernel '{}', argument '{}': {}", info.name, p.name, what));
 }
 
-
 }  // namespace
 
 Status pack_args_into(const abi::KernelInfo& info, const std::array<uint32_t, 3>& cube_count,

@@ -46,7 +46,6 @@ struct Dim3 {
   std::array<uint32_t, 3> array() const { return {x, y, z}; }
 };
 
-
 struct RuntimeOptions {
   bool checked = false;     // checked mode for every launch (LaunchOptions can override)
   uint64_t memory_cap = 0;  // the memory pool's cap in bytes; 0: none

@@ -404,9 +404,9 @@ namespace detail {
 // wgmma_tile_index at mem[base], made by `describe` (wgmma_desc or tcgen05_desc). Without
 // swizzle: core-matrix columns 2 step and 2 step + 1, LBO between them, SBO down the rows.
 template <class V, class Describe>
-Val<uint64_t> k_tile_desc(const SharedArray<V>& mem, Val<uint32_t> base, int rows,
-                          Swizzle swizzle, Val<uint32_t> step, const char* who,
-                          const SrcLoc& where, Describe describe) {
+Val<uint64_t> k_tile_desc(const SharedArray<V>& mem, Val<uint32_t> base, int rows, Swizzle swizzle,
+                          Val<uint32_t> step, const char* who, const SrcLoc& where,
+                          Describe describe) {
   const uint32_t size = sizeof(host_of_t<V>), groups = static_cast<uint32_t>(rows) / 8;
   const uint32_t w = static_cast<uint32_t>(swizzle);
   if (rows <= 0 || rows % 8 != 0) {

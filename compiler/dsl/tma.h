@@ -124,7 +124,7 @@ class TmaCoord {
   requires(std::same_as<typename E::elem_type, int32_t> ||
            std::same_as<typename E::elem_type, uint32_t>)
       TmaCoord(const E& e, SrcLoc where = SrcLoc::current()) {
-   const CallSite site(where);
+    const CallSite site(where);
     if constexpr (std::same_as<typename E::elem_type, int32_t>)
       id_ = Arg<int32_t>(e, where).value(1);
     else
@@ -196,7 +196,7 @@ class TmaOffset {
   requires(std::same_as<typename E::elem_type, int32_t> ||
            std::same_as<typename E::elem_type, uint32_t>)
       TmaOffset(const E& e, SrcLoc where = SrcLoc::current()) {
-   const CallSite site(where);
+    const CallSite site(where);
     id_ = cast<uint16_t>(e, where).id();
   }
   TmaOffset(int32_t lit, SrcLoc where = SrcLoc::current())

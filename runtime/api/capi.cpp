@@ -10,8 +10,8 @@
 
 #include <fmt/format.h>
 
-#include "runtime/disk_cache.h"
 #include "runtime/api/dlpack.h"
+#include "runtime/disk_cache.h"
 #include "runtime/runtime.h"
 
 #ifndef KILN_VERSION

@@ -201,12 +201,11 @@ Result<std::unique_ptr<Exported>> export_common(const Tensor& t, DLTensor& dl) {
   const DeviceInfo& info = t.device()->info();
   DLDevice dev{};
   if (info.dlpack_type == 0)
-    return Error(ErrorKind::Unsupported,
-                 fmt::format("DLPack: tensors of {} cannot be exported: {} (download the data)",
-                             info.name,
-                             info.dlpack_refusal.empty()
-                                 ? "its memory is reached only through copies"
-                                 : info.dlpack_refusal));
+    return Error(
+        ErrorKind::Unsupported,
+        fmt::format("DLPack: tensors of {} cannot be exported: {} (download the data)", info.name,
+                    info.dlpack_refusal.empty() ? "its memory is reached only through copies"
+                                                : info.dlpack_refusal));
   dev.device_type = static_cast<DLDeviceType>(info.dlpack_type);
   dev.device_id = info.dlpack_id;
   auto e = std::make_unique<Exported>();

@@ -1,6 +1,7 @@
 // The report buffer of a CUDA stream as the host reads it (the device side is kiln::report in
 // compiler/cuda/prelude.cuh): prints, failed asserts and checked-mode faults of the launches
-// since the last sync. Shared by the GPU (runtime/cuda/device.cpp) and the emulator (runtime/emu/device.cpp).
+// since the last sync. Shared by the GPU (runtime/cuda/device.cpp) and the emulator
+// (runtime/emu/device.cpp).
 #pragma once
 
 #include <cstdint>

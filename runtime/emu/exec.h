@@ -1,5 +1,5 @@
-// The CUDA emulator's execution engine (internal to the runtime; the device is device.cpp beside it).
-// It runs a kernel module built by the cuda-emu backend with CUDA's execution model: cubes
+// The CUDA emulator's execution engine (internal to the runtime; the device is device.cpp beside
+// it). It runs a kernel module built by the cuda-emu backend with CUDA's execution model: cubes
 // spread over the host's threads; within a cube every unit is a fiber of its own (a stack and
 // a context switch, not an OS thread) that runs until it reaches a barrier or a warp
 // collective, which completes when every unit (or every lane of the mask) has arrived. Units

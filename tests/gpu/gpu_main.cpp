@@ -23,8 +23,7 @@ int main(int argc, char** argv) {
   if (!listing) {
     const auto& info = kiln::test::gpu()->device->info();
     std::printf("running on %s: %s, %s, %d %s\n", info.name.c_str(), info.description.c_str(),
-                info.arch.c_str(), info.cores,
-                info.host_memory ? "host threads" : "SMs");
+                info.arch.c_str(), info.cores, info.host_memory ? "host threads" : "SMs");
   }
   return Catch::Session().run(argc, argv);
 }
