@@ -589,6 +589,24 @@ KILN_LAUNCH_PHASE Status add_comptime_arg(LaunchFrame& f, const dsl::KernelDef& 
   return {};
 }
 
+// Every line width a launch chooses names a tensor or array parameter (a misspelt name would
+// otherwise be ignored, and the launch run with widths the caller did not choose).
+Status check_line_names(const dsl::KernelDef& def, const dsl::Instantiation& inst,
+                        const LaunchOptions& o) {
+  for (const auto& [name, width] : o.lines) {
+    bool found = false;
+    for (const auto& p : inst.params)
+      found = found || (p.name == name &&
+                        (p.kind == dsl::ParamKind::Tensor || p.kind == dsl::ParamKind::Array));
+    if (!found)
+      return Error(ErrorKind::InvalidArgument,
+                   fmt::format("kernel '{}': LaunchOptions::lines names '{}', which is not a "
+                               "tensor parameter of the kernel",
+                               def.name, name));
+  }
+  return {};
+}
+
 // Views the kernel would read or write outside of (docs/runtime.md "Views"): a flat-indexed
 // parameter takes only dense row-major views, a written one no view that reaches an element
 // twice.
@@ -669,6 +687,7 @@ Status Runtime::launch_args(const Kernel& kernel, Dim3 cubes, Dim3 cube_dim, con
       KILN_TRY(add_comptime_arg(f, def, p, a));
     }
   }
+  if (!o.lines.empty()) KILN_TRY(check_line_names(def, inst, o));
   f.key.put(cube_dim.array());
   f.key.put(s_->target_id);
   f.key.put(checked);

@@ -311,7 +311,8 @@ bool has_param(const kiln::Kernel& k, std::string_view name) {
   return false;
 }
 
-// checked=True/False (None: the runtime's mode), lines={"x": 4, ...}.
+// checked=True/False (None: the runtime's mode), lines={"x": 4, ...} (the launch checks the
+// names and which widths are valid).
 void launch_option(kiln::LaunchOptions& o, const std::string& name, py::handle v) {
   if (name == "checked") {
     if (!v.is_none() && !py::isinstance<py::bool_>(v))
@@ -330,7 +331,14 @@ void launch_option(kiln::LaunchOptions& o, const std::string& name, py::handle v
     if (!py::isinstance<py::str>(key) || !py::isinstance<py::int_>(width))
       raise(kiln::Error(kiln::ErrorKind::InvalidArgument,
                         "launch option lines= maps parameter names (str) to widths (int)"));
-    o.lines.emplace_back(key.cast<std::string>(), width.cast<int>());
+    const std::string param = key.cast<std::string>();  // the launch checks the name
+    const int64_t w = to_int64(width, [&] { return fmt::format("lines['{}']", param); });
+    if (w < 0 || w > 64)
+      raise(kiln::Error(kiln::ErrorKind::InvalidArgument,
+                        fmt::format("lines['{}'] is {}; a line width is 1, 2, 4, 8 or 16 (0: the "
+                                    "widest that fits)",
+                                    param, w)));
+    o.lines.emplace_back(param, static_cast<int>(w));
   }
 }
 

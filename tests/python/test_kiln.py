@@ -295,6 +295,13 @@ class NumPy(unittest.TestCase):
             rt.launch("axpy", 1, 256, x, y, 2.0, checked=1)
         with self.assertRaisesRegex(kiln.Error, "lines= takes a dict"):
             rt.launch("axpy", 1, 256, x, y, 2.0, lines=4)
+        with self.assertRaisesRegex(kiln.Error, "lines names 'z', which is not a tensor parameter"):
+            rt.launch("axpy", 1, 256, x, y, 2.0, lines={"z": 4})
+        with self.assertRaisesRegex(kiln.Error, "lines names 'a', which is not a tensor parameter"):
+            rt.launch("axpy", 1, 256, x, y, 2.0, lines={"a": 4})
+        for bad in (-1, 2**70):
+            with self.assertRaisesRegex(kiln.Error, r"lines\['x'\]"):
+                rt.launch("axpy", 1, 256, x, y, 2.0, lines={"x": bad})
 
     def test_cache_statistics(self):
         rt = cpu()

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <numeric>
 
+#include <fmt/format.h>
+
 #include "tests/runtime/runtime_test_util.h"
 
 namespace kiln {
@@ -135,6 +137,13 @@ TEST_CASE("argument errors name the parameter and the fix", "[runtime][launch][e
   o.lines = {{"x", 3}};
   CHECK_THAT(err(rt.launch_with(o, axpy, 1, 256, x6, y6, 1.0f)),
              Contains("line width 3 is not 1, 2, 4, 8 or 16"));
+  // A width for a name that is no tensor parameter (misspelt, or a scalar's) is refused, not
+  // ignored.
+  for (const char* name : {"xx", "a"}) {
+    o.lines = {{name, 4}};
+    CHECK_THAT(err(rt.launch_with(o, axpy, 1, 256, x6, y6, 1.0f)),
+               Contains(fmt::format("lines names '{}', which is not a tensor parameter", name)));
+  }
 
   // Unknown kernels list what exists.
   auto missing = rt.kernel("axpyy");
