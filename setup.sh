@@ -13,7 +13,7 @@ packages=(
   python3-venv  # the PyTorch peer of tools/bench/cpu_vs_torch.sh lives in a venv
   llvm-22-dev llvm-22-tools  # LLVM (ORC, NVPTX) and lit/FileCheck for the text tests
   libfmt-dev catch2 libcli11-dev nlohmann-json3-dev libxxhash-dev
-  python3-dev pybind11-dev python3-numpy  # the Python module and its NumPy tests
+  python3-dev pybind11-dev python3-numpy python3-pytest  # the Python module and its tests
   libopenblas-dev  # the sgemm peer of tools/bench/matmul_mma_bench (never linked into kiln)
 )
 missing=()

@@ -25,7 +25,7 @@ plugin=$work/project/build/libmy_kernels.so
 "$work/project/build/app_c"
 "$work/project/build/app_linked"
 # From Python, when the prefix has the module (built where python3-dev and pybind11-dev are).
-if ls "$prefix"/lib/python/kiln*.so >/dev/null 2>&1; then
+if ls "$prefix"/lib/python/kiln/_kiln*.so >/dev/null 2>&1; then
   PYTHONPATH="$prefix/lib/python" "${KILN_PYTHON:-/usr/bin/python3}" "$work/project/app.py" \
     "$work/project/build/libmy_kernels.so"
 else

@@ -1,9 +1,8 @@
-// The `kiln` Python module: devices, runtimes, kernels by name, launches on kiln tensors or on
+// kiln._kiln, the extension module under the `kiln` package: devices, runtimes, kernels by name, launches on kiln tensors or on
 // anything with __dlpack__ (NumPy arrays, PyTorch tensors) without copies, kiln tensors that
 // NumPy and PyTorch read through DLPack, plugins, and errors as kiln.Error (with the DSL line).
 // docs/embedding.md#python is the guide; tests/python/test_kiln.py the tests.
 #include <pybind11/numpy.h>
-#include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <bit>
@@ -15,12 +14,13 @@
 
 #include <fmt/format.h>
 
+#include "bindings/python/common.h"
 #include "compiler/dsl/registry.h"
 #include "kernels/kernels.h"
 #include "runtime/api/dlpack.h"
 #include "runtime/runtime.h"
 
-namespace py = pybind11;
+namespace kiln::python {
 
 namespace {
 
@@ -35,16 +35,16 @@ std::string kind_name(kiln::ErrorKind k) {
   return std::string(n);
 }
 
+}  // namespace
+
 [[noreturn]] void raise(const kiln::Error& e) {
   py::object inst = py::reinterpret_borrow<py::object>(g_error)(e.message);
   inst.attr("kind") = kind_name(e.kind);
   PyErr_SetObject(g_error.ptr(), inst.ptr());
   throw py::error_already_set();
 }
-template <class T>
-T take(kiln::Result<T> r) {
-  if (!r) raise(r.error());
-  return std::move(*r);
+[[noreturn]] void raise_invalid(std::string message) {
+  raise(kiln::Error(kiln::ErrorKind::InvalidArgument, std::move(message)));
 }
 void check(const kiln::Status& s) {
   if (!s) raise(s.error());
@@ -59,6 +59,8 @@ kiln::ir::ElemType parse_dtype(const std::string& name) {
                                   name)));
   return *t;
 }
+
+namespace {
 
 // ---- DLPack capsules ----------------------------------------------------------------------
 
@@ -111,6 +113,8 @@ kiln::Tensor import_capsule(kiln::Runtime& rt, py::handle cap) {
           : fmt::format("a capsule named '{}' is not a DLPack tensor", name ? name : "")));
 }
 
+}  // namespace
+
 // Anything with __dlpack__ (or a DLPack capsule) as a kiln tensor, without a copy.
 kiln::Tensor import_any(kiln::Runtime& rt, py::handle obj) {
   if (py::isinstance<kiln::Tensor>(obj)) return obj.cast<kiln::Tensor>();
@@ -119,7 +123,7 @@ kiln::Tensor import_any(kiln::Runtime& rt, py::handle obj) {
     raise(kiln::Error(kiln::ErrorKind::InvalidArgument,
                       fmt::format("a {} is not a tensor: pass a kiln.Tensor or an object with "
                                   "__dlpack__ (a NumPy array, a PyTorch tensor)",
-                                  py::str(obj.get_type().attr("__name__")).cast<std::string>())));
+                                  type_name(obj))));
   // The versioned form where the producer has it (NumPy 2.1+, PyTorch 2.5+). Whether a type
   // takes max_version is remembered, so that older producers (NumPy 1) do not raise and catch a
   // TypeError on every launch; through the C API, since a C++ exception costs microseconds.
@@ -156,8 +160,10 @@ kiln::Tensor import_any(kiln::Runtime& rt, py::handle obj) {
 }
 
 std::string type_name(py::handle v) {
-  return py::str(v.get_type().attr("__name__")).cast<std::string>();
+  return py::str(py::type::handle_of(v).attr("__name__")).cast<std::string>();
 }
+
+namespace {
 
 // A NumPy scalar (np.float32(2), np.int64(3), np.bool_(True)) as the Python value it holds;
 // nothing for anything else (a type name test first: tensors pass here on every launch).
@@ -171,25 +177,7 @@ std::optional<py::object> numpy_scalar(py::handle v) {
   return std::nullopt;
 }
 
-// A Python integer (or anything with __index__: a NumPy integer) as an int64; `what()` names
-// the argument in the error (made only then: launches pass every argument through here).
-template <class What>
-int64_t to_int64(py::handle v, const What& what) {
-  py::object index = py::reinterpret_steal<py::object>(PyNumber_Index(v.ptr()));
-  if (!index) {
-    PyErr_Clear();
-    raise(kiln::Error(kiln::ErrorKind::InvalidArgument,
-                      fmt::format("{} must be an integer, not a {} ({})", what(), type_name(v),
-                                  py::repr(v).cast<std::string>())));
-  }
-  int overflow = 0;
-  const long long x = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
-  if (overflow != 0)
-    raise(kiln::Error(kiln::ErrorKind::InvalidArgument,
-                      fmt::format("{} is {}, which does not fit in 64 bits", what(),
-                                  py::str(index).cast<std::string>())));
-  return x;
-}
+}  // namespace
 
 // A shape (an int or a sequence of ints); `what` names it in errors.
 std::vector<int64_t> dims(py::handle shape, const char* what) {
@@ -201,6 +189,8 @@ std::vector<int64_t> dims(py::handle shape, const char* what) {
     out.push_back(to_int64(seq[i], [&] { return fmt::format("{}[{}]", what, i); }));
   return out;
 }
+namespace {
+
 kiln::Dim3 dim3(py::handle d, const char* what) {
   std::vector<int64_t> v = dims(d, what);
   if (v.empty() || v.size() > 3)
@@ -379,7 +369,11 @@ void launch(kiln::Runtime& rt, const kiln::Stream* stream, py::object kernel, py
 
 }  // namespace
 
-PYBIND11_MODULE(kiln, m) {
+}  // namespace kiln::python
+
+using namespace kiln::python;
+
+PYBIND11_MODULE(_kiln, m) {
   m.doc() = "kiln: JIT-compiled kernels from a C++ DSL, launched on NumPy and PyTorch tensors";
   (void)kiln::kernels::builtin_names();  // kiln's own kernels
   static py::exception<std::runtime_error> error(m, "Error", PyExc_RuntimeError);
@@ -460,6 +454,10 @@ PYBIND11_MODULE(kiln, m) {
           "The device its memory is on: 'cpu', 'cuda:0', 'cuda-emu'.")
       .def_property_readonly("read_only", &kiln::Tensor::read_only,
                              "Whether kernels may only read it (a read-only producer's memory).")
+      .def_property_readonly(
+          "_device_key",
+          [](const kiln::Tensor& t) { return reinterpret_cast<uintptr_t>(&t.device()->info()); },
+          "Which opened device holds it (Runtime._device_key of the runtime that made it).")
       .def("__repr__",
            [](const kiln::Tensor& t) {
              return fmt::format("kiln.Tensor({} on {})", t.describe(), t.device()->info().name);
@@ -478,10 +476,10 @@ PYBIND11_MODULE(kiln, m) {
           "The tensor as a DLPack capsule, without a copy (np.from_dlpack, torch.from_dlpack).")
       .def(
           "__dlpack_device__",
-          [](const kiln::Tensor& t) {
+          [](const kiln::Tensor& t) -> py::tuple {
             const kiln::DeviceInfo& info = t.device()->info();
             if (info.dlpack_type == kDLCUDA)
-              return py::make_tuple(static_cast<int>(kDLCUDA), info.dlpack_id);
+              return py::make_tuple(static_cast<int>(kDLCUDA), static_cast<int>(info.dlpack_id));
             return py::make_tuple(static_cast<int>(kDLCPU), 0);
           },
           "(DLPack device type, device index): (1, 0) for host memory, (2, N) for cuda:N.")
@@ -592,6 +590,10 @@ PYBIND11_MODULE(kiln, m) {
       .def_property_readonly(
           "device", [](const kiln::Runtime& rt) { return rt.device().name; },
           "The name of the device it launches on.")
+      .def_property_readonly(
+          "_device_key",
+          [](const kiln::Runtime& rt) { return reinterpret_cast<uintptr_t>(&rt.device()); },
+          "Which opened device it launches on (Tensor._device_key of its tensors).")
       .def(
           "kernel",
           [](const kiln::Runtime& rt, const std::string& name) { return take(rt.kernel(name)); },
@@ -681,4 +683,6 @@ PYBIND11_MODULE(kiln, m) {
           py::arg("stream") = nullptr,
           "Waits for the launches (of the default stream, or of `stream`); raises kiln.Error "
           "for the first fault they reported.");
+
+  bind_lib(m);
 }

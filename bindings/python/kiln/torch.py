@@ -1,0 +1,576 @@
+"""kiln's kernel library as PyTorch operators: ``import kiln.torch`` registers them in the
+``kiln`` namespace (``torch.ops.kiln.matmul``, ``torch.ops.kiln.softmax``, ...), each with a fake
+(meta) implementation, so that ``torch.compile(fullgraph=True)`` traces them, and with autograd
+for matmul, softmax, log_softmax, layer_norm, rms_norm, max_pool2d and avg_pool2d.
+
+The operators take and return torch tensors, run kiln's kernels on their memory (no copies),
+and follow the kiln.lib functions of the same names (docs/kernels.md). The functions here call
+the operators: ``kiln.torch.matmul(a, b)`` is ``torch.ops.kiln.matmul(a, b)``.
+
+Backward passes: matmul's gradients are kiln matmuls; softmax's, log_softmax's, layer_norm's
+and rms_norm's are kiln operators too (``torch.ops.kiln.softmax_backward``, ...), computed in
+f32; max_pool2d's scatters the gradient with PyTorch's scatter_add at the indices kiln found,
+and avg_pool2d's is PyTorch's own avg_pool2d backward.
+
+A user's own DSL kernel becomes an operator with ``kiln.torch.custom_op`` (below).
+
+CUDA tensors: kiln's library runs after PyTorch's current stream is synchronized and is waited
+for before the operator returns; custom_op kernels run on PyTorch's current stream.
+"""
+from builtins import map as map_
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from . import lib as _lib
+from . import runtime as _shared_runtime
+
+Tensor = torch.Tensor
+
+__all__ = ["avg_pool2d", "binary", "custom_op", "layer_norm", "log_softmax", "map", "matmul",
+           "max_pool2d", "normal", "reduce", "rms_norm", "softmax", "unary", "uniform"]
+
+_KILN_DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
+                torch.float64: "f64", torch.int32: "i32", torch.int64: "i64", torch.int8: "i8",
+                torch.int16: "i16", torch.uint8: "u8", torch.bool: "bool"}
+
+
+def _d(t: Optional[Tensor]) -> Optional[Tensor]:
+    """t without its autograd history: an operator's implementation runs below autograd, and
+    PyTorch exports no tensor that requires a gradient through DLPack."""
+    return t.detach() if t is not None and t.requires_grad else t
+
+
+def _f32(x: Tensor) -> Tensor:
+    """x in f32 (itself when it is), converted by kiln's copy."""
+    if x.dtype == torch.float32:
+        return x
+    return _lib.copy(x, torch.empty(x.shape, dtype=torch.float32, device=x.device))
+
+
+def _rows_axes(x: Tensor) -> List[int]:
+    return list(range(x.dim() - 1))
+
+
+# ---- matmul ---------------------------------------------------------------------------------
+
+def _matmul_shape(a: Tensor, b: Tensor, transpose_a: bool, transpose_b: bool) -> List[int]:
+    torch._check(a.dim() >= 2 and b.dim() >= 2, lambda: "kiln::matmul takes matrices")
+    m = a.shape[-1] if transpose_a else a.shape[-2]
+    n = b.shape[-2] if transpose_b else b.shape[-1]
+    batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    return list(batch) + [m, n]
+
+
+@torch.library.custom_op("kiln::matmul", mutates_args=())
+def _matmul(a: Tensor, b: Tensor, bias: Optional[Tensor] = None, transpose_a: bool = False,
+            transpose_b: bool = False, alpha: float = 1.0, epilogue: str = "none",
+            allow_tf32: bool = False) -> Tensor:
+    return _lib.matmul(_d(a), _d(b), alpha=alpha, transpose_a=transpose_a,
+                       transpose_b=transpose_b, bias=_d(bias), epilogue=epilogue,
+                       allow_tf32=allow_tf32)
+
+
+@_matmul.register_fake
+def _(a, b, bias=None, transpose_a=False, transpose_b=False, alpha=1.0, epilogue="none",
+      allow_tf32=False):
+    return a.new_empty(_matmul_shape(a, b, transpose_a, transpose_b))
+
+
+def _matmul_setup(ctx, inputs, output):
+    a, b, bias, ta, tb, alpha, epilogue, tf32 = inputs
+    ctx.flags = (ta, tb, alpha, epilogue, tf32, bias is not None)
+    ctx.save_for_backward(a, b, bias, output)
+
+
+def _gelu_grad(z: Tensor) -> Tensor:
+    """d/dz of GELU's tanh form (kiln's epilogue)."""
+    k = 0.7978845608028654  # sqrt(2 / pi)
+    inner = k * (z + 0.044715 * z ** 3)
+    t = torch.tanh(inner)
+    return 0.5 * (1 + t) + 0.5 * z * (1 - t * t) * k * (1 + 3 * 0.044715 * z * z)
+
+
+def _matmul_backward(ctx, g):
+    ta, tb, alpha, epilogue, tf32, has_bias = ctx.flags
+    a, b, bias, y = ctx.saved_tensors
+    if epilogue == "relu":
+        g = g * (y > 0).to(g.dtype)
+    elif epilogue == "gelu":  # the product before the epilogue, again
+        z = torch.ops.kiln.matmul(a, b, bias, ta, tb, alpha, "none", tf32)
+        g = (g.float() * _gelu_grad(z.float())).to(g.dtype)
+    mm = torch.ops.kiln.matmul
+    da = db = dbias = None
+    if ctx.needs_input_grad[0]:
+        da = mm(b, g, None, tb, True, alpha, "none", tf32) if ta else \
+            mm(g, b, None, False, not tb, alpha, "none", tf32)
+        da = da.sum_to_size(a.shape)
+    if ctx.needs_input_grad[1]:
+        db = mm(g, a, None, True, ta, alpha, "none", tf32) if tb else \
+            mm(a, g, None, not ta, False, alpha, "none", tf32)
+        db = db.sum_to_size(b.shape)
+    if has_bias and ctx.needs_input_grad[2]:
+        dbias = g.float().reshape(-1, g.shape[-1]).sum(0).to(bias.dtype)
+    return da, db, dbias, None, None, None, None, None
+
+
+_matmul.register_autograd(_matmul_backward, setup_context=_matmul_setup)
+
+
+def matmul(a: Tensor, b: Tensor, bias: Optional[Tensor] = None, *, transpose_a: bool = False,
+           transpose_b: bool = False, alpha: float = 1.0, epilogue: str = "none",
+           allow_tf32: bool = False) -> Tensor:
+    """torch.ops.kiln.matmul: epilogue(alpha op(a) op(b) + bias) (kiln.lib.matmul), with
+    gradients for a, b and bias."""
+    return torch.ops.kiln.matmul(a, b, bias, transpose_a, transpose_b, alpha, epilogue,
+                                 allow_tf32)
+
+
+# ---- softmax and log_softmax ------------------------------------------------------------------
+
+@torch.library.custom_op("kiln::softmax", mutates_args=())
+def _softmax(x: Tensor) -> Tensor:
+    return _lib.softmax(_d(x))
+
+
+@torch.library.custom_op("kiln::log_softmax", mutates_args=())
+def _log_softmax(x: Tensor) -> Tensor:
+    return _lib.log_softmax(_d(x))
+
+
+@torch.library.custom_op("kiln::softmax_backward", mutates_args=())
+def _softmax_backward(g: Tensor, y: Tensor, log: bool) -> Tensor:
+    """The gradient of softmax (log=False: y * (g - sum(g y))) or of log_softmax (log=True:
+    g - exp(y) sum(g)) along the last axis, from the output y; in f32, rounded to y's type."""
+    g32, y32 = _f32(_d(g)), _f32(_d(y))
+    if log:
+        s = _lib.reduce("sum", g32, axes=-1, keepdim=True)
+        dx = _lib.map(["exp", ("mul", "y"), ("rsub", "z")], y32, y=s, z=g32)
+    else:
+        s = _lib.reduce("sum", _lib.binary("mul", g32, y32), axes=-1, keepdim=True)
+        dx = _lib.map([("sub", "y"), ("mul", "z")], g32, y=s, z=y32)
+    return dx if y.dtype == torch.float32 else dx.to(y.dtype)
+
+
+for _op in (_softmax, _log_softmax):
+    _op.register_fake(lambda x: torch.empty_like(x, memory_format=torch.contiguous_format))
+_softmax_backward.register_fake(
+    lambda g, y, log: torch.empty_like(y, memory_format=torch.contiguous_format))
+
+
+def _save_output(ctx, inputs, output):
+    ctx.save_for_backward(output)
+
+
+_softmax.register_autograd(
+    lambda ctx, g: torch.ops.kiln.softmax_backward(g, ctx.saved_tensors[0], False),
+    setup_context=_save_output)
+_log_softmax.register_autograd(
+    lambda ctx, g: torch.ops.kiln.softmax_backward(g, ctx.saved_tensors[0], True),
+    setup_context=_save_output)
+
+
+def softmax(x: Tensor) -> Tensor:
+    """torch.ops.kiln.softmax: softmax along the last axis, with its gradient."""
+    return torch.ops.kiln.softmax(x)
+
+
+def log_softmax(x: Tensor) -> Tensor:
+    """torch.ops.kiln.log_softmax: log_softmax along the last axis, with its gradient."""
+    return torch.ops.kiln.log_softmax(x)
+
+
+# ---- layer_norm and rms_norm ----------------------------------------------------------------
+
+@torch.library.custom_op("kiln::layer_norm", mutates_args=())
+def _layer_norm(x: Tensor, weight: Optional[Tensor] = None, bias: Optional[Tensor] = None,
+                eps: float = 1e-5) -> Tensor:
+    return _lib.layer_norm(_d(x), weight=_d(weight), bias=_d(bias), eps=eps)
+
+
+@torch.library.custom_op("kiln::rms_norm", mutates_args=())
+def _rms_norm(x: Tensor, weight: Optional[Tensor] = None, eps: float = 1e-5) -> Tensor:
+    return _lib.rms_norm(_d(x), weight=_d(weight), eps=eps)
+
+
+@torch.library.custom_op("kiln::norm_backward", mutates_args=())
+def _norm_backward(g: Tensor, x: Tensor, weight: Optional[Tensor], eps: float,
+                   rms: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    """Gradients of layer_norm (rms=False) or rms_norm (rms=True) along the last axis with
+    respect to x, weight and bias (the last two [C]; zeros of shape [C] when there is no
+    weight); in f32, dx rounded to x's type, dweight and dbias f32."""
+    x, g, weight = _d(x), _d(g), _d(weight)
+    x32, g32 = _f32(x), _f32(g)
+    if rms:
+        r = _lib.map([("add", "s0"), "rsqrt"],
+                     _lib.reduce("mean", _lib.unary("square", x32), axes=-1, keepdim=True),
+                     scalars=[eps])
+        xhat = _lib.binary("mul", x32, r)
+    else:
+        mean = _lib.reduce("mean", x32, axes=-1, keepdim=True)
+        var = _lib.reduce("var", x32, axes=-1, keepdim=True, correction=0)
+        r = _lib.map([("add", "s0"), "rsqrt"], var, scalars=[eps])
+        xhat = _lib.map([("sub", "y"), ("mul", "z")], x32, y=mean, z=r)
+    dxhat = g32 if weight is None else _lib.binary("mul", g32, _f32(weight))
+    m2 = _lib.reduce("mean", _lib.binary("mul", dxhat, xhat), axes=-1, keepdim=True)
+    t = _lib.map([("mul", "y"), ("rsub", "z")], xhat, y=m2, z=dxhat)  # dxhat - xhat m2
+    if rms:
+        dx = _lib.binary("mul", t, r)
+    else:
+        m1 = _lib.reduce("mean", dxhat, axes=-1, keepdim=True)
+        dx = _lib.map([("sub", "y"), ("mul", "z")], t, y=m1, z=r)
+    rows = _rows_axes(x)
+    c = x.shape[-1]
+    if rows:
+        dweight = _lib.reduce("sum", _lib.binary("mul", g32, xhat), axes=rows)
+        dbias = _lib.reduce("sum", g32, axes=rows)
+    else:
+        dweight = _lib.binary("mul", g32, xhat)
+        dbias = g32.clone()
+    if weight is None:
+        dweight = torch.zeros(c, dtype=torch.float32, device=x.device)
+    return (dx if x.dtype == torch.float32 else dx.to(x.dtype)), dweight, dbias
+
+
+@_norm_backward.register_fake
+def _(g, x, weight, eps, rms):
+    c = x.shape[-1]
+    return (torch.empty_like(x, memory_format=torch.contiguous_format),
+            x.new_empty(c, dtype=torch.float32), x.new_empty(c, dtype=torch.float32))
+
+
+_layer_norm.register_fake(
+    lambda x, weight=None, bias=None, eps=1e-5:
+    torch.empty_like(x, memory_format=torch.contiguous_format))
+_rms_norm.register_fake(
+    lambda x, weight=None, eps=1e-5: torch.empty_like(x, memory_format=torch.contiguous_format))
+
+
+def _norm_setup(ctx, inputs, output):
+    x, weight, eps = inputs[0], inputs[1], inputs[-1]
+    ctx.eps = eps
+    ctx.save_for_backward(x, weight)
+
+
+def _norm_grads(ctx, g, rms):
+    x, weight = ctx.saved_tensors
+    dx, dw, db = torch.ops.kiln.norm_backward(g, x, weight, ctx.eps, rms)
+    dw = None if weight is None else dw.to(weight.dtype)
+    return dx, dw, db
+
+
+def _rms_norm_backward(ctx, g):
+    dx, dw, _ = _norm_grads(ctx, g, True)
+    return dx, dw, None
+
+
+def _layer_norm_setup(ctx, inputs, output):
+    _norm_setup(ctx, inputs, output)
+    ctx.bias_dtype = inputs[2].dtype if inputs[2] is not None else None
+
+
+def _layer_norm_backward(ctx, g):
+    dx, dw, db = _norm_grads(ctx, g, False)
+    db = db.to(ctx.bias_dtype) if ctx.bias_dtype is not None else None
+    return dx, dw, db, None
+
+
+_layer_norm.register_autograd(_layer_norm_backward, setup_context=_layer_norm_setup)
+_rms_norm.register_autograd(_rms_norm_backward, setup_context=_norm_setup)
+
+
+def layer_norm(x: Tensor, weight: Optional[Tensor] = None, bias: Optional[Tensor] = None,
+               eps: float = 1e-5) -> Tensor:
+    """torch.ops.kiln.layer_norm over the last axis, with gradients for x, weight and bias."""
+    return torch.ops.kiln.layer_norm(x, weight, bias, eps)
+
+
+def rms_norm(x: Tensor, weight: Optional[Tensor] = None, eps: float = 1e-5) -> Tensor:
+    """torch.ops.kiln.rms_norm over the last axis, with gradients for x and weight."""
+    return torch.ops.kiln.rms_norm(x, weight, eps)
+
+
+# ---- pooling --------------------------------------------------------------------------------
+
+def _pool_shape(x, kernel, stride, padding, dilation, ceil_mode, layout):
+    return list(_lib.pool2d_output_shape([int(s) for s in x.shape], kernel=kernel,
+                                         stride=stride or None, padding=padding,
+                                         dilation=dilation, ceil_mode=ceil_mode, layout=layout))
+
+
+@torch.library.custom_op("kiln::max_pool2d", mutates_args=())
+def _max_pool2d(x: Tensor, kernel: List[int], stride: List[int], padding: List[int],
+                dilation: List[int], ceil_mode: bool = False,
+                layout: str = "nchw") -> Tuple[Tensor, Tensor]:
+    return _lib.max_pool2d(_d(x), kernel=tuple(kernel), stride=tuple(stride) or None,
+                           padding=tuple(padding), dilation=tuple(dilation),
+                           ceil_mode=ceil_mode, layout=layout, return_indices=True)
+
+
+@_max_pool2d.register_fake
+def _(x, kernel, stride, padding, dilation, ceil_mode=False, layout="nchw"):
+    shape = _pool_shape(x, tuple(kernel), tuple(stride), tuple(padding), tuple(dilation),
+                        ceil_mode, layout)
+    return x.new_empty(shape), x.new_empty(shape, dtype=torch.int64)
+
+
+def _planes(t: Tensor, layout: str) -> Tensor:
+    """t as [planes, H * W]: NCHW as it is, NHWC with the channels moved before H and W."""
+    if layout == "nhwc":
+        t = t.movedim(-1, -3)
+    return t.reshape(-1, t.shape[-2] * t.shape[-1])
+
+
+def _max_pool2d_setup(ctx, inputs, output):
+    x, layout = inputs[0], inputs[-1]
+    ctx.layout = layout
+    ctx.x_shape = x.shape
+    ctx.save_for_backward(output[1])
+
+
+def _max_pool2d_backward(ctx, g, g_indices):
+    (indices,) = ctx.saved_tensors
+    layout = ctx.layout
+    dx = torch.zeros(ctx.x_shape, dtype=g.dtype, device=g.device)
+    planes = dx.movedim(-1, -3) if layout == "nhwc" else dx
+    flat = planes.reshape(-1, planes.shape[-2] * planes.shape[-1])
+    flat = flat.scatter_add(1, _planes(indices, layout), _planes(g, layout))
+    planes = flat.reshape(planes.shape)
+    dx = planes.movedim(-3, -1) if layout == "nhwc" else planes
+    return dx.contiguous(), None, None, None, None, None, None
+
+
+_max_pool2d.register_autograd(_max_pool2d_backward, setup_context=_max_pool2d_setup)
+
+
+@torch.library.custom_op("kiln::avg_pool2d", mutates_args=())
+def _avg_pool2d(x: Tensor, kernel: List[int], stride: List[int], padding: List[int],
+                ceil_mode: bool = False, layout: str = "nchw", count_include_pad: bool = True,
+                divisor: int = 0) -> Tensor:
+    return _lib.avg_pool2d(_d(x), kernel=tuple(kernel), stride=tuple(stride) or None,
+                           padding=tuple(padding), ceil_mode=ceil_mode, layout=layout,
+                           count_include_pad=count_include_pad, divisor=divisor)
+
+
+@_avg_pool2d.register_fake
+def _(x, kernel, stride, padding, ceil_mode=False, layout="nchw", count_include_pad=True,
+      divisor=0):
+    return x.new_empty(_pool_shape(x, tuple(kernel), tuple(stride), tuple(padding), (1, 1),
+                                   ceil_mode, layout))
+
+
+def _avg_pool2d_setup(ctx, inputs, output):
+    ctx.args = inputs[1:]
+    ctx.save_for_backward(inputs[0])
+
+
+def _avg_pool2d_backward(ctx, g):
+    (x,) = ctx.saved_tensors
+    kernel, stride, padding, ceil_mode, layout, count_include_pad, divisor = ctx.args
+    nchw = x.movedim(-1, -3) if layout == "nhwc" else x
+    gn = g.movedim(-1, -3) if layout == "nhwc" else g
+    dx = torch.ops.aten.avg_pool2d_backward(gn, nchw, list(kernel), list(stride or kernel),
+                                            list(padding), ceil_mode, count_include_pad,
+                                            divisor or None)
+    if layout == "nhwc":
+        dx = dx.movedim(-3, -1)
+    return dx.contiguous(), None, None, None, None, None, None, None
+
+
+_avg_pool2d.register_autograd(_avg_pool2d_backward, setup_context=_avg_pool2d_setup)
+
+
+def _pair(v: Any) -> List[int]:
+    return [int(v), int(v)] if isinstance(v, int) else [int(s) for s in v]
+
+
+def max_pool2d(x: Tensor, kernel: Any = 2, stride: Any = None, padding: Any = 0,
+               dilation: Any = 1, ceil_mode: bool = False, layout: str = "nchw",
+               return_indices: bool = False) -> Any:
+    """torch.ops.kiln.max_pool2d (kiln.lib.max_pool2d), with its gradient; returns the values,
+    or (values, i64 indices) with return_indices."""
+    out, idx = torch.ops.kiln.max_pool2d(x, _pair(kernel), _pair(stride) if stride else [],
+                                         _pair(padding), _pair(dilation), ceil_mode, layout)
+    return (out, idx) if return_indices else out
+
+
+def avg_pool2d(x: Tensor, kernel: Any = 2, stride: Any = None, padding: Any = 0,
+               ceil_mode: bool = False, layout: str = "nchw", count_include_pad: bool = True,
+               divisor: int = 0) -> Tensor:
+    """torch.ops.kiln.avg_pool2d (kiln.lib.avg_pool2d), with its gradient."""
+    return torch.ops.kiln.avg_pool2d(x, _pair(kernel), _pair(stride) if stride else [],
+                                     _pair(padding), ceil_mode, layout, count_include_pad,
+                                     divisor)
+
+
+# ---- elementwise, reductions, random numbers (no gradients) ---------------------------------
+
+@torch.library.custom_op("kiln::map", mutates_args=())
+def _map(chain: str, x: Tensor, y: Optional[Tensor] = None, z: Optional[Tensor] = None,
+         scalars: Optional[List[float]] = None) -> Tensor:
+    return _lib.map(_steps(chain), _d(x), y=_d(y), z=_d(z), scalars=scalars or ())
+
+
+def _steps(chain: str) -> List[Any]:
+    """'exp,mul:y' as ['exp', ('mul', 'y')]."""
+    return [tuple(s.split(":", 1)) if ":" in s else s for s in chain.split(",") if s]
+
+
+@_map.register_fake
+def _(chain, x, y=None, z=None, scalars=None):
+    shape = torch.broadcast_shapes(*[t.shape for t in (x, y, z) if t is not None])
+    return x.new_empty(shape)
+
+
+@torch.library.custom_op("kiln::unary", mutates_args=())
+def _unary(op: str, x: Tensor) -> Tensor:
+    return _lib.unary(op, _d(x))
+
+
+_unary.register_fake(lambda op, x: x.new_empty(x.shape))
+
+
+@torch.library.custom_op("kiln::binary", mutates_args=())
+def _binary(op: str, a: Tensor, b: Tensor) -> Tensor:
+    return _lib.binary(op, _d(a), _d(b))
+
+
+_binary.register_fake(lambda op, a, b: a.new_empty(torch.broadcast_shapes(a.shape, b.shape)))
+
+
+@torch.library.custom_op("kiln::reduce", mutates_args=())
+def _reduce(op: str, x: Tensor, axes: List[int], keepdim: bool = False,
+            correction: int = 1) -> Tensor:
+    return _lib.reduce(op, _d(x), axes=axes, keepdim=keepdim, correction=correction)
+
+
+@_reduce.register_fake
+def _(op, x, axes, keepdim=False, correction=1):
+    shape = _lib.reduce_output_shape([int(s) for s in x.shape], axes, keepdim)
+    dtype = _lib.reduce_output_type(op, _KILN_DTYPES.get(x.dtype, "f32"))
+    return x.new_empty(shape, dtype=getattr(torch, _lib._TORCH[dtype]))
+
+
+@torch.library.custom_op("kiln::random", mutates_args=())
+def _random(kind: str, shape: List[int], dtype: torch.dtype, device: torch.device, seed: int,
+            offset: int, p0: float, p1: float) -> Tensor:
+    out = torch.empty(shape, dtype=dtype, device=device)
+    getattr(_lib, kind)(out, seed=seed, offset=offset, **(
+        {"mean": p0, "stddev": p1} if kind == "normal" else {"low": p0, "high": p1}))
+    return out
+
+
+_random.register_fake(
+    lambda kind, shape, dtype, device, seed, offset, p0, p1:
+    torch.empty(shape, dtype=dtype, device=device))
+
+
+def map(chain: Sequence[str], x: Tensor, y: Optional[Tensor] = None,
+        z: Optional[Tensor] = None, scalars: Sequence[float] = ()) -> Tensor:
+    """torch.ops.kiln.map: kiln.lib.map with each step as text ('exp', 'mul:y', 'add:s0'); the
+    operator takes them joined by commas ('exp,mul:y')."""
+    return torch.ops.kiln.map(",".join(chain), x, y, z, [float(s) for s in scalars])
+
+
+def unary(op: str, x: Tensor) -> Tensor:
+    """torch.ops.kiln.unary: kiln.lib.unary."""
+    return torch.ops.kiln.unary(op, x)
+
+
+def binary(op: str, a: Tensor, b: Tensor) -> Tensor:
+    """torch.ops.kiln.binary: kiln.lib.binary (broadcasting)."""
+    return torch.ops.kiln.binary(op, a, b)
+
+
+def reduce(op: str, x: Tensor, axes: Any = None, keepdim: bool = False,
+           correction: int = 1) -> Tensor:
+    """torch.ops.kiln.reduce: kiln.lib.reduce ('sum', 'mean', 'max', 'min', 'prod', 'argmax',
+    'argmin', 'var')."""
+    return torch.ops.kiln.reduce(op, x, _lib._axes(axes), keepdim, correction)
+
+
+def uniform(shape: Sequence[int], dtype: torch.dtype = torch.float32, device: Any = "cpu",
+            seed: int = 0, offset: int = 0, low: float = 0.0, high: float = 1.0) -> Tensor:
+    """torch.ops.kiln.random('uniform', ...): kiln.lib.uniform into a new tensor (the same bits
+    on every device)."""
+    return torch.ops.kiln.random("uniform", list(shape), dtype, torch.device(device), seed,
+                                 offset, low, high)
+
+
+def normal(shape: Sequence[int], dtype: torch.dtype = torch.float32, device: Any = "cpu",
+           seed: int = 0, offset: int = 0, mean: float = 0.0, stddev: float = 1.0) -> Tensor:
+    """torch.ops.kiln.random('normal', ...): kiln.lib.normal into a new tensor."""
+    return torch.ops.kiln.random("normal", list(shape), dtype, torch.device(device), seed,
+                                 offset, mean, stddev)
+
+
+# ---- a user's own kernel --------------------------------------------------------------------
+
+def custom_op(name: str, kernel: str, *, inputs: Sequence[str],
+              outputs: Callable[..., Any], grid: Callable[..., Tuple[Any, Any]],
+              comptime: Optional[Dict[str, Any]] = None, num_outputs: int = 1) -> Callable[..., Any]:
+    """Registers the DSL kernel `kernel` (a registered name) as the PyTorch operator `name`
+    ("namespace::op") and returns a function that calls it.
+
+    The operator takes the tensors named by `inputs`; `outputs(*inputs)` makes its
+    `num_outputs` new output tensors (one tensor, or a tuple of them, with new_empty: it is
+    also the fake implementation torch.compile traces with); `grid(*inputs)` gives
+    (cubes, cube_dim). The kernel is launched with the inputs, then the outputs, then the
+    `comptime` values by name: CPU tensors on the 'cpu' runtime, CUDA tensors on 'cuda:N' on
+    PyTorch's current stream; the operator returns when the kernel is done (its faults are
+    raised as kiln.Error).
+
+    >>> row_sum = kiln.torch.custom_op(
+    ...     "mylib::row_sum", "row_sum", inputs=["a"],
+    ...     outputs=lambda a: a.new_empty(a.shape[0]),
+    ...     grid=lambda a: (a.shape[0], 256), comptime={"units": 256})
+    >>> row_sum(torch.randn(8, 100))
+    """
+    names = list(inputs)
+    if not names or any(not isinstance(n, str) or not n.isidentifier() for n in names):
+        raise ValueError(f"inputs names the operator's tensor arguments, got {inputs!r}")
+    namespace, _, op_name = name.partition("::")
+    if not namespace or not op_name:
+        raise ValueError(f"name is 'namespace::op', got {name!r}")
+    if num_outputs < 1:
+        raise ValueError(f"num_outputs is 1 or more, got {num_outputs}")
+    _shared_runtime("cpu").kernel(kernel)  # a kiln.Error now for a name that is not registered
+    values = dict(comptime or {})
+    single = num_outputs == 1
+
+    def made(*tensors: Tensor) -> Tuple[Tensor, ...]:
+        result = outputs(*tensors)
+        result = (result,) if isinstance(result, Tensor) else tuple(result)
+        if len(result) != num_outputs:
+            raise ValueError(f"{name}: outputs() made {len(result)} tensors, not {num_outputs}")
+        return result
+
+    def run(*tensors: Tensor) -> Any:
+        outs = made(*tensors)
+        device = tensors[0].device
+        rt = _shared_runtime("cpu" if device.type == "cpu" else f"cuda:{device.index or 0}")
+        cubes, cube_dim = grid(*tensors)
+        if device.type == "cuda":
+            stream = rt.wrap_stream(torch.cuda.current_stream(device).cuda_stream)
+            rt.launch_on(stream, kernel, cubes, cube_dim, *map_(_d, tensors), *outs, **values)
+            rt.sync(stream)  # a kernel's faults (checked mode, asserts) come back here
+        else:
+            rt.launch(kernel, cubes, cube_dim, *map_(_d, tensors), *outs, **values)
+            rt.sync()
+        return outs[0] if single else outs
+
+    returns = "Tensor" if single else "(" + ", ".join(["Tensor"] * num_outputs) + ")"
+    library = torch.library.Library(namespace, "FRAGMENT")
+    library.define(op_name + "(" + ", ".join(f"Tensor {n}" for n in names) + ") -> " + returns)
+    library.impl(op_name, run, "CompositeExplicitAutograd")
+    torch.library.register_fake(name, lib=library)(
+        lambda *t: made(*t)[0] if single else made(*t))
+    op = getattr(getattr(torch.ops, namespace), op_name)
+
+    def call(*tensors: Tensor) -> Any:
+        return op(*tensors)
+
+    call.__name__ = op_name
+    call.__doc__ = f"The PyTorch operator {name}: kiln kernel '{kernel}'."
+    call._library = library  # the registration lives as long as the function
+    return call

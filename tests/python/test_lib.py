@@ -1,0 +1,275 @@
+"""kiln.lib from Python against NumPy: odd shapes, strided views, broadcasting, every dtype the
+library takes, results of the inputs' kind, and errors that name the argument.
+
+Run by ctest as `python_lib` (Debian's python3 and NumPy 1, PYTHONPATH=build/python) and inside
+`python_package` (the pip-installed package, NumPy 2), or directly:
+    PYTHONPATH=build/python python3 -m pytest tests/python/test_lib.py
+"""
+import numpy as np
+import pytest
+
+import kiln
+from kiln import lib
+
+RNG = np.random.default_rng(1234)
+
+
+def rand(*shape, dtype=np.float32):
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+def close(got, want, tol=1e-5):
+    np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want, np.float64),
+                               rtol=tol, atol=tol)
+
+
+# ---- matmul -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (37, 53, 29), (64, 64, 64), (5, 300, 3)])
+def test_matmul_odd_shapes(m, k, n):
+    a, b = rand(m, k), rand(k, n)
+    c = lib.matmul(a, b)
+    assert isinstance(c, np.ndarray) and c.shape == (m, n) and c.dtype == np.float32
+    close(c, a.astype(np.float64) @ b, 1e-4)
+
+
+def test_matmul_transposes_views_and_batch_broadcasting():
+    a = rand(2, 1, 7, 5)   # transposed: [.., K=7, M=5]
+    b = rand(3, 4, 7)      # transposed: [.., N=4, K=7]
+    c = lib.matmul(a, b, transpose_a=True, transpose_b=True)
+    assert c.shape == (2, 3, 5, 4)
+    close(c, np.swapaxes(a, -1, -2) @ np.swapaxes(b, -1, -2), 1e-4)
+    big = rand(20, 30)
+    view = big[1::2, ::3]  # strides (60, 3) elements: read as it is
+    w = rand(10, 6)
+    close(lib.matmul(view, w), view @ w, 1e-4)
+
+
+def test_matmul_alpha_beta_bias_and_epilogues():
+    a, b = rand(9, 13), rand(13, 11)
+    c = rand(9, 11)
+    want = 0.5 * (a @ b) + 2.0 * c
+    got = lib.matmul(a, b, c.copy(), alpha=0.5, beta=2.0)
+    close(got, want, 1e-4)
+    bias = rand(11)
+    close(lib.matmul(a, b, bias=bias, epilogue="relu"), np.maximum(a @ b + bias, 0), 1e-4)
+    z = a @ b
+    gelu = 0.5 * z * (1 + np.tanh(np.sqrt(2 / np.pi) * (z + 0.044715 * z ** 3)))
+    close(lib.matmul(a, b, epilogue="gelu"), gelu, 1e-4)
+
+
+def test_matmul_f16_and_an_f32_result():
+    a, b = rand(16, 24, dtype=np.float16), rand(24, 8, dtype=np.float16)
+    want = a.astype(np.float32) @ b.astype(np.float32)
+    c16 = lib.matmul(a, b)
+    assert c16.dtype == np.float16
+    close(c16, want, 1e-2)
+    c32 = lib.matmul(a, b, out_dtype="f32")
+    assert c32.dtype == np.float32
+    close(c32, want, 1e-5)
+
+
+def test_matmul_errors_name_the_argument():
+    a = rand(5, 7)
+    with pytest.raises(kiln.Error, match="columns of the first") as e:
+        lib.matmul(a, rand(3, 3))
+    assert e.value.kind == "invalid argument"
+    with pytest.raises(kiln.Error, match="argument 'b' is a list"):
+        lib.matmul(a, [1, 2])
+    with pytest.raises(kiln.Error, match="argument 'a' has shape \\[7\\]"):
+        lib.matmul(rand(7), rand(7, 2))
+    ro = np.zeros((5, 2), np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(kiln.Error, match="'c' (is read-only|cannot be passed)"):
+        lib.matmul(a, rand(7, 2), ro)
+    with pytest.raises(kiln.Error, match="epilogue is 'tanh'; it is one of 'none', 'relu'"):
+        lib.matmul(a, rand(7, 2), epilogue="tanh")
+    with pytest.raises(kiln.Error, match="f64"):
+        lib.matmul(a.astype(np.float64), rand(7, 2).astype(np.float64))
+
+
+# ---- elementwise ------------------------------------------------------------------------------
+
+def test_map_chains_with_broadcasting_and_scalars():
+    x, y = rand(4, 1, 6), rand(5, 1)
+    got = lib.map([("mul", "s0"), ("add", "y"), "tanh", ("max", "s1")], x, y=y,
+                  scalars=[0.5, -0.25])
+    assert got.shape == (4, 5, 6)
+    close(got, np.maximum(np.tanh(x * 0.5 + y), -0.25), 1e-5)
+
+
+@pytest.mark.parametrize("op,ref", [
+    ("neg", np.negative), ("abs", np.abs), ("exp", np.exp), ("sqrt", lambda v: np.sqrt(np.abs(v))),
+    ("relu", lambda v: np.maximum(v, 0)), ("sigmoid", lambda v: 1 / (1 + np.exp(-v))),
+    ("floor", np.floor)])
+def test_unary(op, ref):
+    x = rand(3, 17)
+    if op == "sqrt":
+        x = np.abs(x)
+    close(lib.unary(op, x), ref(x), 1e-5)
+
+
+@pytest.mark.parametrize("op,ref", [
+    ("add", np.add), ("sub", np.subtract), ("mul", np.multiply), ("max", np.maximum),
+    ("lt", lambda a, b: (a < b).astype(np.float32)), ("rsub", lambda a, b: b - a)])
+def test_binary_broadcasts(op, ref):
+    a, b = rand(3, 1, 5), rand(4, 1)
+    close(lib.binary(op, a, b), ref(a, b), 1e-6)
+
+
+def test_copy_of_a_transposed_view_converts_types():
+    x = rand(6, 9) * 10
+    dst = np.empty((9, 6), np.int32)
+    assert lib.copy(x.T, dst) is dst
+    np.testing.assert_array_equal(dst, np.trunc(x.T).astype(np.int32))
+
+
+def test_elementwise_errors():
+    with pytest.raises(kiln.Error, match="chain\\[1\\] is 'expo'; it is one of 'neg'"):
+        lib.map(["exp", "expo"], rand(3))
+    with pytest.raises(kiln.Error, match="chain\\[0\\] is 3"):
+        lib.map([3], rand(3))
+    with pytest.raises(kiln.Error, match="broadcast"):
+        lib.binary("add", rand(3), rand(4))
+    assert "relu" in lib.OPS and "sum" in lib.REDUCE_OPS
+
+
+# ---- softmax and norms ------------------------------------------------------------------------
+
+def softmax_ref(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def test_softmax_and_log_softmax_on_a_strided_view():
+    base = rand(7, 40)
+    x = base[:, 1::2]
+    close(lib.softmax(x), softmax_ref(x), 1e-6)
+    close(lib.log_softmax(x), np.log(softmax_ref(x.astype(np.float64))), 1e-5)
+    y = x.copy()
+    lib.softmax(y, y)  # in place
+    close(y, softmax_ref(x), 1e-6)
+
+
+def test_layer_norm_and_rms_norm():
+    x, w, b = rand(3, 5, 33), rand(33), rand(33)
+    mean = x.mean(-1, keepdims=True)
+    var = x.var(-1, keepdims=True)
+    close(lib.layer_norm(x, weight=w, bias=b, eps=1e-5), (x - mean) / np.sqrt(var + 1e-5) * w + b,
+          1e-4)
+    close(lib.rms_norm(x, weight=w), x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-5) * w,
+          1e-4)
+    with pytest.raises(kiln.Error, match="rms_norm"):
+        kiln._kiln._lib.rms_norm(kiln.runtime(), x, np.empty_like(x), None, b, 1e-5)
+
+
+# ---- reductions -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("op,ref", [
+    ("sum", np.sum), ("mean", np.mean), ("max", np.max), ("min", np.min), ("prod", np.prod)])
+@pytest.mark.parametrize("axes", [None, 1, (0, 2), -1])
+def test_reductions(op, ref, axes):
+    x = rand(3, 4, 5) if op != "prod" else (rand(3, 4, 5) * 0.1 + 1)
+    got = lib.reduce(op, x, axes=axes)
+    want = ref(x.astype(np.float64), axis=axes)
+    assert np.shape(got) == np.shape(want)
+    close(got, want, 1e-5)
+
+
+def test_keepdim_var_arg_and_integer_sums():
+    x = rand(6, 7)
+    close(lib.reduce("var", x, axes=1, keepdim=True), x.var(1, ddof=1, keepdims=True), 1e-5)
+    idx = lib.reduce("argmax", x, axes=0)
+    assert idx.dtype == np.int64
+    np.testing.assert_array_equal(idx, x.argmax(0))
+    i = RNG.integers(-100, 100, (5, 9)).astype(np.int32)
+    s = lib.reduce("sum", i, axes=1)
+    assert s.dtype == np.int64
+    np.testing.assert_array_equal(s, i.sum(1))
+    assert lib.reduce_output_shape((2, 3, 4), [1], True) == (2, 1, 4)
+    assert lib.reduce_output_type("argmin", "f16") == "i64"
+    with pytest.raises(kiln.Error, match="op is 'median'"):
+        lib.reduce("median", x)
+
+
+# ---- pooling ----------------------------------------------------------------------------------
+
+def pool_ref(x, k, s, p, mode):
+    n, c, h, w = x.shape
+    oh, ow = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
+    pad = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (p, p), (p, p)),
+                 constant_values=-np.inf if mode == "max" else 0)
+    out = np.empty((n, c, oh, ow))
+    for i in range(oh):
+        for j in range(ow):
+            win = pad[:, :, i * s:i * s + k, j * s:j * s + k]
+            out[:, :, i, j] = win.max((2, 3)) if mode == "max" else win.mean((2, 3))
+    return out
+
+
+@pytest.mark.parametrize("k,s,p", [(2, 2, 0), (3, 2, 1), (3, 1, 1)])
+def test_pooling_against_loops(k, s, p):
+    x = rand(2, 3, 11, 9)
+    close(lib.max_pool2d(x, kernel=k, stride=s, padding=p), pool_ref(x, k, s, p, "max"), 1e-6)
+    close(lib.avg_pool2d(x, kernel=k, stride=s, padding=p), pool_ref(x, k, s, p, "avg"), 1e-5)
+
+
+def test_max_pool_indices_and_nhwc():
+    x = rand(1, 2, 6, 6)
+    out, idx = lib.max_pool2d(x, kernel=2, return_indices=True)
+    assert idx.dtype == np.int64
+    planes = x.reshape(1, 2, 36)
+    np.testing.assert_array_equal(np.take_along_axis(planes, idx.reshape(1, 2, 9), 2),
+                                  out.reshape(1, 2, 9))
+    nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    close(lib.max_pool2d(nhwc, kernel=2, layout="nhwc").transpose(0, 3, 1, 2), out, 0)
+    assert lib.pool2d_output_shape((1, 2, 6, 6), kernel=3, stride=2, padding=1) == (1, 2, 3, 3)
+    with pytest.raises(kiln.Error, match="padding"):
+        lib.max_pool2d(x, kernel=2, padding=2)
+
+
+# ---- random numbers ---------------------------------------------------------------------------
+
+def test_random_numbers_depend_on_seed_and_offset_only():
+    u = lib.uniform(shape=(4096,), seed=7, low=-1, high=3)
+    assert u.dtype == np.float32 and u.min() >= -1 and u.max() < 3
+    np.testing.assert_array_equal(u, lib.uniform(shape=(4096,), seed=7, low=-1, high=3))
+    assert not np.array_equal(u, lib.uniform(shape=(4096,), seed=7, offset=1, low=-1, high=3))
+    n = lib.normal(np.empty(1 << 16, np.float32), seed=3, mean=2.0, stddev=0.5)
+    assert abs(n.mean() - 2.0) < 0.01 and abs(n.std() - 0.5) < 0.01
+    with pytest.raises(kiln.Error, match="give `out`"):
+        lib.uniform()
+
+
+# ---- kinds and runtimes ------------------------------------------------------------------------
+
+def test_kiln_tensors_in_give_kiln_tensors_out_on_their_runtime():
+    for device in ("cpu", "cuda-emu"):
+        rt = kiln.Runtime(device)
+        a, b = rand(8, 12), rand(12, 4)
+        c = lib.matmul(rt.upload(a), rt.upload(b))
+        assert isinstance(c, kiln.Tensor) and c.device == device
+        rt.sync()
+        close(c.numpy(), a @ b, 1e-4)
+        s = lib.reduce("sum", c, axes=0)
+        rt.sync()
+        close(s.numpy(), (a @ b).sum(0), 1e-4)
+
+
+def test_a_tensor_of_a_vanished_runtime_asks_for_runtime():
+    rt = kiln.Runtime("cpu")
+    t = rt.upload(rand(4))
+    del rt
+    import gc
+    gc.collect()
+    with pytest.raises(kiln.Error, match="pass runtime="):
+        lib.softmax(t)
+
+
+def test_numpy_arrays_on_another_runtime():
+    emu = kiln.Runtime("cuda-emu")
+    x = rand(3, 10)
+    y = emu.upload(np.zeros_like(x))
+    lib.softmax(emu.upload(x), y, runtime=emu)
+    emu.sync()
+    close(y.numpy(), softmax_ref(x), 1e-6)

@@ -1,0 +1,218 @@
+"""kiln with PyTorch: kiln.lib on torch tensors, the operators kiln.torch registers (opcheck,
+gradients against PyTorch's autograd, torch.compile(fullgraph=True) of a small model against
+eager PyTorch), and a user's DSL kernel as an operator.
+
+Run by ctest as `python_torch`, in the virtual environment `python_package` installed kiln into,
+with PyTorch from PyPI (skipped, with the reason, when it cannot be installed).
+"""
+import numpy as np
+import pytest
+import torch
+from torch.library import opcheck
+
+import kiln
+import kiln.torch as kt
+from kiln import lib
+
+torch.manual_seed(0)
+
+
+def close(got, want, tol=1e-5):
+    torch.testing.assert_close(got.float(), want.float(), rtol=tol, atol=tol)
+
+
+# ---- kiln.lib on torch tensors -----------------------------------------------------------------
+
+def test_torch_in_torch_out_of_every_float_type():
+    for dtype, tol in ((torch.float32, 1e-4), (torch.float16, 2e-2), (torch.bfloat16, 5e-2)):
+        a, b = torch.randn(17, 33, dtype=dtype), torch.randn(33, 9, dtype=dtype)
+        c = lib.matmul(a, b)
+        assert isinstance(c, torch.Tensor) and c.dtype == dtype and c.shape == (17, 9)
+        close(c, a.float() @ b.float(), tol)
+        s = lib.softmax(a)
+        assert s.dtype == dtype
+        close(s, torch.softmax(a.float(), -1), tol)
+
+
+def test_strided_views_and_broadcasting_of_torch_tensors():
+    base = torch.randn(12, 40)
+    x = base[::3, 1::2]  # a view: strides (120, 2)
+    close(lib.layer_norm(x), torch.nn.functional.layer_norm(x, (20,)), 1e-5)
+    w = torch.randn(20)
+    close(lib.binary("mul", x, w[None]), x * w, 1e-6)
+    close(lib.reduce("max", x, axes=0), x.amax(0), 0)
+    close(lib.reduce("var", x, axes=-1), x.var(-1), 1e-5)
+    o = torch.empty(4, 20).t()  # an output that is a transposed view
+    lib.copy(x.t(), o)
+    close(o, x.t(), 0)
+
+
+def test_torch_errors_name_the_argument():
+    with pytest.raises(kiln.Error, match="has no kiln device"):
+        lib.softmax(torch.empty(3, device="meta"))
+    with pytest.raises(kiln.Error, match="'b' is .*f64|f64"):
+        lib.matmul(torch.randn(2, 3), torch.randn(3, 2, dtype=torch.float64))
+    with pytest.raises(kiln.Error, match="argument 'weight' is a list"):
+        lib.layer_norm(torch.randn(2, 3), weight=[1.0, 2.0, 3.0])
+
+
+# ---- the operators --------------------------------------------------------------------------
+
+def samples():
+    x = torch.randn(3, 5, 12)
+    img = torch.randn(2, 3, 9, 9)
+    return [
+        (torch.ops.kiln.matmul.default, (torch.randn(4, 5), torch.randn(5, 6), torch.randn(6))),
+        (torch.ops.kiln.matmul.default,
+         (torch.randn(2, 1, 5, 4), torch.randn(3, 6, 5), None, True, True, 0.5, "gelu")),
+        (torch.ops.kiln.softmax.default, (x,)),
+        (torch.ops.kiln.log_softmax.default, (x,)),
+        (torch.ops.kiln.softmax_backward.default, (torch.randn(3, 7), torch.rand(3, 7), False)),
+        (torch.ops.kiln.layer_norm.default, (x, torch.randn(12), torch.randn(12), 1e-5)),
+        (torch.ops.kiln.rms_norm.default, (x, torch.randn(12), 1e-6)),
+        (torch.ops.kiln.norm_backward.default, (torch.randn(4, 8), torch.randn(4, 8), None, 1e-5,
+                                                False)),
+        (torch.ops.kiln.max_pool2d.default, (img, [3, 3], [2, 2], [1, 1], [1, 1], False, "nchw")),
+        (torch.ops.kiln.avg_pool2d.default, (img, [2, 2], [], [0, 0], False, "nchw", True, 0)),
+        (torch.ops.kiln.map.default, ("mul:s0,exp,add:y", x, torch.randn(12), None, [0.5])),
+        (torch.ops.kiln.unary.default, ("tanh", x)),
+        (torch.ops.kiln.binary.default, ("sub", x, torch.randn(5, 1))),
+        (torch.ops.kiln.reduce.default, ("sum", x, [0, 2], True, 1)),
+        (torch.ops.kiln.reduce.default, ("argmax", x, [1], False, 1)),
+        (torch.ops.kiln.random.default, ("normal", [4, 6], torch.float32, torch.device("cpu"), 3,
+                                         0, 0.0, 1.0)),
+    ]
+
+
+@pytest.mark.parametrize("op,args", samples(), ids=lambda v: str(v)[:40])
+def test_opcheck(op, args):
+    # Gradients are checked against PyTorch below; opcheck's tests of schema, fake tensors,
+    # autograd registration and AOT dispatch here.
+    opcheck(op, args, test_utils=("test_schema", "test_autograd_registration", "test_faketensor",
+                                  "test_aot_dispatch_dynamic"))
+
+
+def grads(fn, *inputs, upstream=None):
+    """fn's output and the gradients of (output * upstream).sum() for each input."""
+    leaves = [t.detach().clone().requires_grad_() if t is not None else None for t in inputs]
+    out = fn(*leaves)
+    out = out[0] if isinstance(out, tuple) else out
+    up = upstream if upstream is not None else torch.randn_like(out)
+    (out * up).sum().backward()
+    return out, [t.grad if t is not None else None for t in leaves], up
+
+
+def same_grads(kiln_fn, torch_fn, *inputs, tol=1e-4):
+    out, got, up = grads(kiln_fn, *inputs)
+    want_out, want, _ = grads(torch_fn, *inputs, upstream=up)
+    close(out, want_out, tol)
+    for g, w in zip(got, want):
+        if w is not None:
+            close(g, w, tol)
+
+
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("epilogue", ["none", "relu", "gelu"])
+def test_matmul_gradients(ta, tb, epilogue):
+    a = torch.randn(2, 1, 6, 5) if ta else torch.randn(2, 1, 5, 6)
+    b = torch.randn(3, 4, 6) if tb else torch.randn(3, 6, 4)
+    bias = torch.randn(4)
+    act = {"none": lambda v: v, "relu": torch.relu,
+           "gelu": lambda v: torch.nn.functional.gelu(v, approximate="tanh")}[epilogue]
+
+    def ref(a, b, bias):
+        return act(0.5 * ((a.mT if ta else a) @ (b.mT if tb else b)) + bias)
+
+    same_grads(lambda a, b, bias: kt.matmul(a, b, bias, transpose_a=ta, transpose_b=tb,
+                                            alpha=0.5, epilogue=epilogue), ref, a, b, bias)
+
+
+def test_softmax_and_norm_gradients():
+    x = torch.randn(4, 7, 19)
+    same_grads(kt.softmax, lambda v: torch.softmax(v, -1), x)
+    same_grads(kt.log_softmax, lambda v: torch.log_softmax(v, -1), x)
+    w, b = torch.randn(19), torch.randn(19)
+    same_grads(kt.layer_norm, lambda v, w, b: torch.nn.functional.layer_norm(v, (19,), w, b),
+               x, w, b)
+    same_grads(lambda v: kt.layer_norm(v), lambda v: torch.nn.functional.layer_norm(v, (19,)), x)
+    same_grads(lambda v, w: kt.rms_norm(v, w, 1e-6),
+               lambda v, w: torch.nn.functional.rms_norm(v, (19,), w, 1e-6), x, w)
+    h = torch.randn(6, 32, dtype=torch.bfloat16)
+    same_grads(kt.softmax, lambda v: torch.softmax(v.float(), -1).to(v.dtype), h, tol=3e-2)
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_pooling_gradients(layout):
+    x = torch.randn(2, 3, 10, 9)
+
+    def to(v):  # NCHW -> the layout's view of the same numbers
+        return v.permute(0, 2, 3, 1).contiguous() if layout == "nhwc" else v
+
+    def back(v):
+        return v.permute(0, 3, 1, 2) if layout == "nhwc" else v
+
+    same_grads(lambda v: back(kt.max_pool2d(to(v), 3, 2, 1, layout=layout)),
+               lambda v: torch.nn.functional.max_pool2d(v, 3, 2, 1), x)
+    same_grads(lambda v: back(kt.avg_pool2d(to(v), 3, 2, 1, layout=layout,
+                                            count_include_pad=False)),
+               lambda v: torch.nn.functional.avg_pool2d(v, 3, 2, 1, count_include_pad=False), x)
+
+
+def test_a_compiled_model_of_kiln_operators_matches_eager_pytorch():
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(24, 32) / 5)
+            self.b = torch.nn.Parameter(torch.randn(32))
+            self.g = torch.nn.Parameter(torch.ones(32))
+            self.beta = torch.nn.Parameter(torch.zeros(32))
+
+        def forward(self, x, use_kiln=True):
+            if use_kiln:
+                h = kt.matmul(x, self.w, self.b, epilogue="gelu")
+                return kt.softmax(kt.layer_norm(h, self.g, self.beta))
+            h = torch.nn.functional.gelu(x @ self.w + self.b, approximate="tanh")
+            return torch.softmax(torch.nn.functional.layer_norm(h, (32,), self.g, self.beta), -1)
+
+    model = Block()
+    compiled = torch.compile(model, fullgraph=True)
+    x = torch.randn(16, 24)
+    got = compiled(x)
+    want = model(x, use_kiln=False)
+    close(got, want, 1e-5)
+    got.square().sum().backward()  # gradients through the compiled graph
+    kiln_grad = model.w.grad.clone()
+    model.zero_grad()
+    want.square().sum().backward()
+    close(kiln_grad, model.w.grad, 1e-4)
+
+
+def test_random_operators_are_deterministic():
+    u = kt.uniform([1000], seed=5, low=-2, high=2)
+    assert u.dtype == torch.float32 and u.min() >= -2 and u.max() < 2
+    torch.testing.assert_close(u, kt.uniform([1000], seed=5, low=-2, high=2), rtol=0, atol=0)
+    n = kt.normal([1 << 15], dtype=torch.bfloat16, seed=1)
+    assert n.dtype == torch.bfloat16 and abs(n.float().mean()) < 0.05
+    np.testing.assert_array_equal(
+        lib.uniform(shape=(1000,), seed=5, low=-2, high=2), u.numpy())
+
+
+# ---- a user's own kernel --------------------------------------------------------------------
+
+def test_a_dsl_kernel_as_an_operator():
+    row_sum = kt.custom_op("kiln_test::row_sum", "row_sum", inputs=["a"],
+                           outputs=lambda a: a.new_empty(a.shape[0]),
+                           grid=lambda a: (a.shape[0], 64), comptime={"units": 64})
+    a = torch.randn(37, 300)
+    close(row_sum(a), a.sum(1), 1e-4)
+    close(torch.ops.kiln_test.row_sum(a), a.sum(1), 1e-4)
+    opcheck(torch.ops.kiln_test.row_sum.default, (a,),
+            test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
+    compiled = torch.compile(lambda t: row_sum(t) * 2, fullgraph=True)
+    close(compiled(a), a.sum(1) * 2, 1e-4)
+    with pytest.raises(kiln.Error, match="no_such_kernel"):
+        kt.custom_op("kiln_test::nothing", "no_such_kernel", inputs=["a"],
+                     outputs=lambda a: a, grid=lambda a: (1, 1))
+    with pytest.raises(ValueError, match="namespace::op"):
+        kt.custom_op("row_sum2", "row_sum", inputs=["a"], outputs=lambda a: a,
+                     grid=lambda a: (1, 1))
