@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """What a kiln launch costs from Python, against the framework's own smallest operation in the
-same process: a cached launch of `axpy` on 16 floats (with and without the sync) against
-np.add on 16 floats, and, when torch imports, the same with torch tensors against torch.add.
+same process: a cached launch of `axpy` on 16 floats (with and without the sync) and
+kiln.lib.softmax against np.add on 16 floats, and, when torch imports, launches with torch
+tensors, kiln.lib on torch tensors, the kiln.torch operators (torch.ops.kiln.softmax and a
+DSL kernel registered with kiln.torch.custom_op) against torch.add on 16 floats.
 
 Run from a build: PYTHONPATH=build/python python3 tools/bench/python_launch_bench.py
-(torch: the interpreter of a venv that has it, e.g. build/bench-venv/bin/python).
+(torch: the interpreter of a venv that has it, e.g. the one ctest's python_torch makes,
+~/.cache/kiln/python3.X-package/bin/python).
 Timings never gate tests; docs/performance.md records them with the machine and date."""
 import platform
 import statistics
@@ -60,6 +63,10 @@ def main():
     ty = rt.tensor(y)
     row("kiln launch, kiln.Tensor arguments", per_call_us(lambda: rt.launch(k, 1, 256, tx, ty, 1.0)),
         peer)
+    m = np.ones((1, 16), np.float32)
+    mo = np.empty((1, 16), np.float32)
+    row("kiln.lib.softmax(x, y), NumPy (incl. sync)",
+        per_call_us(lambda: kiln.lib.softmax(m, mo), number=5000), peer)
     try:
         import torch
     except ImportError:
@@ -72,6 +79,27 @@ def main():
     print(f"  {'peer: torch.add(a, b, out=) on 16 floats':44s} {tpeer:7.2f} us   (torch "
           f"{torch.__version__})")
     row("kiln launch, torch tensors", per_call_us(lambda: rt.launch(k, 1, 256, a, b, 1.0)), tpeer)
+
+    def launch_sync_torch():
+        rt.launch(k, 1, 256, a, b, 1.0)
+        rt.sync()
+
+    row("kiln launch + sync, torch tensors", per_call_us(launch_sync_torch), tpeer)
+    import kiln.torch as kt
+    s = torch.ones(1, 16)
+    row("kiln.lib.softmax(x) -> new torch tensor",
+        per_call_us(lambda: kiln.lib.softmax(s), number=5000), tpeer)
+    row("torch.ops.kiln.softmax(x)", per_call_us(lambda: torch.ops.kiln.softmax(s), number=5000),
+        tpeer)
+    tsoft = per_call_us(lambda: torch.softmax(s, -1), number=5000)
+    print(f"  {'(torch.softmax(x, -1) itself)':44s} {tsoft:7.2f} us")
+    row_sum = kt.custom_op("kiln_bench::row_sum", "row_sum", inputs=["a"],
+                           outputs=lambda t: t.new_empty(t.shape[0]),
+                           grid=lambda t: (t.shape[0], 64), comptime={"units": 64})
+    row("custom_op row_sum (torch.ops.kiln_bench)", per_call_us(lambda: row_sum(s), number=5000),
+        tpeer)
+    tsum = per_call_us(lambda: torch.sum(s, 1), number=5000)
+    print(f"  {'(torch.sum(x, 1) itself)':44s} {tsum:7.2f} us")
 
 
 if __name__ == "__main__":
