@@ -5,7 +5,9 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <array>
 #include <bit>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -113,12 +115,111 @@ kiln::Tensor import_capsule(kiln::Runtime& rt, py::handle cap) {
           : fmt::format("a capsule named '{}' is not a DLPack tensor", name ? name : "")));
 }
 
+// ---- PyTorch tensors, read from their attributes ---------------------------------------------
+//
+// torch.Tensor.__dlpack__ costs ~3 us per tensor (Python code in torch/_tensor.py, a capsule, a
+// versioned managed tensor). Its facts are a handful of attributes away, so a plain strided
+// tensor of the CPU or of a GPU is described to kiln::from_dlpack directly, which checks it as
+// it checks every DLPack tensor; the managed tensor holds a reference to the torch tensor, and
+// its deleter drops it. Tensors torch would not export (requiring a gradient, negative or
+// conjugate views, other layouts) take __dlpack__, whose error then says why.
+
+struct TorchTypes {
+  PyObject* tensor = nullptr;   // torch.Tensor
+  PyObject* strided = nullptr;  // torch.strided
+  std::vector<std::pair<PyObject*, DLDataType>> dtypes;
+};
+
+// torch's types once torch has been imported (by the caller: never imported here).
+const TorchTypes* torch_types() {
+  static TorchTypes* types = nullptr;  // built once, under the GIL; kept for the process
+  if (types) return types;
+  PyObject* modules = PyImport_GetModuleDict();
+  PyObject* torch = PyDict_GetItemString(modules, "torch");  // borrowed
+  if (!torch || !PyObject_HasAttrString(torch, "Tensor") ||
+      !PyObject_HasAttrString(torch, "strided"))
+    return nullptr;
+  auto* t = new TorchTypes;
+  py::handle m(torch);
+  t->tensor = py::object(m.attr("Tensor")).release().ptr();
+  t->strided = py::object(m.attr("strided")).release().ptr();
+  const std::pair<const char*, DLDataType> names[] = {
+      {"float32", {kDLFloat, 32, 1}},        {"float16", {kDLFloat, 16, 1}},
+      {"bfloat16", {kDLBfloat, 16, 1}},      {"float64", {kDLFloat, 64, 1}},
+      {"int8", {kDLInt, 8, 1}},              {"int16", {kDLInt, 16, 1}},
+      {"int32", {kDLInt, 32, 1}},            {"int64", {kDLInt, 64, 1}},
+      {"uint8", {kDLUInt, 8, 1}},            {"bool", {kDLBool, 8, 1}},
+      {"float8_e4m3fn", {kDLFloat8_e4m3fn, 8, 1}}, {"float8_e5m2", {kDLFloat8_e5m2, 8, 1}}};
+  for (const auto& [name, dl] : names)
+    if (PyObject_HasAttrString(torch, name))
+      t->dtypes.emplace_back(py::object(m.attr(name)).release().ptr(), dl);
+  types = t;
+  return types;
+}
+
+struct TorchManaged {
+  DLManagedTensor managed{};
+  std::array<int64_t, 8> shape{}, strides{};
+  PyObject* owner = nullptr;  // a strong reference to the torch tensor
+};
+
+void release_torch(DLManagedTensor* m) {
+  auto* t = static_cast<TorchManaged*>(m->manager_ctx);
+  if (Py_IsInitialized()) {  // at exit the interpreter may be gone: then the reference leaks
+    py::gil_scoped_acquire gil;
+    Py_DECREF(t->owner);
+  }
+  delete t;
+}
+
+std::optional<kiln::Tensor> import_torch(kiln::Runtime& rt, py::handle obj) {
+  const TorchTypes* types = torch_types();
+  if (!types || !PyObject_TypeCheck(obj.ptr(), reinterpret_cast<PyTypeObject*>(types->tensor)))
+    return std::nullopt;
+  if (obj.attr("requires_grad").cast<bool>() || obj.attr("layout").ptr() != types->strided ||
+      obj.attr("is_neg")().cast<bool>() || obj.attr("is_conj")().cast<bool>())
+    return std::nullopt;
+  const py::handle dtype = obj.attr("dtype");
+  const DLDataType* dl = nullptr;
+  for (const auto& [o, d] : types->dtypes)
+    if (o == dtype.ptr()) dl = &d;
+  if (!dl) return std::nullopt;  // __dlpack__ says what it does with the others
+  const py::object device = obj.attr("device");
+  const std::string kind = device.attr("type").cast<std::string>();
+  if (kind != "cpu" && kind != "cuda") return std::nullopt;
+  const py::tuple shape = obj.attr("shape");
+  const py::tuple strides = obj.attr("stride")();
+  auto t = std::make_unique<TorchManaged>();
+  const size_t rank = shape.size();
+  if (rank > t->shape.size() || strides.size() != rank) return std::nullopt;
+  for (size_t d = 0; d < rank; ++d) {
+    t->shape[d] = shape[d].cast<int64_t>();
+    t->strides[d] = strides[d].cast<int64_t>();
+  }
+  DLTensor& dt = t->managed.dl_tensor;
+  dt.data = reinterpret_cast<void*>(obj.attr("data_ptr")().cast<uintptr_t>());
+  dt.device = kind == "cpu" ? DLDevice{kDLCPU, 0}
+                            : DLDevice{kDLCUDA, device.attr("index").cast<int32_t>()};
+  dt.ndim = static_cast<int32_t>(rank);
+  dt.dtype = *dl;
+  dt.shape = t->shape.data();
+  dt.strides = t->strides.data();
+  dt.byte_offset = 0;  // data_ptr() is the view's first element
+  t->owner = obj.ptr();
+  Py_INCREF(t->owner);
+  t->managed.manager_ctx = t.get();
+  t->managed.deleter = release_torch;
+  DLManagedTensor* m = &t.release()->managed;
+  return take(kiln::from_dlpack(rt, m));  // the deleter runs on success and on failure
+}
+
 }  // namespace
 
 // Anything with __dlpack__ (or a DLPack capsule) as a kiln tensor, without a copy.
 kiln::Tensor import_any(kiln::Runtime& rt, py::handle obj) {
   if (py::isinstance<kiln::Tensor>(obj)) return obj.cast<kiln::Tensor>();
   if (PyCapsule_CheckExact(obj.ptr())) return import_capsule(rt, obj);
+  if (std::optional<kiln::Tensor> t = import_torch(rt, obj)) return std::move(*t);
   if (!py::hasattr(obj, "__dlpack__"))
     raise(kiln::Error(kiln::ErrorKind::InvalidArgument,
                       fmt::format("a {} is not a tensor: pass a kiln.Tensor or an object with "

@@ -35,6 +35,36 @@ _KILN_DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf1
                 torch.int16: "i16", torch.uint8: "u8", torch.bool: "bool"}
 
 
+# The operators live in one torch.library.Library. Each is defined by its schema, with its
+# implementation under CompositeExplicitAutograd (every device), rather than through
+# torch.library.custom_op, whose Python wrapper (aliasing checks, a dynamo-disabled call)
+# costs ~10 us a call; fake implementations and autograd are registered the same way as
+# custom_op's, through torch.library.
+_library = torch.library.Library("kiln", "DEF")
+
+
+class _Op:
+    """One kiln:: operator, defined from its schema and implementation."""
+
+    def __init__(self, schema: str, impl: Callable[..., Any]) -> None:
+        self.name = "kiln::" + schema.split("(", 1)[0]
+        _library.define(schema)
+        _library.impl(schema.split("(", 1)[0], impl, "CompositeExplicitAutograd")
+
+    def register_fake(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        torch.library.register_fake(self.name, lib=_library)(fn)
+        return fn
+
+    def register_autograd(self, backward: Callable[..., Any],
+                          setup_context: Callable[..., Any]) -> None:
+        torch.library.register_autograd(self.name, backward, setup_context=setup_context,
+                                        lib=_library)
+
+
+def _op(schema: str) -> Callable[[Callable[..., Any]], _Op]:
+    return lambda impl: _Op(schema, impl)
+
+
 def _d(t: Optional[Tensor]) -> Optional[Tensor]:
     """t without its autograd history: an operator's implementation runs below autograd, and
     PyTorch exports no tensor that requires a gradient through DLPack."""
@@ -62,7 +92,9 @@ def _matmul_shape(a: Tensor, b: Tensor, transpose_a: bool, transpose_b: bool) ->
     return list(batch) + [m, n]
 
 
-@torch.library.custom_op("kiln::matmul", mutates_args=())
+@_op("matmul(Tensor a, Tensor b, Tensor? bias=None, bool transpose_a=False, "
+     "bool transpose_b=False, float alpha=1.0, str epilogue=\"none\", "
+     "bool allow_tf32=False) -> Tensor")
 def _matmul(a: Tensor, b: Tensor, bias: Optional[Tensor] = None, transpose_a: bool = False,
             transpose_b: bool = False, alpha: float = 1.0, epilogue: str = "none",
             allow_tf32: bool = False) -> Tensor:
@@ -128,17 +160,17 @@ def matmul(a: Tensor, b: Tensor, bias: Optional[Tensor] = None, *, transpose_a: 
 
 # ---- softmax and log_softmax ------------------------------------------------------------------
 
-@torch.library.custom_op("kiln::softmax", mutates_args=())
+@_op("softmax(Tensor x) -> Tensor")
 def _softmax(x: Tensor) -> Tensor:
     return _lib.softmax(_d(x))
 
 
-@torch.library.custom_op("kiln::log_softmax", mutates_args=())
+@_op("log_softmax(Tensor x) -> Tensor")
 def _log_softmax(x: Tensor) -> Tensor:
     return _lib.log_softmax(_d(x))
 
 
-@torch.library.custom_op("kiln::softmax_backward", mutates_args=())
+@_op("softmax_backward(Tensor g, Tensor y, bool log) -> Tensor")
 def _softmax_backward(g: Tensor, y: Tensor, log: bool) -> Tensor:
     """The gradient of softmax (log=False: y * (g - sum(g y))) or of log_softmax (log=True:
     g - exp(y) sum(g)) along the last axis, from the output y; in f32, rounded to y's type."""
@@ -152,8 +184,8 @@ def _softmax_backward(g: Tensor, y: Tensor, log: bool) -> Tensor:
     return dx if y.dtype == torch.float32 else dx.to(y.dtype)
 
 
-for _op in (_softmax, _log_softmax):
-    _op.register_fake(lambda x: torch.empty_like(x, memory_format=torch.contiguous_format))
+for _sm in (_softmax, _log_softmax):
+    _sm.register_fake(lambda x: torch.empty_like(x, memory_format=torch.contiguous_format))
 _softmax_backward.register_fake(
     lambda g, y, log: torch.empty_like(y, memory_format=torch.contiguous_format))
 
@@ -182,18 +214,19 @@ def log_softmax(x: Tensor) -> Tensor:
 
 # ---- layer_norm and rms_norm ----------------------------------------------------------------
 
-@torch.library.custom_op("kiln::layer_norm", mutates_args=())
+@_op("layer_norm(Tensor x, Tensor? weight=None, Tensor? bias=None, float eps=1e-05) -> Tensor")
 def _layer_norm(x: Tensor, weight: Optional[Tensor] = None, bias: Optional[Tensor] = None,
                 eps: float = 1e-5) -> Tensor:
     return _lib.layer_norm(_d(x), weight=_d(weight), bias=_d(bias), eps=eps)
 
 
-@torch.library.custom_op("kiln::rms_norm", mutates_args=())
+@_op("rms_norm(Tensor x, Tensor? weight=None, float eps=1e-05) -> Tensor")
 def _rms_norm(x: Tensor, weight: Optional[Tensor] = None, eps: float = 1e-5) -> Tensor:
     return _lib.rms_norm(_d(x), weight=_d(weight), eps=eps)
 
 
-@torch.library.custom_op("kiln::norm_backward", mutates_args=())
+@_op("norm_backward(Tensor g, Tensor x, Tensor? weight, float eps, bool rms) -> (Tensor, "
+     "Tensor, Tensor)")
 def _norm_backward(g: Tensor, x: Tensor, weight: Optional[Tensor], eps: float,
                    rms: bool) -> Tuple[Tensor, Tensor, Tensor]:
     """Gradients of layer_norm (rms=False) or rms_norm (rms=True) along the last axis with
@@ -298,7 +331,8 @@ def _pool_shape(x, kernel, stride, padding, dilation, ceil_mode, layout):
                                          dilation=dilation, ceil_mode=ceil_mode, layout=layout))
 
 
-@torch.library.custom_op("kiln::max_pool2d", mutates_args=())
+@_op("max_pool2d(Tensor x, int[] kernel, int[] stride, int[] padding, int[] dilation, "
+     "bool ceil_mode=False, str layout=\"nchw\") -> (Tensor, Tensor)")
 def _max_pool2d(x: Tensor, kernel: List[int], stride: List[int], padding: List[int],
                 dilation: List[int], ceil_mode: bool = False,
                 layout: str = "nchw") -> Tuple[Tensor, Tensor]:
@@ -343,7 +377,9 @@ def _max_pool2d_backward(ctx, g, g_indices):
 _max_pool2d.register_autograd(_max_pool2d_backward, setup_context=_max_pool2d_setup)
 
 
-@torch.library.custom_op("kiln::avg_pool2d", mutates_args=())
+@_op("avg_pool2d(Tensor x, int[] kernel, int[] stride, int[] padding, "
+     "bool ceil_mode=False, str layout=\"nchw\", bool count_include_pad=True, "
+     "int divisor=0) -> Tensor")
 def _avg_pool2d(x: Tensor, kernel: List[int], stride: List[int], padding: List[int],
                 ceil_mode: bool = False, layout: str = "nchw", count_include_pad: bool = True,
                 divisor: int = 0) -> Tensor:
@@ -405,7 +441,7 @@ def avg_pool2d(x: Tensor, kernel: Any = 2, stride: Any = None, padding: Any = 0,
 
 # ---- elementwise, reductions, random numbers (no gradients) ---------------------------------
 
-@torch.library.custom_op("kiln::map", mutates_args=())
+@_op("map(str chain, Tensor x, Tensor? y=None, Tensor? z=None, float[]? scalars=None) -> Tensor")
 def _map(chain: str, x: Tensor, y: Optional[Tensor] = None, z: Optional[Tensor] = None,
          scalars: Optional[List[float]] = None) -> Tensor:
     return _lib.map(_steps(chain), _d(x), y=_d(y), z=_d(z), scalars=scalars or ())
@@ -422,7 +458,7 @@ def _(chain, x, y=None, z=None, scalars=None):
     return x.new_empty(shape)
 
 
-@torch.library.custom_op("kiln::unary", mutates_args=())
+@_op("unary(str op, Tensor x) -> Tensor")
 def _unary(op: str, x: Tensor) -> Tensor:
     return _lib.unary(op, _d(x))
 
@@ -430,7 +466,7 @@ def _unary(op: str, x: Tensor) -> Tensor:
 _unary.register_fake(lambda op, x: x.new_empty(x.shape))
 
 
-@torch.library.custom_op("kiln::binary", mutates_args=())
+@_op("binary(str op, Tensor a, Tensor b) -> Tensor")
 def _binary(op: str, a: Tensor, b: Tensor) -> Tensor:
     return _lib.binary(op, _d(a), _d(b))
 
@@ -438,7 +474,7 @@ def _binary(op: str, a: Tensor, b: Tensor) -> Tensor:
 _binary.register_fake(lambda op, a, b: a.new_empty(torch.broadcast_shapes(a.shape, b.shape)))
 
 
-@torch.library.custom_op("kiln::reduce", mutates_args=())
+@_op("reduce(str op, Tensor x, int[] axes, bool keepdim=False, int correction=1) -> Tensor")
 def _reduce(op: str, x: Tensor, axes: List[int], keepdim: bool = False,
             correction: int = 1) -> Tensor:
     return _lib.reduce(op, _d(x), axes=axes, keepdim=keepdim, correction=correction)
@@ -451,7 +487,8 @@ def _(op, x, axes, keepdim=False, correction=1):
     return x.new_empty(shape, dtype=getattr(torch, _lib._TORCH[dtype]))
 
 
-@torch.library.custom_op("kiln::random", mutates_args=())
+@_op("random(str kind, int[] shape, ScalarType dtype, Device device, int seed, "
+     "int offset, float p0, float p1) -> Tensor")
 def _random(kind: str, shape: List[int], dtype: torch.dtype, device: torch.device, seed: int,
             offset: int, p0: float, p1: float) -> Tensor:
     out = torch.empty(shape, dtype=dtype, device=device)
@@ -508,7 +545,8 @@ def normal(shape: Sequence[int], dtype: torch.dtype = torch.float32, device: Any
 
 def custom_op(name: str, kernel: str, *, inputs: Sequence[str],
               outputs: Callable[..., Any], grid: Callable[..., Tuple[Any, Any]],
-              comptime: Optional[Dict[str, Any]] = None, num_outputs: int = 1) -> Callable[..., Any]:
+              comptime: Optional[Dict[str, Any]] = None,
+              num_outputs: int = 1) -> Callable[..., Any]:
     """Registers the DSL kernel `kernel` (a registered name) as the PyTorch operator `name`
     ("namespace::op") and returns a function that calls it.
 
