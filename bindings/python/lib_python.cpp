@@ -85,9 +85,12 @@ Tensor tensor(Runtime& rt, py::handle v, const char* name) {
   } catch (py::error_already_set& e) {
     // The producer refused to export it (NumPy 1: a read-only array): say which argument.
     if (!e.matches(PyExc_BufferError)) throw;
-    raise_invalid(fmt::format("argument '{}' cannot be passed through DLPack: {} (a read-only "
-                              "array cannot be an output; an input can be copied first)",
-                              name, py::str(e.value()).cast<std::string>()));
+    const std::string why = py::str(e.value()).cast<std::string>();
+    raise_invalid(fmt::format("argument '{}' cannot be passed through DLPack: {}{}", name, why,
+                              why.find("readonly") != std::string::npos
+                                  ? " (a read-only array cannot be an output; an input can be "
+                                    "copied first)"
+                                  : ""));
   }
 }
 std::optional<Tensor> optional_tensor(Runtime& rt, py::handle v, const char* name) {

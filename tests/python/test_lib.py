@@ -273,3 +273,29 @@ def test_numpy_arrays_on_another_runtime():
     lib.softmax(emu.upload(x), y, runtime=emu)
     emu.sync()
     close(y.numpy(), softmax_ref(x), 1e-6)
+
+
+# ---- every element type NumPy has, both ways ---------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
+                                   "uint32", "uint64", "float16", "float32", "float64"])
+def test_every_numpy_type_round_trips(dtype):
+    src = (RNG.standard_normal((5, 7)) * 50).astype(dtype)
+    old_numpy = np.lib.NumpyVersion(np.__version__) < "1.25.0"
+    if dtype == "bool" and old_numpy:  # NumPy 1.24 exports no bool array through DLPack
+        with pytest.raises(kiln.Error, match="argument 'src' cannot be passed through DLPack"):
+            lib.copy(src, np.zeros_like(src))
+        return
+    for device in ("cpu", "cuda-emu"):
+        rt = kiln.Runtime(device)
+        t = rt.upload(src)
+        assert t.dtype == lib._FROM_NUMPY[np.dtype(dtype).name]
+        np.testing.assert_array_equal(t.numpy(), src)
+        if device == "cpu":
+            np.testing.assert_array_equal(np.from_dlpack(t), src)
+            dst = np.zeros_like(src)
+            lib.copy(t, dst, runtime=rt)  # a kiln tensor into a NumPy array, on its runtime
+            np.testing.assert_array_equal(dst, src)
+    strided = np.zeros((5, 14), dtype)
+    lib.copy(src, strided[:, ::2])
+    np.testing.assert_array_equal(strided[:, ::2], src)
