@@ -1,7 +1,9 @@
-// kiln._kiln, the extension module under the `kiln` package: devices, runtimes, kernels by name, launches on kiln tensors or on
-// anything with __dlpack__ (NumPy arrays, PyTorch tensors) without copies, kiln tensors that
-// NumPy and PyTorch read through DLPack, plugins, and errors as kiln.Error (with the DSL line).
-// docs/embedding.md#python is the guide; tests/python/test_kiln.py the tests.
+// kiln._kiln, the extension module of the `kiln` package: devices, runtimes, kernels by name,
+// launches on kiln tensors or on anything with __dlpack__ (NumPy arrays, PyTorch tensors)
+// without copies, kiln tensors that NumPy and PyTorch read through DLPack, plugins, and errors
+// as kiln.Error (with the DSL line).
+// docs/embedding.md#python and docs/python.md are the guides; tests/python/ the tests. The
+// kernel library's entry points are in lib_python.cpp.
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
@@ -143,13 +145,18 @@ const TorchTypes* torch_types() {
   py::handle m(torch);
   t->tensor = py::object(m.attr("Tensor")).release().ptr();
   t->strided = py::object(m.attr("strided")).release().ptr();
-  const std::pair<const char*, DLDataType> names[] = {
-      {"float32", {kDLFloat, 32, 1}},        {"float16", {kDLFloat, 16, 1}},
-      {"bfloat16", {kDLBfloat, 16, 1}},      {"float64", {kDLFloat, 64, 1}},
-      {"int8", {kDLInt, 8, 1}},              {"int16", {kDLInt, 16, 1}},
-      {"int32", {kDLInt, 32, 1}},            {"int64", {kDLInt, 64, 1}},
-      {"uint8", {kDLUInt, 8, 1}},            {"bool", {kDLBool, 8, 1}},
-      {"float8_e4m3fn", {kDLFloat8_e4m3fn, 8, 1}}, {"float8_e5m2", {kDLFloat8_e5m2, 8, 1}}};
+  const std::pair<const char*, DLDataType> names[] = {{"float32", {kDLFloat, 32, 1}},
+                                                      {"float16", {kDLFloat, 16, 1}},
+                                                      {"bfloat16", {kDLBfloat, 16, 1}},
+                                                      {"float64", {kDLFloat, 64, 1}},
+                                                      {"int8", {kDLInt, 8, 1}},
+                                                      {"int16", {kDLInt, 16, 1}},
+                                                      {"int32", {kDLInt, 32, 1}},
+                                                      {"int64", {kDLInt, 64, 1}},
+                                                      {"uint8", {kDLUInt, 8, 1}},
+                                                      {"bool", {kDLBool, 8, 1}},
+                                                      {"float8_e4m3fn", {kDLFloat8_e4m3fn, 8, 1}},
+                                                      {"float8_e5m2", {kDLFloat8_e5m2, 8, 1}}};
   for (const auto& [name, dl] : names)
     if (PyObject_HasAttrString(torch, name))
       t->dtypes.emplace_back(py::object(m.attr(name)).release().ptr(), dl);
@@ -176,10 +183,11 @@ std::optional<kiln::Tensor> import_torch(kiln::Runtime& rt, py::handle obj) {
   const TorchTypes* types = torch_types();
   if (!types || !PyObject_TypeCheck(obj.ptr(), reinterpret_cast<PyTypeObject*>(types->tensor)))
     return std::nullopt;
-  if (obj.attr("requires_grad").cast<bool>() || obj.attr("layout").ptr() != types->strided ||
-      obj.attr("is_neg")().cast<bool>() || obj.attr("is_conj")().cast<bool>())
+  if (obj.attr("requires_grad").cast<bool>() ||
+      py::object(obj.attr("layout")).ptr() != types->strided || obj.attr("is_neg")().cast<bool>() ||
+      obj.attr("is_conj")().cast<bool>())
     return std::nullopt;
-  const py::handle dtype = obj.attr("dtype");
+  const py::object dtype = obj.attr("dtype");
   const DLDataType* dl = nullptr;
   for (const auto& [o, d] : types->dtypes)
     if (o == dtype.ptr()) dl = &d;
@@ -198,8 +206,8 @@ std::optional<kiln::Tensor> import_torch(kiln::Runtime& rt, py::handle obj) {
   }
   DLTensor& dt = t->managed.dl_tensor;
   dt.data = reinterpret_cast<void*>(obj.attr("data_ptr")().cast<uintptr_t>());
-  dt.device = kind == "cpu" ? DLDevice{kDLCPU, 0}
-                            : DLDevice{kDLCUDA, device.attr("index").cast<int32_t>()};
+  dt.device =
+      kind == "cpu" ? DLDevice{kDLCPU, 0} : DLDevice{kDLCUDA, device.attr("index").cast<int32_t>()};
   dt.ndim = static_cast<int32_t>(rank);
   dt.dtype = *dl;
   dt.shape = t->shape.data();

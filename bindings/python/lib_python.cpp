@@ -34,24 +34,21 @@ template <class E>
 using Names = std::initializer_list<std::pair<const char*, E>>;
 
 const Names<Op> kOps = {
-    {"neg", Op::Neg},       {"abs", Op::Abs},         {"square", Op::Square},
-    {"recip", Op::Recip},   {"sqrt", Op::Sqrt},       {"rsqrt", Op::Rsqrt},
-    {"exp", Op::Exp},       {"exp2", Op::Exp2},       {"log", Op::Log},
-    {"log2", Op::Log2},     {"sin", Op::Sin},         {"cos", Op::Cos},
-    {"tanh", Op::Tanh},     {"sigmoid", Op::Sigmoid}, {"relu", Op::Relu},
-    {"gelu", Op::Gelu},     {"silu", Op::Silu},       {"floor", Op::Floor},
-    {"ceil", Op::Ceil},     {"round", Op::Round},     {"trunc", Op::Trunc},
-    {"add", Op::Add},       {"sub", Op::Sub},         {"mul", Op::Mul},
-    {"div", Op::Div},       {"max", Op::Max},         {"min", Op::Min},
-    {"pow", Op::Pow},       {"eq", Op::Eq},           {"ne", Op::Ne},
-    {"lt", Op::Lt},         {"le", Op::Le},           {"gt", Op::Gt},
-    {"ge", Op::Ge},         {"rsub", Op::RSub},       {"rdiv", Op::RDiv}};
+    {"neg", Op::Neg},     {"abs", Op::Abs},         {"square", Op::Square}, {"recip", Op::Recip},
+    {"sqrt", Op::Sqrt},   {"rsqrt", Op::Rsqrt},     {"exp", Op::Exp},       {"exp2", Op::Exp2},
+    {"log", Op::Log},     {"log2", Op::Log2},       {"sin", Op::Sin},       {"cos", Op::Cos},
+    {"tanh", Op::Tanh},   {"sigmoid", Op::Sigmoid}, {"relu", Op::Relu},     {"gelu", Op::Gelu},
+    {"silu", Op::Silu},   {"floor", Op::Floor},     {"ceil", Op::Ceil},     {"round", Op::Round},
+    {"trunc", Op::Trunc}, {"add", Op::Add},         {"sub", Op::Sub},       {"mul", Op::Mul},
+    {"div", Op::Div},     {"max", Op::Max},         {"min", Op::Min},       {"pow", Op::Pow},
+    {"eq", Op::Eq},       {"ne", Op::Ne},           {"lt", Op::Lt},         {"le", Op::Le},
+    {"gt", Op::Gt},       {"ge", Op::Ge},           {"rsub", Op::RSub},     {"rdiv", Op::RDiv}};
 const Names<Arg> kArgs = {{"x", Arg::X},   {"y", Arg::Y},   {"z", Arg::Z},  {"s0", Arg::S0},
                           {"s1", Arg::S1}, {"s2", Arg::S2}, {"s3", Arg::S3}};
-const Names<ReduceOp> kReduceOps = {
-    {"sum", ReduceOp::Sum},       {"mean", ReduceOp::Mean},     {"max", ReduceOp::Max},
-    {"min", ReduceOp::Min},       {"prod", ReduceOp::Prod},     {"argmax", ReduceOp::ArgMax},
-    {"argmin", ReduceOp::ArgMin}, {"var", ReduceOp::Var}};
+const Names<ReduceOp> kReduceOps = {{"sum", ReduceOp::Sum},       {"mean", ReduceOp::Mean},
+                                    {"max", ReduceOp::Max},       {"min", ReduceOp::Min},
+                                    {"prod", ReduceOp::Prod},     {"argmax", ReduceOp::ArgMax},
+                                    {"argmin", ReduceOp::ArgMin}, {"var", ReduceOp::Var}};
 const Names<lib::Epilogue> kEpilogues = {
     {"none", lib::Epilogue::None}, {"relu", lib::Epilogue::Relu}, {"gelu", lib::Epilogue::Gelu}};
 const Names<lib::Layout> kLayouts = {{"nchw", lib::Layout::Nchw}, {"nhwc", lib::Layout::Nhwc}};
@@ -75,11 +72,11 @@ E parse(const Names<E>& names, const std::string& text, std::string_view what) {
 
 // A tensor argument, named as the C++ entry point names it.
 Tensor tensor(Runtime& rt, py::handle v, const char* name) {
-  if (!py::isinstance<Tensor>(v) && !PyCapsule_CheckExact(v.ptr()) &&
-      !py::hasattr(v, "__dlpack__"))
-    raise_invalid(fmt::format("argument '{}' is a {}, not a tensor: pass a kiln.Tensor or an "
-                              "object with __dlpack__ (a NumPy array, a PyTorch tensor)",
-                              name, type_name(v)));
+  if (!py::isinstance<Tensor>(v) && !PyCapsule_CheckExact(v.ptr()) && !py::hasattr(v, "__dlpack__"))
+    raise_invalid(
+        fmt::format("argument '{}' is a {}, not a tensor: pass a kiln.Tensor or an "
+                    "object with __dlpack__ (a NumPy array, a PyTorch tensor)",
+                    name, type_name(v)));
   try {
     return import_any(rt, v);
   } catch (py::error_already_set& e) {
@@ -138,8 +135,7 @@ lib::Pool2dOptions pool_options(py::handle kernel, py::handle stride, py::handle
   return o;
 }
 
-lib::ReduceOptions reduce_options(const std::vector<int>& axes, bool keepdim,
-                                  int64_t correction) {
+lib::ReduceOptions reduce_options(const std::vector<int>& axes, bool keepdim, int64_t correction) {
   lib::ReduceOptions o;
   o.axes = axes;
   o.keepdim = keepdim;
@@ -150,15 +146,13 @@ lib::ReduceOptions reduce_options(const std::vector<int>& axes, bool keepdim,
 void bind_elementwise(py::module_& m) {
   m.def(
       "map",
-      [](Runtime& rt, const std::vector<std::pair<std::string, std::string>>& chain,
-         py::handle x, py::handle out, py::handle y, py::handle z,
-         const std::vector<float>& scalars) {
+      [](Runtime& rt, const std::vector<std::pair<std::string, std::string>>& chain, py::handle x,
+         py::handle out, py::handle y, py::handle z, const std::vector<float>& scalars) {
         std::vector<lib::Step> steps;
         for (size_t i = 0; i < chain.size(); ++i) {
           const std::string what = fmt::format("chain[{}]", i);
           lib::Step s{parse(kOps, chain[i].first, what), Arg::None};
-          if (!chain[i].second.empty())
-            s.arg = parse(kArgs, chain[i].second, what + "'s operand");
+          if (!chain[i].second.empty()) s.arg = parse(kArgs, chain[i].second, what + "'s operand");
           steps.push_back(s);
         }
         const Tensor tx = tensor(rt, x, "x");
@@ -229,8 +223,8 @@ void bind_matmul_and_norms(py::module_& m) {
   }
   for (const char* name : {"layer_norm", "rms_norm"}) {
     const bool rms = std::string_view(name) == "rms_norm";
-    m.def(name, [rms](Runtime& rt, py::handle x, py::handle y, py::handle weight,
-                      py::handle bias, float eps) {
+    m.def(name, [rms](Runtime& rt, py::handle x, py::handle y, py::handle weight, py::handle bias,
+                      float eps) {
       const Tensor tx = tensor(rt, x, "x");
       Tensor ty = tensor(rt, y, "y");
       const std::optional<Tensor> w = optional_tensor(rt, weight, "weight");
@@ -294,9 +288,7 @@ void bind_reduce_pool_random(py::module_& m) {
                          double p1) {
       Tensor t = tensor(rt, out, "out");
       const lib::RandomOptions o{seed, offset};
-      run([&] {
-        return normal ? lib::normal(rt, t, o, p0, p1) : lib::uniform(rt, t, o, p0, p1);
-      });
+      run([&] { return normal ? lib::normal(rt, t, o, p0, p1) : lib::uniform(rt, t, o, p0, p1); });
     });
   }
 }
