@@ -23,6 +23,8 @@ bf16: use PyTorch tensors or kiln.Tensors for it).
 from typing import Any, Optional, Sequence, Tuple, Union
 
 from . import _kiln
+from . import _runtime_of
+from . import runtime as _shared
 from ._kiln import Error
 
 _L = _kiln._lib
@@ -82,18 +84,17 @@ def _dtype(x: Any, kind: str, name: str) -> str:
 
 
 def _runtime(x: Any, kind: str, runtime: Any) -> Any:
-    from . import _runtime_of, runtime as shared
     if runtime is not None:
         return runtime
     if kind == "kiln":
         return _runtime_of(x)
     if kind == "numpy":
-        return shared("cpu")
+        return _shared("cpu")
     device = x.device
     if device.type == "cpu":
-        return shared("cpu")
+        return _shared("cpu")
     if device.type == "cuda":
-        return shared(f"cuda:{device.index or 0}")
+        return _shared(f"cuda:{device.index or 0}")
     raise _error(f"a PyTorch tensor on {device} has no kiln device (cpu and cuda have)")
 
 
