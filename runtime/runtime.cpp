@@ -355,6 +355,15 @@ Result<Stream> Runtime::wrap_stream(void* native) {
   return out;
 }
 
+Result<Runtime> Runtime::on_stream(const Stream& stream) const {
+  KILN_TRY(check_stream(stream, "on_stream"));
+  auto state = std::make_shared<detail::RuntimeState>(*s_);
+  state->default_stream = stream;
+  Runtime rt;
+  rt.s_ = std::move(state);
+  return rt;
+}
+
 Status Runtime::sync() {
   return sync(s_->default_stream);
 }

@@ -187,6 +187,14 @@ class Runtime {
   // stream): kiln's launches on it order with the caller's work, and sync() waits for it. The
   // CPU and the emulator have no native streams (an Unsupported error).
   Result<Stream> wrap_stream(void* native);
+  // This runtime with `stream` (one of its own: new_stream, wrap_stream) as its default
+  // stream. The copy shares the device, its memory and the caches; what is launched through it
+  // without a stream, the kernel library's launches included, goes on `stream`, and its sync()
+  // waits for `stream`. E.g. kiln::lib on a framework's current CUDA stream:
+  //   KILN_ASSIGN(Stream s, rt.wrap_stream(torch_stream));
+  //   KILN_ASSIGN(Runtime on, rt.on_stream(s));
+  //   KILN_TRY(kiln::lib::softmax(on, x, y));   // ordered with the framework's work
+  Result<Runtime> on_stream(const Stream& stream) const;
   // Waits for the stream's launches; returns the first fault they reported (and delivers
   // their prints).
   Status sync();

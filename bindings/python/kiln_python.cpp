@@ -761,6 +761,16 @@ PYBIND11_MODULE(_kiln, m) {
           "A kiln.Stream over a CUDA stream another framework owns, by its handle "
           "(torch.cuda.current_stream().cuda_stream); cuda:N runtimes only.")
       .def(
+          "on_stream",
+          [](const kiln::Runtime& rt, const kiln::Stream& stream) {
+            return take(rt.on_stream(stream));
+          },
+          py::arg("stream"),
+          "This runtime with `stream` (one of its own) as its default stream: launches and "
+          "kiln.lib calls through the copy go on `stream`, and its sync() waits for it; it "
+          "shares the device, its memory and caches (kiln.lib on PyTorch's current stream: "
+          "rt.on_stream(rt.wrap_stream(torch.cuda.current_stream().cuda_stream))).")
+      .def(
           "launch_on",
           [](kiln::Runtime& rt, const kiln::Stream& stream, py::object kernel, py::object cubes,
              py::object cube_dim, py::args args,

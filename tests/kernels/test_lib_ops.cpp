@@ -492,3 +492,44 @@ TEST_CASE("kiln::lib refuses what it cannot compute, naming it", "[lib]") {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+TEST_CASE("kiln::lib runs on the stream a Runtime::on_stream copy names", "[lib][stream]") {
+  (void)kernels::builtin_names();
+  for (const char* device : {"cpu", "cuda-emu"}) {
+    auto rt = Runtime::open(device);
+    REQUIRE(rt.ok());
+    auto stream = rt->new_stream();
+    REQUIRE(stream.ok());
+    auto on = rt->on_stream(*stream);
+    REQUIRE(on.ok());
+    CHECK(&on->device() == &rt->device());  // the same device, memory and caches
+    std::vector<float> host(6 * 33);
+    for (size_t i = 0; i < host.size(); ++i) host[i] = std::sin(static_cast<float>(i));
+    auto x = rt->empty(ir::ElemType::F32, {6, 33});
+    auto y = on->empty(ir::ElemType::F32, {6, 33});
+    REQUIRE((x.ok() && y.ok()));
+    REQUIRE(x->upload(host.data(), host.size() * 4).ok());
+    REQUIRE(lib::softmax(*on, *x, *y).ok());
+    REQUIRE(on->sync().ok());  // waits for `stream`, where the library launched
+    std::vector<float> got(host.size());
+    REQUIRE(y->download(got.data(), got.size() * 4).ok());
+    for (int r = 0; r < 6; ++r) {
+      double m = -1e30, sum = 0;
+      for (int c = 0; c < 33; ++c) m = std::max(m, double(host[r * 33 + c]));
+      for (int c = 0; c < 33; ++c) sum += std::exp(host[r * 33 + c] - m);
+      for (int c = 0; c < 33; ++c)
+        CHECK(got[r * 33 + c] == Approx(std::exp(host[r * 33 + c] - m) / sum).epsilon(1e-5));
+    }
+    auto other = Runtime::open(device);
+    REQUIRE(other.ok());
+    auto foreign = other->on_stream(*stream);
+    REQUIRE_FALSE(foreign.ok());
+    CHECK_THAT(foreign.error().message, Contains("on_stream on a stream of another Runtime"));
+  }
+}
+
+}  // namespace
+}  // namespace kiln

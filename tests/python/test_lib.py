@@ -299,3 +299,17 @@ def test_every_numpy_type_round_trips(dtype):
     strided = np.zeros((5, 14), dtype)
     lib.copy(src, strided[:, ::2])
     np.testing.assert_array_equal(strided[:, ::2], src)
+
+
+def test_a_runtime_on_another_stream():
+    # What kiln.lib does with PyTorch's CUDA stream, on a stream of the CPU's own.
+    for device in ("cpu", "cuda-emu"):
+        rt = kiln.Runtime(device)
+        on = rt.on_stream(rt.new_stream())
+        assert on.device == device and on._device_key == rt._device_key
+        x = rand(5, 12)
+        y = lib.softmax(rt.upload(x), runtime=on)
+        on.sync()  # waits for the stream the copy launches on
+        close(y.numpy(), softmax_ref(x), 1e-6)
+        with pytest.raises(kiln.Error, match="another Runtime"):
+            kiln.Runtime(device).on_stream(rt.new_stream())

@@ -12,10 +12,10 @@ docs/kernels.md has the details) and:
   ``kiln.runtime(device)`` for NumPy arrays ('cpu') and PyTorch tensors (their device);
 - raises kiln.Error naming the argument when an argument does not fit.
 
-NumPy and PyTorch results are complete when the call returns; kiln.Tensor results are
-asynchronous, as launches are (``Runtime.sync()`` waits). For CUDA tensors PyTorch's current
-stream is synchronized before the call and kiln's after it (kiln does not yet launch the library
-on PyTorch's stream).
+NumPy and PyTorch CPU results are complete when the call returns; kiln.Tensor results are
+asynchronous, as launches are (``Runtime.sync()`` waits). For CUDA tensors the library runs on
+PyTorch's current stream (``Runtime.on_stream``), ordered with PyTorch's work as its own
+operations are.
 
 Element types are kiln's names: 'f32', 'f16', 'bf16', 'f64', 'i32', 'i64', ... (NumPy has no
 bf16: use PyTorch tensors or kiln.Tensors for it).
@@ -98,6 +98,21 @@ def _runtime(x: Any, kind: str, runtime: Any) -> Any:
     raise _error(f"a PyTorch tensor on {device} has no kiln device (cpu and cuda have)")
 
 
+# The runtimes of PyTorch's CUDA streams: (device, stream handle) -> the shared cuda:N runtime
+# on that stream (Runtime.on_stream), so that kiln.lib's work is ordered with PyTorch's.
+_torch_streams: dict = {}
+
+
+def _on_torch_stream(rt: Any, device: Any) -> Any:
+    import torch
+    handle = torch.cuda.current_stream(device).cuda_stream
+    key = (rt.device, handle)
+    on = _torch_streams.get(key)
+    if on is None:
+        on = _torch_streams[key] = rt.on_stream(rt.wrap_stream(handle))
+    return on
+
+
 class _Call:
     """One library call: its runtime, the kind of its results, and the waits around it."""
 
@@ -108,7 +123,10 @@ class _Call:
             if t is not None:
                 _kind(t, other)
         self.rt = _runtime(first, self.kind, runtime)
-        self.cuda = self.kind == "torch" and first.device.type == "cuda"
+        # CUDA tensors: on PyTorch's current stream, ordered with its work, without a wait.
+        self.cuda = self.kind == "torch" and first.device.type == "cuda" and runtime is None
+        if self.cuda:
+            self.rt = _on_torch_stream(self.rt, first.device)
 
     def dtype(self, x: Any, name: str) -> str:
         return _dtype(x, _kind(x, name), name)
@@ -128,14 +146,12 @@ class _Call:
         return self.rt.empty(dtype, shape)
 
     def __enter__(self) -> "_Call":
-        if self.cuda:
-            import torch
-            torch.cuda.current_stream(self.like.device).synchronize()
         return self
 
     def __exit__(self, failed: Any, *rest: Any) -> None:
-        # NumPy and PyTorch callers read their results at once; kiln.Tensors stay asynchronous.
-        if failed is None and self.kind != "kiln":
+        # NumPy and PyTorch CPU callers read their results at once; kiln.Tensors stay
+        # asynchronous, and so does CUDA work, which is on PyTorch's stream.
+        if failed is None and self.kind != "kiln" and not self.cuda:
             self.rt.sync()
 
 

@@ -14,8 +14,8 @@ and avg_pool2d's is PyTorch's own avg_pool2d backward.
 
 A user's own DSL kernel becomes an operator with ``kiln.torch.custom_op`` (below).
 
-CUDA tensors: kiln's library runs after PyTorch's current stream is synchronized and is waited
-for before the operator returns; custom_op kernels run on PyTorch's current stream.
+CUDA tensors: the operators run on PyTorch's current stream (kiln.Runtime.on_stream), ordered
+with PyTorch's work; custom_op kernels too, and wait for their kernel to report its faults.
 """
 from builtins import map as map_
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
