@@ -328,6 +328,23 @@ class NumPy(unittest.TestCase):
 
 
 class Streams(unittest.TestCase):
+    def test_launch_takes_kernel_cubes_and_cube_dim_first(self):
+        rt = cpu()
+        x = np.arange(4, dtype=np.float32)
+        y = np.zeros(4, dtype=np.float32)
+        with self.assertRaisesRegex(TypeError, "first three arguments are positional"):
+            rt.launch("axpy", 1)
+        with self.assertRaisesRegex(TypeError, "first four arguments are positional"):
+            rt.launch_on(rt.new_stream(), "axpy", 1)
+        with self.assertRaisesRegex(kiln.Error, "the stream is a kiln.Stream"):
+            rt.launch_on("not a stream", "axpy", 1, 256, x, y, 1.0)
+        with self.assertRaisesRegex(kiln.Error, "name \\(str\\) or a kiln.Kernel; got a int"):
+            rt.launch(3, 1, 256, x, y, 1.0)
+        k = rt.kernel("axpy")
+        rt.launch(k, (1,), (256, 1, 1), x, y, 1.0, checked=True)  # this launch's option
+        rt.sync()
+        self.assertEqual(y.tolist(), x.tolist())
+
     def test_launches_on_a_stream_of_their_own(self):
         rt = cpu()
         s = rt.new_stream()
@@ -379,6 +396,34 @@ class PyTorch(unittest.TestCase):
         with self.assertRaisesRegex(kiln.Error, r"argument 'x'"):
             rt.launch("axpy", 1, 256, torch.arange(32, dtype=torch.float32)[::2],
                       torch.zeros(16), 2.0)
+
+    def test_tensors_kiln_must_not_read_as_memory_are_refused(self):
+        rt = cpu()
+        x = torch.arange(4, dtype=torch.float32)
+        y = torch.zeros(4, dtype=torch.float32)
+        # A negative view's elements are the negation of its memory's (PyTorch's own DLPack
+        # export drops the negation); kiln refuses it rather than read the wrong sign.
+        with self.assertRaisesRegex(kiln.Error, r"negative view.*resolve_neg"):
+            rt.launch("axpy", 1, 256, torch._neg_view(x), y, 1.0)
+        rt.launch("axpy", 1, 256, torch._neg_view(x).resolve_neg(), y, 1.0)
+        rt.sync()
+        self.assertTrue(torch.equal(y, -x))
+        # A tensor that requires a gradient: a kernel writing it would bypass autograd.
+        with self.assertRaisesRegex(BufferError, "require gradient"):
+            rt.launch("axpy", 1, 256, x, torch.zeros(4, requires_grad=True), 1.0)
+        # A subclass (nn.Parameter, detached) goes through the same fast import.
+        p = torch.nn.Parameter(torch.zeros(4), requires_grad=False)
+        rt.launch("axpy", 1, 256, x, p, 2.0)
+        rt.sync()
+        self.assertTrue(torch.equal(p, 2 * x))
+
+    def test_a_torch_tensor_lives_while_kiln_uses_it(self):
+        rt = cpu()
+        t = rt.tensor(torch.arange(8, dtype=torch.float32))  # the only reference to the memory
+        import gc
+
+        gc.collect()
+        self.assertEqual(t.numpy().tolist(), list(range(8)))
 
     def test_bf16_both_ways(self):
         rt = cpu()
