@@ -6,6 +6,7 @@
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,9 @@ kiln::ir::ElemType parse_dtype(const std::string& name);
 // Anything with __dlpack__ (or a DLPack capsule, or a kiln.Tensor) as a kiln tensor of `rt`'s
 // device, without a copy.
 kiln::Tensor import_any(kiln::Runtime& rt, py::handle obj);
+// The imports that need no Python call (a kiln.Tensor; a tensor whose type has DLPack's C
+// exchange API: PyTorch); nothing for other objects.
+std::optional<kiln::Tensor> import_fast(kiln::Runtime& rt, py::handle obj);
 // The name of a value's type, for messages.
 std::string type_name(py::handle v);
 

@@ -230,6 +230,43 @@ std::optional<kiln::Tensor> import_exchange(kiln::Runtime& rt, py::handle obj) {
 
 }  // namespace
 
+// A new tensor of `like`'s framework, on its device, made by the framework's DLPack exchange
+// allocator (PyTorch: torch.empty without Python code, ~0.2 us against ~0.7-1.3 us from
+// Python); None when `like`'s type has no exchange API.
+py::object new_like(py::handle like, const std::string& dtype, py::handle shape) {
+  const ExchangeApi* api = exchange_api(Py_TYPE(like.ptr()));
+  if (!api || !api->managed_tensor_allocator || !api->managed_tensor_to_py_object_no_sync ||
+      !api->dltensor_from_py_object_no_sync)
+    return py::none();
+  DLTensor have{};
+  if (api->dltensor_from_py_object_no_sync(like.ptr(), &have) != 0) throw py::error_already_set();
+  std::vector<int64_t> extents = dims(shape, "shape");
+  for (int64_t e : extents)
+    if (e < 0) raise_invalid(fmt::format("a result's dimension is {}", e));
+  DLTensor proto{};
+  proto.device = have.device;
+  proto.ndim = static_cast<int32_t>(extents.size());
+  proto.dtype = kiln::dlpack_type(parse_dtype(dtype));
+  proto.shape = extents.data();
+  DLManagedTensorVersioned* m = nullptr;
+  std::string why;
+  auto set_error = [](void* ctx, const char* kind, const char* message) {
+    *static_cast<std::string*>(ctx) = fmt::format("{}: {}", kind ? kind : "error", message);
+  };
+  if (api->managed_tensor_allocator(&proto, &m, &why, set_error) != 0 || !m) {
+    if (PyErr_Occurred()) throw py::error_already_set();
+    raise(kiln::Error(kiln::ErrorKind::OutOfMemory,
+                      fmt::format("a {} refused to make a result of {} {}: {}", type_name(like),
+                                  dtype, py::repr(shape).cast<std::string>(), why)));
+  }
+  void* out = nullptr;
+  if (api->managed_tensor_to_py_object_no_sync(m, &out) != 0 || !out) {
+    if (PyErr_Occurred()) throw py::error_already_set();
+    raise_invalid(fmt::format("a {} refused its own DLPack tensor", type_name(like)));
+  }
+  return py::reinterpret_steal<py::object>(static_cast<PyObject*>(out));
+}
+
 // kiln.Tensor's Python type (exactly: subclasses take isinstance).
 PyTypeObject* kiln_tensor_type() {
   static PyTypeObject* const type =
@@ -559,6 +596,44 @@ PyObject* launch_method(PyObject* self, PyObject* const* args, Py_ssize_t nargsf
 }
 
 // Adds a vectorcall method to a pybind11 class (kept for the process, as the class is).
+// rt.sync(stream=None), a vectorcall method too: kiln.lib and kiln.torch wait after each call
+// on the CPU.
+PyObject* sync_method(PyObject* self, PyObject* const* args, Py_ssize_t nargsf, PyObject* kwnames) {
+  try {
+    const auto n = static_cast<size_t>(PyVectorcall_NARGS(nargsf));
+    const size_t nkw = kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(kwnames)) : 0;
+    PyObject* stream_arg = n > 0 ? args[0] : nullptr;
+    if (n > 1 || nkw > 1 || (n == 1 && nkw == 1) ||
+        (nkw == 1 && py::handle(PyTuple_GET_ITEM(kwnames, 0)).cast<std::string>() != "stream")) {
+      PyErr_SetString(PyExc_TypeError, "sync(stream=None) takes one optional argument, stream");
+      return nullptr;
+    }
+    if (nkw == 1) stream_arg = args[n];
+    auto& rt = py::handle(self).cast<kiln::Runtime&>();
+    const kiln::Stream* stream = nullptr;
+    if (stream_arg && stream_arg != Py_None) {
+      if (!py::isinstance<kiln::Stream>(stream_arg))
+        raise_invalid(
+            fmt::format("sync: the stream is a kiln.Stream; got a {}", type_name(stream_arg)));
+      stream = &py::handle(stream_arg).cast<const kiln::Stream&>();
+    }
+    kiln::Status st;
+    {
+      py::gil_scoped_release nogil;
+      st = stream ? rt.sync(*stream) : rt.sync();
+    }
+    check(st);
+    Py_RETURN_NONE;
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (const py::builtin_exception& e) {
+    e.set_error();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return nullptr;
+}
+
 using FastMethod = PyObject* (*)(PyObject*, PyObject* const*, Py_ssize_t, PyObject*);
 void add_fast_method(py::class_<kiln::Runtime>& cls, const char* name, FastMethod fn,
                      const char* doc) {
@@ -588,6 +663,9 @@ PYBIND11_MODULE(_kiln, m) {
       "'device', 'i/o', 'not found', 'unsupported' or 'kernel fault'.";
   m.attr("__version__") = KILN_VERSION;
 
+  m.def("_new_like", &new_like, py::arg("like"), py::arg("dtype"), py::arg("shape"),
+        "A new tensor of like's framework on its device (kiln.lib's results), through DLPack's "
+        "C exchange API; None when like's type has none.");
   m.def(
       "cache_stats",
       [] {
@@ -864,20 +942,7 @@ PYBIND11_MODULE(_kiln, m) {
           "This runtime with `stream` (one of its own) as its default stream: launches and "
           "kiln.lib calls through the copy go on `stream`, and its sync() waits for it; it "
           "shares the device, its memory and caches (kiln.lib on PyTorch's current stream: "
-          "rt.on_stream(rt.wrap_stream(torch.cuda.current_stream().cuda_stream))).")
-      .def(
-          "sync",
-          [](kiln::Runtime& rt, const kiln::Stream* stream) {
-            kiln::Status st;
-            {
-              py::gil_scoped_release nogil;
-              st = stream ? rt.sync(*stream) : rt.sync();
-            }
-            check(st);
-          },
-          py::arg("stream") = nullptr,
-          "Waits for the launches (of the default stream, or of `stream`); raises kiln.Error "
-          "for the first fault they reported.");
+          "rt.on_stream(rt.wrap_stream(torch.cuda.current_stream().cuda_stream))).");
   add_fast_method(
       runtime, "launch", launch_method<false>,
       "launch($self, kernel, cubes, cube_dim, /, *args, **kwargs)\n--\n\n"
@@ -894,6 +959,10 @@ PYBIND11_MODULE(_kiln, m) {
       "launch() on a stream of this runtime (new_stream, wrap_stream): the launch waits for\n"
       "the stream's earlier work, and sync(stream) waits for it. The other arguments\n"
       "are launch()'s.");
+  add_fast_method(runtime, "sync", sync_method,
+                  "sync($self, stream=None)\n--\n\n"
+                  "Waits for the launches (of the default stream, or of `stream`); raises\n"
+                  "kiln.Error for the first fault they reported.");
 
   bind_lib(m);
 }

@@ -72,6 +72,7 @@ E parse(const Names<E>& names, const std::string& text, std::string_view what) {
 
 // A tensor argument, named as the C++ entry point names it.
 Tensor tensor(Runtime& rt, py::handle v, const char* name) {
+  if (std::optional<Tensor> t = import_fast(rt, v)) return std::move(*t);  // kiln, PyTorch
   if (!py::isinstance<Tensor>(v) && !PyCapsule_CheckExact(v.ptr()) && !py::hasattr(v, "__dlpack__"))
     raise_invalid(
         fmt::format("argument '{}' is a {}, not a tensor: pass a kiln.Tensor or an "

@@ -71,31 +71,6 @@ Result<ir::ElemType> elem_of(DLDataType t) {
                   dtype_text(t)));
 }
 
-DLDataType dl_of(ir::ElemType t) {
-  using ir::ElemType;
-  DLDataType d{};
-  d.lanes = 1;
-  d.bits = static_cast<uint8_t>(ir::elem_bytes(t) * 8);
-  switch (ir::elem_class(t)) {
-    case ir::ElemClass::Bool:
-      d.code = kDLBool;
-      break;
-    case ir::ElemClass::Signed:
-      d.code = kDLInt;
-      break;
-    case ir::ElemClass::Unsigned:
-      d.code = kDLUInt;
-      break;
-    case ir::ElemClass::Float:
-      d.code = t == ElemType::BF16     ? kDLBfloat
-               : t == ElemType::F8E4M3 ? kDLFloat8_e4m3fn
-               : t == ElemType::F8E5M2 ? kDLFloat8_e5m2
-                                       : kDLFloat;
-      break;
-  }
-  return d;
-}
-
 std::string device_text(DLDevice d) {
   switch (d.device_type) {
     case kDLCPU:
@@ -217,7 +192,7 @@ Result<std::unique_ptr<Exported>> export_common(const Tensor& t, DLTensor& dl) {
   dl.data = t.data();
   dl.device = dev;
   dl.ndim = t.rank();
-  dl.dtype = dl_of(t.dtype());
+  dl.dtype = dlpack_type(t.dtype());
   dl.shape = e->shape.data();
   dl.strides = e->strides.data();
   dl.byte_offset = 0;
@@ -225,6 +200,31 @@ Result<std::unique_ptr<Exported>> export_common(const Tensor& t, DLTensor& dl) {
 }
 
 }  // namespace
+
+DLDataType dlpack_type(ir::ElemType t) {
+  using ir::ElemType;
+  DLDataType d{};
+  d.lanes = 1;
+  d.bits = static_cast<uint8_t>(ir::elem_bytes(t) * 8);
+  switch (ir::elem_class(t)) {
+    case ir::ElemClass::Bool:
+      d.code = kDLBool;
+      break;
+    case ir::ElemClass::Signed:
+      d.code = kDLInt;
+      break;
+    case ir::ElemClass::Unsigned:
+      d.code = kDLUInt;
+      break;
+    case ir::ElemClass::Float:
+      d.code = t == ElemType::BF16     ? kDLBfloat
+               : t == ElemType::F8E4M3 ? kDLFloat8_e4m3fn
+               : t == ElemType::F8E5M2 ? kDLFloat8_e5m2
+                                       : kDLFloat;
+      break;
+  }
+  return d;
+}
 
 Result<Tensor> from_dlpack(Runtime& rt, DLManagedTensorVersioned* m) {
   if (!m) return bad("a null managed tensor");

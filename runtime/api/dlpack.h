@@ -113,6 +113,9 @@ Result<Tensor> from_dlpack(Runtime& rt, DLManagedTensor* managed);
 Result<DLManagedTensorVersioned*> to_dlpack_versioned(const Tensor& t);
 Result<DLManagedTensor*> to_dlpack(const Tensor& t);
 
+// The DLPack type of a kiln element type (one lane).
+DLDataType dlpack_type(ir::ElemType t);
+
 }  // namespace kiln
 #endif  // __cplusplus
 

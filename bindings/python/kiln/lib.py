@@ -50,6 +50,7 @@ _NUMPY = {"bool": "bool", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "
 _TORCH = dict(_NUMPY, bf16="bfloat16", f8e4m3="float8_e4m3fn", f8e5m2="float8_e5m2")
 _FROM_NUMPY = {v: k for k, v in _NUMPY.items()}
 _FROM_TORCH = {v: k for k, v in _TORCH.items()}
+_TORCH_DTYPES: dict = {}  # torch.dtype objects met so far -> kiln names
 
 
 def _error(message: str) -> Error:
@@ -58,17 +59,28 @@ def _error(message: str) -> Error:
     return e
 
 
+# The kind of each type met so far ("kiln", "numpy" or "torch"): a dictionary lookup per
+# argument instead of attribute lookups (kiln.lib calls cost microseconds; issue 40).
+_KINDS: dict = {}
+
+
 def _kind(x: Any, name: str) -> str:
-    """'kiln', 'numpy' or 'torch'; an error naming the argument for anything else."""
+    kind = _KINDS.get(type(x))
+    if kind is not None:
+        return kind
     if isinstance(x, _kiln.Tensor):
-        return "kiln"
-    module = type(x).__module__.split(".")[0]
-    if module == "numpy" and hasattr(x, "__array_interface__"):
-        return "numpy"
-    if module == "torch" and hasattr(x, "__dlpack__"):
-        return "torch"
-    raise _error(f"argument '{name}' is a {type(x).__name__}; kiln.lib takes NumPy arrays, "
-                 "PyTorch tensors and kiln.Tensors")
+        kind = "kiln"
+    else:
+        module = type(x).__module__.split(".")[0]
+        if module == "numpy" and hasattr(x, "__array_interface__"):
+            kind = "numpy"
+        elif module == "torch" and hasattr(x, "__dlpack__"):
+            kind = "torch"
+        else:
+            raise _error(f"argument '{name}' is a {type(x).__name__}; kiln.lib takes NumPy arrays, "
+                         "PyTorch tensors and kiln.Tensors")
+    _KINDS[type(x)] = kind
+    return kind
 
 
 def _dtype(x: Any, kind: str, name: str) -> str:
@@ -77,7 +89,11 @@ def _dtype(x: Any, kind: str, name: str) -> str:
     if kind == "numpy":
         t = _FROM_NUMPY.get(x.dtype.name)
     else:
-        t = _FROM_TORCH.get(str(x.dtype).replace("torch.", ""))
+        t = _TORCH_DTYPES.get(x.dtype)
+        if t is None:
+            t = _FROM_TORCH.get(str(x.dtype).replace("torch.", ""))
+            if t is not None:
+                _TORCH_DTYPES[x.dtype] = t
     if t is None:
         raise _error(f"argument '{name}' holds {x.dtype}, which kiln has no type for")
     return t
@@ -90,9 +106,9 @@ def _runtime(x: Any, kind: str, runtime: Any) -> Any:
         return _runtime_of(x)
     if kind == "numpy":
         return _shared("cpu")
-    device = x.device
-    if device.type == "cpu":
+    if x.is_cpu:
         return _shared("cpu")
+    device = x.device
     if device.type == "cuda":
         return _shared(f"cuda:{device.index or 0}")
     raise _error(f"a PyTorch tensor on {device} has no kiln device (cpu and cuda have)")
@@ -124,7 +140,7 @@ class _Call:
                 _kind(t, other)
         self.rt = _runtime(first, self.kind, runtime)
         # CUDA tensors: on PyTorch's current stream, ordered with its work, without a wait.
-        self.cuda = self.kind == "torch" and first.device.type == "cuda" and runtime is None
+        self.cuda = self.kind == "torch" and first.is_cuda and runtime is None
         if self.cuda:
             self.rt = _on_torch_stream(self.rt, first.device)
 
@@ -133,6 +149,10 @@ class _Call:
 
     def empty(self, dtype: str, shape: Sequence[int]) -> Any:
         """A new output of the first input's kind."""
+        if self.kind == "torch":
+            made = _kiln._new_like(self.like, dtype, shape)  # PyTorch's allocator, from C
+            if made is not None:
+                return made
         shape = tuple(int(s) for s in shape)
         if self.kind == "numpy":
             import numpy
@@ -156,7 +176,8 @@ class _Call:
 
 
 def _shape(x: Any) -> Shape:
-    return tuple(int(s) for s in x.shape)
+    shape = x.shape
+    return shape if type(shape) is tuple else tuple(shape)  # torch.Size: a tuple of ints
 
 
 def _axes(axes: Union[int, Sequence[int], None]) -> list:

@@ -583,18 +583,27 @@ def custom_op(name: str, kernel: str, *, inputs: Sequence[str],
             raise ValueError(f"{name}: outputs() made {len(result)} tensors, not {num_outputs}")
         return result
 
+    cpu = _shared_runtime("cpu")
+    cpu_kernel = cpu.kernel(kernel)  # resolved once: a launch by name looks it up each time
+    any_requires_grad = torch._C._any_requires_grad
+
     def run(*tensors: Tensor) -> Any:
         outs = made(*tensors)
-        device = tensors[0].device
-        rt = _shared_runtime("cpu" if device.type == "cpu" else f"cuda:{device.index or 0}")
+        if any_requires_grad(*tensors):  # below autograd: read, not recorded
+            tensors = tuple(map_(_d, tensors))
         cubes, cube_dim = grid(*tensors)
-        if device.type == "cuda":
-            stream = rt.wrap_stream(torch.cuda.current_stream(device).cuda_stream)
-            rt.launch_on(stream, kernel, cubes, cube_dim, *map_(_d, tensors), *outs, **values)
-            rt.sync(stream)  # a kernel's faults (checked mode, asserts) come back here
+        if tensors[0].is_cpu:
+            cpu.launch(cpu_kernel, cubes, cube_dim, *tensors, *outs, **values)
+            cpu.sync()
         else:
-            rt.launch(kernel, cubes, cube_dim, *map_(_d, tensors), *outs, **values)
-            rt.sync()
+            device = tensors[0].device
+            if device.type != "cuda":
+                raise _lib._error(f"{name}: a PyTorch tensor on {device} has no kiln device "
+                                  "(cpu and cuda have)")
+            rt = _shared_runtime(f"cuda:{device.index or 0}")
+            stream = rt.wrap_stream(torch.cuda.current_stream(device).cuda_stream)
+            rt.launch_on(stream, kernel, cubes, cube_dim, *tensors, *outs, **values)
+            rt.sync(stream)  # a kernel's faults (checked mode, asserts) come back here
         return outs[0] if single else outs
 
     returns = "Tensor" if single else "(" + ", ".join(["Tensor"] * num_outputs) + ")"
