@@ -353,6 +353,14 @@ class Streams(unittest.TestCase):
         rt.launch_on(s, "axpy", 2, 256, x, y, 1.0)
         rt.sync(s)
         np.testing.assert_array_equal(y, x)
+        rt.sync(stream=s)
+        rt.sync(None)
+        with self.assertRaisesRegex(TypeError, "one optional argument, stream"):
+            rt.sync(s, s)
+        with self.assertRaisesRegex(TypeError, "one optional argument, stream"):
+            rt.sync(stream_=s)
+        with self.assertRaisesRegex(kiln.Error, "sync: the stream is a kiln.Stream; got a str"):
+            rt.sync("s")
 
     def test_a_cuda_stream_handle_needs_a_gpu_runtime(self):
         with self.assertRaises(kiln.Error) as e:

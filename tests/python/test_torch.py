@@ -141,6 +141,36 @@ def test_softmax_and_norm_gradients():
     same_grads(kt.softmax, lambda v: torch.softmax(v.float(), -1).to(v.dtype), h, tol=3e-2)
 
 
+def test_the_autograd_kernel_records_exactly_when_it_must():
+    # The Autograd kernel calls the implementation itself for plain tensors that need no
+    # gradient, and takes PyTorch's general path otherwise; both give the same values.
+    assert kt._PLAIN_KEYSETS, "the key set probe found no plain CPU key set"
+    x = torch.randn(3, 11)
+    want = torch.softmax(x, -1)
+    leaf = x.clone().requires_grad_()
+    y = kt.softmax(leaf)  # recorded
+    assert y.grad_fn is not None
+    close(y.detach(), want)
+    with torch.no_grad():  # not recorded, though the input requires a gradient
+        y = kt.softmax(leaf)
+    assert y.grad_fn is None and not y.requires_grad
+    close(y, want)
+    y = kt.softmax(x)  # plain, nothing to record
+    assert y.grad_fn is None
+    close(y, want)
+    with torch.inference_mode():
+        close(kt.softmax(x.clone()), want)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # another key set: the general path
+        close(kt.softmax(x), want)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode() as mode:  # the Python key: the fake implementation, not kiln
+        f = kt.softmax(mode.from_tensor(x))
+    assert f.shape == x.shape and type(f).__name__ == "FakeTensor"
+    a, b = torch.randn(5, 7), torch.randn(7, 3)
+    with torch.no_grad():
+        close(kt.matmul(a.requires_grad_(), b), a.detach() @ b)
+
+
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 def test_pooling_gradients(layout):
     x = torch.randn(2, 3, 10, 9)

@@ -43,13 +43,33 @@ _KILN_DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf1
 _library = torch.library.Library("kiln", "DEF")
 
 
+# Autograd without its Python cost where it adds nothing. torch.library.register_autograd's
+# kernel sends every call through op.redispatch, a second crossing of the dispatcher into a
+# second Python kernel (~6 us). When the dispatch key set is one of a plain CPU tensor's (no
+# Python, functionalization, functorch, fake, autocast or other mode keys: those take the
+# general path) and no input needs a gradient, the Autograd kernel calls the implementation
+# itself, which is what the redispatch would reach. The plain key sets are not guessed: they
+# are what a probe operator's Autograd kernel receives for a plain tensor at import (and for
+# CUDA when PyTorch had initialized CUDA by then).
+_library.define("_keyset_probe(Tensor x) -> ()")
+_PLAIN_KEYSETS: set = set()
+_library.impl("_keyset_probe", lambda keyset, x: _PLAIN_KEYSETS.add(keyset.raw_repr()),
+              "Autograd", with_keyset=True)
+with torch.inference_mode(False), torch.enable_grad():
+    torch.ops.kiln._keyset_probe(torch.empty(0))
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.ops.kiln._keyset_probe(torch.empty(0, device="cuda"))
+
+
 class _Op:
     """One kiln:: operator, defined from its schema and implementation."""
 
     def __init__(self, schema: str, impl: Callable[..., Any]) -> None:
-        self.name = "kiln::" + schema.split("(", 1)[0]
+        self.short = schema.split("(", 1)[0]
+        self.name = "kiln::" + self.short
+        self.impl = impl
         _library.define(schema)
-        _library.impl(schema.split("(", 1)[0], impl, "CompositeExplicitAutograd")
+        _library.impl(self.short, impl, "CompositeExplicitAutograd")
 
     def register_fake(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         torch.library.register_fake(self.name, lib=_library)(fn)
@@ -57,8 +77,25 @@ class _Op:
 
     def register_autograd(self, backward: Callable[..., Any],
                           setup_context: Callable[..., Any]) -> None:
-        torch.library.register_autograd(self.name, backward, setup_context=setup_context,
-                                        lib=_library)
+        try:  # the kernel torch.library.register_autograd makes (PyTorch 2.4+)
+            from torch._library.autograd import Info, make_autograd_impl
+        except ImportError:
+            torch.library.register_autograd(self.name, backward, setup_context=setup_context,
+                                            lib=_library)
+            return
+        general = make_autograd_impl(getattr(torch.ops.kiln, self.short).default,
+                                     Info(backward, setup_context))
+        impl = self.impl
+        plain = _PLAIN_KEYSETS
+        grad_enabled = torch._C.is_grad_enabled
+        any_requires_grad = torch._C._any_requires_grad
+
+        def autograd(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+            if keyset.raw_repr() in plain and not (grad_enabled() and any_requires_grad(*args)):
+                return impl(*args, **kwargs)
+            return general(keyset, *args, **kwargs)
+
+        _library.impl(self.short, autograd, "Autograd", with_keyset=True)
 
 
 def _op(schema: str) -> Callable[[Callable[..., Any]], _Op]:
