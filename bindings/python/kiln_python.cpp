@@ -281,6 +281,26 @@ std::optional<kiln::Tensor> import_fast(kiln::Runtime& rt, py::handle obj) {
   return import_exchange(rt, obj);
 }
 
+// For a call that waits for its launches before it returns: a kiln.Tensor, or a tensor of a
+// type with the exchange API described in place (dltensor_from_py_object_no_sync: no managed
+// tensor, no allocation; the caller's reference keeps it alive through the call). Nothing for
+// other objects, which take import_any.
+std::optional<kiln::Tensor> import_borrowed(kiln::Runtime& rt, py::handle obj) {
+  PyTypeObject* type = Py_TYPE(obj.ptr());
+  if (type == kiln_tensor_type()) return obj.cast<kiln::Tensor>();
+  const ExchangeApi* api = exchange_api(type);
+  if (!api || !api->dltensor_from_py_object_no_sync) return import_exchange(rt, obj);
+  if (PyTypeObject* torch = torch_tensor_type();
+      torch && PyType_IsSubtype(type, torch) && torch_refused(obj.ptr()))
+    return std::nullopt;
+  DLTensor dl{};
+  if (api->dltensor_from_py_object_no_sync(obj.ptr(), &dl) != 0) {
+    if (PyErr_Occurred()) throw py::error_already_set();
+    raise_invalid(fmt::format("a {} refused the DLPack exchange", type_name(obj)));
+  }
+  return take(kiln::from_dlpack_borrowed(rt, dl));
+}
+
 // Anything with __dlpack__ (or a DLPack capsule) as a kiln tensor, without a copy.
 kiln::Tensor import_any(kiln::Runtime& rt, py::handle obj) {
   if (std::optional<kiln::Tensor> t = import_fast(rt, obj)) return std::move(*t);
@@ -377,13 +397,13 @@ kiln::Dim3 dim3(py::handle d, const char* what) {
 // A Python value as a loose launch argument; tensors are imported into `keep`. Errors name
 // the argument: "argument 3" (1-based `position`), or "argument 'a'" for a keyword.
 kiln::LooseArg loose(kiln::Runtime& rt, py::handle v, size_t position, std::string_view keyword,
-                     std::vector<kiln::Tensor>& keep) {
+                     std::vector<kiln::Tensor>& keep, bool borrow = false) {
   auto what = [&] {
     return keyword.empty() ? fmt::format("argument {}", position)
                            : fmt::format("argument '{}'", keyword);
   };
   kiln::LooseArg a;
-  if (std::optional<kiln::Tensor> t = import_fast(rt, v)) {  // tensors first: the common case
+  if (std::optional<kiln::Tensor> t = borrow ? import_borrowed(rt, v) : import_fast(rt, v)) {
     keep.push_back(std::move(*t));  // `keep` has room for every argument: no reallocation
     a.arg = kiln::launch_arg(keep.back());
   } else if (py::isinstance<py::bool_>(v)) {
@@ -634,9 +654,98 @@ PyObject* sync_method(PyObject* self, PyObject* const* args, Py_ssize_t nargsf, 
   return nullptr;
 }
 
+// ---- kiln.Launcher: a kernel with its comptime values and options bound ---------------------
+//
+// rt.launcher(kernel, wait=False, **comptime) resolves what every launch of a kernel with the
+// same comptime values would repeat: the kernel by name, the keyword arguments, the options.
+// With wait=True a call returns when its launch is done (and raises its faults), which lets it
+// read PyTorch tensors in place, without a managed tensor each (import_borrowed): the call a
+// framework's operator makes.
+struct Launcher {
+  kiln::Runtime rt;
+  kiln::Kernel kernel;
+  std::vector<kiln::LooseArg> named;  // the comptime values, by name
+  kiln::LaunchOptions options;        // checked, lines; the default stream
+  bool wait = false;
+};
+
+Launcher make_launcher(kiln::Runtime& rt, py::handle kernel, bool wait, const py::kwargs& kw) {
+  Launcher l{rt, {}, {}, {}, wait};
+  if (py::isinstance<kiln::Kernel>(kernel))
+    l.kernel = kernel.cast<kiln::Kernel>();
+  else if (py::isinstance<py::str>(kernel))
+    l.kernel = take(rt.kernel(kernel.cast<std::string>()));
+  else
+    raise_invalid(
+        fmt::format("the kernel is a name (str) or a kiln.Kernel; got a {}", type_name(kernel)));
+  std::vector<kiln::Tensor> none;
+  for (auto [key, v] : kw) {
+    std::string name = key.cast<std::string>();
+    if ((name == "checked" || name == "lines") && !has_param(l.kernel, name)) {
+      launch_option(l.options, name, v);
+      continue;
+    }
+    l.named.push_back(loose(rt, v, 0, name, none));
+    if (!none.empty())
+      raise_invalid(
+          fmt::format("launcher: '{}' is a tensor; a launcher binds comptime values "
+                      "by name, and takes tensors when it is called",
+                      name));
+    l.named.back().name = std::move(name);
+  }
+  // A name the kernel does not have is an error now, not at the first call.
+  for (const kiln::LooseArg& a : l.named) {
+    bool found = false;
+    for (const auto& p : l.kernel.def().instantiations.front().params)
+      found |= p.name == a.name && p.kind == kiln::dsl::ParamKind::Comptime;
+    if (!found)
+      raise_invalid(
+          fmt::format("kernel '{}' has no comptime parameter '{}'", l.kernel.name(), a.name));
+  }
+  return l;
+}
+
+// launcher(cubes, cube_dim, *args).
+PyObject* launcher_call(PyObject* self, PyObject* const* args, Py_ssize_t nargsf,
+                        PyObject* kwnames) {
+  try {
+    const auto n = static_cast<size_t>(PyVectorcall_NARGS(nargsf));
+    if (n < 2 || kwnames) {
+      PyErr_SetString(PyExc_TypeError,
+                      "a launcher takes (cubes, cube_dim, *args): positional arguments only (its "
+                      "comptime values were bound when it was made)");
+      return nullptr;
+    }
+    auto& l = py::handle(self).cast<Launcher&>();
+    std::vector<kiln::Tensor> keep;
+    keep.reserve(n);
+    std::vector<kiln::LooseArg> list;
+    list.reserve(n - 2 + l.named.size());
+    for (size_t i = 2; i < n; ++i) list.push_back(loose(l.rt, args[i], i - 1, {}, keep, l.wait));
+    list.insert(list.end(), l.named.begin(), l.named.end());
+    std::vector<kiln::LaunchArg> ordered = take(kiln::order_args(l.kernel, list));
+    const kiln::Dim3 c = dim3(args[0], "cubes"), d = dim3(args[1], "cube_dim");
+    kiln::Status st;
+    {
+      py::gil_scoped_release nogil;
+      st = l.rt.launch_args(l.kernel, c, d, l.options, ordered);
+      if (st && l.wait) st = l.rt.sync();
+    }
+    check(st);
+    Py_RETURN_NONE;
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (const py::builtin_exception& e) {
+    e.set_error();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return nullptr;
+}
+
 using FastMethod = PyObject* (*)(PyObject*, PyObject* const*, Py_ssize_t, PyObject*);
-void add_fast_method(py::class_<kiln::Runtime>& cls, const char* name, FastMethod fn,
-                     const char* doc) {
+template <class Class>
+void add_fast_method(Class& cls, const char* name, FastMethod fn, const char* doc) {
   auto* def = new PyMethodDef{name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fn)),
                               METH_FASTCALL | METH_KEYWORDS, doc};
   py::object descr = py::reinterpret_steal<py::object>(
@@ -959,6 +1068,36 @@ PYBIND11_MODULE(_kiln, m) {
       "launch() on a stream of this runtime (new_stream, wrap_stream): the launch waits for\n"
       "the stream's earlier work, and sync(stream) waits for it. The other arguments\n"
       "are launch()'s.");
+  runtime.def(
+      "launcher",
+      [](kiln::Runtime& rt, py::handle kernel, bool wait, py::kwargs kw) {
+        return make_launcher(rt, kernel, wait, kw);
+      },
+      py::arg("kernel"), py::kw_only(), py::arg("wait") = false,
+      "A kiln.Launcher: `kernel` (a kiln.Kernel or a name) with its comptime values (keywords)\n"
+      "and options (checked=, lines=) bound, called as launcher(cubes, cube_dim, *args) with\n"
+      "the kernel's other arguments. The kernel, the names and the options are resolved once,\n"
+      "not at every launch. wait=True makes each call return when its launch is done (raising\n"
+      "its faults), and read PyTorch tensors in place; the call a framework operator makes.");
+  py::class_<Launcher> launcher(
+      m, "Launcher",
+      "A kernel with its comptime values and launch options bound (Runtime.launcher).");
+  launcher
+      .def_property_readonly(
+          "kernel", [](const Launcher& l) { return l.kernel; }, "The kernel it launches.")
+      .def_property_readonly(
+          "wait", [](const Launcher& l) { return l.wait; },
+          "Whether a call returns only when its launch is done.")
+      .def("__repr__", [](const Launcher& l) {
+        std::string values;
+        for (const kiln::LooseArg& a : l.named) values += fmt::format(", {}=...", a.name);
+        return fmt::format("kiln.Launcher('{}'{}{})", l.kernel.name(), values,
+                           l.wait ? ", wait=True" : "");
+      });
+  add_fast_method(launcher, "__call__", launcher_call,
+                  "__call__($self, cubes, cube_dim, /, *args)\n--\n\n"
+                  "Launches the kernel over `cubes` cubes of `cube_dim` units with `args`, its\n"
+                  "parameters other than the bound comptime ones, in order.");
   add_fast_method(runtime, "sync", sync_method,
                   "sync($self, stream=None)\n--\n\n"
                   "Waits for the launches (of the default stream, or of `stream`); raises\n"

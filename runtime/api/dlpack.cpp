@@ -247,6 +247,10 @@ Result<Tensor> from_dlpack(Runtime& rt, DLManagedTensor* m) {
   });
 }
 
+Result<Tensor> from_dlpack_borrowed(Runtime& rt, const DLTensor& t, bool read_only) {
+  return wrap_dl(rt, t, read_only, {});
+}
+
 Result<DLManagedTensorVersioned*> to_dlpack_versioned(const Tensor& t) {
   auto m = std::make_unique<DLManagedTensorVersioned>();
   KILN_ASSIGN(auto e, export_common(t, m->dl_tensor));

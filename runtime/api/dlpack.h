@@ -105,6 +105,11 @@ class Runtime;
 // (lanes, sub-byte and complex types have no kiln type), negative strides.
 Result<Tensor> from_dlpack(Runtime& rt, DLManagedTensorVersioned* managed);
 Result<Tensor> from_dlpack(Runtime& rt, DLManagedTensor* managed);
+// Wraps a DLPack tensor that the caller keeps alive and unchanged for as long as kiln uses it
+// (one call that waits for its launches: what DLPack's exchange API calls a non-owning,
+// temporary exchange), without taking ownership: nothing is released. The same checks as
+// from_dlpack.
+Result<Tensor> from_dlpack_borrowed(Runtime& rt, const DLTensor& t, bool read_only = false);
 
 // Exports a tensor (its view: shape, strides, offset) as a managed tensor that keeps the
 // memory alive until the consumer calls its deleter. CPU tensors export as kDLCPU, GPU

@@ -345,6 +345,32 @@ class Streams(unittest.TestCase):
         rt.sync()
         self.assertEqual(y.tolist(), x.tolist())
 
+    def test_a_launcher_binds_a_kernel_its_comptime_values_and_options(self):
+        rt = cpu()
+        a = np.arange(3 * 40, dtype=np.float32).reshape(3, 40)
+        out = np.zeros(3, np.float32)
+        for wait in (False, True):
+            out[:] = 0
+            row_sum = rt.launcher("row_sum", wait=wait, units=64, checked=True)
+            self.assertEqual(row_sum.kernel.name, "row_sum")
+            self.assertEqual(row_sum.wait, wait)
+            self.assertIn("units=", repr(row_sum))
+            row_sum(3, 64, a, out)
+            if not wait:
+                rt.sync()
+            np.testing.assert_allclose(out, a.sum(1), rtol=1e-6)
+        with self.assertRaisesRegex(kiln.Error, "no comptime parameter 'unit'"):
+            rt.launcher("row_sum", unit=64)
+        with self.assertRaisesRegex(kiln.Error, "'units' is a tensor"):
+            rt.launcher("row_sum", units=a)
+        with self.assertRaisesRegex(kiln.Error, "not registered|no kernel|unknown"):
+            rt.launcher("no_such_kernel")
+        row_sum = rt.launcher(rt.kernel("row_sum"), units=64)
+        with self.assertRaisesRegex(TypeError, "positional arguments only"):
+            row_sum(3, 64, a, out=out)
+        with self.assertRaisesRegex(kiln.Error, "'out' is a runtime parameter"):
+            row_sum(3, 64, a, "text")
+
     def test_launches_on_a_stream_of_their_own(self):
         rt = cpu()
         s = rt.new_stream()

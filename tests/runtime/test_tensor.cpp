@@ -3,6 +3,7 @@
 
 #include <numeric>
 
+#include "runtime/api/dlpack.h"
 #include "tests/runtime/runtime_test_util.h"
 
 namespace kiln {
@@ -115,6 +116,40 @@ TEST_CASE("wrapping host memory makes no copy and releases it at the end", "[run
       rt.wrap(reinterpret_cast<char*>(host.data()) + 1, ElemType::F32, std::vector<int64_t>{2})
           .ok());
   CHECK_FALSE(rt.wrap(nullptr, ElemType::F32, std::vector<int64_t>{2}).ok());
+}
+
+TEST_CASE("a borrowed DLPack tensor is used in place and never released", "[runtime][dlpack]") {
+  auto rt = open_cpu();
+  std::vector<float> host(12, 1.0f);
+  int64_t shape[] = {3, 4};
+  int64_t strides[] = {4, 1};
+  DLTensor dl{};
+  dl.data = host.data();
+  dl.device = {kDLCPU, 0};
+  dl.ndim = 2;
+  dl.dtype = {kDLFloat, 32, 1};
+  dl.shape = shape;
+  dl.strides = strides;
+  {
+    auto t = from_dlpack_borrowed(rt, dl);
+    KILN_REQUIRE_OK(t);
+    CHECK(t->data() == host.data());
+    CHECK(t->shape()[0] == 3);
+    auto k = test::kernel(rt, "rt_fill_n");
+    KILN_REQUIRE_OK(rt.launch(k, 1, 64, t->reshape({12}).value(), 12u, 7.0f));
+    KILN_REQUIRE_OK(rt.sync());
+  }
+  CHECK(host == std::vector<float>(12, 7.0f));  // nothing freed it: it is still the caller's
+  // The same checks as an owned one: a negative stride, a type kiln lacks, read-only.
+  strides[0] = -4;
+  CHECK_THAT(from_dlpack_borrowed(rt, dl).error().message, Catch::Contains("negative"));
+  strides[0] = 4;
+  dl.dtype = {kDLComplex, 64, 1};
+  CHECK_FALSE(from_dlpack_borrowed(rt, dl).ok());
+  dl.dtype = {kDLFloat, 32, 1};
+  auto ro = from_dlpack_borrowed(rt, dl, /*read_only=*/true);
+  KILN_REQUIRE_OK(ro);
+  CHECK(ro->read_only());
 }
 
 TEST_CASE("the runtime's pool is capped and survives out-of-memory", "[runtime][memory]") {

@@ -11,11 +11,11 @@ docs/python.md is the guide.
 import weakref as _weakref
 
 from . import _kiln
-from ._kiln import Error, Kernel, Stream, Tensor, cache_stats, devices, load_plugin
+from ._kiln import Error, Kernel, Launcher, Stream, Tensor, cache_stats, devices, load_plugin
 
 __version__ = _kiln.__version__
-__all__ = ["Error", "Kernel", "Runtime", "Stream", "Tensor", "cache_stats", "devices",
-           "lib", "load_plugin", "runtime"]
+__all__ = ["Error", "Kernel", "Launcher", "Runtime", "Stream", "Tensor", "cache_stats",
+           "devices", "lib", "load_plugin", "runtime"]
 
 # Every Runtime made from Python, by the device it opened: kiln.lib finds the runtime of a
 # kiln.Tensor here (a tensor belongs to the device its runtime opened).

@@ -609,7 +609,6 @@ def custom_op(name: str, kernel: str, *, inputs: Sequence[str],
         raise ValueError(f"name is 'namespace::op', got {name!r}")
     if num_outputs < 1:
         raise ValueError(f"num_outputs is 1 or more, got {num_outputs}")
-    _shared_runtime("cpu").kernel(kernel)  # a kiln.Error now for a name that is not registered
     values = dict(comptime or {})
     single = num_outputs == 1
 
@@ -620,8 +619,8 @@ def custom_op(name: str, kernel: str, *, inputs: Sequence[str],
             raise ValueError(f"{name}: outputs() made {len(result)} tensors, not {num_outputs}")
         return result
 
-    cpu = _shared_runtime("cpu")
-    cpu_kernel = cpu.kernel(kernel)  # resolved once: a launch by name looks it up each time
+    # The CPU launch, resolved once and waiting for its kernel (so it reads the tensors in place).
+    launch_cpu = _shared_runtime("cpu").launcher(kernel, wait=True, **values)
     any_requires_grad = torch._C._any_requires_grad
 
     def run(*tensors: Tensor) -> Any:
@@ -630,8 +629,7 @@ def custom_op(name: str, kernel: str, *, inputs: Sequence[str],
             tensors = tuple(map_(_d, tensors))
         cubes, cube_dim = grid(*tensors)
         if tensors[0].is_cpu:
-            cpu.launch(cpu_kernel, cubes, cube_dim, *tensors, *outs, **values)
-            cpu.sync()
+            launch_cpu(cubes, cube_dim, *tensors, *outs)
         else:
             device = tensors[0].device
             if device.type != "cuda":
@@ -649,7 +647,7 @@ def custom_op(name: str, kernel: str, *, inputs: Sequence[str],
     library.impl(op_name, run, "CompositeExplicitAutograd")
     torch.library.register_fake(name, lib=library)(
         lambda *t: made(*t)[0] if single else made(*t))
-    op = getattr(getattr(torch.ops, namespace), op_name)
+    op = getattr(getattr(torch.ops, namespace), op_name).default
 
     def call(*tensors: Tensor) -> Any:
         return op(*tensors)
