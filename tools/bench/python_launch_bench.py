@@ -85,6 +85,12 @@ def main():
         rt.sync()
 
     row("kiln launch + sync, torch tensors", per_call_us(launch_sync_torch), tpeer)
+    rs = rt.kernel("row_sum")
+    s1 = torch.ones(1, 16)
+    o1 = torch.empty(1)
+    waiting = rt.launcher(rs, wait=True, units=64)
+    row("kiln.Launcher(wait=True), torch tensors", per_call_us(lambda: waiting(1, 64, s1, o1)),
+        tpeer)
     import kiln.torch as kt
     s = torch.ones(1, 16)
     row("kiln.lib.softmax(x) -> new torch tensor",
@@ -100,6 +106,14 @@ def main():
         tpeer)
     tsum = per_call_us(lambda: torch.sum(s, 1), number=5000)
     print(f"  {'(torch.sum(x, 1) itself)':44s} {tsum:7.2f} us")
+    # What PyTorch's own C++ operators cost through torch.ops, the route kiln's take: the floor
+    # of that route, for comparison.
+    aten_sum = torch.ops.aten.sum.dim_IntList
+    tops = per_call_us(lambda: aten_sum(s, [1]), number=5000)
+    print(f"  {'(torch.ops.aten.sum.dim_IntList(x, [1]))':44s} {tops:7.2f} us")
+    aten_softmax = torch.ops.aten._softmax.default
+    tops2 = per_call_us(lambda: aten_softmax(s, -1, False), number=5000)
+    print(f"  {'(torch.ops.aten._softmax.default(x, -1))':44s} {tops2:7.2f} us")
 
 
 if __name__ == "__main__":
