@@ -575,13 +575,29 @@ void launch(kiln::Runtime& rt, const kiln::Stream* stream, py::handle kernel, py
   check(st);
 }
 
+// Runs a vectorcall method's body, turning the C++ exceptions it throws (kiln.Error and other
+// Python errors already set, pybind11's cast errors, anything else) into a Python error.
+template <class Body>
+PyObject* python_call(Body&& body) {
+  try {
+    return body();
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (const py::builtin_exception& e) {
+    e.set_error();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return nullptr;
+}
+
 // rt.launch and rt.launch_on as vectorcall methods (METH_FASTCALL | METH_KEYWORDS): pybind11's
 // dispatcher would build a tuple and a dict of the arguments and look each type up by name on
 // every launch, about a third of a cached launch's time from Python.
 template <bool kOnStream>
 PyObject* launch_method(PyObject* self, PyObject* const* args, Py_ssize_t nargsf,
                         PyObject* kwnames) {
-  try {
+  return python_call([&]() -> PyObject* {
     const auto n = static_cast<size_t>(PyVectorcall_NARGS(nargsf));
     constexpr size_t kFixed = kOnStream ? 4 : 3;
     if (n < kFixed) {
@@ -605,21 +621,14 @@ PyObject* launch_method(PyObject* self, PyObject* const* args, Py_ssize_t nargsf
     launch(rt, stream, args[kFixed - 3], args[kFixed - 2], args[kFixed - 1],
            std::span<PyObject* const>(args + kFixed, n - kFixed), kwnames, args + n);
     Py_RETURN_NONE;
-  } catch (py::error_already_set& e) {
-    e.restore();
-  } catch (const py::builtin_exception& e) {
-    e.set_error();
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-  }
-  return nullptr;
+  });
 }
 
 // Adds a vectorcall method to a pybind11 class (kept for the process, as the class is).
 // rt.sync(stream=None), a vectorcall method too: kiln.lib and kiln.torch wait after each call
 // on the CPU.
 PyObject* sync_method(PyObject* self, PyObject* const* args, Py_ssize_t nargsf, PyObject* kwnames) {
-  try {
+  return python_call([&]() -> PyObject* {
     const auto n = static_cast<size_t>(PyVectorcall_NARGS(nargsf));
     const size_t nkw = kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(kwnames)) : 0;
     PyObject* stream_arg = n > 0 ? args[0] : nullptr;
@@ -644,14 +653,7 @@ PyObject* sync_method(PyObject* self, PyObject* const* args, Py_ssize_t nargsf, 
     }
     check(st);
     Py_RETURN_NONE;
-  } catch (py::error_already_set& e) {
-    e.restore();
-  } catch (const py::builtin_exception& e) {
-    e.set_error();
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-  }
-  return nullptr;
+  });
 }
 
 // ---- kiln.Launcher: a kernel with its comptime values and options bound ---------------------
@@ -708,7 +710,7 @@ Launcher make_launcher(kiln::Runtime& rt, py::handle kernel, bool wait, const py
 // launcher(cubes, cube_dim, *args).
 PyObject* launcher_call(PyObject* self, PyObject* const* args, Py_ssize_t nargsf,
                         PyObject* kwnames) {
-  try {
+  return python_call([&]() -> PyObject* {
     const auto n = static_cast<size_t>(PyVectorcall_NARGS(nargsf));
     if (n < 2 || kwnames) {
       PyErr_SetString(PyExc_TypeError,
@@ -733,14 +735,7 @@ PyObject* launcher_call(PyObject* self, PyObject* const* args, Py_ssize_t nargsf
     }
     check(st);
     Py_RETURN_NONE;
-  } catch (py::error_already_set& e) {
-    e.restore();
-  } catch (const py::builtin_exception& e) {
-    e.set_error();
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-  }
-  return nullptr;
+  });
 }
 
 using FastMethod = PyObject* (*)(PyObject*, PyObject* const*, Py_ssize_t, PyObject*);

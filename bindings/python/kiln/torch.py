@@ -108,6 +108,19 @@ def _d(t: Optional[Tensor]) -> Optional[Tensor]:
     return t.detach() if t is not None and t.requires_grad else t
 
 
+_CPU = _shared_runtime("cpu")
+
+
+def _row_op(entry: Callable[..., Any], x: Tensor, *rest: Any) -> Tensor:
+    """A row operation (softmax, norms) on a CPU tensor without kiln.lib's Python layer: a new
+    contiguous result like x, the C++ entry point (which checks the arguments and names them),
+    and the wait."""
+    y = torch.empty_like(x, memory_format=torch.contiguous_format)
+    entry(_CPU, x, y, *rest)
+    _CPU.sync()
+    return y
+
+
 def _f32(x: Tensor) -> Tensor:
     """x in f32 (itself when it is), converted by kiln's copy."""
     if x.dtype == torch.float32:
@@ -199,11 +212,15 @@ def matmul(a: Tensor, b: Tensor, bias: Optional[Tensor] = None, *, transpose_a: 
 
 @_op("softmax(Tensor x) -> Tensor")
 def _softmax(x: Tensor) -> Tensor:
+    if x.is_cpu:
+        return _row_op(_lib._L.softmax, _d(x))
     return _lib.softmax(_d(x))
 
 
 @_op("log_softmax(Tensor x) -> Tensor")
 def _log_softmax(x: Tensor) -> Tensor:
+    if x.is_cpu:
+        return _row_op(_lib._L.log_softmax, _d(x))
     return _lib.log_softmax(_d(x))
 
 
@@ -254,11 +271,15 @@ def log_softmax(x: Tensor) -> Tensor:
 @_op("layer_norm(Tensor x, Tensor? weight=None, Tensor? bias=None, float eps=1e-05) -> Tensor")
 def _layer_norm(x: Tensor, weight: Optional[Tensor] = None, bias: Optional[Tensor] = None,
                 eps: float = 1e-5) -> Tensor:
+    if x.is_cpu:
+        return _row_op(_lib._L.layer_norm, _d(x), _d(weight), _d(bias), float(eps))
     return _lib.layer_norm(_d(x), weight=_d(weight), bias=_d(bias), eps=eps)
 
 
 @_op("rms_norm(Tensor x, Tensor? weight=None, float eps=1e-05) -> Tensor")
 def _rms_norm(x: Tensor, weight: Optional[Tensor] = None, eps: float = 1e-5) -> Tensor:
+    if x.is_cpu:
+        return _row_op(_lib._L.rms_norm, _d(x), _d(weight), None, float(eps))
     return _lib.rms_norm(_d(x), weight=_d(weight), eps=eps)
 
 
