@@ -34,8 +34,9 @@ kiln::ir::ElemType parse_dtype(const std::string& name);
 // device, without a copy.
 kiln::Tensor import_any(kiln::Runtime& rt, py::handle obj);
 // The imports that need no Python call (a kiln.Tensor; a tensor whose type has DLPack's C
-// exchange API: PyTorch); nothing for other objects.
-std::optional<kiln::Tensor> import_fast(kiln::Runtime& rt, py::handle obj);
+// exchange API: PyTorch; `borrow`: described in place, for a call that waits for its
+// launches); nothing for other objects.
+std::optional<kiln::Tensor> import_fast(kiln::Runtime& rt, py::handle obj, bool borrow = false);
 // The name of a value's type, for messages.
 std::string type_name(py::handle v);
 

@@ -213,18 +213,29 @@ bool torch_refused(PyObject* obj) {
   return false;
 }
 
-std::optional<kiln::Tensor> import_exchange(kiln::Runtime& rt, py::handle obj) {
+// A tensor of a type with the exchange API: owned (managed_tensor_from_py_object_no_sync: the
+// managed tensor keeps it alive), or with `borrow`, described in place for a call that waits
+// for its launches (dltensor_from_py_object_no_sync: no allocation; the caller's reference
+// keeps it alive through the call). Nothing for other types, and for the tensors PyTorch's
+// __dlpack__ must refuse (requiring a gradient).
+std::optional<kiln::Tensor> import_exchange(kiln::Runtime& rt, py::handle obj, bool borrow) {
   PyTypeObject* type = Py_TYPE(obj.ptr());
   const ExchangeApi* api = exchange_api(type);
   if (!api) return std::nullopt;
   if (PyTypeObject* torch = torch_tensor_type();
       torch && PyType_IsSubtype(type, torch) && torch_refused(obj.ptr()))
     return std::nullopt;
-  DLManagedTensorVersioned* m = nullptr;
-  if (api->managed_tensor_from_py_object_no_sync(obj.ptr(), &m) != 0 || !m) {
+  auto refused = [&] {
     if (PyErr_Occurred()) throw py::error_already_set();
     raise_invalid(fmt::format("a {} refused the DLPack exchange", type_name(obj)));
+  };
+  if (borrow && api->dltensor_from_py_object_no_sync) {
+    DLTensor dl{};
+    if (api->dltensor_from_py_object_no_sync(obj.ptr(), &dl) != 0) refused();
+    return take(kiln::from_dlpack_borrowed(rt, dl));
   }
+  DLManagedTensorVersioned* m = nullptr;
+  if (api->managed_tensor_from_py_object_no_sync(obj.ptr(), &m) != 0 || !m) refused();
   return take(kiln::from_dlpack(rt, m));  // the deleter runs on success and on failure
 }
 
@@ -275,35 +286,16 @@ PyTypeObject* kiln_tensor_type() {
 }
 
 // The imports that need no Python call: a kiln.Tensor, a tensor whose type has DLPack's C
-// exchange API (PyTorch). Nothing for the rest, which take __dlpack__.
-std::optional<kiln::Tensor> import_fast(kiln::Runtime& rt, py::handle obj) {
+// exchange API (PyTorch), borrowed for a call that waits (import_exchange). Nothing for the
+// rest, which take __dlpack__.
+std::optional<kiln::Tensor> import_fast(kiln::Runtime& rt, py::handle obj, bool borrow) {
   if (Py_TYPE(obj.ptr()) == kiln_tensor_type()) return obj.cast<kiln::Tensor>();
-  return import_exchange(rt, obj);
-}
-
-// For a call that waits for its launches before it returns: a kiln.Tensor, or a tensor of a
-// type with the exchange API described in place (dltensor_from_py_object_no_sync: no managed
-// tensor, no allocation; the caller's reference keeps it alive through the call). Nothing for
-// other objects, which take import_any.
-std::optional<kiln::Tensor> import_borrowed(kiln::Runtime& rt, py::handle obj) {
-  PyTypeObject* type = Py_TYPE(obj.ptr());
-  if (type == kiln_tensor_type()) return obj.cast<kiln::Tensor>();
-  const ExchangeApi* api = exchange_api(type);
-  if (!api || !api->dltensor_from_py_object_no_sync) return import_exchange(rt, obj);
-  if (PyTypeObject* torch = torch_tensor_type();
-      torch && PyType_IsSubtype(type, torch) && torch_refused(obj.ptr()))
-    return std::nullopt;
-  DLTensor dl{};
-  if (api->dltensor_from_py_object_no_sync(obj.ptr(), &dl) != 0) {
-    if (PyErr_Occurred()) throw py::error_already_set();
-    raise_invalid(fmt::format("a {} refused the DLPack exchange", type_name(obj)));
-  }
-  return take(kiln::from_dlpack_borrowed(rt, dl));
+  return import_exchange(rt, obj, borrow);
 }
 
 // Anything with __dlpack__ (or a DLPack capsule) as a kiln tensor, without a copy.
 kiln::Tensor import_any(kiln::Runtime& rt, py::handle obj) {
-  if (std::optional<kiln::Tensor> t = import_fast(rt, obj)) return std::move(*t);
+  if (std::optional<kiln::Tensor> t = import_fast(rt, obj, false)) return std::move(*t);
   if (py::isinstance<kiln::Tensor>(obj)) return obj.cast<kiln::Tensor>();
   if (PyCapsule_CheckExact(obj.ptr())) return import_capsule(rt, obj);
   if (!py::hasattr(obj, "__dlpack__"))
@@ -403,7 +395,7 @@ kiln::LooseArg loose(kiln::Runtime& rt, py::handle v, size_t position, std::stri
                            : fmt::format("argument '{}'", keyword);
   };
   kiln::LooseArg a;
-  if (std::optional<kiln::Tensor> t = borrow ? import_borrowed(rt, v) : import_fast(rt, v)) {
+  if (std::optional<kiln::Tensor> t = import_fast(rt, v, borrow)) {
     keep.push_back(std::move(*t));  // `keep` has room for every argument: no reallocation
     a.arg = kiln::launch_arg(keep.back());
   } else if (py::isinstance<py::bool_>(v)) {
@@ -531,20 +523,38 @@ PyTypeObject* kiln_kernel_type() {
 
 // One launch: `args` are the positional arguments after cube_dim, `kwnames` (a tuple, or
 // null) names the keyword arguments, whose values are `kwvalues`.
+// The kernel a launch names: a kiln.Kernel (no copy), or a name looked up into `by_name`.
+const kiln::Kernel& resolve_kernel(kiln::Runtime& rt, py::handle kernel,
+                                   std::optional<kiln::Kernel>& by_name) {
+  if (Py_TYPE(kernel.ptr()) == kiln_kernel_type() || py::isinstance<kiln::Kernel>(kernel))
+    return kernel.cast<const kiln::Kernel&>();
+  if (!PyUnicode_Check(kernel.ptr()))
+    raise_invalid(
+        fmt::format("the kernel is a name (str) or a kiln.Kernel; got a {}", type_name(kernel)));
+  by_name = take(rt.kernel(kernel.cast<std::string>()));
+  return *by_name;
+}
+
+// A keyword argument of a launch (or a launcher): `checked` and `lines` are the launch's
+// options unless the kernel has a parameter so named; the others are comptime values by name.
+void keyword_arg(kiln::Runtime& rt, const kiln::Kernel& k, std::string name, py::handle v,
+                 kiln::LaunchOptions& o, std::vector<kiln::LooseArg>& list,
+                 std::vector<kiln::Tensor>& keep) {
+  if ((name == "checked" || name == "lines") && !has_param(k, name)) {
+    launch_option(o, name, v);
+    return;
+  }
+  list.push_back(loose(rt, v, 0, name, keep));
+  list.back().name = std::move(name);
+}
+
+// One launch: `args` are the positional arguments after cube_dim, `kwnames` (a tuple, or
+// null) names the keyword arguments, whose values are `kwvalues`.
 void launch(kiln::Runtime& rt, const kiln::Stream* stream, py::handle kernel, py::handle cubes,
             py::handle cube_dim, std::span<PyObject* const> args, PyObject* kwnames,
             PyObject* const* kwvalues) {
   std::optional<kiln::Kernel> by_name;
-  const kiln::Kernel* k = nullptr;
-  if (Py_TYPE(kernel.ptr()) == kiln_kernel_type() || py::isinstance<kiln::Kernel>(kernel)) {
-    k = &kernel.cast<const kiln::Kernel&>();
-  } else if (PyUnicode_Check(kernel.ptr())) {
-    by_name = take(rt.kernel(kernel.cast<std::string>()));
-    k = &*by_name;
-  } else {
-    raise_invalid(
-        fmt::format("the kernel is a name (str) or a kiln.Kernel; got a {}", type_name(kernel)));
-  }
+  const kiln::Kernel* k = &resolve_kernel(rt, kernel, by_name);
   const size_t nkw = kwnames ? static_cast<size_t>(PyTuple_GET_SIZE(kwnames)) : 0;
   std::vector<kiln::Tensor> keep;
   keep.reserve(args.size() + nkw);
@@ -554,17 +564,9 @@ void launch(kiln::Runtime& rt, const kiln::Stream* stream, py::handle kernel, py
   for (PyObject* v : args) list.push_back(loose(rt, v, ++position, {}, keep));
   kiln::LaunchOptions o;
   o.stream = stream;
-  for (size_t i = 0; i < nkw; ++i) {
-    std::string name = py::handle(PyTuple_GET_ITEM(kwnames, i)).cast<std::string>();
-    py::handle v(kwvalues[i]);
-    // `checked` and `lines` are the launch's options unless the kernel has a parameter so named.
-    if ((name == "checked" || name == "lines") && !has_param(*k, name)) {
-      launch_option(o, name, v);
-      continue;
-    }
-    list.push_back(loose(rt, v, 0, name, keep));
-    list.back().name = std::move(name);
-  }
+  for (size_t i = 0; i < nkw; ++i)
+    keyword_arg(rt, *k, py::handle(PyTuple_GET_ITEM(kwnames, i)).cast<std::string>(), kwvalues[i],
+                o, list, keep);
   std::vector<kiln::LaunchArg> ordered = take(kiln::order_args(*k, list));
   const kiln::Dim3 c = dim3(cubes, "cubes"), d = dim3(cube_dim, "cube_dim");
   kiln::Status st;
@@ -624,7 +626,6 @@ PyObject* launch_method(PyObject* self, PyObject* const* args, Py_ssize_t nargsf
   });
 }
 
-// Adds a vectorcall method to a pybind11 class (kept for the process, as the class is).
 // rt.sync(stream=None), a vectorcall method too: kiln.lib and kiln.torch wait after each call
 // on the CPU.
 PyObject* sync_method(PyObject* self, PyObject* const* args, Py_ssize_t nargsf, PyObject* kwnames) {
@@ -661,8 +662,8 @@ PyObject* sync_method(PyObject* self, PyObject* const* args, Py_ssize_t nargsf, 
 // rt.launcher(kernel, wait=False, **comptime) resolves what every launch of a kernel with the
 // same comptime values would repeat: the kernel by name, the keyword arguments, the options.
 // With wait=True a call returns when its launch is done (and raises its faults), which lets it
-// read PyTorch tensors in place, without a managed tensor each (import_borrowed): the call a
-// framework's operator makes.
+// read PyTorch tensors in place, without a managed tensor each (import_fast with `borrow`): the
+// call a framework's operator makes.
 struct Launcher {
   kiln::Runtime rt;
   kiln::Kernel kernel;
@@ -672,28 +673,17 @@ struct Launcher {
 };
 
 Launcher make_launcher(kiln::Runtime& rt, py::handle kernel, bool wait, const py::kwargs& kw) {
-  Launcher l{rt, {}, {}, {}, wait};
-  if (py::isinstance<kiln::Kernel>(kernel))
-    l.kernel = kernel.cast<kiln::Kernel>();
-  else if (py::isinstance<py::str>(kernel))
-    l.kernel = take(rt.kernel(kernel.cast<std::string>()));
-  else
-    raise_invalid(
-        fmt::format("the kernel is a name (str) or a kiln.Kernel; got a {}", type_name(kernel)));
+  std::optional<kiln::Kernel> by_name;
+  Launcher l{rt, resolve_kernel(rt, kernel, by_name), {}, {}, wait};
   std::vector<kiln::Tensor> none;
   for (auto [key, v] : kw) {
-    std::string name = key.cast<std::string>();
-    if ((name == "checked" || name == "lines") && !has_param(l.kernel, name)) {
-      launch_option(l.options, name, v);
-      continue;
-    }
-    l.named.push_back(loose(rt, v, 0, name, none));
+    const std::string name = key.cast<std::string>();
+    keyword_arg(rt, l.kernel, name, v, l.options, l.named, none);
     if (!none.empty())
       raise_invalid(
           fmt::format("launcher: '{}' is a tensor; a launcher binds comptime values "
                       "by name, and takes tensors when it is called",
                       name));
-    l.named.back().name = std::move(name);
   }
   // A name the kernel does not have is an error now, not at the first call.
   for (const kiln::LooseArg& a : l.named) {
@@ -738,6 +728,7 @@ PyObject* launcher_call(PyObject* self, PyObject* const* args, Py_ssize_t nargsf
   });
 }
 
+// Adds a vectorcall method to a pybind11 class (kept for the process, as the class is).
 using FastMethod = PyObject* (*)(PyObject*, PyObject* const*, Py_ssize_t, PyObject*);
 template <class Class>
 void add_fast_method(Class& cls, const char* name, FastMethod fn, const char* doc) {

@@ -365,7 +365,16 @@ class Streams(unittest.TestCase):
             rt.launcher("row_sum", units=a)
         with self.assertRaisesRegex(kiln.Error, "not registered|no kernel|unknown"):
             rt.launcher("no_such_kernel")
+        with self.assertRaisesRegex(kiln.Error, "name \\(str\\) or a kiln.Kernel; got a int"):
+            rt.launcher(3)
+        with self.assertRaisesRegex(kiln.Error, "lines= takes a dict"):
+            rt.launcher("row_sum", lines=4)
         row_sum = rt.launcher(rt.kernel("row_sum"), units=64)
+        for bad in (0, -1, 2**40, (1, 2, 3, 4)):
+            with self.assertRaisesRegex(kiln.Error, "cubes"):
+                row_sum(bad, 64, a, out)
+        with self.assertRaisesRegex(TypeError, "positional arguments only"):
+            row_sum(3)
         with self.assertRaisesRegex(TypeError, "positional arguments only"):
             row_sum(3, 64, a, out=out)
         with self.assertRaisesRegex(kiln.Error, "'out' is a runtime parameter"):
