@@ -65,6 +65,7 @@ _KINDS: dict = {}
 
 
 def _kind(x: Any, name: str) -> str:
+    """'kiln', 'numpy' or 'torch'; an error naming the argument for anything else."""
     kind = _KINDS.get(type(x))
     if kind is not None:
         return kind

@@ -77,14 +77,14 @@ class _Op:
 
     def register_autograd(self, backward: Callable[..., Any],
                           setup_context: Callable[..., Any]) -> None:
-        try:  # the kernel torch.library.register_autograd makes (PyTorch 2.4+)
+        try:  # the kernel torch.library.register_autograd makes (private; PyTorch 2.4+)
             from torch._library.autograd import Info, make_autograd_impl
-        except ImportError:
+            general = make_autograd_impl(getattr(torch.ops.kiln, self.short).default,
+                                         Info(backward, setup_context))
+        except (ImportError, AttributeError, TypeError):  # moved or changed: the public way
             torch.library.register_autograd(self.name, backward, setup_context=setup_context,
                                             lib=_library)
             return
-        general = make_autograd_impl(getattr(torch.ops.kiln, self.short).default,
-                                     Info(backward, setup_context))
         impl = self.impl
         plain = _PLAIN_KEYSETS
         grad_enabled = torch._C.is_grad_enabled
