@@ -48,6 +48,9 @@ struct Options {
 struct Limits {
   uint32_t max_units_per_cube = 1024;
   uint64_t max_shared_bytes = 48 * 1024;  // per cube, the default a launch gets
+  // Per cube, the most a kernel may use (a GPU's opt-in limit, which kiln's launches ask for):
+  // what the library sizes its tiles by.
+  uint64_t max_shared_optin = 48 * 1024;
   int max_line = 16;                      // widest line width, in elements
   int index_bits = 32;                    // width of line indices (docs/ir.md, "Index width")
 };

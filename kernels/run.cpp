@@ -887,6 +887,7 @@ class Runner {
     KILN_TRY(launch(first));
     KILN_TRY(rt_.sync());
     result_.first_ms = ms_since(t0);
+    result_.plan = data_.plan;
     const CacheStats after = cache_stats();
     if (after.compiles + after.disk_hits > before.compiles + before.disk_hits) {
       result_.compiled = true;

@@ -59,6 +59,9 @@ class RunData {
   std::map<std::string, std::string, std::less<>> comptimes;  // formatted values
   std::map<std::string, int, std::less<>> lines;
   std::map<std::string, ir::ElemType, std::less<>> dtypes;  // every runtime parameter
+  // What a host operation's call chose (its kernel and configuration), for `kiln run` to print;
+  // the call writes it, through the const RunData it gets.
+  mutable std::string plan;
 };
 
 inline uint32_t ceil_div(int64_t a, int64_t b) {
@@ -216,6 +219,7 @@ struct RunResult {
   bool has_reference = false;
   std::vector<TensorCheck> checks;
   bool passed = true;
+  std::string plan;  // a host operation's choice on its first call (RunData::plan)
   std::vector<double> times_ms;  // the timed launches, each followed by sync
   double median_ms = 0, min_ms = 0;
   uint64_t bytes = 0;  // bytes of all tensor arguments (for an effective bandwidth)

@@ -75,7 +75,9 @@ void describe_target(DeviceInfo& info, const backend::Target& target) {
   info.features = target.features;
   if (!target.backend) return;
   info.plane_width = target.backend->plane_width(target);
-  info.shared_bytes = target.backend->limits(target).max_shared_bytes;
+  const backend::Limits limits = target.backend->limits(target);
+  info.shared_bytes = limits.max_shared_bytes;
+  info.shared_optin_bytes = limits.max_shared_optin;
 }
 
 Result<std::unique_ptr<DeviceStream>> Device::wrap_stream(void*) {

@@ -57,6 +57,9 @@ struct DeviceInfo {
   ir::Features features;
   int plane_width = 1;
   uint64_t shared_bytes = 0;
+  // The most shared memory one cube may use (a GPU's opt-in limit; launches ask for it): what
+  // the library sizes its tiles by.
+  uint64_t shared_optin_bytes = 0;
   std::string details;  // one line for `kiln devices`: "2 threads, 512-bit vectors"
 };
 // Fills the facts of `info` that its compile target gives (features, plane width, shared

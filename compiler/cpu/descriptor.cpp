@@ -67,6 +67,7 @@ class CpuBackend final : public backend::Backend {
     backend::Limits l;
     l.max_units_per_cube = ir::kMaxUnitsPerCube;
     l.max_shared_bytes = uint64_t{1} << 30;  // a per-worker arena in host memory
+    l.max_shared_optin = l.max_shared_bytes;
     l.max_line = std::max(16, target_of(t).max_lanes(1));
     l.index_bits = 32;
     return l;

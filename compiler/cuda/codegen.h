@@ -60,7 +60,10 @@ Result<Source> generate(const ir::Kernel& k, const CodegenOptions& options);
 // What generated CUDA C++ may use on every target: 1024 units per cube, 48 KiB of static
 // shared memory (more is dynamic, up to the device's opt-in limit), lines of 16, 32-bit
 // indices. The CUDA backend and the emulator, which runs the same code, both answer with it.
-backend::Limits limits();
+backend::Limits limits(const Target& arch);
+// A cube's opt-in shared-memory limit on `arch`: 227 KiB on sm_90 and sm_100, 163 KiB on sm_80
+// and sm_87, 99 KiB on the others (sm_86, sm_89, sm_120).
+uint32_t max_shared_optin(const Target& arch);
 
 // The matrix multiplies generated code runs on an arch: every one the IR accepts from sm_80 on
 // (mma.sync for f16, bf16, tf32, s8 and u8), none before. The CUDA backend and the emulator

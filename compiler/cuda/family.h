@@ -18,7 +18,7 @@ ir::Features features(const Target& arch);
 class GpuArchBackend : public backend::Backend {
  public:
   int plane_width(const backend::Target&) const final { return 32; }  // a warp
-  backend::Limits limits(const backend::Target&) const final { return cuda::limits(); }
+  backend::Limits limits(const backend::Target& t) const final { return cuda::limits(arch(t)); }
   std::vector<ir::MatrixConfig> matrix_configs(const backend::Target& t) const final;
   std::string unsupported(const ir::Kernel& k, const ir::Op& op,
                           const backend::Target& t) const final;

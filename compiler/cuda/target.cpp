@@ -44,10 +44,18 @@ Result<Target> parse_target(std::string_view text) {
   return t;
 }
 
-backend::Limits limits() {
+uint32_t max_shared_optin(const Target& arch) {
+  if (arch.sm >= 100 && arch.sm < 120) return 227 * 1024;
+  if (arch.sm == 90) return 227 * 1024;
+  if (arch.sm == 80 || arch.sm == 87) return 163 * 1024;
+  return 99 * 1024;
+}
+
+backend::Limits limits(const Target& arch) {
   backend::Limits l;
   l.max_units_per_cube = 1024;
   l.max_shared_bytes = 48 * 1024;
+  l.max_shared_optin = max_shared_optin(arch);
   l.max_line = 16;
   l.index_bits = 32;
   return l;

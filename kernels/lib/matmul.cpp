@@ -28,68 +28,14 @@
 
 #include "compiler/dsl/dsl.h"
 #include "kernels/lib/common.h"
+#include "kernels/lib/matmul_parts.h"
 #include "kernels/run.h"
 #include "runtime/autotune.h"
 
 using namespace kiln::dsl;
 using kiln::lib::Epilogue;
 
-namespace kiln::lib {
-KILN_COMPTIME_ENUM(Epilogue, None, Relu, Gelu)
-}  // namespace kiln::lib
-
-namespace {
-
-// The flat index of the first element of batch item z of a [B0, B1, B2, R, C] tensor.
-template <class T>
-Val<uint32_t> item_offset(const Tensor<T>& t, const Val<uint32_t>& z) {
-  u32 s1 = t.shape(1), s2 = t.shape(2);
-  return z / (s1 * s2) * t.stride(0) + (z / s2) % s1 * t.stride(1) + z % s2 * t.stride(2);
-}
-
-// C's batch item z as indices along its three batch dimensions.
-struct BatchIndex {
-  Val<uint32_t> i0, i1, i2;
-};
-template <class T>
-BatchIndex batch_index(const Tensor<T>& c, const Val<uint32_t>& z) {
-  u32 s1 = c.shape(1), s2 = c.shape(2);
-  return {z / (s1 * s2), (z / s2) % s1, z % s2};
-}
-
-// The item of an operand of batch shape (d0, d1, d2) that C's item `i` reads, counted in items:
-// the index along a dimension of size 1 is 0 (NumPy's broadcasting).
-inline Val<uint32_t> broadcast_item(const BatchIndex& i, const Val<uint32_t>& d0,
-                                    const Val<uint32_t>& d1, const Val<uint32_t>& d2) {
-  return ((i.i0 % d0) * d1 + i.i1 % d1) * d2 + i.i2 % d2;
-}
-
-// The same item of a tensor, as the flat index of its first element.
-template <class T>
-Val<uint32_t> broadcast_offset(const BatchIndex& i, const Tensor<T>& t) {
-  return (i.i0 % t.shape(0)) * t.stride(0) + (i.i1 % t.shape(1)) * t.stride(1) +
-         (i.i2 % t.shape(2)) * t.stride(2);
-}
-
-// What the epilogue makes of the sum s of element idx (column col) of C: alpha s + beta C
-// (C not read when beta is 0) + the bias, then ReLU or GELU; in f32, in this order on every
-// device.
-template <class TC>
-Val<float> finish_value(const Tensor<TC>& c, const Val<uint32_t>& idx, const Val<uint32_t>& col,
-                        const Val<float>& s, const Val<float>& alpha, const Val<float>& beta,
-                        const Tensor<const f32>& bias, bool has_bias, Epilogue epilogue) {
-  Var<f32> v = alpha * s;
-  if_(beta != 0.0f, [&] { v += beta * cast<float>(Val<host_of_t<TC>>(c[idx])); });
-  if (has_bias) v += Val<float>(bias[col]);
-  if (epilogue == Epilogue::Relu) v = max(Val<float>(v), 0.0f);
-  if (epilogue == Epilogue::Gelu) {
-    f32 x = v;
-    v = 0.5f * x * (1.0f + tanh(0.7978845608f * (x + 0.044715f * x * x * x)));
-  }
-  return v;
-}
-
-}  // namespace
+using namespace kiln::lib::matmul_parts;
 
 // Batch item z of t ([B0, B1, B2, R, C]) into f32 slivers of `width` along dimension `cut` (3:
 // rows, 4: columns), the other one (K) running inside each: element (sliver s, k, lane l) at
@@ -232,149 +178,17 @@ KILN_KERNEL_GENERIC(matmul_cpu,
     })
     .describe("kiln::lib::matmul: C = alpha A B + beta C from packed panels (CPU)");
 
-// ---- GPUs (and the emulator) ------------------------------------------------------------------
-
-// The input and result types of one instantiation of matmul_gpu.
-template <class In_, class Out_>
-struct InOut {
-  using In = In_;
-  using Out = Out_;
-};
-
-// C (c: [B0, B1, B2, M, N]) = alpha op(A) op(B) + beta C (+ bias) through the epilogue, on a GPU:
-// a cube computes a tile of planes_m x planes_n planes of frag_m x frag_n. Each step of k
-// (k_steps instruction steps) stages the cube's rows of A and columns of B in shared memory,
-// converted to the input type and zero outside the matrices, whatever the operands' strides
-// (a, b: [B0, B1, B2, rows, columns] views, batch dimensions of 1 broadcast). With `fragments`
-// and a target that has the multiply (sm_80 and later, has_mma), each plane multiplies its
-// fragments on the tensor cores (f32 inputs as tf32); otherwise each unit computes its elements
-// of the tile with FMAs in f32, in the order of k, as the CPU kernel does. The sums go through
-// shared memory to the epilogue, which every unit applies to its elements of C.
-template <class P>
-void matmul_gpu(Tensor<const typename P::In> a, Tensor<const typename P::In> b,
-                Tensor<typename P::Out> c, Tensor<const f32> bias, f32 alpha, f32 beta, int frag_m,
-                int frag_n, int planes_m, int planes_n, int k_steps, bool fragments,
-                Epilogue epilogue, bool has_bias) {
-  using T = typename P::In;
-  using In = host_of_t<T>;
-  const int ks = mma_k_step<T>() * k_steps;
-  const uint32_t tm = static_cast<uint32_t>(planes_m * frag_m),
-                 tn = static_cast<uint32_t>(planes_n * frag_n), uks = static_cast<uint32_t>(ks),
-                 units = static_cast<uint32_t>(32 * planes_m * planes_n);
-  auto as = shared_array<T>(tm * uks);
-  auto bs = shared_array<T>(uks * tn);
-  auto sums = shared_array<f32>(tm * tn);
-  u32 m = c.shape(3), n = c.shape(4), k = a.shape(4);
-  const BatchIndex item = batch_index(c, cube_pos_z());
-  u32 a_item = broadcast_offset(item, a), b_item = broadcast_offset(item, b),
-      c_item = broadcast_offset(item, c);
-  u32 crow = cube_pos_y() * tm, ccol = cube_pos_x() * tn;
-  // Step k0's tiles into shared memory, zeros outside the matrices.
-  auto stage = [&](const Val<uint32_t>& k0) {
-    for_range(unit_pos(), tm * uks, units, [&](u32 e) {
-      u32 r = e / uks, kk = e % uks;
-      Val<bool> inside = crow + r < m && k0 + kk < k;
-      u32 idx = a_item + min(crow + r, m - 1u) * a.stride(3) + min(k0 + kk, k - 1u) * a.stride(4);
-      as[e] = select(inside, Val<In>(a[idx]), T(0));
-    });
-    for_range(unit_pos(), uks * tn, units, [&](u32 e) {
-      u32 kk = e / tn, j = e % tn;
-      Val<bool> inside = k0 + kk < k && ccol + j < n;
-      u32 idx = b_item + min(k0 + kk, k - 1u) * b.stride(3) + min(ccol + j, n - 1u) * b.stride(4);
-      bs[e] = select(inside, Val<In>(b[idx]), T(0));
-    });
-  };
-  if (fragments && has_mma<T>(frag_m, frag_n, ks)) {
-    auto fa = matrix_a<T>(frag_m, frag_n, ks);
-    auto fb = matrix_b<T>(frag_m, frag_n, ks);
-    auto acc = accumulator<f32>(frag_m, frag_n, ks);
-    u32 p = plane_pos();
-    u32 prow = p / static_cast<uint32_t>(planes_n) * static_cast<uint32_t>(frag_m),
-        pcol = p % static_cast<uint32_t>(planes_n) * static_cast<uint32_t>(frag_n);
-    fill(acc, 0.0f);
-    for_range(0u, k, uks, [&](u32 k0) {
-      stage(k0);
-      sync_cube();
-      load(fa, as, prow * uks, uks);
-      load(fb, bs, pcol, tn);
-      mma(acc, fa, fb);
-      sync_cube();
-    });
-    store(sums, prow * tn + pcol, tn, acc);
-  } else {
-    // Each unit's elements of the tile: unit + i units.
-    const uint32_t per_unit = tm * tn / units;
-    std::vector<Var<f32>> acc;
-    acc.reserve(per_unit);
-    for (uint32_t i = 0; i < per_unit; ++i) acc.push_back(Var<f32>(0.0f));
-    for_range(0u, k, uks, [&](u32 k0) {
-      stage(k0);
-      sync_cube();
-      for_range(0u, uks, 1u, [&](u32 kk) {
-        for (uint32_t i = 0; i < per_unit; ++i) {
-          u32 e = unit_pos() + i * units;
-          f32 x = cast<float>(Val<In>(as[e / tn * uks + kk]));
-          f32 y = cast<float>(Val<In>(bs[kk * tn + e % tn]));
-          acc[i] = fma(x, y, Val<float>(acc[i]));
-        }
-      });
-      sync_cube();
-    });
-    for (uint32_t i = 0; i < per_unit; ++i) sums[unit_pos() + i * units] = acc[i];
-  }
-  sync_cube();
-  for_range(unit_pos(), tm * tn, units, [&](u32 e) {
-    u32 row = crow + e / tn, col = ccol + e % tn;
-    if_(row < m && col < n, [&] {
-      u32 idx = c_item + row * c.stride(3) + col * c.stride(4);
-      c[idx] = cast<host_of_t<typename P::Out>>(finish_value<typename P::Out>(
-          c, idx, col, sums[e], alpha, beta, bias, has_bias, epilogue));
-    });
-  });
-}
-KILN_KERNEL_GENERIC(matmul_gpu,
-                    "a: rank=5, b: rank=5, c: rank=5, bias, alpha, beta, frag_m = 32 in 16..32, "
-                    "frag_n = 32 in 8..32, planes_m = 2 in 1..4, planes_n = 2 in 1..4, "
-                    "k_steps = 1 in 1..2, fragments = true, epilogue = None, has_bias = false",
-                    InOut<f32, f32>, InOut<f16, f32>, InOut<bf16, f32>, InOut<f16, f16>,
-                    InOut<bf16, bf16>)
-    .cube_dim([](const ComptimeArgs& c) -> CubeDim {
-      return {static_cast<uint32_t>(32 * c.integer("planes_m") * c.integer("planes_n")), 1, 1};
-    })
-    .describe("kiln::lib::matmul on a GPU: tiles staged in shared memory, tensor-core fragments");
-
 namespace kiln::lib {
 
 namespace {
 
 using ir::ElemType;
 
-Error bad(const std::string& what) {
-  return Error(ErrorKind::InvalidArgument, fmt::format("kiln::lib::matmul: {}", what));
-}
+using Problem = detail::MatmulProblem;
 
-// `t` as a [B0, B1, B2, R, C] view (leading dimensions of 1 added; the last two swapped when
-// `transpose`): no copy.
-Result<Tensor> rank5(const Tensor& t, bool transpose) {
-  std::vector<int64_t> shape(5, 1), strides(5, 0);
-  const int r = t.rank();
-  for (int d = 0; d < r; ++d) {
-    shape[static_cast<size_t>(5 - r + d)] = t.shape(d);
-    strides[static_cast<size_t>(5 - r + d)] = t.stride(d);
-  }
-  if (transpose) {
-    std::swap(shape[3], shape[4]);
-    std::swap(strides[3], strides[4]);
-  }
-  return Tensor::make(t.device_ptr(), t.buffer(), t.dtype(), shape, strides, t.offset());
-}
+Error bad(const std::string& what) { return detail::matmul_error(what); }
 
-// One product, checked and in the kernels' terms.
-struct Problem {
-  Tensor a, b, c;  // [B0, B1, B2, rows, columns] views, A and B as op(A) and op(B)
-  int64_t m = 0, n = 0, k = 0;
-  int64_t batch = 1, batch_a = 1, batch_b = 1;  // items of C, of A, of B
-};
+Result<Tensor> rank5(const Tensor& t, bool transpose) { return detail::matmul_rank5(t, transpose); }
 
 // The CPU kernels' blocking: the micro-kernel's shape from the vector registers, the blocks
 // from the caches (an mr x kc sliver of A stays in L1 while kc x nb of B streams from L2).
@@ -566,11 +380,7 @@ std::vector<CpuConfig> cpu_candidates(const CpuConfig& base) {
   return out;
 }
 
-int64_t bucket(int64_t v) {
-  int64_t b = 1;
-  while (b < v) b *= 2;
-  return b;
-}
+int64_t bucket(int64_t v) { return detail::matmul_bucket(v); }
 
 // What the blocking's speed depends on besides the device: the types and the sizes, each
 // rounded up to a power of two (the bucket's candidates follow from these alone).
@@ -579,64 +389,95 @@ std::string tune_key(const Problem& p, ElemType out) {
                      ir::elem_name(out), bucket(p.m), bucket(p.n), bucket(p.k), bucket(p.batch));
 }
 
-// The product on a GPU or the emulator: one launch of matmul_gpu, 64 x 64 tiles of 2 x 2 planes.
-Status run_gpu(Runtime& rt, const Problem& p, const MatmulOptions& o) {
-  constexpr int kFrag = 32, kPlanes = 2, kTile = kFrag * kPlanes;
-  auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
-  if ((p.m + kTile - 1) / kTile > 65535)
-    return bad(fmt::format("M = {} is more than a GPU grid's 65535 tiles of {} rows", p.m, kTile));
-  Tensor bias;
-  if (o.bias) {
-    bias = o.bias->as_read_only();
-  } else {
-    KILN_ASSIGN(bias, rt.empty(ElemType::F32, {1}));
-  }
-  KILN_ASSIGN(const Kernel gemm, rt.kernel("matmul_gpu"));
-  Tensor c = p.c;
-  // f32 inputs stay f32 (FMAs) unless tf32 tensor cores are allowed.
-  const bool fragments = p.a.dtype() != ElemType::F32 || o.allow_tf32;
-  return rt.launch(
-      gemm, Dim3(u((p.n + kTile - 1) / kTile), u((p.m + kTile - 1) / kTile), u(p.batch)),
-      Dim3(32 * kPlanes * kPlanes), p.a.as_read_only(), p.b.as_read_only(), c, bias, o.alpha,
-      o.beta, kFrag, kFrag, kPlanes, kPlanes, 2, fragments, o.epilogue, o.bias != nullptr);
+}  // namespace
+
+namespace detail {
+
+Error matmul_error(const std::string& what) {
+  return Error(ErrorKind::InvalidArgument, fmt::format("kiln::lib::matmul: {}", what));
 }
 
-}  // namespace
+Result<Tensor> matmul_rank5(const Tensor& t, bool transpose) {
+  std::vector<int64_t> shape(5, 1), strides(5, 0);
+  const int r = t.rank();
+  for (int d = 0; d < r; ++d) {
+    shape[static_cast<size_t>(5 - r + d)] = t.shape(d);
+    strides[static_cast<size_t>(5 - r + d)] = t.stride(d);
+  }
+  if (transpose) {
+    std::swap(shape[3], shape[4]);
+    std::swap(strides[3], strides[4]);
+  }
+  return Tensor::make(t.device_ptr(), t.buffer(), t.dtype(), shape, strides, t.offset());
+}
+
+int64_t matmul_bucket(int64_t v) {
+  int64_t b = 1;
+  while (b < v) b *= 2;
+  return b;
+}
+
+size_t matmul_tune(Runtime& rt, const MatmulProblem& p, const MatmulOptions& o, std::string key,
+                   const std::vector<std::string>& candidates, size_t fast,
+                   const MatmulRunner& run) {
+  TuneRequest req;
+  req.op = "matmul";
+  req.key = std::move(key);
+  req.candidates = candidates;
+  req.fast = fast;
+  // Candidates write C when beta is 0 (the call overwrites it anyway), else a scratch tensor,
+  // made only if the tuner measures; without the bias and epilogue, which cost the same in
+  // every candidate.
+  std::optional<MatmulProblem> trial;
+  MatmulOptions plain;
+  plain.transpose_a = o.transpose_a;
+  plain.transpose_b = o.transpose_b;
+  plain.allow_tf32 = o.allow_tf32;
+  req.run = [&](size_t i) -> Status {
+    if (!trial) {
+      trial = p;
+      if (o.beta != 0) {
+        KILN_ASSIGN(Tensor scratch, rt.empty(p.c.dtype(), p.c.shape()));
+        KILN_ASSIGN(trial->c, matmul_rank5(scratch, false));
+      }
+    }
+    KILN_TRY(run(*trial, plain, i));
+    return rt.sync();
+  };
+  return autotune(rt, req).index;
+}
+
+}  // namespace detail
 
 Status matmul(Runtime& rt, const Tensor& a, const Tensor& b, Tensor& c, const MatmulOptions& o) {
   KILN_ASSIGN(const Problem p, check(a, b, c, o));
-  if (p.m == 0 || p.n == 0 || p.batch == 0) return {};
-  if (!rt.device().lane_units) return run_gpu(rt, p, o);
+  if (p.m == 0 || p.n == 0 || p.batch == 0) {
+    if (o.plan) *o.plan = {"none", "an empty product", "C has no elements"};
+    return {};
+  }
+  if (!rt.device().lane_units) return detail::matmul_on_gpu(rt, p, o);
   // The candidates of the shapes' bucket, so that every shape of a bucket shares its tuning.
   Problem rounded = p;
   rounded.m = bucket(p.m);
   rounded.n = bucket(p.n);
   rounded.batch = bucket(p.batch);
   const std::vector<CpuConfig> cands = cpu_candidates(cpu_config(rt, rounded));
-  if (p.k == 0 || autotune_mode() == AutotuneMode::Off) return run_cpu(rt, p, o, cands.front());
-  TuneRequest req;
-  req.op = "matmul";
-  req.key = tune_key(p, c.dtype());
-  for (const CpuConfig& cfg : cands) req.candidates.push_back(cfg.text());
-  // Candidates write C when beta is 0 (the call overwrites it anyway), else a scratch tensor,
-  // made only if the tuner measures.
-  std::optional<Problem> trial;
-  MatmulOptions plain;
-  plain.transpose_a = o.transpose_a;
-  plain.transpose_b = o.transpose_b;
-  req.run = [&](size_t i) -> Status {
-    if (!trial) {
-      trial = p;
-      if (o.beta != 0) {
-        KILN_ASSIGN(Tensor scratch, rt.empty(c.dtype(), c.shape()));
-        KILN_ASSIGN(trial->c, rank5(scratch, false));
-      }
-    }
-    KILN_TRY(run_cpu(rt, *trial, plain, cands[i]));
-    return rt.sync();
-  };
-  const TuneOutcome pick = autotune(rt, req);
-  return run_cpu(rt, p, o, cands[pick.index]);
+  size_t pick = 0;
+  if (p.k > 0 && autotune_mode() != AutotuneMode::Off) {
+    std::vector<std::string> texts;
+    for (const CpuConfig& cfg : cands) texts.push_back(cfg.text());
+    pick = detail::matmul_tune(rt, p, o, tune_key(p, c.dtype()), texts, 4,
+                               [&](const Problem& q, const MatmulOptions& qo, size_t i) {
+                                 return run_cpu(rt, q, qo, cands[i]);
+                               });
+  }
+  const CpuConfig& cfg = cands[pick];
+  if (o.plan)
+    *o.plan = {"matmul_cpu",
+               fmt::format("{}x{} register blocks ({} lanes), {}", cfg.mr, cfg.nr(), cfg.lanes,
+                           cfg.text()),
+               "a CPU: packed f32 panels and a register-blocked micro-kernel"};
+  return run_cpu(rt, p, o, cfg);
 }
 
 }  // namespace kiln::lib
@@ -725,7 +566,8 @@ void matmul_reference(RunData& d) {
 
 KILN_RUN(matmul)
     .host({.description = "C = alpha op(A) op(B) + beta C (+ bias, epilogue): kiln::lib::matmul",
-           .kernels = {"matmul_pack_a", "matmul_pack_b", "matmul_cpu", "matmul_gpu"},
+           .kernels = {"matmul_pack_a", "matmul_pack_b", "matmul_cpu", "matmul_gpu",
+                       "matmul_pack_rows", "matmul_ring", "matmul_sm90", "matmul_sm100"},
            .tensors = {{"a", true}, {"b", true}, {"bias", true}, {"c", false}},
            .variants = {{kiln::ir::ElemType::F32, kiln::ir::ElemType::F32, kiln::ir::ElemType::F32,
                          kiln::ir::ElemType::F32},
@@ -761,7 +603,11 @@ KILN_RUN(matmul)
              o.allow_tf32 = d.scalar("allow_tf32") != 0;
              const kiln::Tensor bias = t.at("bias");
              if (d.scalar("use_bias") != 0) o.bias = &bias;
-             return kiln::lib::matmul(rt, t.at("a"), t.at("b"), t.at("c"), o);
+             kiln::lib::MatmulPlan plan;
+             o.plan = &plan;
+             KILN_TRY(kiln::lib::matmul(rt, t.at("a"), t.at("b"), t.at("c"), o));
+             d.plan = fmt::format("{}: {} ({})", plan.kernel, plan.config, plan.why);
+             return kiln::Status{};
            }})
     .shape("a", {384, 256})
     .shape("b", {256, 320})

@@ -12,6 +12,8 @@
 // are exact in f32), rounded once to C's type at the end.
 #pragma once
 
+#include <string>
+
 #include "ir/result.h"
 #include "runtime/runtime.h"
 
@@ -24,6 +26,14 @@ enum class Epilogue {
   Gelu,  // GELU's tanh form: x / 2 (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
 };
 
+// Which kernel a call ran, with what configuration and why: MatmulOptions::plan receives it
+// (`kiln run matmul` prints it).
+struct MatmulPlan {
+  std::string kernel;  // "matmul_sm90"
+  std::string config;  // "128x128x64 tiles, 4 stages, a producer plane"
+  std::string why;     // "the device has TMA and wgmma (sm_90a)"
+};
+
 struct MatmulOptions {
   float alpha = 1.0f;
   float beta = 0.0f;  // 0: C is only written (NaN in C does not propagate), as BLAS does
@@ -34,6 +44,8 @@ struct MatmulOptions {
   // On a GPU, f32 inputs multiplied on the tensor cores as tf32 (10-bit mantissas, as
   // PyTorch's allow_tf32); otherwise f32 FMAs. The CPU always multiplies f32 exactly.
   bool allow_tf32 = false;
+  // When set, receives the kernel the call chose (after tuning) and its configuration.
+  MatmulPlan* plan = nullptr;
 };
 
 // Asynchronous on the runtime's stream, as launches are; the packed copies of A and B it makes

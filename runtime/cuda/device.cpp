@@ -140,6 +140,7 @@ Result<std::shared_ptr<CudaDevice>> CudaDevice::open(int ordinal, uint64_t memor
   KILN_ASSIGN(dev->backend_target_,
               b->parse_target(dev->cubin_ ? dev->target_.name() : dev->target_.compute()));
   describe_target(dev->info_, dev->backend_target_);
+  dev->info_.shared_optin_bytes = dev->max_shared_;  // the driver's word over the table's
   dev->pool_ = std::make_shared<MemoryPool>(std::make_unique<CudaAllocator>(ctx), memory_cap);
   dev->pool_->set_reuse_fence([ctx] {
     if (ctx->bind()) ctx->api->cuCtxSynchronize();

@@ -133,6 +133,7 @@ int run_one(const RunOptions& o) {
   else
     fmt::print("{} on {}: {} cubes of {} units{}\n", r->kernel, r->device, dim3_text(r->cubes),
                dim3_text(r->cube_dim), o.checked ? ", checked mode" : "");
+  if (!r->plan.empty()) fmt::print("  kernel      {}\n", r->plan);
   fmt::print("  arguments   {}\n", r->arguments);
   fmt::print("  inputs      random, seed {} (--seed {} repeats them)\n", r->seed, r->seed);
   fmt::print(

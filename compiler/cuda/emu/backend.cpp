@@ -108,12 +108,6 @@ int run_program(const std::vector<std::string>& argv, std::string& output) {
 }
 
 // Per-cube shared memory an arch allows at most (the opt-in limit of its GPUs).
-uint32_t max_shared_for(int sm) {
-  if (sm >= 100 && sm < 120) return 227 * 1024;
-  if (sm == 90) return 227 * 1024;
-  if (sm == 80 || sm == 87) return 163 * 1024;
-  return 99 * 1024;  // sm_86, sm_89, sm_120
-}
 
 std::string host_machine() {
   struct utsname u {};
@@ -252,7 +246,7 @@ class EmuBackend final : public GpuArchBackend {
                    fmt::format("'{}' is not an emulator target: {}", text, t.error().message));
     Arch a;
     a.target = *t;
-    a.max_shared_bytes = max_shared_for(t->sm);
+    a.max_shared_bytes = max_shared_optin(*t);
     const std::string name = fmt::format("cuda-emu:{}", t->name());
     return make_target(a.target, name, fmt::format("{}:{}", name, host_machine()),
                        std::make_shared<const Arch>(a));

@@ -1,0 +1,116 @@
+// What kiln::lib::matmul's sources share (internal, not part of the documented API): the DSL
+// helpers every matmul kernel uses for batches and the epilogue, and the host's view of one
+// checked product, whose GPU strategies live in matmul_gpu.cpp.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "compiler/dsl/dsl.h"
+#include "kernels/lib/matmul.h"
+#include "runtime/runtime.h"
+
+namespace kiln::lib {
+KILN_COMPTIME_ENUM(Epilogue, None, Relu, Gelu)
+}  // namespace kiln::lib
+
+namespace kiln::lib::matmul_parts {
+
+using namespace kiln::dsl;  // the helpers are DSL code
+using kiln::lib::Epilogue;
+
+// The flat index of the first element of batch item z of a [B0, B1, B2, R, C] tensor.
+template <class T>
+Val<uint32_t> item_offset(const dsl::Tensor<T>& t, const Val<uint32_t>& z) {
+  u32 s1 = t.shape(1), s2 = t.shape(2);
+  return z / (s1 * s2) * t.stride(0) + (z / s2) % s1 * t.stride(1) + z % s2 * t.stride(2);
+}
+
+// C's batch item z as indices along its three batch dimensions.
+struct BatchIndex {
+  Val<uint32_t> i0, i1, i2;
+};
+template <class T>
+BatchIndex batch_index(const dsl::Tensor<T>& c, const Val<uint32_t>& z) {
+  u32 s1 = c.shape(1), s2 = c.shape(2);
+  return {z / (s1 * s2), (z / s2) % s1, z % s2};
+}
+
+// The item of an operand of batch shape (d0, d1, d2) that C's item `i` reads, counted in items:
+// the index along a dimension of size 1 is 0 (NumPy's broadcasting).
+inline Val<uint32_t> broadcast_item(const BatchIndex& i, const Val<uint32_t>& d0,
+                                    const Val<uint32_t>& d1, const Val<uint32_t>& d2) {
+  return ((i.i0 % d0) * d1 + i.i1 % d1) * d2 + i.i2 % d2;
+}
+
+// The same item of a tensor, as the flat index of its first element.
+template <class T>
+Val<uint32_t> broadcast_offset(const BatchIndex& i, const dsl::Tensor<T>& t) {
+  return (i.i0 % t.shape(0)) * t.stride(0) + (i.i1 % t.shape(1)) * t.stride(1) +
+         (i.i2 % t.shape(2)) * t.stride(2);
+}
+
+// What the epilogue makes of the sum s of element idx (column col) of C: alpha s + beta C
+// (C not read when beta is 0) + the bias, then ReLU or GELU; in f32, in this order on every
+// device.
+template <class TC>
+Val<float> finish_value(const dsl::Tensor<TC>& c, const Val<uint32_t>& idx, const Val<uint32_t>& col,
+                        const Val<float>& s, const Val<float>& alpha, const Val<float>& beta,
+                        const dsl::Tensor<const f32>& bias, bool has_bias, Epilogue epilogue) {
+  Var<f32> v = alpha * s;
+  if_(beta != 0.0f, [&] { v += beta * cast<float>(Val<host_of_t<TC>>(c[idx])); });
+  if (has_bias) v += Val<float>(bias[col]);
+  if (epilogue == Epilogue::Relu) v = max(Val<float>(v), 0.0f);
+  if (epilogue == Epilogue::Gelu) {
+    f32 x = v;
+    v = 0.5f * x * (1.0f + tanh(0.7978845608f * (x + 0.044715f * x * x * x)));
+  }
+  return v;
+}
+
+
+}  // namespace kiln::lib::matmul_parts
+
+namespace kiln::lib::detail {
+
+// One product, checked and in the kernels' terms.
+struct MatmulProblem {
+  Tensor a, b, c;  // [B0, B1, B2, rows, columns] views, A and B as op(A) and op(B)
+  int64_t m = 0, n = 0, k = 0;
+  int64_t batch = 1, batch_a = 1, batch_b = 1;  // items of C, of A, of B
+};
+
+// The error of a refused product: "kiln::lib::matmul: WHAT".
+Error matmul_error(const std::string& what);
+
+// `t` as a [B0, B1, B2, R, C] view (leading dimensions of 1 added; the last two swapped when
+// `transpose`): no copy.
+Result<Tensor> matmul_rank5(const Tensor& t, bool transpose);
+
+// Candidates' texts, one run of each, and the chosen index, with the caller's product
+// untouched: the tuner's protocol for the matmul paths (a scratch C when beta is not 0).
+using MatmulRunner = std::function<Status(const MatmulProblem&, const MatmulOptions&, size_t)>;
+size_t matmul_tune(Runtime& rt, const MatmulProblem& p, const MatmulOptions& o, std::string key,
+                   const std::vector<std::string>& candidates, size_t fast,
+                   const MatmulRunner& run);
+
+// The product on a GPU or its emulator: the path its target's features allow (matmul_gpu.cpp).
+Status matmul_on_gpu(Runtime& rt, const MatmulProblem& p, const MatmulOptions& o);
+
+// A GPU kernel kiln::lib::matmul may launch, with its comptime values: every candidate of the
+// path a device with `dev`'s features and shared memory takes for inputs of `in`, for products
+// of any shape (what the tests assemble and check for spills).
+struct MatmulSpecialization {
+  std::string kernel;
+  std::map<std::string, std::string> set;
+};
+std::vector<MatmulSpecialization> matmul_gpu_specializations(const DeviceInfo& dev,
+                                                             ir::ElemType in, bool allow_tf32);
+
+// Rounds up to a power of two (tuning buckets).
+int64_t matmul_bucket(int64_t v);
+
+}  // namespace kiln::lib::detail

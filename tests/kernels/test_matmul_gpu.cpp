@@ -1,0 +1,118 @@
+// kiln::lib::matmul's GPU paths on the emulator of each architecture: the path the target's
+// features pick (the tcgen05 kernel on sm_100a, wgmma on sm_90a, the cp.async ring on sm_80,
+// sm_89 and sm_120a), against a double reference, with the types, epilogues, transposes, batch
+// broadcasting and edges each path must handle; operands used in place when they already are
+// rows of K, copied first when not. The products are small: the emulator runs every unit.
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <string>
+
+#include "kernels/kernels.h"
+#include "kernels/lib/matmul.h"
+#include "kernels/run.h"
+#include "runtime/runtime.h"
+#include "tests/runtime/runtime_test_util.h"
+
+namespace kiln {
+namespace {
+
+using Catch::Contains;
+
+struct GpuCase {
+  const char* what;
+  std::map<std::string, std::vector<int64_t>> shapes;
+  std::map<std::string, std::string> set, dtypes;
+  bool operands_in_place = false;  // A and B are rows of K already: nothing is copied
+};
+
+const GpuCase kCases[] = {
+    {"bf16 to f32, B row-major (copied), alpha, beta, bias, GELU",
+     {{"a", {70, 40}}, {"b", {40, 50}}},
+     {{"alpha", "1.5"}, {"beta", "0.5"}, {"use_bias", "true"}, {"epilogue", "2"}},
+     {{"a", "bf16"}},
+     false},
+    {"f16 to f16, B transposed (in place), batches broadcast, ReLU",
+     {{"a", {2, 1, 33, 24}}, {"b", {3, 40, 24}}},
+     {{"transpose_b", "true"}, {"epilogue", "1"}},
+     {{"a", "f16"}, {"c", "f16"}},
+     true},
+    {"f32 as tf32, odd K (both copied), A transposed",
+     {{"a", {37, 20}}, {"b", {37, 36}}},
+     {{"allow_tf32", "true"}, {"transpose_a", "true"}},
+     {},
+     false},
+};
+
+TEST_CASE("kiln::lib::matmul takes each architecture's path on its emulator", "[matmul][gpu-paths]") {
+  (void)kernels::builtin_names();
+  const std::pair<const char*, const char*> archs[] = {
+      {"cuda-emu:sm_80", "matmul_ring"},     {"cuda-emu:sm_89", "matmul_ring"},
+      {"cuda-emu:sm_90a", "matmul_sm90"},    {"cuda-emu:sm_100a", "matmul_sm100"},
+      {"cuda-emu:sm_120a", "matmul_ring"},
+  };
+  for (const auto& [device, kernel] : archs) {
+    auto opened = test::open_devices({device});
+    if (opened.empty()) {
+      WARN("skipped: " << device << " is not available here");
+      continue;
+    }
+    Runtime& rt = opened.front();
+    for (const GpuCase& c : kCases) {
+      INFO(c.what << " on " << device);
+      kernels::RunConfig config;
+      config.shapes = c.shapes;
+      config.set = c.set;
+      config.dtypes = c.dtypes;
+      config.repeat = 0;
+      config.seed = 20261205;
+      auto r = kernels::run(rt, "matmul", config);
+      KILN_REQUIRE_OK(r);
+      INFO("plan: " << r->plan);
+      CHECK_THAT(r->plan, Contains(std::string(kernel) + ":"));
+      if (c.operands_in_place)
+        CHECK_THAT(r->plan, !Contains("copied"));
+      else
+        CHECK_THAT(r->plan, Contains("copied into rows of K"));
+      REQUIRE(r->checks.size() == 1);
+      const auto& check = r->checks.front();
+      INFO("first bad " << check.first_bad << ": got " << check.got << ", want " << check.want);
+      CHECK(check.mismatches == 0);
+    }
+  }
+}
+
+TEST_CASE("kiln::lib::matmul on a GPU reports the portable kernel where tensor cores do not apply",
+          "[matmul][gpu-paths]") {
+  (void)kernels::builtin_names();
+  auto opened = test::open_devices({"cuda-emu:sm_90a"});
+  if (opened.empty()) {
+    WARN("skipped: cuda-emu:sm_90a is not available here");
+    return;
+  }
+  Runtime& rt = opened.front();
+  Tensor a = test::tensor_from(rt, ir::ElemType::F32, std::vector<float>(45, 1.0f), {9, 5});
+  Tensor b = test::tensor_from(rt, ir::ElemType::F32, std::vector<float>(35, 2.0f), {5, 7});
+  auto c = rt.empty(ir::ElemType::F32, {9, 7});
+  REQUIRE(c.ok());
+  lib::MatmulPlan plan;
+  // f32 without allow_tf32: f32 FMAs, which no tensor-core path offers.
+  KILN_REQUIRE_OK(lib::matmul(rt, a, b, *c, {.plan = &plan}));
+  CHECK(plan.kernel == "matmul_gpu");
+  CHECK_THAT(plan.why, Contains("allow_tf32"));
+  // K = 0: nothing to multiply.
+  auto a0 = rt.empty(ir::ElemType::BF16, {9, 0});
+  auto b0 = rt.empty(ir::ElemType::BF16, {0, 7});
+  REQUIRE(a0.ok());
+  REQUIRE(b0.ok());
+  KILN_REQUIRE_OK(lib::matmul(rt, *a0, *b0, *c, {.plan = &plan}));
+  CHECK(plan.kernel == "matmul_gpu");
+  CHECK_THAT(plan.why, Contains("K = 0"));
+  KILN_REQUIRE_OK(rt.sync());
+  std::vector<float> out(63);
+  KILN_REQUIRE_OK(c->download(std::span<float>(out)));
+  for (float x : out) CHECK(x == 0.0f);  // K = 0 and beta 0: zeros
+}
+
+}  // namespace
+}  // namespace kiln
