@@ -6,6 +6,7 @@
 #include <array>
 #include <chrono>
 #include <set>
+#include <tuple>
 
 #include <stdlib.h>
 
@@ -13,6 +14,8 @@
 #include "ir/parser.h"
 #include "ir/printer.h"
 #include "kernels/kernels.h"
+#include "kernels/lib/matmul_parts.h"
+#include "runtime/device.h"
 #include "tests/compiler/cuda/cuda_test_util.h"
 #include "tests/compiler/op_coverage.h"
 #include "tests/compiler/op_kernels.h"
@@ -555,4 +558,43 @@ TEST_CASE("every op kind is compiled by the CUDA tests", "[cuda][compile][covera
   test::collect_ops(tcgen05_kernel(), ops);
   // units and frag.plane exist only in kernels lowered for the CPU.
   CHECK(test::missing_ops(ops, {ir::OpKind::Units, ir::OpKind::FragPlane}) == "");
+}
+
+// kiln::lib::matmul's GPU kernels: every configuration its tuner may pick on each target, for
+// 16-bit and tf32 inputs with the costliest epilogue (bias and GELU), assembles without spills
+// and within the target's shared memory; the figures docs/performance.md estimates from.
+TEST_CASE("the library's matmul kernels assemble without spills on their targets",
+          "[cuda][compile][matmul]") {
+  (void)kernels::builtin_names();
+  int built = 0;
+  for (const char* arch : test::kCudaTargets) {
+    auto target = backend::find("cuda")->parse_target(arch);
+    REQUIRE(target.ok());
+    DeviceInfo dev;
+    describe_target(dev, *target);
+    for (const auto& [in, out, tf32] :
+         {std::tuple{"bf16", "f32", false}, std::tuple{"f32", "f32", true}}) {
+      for (const lib::detail::MatmulSpecialization& s :
+           lib::detail::matmul_gpu_specializations(dev, *ir::parse_elem_type(in), tf32)) {
+        INFO(s.kernel << " for " << arch << ", " << in << " inputs");
+        const dsl::KernelDef* def = dsl::Registry::global().find(s.kernel);
+        REQUIRE(def);
+        dsl::SpecOptions o;
+        o.set = s.set;
+        o.set["epilogue"] = "Gelu";
+        o.set["has_bias"] = "true";
+        o.dtype = {{"a", in}, {"c", out}};
+        auto k = test::traced_for(*def, arch, o);
+        INFO((k.ok() ? std::string() : k.error().message));
+        REQUIRE(k.ok());
+        const auto b = test::cuda_build(*k, arch);
+        CHECK(b.compiled.resources.spill_store_bytes == 0);
+        CHECK(b.compiled.resources.spill_load_bytes == 0);
+        CHECK(b.compiled.resources.stack_bytes == 0);
+        CHECK(b.source.info.shared_bytes <= dev.shared_optin_bytes);
+        ++built;
+      }
+    }
+  }
+  CHECK(built >= 30);
 }
