@@ -308,11 +308,11 @@ void Builder::end_for() {
 
 std::pair<ValueId, ValueId> Builder::begin_pipeline(ValueId rounds, ValueId full, ValueId empty,
                                                     uint32_t stages, uint32_t lag, bool commit,
-                                                    SourceLoc at) {
+                                                    SourceLoc at, PipelineRegisters regs) {
   Op o;
   o.kind = OpKind::Pipeline;
   o.loc = at;
-  o.attr.i = pipeline_attr(stages, lag, commit);
+  o.attr.i = pipeline_attr(stages, lag, commit, regs);
   o.regions.resize(2);
   std::pair<ValueId, ValueId> rs{kNoValue, kNoValue};
   const ValueId operands[3] = {rounds, full, empty};

@@ -60,7 +60,7 @@ class Builder {
   // stage); end_pipeline closes both. {kNoValue, kNoValue} after an error.
   std::pair<ValueId, ValueId> begin_pipeline(ValueId rounds, ValueId full, ValueId empty,
                                              uint32_t stages, uint32_t lag, bool commit,
-                                             SourceLoc at);
+                                             SourceLoc at, PipelineRegisters regs = {});
   std::pair<ValueId, ValueId> begin_consume();
   void end_pipeline();
   void begin_loop(SourceLoc at);

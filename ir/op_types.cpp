@@ -792,9 +792,11 @@ std::string TypeRules::control(bool& handled) {
     case Sig::Pipeline: {
       KILN_REQ(need_u32(0, "round count"));
       const uint32_t stages = pipeline_stages(attr.i), lag = pipeline_lag(attr.i);
-      if (stages < 1 || stages > kMaxPipelineStages || attr.i >> 17 ||
+      if (stages < 1 || stages > kMaxPipelineStages || attr.i >> 33 ||
           (pipeline_commit(attr.i) && lag != 0))
         return fmt::format("a pipeline has 1 to {} stages, not {}", kMaxPipelineStages, stages);
+      if (std::string e = pipeline_registers_error(pipeline_registers(attr.i)); !e.empty())
+        return e;
       if (lag >= stages)
         return fmt::format(
             "a pipeline's release lag must be below its stages ({}), not {}: the "

@@ -218,6 +218,21 @@ bool is_frag_op(OpKind k) {
   }
 }
 
+std::string pipeline_registers_error(PipelineRegisters regs) {
+  if (!regs.set()) return {};
+  for (const auto& [v, who] : {std::pair{regs.producer, "producer"},
+                               std::pair{regs.consumers, "consumers"}})
+    if (v < 24 || v > 256 || v % 8 != 0)
+      return fmt::format("a pipeline's {} take 24 to 256 registers per unit in steps of 8 (what "
+                         "setmaxnreg sets), not {}",
+                         who, v);
+  if (regs.producer > regs.consumers)
+    return fmt::format("a pipeline's producer gives registers to its consumers: {} for the "
+                       "producer is more than the consumers' {}",
+                       regs.producer, regs.consumers);
+  return {};
+}
+
 bool wgmma_n_valid(ElemType e, int n) {
   if (frag_k_step(e) == 0 || n < 8 || n > 256 || n % 8 != 0) return false;
   return !is_int(e) || n <= 24 || n % 16 == 0;

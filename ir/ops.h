@@ -165,11 +165,31 @@ inline constexpr uint64_t kUnrollFull = 0xffffffffu;  // `unroll full`
 // A pipeline's attribute: its stages (1 to kMaxPipelineStages) in bits 0-7, its release lag
 // (below the stages: consume(r) is followed by the release of round r - lag's stage) in 8-15,
 // and bit 16 when the consume region releases each stage itself, with a tcgen05.commit on the
-// empty mbarrier (`, commit`: the lag is then 0 and unused).
+// empty mbarrier (`, commit`: the lag is then 0 and unused). Bits 17-24 and 25-32: the
+// registers per unit of the producer and of the consumers, in eights (0: as compiled), which
+// makes the producer a whole warpgroup that gives its registers to the consumers (setmaxnreg;
+// `, registers P C`).
 inline constexpr uint32_t kMaxPipelineStages = 8;
 inline constexpr uint64_t kPipelineCommit = uint64_t{1} << 16;
-inline uint64_t pipeline_attr(uint32_t stages, uint32_t lag, bool commit = false) {
-  return uint64_t{stages} | uint64_t{lag} << 8 | (commit ? kPipelineCommit : 0);
+struct PipelineRegisters {
+  uint32_t producer = 0, consumers = 0;  // per unit, multiples of 8 from 24 to 256; 0: as compiled
+  bool set() const { return producer != 0 || consumers != 0; }
+  friend bool operator==(const PipelineRegisters&, const PipelineRegisters&) = default;
+};
+inline uint64_t pipeline_attr(uint32_t stages, uint32_t lag, bool commit = false,
+                              PipelineRegisters regs = {}) {
+  return uint64_t{stages} | uint64_t{lag} << 8 | (commit ? kPipelineCommit : 0) |
+         uint64_t{regs.producer / 8} << 17 | uint64_t{regs.consumers / 8} << 25;
+}
+inline PipelineRegisters pipeline_registers(uint64_t attr) {
+  return {static_cast<uint32_t>((attr >> 17) & 0xffu) * 8,
+          static_cast<uint32_t>((attr >> 25) & 0xffu) * 8};
+}
+// Why a register split is not one setmaxnreg can make, or "".
+std::string pipeline_registers_error(PipelineRegisters regs);
+// The units of a pipeline's producer: a warpgroup when it sets registers, else one plane.
+inline uint32_t pipeline_producer_units(uint64_t attr) {
+  return pipeline_registers(attr).set() ? 128 : 32;
 }
 inline bool pipeline_commit(uint64_t attr) {
   return (attr & kPipelineCommit) != 0;
@@ -209,6 +229,9 @@ struct Features {
   bool multicast = true;   // TMA boxes multicast to a cluster's cubes: sm_90a and sm_100a
   bool cp_async = true;    // per-unit asynchronous copies (async.*, cp.async): sm_80 and later
   bool mma_scaled = true;  // block-scaled multiplies (frag.mma_scaled): sm_120a
+  // A pipeline's register split between its producer and its consumers (setmaxnreg): sm_90a,
+  // sm_100a, sm_120a
+  bool setmaxnreg = true;
   friend bool operator==(const Features&, const Features&) = default;
 };
 

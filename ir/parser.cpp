@@ -631,8 +631,16 @@ class Parser {
           expect_ident("lag");
           lag = parse_uint("a release lag", kMaxPipelineStages);
         }
-        op.attr.i =
-            pipeline_attr(static_cast<uint32_t>(stages), static_cast<uint32_t>(lag), commit);
+        // `, registers P C`: the producer's and the consumers' registers per unit (setmaxnreg).
+        PipelineRegisters regs;
+        if (is_punct(',')) {
+          advance();
+          expect_ident("registers");
+          regs.producer = static_cast<uint32_t>(parse_uint("the producer's registers", 256));
+          regs.consumers = static_cast<uint32_t>(parse_uint("the consumers' registers", 256));
+        }
+        op.attr.i = pipeline_attr(static_cast<uint32_t>(stages), static_cast<uint32_t>(lag),
+                                  commit, regs);
         op.regions.resize(2);
         // The round and stage a region runs for: produce(%r, %s) and consume(%r, %s).
         auto region_args = [&](Region& r) {

@@ -150,9 +150,11 @@ class Printer {
           if (op.regions.size() <= i || op.regions[i].args.size() != 2) return std::string("()");
           return fmt::format("({}, {})", name(op.regions[i].args[0]), name(op.regions[i].args[1]));
         };
-        const std::string release = pipeline_commit(op.attr.i)
-                                        ? std::string("commit")
-                                        : fmt::format("lag {}", pipeline_lag(op.attr.i));
+        std::string release = pipeline_commit(op.attr.i)
+                                  ? std::string("commit")
+                                  : fmt::format("lag {}", pipeline_lag(op.attr.i));
+        if (const PipelineRegisters regs = pipeline_registers(op.attr.i); regs.set())
+          release += fmt::format(", registers {} {}", regs.producer, regs.consumers);
         open_region(fmt::format("pipeline {}, {}, {}, stages {}, {} produce{}", opnd(0), opnd(1),
                                 opnd(2), pipeline_stages(op.attr.i), release, args(0)),
                     op, depth);

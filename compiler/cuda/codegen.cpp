@@ -43,9 +43,14 @@ class Gen {
     info_.checked = O.checked;
     units_ = K.units_per_cube();
     for (const ir::Op& op : K.body.ops)
-      if (op.kind == OpKind::Pipeline) producer_ = true;
-    // A pipeline's producer plane: 32 more units, after the consumers (the kernel's own).
-    if (producer_) info_.cube_dim[0] += 32;
+      if (op.kind == OpKind::Pipeline) {
+        producer_ = true;
+        producer_units_ = ir::pipeline_producer_units(op.attr.i);
+        split_ = ir::pipeline_registers(op.attr.i).set();
+      }
+    // A pipeline's producer plane: 32 more units, after the consumers (the kernel's own); a
+    // warpgroup of 128 when it splits the registers (setmaxnreg acts on whole warpgroups).
+    if (producer_) info_.cube_dim[0] += producer_units_;
     find_used_metadata();
     plan_shared();
     name_params();
@@ -99,8 +104,10 @@ class Gen {
                          info_.symbol, slots, info_.tensor_maps.size());
     }
     out += fmt::format(
-        "extern \"C\" __global__ void __launch_bounds__({}) {}{}(const {}{}_args args) {{\n",
-        units_ + (producer_ ? 32 : 0),
+        "extern \"C\" __global__ void __launch_bounds__({}{}) {}{}(const {}{}_args args) {{\n",
+        units_ + (producer_ ? producer_units_ : 0),
+        // One cube per SM: the registers setmaxnreg moves come from the cube's own pool.
+        split_ ? ", 1" : "",
         K.cubes_per_cluster() == 1 ? std::string()
                                    : fmt::format("__cluster_dims__({}, {}, {}) ", K.cluster_dim[0],
                                                  K.cluster_dim[1], K.cluster_dim[2]),
@@ -131,6 +138,8 @@ class Gen {
   abi::KernelInfo info_;
   uint32_t units_ = 1;     // the kernel's units (a pipeline's consumers)
   bool producer_ = false;  // the kernel has a pipeline, and the cube a producer plane
+  uint32_t producer_units_ = 32;  // its units: a plane, or a warpgroup with a register split
+  bool split_ = false;            // the pipeline splits the registers (setmaxnreg)
   bool needs_report_ = false;
   std::string body_;
   int indent_ = 1;
@@ -1046,8 +1055,10 @@ class Gen {
     // tcgen05.commit.
     line(fmt::format("kiln::pipe_begin({}, {}, {}u, {}u);", full, empty, stages,
                      commit ? 1u : units_ / 32));
+    const ir::PipelineRegisters regs = ir::pipeline_registers(op.attr.i);
     line(fmt::format("if (kiln::unit_linear() >= {}u) {{", units_));
     ++indent_;
+    if (regs.set()) line(fmt::format("kiln::setmaxnreg_dec<{}>();", regs.producer));
     line(fmt::format("if (kiln::unit_linear() == {}u) {{", units_));
     ++indent_;
     line(fmt::format("for (kiln::u32 v{0} = 0; v{0} < {1}; ++v{0}) {{", pr, rounds));
@@ -1065,6 +1076,7 @@ class Gen {
     line("return;");
     --indent_;
     line("}");
+    if (regs.set()) line(fmt::format("kiln::setmaxnreg_inc<{}>();", regs.consumers));
     line(fmt::format("for (kiln::u32 v{0} = 0; v{0} < {1}; ++v{0}) {{", cr, rounds));
     ++indent_;
     line(fmt::format("const kiln::u32 v{} = v{} % {}u;", cs, cr, stages));

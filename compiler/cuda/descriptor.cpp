@@ -32,8 +32,9 @@ std::string resources_text(const Source& src, const CompiledCuda& c, const std::
   const uint32_t launched = src.info.cube_dim[0] * src.info.cube_dim[1] * src.info.cube_dim[2];
   std::string s =
       launched > units
-          ? fmt::format("kernel {} for {} ({} units per cube and a producer plane of {}):\n",
-                        src.info.symbol, target, units, launched - units)
+          ? fmt::format("kernel {} for {} ({} units per cube and a producer {} of {}):\n",
+                        src.info.symbol, target, units,
+                        launched - units > 32 ? "warpgroup" : "plane", launched - units)
           : fmt::format("kernel {} for {} ({} units per cube):\n", src.info.symbol, target, units);
   const auto& cl = src.info.cluster_dim;
   if (cl[0] * cl[1] * cl[2] > 1)
@@ -46,6 +47,10 @@ std::string resources_text(const Source& src, const CompiledCuda& c, const std::
   s += fmt::format("  stack          {} bytes per unit\n", r.stack_bytes);
   s += fmt::format("  spills         {} bytes stored, {} bytes loaded\n", r.spill_store_bytes,
                    r.spill_load_bytes);
+  if (!r.wgmma_serialized.empty())
+    s += fmt::format("  wgmma          serialized by ptxas (C7515: {}): each multiply waits for "
+                     "the one before\n",
+                     r.wgmma_serialized);
   s += fmt::format("  barriers       {}\n", r.barriers);
   s += fmt::format("  constant bank  {} bytes (parameters included)\n", r.constant_bytes);
   s += fmt::format("  NVRTC          {:.1f} ms\n", c.compile_ms);
@@ -143,6 +148,8 @@ class CudaBackend final : public GpuArchBackend {
                         {"spill_stores", c.resources.spill_store_bytes},
                         {"spill_loads", c.resources.spill_load_bytes},
                         {"known", c.resources.known}};
+    if (!c.resources.wgmma_serialized.empty())
+      r["wgmma_serialized"] = c.resources.wgmma_serialized;
     out.extra_json = nlohmann::json{{"resources", r}}.dump();
     // NVRTC's front end, optimization and ptxas are one call: its time is the ptx stage's.
     out.timings = {{"cuda", codegen_ms}, {"ptx", c.compile_ms}};
@@ -173,6 +180,7 @@ Resources resources_from_json(const std::string& extra_json) {
   res.stack_bytes = r.value("stack_bytes", 0);
   res.spill_store_bytes = r.value("spill_stores", 0);
   res.spill_load_bytes = r.value("spill_loads", 0);
+  res.wgmma_serialized = r.value("wgmma_serialized", std::string());
   return res;
 }
 

@@ -15,6 +15,7 @@ ir::Features features(const Target& arch) {
   f.multicast = has_multicast(arch);
   f.cp_async = arch.sm >= 80;
   f.mma_scaled = has_mma_scaled(arch);
+  f.setmaxnreg = arch.arch_specific && arch.sm >= 90;
   return f;
 }
 

@@ -166,6 +166,19 @@ Resources parse_resources(const std::string& log) {
   number_before(log, " bytes stack frame", r.stack_bytes);
   number_before(log, " bytes spill stores", r.spill_store_bytes);
   number_before(log, " bytes spill loads", r.spill_load_bytes);
+  if (size_t at = log.find("(C7515)"); at != std::string::npos) {
+    // "... wgmma.mma_async instructions are serialized due to <reason> in the function 'f'"
+    const size_t eol = std::min(log.find('\n', at), log.size());
+    std::string note = log.substr(at, eol - at);
+    const size_t due = note.find("due to ");
+    const size_t in_fn = note.rfind(" in the function");
+    r.wgmma_serialized = due == std::string::npos
+                             ? note
+                             : note.substr(due + 7, (in_fn == std::string::npos || in_fn < due
+                                                         ? note.size()
+                                                         : in_fn) -
+                                                        (due + 7));
+  }
   return r;
 }
 

@@ -52,6 +52,9 @@ struct Resources {
   int spill_store_bytes = 0;
   int spill_load_bytes = 0;
   int constant_bytes = 0;  // cmem[0]: parameters and constants
+  // ptxas serialized the kernel's wgmma (its C7515 note): each waits for the one before, which
+  // costs most of the tensor cores' rate. Its reason, as ptxas gave it, or empty.
+  std::string wgmma_serialized;
 };
 // Parses the ptxas report in an NVRTC log.
 Resources parse_resources(const std::string& log);

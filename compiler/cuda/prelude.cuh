@@ -2226,6 +2226,12 @@ inline void pipe_release(const bounded<u64>& bars, u32 i KILN_WHERE) {
 inline void pipe_retire() {
   emu::retire();
 }
+// setmaxnreg moves registers between a cube's warpgroups on the GPU; the emulator's units have
+// what they need.
+template <u32 N>
+inline void setmaxnreg_dec() {}
+template <u32 N>
+inline void setmaxnreg_inc() {}
 // The shared-memory descriptor in wgmma's form (the same layouts), for wgmma_read.
 inline u64 tcgen05_as_wgmma(u64 d) {
   const u32 mode = (u32)(d >> 61);
@@ -2457,6 +2463,16 @@ __device__ __forceinline__ void pipe_release(u64* bars, u32 i) {
                  : "memory");
 }
 __device__ __forceinline__ void pipe_retire() {}
+// A pipeline's register split: the producer warpgroup gives registers back, the consumers take
+// them (every warp of a warpgroup executes it; the arch-specific targets have it).
+template <u32 N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N));
+}
+template <u32 N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N));
+}
 template <class T>
 __device__ __forceinline__ u64 tcgen05_desc(const T* mem, u32 index, u32 lbo, u32 sbo,
                                             u32 swizzle) {

@@ -457,12 +457,38 @@ void tma_prefetch(const TmaView<V>& view, std::initializer_list<TmaCoord> coords
 // mbarriers of the protocol are the pipeline's. The CPU runs produce(r) then consume(r) for
 // each round. A cube operation at the kernel's top level, at most one per kernel; before it no
 // unit writes memory or issues TMA copies (the producer plane runs that code too).
+//
+// With a PipelineRegisters split, the producer is a whole warpgroup (128 units, of which one
+// issues the copies) that lowers its registers per unit to `producer` while the consumers raise
+// theirs to `consumers` (setmaxnreg.dec / .inc), so that the consumers' accumulators fit: e.g.
+// {40, 232} for two consumer warpgroups (2 x 128 x 232 + 128 x 40 <= 65536 registers of an
+// SM). Both are multiples of 8 from 24 to 256, the producer's at most the consumers'; the
+// consumers are whole warpgroups; has_setmaxnreg() says where (sm_90a, sm_100a, sm_120a, the
+// CPU and their emulators, where it changes nothing).
+using PipelineRegisters = ir::PipelineRegisters;
+
+// Whether the target can split a pipeline's registers (asked at trace time).
+inline bool has_setmaxnreg() {
+  return TraceContext::current().target().features.setmaxnreg;
+}
+
 namespace detail {
 // Both forms of pipeline; `commit`: the consume region releases each stage itself.
 template <class P, class C>
-SharedArray<u64> pipeline(Arg<uint32_t> rounds, int stages, int lag, bool commit, P&& produce,
-                          C&& consume, SrcLoc where) {
+SharedArray<u64> pipeline(Arg<uint32_t> rounds, int stages, int lag, bool commit,
+                          PipelineRegisters regs, P&& produce, C&& consume, SrcLoc where) {
   auto& ctx = TraceContext::current();
+  if (std::string e = ir::pipeline_registers_error(regs); !e.empty()) {
+    ctx.fail(where, e);
+    return SharedArray<u64>();
+  }
+  if (regs.set() && !has_setmaxnreg()) {
+    ctx.fail(where, fmt::format("a pipeline's register split is setmaxnreg, an sm_90a, sm_100a "
+                                "and sm_120a instruction; {} has none: ask has_setmaxnreg() at "
+                                "trace time",
+                                ctx.target().name));
+    return SharedArray<u64>();
+  }
   if (!has_tma()) {
     ctx.fail(where, fmt::format("a pipeline's stages are filled by TMA and counted by mbarrier "
                                 "transactions, which are sm_90 features; {} has none: ask "
@@ -487,7 +513,7 @@ SharedArray<u64> pipeline(Arg<uint32_t> rounds, int stages, int lag, bool commit
   auto empty = shared_array<u64>(n, 1, where);
   auto& b = ctx.builder();
   const auto [r, s] = b.begin_pipeline(rounds.value(1), full.id(), empty.id(), n,
-                                       static_cast<uint32_t>(lag), commit, ctx.loc(where));
+                                       static_cast<uint32_t>(lag), commit, ctx.loc(where), regs);
   if (r != ir::kNoValue) produce(Val<uint32_t>::from_id(r), Val<uint32_t>::from_id(s), full);
   const auto [cr, cs] = b.begin_consume();
   if (cr != ir::kNoValue) {
@@ -507,8 +533,18 @@ void pipeline(Arg<uint32_t> rounds, int stages, int lag, P&& produce, C&& consum
   const CallSite site(where);
   static_assert(std::is_invocable_v<C, Val<uint32_t>, Val<uint32_t>>,
                 "kiln: a pipeline's consume region takes the round and the stage");
-  detail::pipeline(rounds, stages, lag, false, std::forward<P>(produce), std::forward<C>(consume),
-                   where);
+  detail::pipeline(rounds, stages, lag, false, PipelineRegisters{}, std::forward<P>(produce),
+                   std::forward<C>(consume), where);
+}
+// The same with the producer's and the consumers' registers split (above).
+template <class P, class C>
+void pipeline(Arg<uint32_t> rounds, int stages, int lag, PipelineRegisters regs, P&& produce,
+              C&& consume, SrcLoc where = SrcLoc::current()) {
+  const CallSite site(where);
+  static_assert(std::is_invocable_v<C, Val<uint32_t>, Val<uint32_t>>,
+                "kiln: a pipeline's consume region takes the round and the stage");
+  detail::pipeline(rounds, stages, lag, false, regs, std::forward<P>(produce),
+                   std::forward<C>(consume), where);
 }
 
 // The same for consumers whose work finishes asynchronously, tcgen05 multiplies: the consume
@@ -525,7 +561,18 @@ SharedArray<u64> pipeline_committed(Arg<uint32_t> rounds, int stages, P&& produc
       std::is_invocable_v<C, Val<uint32_t>, Val<uint32_t>, const SharedArray<u64>&>,
       "kiln: pipeline_committed's consume region takes the round, the stage and the empty "
       "mbarriers");
-  return detail::pipeline(rounds, stages, 0, true, std::forward<P>(produce),
+  return detail::pipeline(rounds, stages, 0, true, PipelineRegisters{}, std::forward<P>(produce),
+                          std::forward<C>(consume), where);
+}
+template <class P, class C>
+SharedArray<u64> pipeline_committed(Arg<uint32_t> rounds, int stages, PipelineRegisters regs,
+                                    P&& produce, C&& consume, SrcLoc where = SrcLoc::current()) {
+  const CallSite site(where);
+  static_assert(
+      std::is_invocable_v<C, Val<uint32_t>, Val<uint32_t>, const SharedArray<u64>&>,
+      "kiln: pipeline_committed's consume region takes the round, the stage and the empty "
+      "mbarriers");
+  return detail::pipeline(rounds, stages, 0, true, regs, std::forward<P>(produce),
                           std::forward<C>(consume), where);
 }
 

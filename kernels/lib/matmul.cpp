@@ -263,6 +263,10 @@ Result<Problem> check(const Tensor& a, const Tensor& b, Tensor& c, const MatmulO
     return bad(fmt::format("c is {}; the result is f32 or the inputs' type ({})", c.describe(),
                            ir::elem_name(in)));
   if (c.read_only()) return bad("the tensor 'c' is read-only");
+  if (o.split_k < 0)
+    return bad(fmt::format("split_k is {}; 0 (the library decides), 1 (never) or the number of "
+                           "parts of K",
+                           o.split_k));
   if (!std::isfinite(o.alpha) || !std::isfinite(o.beta))
     return bad(fmt::format("alpha ({}) and beta ({}) must be finite", o.alpha, o.beta));
   Problem p;
@@ -567,7 +571,8 @@ void matmul_reference(RunData& d) {
 KILN_RUN(matmul)
     .host({.description = "C = alpha op(A) op(B) + beta C (+ bias, epilogue): kiln::lib::matmul",
            .kernels = {"matmul_pack_a", "matmul_pack_b", "matmul_cpu", "matmul_gpu",
-                       "matmul_pack_rows", "matmul_ring", "matmul_sm90", "matmul_sm100"},
+                       "matmul_pack_rows", "matmul_ring", "matmul_sm90", "matmul_sm100",
+                       "matmul_split_sum"},
            .tensors = {{"a", true}, {"b", true}, {"bias", true}, {"c", false}},
            .variants = {{kiln::ir::ElemType::F32, kiln::ir::ElemType::F32, kiln::ir::ElemType::F32,
                          kiln::ir::ElemType::F32},
@@ -585,6 +590,7 @@ KILN_RUN(matmul)
                        {"transpose_b", kiln::ir::ElemType::Bool},
                        {"use_bias", kiln::ir::ElemType::Bool},
                        {"allow_tf32", kiln::ir::ElemType::Bool},
+                       {"split_k", kiln::ir::ElemType::U32},
                        {"epilogue", kiln::ir::ElemType::U32}},
            .call = [](kiln::Runtime& rt, std::map<std::string, kiln::Tensor, std::less<>>& t,
                       const RunData& d) -> kiln::Status {
@@ -601,6 +607,7 @@ KILN_RUN(matmul)
              o.transpose_b = d.scalar("transpose_b") != 0;
              o.epilogue = static_cast<Epilogue>(e);
              o.allow_tf32 = d.scalar("allow_tf32") != 0;
+             o.split_k = static_cast<int>(d.scalar("split_k"));
              const kiln::Tensor bias = t.at("bias");
              if (d.scalar("use_bias") != 0) o.bias = &bias;
              kiln::lib::MatmulPlan plan;
@@ -619,6 +626,7 @@ KILN_RUN(matmul)
     .scalar("transpose_b", 0)
     .scalar("use_bias", 0)
     .scalar("allow_tf32", 0)
+    .scalar("split_k", 0)
     .scalar("epilogue", 0)
     .flops([](const RunData& d) {
       double f = 2.0 * static_cast<double>(inner_k(d));

@@ -44,6 +44,12 @@ struct MatmulOptions {
   // On a GPU, f32 inputs multiplied on the tensor cores as tf32 (10-bit mantissas, as
   // PyTorch's allow_tf32); otherwise f32 FMAs. The CPU always multiplies f32 exactly.
   bool allow_tf32 = false;
+  // On a GPU's tensor-core paths, a product of few tiles may have its K split into parts
+  // computed in parallel and summed (in a fixed order) before the epilogue: 0 lets the library
+  // decide (when one product leaves more than half of the SMs idle), 1 never splits, N splits
+  // into N parts (at most one per 64 of K). One product only: a batch is never split. The CPU
+  // does not split.
+  int split_k = 0;
   // When set, receives the kernel the call chose (after tuning) and its configuration.
   MatmulPlan* plan = nullptr;
 };

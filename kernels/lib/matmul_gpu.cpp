@@ -329,22 +329,34 @@ KILN_KERNEL_GENERIC(matmul_ring,
 
 // C = alpha A B^T + beta C (+ bias) through the epilogue, from K-major operands (as matmul_ring's).
 // A cube of two warpgroups owns a 128 x tile_n tile of C (warpgroup g its rows 64 g .. 64 g + 63).
-// A producer plane (pipeline, docs/dsl.md "Warp specialization") copies each round's boxes of A
-// (two of 64 rows) and B (tile_n rows), 128 bytes of k each, into a ring of `stages` stages
-// through TMA, swizzled as wgmma reads them; the warpgroups multiply each round as soon as it
-// lands (four wgmma of 32 bytes of k), keep one round's multiplies in flight (wgmma_wait(1)) and
-// release the stage of the round before. The product goes through shared memory (rows padded
-// by 4 floats) to the epilogue, whose writes to C are along rows.
+// A producer warpgroup (pipeline, docs/dsl.md "Warp specialization") copies each round's boxes
+// of A (two of 64 rows) and B (tile_n rows), 128 bytes of k each, into a ring of `stages`
+// stages through TMA, swizzled as wgmma reads them; it keeps 40 registers per unit and gives the
+// rest to the consumers, which take 232 (setmaxnreg), room for the 128 accumulators per unit of
+// a 128 x 256 tile. The warpgroups multiply each round as soon as it lands (four wgmma of 32
+// bytes of k), keep one round's multiplies in flight (wgmma_wait(1)) and release the stage of the
+// round before. The product goes through shared memory to the epilogue one warpgroup's 64 rows
+// at a time (rows padded by 4 floats), so that its writes to C are along rows and the staging
+// takes half the space.
 template <class P>
 void matmul_sm90(Tensor<const typename P::In> a, Tensor<const typename P::In> b,
                  Tensor<typename P::Out> c, Tensor<const f32> bias, u32 a0, u32 a1, u32 a2, u32 b0,
                  u32 b1, u32 b2, f32 alpha, f32 beta, int tile_n, int stages, Epilogue epilogue,
                  bool has_bias) {
   using T = typename P::In;
+  if (!has_wgmma() || !has_tma()) {
+    TraceContext::current().fail(
+        SrcLoc::current(),
+        fmt::format("matmul_sm90: wgmma is an sm_90a instruction; {} has none (kiln::lib::matmul "
+                    "takes another path there)",
+                    TraceContext::current().target().name));
+    return;
+  }
   const Swizzle sw = Swizzle::B128;
   const auto per_row = static_cast<uint32_t>(128 / static_cast<int>(sizeof(host_of_t<T>)));
   const auto un = static_cast<uint32_t>(tile_n), ns = static_cast<uint32_t>(stages);
   const uint32_t a_stage = 128u * per_row, b_stage = un * per_row, ld = un + 4u;
+  const PipelineRegisters registers{40, 232};
   u32 k = a.shape(2);
   auto acc = accumulator<f32>(16, tile_n, mma_k_step<T>());
   auto as = shared_array<T>(ns * a_stage);
@@ -364,7 +376,7 @@ void matmul_sm90(Tensor<const typename P::In> a, Tensor<const typename P::In> b,
   u32 rounds = max((k + (per_row - 1u)) / per_row, 1u);
   fill(acc, 0.0f);
   pipeline(
-      rounds, stages, 1,
+      rounds, stages, 1, registers,
       [&](u32 r, u32 s, const SharedArray<u64>& full) {
         u32 k0 = r * per_row;
         mbarrier_arrive_expect_tx(full, s, stage_bytes);
@@ -381,14 +393,17 @@ void matmul_sm90(Tensor<const typename P::In> a, Tensor<const typename P::In> b,
         wgmma_wait(1);  // the round before is done: the pipeline releases its stage
       });
   wgmma_wait(0);
-  auto out = shared_array<f32>(128u * ld);
-  store(out, (wg * 64u + 16u * (plane_pos() % 4u)) * ld, ld, acc);
-  sync_cube();
-  for_range(unit_pos(), 128u * un, 256u, [&](u32 e) {
-    u32 r = e / un, col = e % un;
-    write_out(c, c_item, m0 + r, n0 + col, out[r * ld + col], alpha, beta, bias, has_bias,
-              epilogue);
-  });
+  auto out = shared_array<f32>(64u * ld);
+  for (uint32_t g = 0; g < 2; ++g) {
+    if_(wg == g, [&] { store(out, 16u * (plane_pos() % 4u) * ld, ld, acc); });
+    sync_cube();
+    for_range(unit_pos(), 64u * un, 256u, [&](u32 e) {
+      u32 r = e / un, col = e % un;
+      write_out(c, c_item, m0 + 64u * g + r, n0 + col, out[r * ld + col], alpha, beta, bias,
+                has_bias, epilogue);
+    });
+    sync_cube();  // the rows are out before the other warpgroup's overwrite them
+  }
 }
 KILN_KERNEL_GENERIC(matmul_sm90,
                     "a: rank=3, b: rank=3, c: rank=5, bias, a0, a1, a2, b0, b1, b2, alpha, beta, "
@@ -415,6 +430,14 @@ void matmul_sm100(Tensor<const typename P::In> a, Tensor<const typename P::In> b
                   u32 b0, u32 b1, u32 b2, f32 alpha, f32 beta, int tile_n, int stages,
                   Epilogue epilogue, bool has_bias) {
   using T = typename P::In;
+  if (!has_tcgen05() || !has_tma()) {
+    TraceContext::current().fail(
+        SrcLoc::current(),
+        fmt::format("matmul_sm100: tensor memory and tcgen05 are sm_100a instructions; {} has "
+                    "none (kiln::lib::matmul takes another path there)",
+                    TraceContext::current().target().name));
+    return;
+  }
   const Swizzle sw = Swizzle::B128;
   const auto per_row = static_cast<uint32_t>(128 / static_cast<int>(sizeof(host_of_t<T>)));
   const auto un = static_cast<uint32_t>(tile_n), ns = static_cast<uint32_t>(stages);
@@ -489,6 +512,28 @@ KILN_KERNEL_GENERIC(matmul_sm100,
     .cube_dim(128)
     .describe("kiln::lib::matmul on sm_100a: TMA ring, producer plane, tcgen05 into tensor memory");
 
+// ---- split-K ----------------------------------------------------------------------------------
+
+// C (c: [1, 1, 1, M, N]) = the epilogue of the sum of the parts (ws: [splits, M, N], the f32
+// products of K's parts, as a batch of the tile kernels wrote them), added in the order of the
+// parts: every element of C from its parts alone, the same bits however the grid runs.
+template <class TC>
+void matmul_split_sum(Tensor<const f32> ws, Tensor<TC> c, Tensor<const f32> bias, f32 alpha,
+                      f32 beta, Epilogue epilogue, bool has_bias) {
+  u32 splits = ws.shape(0), m = ws.shape(1), n = ws.shape(2);
+  u32 e = absolute_pos();
+  if_(e < m * n, [&] {
+    Var<f32> sum = ws[e];
+    for_range(1u, splits, 1u, [&](u32 s) { sum += ws[s * (m * n) + e]; });
+    write_out(c, u32(0u), e / n, e % n, sum, alpha, beta, bias, has_bias, epilogue);
+  });
+}
+KILN_KERNEL_GENERIC(matmul_split_sum,
+                    "ws: rank=3, c: rank=5, bias, alpha, beta, epilogue = None, has_bias = false",
+                    f32, f16, bf16)
+    .cube_dim(256)
+    .describe("kiln::lib::matmul on a GPU: the parts of a split K summed, then the epilogue");
+
 // ---- the choice ---------------------------------------------------------------------------------
 
 namespace kiln::lib::detail {
@@ -542,8 +587,7 @@ struct GpuConfig {
                     static_cast<uint64_t>(kc * size + 16)) +
                static_cast<uint64_t>(warps_m * warps_n) * 32 * 33 * 4;
       case Path::Sm90:
-        return ring(static_cast<uint64_t>(128 + tile_n), 128) + 128ull * (tile_n + 4) * 4 +
-               2048;
+        return ring(static_cast<uint64_t>(128 + tile_n), 128) + 64ull * (tile_n + 4) * 4 + 2048;
       case Path::Sm100:
         return ring(static_cast<uint64_t>(128 + tile_n), 128) + 128ull * 33 * 4 + 2048;
       default:
@@ -600,13 +644,15 @@ std::vector<GpuConfig> candidates(Path path, const DeviceInfo& dev, const Matmul
         r.stages = stages;
         return r;
       };
-      if (p.n <= 64) all.push_back(tile(64, 4));
-      if (path == Path::Sm100 && p.n >= 256 && p.m >= 256) all.push_back(tile(256, 3));
-      all.push_back(tile(128, 4));
-      all.push_back(tile(128, 3));
-      if (path == Path::Sm100) all.push_back(tile(256, 3));
-      all.push_back(tile(64, 4));
+      // 128 x 256 tiles when they alone fill the machine; 128 x 128 otherwise; 128 x 64 for
+      // narrow products.
+      const int64_t wide_tiles = (p.m + 127) / 128 * ((p.n + 255) / 256) * p.batch;
+      if (p.n <= 64) all.push_back(tile(64, 6));
+      if (p.n >= 256 && wide_tiles >= std::max(1, dev.cores)) all.push_back(tile(256, 3));
       all.push_back(tile(128, 5));
+      all.push_back(tile(128, 4));
+      all.push_back(tile(256, 3));
+      all.push_back(tile(64, 6));
       break;
     }
     default:
@@ -634,7 +680,7 @@ struct Operand {
   Tensor t;
   bool copied = false;
 };
-Result<Operand> rows_of_k(Runtime& rt, const Tensor& v, int cut) {
+Result<Operand> rows_of_k(Runtime& rt, const Tensor& v, int cut, int64_t padded_k = 0) {
   const int along = 7 - cut;
   const int64_t rows = v.shape(cut), k = v.shape(along);
   const auto size = static_cast<int64_t>(v.element_bytes());
@@ -642,31 +688,34 @@ Result<Operand> rows_of_k(Runtime& rt, const Tensor& v, int cut) {
   int64_t items = 1;
   for (int d = 0; d < 3; ++d) items *= v.shape(d);
   // The batch dimensions collapse into one when each non-trivial one steps over the next.
-  std::optional<int64_t> item_stride = rows * v.stride(cut);
+  int64_t item_stride = rows * v.stride(cut);
+  bool collapses = true;
   int last = -1;
   for (int d = 2; d >= 0; --d) {
     if (v.shape(d) == 1) continue;
     if (last < 0)
       item_stride = v.stride(d);
     else if (v.stride(d) != v.shape(last) * v.stride(last))
-      item_stride.reset();
+      collapses = false;
     last = d;
   }
   const int64_t row_stride = rows == 1 ? (k + chunk - 1) / chunk * chunk : v.stride(cut);
-  const bool direct = item_stride && (v.stride(along) == 1 || k == 1) && k % chunk == 0 &&
+  const uintptr_t start =
+      reinterpret_cast<uintptr_t>(v.buffer().data()) + static_cast<uintptr_t>(v.offset() * size);
+  const bool direct = (padded_k == 0 || padded_k == k) && collapses &&
+                      (v.stride(along) == 1 || k == 1) && k % chunk == 0 &&
                       row_stride % chunk == 0 && row_stride > 0 &&
-                      (items == 1 || (*item_stride % chunk == 0 && *item_stride > 0)) &&
-                      (reinterpret_cast<uintptr_t>(v.buffer().data()) + static_cast<uintptr_t>(v.offset() * size)) % 16 == 0 &&
-                      row_stride * size < (int64_t{1} << 40) &&
-                      *item_stride * size < (int64_t{1} << 40);
+                      (items == 1 || (item_stride % chunk == 0 && item_stride > 0)) &&
+                      start % 16 == 0 && row_stride * size < (int64_t{1} << 40) &&
+                      item_stride * size < (int64_t{1} << 40);
   if (direct) {
-    const int64_t is = items == 1 ? rows * row_stride : *item_stride;
+    const int64_t is = items == 1 ? rows * row_stride : item_stride;
     KILN_ASSIGN(Tensor t, Tensor::make(v.device_ptr(), v.buffer(), v.dtype(),
                                        std::vector<int64_t>{items, rows, k},
                                        std::vector<int64_t>{is, row_stride, 1}, v.offset()));
     return Operand{t, false};
   }
-  const int64_t kp = (k + chunk - 1) / chunk * chunk;
+  const int64_t kp = std::max(padded_k, (k + chunk - 1) / chunk * chunk);
   if (items * rows * kp >= (int64_t{1} << 32))
     return matmul_error(
         fmt::format("an operand copied into rows of K would hold {} elements; the kernels index "
@@ -736,6 +785,66 @@ Status run_tiles(Runtime& rt, const MatmulProblem& p, const MatmulOptions& o, co
                    cfg.stages, o.epilogue, o.bias != nullptr);
 }
 
+std::string why(Path path, const DeviceInfo& dev, const MatmulProblem& p, const MatmulOptions& o);
+
+// K's parts for a product of few tiles: options.split_k when set, else as many as fill the
+// machine's SMs twice over with at least 1024 of K each (at most 8), when one product alone
+// leaves more than half of them idle. 1 is no split. One product only (no batch).
+constexpr int64_t kSplitStep = 64;  // each part's K: a multiple of every path's round
+int64_t split_count(const DeviceInfo& dev, const MatmulProblem& p, const MatmulOptions& o,
+                    const GpuConfig& cfg) {
+  if (p.batch != 1 || o.split_k == 1) return 1;
+  const int64_t most = std::max<int64_t>(1, (p.k + kSplitStep - 1) / kSplitStep);
+  if (o.split_k > 1) return std::min<int64_t>(o.split_k, most);
+  const int64_t tiles = (p.m + cfg.tile_rows() - 1) / cfg.tile_rows() *
+                        ((p.n + cfg.tile_cols() - 1) / cfg.tile_cols());
+  const int64_t sms = std::max(1, dev.cores);
+  if (tiles * 2 > sms) return 1;
+  return std::clamp<int64_t>(std::min(sms / tiles, p.k / 1024), 1, 8);
+}
+
+// The product as `splits` products over parts of K (a batch of one launch of the tile kernel,
+// into an f32 workspace), then matmul_split_sum.
+Status run_split(Runtime& rt, const MatmulProblem& p, const MatmulOptions& o, const GpuConfig& cfg,
+                 int64_t splits, Path path) {
+  const int64_t part = (p.k + splits * kSplitStep - 1) / (splits * kSplitStep) * kSplitStep;
+  splits = (p.k + part - 1) / part;
+  KILN_ASSIGN(const Operand a, rows_of_k(rt, p.a, 3, splits * part));
+  KILN_ASSIGN(const Operand b, rows_of_k(rt, p.b, 4, splits * part));
+  // Part s of an operand: its rows at columns s part .. (s + 1) part - 1 (zeros past K: the
+  // copy is padded to splits parts).
+  auto parts = [&](const Tensor& t) {
+    return Tensor::make(t.device_ptr(), t.buffer(), t.dtype(),
+                        std::vector<int64_t>{splits, t.shape(1), part},
+                        std::vector<int64_t>{part, t.stride(1), 1}, t.offset());
+  };
+  KILN_ASSIGN(const Tensor ap, parts(a.t));
+  KILN_ASSIGN(const Tensor bp, parts(b.t));
+  KILN_ASSIGN(Tensor ws, rt.empty(ElemType::F32, {splits, p.m, p.n}));
+  MatmulProblem q;
+  q.m = p.m;
+  q.n = p.n;
+  q.k = part;
+  q.batch = q.batch_a = q.batch_b = splits;
+  KILN_ASSIGN(q.a, matmul_rank5(ap, false));
+  KILN_ASSIGN(q.b, matmul_rank5(bp, false));
+  KILN_ASSIGN(q.c, matmul_rank5(ws, false));
+  MatmulOptions plain;
+  KILN_TRY(run_tiles(rt, q, plain, cfg, ap, bp));
+  KILN_ASSIGN(const Tensor bias, bias_or_dummy(rt, o));
+  KILN_ASSIGN(const Kernel sum, rt.kernel("matmul_split_sum"));
+  Tensor c = p.c;
+  const int64_t cubes = (p.m * p.n + 255) / 256;
+  KILN_TRY(rt.launch(sum, Dim3(static_cast<uint32_t>(cubes)), Dim3(256), ws.as_read_only(), c,
+                     bias, o.alpha, o.beta, o.epilogue, o.bias != nullptr));
+  if (o.plan)
+    *o.plan = {kernel_of(path),
+               fmt::format("{}, K in {} parts of {} summed by matmul_split_sum", cfg.text(),
+                           splits, part),
+               fmt::format("{}; few tiles for the machine: K split", why(path, rt.device(), p, o))};
+  return {};
+}
+
 std::string why(Path path, const DeviceInfo& dev, const MatmulProblem& p,
                 const MatmulOptions& o) {
   switch (path) {
@@ -789,10 +898,14 @@ Status matmul_on_gpu(Runtime& rt, const MatmulProblem& p, const MatmulOptions& o
     if (o.plan) *o.plan = {"matmul_gpu", GpuConfig{}.text(), why(path, dev, p, o)};
     return run_portable(rt, p, o);
   }
-  KILN_ASSIGN(const Operand a, rows_of_k(rt, p.a, 3));
-  KILN_ASSIGN(const Operand b, rows_of_k(rt, p.b, 4));
   const std::vector<GpuConfig> cands =
       candidates(path, dev, p, static_cast<int>(ir::elem_bytes(p.a.dtype())));
+  if (cands.front().path != Path::Portable) {
+    const int64_t splits = split_count(dev, p, o, cands.front());
+    if (splits > 1) return run_split(rt, p, o, cands.front(), splits, path);
+  }
+  KILN_ASSIGN(const Operand a, rows_of_k(rt, p.a, 3));
+  KILN_ASSIGN(const Operand b, rows_of_k(rt, p.b, 4));
   if (cands.front().path == Path::Portable) {
     if (o.plan)
       *o.plan = {"matmul_gpu", GpuConfig{}.text(),
@@ -818,7 +931,8 @@ Status matmul_on_gpu(Runtime& rt, const MatmulProblem& p, const MatmulOptions& o
   const GpuConfig& cfg = cands[pick];
   if (o.plan) {
     std::string config = cfg.text();
-    if (path != Path::Ring) config += ", a producer plane";
+    if (path == Path::Sm90) config += ", a producer warpgroup (setmaxnreg 40/232)";
+    if (path == Path::Sm100) config += ", a producer plane";
     if (a.copied || b.copied)
       config += fmt::format("; {} copied into rows of K first",
                             a.copied && b.copied ? "A and B" : a.copied ? "A" : "B");

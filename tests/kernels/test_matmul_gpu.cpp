@@ -82,6 +82,52 @@ TEST_CASE("kiln::lib::matmul takes each architecture's path on its emulator", "[
   }
 }
 
+TEST_CASE("kiln::lib::matmul splits a long K into parts on every tensor-core path",
+          "[matmul][gpu-paths]") {
+  (void)kernels::builtin_names();
+  const std::pair<const char*, const char*> archs[] = {
+      {"cuda-emu:sm_89", "matmul_ring"},
+      {"cuda-emu:sm_90a", "matmul_sm90"},
+      {"cuda-emu:sm_100a", "matmul_sm100"},
+  };
+  for (const auto& [device, kernel] : archs) {
+    auto opened = test::open_devices({device});
+    if (opened.empty()) {
+      WARN("skipped: " << device << " is not available here");
+      continue;
+    }
+    Runtime& rt = opened.front();
+    // K = 300 in 3 parts of 128 (the last one short, padded with zeros), then the sum with
+    // beta, bias and GELU; the output in the input type.
+    kernels::RunConfig config;
+    config.shapes = {{"a", {40, 300}}, {"b", {300, 30}}};
+    config.set = {{"split_k", "3"}, {"beta", "0.5"}, {"use_bias", "true"}, {"epilogue", "2"}};
+    config.dtypes = {{"a", "bf16"}, {"c", "bf16"}};
+    config.repeat = 0;
+    config.seed = 20261206;
+    INFO(device);
+    auto r = kernels::run(rt, "matmul", config);
+    KILN_REQUIRE_OK(r);
+    INFO("plan: " << r->plan);
+    CHECK_THAT(r->plan, Contains(std::string(kernel) + ":"));
+    CHECK_THAT(r->plan, Contains("K in 3 parts of 128 summed by matmul_split_sum"));
+    REQUIRE(r->checks.size() == 1);
+    const auto& check = r->checks.front();
+    INFO("first bad " << check.first_bad << ": got " << check.got << ", want " << check.want);
+    CHECK(check.mismatches == 0);
+  }
+  // A negative number of parts is refused, by name.
+  auto opened = test::open_devices({"cuda-emu:sm_90a"});
+  if (opened.empty()) return;
+  Runtime& rt = opened.front();
+  Tensor a = test::tensor_from(rt, ir::ElemType::F32, std::vector<float>(64, 1.0f), {8, 8});
+  auto c = rt.empty(ir::ElemType::F32, {8, 8});
+  REQUIRE(c.ok());
+  auto bad = lib::matmul(rt, a, a, *c, {.split_k = -2});
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.error().message, Contains("split_k"));
+}
+
 TEST_CASE("kiln::lib::matmul on a GPU reports the portable kernel where tensor cores do not apply",
           "[matmul][gpu-paths]") {
   (void)kernels::builtin_names();

@@ -6,6 +6,8 @@
 // what a pipeline's regions may hold is checked when the kernel is traced.
 #include <catch2/catch.hpp>
 
+#include <tuple>
+
 #include "compiler/dsl/dsl.h"
 #include "ir/float16.h"
 #include "kernels/kernels.h"
@@ -107,6 +109,27 @@ void pipe_misuse(Tensor<const f32> x, Tensor<f32> out, int mode) {
   if (mode == 6) pipeline(rows, 2, 0, produce, consume);   // PIPE_TWICE
 }
 KILN_KERNEL(pipe_misuse, "x: rank=2, out, mode = 0 in 0..6").cube_dim(64);
+
+// pipe_sum with the registers split (setmaxnreg): 128 consumer units (a warpgroup), each the sum
+// of its column over the rows; `producer` and `consumers` are the split (0 0: none), `units` the
+// cube's consumers (not a whole warpgroup: refused).
+void pipe_split(Tensor<const f32> x, Tensor<f32> out, int producer, int consumers) {
+  auto ring = shared_array<f32>(2u * 128u);
+  auto view = tma_view(x, {1, 128});
+  u32 rows = x.shape(0);
+  Var<float> total(0.0f);
+  pipeline(  // PIPE_SPLIT
+      rows, 2, 0,
+      PipelineRegisters{static_cast<uint32_t>(producer), static_cast<uint32_t>(consumers)},
+      [&](u32 r, u32 s, const SharedArray<u64>& full) {
+        mbarrier_arrive_expect_tx(full, s, view.box_bytes());
+        tma_load(ring, s * 128u, view, {r, 0}, full, s);
+      },
+      [&](u32, u32 s) { total += ring[s * 128u + unit_pos() % 128u]; });
+  out[unit_pos()] = total;
+}
+KILN_KERNEL(pipe_split, "x: rank=2, out, producer = 40 in 0..512, consumers = 232 in 0..512")
+    .cube_dim(128);
 
 namespace kiln {
 namespace {
@@ -240,6 +263,59 @@ TEST_CASE("a committed pipeline with a round that never commits is a wait that n
   REQUIRE_FALSE(st.ok());
   CHECK_THAT(st.error().message, Contains("can never complete"));
   CHECK_THAT(st.error().message, Contains("pipeline_committed"));
+}
+
+TEST_CASE("a pipeline may split the registers between its producer and its consumers",
+          "[pipeline]") {
+  (void)kernels::builtin_names();
+  for (Runtime& rt : test::tma_devices()) {
+    INFO("on " << rt.device().name);
+    auto k = test::kernel(rt, "pipe_split");
+    const int64_t rows = 9;
+    std::vector<float> host(static_cast<size_t>(rows * 128));
+    for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<float>(i % 37) * 0.25f;
+    Tensor x = test::tensor_from(rt, ir::ElemType::F32, host, {rows, 128});
+    Tensor out = test::f32_tensor(rt, std::vector<float>(128, -1.0f));
+    KILN_REQUIRE_OK(rt.launch(k, 1, 128, x, out, 40, 232));
+    KILN_REQUIRE_OK(rt.sync());
+    const auto got = test::to_host<float>(out);
+    for (uint32_t u = 0; u < 128; ++u) {
+      float want = 0.0f;
+      for (int64_t r = 0; r < rows; ++r) want += host[static_cast<size_t>(r) * 128 + u];
+      REQUIRE(got[u] == want);
+    }
+  }
+  // What setmaxnreg cannot set is refused where the pipeline is written.
+  for (const auto& [producer, consumers, says] :
+       {std::tuple{20, 232, "24 to 256 registers per unit in steps of 8"},
+        std::tuple{40, 230, "in steps of 8 (what setmaxnreg sets), not 230"},
+        std::tuple{240, 232, "240 for the producer is more than the consumers' 232"}}) {
+    dsl::SpecOptions o;
+    o.set["producer"] = std::to_string(producer);
+    o.set["consumers"] = std::to_string(consumers);
+    const std::string e = test::trace_error("pipe_split", o);
+    INFO(e);
+    CHECK_THAT(e, Contains(loc("PIPE_SPLIT")) && Contains(says));
+  }
+  // sm_90 without the "a" has TMA but not setmaxnreg; a cube of 64 consumers is not a warpgroup.
+  if (auto rt = Runtime::open("cuda-emu:sm_90"); rt.ok()) {
+    auto k = rt->kernel("pipe_split");
+    REQUIRE(k.ok());
+    Tensor x = test::tensor_from(*rt, ir::ElemType::F32, std::vector<float>(128, 1.0f), {1, 128});
+    Tensor out = test::f32_tensor(*rt, std::vector<float>(128, 0.0f));
+    const Status s = rt->launch(*k, 1, 128, x, out, 40, 232);
+    REQUIRE_FALSE(s.ok());
+    CHECK_THAT(s.error().message, Contains("has_setmaxnreg()") && Contains("cuda-emu:sm_90"));
+  }
+  if (auto rt = Runtime::open("cuda-emu:sm_90a"); rt.ok()) {
+    auto k = rt->kernel("pipe_split");
+    REQUIRE(k.ok());
+    Tensor x = test::tensor_from(*rt, ir::ElemType::F32, std::vector<float>(128, 1.0f), {1, 128});
+    Tensor out = test::f32_tensor(*rt, std::vector<float>(128, 0.0f));
+    const Status s = rt->launch(*k, 1, 64, x, out, 40, 232);
+    REQUIRE_FALSE(s.ok());
+    CHECK_THAT(s.error().message, Contains("whole warpgroups of consumers"));
+  }
 }
 
 TEST_CASE("what a pipeline may hold is checked at trace time", "[pipeline]") {
