@@ -5,7 +5,7 @@
 # events, memory; the NVRTC compile tests for every target; the driver tests), `kiln demo`, and
 # the GPU benchmarks with their peers measured in the same run (axpy against a device-to-device
 # copy, launch overhead against a raw cuLaunchKernel, matmul_mma's TFLOP/s against
-# torch.matmul). Aims at well under 8 minutes in all.
+# torch.matmul, kiln::lib::matmul against cuBLAS). Aims at well under 8 minutes in all.
 #
 #   tools/gpu-check.sh OUT_DIR [--quick]
 #
@@ -105,6 +105,12 @@ phase "kiln demo"
 phase "benchmarks"
 "$build/bin/gpu_bench" $quick 2>&1 | record
 [ "${PIPESTATUS[0]}" -eq 0 ] || fail "gpu_bench"
+
+# kiln::lib::matmul (the path each target takes) against cuBLAS on the same shapes in the same
+# process: squares to 16384, a decode product, a short K; f16 and bf16; both layouts of B.
+phase "library matmul against cuBLAS"
+"$build/bin/gpu_matmul_bench" $quick 2>&1 | record
+[ "${PIPESTATUS[0]}" -eq 0 ] || fail "gpu_matmul_bench"
 
 # The peer of gpu_bench's matmul: torch.matmul (cuBLAS) on the same shape and type, when the
 # machine's python3 has PyTorch with CUDA.

@@ -787,6 +787,20 @@ Status run_tiles(Runtime& rt, const MatmulProblem& p, const MatmulOptions& o, co
 
 std::string why(Path path, const DeviceInfo& dev, const MatmulProblem& p, const MatmulOptions& o);
 
+// MatmulPlan::config for a tensor-core path: the candidate, its producer, `split` (how K was
+// divided, if it was) and the operands copied into rows of K.
+std::string plan_config(const GpuConfig& cfg, bool a_copied, bool b_copied,
+                        const std::string& split = "") {
+  std::string config = cfg.text();
+  if (cfg.path == Path::Sm90) config += ", a producer warpgroup (setmaxnreg 40/232)";
+  if (cfg.path == Path::Sm100) config += ", a producer plane";
+  config += split;
+  if (a_copied || b_copied)
+    config += fmt::format("; {} copied into rows of K first",
+                          a_copied && b_copied ? "A and B" : a_copied ? "A" : "B");
+  return config;
+}
+
 // K's parts for a product of few tiles: options.split_k when set, else as many as fill the
 // machine's SMs twice over with at least 1024 of K each (at most 8), when one product alone
 // leaves more than half of them idle. 1 is no split. One product only (no batch).
@@ -839,8 +853,9 @@ Status run_split(Runtime& rt, const MatmulProblem& p, const MatmulOptions& o, co
                      bias, o.alpha, o.beta, o.epilogue, o.bias != nullptr));
   if (o.plan)
     *o.plan = {kernel_of(path),
-               fmt::format("{}, K in {} parts of {} summed by matmul_split_sum", cfg.text(),
-                           splits, part),
+               plan_config(cfg, a.copied, b.copied,
+                           fmt::format(", K in {} parts of {} summed by matmul_split_sum",
+                                       splits, part)),
                fmt::format("{}; few tiles for the machine: K split", why(path, rt.device(), p, o))};
   return {};
 }
@@ -929,15 +944,7 @@ Status matmul_on_gpu(Runtime& rt, const MatmulProblem& p, const MatmulOptions& o
                        });
   }
   const GpuConfig& cfg = cands[pick];
-  if (o.plan) {
-    std::string config = cfg.text();
-    if (path == Path::Sm90) config += ", a producer warpgroup (setmaxnreg 40/232)";
-    if (path == Path::Sm100) config += ", a producer plane";
-    if (a.copied || b.copied)
-      config += fmt::format("; {} copied into rows of K first",
-                            a.copied && b.copied ? "A and B" : a.copied ? "A" : "B");
-    *o.plan = {kernel_of(path), config, why(path, dev, p, o)};
-  }
+  if (o.plan) *o.plan = {kernel_of(path), plan_config(cfg, a.copied, b.copied), why(path, dev, p, o)};
   return run_tiles(rt, p, o, cfg, a.t, b.t);
 }
 

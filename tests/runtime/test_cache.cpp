@@ -193,6 +193,24 @@ TEST_CASE("a second program loads every kernel from the disk cache", "[runtime][
   CHECK(second.err.empty());
 }
 
+// A pipeline's GPU code launches its producer's units beyond the kernel's own cube; the entry
+// records that cube, and a second program still takes it (it once recompiled every time).
+TEST_CASE("a second program loads a pipeline kernel from the disk cache",
+          "[runtime][cache][process]") {
+  test::TempDir cache, scratch;
+  const std::map<std::string, std::string> env{{"KILN_CACHE_DIR", cache.path()}};
+  ProbeRun first = run_probe(scratch, env, {"pipeline"});
+  if (first.out.rfind("unavailable", 0) == 0) {
+    WARN("skipped: " << first.out);
+    return;
+  }
+  CHECK(first.counters["compiles"] == 1);
+  ProbeRun second = run_probe(scratch, env, {"pipeline"});
+  CHECK(second.counters["compiles"] == 0);
+  CHECK(second.counters["disk_hits"] == 1);
+  CHECK(second.err.empty());
+}
+
 TEST_CASE("a corrupted cache entry is reported once and recompiled", "[runtime][cache][process]") {
   test::TempDir cache, scratch;
   const std::map<std::string, std::string> env{{"KILN_CACHE_DIR", cache.path()}};
