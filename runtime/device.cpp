@@ -75,6 +75,7 @@ void describe_target(DeviceInfo& info, const backend::Target& target) {
   info.features = target.features;
   if (!target.backend) return;
   info.plane_width = target.backend->plane_width(target);
+  info.matrix = target.backend->matrix_configs(target);
   const backend::Limits limits = target.backend->limits(target);
   info.shared_bytes = limits.max_shared_bytes;
   info.shared_optin_bytes = limits.max_shared_optin;

@@ -55,6 +55,9 @@ struct DeviceInfo {
   // From its compile target (describe_target): what it runs beyond every backend's ops
   // (wgmma, tcgen05, TMA...), units per plane, and the shared memory a cube gets by default.
   ir::Features features;
+  // The fragment multiplies it runs (input type, accumulator, m x n x k): which input types its
+  // tensor cores take (f8 from sm_89 on, for example).
+  std::vector<ir::MatrixConfig> matrix;
   int plane_width = 1;
   uint64_t shared_bytes = 0;
   // The most shared memory one cube may use (a GPU's opt-in limit; launches ask for it): what

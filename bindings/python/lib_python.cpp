@@ -197,10 +197,13 @@ void bind_matmul_and_norms(py::module_& m) {
       "matmul",
       [](Runtime& rt, py::handle a, py::handle b, py::handle c, float alpha, float beta,
          bool transpose_a, bool transpose_b, py::handle bias, const std::string& epilogue,
-         bool allow_tf32) {
+         bool allow_tf32, float scale_a, float scale_b, int split_k) {
         lib::MatmulOptions o;
         o.alpha = alpha;
         o.beta = beta;
+        o.scale_a = scale_a;
+        o.scale_b = scale_b;
+        o.split_k = split_k;
         o.transpose_a = transpose_a;
         o.transpose_b = transpose_b;
         o.epilogue = parse(kEpilogues, epilogue, "epilogue");
@@ -213,7 +216,7 @@ void bind_matmul_and_norms(py::module_& m) {
       },
       py::arg("rt"), py::arg("a"), py::arg("b"), py::arg("c"), py::arg("alpha"), py::arg("beta"),
       py::arg("transpose_a"), py::arg("transpose_b"), py::arg("bias"), py::arg("epilogue"),
-      py::arg("allow_tf32"));
+      py::arg("allow_tf32"), py::arg("scale_a"), py::arg("scale_b"), py::arg("split_k"));
   for (const char* name : {"softmax", "log_softmax"}) {
     const bool log = std::string_view(name) == "log_softmax";
     m.def(name, [log](Runtime& rt, py::handle x, py::handle y) {

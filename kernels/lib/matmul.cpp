@@ -69,7 +69,7 @@ void matmul_pack_a(Tensor<const T> a, Tensor<f32> ap, int mr, int chunk) {
   pack_slivers(a, ap, mr, chunk, 3);
 }
 KILN_KERNEL_GENERIC(matmul_pack_a, "a: rank=5, ap, mr = 12 in 1..32, chunk = 16384 in 256..1048576",
-                    f32, f16, bf16)
+                    f32, f16, bf16, f8e4m3, f8e5m2)
     .cube_dim(256)
     .describe("kiln::lib::matmul: A into f32 slivers of mr rows (CPU)");
 
@@ -81,7 +81,7 @@ void matmul_pack_b(Tensor<const T> b, Tensor<f32> bp, int nr, int chunk) {
 }
 KILN_KERNEL_GENERIC(matmul_pack_b,
                     "b: rank=5, bp, nr = 32 in 1..256, chunk = 16384 in 256..1048576", f32, f16,
-                    bf16)
+                    bf16, f8e4m3, f8e5m2)
     .cube_dim(256)
     .describe("kiln::lib::matmul: B into f32 slivers of nr columns (CPU)");
 
@@ -256,10 +256,17 @@ Result<Problem> check(const Tensor& a, const Tensor& b, Tensor& c, const MatmulO
       return bad(fmt::format("the tensor '{}' is on another device than a", name));
   }
   const ElemType in = a.dtype();
-  if ((in != ElemType::F32 && in != ElemType::F16 && in != ElemType::BF16) || b.dtype() != in)
-    return bad(fmt::format("a is {} and b {}; both must hold the same type, f32, f16 or bf16",
+  if ((in != ElemType::F32 && in != ElemType::F16 && in != ElemType::BF16 && !ir::is_f8(in)) ||
+      b.dtype() != in)
+    return bad(fmt::format("a is {} and b {}; both must hold the same type, f32, f16, bf16, "
+                           "f8e4m3 or f8e5m2",
                            a.describe(), b.describe()));
-  if (c.dtype() != ElemType::F32 && c.dtype() != in)
+  if (ir::is_f8(in) && c.dtype() != ElemType::F32 && c.dtype() != ElemType::F16 &&
+      c.dtype() != ElemType::BF16)
+    return bad(fmt::format("c is {}; the product of {} inputs is f32, f16 or bf16 (scale it "
+                           "into 8 bits with a cast of its own)",
+                           c.describe(), ir::elem_name(in)));
+  if (!ir::is_f8(in) && c.dtype() != ElemType::F32 && c.dtype() != in)
     return bad(fmt::format("c is {}; the result is f32 or the inputs' type ({})", c.describe(),
                            ir::elem_name(in)));
   if (c.read_only()) return bad("the tensor 'c' is read-only");
@@ -269,6 +276,11 @@ Result<Problem> check(const Tensor& a, const Tensor& b, Tensor& c, const MatmulO
                            o.split_k));
   if (!std::isfinite(o.alpha) || !std::isfinite(o.beta))
     return bad(fmt::format("alpha ({}) and beta ({}) must be finite", o.alpha, o.beta));
+  if (!std::isfinite(o.scale_a) || !std::isfinite(o.scale_b) ||
+      !std::isfinite(o.alpha * o.scale_a * o.scale_b))
+    return bad(fmt::format("scale_a ({}) and scale_b ({}) must be finite, and so must alpha times "
+                           "both ({})",
+                           o.scale_a, o.scale_b, o.alpha * o.scale_a * o.scale_b));
   Problem p;
   KILN_ASSIGN(p.a, rank5(a, o.transpose_a));
   KILN_ASSIGN(p.b, rank5(b, o.transpose_b));
@@ -453,8 +465,13 @@ size_t matmul_tune(Runtime& rt, const MatmulProblem& p, const MatmulOptions& o, 
 
 }  // namespace detail
 
-Status matmul(Runtime& rt, const Tensor& a, const Tensor& b, Tensor& c, const MatmulOptions& o) {
-  KILN_ASSIGN(const Problem p, check(a, b, c, o));
+Status matmul(Runtime& rt, const Tensor& a, const Tensor& b, Tensor& c,
+              const MatmulOptions& options) {
+  KILN_ASSIGN(const Problem p, check(a, b, c, options));
+  // The per-tensor scales multiply every product: they are part of alpha from here on.
+  MatmulOptions o = options;
+  o.alpha = options.alpha * options.scale_a * options.scale_b;
+  o.scale_a = o.scale_b = 1.0f;
   if (p.m == 0 || p.n == 0 || p.batch == 0) {
     if (o.plan) *o.plan = {"none", "an empty product", "C has no elements"};
     return {};
@@ -489,7 +506,8 @@ Status matmul(Runtime& rt, const Tensor& a, const Tensor& b, Tensor& c, const Ma
 // `kiln run matmul`: kiln::lib::matmul on random inputs against a double reference.
 // --shape a=[BATCH x]MxK --shape b=[BATCH x]KxN (transposed: KxM and NxK), --dtype a=bf16 (b
 // follows), --dtype c=bf16 for a result in the inputs' type; --set alpha=, beta=, transpose_a=,
-// transpose_b=, use_bias=, epilogue=0 (none), 1 (ReLU) or 2 (GELU).
+// transpose_b=, use_bias=, epilogue=0 (none), 1 (ReLU) or 2 (GELU), split_k=, scale_a=, scale_b=
+// (--dtype a=f8e4m3 with --dtype c=bf16, say).
 namespace {
 
 using kiln::kernels::RunData;
@@ -524,7 +542,8 @@ void matmul_reference(RunData& d) {
   const bool ta = d.scalar("transpose_a") != 0, tb = d.scalar("transpose_b") != 0;
   const size_t rank = cs.size();
   const int64_t m = cs[rank - 2], n = cs[rank - 1], k = inner_k(d);
-  const double alpha = d.scalar("alpha"), beta = d.scalar("beta");
+  const double alpha = d.scalar("alpha") * d.scalar("scale_a") * d.scalar("scale_b"),
+               beta = d.scalar("beta");
   const bool use_bias = d.scalar("use_bias") != 0;
   const auto epilogue = static_cast<int>(d.scalar("epilogue"));
   const auto& a = d["a"];
@@ -583,7 +602,19 @@ KILN_RUN(matmul)
                         {kiln::ir::ElemType::F16, kiln::ir::ElemType::F16, kiln::ir::ElemType::F32,
                          kiln::ir::ElemType::F16},
                         {kiln::ir::ElemType::BF16, kiln::ir::ElemType::BF16,
-                         kiln::ir::ElemType::F32, kiln::ir::ElemType::BF16}},
+                         kiln::ir::ElemType::F32, kiln::ir::ElemType::BF16},
+                        {kiln::ir::ElemType::F8E4M3, kiln::ir::ElemType::F8E4M3,
+                         kiln::ir::ElemType::F32, kiln::ir::ElemType::F32},
+                        {kiln::ir::ElemType::F8E4M3, kiln::ir::ElemType::F8E4M3,
+                         kiln::ir::ElemType::F32, kiln::ir::ElemType::BF16},
+                        {kiln::ir::ElemType::F8E4M3, kiln::ir::ElemType::F8E4M3,
+                         kiln::ir::ElemType::F32, kiln::ir::ElemType::F16},
+                        {kiln::ir::ElemType::F8E5M2, kiln::ir::ElemType::F8E5M2,
+                         kiln::ir::ElemType::F32, kiln::ir::ElemType::F32},
+                        {kiln::ir::ElemType::F8E5M2, kiln::ir::ElemType::F8E5M2,
+                         kiln::ir::ElemType::F32, kiln::ir::ElemType::BF16},
+                        {kiln::ir::ElemType::F8E5M2, kiln::ir::ElemType::F8E5M2,
+                         kiln::ir::ElemType::F32, kiln::ir::ElemType::F16}},
            .scalars = {{"alpha", kiln::ir::ElemType::F32},
                        {"beta", kiln::ir::ElemType::F32},
                        {"transpose_a", kiln::ir::ElemType::Bool},
@@ -591,6 +622,8 @@ KILN_RUN(matmul)
                        {"use_bias", kiln::ir::ElemType::Bool},
                        {"allow_tf32", kiln::ir::ElemType::Bool},
                        {"split_k", kiln::ir::ElemType::U32},
+                       {"scale_a", kiln::ir::ElemType::F32},
+                       {"scale_b", kiln::ir::ElemType::F32},
                        {"epilogue", kiln::ir::ElemType::U32}},
            .call = [](kiln::Runtime& rt, std::map<std::string, kiln::Tensor, std::less<>>& t,
                       const RunData& d) -> kiln::Status {
@@ -608,6 +641,8 @@ KILN_RUN(matmul)
              o.epilogue = static_cast<Epilogue>(e);
              o.allow_tf32 = d.scalar("allow_tf32") != 0;
              o.split_k = static_cast<int>(d.scalar("split_k"));
+             o.scale_a = static_cast<float>(d.scalar("scale_a"));
+             o.scale_b = static_cast<float>(d.scalar("scale_b"));
              const kiln::Tensor bias = t.at("bias");
              if (d.scalar("use_bias") != 0) o.bias = &bias;
              kiln::lib::MatmulPlan plan;
@@ -627,6 +662,8 @@ KILN_RUN(matmul)
     .scalar("use_bias", 0)
     .scalar("allow_tf32", 0)
     .scalar("split_k", 0)
+    .scalar("scale_a", 1.0)
+    .scalar("scale_b", 1.0)
     .scalar("epilogue", 0)
     .flops([](const RunData& d) {
       double f = 2.0 * static_cast<double>(inner_k(d));

@@ -8,7 +8,8 @@
 // A is [..., M, K], B [..., K, N] (with transposes: [..., K, M] and [..., N, K]), C [..., M, N].
 // The batch dimensions (at most three) broadcast as NumPy's do: each of A's and B's is 1 or
 // C's. Any strides: a transposed or sliced view is read as it is. A and B hold the same type,
-// f32, f16 or bf16; C holds f32 or that type. Products and sums are f32 (f16 and bf16 inputs
+// f32, f16, bf16, f8e4m3 or f8e5m2; C holds f32 or that type (f32, f16 or bf16 for 8-bit
+// inputs, which come with per-tensor scales). Products and sums are f32 (16- and 8-bit inputs
 // are exact in f32), rounded once to C's type at the end.
 #pragma once
 
@@ -37,6 +38,10 @@ struct MatmulPlan {
 struct MatmulOptions {
   float alpha = 1.0f;
   float beta = 0.0f;  // 0: C is only written (NaN in C does not propagate), as BLAS does
+  // Per-tensor scales of A and B (the dequantization factors of 8-bit inputs, as
+  // torch._scaled_mm's): C = alpha scale_a scale_b op(A) op(B) + beta C. Any input type.
+  float scale_a = 1.0f;
+  float scale_b = 1.0f;
   bool transpose_a = false;
   bool transpose_b = false;
   const Tensor* bias = nullptr;  // f32 [N], added to every row before the epilogue

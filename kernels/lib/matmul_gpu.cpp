@@ -93,7 +93,7 @@ void matmul_pack_rows(Tensor<const T> src, Tensor<T> dst, int cut, bool k_inner)
   });
 }
 KILN_KERNEL_GENERIC(matmul_pack_rows, "src: rank=5, dst: rank=3, cut = 3 in 3..4, k_inner = true",
-                    f32, f16, bf16)
+                    f32, f16, bf16, f8e4m3, f8e5m2)
     .cube_dim(256)
     .describe("kiln::lib::matmul on a GPU: an operand into rows of K, for the tensor-core paths");
 
@@ -191,7 +191,9 @@ KILN_KERNEL_GENERIC(matmul_gpu,
                     "frag_n = 32 in 8..32, planes_m = 2 in 1..4, planes_n = 2 in 1..4, "
                     "k_steps = 1 in 1..2, fragments = true, epilogue = None, has_bias = false",
                     InOut<f32, f32>, InOut<f16, f32>, InOut<bf16, f32>, InOut<f16, f16>,
-                    InOut<bf16, bf16>)
+                    InOut<bf16, bf16>, InOut<f8e4m3, f32>, InOut<f8e4m3, f16>,
+                    InOut<f8e4m3, bf16>, InOut<f8e5m2, f32>, InOut<f8e5m2, f16>,
+                    InOut<f8e5m2, bf16>)
     .cube_dim([](const ComptimeArgs& c) -> CubeDim {
       return {static_cast<uint32_t>(32 * c.integer("planes_m") * c.integer("planes_n")), 1, 1};
     })
@@ -319,7 +321,9 @@ KILN_KERNEL_GENERIC(matmul_ring,
                     "frags_n = 2 in 1..4, kc = 32 in 8..128, stages = 3 in 2..5, "
                     "epilogue = None, has_bias = false",
                     InOut<f32, f32>, InOut<f16, f32>, InOut<bf16, f32>, InOut<f16, f16>,
-                    InOut<bf16, bf16>)
+                    InOut<bf16, bf16>, InOut<f8e4m3, f32>, InOut<f8e4m3, f16>,
+                    InOut<f8e4m3, bf16>, InOut<f8e5m2, f32>, InOut<f8e5m2, f16>,
+                    InOut<f8e5m2, bf16>)
     .cube_dim([](const ComptimeArgs& c) -> CubeDim {
       return {static_cast<uint32_t>(32 * c.integer("warps_m") * c.integer("warps_n")), 1, 1};
     })
@@ -410,7 +414,9 @@ KILN_KERNEL_GENERIC(matmul_sm90,
                     "tile_n = 128 in 16..256, stages = 4 in 2..6, epilogue = None, "
                     "has_bias = false",
                     InOut<f32, f32>, InOut<f16, f32>, InOut<bf16, f32>, InOut<f16, f16>,
-                    InOut<bf16, bf16>)
+                    InOut<bf16, bf16>, InOut<f8e4m3, f32>, InOut<f8e4m3, f16>,
+                    InOut<f8e4m3, bf16>, InOut<f8e5m2, f32>, InOut<f8e5m2, f16>,
+                    InOut<f8e5m2, bf16>)
     .cube_dim(256)
     .describe("kiln::lib::matmul on sm_90a: TMA ring, producer plane, two wgmma warpgroups");
 
@@ -508,7 +514,9 @@ KILN_KERNEL_GENERIC(matmul_sm100,
                     "tile_n = 128 in 32..256, stages = 4 in 2..6, epilogue = None, "
                     "has_bias = false",
                     InOut<f32, f32>, InOut<f16, f32>, InOut<bf16, f32>, InOut<f16, f16>,
-                    InOut<bf16, bf16>)
+                    InOut<bf16, bf16>, InOut<f8e4m3, f32>, InOut<f8e4m3, f16>,
+                    InOut<f8e4m3, bf16>, InOut<f8e5m2, f32>, InOut<f8e5m2, f16>,
+                    InOut<f8e5m2, bf16>)
     .cube_dim(128)
     .describe("kiln::lib::matmul on sm_100a: TMA ring, producer plane, tcgen05 into tensor memory");
 
@@ -596,9 +604,13 @@ struct GpuConfig {
   }
 };
 
-// The path a target with features `f` takes for inputs of `in` (and K values of k).
-Path choose_path(const ir::Features& f, ElemType in, bool allow_tf32, int64_t k) {
-  const bool tensor_cores = in != ElemType::F32 || allow_tf32;
+// The path a device takes for inputs of `in` (and K values of k): by the features of its
+// target, and whether its tensor cores take `in` at all (8-bit floats: sm_89 and later).
+Path choose_path(const DeviceInfo& dev, ElemType in, bool allow_tf32, int64_t k) {
+  const ir::Features& f = dev.features;
+  bool takes = false;
+  for (const ir::MatrixConfig& m : dev.matrix) takes = takes || m.input == in;
+  const bool tensor_cores = takes && (in != ElemType::F32 || allow_tf32);
   if (k == 0 || !tensor_cores) return Path::Portable;
   if (f.tcgen05 && f.tma) return Path::Sm100;
   if (f.wgmma && f.tma) return Path::Sm90;
@@ -804,7 +816,7 @@ std::string plan_config(const GpuConfig& cfg, bool a_copied, bool b_copied,
 // K's parts for a product of few tiles: options.split_k when set, else as many as fill the
 // machine's SMs twice over with at least 1024 of K each (at most 8), when one product alone
 // leaves more than half of them idle. 1 is no split. One product only (no batch).
-constexpr int64_t kSplitStep = 64;  // each part's K: a multiple of every path's round
+constexpr int64_t kSplitStep = 128;  // each part's K: a multiple of every path's round
 int64_t split_count(const DeviceInfo& dev, const MatmulProblem& p, const MatmulOptions& o,
                     const GpuConfig& cfg) {
   if (p.batch != 1 || o.split_k == 1) return 1;
@@ -873,6 +885,9 @@ std::string why(Path path, const DeviceInfo& dev, const MatmulProblem& p,
       if (p.k == 0) return "K = 0: C is only scaled";
       if (p.a.dtype() == ElemType::F32 && !o.allow_tf32)
         return "f32 inputs without allow_tf32: f32 FMAs";
+      if (ir::is_f8(p.a.dtype()))
+        return fmt::format("{} ({}) has no tensor-core multiply of {}: f32 FMAs", dev.name,
+                           dev.arch, ir::elem_name(p.a.dtype()));
       return fmt::format("{} ({}) has none of cp.async, wgmma, tcgen05", dev.name, dev.arch);
   }
 }
@@ -888,7 +903,7 @@ std::vector<MatmulSpecialization> matmul_gpu_specializations(const DeviceInfo& d
     p.m = 4096;
     p.n = n;
     p.k = 4096;
-    const Path path = choose_path(dev.features, in, allow_tf32, p.k);
+    const Path path = choose_path(dev, in, allow_tf32, p.k);
     for (const GpuConfig& c : candidates(path, dev, p, static_cast<int>(ir::elem_bytes(in)))) {
       MatmulSpecialization s;
       s.kernel = kernel_of(c.path);
@@ -908,7 +923,7 @@ std::vector<MatmulSpecialization> matmul_gpu_specializations(const DeviceInfo& d
 
 Status matmul_on_gpu(Runtime& rt, const MatmulProblem& p, const MatmulOptions& o) {
   const DeviceInfo& dev = rt.device();
-  const Path path = choose_path(dev.features, p.a.dtype(), o.allow_tf32, p.k);
+  const Path path = choose_path(dev, p.a.dtype(), o.allow_tf32, p.k);
   if (path == Path::Portable) {
     if (o.plan) *o.plan = {"matmul_gpu", GpuConfig{}.text(), why(path, dev, p, o)};
     return run_portable(rt, p, o);

@@ -4,6 +4,8 @@
 // out; beta = 0 ignoring NaN in C; and the errors of the host API.
 #include <catch2/catch.hpp>
 
+#include <limits>
+
 #include <cmath>
 #include <random>
 
@@ -62,6 +64,16 @@ TEST_CASE("kiln::lib::matmul matches a double reference", "[matmul]") {
        {{"a", {200, 150}}, {"b", {150, 530}}},
        {},
        {{"a", "f16"}, {"c", "f16"}}},
+      {"f8e4m3 to bf16 with per-tensor scales, B transposed, bias",
+       {{"a", {45, 72}}, {"b", {38, 72}}},
+       {{"scale_a", "0.25"}, {"scale_b", "3"}, {"transpose_b", "true"}, {"use_bias", "true"}},
+       {{"a", "f8e4m3"}, {"c", "bf16"}},
+       true},
+      {"f8e5m2 to f32, odd K, alpha, beta",
+       {{"a", {30, 37}}, {"b", {37, 41}}},
+       {{"scale_b", "0.5"}, {"alpha", "2"}, {"beta", "0.5"}},
+       {{"a", "f8e5m2"}},
+       true},
       {"one row, one column", {{"a", {1, 300}}, {"b", {300, 1}}}, {}, {}},
       {"a batch of one-row products", {{"a", {7, 1, 64}}, {"b", {7, 64, 100}}}, {}, {}},
   };
@@ -213,7 +225,14 @@ TEST_CASE("kiln::lib::matmul refuses what it cannot compute, naming it", "[matmu
   fails(a, b, c_i32, {}, "the result is f32 or the inputs' type");
   fails(make(ir::ElemType::F16, {4, 5}), b, c46, {}, "both must hold the same type");
   fails(make(ir::ElemType::I8, {4, 5}), make(ir::ElemType::I8, {5, 6}), c46, {},
-        "f32, f16 or bf16");
+        "f32, f16, bf16, f8e4m3 or f8e5m2");
+  Tensor c_f8 = make(ir::ElemType::F8E4M3, {4, 6});
+  fails(make(ir::ElemType::F8E4M3, {4, 5}), make(ir::ElemType::F8E4M3, {5, 6}), c_f8, {},
+        "the product of f8e4m3 inputs is f32, f16 or bf16");
+  fails(make(ir::ElemType::F8E4M3, {4, 5}), make(ir::ElemType::F8E5M2, {5, 6}), c46, {},
+        "both must hold the same type");
+  fails(a, b, c46, {.scale_a = std::numeric_limits<float>::infinity()}, "scale_a (inf)");
+  fails(a, b, c46, {.alpha = 1e30f, .scale_a = 1e10f}, "alpha times both");
   fails(make(F32, {5}), b, c46, {}, "matrices are rank 2 to 5");
   Tensor c_batched = make(F32, {3, 4, 6});
   fails(make(F32, {2, 4, 5}), b, c_batched, {}, "batch dimension -1 of a is 2 where c's is 3");

@@ -82,6 +82,44 @@ TEST_CASE("kiln::lib::matmul takes each architecture's path on its emulator", "[
   }
 }
 
+TEST_CASE("kiln::lib::matmul multiplies 8-bit floats with scales on each architecture",
+          "[matmul][gpu-paths]") {
+  (void)kernels::builtin_names();
+  // sm_80 has no 8-bit tensor-core multiply: the portable kernel's f32 FMAs.
+  const std::pair<const char*, const char*> archs[] = {
+      {"cuda-emu:sm_80", "matmul_gpu"},    {"cuda-emu:sm_89", "matmul_ring"},
+      {"cuda-emu:sm_90a", "matmul_sm90"},  {"cuda-emu:sm_100a", "matmul_sm100"},
+      {"cuda-emu:sm_120a", "matmul_ring"},
+  };
+  for (const auto& [device, kernel] : archs) {
+    auto opened = test::open_devices({device});
+    if (opened.empty()) {
+      WARN("skipped: " << device << " is not available here");
+      continue;
+    }
+    Runtime& rt = opened.front();
+    for (const char* type : {"f8e4m3", "f8e5m2"}) {
+      INFO(type << " on " << device);
+      kernels::RunConfig config;
+      config.shapes = {{"a", {2, 40, 64}}, {"b", {2, 72, 64}}};
+      config.set = {{"transpose_b", "true"}, {"scale_a", "0.5"}, {"scale_b", "4"},
+                    {"epilogue", "1"}};
+      config.dtypes = {{"a", type}, {"c", "bf16"}};
+      config.repeat = 0;
+      config.seed = 20261207;
+      auto r = kernels::run(rt, "matmul", config);
+      KILN_REQUIRE_OK(r);
+      INFO("plan: " << r->plan);
+      CHECK_THAT(r->plan, Contains(std::string(kernel) + ":"));
+      CHECK_THAT(r->plan, !Contains("copied"));  // K = 64 rows of K, in place
+      REQUIRE(r->checks.size() == 1);
+      const auto& check = r->checks.front();
+      INFO("first bad " << check.first_bad << ": got " << check.got << ", want " << check.want);
+      CHECK(check.mismatches == 0);
+    }
+  }
+}
+
 TEST_CASE("kiln::lib::matmul splits a long K into parts on every tensor-core path",
           "[matmul][gpu-paths]") {
   (void)kernels::builtin_names();

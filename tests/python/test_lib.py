@@ -58,6 +58,16 @@ def test_matmul_alpha_beta_bias_and_epilogues():
     close(lib.matmul(a, b, epilogue="gelu"), gelu, 1e-4)
 
 
+def test_matmul_per_tensor_scales_and_split_k():
+    a, b = rand(12, 40), rand(40, 9)
+    close(lib.matmul(a, b, scale_a=0.5, scale_b=3.0, alpha=2.0), 3.0 * (a @ b), 1e-4)
+    close(lib.matmul(a, b, split_k=2), a @ b, 1e-4)  # the CPU does not split: the same product
+    with pytest.raises(kiln.Error, match="scale_a \\(inf\\)"):
+        lib.matmul(a, b, scale_a=float("inf"))
+    with pytest.raises(kiln.Error, match="split_k is -1"):
+        lib.matmul(a, b, split_k=-1)
+
+
 def test_matmul_f16_and_an_f32_result():
     a, b = rand(16, 24, dtype=np.float16), rand(24, 8, dtype=np.float16)
     want = a.astype(np.float32) @ b.astype(np.float32)

@@ -266,12 +266,16 @@ def copy(src: Any, dst: Any, *, runtime: Any = None) -> Any:
 def matmul(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float = 0.0,
            transpose_a: bool = False, transpose_b: bool = False, bias: Any = None,
            epilogue: str = "none", allow_tf32: bool = False, out_dtype: Optional[str] = None,
+           scale_a: float = 1.0, scale_b: float = 1.0, split_k: int = 0,
            runtime: Any = None) -> Any:
-    """c = epilogue(alpha op(a) op(b) + beta c + bias): a is [..., M, K] ([..., K, M] with
-    transpose_a), b [..., K, N] ([..., N, K] with transpose_b), c [..., M, N]; batch dimensions
-    (up to three) broadcast. f32, f16 or bf16 inputs, f32 products and sums; c holds f32 or the
-    inputs' type (out_dtype when c is made here: the inputs' type by default). bias is f32 [N];
-    epilogue is 'none', 'relu' or 'gelu'. allow_tf32 lets a GPU multiply f32 on tensor cores."""
+    """c = epilogue(alpha scale_a scale_b op(a) op(b) + beta c + bias): a is [..., M, K]
+    ([..., K, M] with transpose_a), b [..., K, N] ([..., N, K] with transpose_b), c [..., M, N];
+    batch dimensions (up to three) broadcast. f32, f16, bf16, f8e4m3 or f8e5m2 inputs (both the
+    same), f32 products and sums; c holds f32 or the inputs' type, f32, f16 or bf16 for 8-bit
+    inputs (out_dtype when c is made here: the inputs' type by default, f32 for 8-bit ones).
+    scale_a and scale_b are per-tensor scales (8-bit inputs' dequantization factors). bias is f32
+    [N]; epilogue is 'none', 'relu' or 'gelu'. allow_tf32 lets a GPU multiply f32 on tensor
+    cores; split_k splits a long K on a GPU (0: the library decides, 1: never, N: N parts)."""
     call = _Call(a, "a", runtime, b=b, c=c, bias=bias)
     if c is None:
         sa, sb = _shape(a), _shape(b)
@@ -282,10 +286,13 @@ def matmul(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float = 0
         m = sa[-1] if transpose_a else sa[-2]
         n = sb[-2] if transpose_b else sb[-1]
         batch = _L.broadcast_shape(list(sa[:-2]), list(sb[:-2]))
-        c = call.empty(out_dtype or call.dtype(a, "a"), tuple(batch) + (m, n))
+        in_dtype = call.dtype(a, "a")
+        default = "f32" if in_dtype in ("f8e4m3", "f8e5m2") else in_dtype
+        c = call.empty(out_dtype or default, tuple(batch) + (m, n))
     with call:
         _L.matmul(call.rt, a, b, c, float(alpha), float(beta), bool(transpose_a),
-                  bool(transpose_b), bias, epilogue, bool(allow_tf32))
+                  bool(transpose_b), bias, epilogue, bool(allow_tf32), float(scale_a),
+                  float(scale_b), int(split_k))
     return c
 
 

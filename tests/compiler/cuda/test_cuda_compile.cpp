@@ -565,7 +565,7 @@ TEST_CASE("every op kind is compiled by the CUDA tests", "[cuda][compile][covera
 }
 
 // kiln::lib::matmul's GPU kernels: every configuration its tuner may pick on each target, for
-// 16-bit and tf32 inputs with the costliest epilogue (bias and GELU), assembles without spills,
+// 16-bit, tf32 and 8-bit float inputs with the costliest epilogue (bias and GELU), assembles without spills,
 // with its wgmma not serialized, and within the target's shared memory; the figures docs/performance.md estimates from.
 TEST_CASE("the library's matmul kernels assemble without spills on their targets",
           "[cuda][compile][matmul]") {
@@ -577,7 +577,8 @@ TEST_CASE("the library's matmul kernels assemble without spills on their targets
     DeviceInfo dev;
     describe_target(dev, *target);
     for (const auto& [in, out, tf32] :
-         {std::tuple{"bf16", "f32", false}, std::tuple{"f32", "f32", true}}) {
+         {std::tuple{"bf16", "f32", false}, std::tuple{"f32", "f32", true},
+          std::tuple{"f8e4m3", "bf16", false}}) {
       for (const lib::detail::MatmulSpecialization& s :
            lib::detail::matmul_gpu_specializations(dev, *ir::parse_elem_type(in), tf32)) {
         INFO(s.kernel << " for " << arch << ", " << in << " inputs");
