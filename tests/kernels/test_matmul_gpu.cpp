@@ -44,6 +44,20 @@ const GpuCase kCases[] = {
      false},
 };
 
+// Runs `matmul` with `config` on `rt`: it must take `kernel` and agree with the double
+// reference; returns the plan it printed.
+std::string run_checked(Runtime& rt, const kernels::RunConfig& config, const std::string& kernel) {
+  auto r = kernels::run(rt, "matmul", config);
+  KILN_REQUIRE_OK(r);
+  INFO("plan: " << r->plan);
+  CHECK_THAT(r->plan, Contains(kernel + ":"));
+  REQUIRE(r->checks.size() == 1);
+  const auto& check = r->checks.front();
+  INFO("first bad " << check.first_bad << ": got " << check.got << ", want " << check.want);
+  CHECK(check.mismatches == 0);
+  return r->plan;
+}
+
 TEST_CASE("kiln::lib::matmul takes each architecture's path on its emulator", "[matmul][gpu-paths]") {
   (void)kernels::builtin_names();
   const std::pair<const char*, const char*> archs[] = {
@@ -66,18 +80,12 @@ TEST_CASE("kiln::lib::matmul takes each architecture's path on its emulator", "[
       config.dtypes = c.dtypes;
       config.repeat = 0;
       config.seed = 20261205;
-      auto r = kernels::run(rt, "matmul", config);
-      KILN_REQUIRE_OK(r);
-      INFO("plan: " << r->plan);
-      CHECK_THAT(r->plan, Contains(std::string(kernel) + ":"));
+      const std::string plan = run_checked(rt, config, kernel);
+      INFO("plan: " << plan);
       if (c.operands_in_place)
-        CHECK_THAT(r->plan, !Contains("copied"));
+        CHECK_THAT(plan, !Contains("copied"));
       else
-        CHECK_THAT(r->plan, Contains("copied into rows of K"));
-      REQUIRE(r->checks.size() == 1);
-      const auto& check = r->checks.front();
-      INFO("first bad " << check.first_bad << ": got " << check.got << ", want " << check.want);
-      CHECK(check.mismatches == 0);
+        CHECK_THAT(plan, Contains("copied into rows of K"));
     }
   }
 }
@@ -107,15 +115,9 @@ TEST_CASE("kiln::lib::matmul multiplies 8-bit floats with scales on each archite
       config.dtypes = {{"a", type}, {"c", "bf16"}};
       config.repeat = 0;
       config.seed = 20261207;
-      auto r = kernels::run(rt, "matmul", config);
-      KILN_REQUIRE_OK(r);
-      INFO("plan: " << r->plan);
-      CHECK_THAT(r->plan, Contains(std::string(kernel) + ":"));
-      CHECK_THAT(r->plan, !Contains("copied"));  // K = 64 rows of K, in place
-      REQUIRE(r->checks.size() == 1);
-      const auto& check = r->checks.front();
-      INFO("first bad " << check.first_bad << ": got " << check.got << ", want " << check.want);
-      CHECK(check.mismatches == 0);
+      const std::string plan = run_checked(rt, config, kernel);
+      INFO("plan: " << plan);
+      CHECK_THAT(plan, !Contains("copied"));  // K = 64 rows of K, in place
     }
   }
 }
@@ -144,15 +146,9 @@ TEST_CASE("kiln::lib::matmul splits a long K into parts on every tensor-core pat
     config.repeat = 0;
     config.seed = 20261206;
     INFO(device);
-    auto r = kernels::run(rt, "matmul", config);
-    KILN_REQUIRE_OK(r);
-    INFO("plan: " << r->plan);
-    CHECK_THAT(r->plan, Contains(std::string(kernel) + ":"));
-    CHECK_THAT(r->plan, Contains("K in 3 parts of 128 summed by matmul_split_sum"));
-    REQUIRE(r->checks.size() == 1);
-    const auto& check = r->checks.front();
-    INFO("first bad " << check.first_bad << ": got " << check.got << ", want " << check.want);
-    CHECK(check.mismatches == 0);
+    const std::string plan = run_checked(rt, config, kernel);
+    INFO("plan: " << plan);
+    CHECK_THAT(plan, Contains("K in 3 parts of 128 summed by matmul_split_sum"));
   }
   // A negative number of parts is refused, by name.
   auto opened = test::open_devices({"cuda-emu:sm_90a"});
