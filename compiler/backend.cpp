@@ -90,15 +90,17 @@ Status check_supported(const Backend& b, const ir::Kernel& k, const Target& t) {
     if (op.kind != ir::OpKind::Pipeline || !split.empty()) return;
     if (!ir::pipeline_registers(op.attr.i).set()) return;
     if (!t.features.setmaxnreg)
-      split = fmt::format("{}: error: kernel '{}': a pipeline's register split is setmaxnreg, an "
-                          "sm_90a, sm_100a and sm_120a instruction; {} has none (ask "
-                          "has_setmaxnreg() at trace time)",
-                          k.where(op), k.name, t.name);
+      split = fmt::format(
+          "{}: error: kernel '{}': a pipeline's register split is setmaxnreg, an "
+          "sm_90a, sm_100a and sm_120a instruction; {} has none (ask "
+          "has_setmaxnreg() at trace time)",
+          k.where(op), k.name, t.name);
     else if (k.units_per_cube() % 128 != 0)
-      split = fmt::format("{}: error: kernel '{}': a pipeline that splits registers needs whole "
-                          "warpgroups of consumers (setmaxnreg sets a warpgroup's), and the cube "
-                          "has {} units, not a multiple of 128",
-                          k.where(op), k.name, k.units_per_cube());
+      split = fmt::format(
+          "{}: error: kernel '{}': a pipeline that splits registers needs whole "
+          "warpgroups of consumers (setmaxnreg sets a warpgroup's), and the cube "
+          "has {} units, not a multiple of 128",
+          k.where(op), k.name, k.units_per_cube());
   });
   if (!split.empty()) return Error(ErrorKind::Unsupported, split);
   for (size_t v = 0; v < k.value_types.size(); ++v)

@@ -220,16 +220,18 @@ bool is_frag_op(OpKind k) {
 
 std::string pipeline_registers_error(PipelineRegisters regs) {
   if (!regs.set()) return {};
-  for (const auto& [v, who] : {std::pair{regs.producer, "producer"},
-                               std::pair{regs.consumers, "consumers"}})
+  for (const auto& [v, who] :
+       {std::pair{regs.producer, "producer"}, std::pair{regs.consumers, "consumers"}})
     if (v < 24 || v > 256 || v % 8 != 0)
-      return fmt::format("a pipeline's {} take 24 to 256 registers per unit in steps of 8 (what "
-                         "setmaxnreg sets), not {}",
-                         who, v);
+      return fmt::format(
+          "a pipeline's {} take 24 to 256 registers per unit in steps of 8 (what "
+          "setmaxnreg sets), not {}",
+          who, v);
   if (regs.producer > regs.consumers)
-    return fmt::format("a pipeline's producer gives registers to its consumers: {} for the "
-                       "producer is more than the consumers' {}",
-                       regs.producer, regs.consumers);
+    return fmt::format(
+        "a pipeline's producer gives registers to its consumers: {} for the "
+        "producer is more than the consumers' {}",
+        regs.producer, regs.consumers);
   return {};
 }
 

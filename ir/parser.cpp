@@ -639,8 +639,8 @@ class Parser {
           regs.producer = static_cast<uint32_t>(parse_uint("the producer's registers", 256));
           regs.consumers = static_cast<uint32_t>(parse_uint("the consumers' registers", 256));
         }
-        op.attr.i = pipeline_attr(static_cast<uint32_t>(stages), static_cast<uint32_t>(lag),
-                                  commit, regs);
+        op.attr.i =
+            pipeline_attr(static_cast<uint32_t>(stages), static_cast<uint32_t>(lag), commit, regs);
         op.regions.resize(2);
         // The round and stage a region runs for: produce(%r, %s) and consume(%r, %s).
         auto region_args = [&](Region& r) {

@@ -136,8 +136,8 @@ class Gen {
   const ir::Kernel& K;
   const CodegenOptions& O;
   abi::KernelInfo info_;
-  uint32_t units_ = 1;     // the kernel's units (a pipeline's consumers)
-  bool producer_ = false;  // the kernel has a pipeline, and the cube a producer plane
+  uint32_t units_ = 1;            // the kernel's units (a pipeline's consumers)
+  bool producer_ = false;         // the kernel has a pipeline, and the cube a producer plane
   uint32_t producer_units_ = 32;  // its units: a plane, or a warpgroup with a register split
   bool split_ = false;            // the pipeline splits the registers (setmaxnreg)
   bool needs_report_ = false;

@@ -48,9 +48,10 @@ std::string resources_text(const Source& src, const CompiledCuda& c, const std::
   s += fmt::format("  spills         {} bytes stored, {} bytes loaded\n", r.spill_store_bytes,
                    r.spill_load_bytes);
   if (!r.wgmma_serialized.empty())
-    s += fmt::format("  wgmma          serialized by ptxas (C7515: {}): each multiply waits for "
-                     "the one before\n",
-                     r.wgmma_serialized);
+    s += fmt::format(
+        "  wgmma          serialized by ptxas (C7515: {}): each multiply waits for "
+        "the one before\n",
+        r.wgmma_serialized);
   s += fmt::format("  barriers       {}\n", r.barriers);
   s += fmt::format("  constant bank  {} bytes (parameters included)\n", r.constant_bytes);
   s += fmt::format("  NVRTC          {:.1f} ms\n", c.compile_ms);
@@ -148,8 +149,7 @@ class CudaBackend final : public GpuArchBackend {
                         {"spill_stores", c.resources.spill_store_bytes},
                         {"spill_loads", c.resources.spill_load_bytes},
                         {"known", c.resources.known}};
-    if (!c.resources.wgmma_serialized.empty())
-      r["wgmma_serialized"] = c.resources.wgmma_serialized;
+    if (!c.resources.wgmma_serialized.empty()) r["wgmma_serialized"] = c.resources.wgmma_serialized;
     out.extra_json = nlohmann::json{{"resources", r}}.dump();
     // NVRTC's front end, optimization and ptxas are one call: its time is the ptx stage's.
     out.timings = {{"cuda", codegen_ms}, {"ptx", c.compile_ms}};

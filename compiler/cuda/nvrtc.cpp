@@ -172,12 +172,12 @@ Resources parse_resources(const std::string& log) {
     std::string note = log.substr(at, eol - at);
     const size_t due = note.find("due to ");
     const size_t in_fn = note.rfind(" in the function");
-    r.wgmma_serialized = due == std::string::npos
-                             ? note
-                             : note.substr(due + 7, (in_fn == std::string::npos || in_fn < due
-                                                         ? note.size()
-                                                         : in_fn) -
-                                                        (due + 7));
+    r.wgmma_serialized =
+        due == std::string::npos
+            ? note
+            : note.substr(
+                  due + 7,
+                  (in_fn == std::string::npos || in_fn < due ? note.size() : in_fn) - (due + 7));
   }
   return r;
 }

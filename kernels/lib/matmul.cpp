@@ -186,9 +186,13 @@ using ir::ElemType;
 
 using Problem = detail::MatmulProblem;
 
-Error bad(const std::string& what) { return detail::matmul_error(what); }
+Error bad(const std::string& what) {
+  return detail::matmul_error(what);
+}
 
-Result<Tensor> rank5(const Tensor& t, bool transpose) { return detail::matmul_rank5(t, transpose); }
+Result<Tensor> rank5(const Tensor& t, bool transpose) {
+  return detail::matmul_rank5(t, transpose);
+}
 
 // The CPU kernels' blocking: the micro-kernel's shape from the vector registers, the blocks
 // from the caches (an mr x kc sliver of A stays in L1 while kc x nb of B streams from L2).
@@ -258,29 +262,33 @@ Result<Problem> check(const Tensor& a, const Tensor& b, Tensor& c, const MatmulO
   const ElemType in = a.dtype();
   if ((in != ElemType::F32 && in != ElemType::F16 && in != ElemType::BF16 && !ir::is_f8(in)) ||
       b.dtype() != in)
-    return bad(fmt::format("a is {} and b {}; both must hold the same type, f32, f16, bf16, "
-                           "f8e4m3 or f8e5m2",
-                           a.describe(), b.describe()));
+    return bad(
+        fmt::format("a is {} and b {}; both must hold the same type, f32, f16, bf16, "
+                    "f8e4m3 or f8e5m2",
+                    a.describe(), b.describe()));
   if (ir::is_f8(in) && c.dtype() != ElemType::F32 && c.dtype() != ElemType::F16 &&
       c.dtype() != ElemType::BF16)
-    return bad(fmt::format("c is {}; the product of {} inputs is f32, f16 or bf16 (scale it "
-                           "into 8 bits with a cast of its own)",
-                           c.describe(), ir::elem_name(in)));
+    return bad(
+        fmt::format("c is {}; the product of {} inputs is f32, f16 or bf16 (scale it "
+                    "into 8 bits with a cast of its own)",
+                    c.describe(), ir::elem_name(in)));
   if (!ir::is_f8(in) && c.dtype() != ElemType::F32 && c.dtype() != in)
     return bad(fmt::format("c is {}; the result is f32 or the inputs' type ({})", c.describe(),
                            ir::elem_name(in)));
   if (c.read_only()) return bad("the tensor 'c' is read-only");
   if (o.split_k < 0)
-    return bad(fmt::format("split_k is {}; 0 (the library decides), 1 (never) or the number of "
-                           "parts of K",
-                           o.split_k));
+    return bad(
+        fmt::format("split_k is {}; 0 (the library decides), 1 (never) or the number of "
+                    "parts of K",
+                    o.split_k));
   if (!std::isfinite(o.alpha) || !std::isfinite(o.beta))
     return bad(fmt::format("alpha ({}) and beta ({}) must be finite", o.alpha, o.beta));
   if (!std::isfinite(o.scale_a) || !std::isfinite(o.scale_b) ||
       !std::isfinite(o.alpha * o.scale_a * o.scale_b))
-    return bad(fmt::format("scale_a ({}) and scale_b ({}) must be finite, and so must alpha times "
-                           "both ({})",
-                           o.scale_a, o.scale_b, o.alpha * o.scale_a * o.scale_b));
+    return bad(
+        fmt::format("scale_a ({}) and scale_b ({}) must be finite, and so must alpha times "
+                    "both ({})",
+                    o.scale_a, o.scale_b, o.alpha * o.scale_a * o.scale_b));
   Problem p;
   KILN_ASSIGN(p.a, rank5(a, o.transpose_a));
   KILN_ASSIGN(p.b, rank5(b, o.transpose_b));
@@ -396,7 +404,9 @@ std::vector<CpuConfig> cpu_candidates(const CpuConfig& base) {
   return out;
 }
 
-int64_t bucket(int64_t v) { return detail::matmul_bucket(v); }
+int64_t bucket(int64_t v) {
+  return detail::matmul_bucket(v);
+}
 
 // What the blocking's speed depends on besides the device: the types and the sizes, each
 // rounded up to a power of two (the bucket's candidates follow from these alone).

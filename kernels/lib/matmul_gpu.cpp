@@ -53,8 +53,8 @@ void write_out(const Tensor<TC>& c, const Val<uint32_t>& c_item, const Val<uint3
                Epilogue epilogue) {
   if_(row < c.shape(3) && col < c.shape(4), [&] {
     u32 idx = c_item + row * c.stride(3) + col * c.stride(4);
-    c[idx] = cast<host_of_t<TC>>(
-        finish_value(c, idx, col, s, alpha, beta, bias, has_bias, epilogue));
+    c[idx] =
+        cast<host_of_t<TC>>(finish_value(c, idx, col, s, alpha, beta, bias, has_bias, epilogue));
   });
 }
 
@@ -191,9 +191,8 @@ KILN_KERNEL_GENERIC(matmul_gpu,
                     "frag_n = 32 in 8..32, planes_m = 2 in 1..4, planes_n = 2 in 1..4, "
                     "k_steps = 1 in 1..2, fragments = true, epilogue = None, has_bias = false",
                     InOut<f32, f32>, InOut<f16, f32>, InOut<bf16, f32>, InOut<f16, f16>,
-                    InOut<bf16, bf16>, InOut<f8e4m3, f32>, InOut<f8e4m3, f16>,
-                    InOut<f8e4m3, bf16>, InOut<f8e5m2, f32>, InOut<f8e5m2, f16>,
-                    InOut<f8e5m2, bf16>)
+                    InOut<bf16, bf16>, InOut<f8e4m3, f32>, InOut<f8e4m3, f16>, InOut<f8e4m3, bf16>,
+                    InOut<f8e5m2, f32>, InOut<f8e5m2, f16>, InOut<f8e5m2, bf16>)
     .cube_dim([](const ComptimeArgs& c) -> CubeDim {
       return {static_cast<uint32_t>(32 * c.integer("planes_m") * c.integer("planes_n")), 1, 1};
     })
@@ -321,9 +320,8 @@ KILN_KERNEL_GENERIC(matmul_ring,
                     "frags_n = 2 in 1..4, kc = 32 in 8..128, stages = 3 in 2..5, "
                     "epilogue = None, has_bias = false",
                     InOut<f32, f32>, InOut<f16, f32>, InOut<bf16, f32>, InOut<f16, f16>,
-                    InOut<bf16, bf16>, InOut<f8e4m3, f32>, InOut<f8e4m3, f16>,
-                    InOut<f8e4m3, bf16>, InOut<f8e5m2, f32>, InOut<f8e5m2, f16>,
-                    InOut<f8e5m2, bf16>)
+                    InOut<bf16, bf16>, InOut<f8e4m3, f32>, InOut<f8e4m3, f16>, InOut<f8e4m3, bf16>,
+                    InOut<f8e5m2, f32>, InOut<f8e5m2, f16>, InOut<f8e5m2, bf16>)
     .cube_dim([](const ComptimeArgs& c) -> CubeDim {
       return {static_cast<uint32_t>(32 * c.integer("warps_m") * c.integer("warps_n")), 1, 1};
     })
@@ -414,9 +412,8 @@ KILN_KERNEL_GENERIC(matmul_sm90,
                     "tile_n = 128 in 16..256, stages = 4 in 2..6, epilogue = None, "
                     "has_bias = false",
                     InOut<f32, f32>, InOut<f16, f32>, InOut<bf16, f32>, InOut<f16, f16>,
-                    InOut<bf16, bf16>, InOut<f8e4m3, f32>, InOut<f8e4m3, f16>,
-                    InOut<f8e4m3, bf16>, InOut<f8e5m2, f32>, InOut<f8e5m2, f16>,
-                    InOut<f8e5m2, bf16>)
+                    InOut<bf16, bf16>, InOut<f8e4m3, f32>, InOut<f8e4m3, f16>, InOut<f8e4m3, bf16>,
+                    InOut<f8e5m2, f32>, InOut<f8e5m2, f16>, InOut<f8e5m2, bf16>)
     .cube_dim(256)
     .describe("kiln::lib::matmul on sm_90a: TMA ring, producer plane, two wgmma warpgroups");
 
@@ -432,9 +429,9 @@ KILN_KERNEL_GENERIC(matmul_sm90,
 // writes to C are along rows.
 template <class P>
 void matmul_sm100(Tensor<const typename P::In> a, Tensor<const typename P::In> b,
-                  Tensor<typename P::Out> c, Tensor<const f32> bias, u32 a0, u32 a1, u32 a2,
-                  u32 b0, u32 b1, u32 b2, f32 alpha, f32 beta, int tile_n, int stages,
-                  Epilogue epilogue, bool has_bias) {
+                  Tensor<typename P::Out> c, Tensor<const f32> bias, u32 a0, u32 a1, u32 a2, u32 b0,
+                  u32 b1, u32 b2, f32 alpha, f32 beta, int tile_n, int stages, Epilogue epilogue,
+                  bool has_bias) {
   using T = typename P::In;
   if (!has_tcgen05() || !has_tma()) {
     TraceContext::current().fail(
@@ -498,7 +495,8 @@ void matmul_sm100(Tensor<const typename P::In> a, Tensor<const typename P::In> b
   for (uint32_t col = 0; col < un; col += 32) {
     for (uint32_t q = 0; q < 4; ++q) {
       f32 x = tmem_read<f32>(d, col + 8u * q, 8);
-      for (int j = 0; j < 8; ++j) out[unit * 33u + 8u * q + static_cast<uint32_t>(j)] = extract(x, j);
+      for (int j = 0; j < 8; ++j)
+        out[unit * 33u + 8u * q + static_cast<uint32_t>(j)] = extract(x, j);
     }
     sync_cube();
     for_range(unit, 128u * 32u, 128u, [&](u32 e) {
@@ -514,9 +512,8 @@ KILN_KERNEL_GENERIC(matmul_sm100,
                     "tile_n = 128 in 32..256, stages = 4 in 2..6, epilogue = None, "
                     "has_bias = false",
                     InOut<f32, f32>, InOut<f16, f32>, InOut<bf16, f32>, InOut<f16, f16>,
-                    InOut<bf16, bf16>, InOut<f8e4m3, f32>, InOut<f8e4m3, f16>,
-                    InOut<f8e4m3, bf16>, InOut<f8e5m2, f32>, InOut<f8e5m2, f16>,
-                    InOut<f8e5m2, bf16>)
+                    InOut<bf16, bf16>, InOut<f8e4m3, f32>, InOut<f8e4m3, f16>, InOut<f8e4m3, bf16>,
+                    InOut<f8e5m2, f32>, InOut<f8e5m2, f16>, InOut<f8e5m2, bf16>)
     .cube_dim(128)
     .describe("kiln::lib::matmul on sm_100a: TMA ring, producer plane, tcgen05 into tensor memory");
 
@@ -714,12 +711,11 @@ Result<Operand> rows_of_k(Runtime& rt, const Tensor& v, int cut, int64_t padded_
   const int64_t row_stride = rows == 1 ? (k + chunk - 1) / chunk * chunk : v.stride(cut);
   const uintptr_t start =
       reinterpret_cast<uintptr_t>(v.buffer().data()) + static_cast<uintptr_t>(v.offset() * size);
-  const bool direct = (padded_k == 0 || padded_k == k) && collapses &&
-                      (v.stride(along) == 1 || k == 1) && k % chunk == 0 &&
-                      row_stride % chunk == 0 && row_stride > 0 &&
-                      (items == 1 || (item_stride % chunk == 0 && item_stride > 0)) &&
-                      start % 16 == 0 && row_stride * size < (int64_t{1} << 40) &&
-                      item_stride * size < (int64_t{1} << 40);
+  const bool direct =
+      (padded_k == 0 || padded_k == k) && collapses && (v.stride(along) == 1 || k == 1) &&
+      k % chunk == 0 && row_stride % chunk == 0 && row_stride > 0 &&
+      (items == 1 || (item_stride % chunk == 0 && item_stride > 0)) && start % 16 == 0 &&
+      row_stride * size < (int64_t{1} << 40) && item_stride * size < (int64_t{1} << 40);
   if (direct) {
     const int64_t is = items == 1 ? rows * row_stride : item_stride;
     KILN_ASSIGN(Tensor t, Tensor::make(v.device_ptr(), v.buffer(), v.dtype(),
@@ -734,9 +730,10 @@ Result<Operand> rows_of_k(Runtime& rt, const Tensor& v, int cut, int64_t padded_
                     "at most 2^32 - 1 (split the product)",
                     items * rows * kp));
   if ((rows + 31) / 32 > 65535)
-    return matmul_error(fmt::format("an operand of {} rows is more than a GPU grid's 65535 "
-                                    "blocks of 32 (split the product)",
-                                    rows));
+    return matmul_error(
+        fmt::format("an operand of {} rows is more than a GPU grid's 65535 "
+                    "blocks of 32 (split the product)",
+                    rows));
   KILN_ASSIGN(Tensor packed, rt.empty(v.dtype(), {items, rows, kp}));
   KILN_ASSIGN(const Kernel pack, rt.kernel("matmul_pack_rows"));
   auto u = [](int64_t x) { return static_cast<uint32_t>(x); };
@@ -808,8 +805,9 @@ std::string plan_config(const GpuConfig& cfg, bool a_copied, bool b_copied,
   if (cfg.path == Path::Sm100) config += ", a producer plane";
   config += split;
   if (a_copied || b_copied)
-    config += fmt::format("; {} copied into rows of K first",
-                          a_copied && b_copied ? "A and B" : a_copied ? "A" : "B");
+    config += fmt::format("; {} copied into rows of K first", a_copied && b_copied ? "A and B"
+                                                              : a_copied           ? "A"
+                                                                                   : "B");
   return config;
 }
 
@@ -861,19 +859,18 @@ Status run_split(Runtime& rt, const MatmulProblem& p, const MatmulOptions& o, co
   KILN_ASSIGN(const Kernel sum, rt.kernel("matmul_split_sum"));
   Tensor c = p.c;
   const int64_t cubes = (p.m * p.n + 255) / 256;
-  KILN_TRY(rt.launch(sum, Dim3(static_cast<uint32_t>(cubes)), Dim3(256), ws.as_read_only(), c,
-                     bias, o.alpha, o.beta, o.epilogue, o.bias != nullptr));
+  KILN_TRY(rt.launch(sum, Dim3(static_cast<uint32_t>(cubes)), Dim3(256), ws.as_read_only(), c, bias,
+                     o.alpha, o.beta, o.epilogue, o.bias != nullptr));
   if (o.plan)
-    *o.plan = {kernel_of(path),
-               plan_config(cfg, a.copied, b.copied,
-                           fmt::format(", K in {} parts of {} summed by matmul_split_sum",
-                                       splits, part)),
-               fmt::format("{}; few tiles for the machine: K split", why(path, rt.device(), p, o))};
+    *o.plan = {
+        kernel_of(path),
+        plan_config(cfg, a.copied, b.copied,
+                    fmt::format(", K in {} parts of {} summed by matmul_split_sum", splits, part)),
+        fmt::format("{}; few tiles for the machine: K split", why(path, rt.device(), p, o))};
   return {};
 }
 
-std::string why(Path path, const DeviceInfo& dev, const MatmulProblem& p,
-                const MatmulOptions& o) {
+std::string why(Path path, const DeviceInfo& dev, const MatmulProblem& p, const MatmulOptions& o) {
   switch (path) {
     case Path::Sm100:
       return fmt::format("{} ({}) has tcgen05 and TMA", dev.name, dev.arch);
@@ -894,8 +891,8 @@ std::string why(Path path, const DeviceInfo& dev, const MatmulProblem& p,
 
 }  // namespace
 
-std::vector<MatmulSpecialization> matmul_gpu_specializations(const DeviceInfo& dev,
-                                                             ir::ElemType in, bool allow_tf32) {
+std::vector<MatmulSpecialization> matmul_gpu_specializations(const DeviceInfo& dev, ir::ElemType in,
+                                                             bool allow_tf32) {
   std::vector<MatmulSpecialization> out;
   // Shapes that bring in every candidate: a skinny one (narrow tiles first) and a large one.
   for (const int64_t n : {int64_t{32}, int64_t{4096}}) {
@@ -914,7 +911,8 @@ std::vector<MatmulSpecialization> matmul_gpu_specializations(const DeviceInfo& d
       else if (c.path != Path::Portable)
         s.set = {{"tile_n", std::to_string(c.tile_n)}, {"stages", std::to_string(c.stages)}};
       bool seen = false;
-      for (const MatmulSpecialization& o2 : out) seen = seen || (o2.kernel == s.kernel && o2.set == s.set);
+      for (const MatmulSpecialization& o2 : out)
+        seen = seen || (o2.kernel == s.kernel && o2.set == s.set);
       if (!seen) out.push_back(std::move(s));
     }
   }
@@ -946,7 +944,8 @@ Status matmul_on_gpu(Runtime& rt, const MatmulProblem& p, const MatmulOptions& o
   size_t pick = 0;
   // The emulator's times say nothing of a GPU's: it tunes only when asked (kiln tune, full).
   const AutotuneMode mode = autotune_mode();
-  if (cands.size() > 1 && mode != AutotuneMode::Off && (!dev.emulated || mode == AutotuneMode::Full)) {
+  if (cands.size() > 1 && mode != AutotuneMode::Off &&
+      (!dev.emulated || mode == AutotuneMode::Full)) {
     std::vector<std::string> texts;
     for (const GpuConfig& c : cands) texts.push_back(c.text());
     const std::string key =
@@ -959,7 +958,8 @@ Status matmul_on_gpu(Runtime& rt, const MatmulProblem& p, const MatmulOptions& o
                        });
   }
   const GpuConfig& cfg = cands[pick];
-  if (o.plan) *o.plan = {kernel_of(path), plan_config(cfg, a.copied, b.copied), why(path, dev, p, o)};
+  if (o.plan)
+    *o.plan = {kernel_of(path), plan_config(cfg, a.copied, b.copied), why(path, dev, p, o)};
   return run_tiles(rt, p, o, cfg, a.t, b.t);
 }
 

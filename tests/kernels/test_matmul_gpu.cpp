@@ -58,11 +58,12 @@ std::string run_checked(Runtime& rt, const kernels::RunConfig& config, const std
   return r->plan;
 }
 
-TEST_CASE("kiln::lib::matmul takes each architecture's path on its emulator", "[matmul][gpu-paths]") {
+TEST_CASE("kiln::lib::matmul takes each architecture's path on its emulator",
+          "[matmul][gpu-paths]") {
   (void)kernels::builtin_names();
   const std::pair<const char*, const char*> archs[] = {
-      {"cuda-emu:sm_80", "matmul_ring"},     {"cuda-emu:sm_89", "matmul_ring"},
-      {"cuda-emu:sm_90a", "matmul_sm90"},    {"cuda-emu:sm_100a", "matmul_sm100"},
+      {"cuda-emu:sm_80", "matmul_ring"},   {"cuda-emu:sm_89", "matmul_ring"},
+      {"cuda-emu:sm_90a", "matmul_sm90"},  {"cuda-emu:sm_100a", "matmul_sm100"},
       {"cuda-emu:sm_120a", "matmul_ring"},
   };
   for (const auto& [device, kernel] : archs) {
@@ -110,8 +111,8 @@ TEST_CASE("kiln::lib::matmul multiplies 8-bit floats with scales on each archite
       INFO(type << " on " << device);
       kernels::RunConfig config;
       config.shapes = {{"a", {2, 40, 64}}, {"b", {2, 72, 64}}};
-      config.set = {{"transpose_b", "true"}, {"scale_a", "0.5"}, {"scale_b", "4"},
-                    {"epilogue", "1"}};
+      config.set = {
+          {"transpose_b", "true"}, {"scale_a", "0.5"}, {"scale_b", "4"}, {"epilogue", "1"}};
       config.dtypes = {{"a", type}, {"c", "bf16"}};
       config.repeat = 0;
       config.seed = 20261207;

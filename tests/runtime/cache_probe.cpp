@@ -96,7 +96,8 @@ int pipeline() {
   if (auto s = kiln::lib::matmul(*rt, *a, *b, *c, {.transpose_b = true, .plan = &plan}); !s)
     return fail(s.error());
   if (plan.kernel != "matmul_sm90" || plan.config.find("copied") != std::string::npos)
-    return fail(kiln::Error(kiln::ErrorKind::Unsupported, "took " + plan.kernel + ": " + plan.config));
+    return fail(
+        kiln::Error(kiln::ErrorKind::Unsupported, "took " + plan.kernel + ": " + plan.config));
   if (auto s = rt->sync(); !s) return fail(s.error());
   if (auto s = c->download(std::span<float>(hc)); !s) return fail(s.error());
   for (int64_t i = 0; i < m; ++i)

@@ -72,8 +72,8 @@ Cublas load_cublas() {
     c.why_not = "libcublas lacks cublasCreate_v2, cublasDestroy_v2 or cublasGemmEx";
     return c;
   }
-  if (int rc = c.create(&c.handle); rc != 0) c.why_not = "cublasCreate failed with status " +
-                                                         std::to_string(rc);
+  if (int rc = c.create(&c.handle); rc != 0)
+    c.why_not = "cublasCreate failed with status " + std::to_string(rc);
   return c;
 }
 
@@ -138,7 +138,8 @@ int main(int argc, char** argv) {
     else if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc)
       device = argv[++i];
     else
-      die(std::string("unknown argument '") + argv[i] + "'; usage: gpu_matmul_bench [--quick] "
+      die(std::string("unknown argument '") + argv[i] +
+          "'; usage: gpu_matmul_bench [--quick] "
           "[--device D]");
   }
   (void)kernels::builtin_names();
@@ -156,15 +157,17 @@ int main(int argc, char** argv) {
     blas.why_not = "the device is an emulator";
   else
     blas = load_cublas();
-  if (!blas.why_not.empty()) std::printf("cuBLAS: skipped (%s); kiln alone\n", blas.why_not.c_str());
+  if (!blas.why_not.empty())
+    std::printf("cuBLAS: skipped (%s); kiln alone\n", blas.why_not.c_str());
   const cuda_driver::Api* api = dev.emulated ? nullptr : must(cuda_driver::driver());
 
-  std::vector<Shape> shapes = {{1024, 1024, 1024, "square"},  {2048, 2048, 2048, "square"},
-                               {4096, 4096, 4096, "square"},  {8192, 8192, 8192, "square"},
-                               {16, 8192, 8192, "decode"},    {8192, 8192, 1024, "short K"},
+  std::vector<Shape> shapes = {{1024, 1024, 1024, "square"},   {2048, 2048, 2048, "square"},
+                               {4096, 4096, 4096, "square"},   {8192, 8192, 8192, "square"},
+                               {16, 8192, 8192, "decode"},     {8192, 8192, 1024, "short K"},
                                {16384, 16384, 16384, "square"}};
-  if (quick) shapes = {{1024, 1024, 1024, "square"}, {4096, 4096, 4096, "square"},
-                       {16, 8192, 8192, "decode"}};
+  if (quick)
+    shapes = {
+        {1024, 1024, 1024, "square"}, {4096, 4096, 4096, "square"}, {16, 8192, 8192, "decode"}};
   if (dev.emulated) shapes = {{130, 96, 128, "small"}, {16, 64, 2048, "decode"}};
   std::printf("%-6s %-22s %-8s %10s %10s %7s %9s  %s\n", "type", "M x N x K", "B", "kiln TF/s",
               "cuBLAS", "ratio", "max diff", "kiln's path");
@@ -175,8 +178,8 @@ int main(int argc, char** argv) {
       auto a = must(rt->empty(dt, {s.m, s.k}));
       must(a.upload(std::span<const uint16_t>(random_half(static_cast<size_t>(s.m * s.k), dt, 7))));
       for (const bool b_nk : {true, false}) {
-        const std::vector<int64_t> b_shape = b_nk ? std::vector<int64_t>{s.n, s.k}
-                                                  : std::vector<int64_t>{s.k, s.n};
+        const std::vector<int64_t> b_shape =
+            b_nk ? std::vector<int64_t>{s.n, s.k} : std::vector<int64_t>{s.k, s.n};
         auto b = must(rt->empty(dt, std::span<const int64_t>(b_shape)));
         must(b.upload(
             std::span<const uint16_t>(random_half(static_cast<size_t>(s.n * s.k), dt, 11))));
@@ -187,20 +190,20 @@ int main(int argc, char** argv) {
         o.transpose_b = b_nk;
         o.plan = &plan;
         auto run_kiln = [&] { must(lib::matmul(*rt, a, b, c, o)); };
-        const double t_kiln = time_calls(run_kiln, [&] { must(rt->sync()); }, dev.emulated);
+        const double t_kiln = time_calls(
+            run_kiln, [&] { must(rt->sync()); }, dev.emulated);
         double t_blas = 0, diff = -1;
         if (blas.why_not.empty()) {
           // Row-major C = A op(B) is column-major C^T = op(B)^T A^T.
           const float one = 1.0f, zero = 0.0f;
           const int type = dt == ir::ElemType::BF16 ? Cublas::kR16BF : Cublas::kR16F;
-          const int m = static_cast<int>(s.m), n = static_cast<int>(s.n),
-                    k = static_cast<int>(s.k);
+          const int m = static_cast<int>(s.m), n = static_cast<int>(s.n), k = static_cast<int>(s.k);
           int status = 0;
           auto run_blas = [&] {
-            status |= blas.gemm_ex(blas.handle, b_nk ? Cublas::kOpT : Cublas::kOpN, Cublas::kOpN,
-                                   n, m, k, &one, b.data(), type, b_nk ? k : n, a.data(), type, k,
-                                   &zero, c_ref.data(), type, n, Cublas::kCompute32F,
-                                   Cublas::kGemmDefault);
+            status |=
+                blas.gemm_ex(blas.handle, b_nk ? Cublas::kOpT : Cublas::kOpN, Cublas::kOpN, n, m, k,
+                             &one, b.data(), type, b_nk ? k : n, a.data(), type, k, &zero,
+                             c_ref.data(), type, n, Cublas::kCompute32F, Cublas::kGemmDefault);
           };
           // kiln's stream synchronizes with the legacy default stream, which cuBLAS uses here.
           must(rt->sync());
@@ -227,9 +230,10 @@ int main(int argc, char** argv) {
                       flop / t_kiln / 1e12, flop / t_blas / 1e12, t_blas / t_kiln, diff,
                       plan.kernel.c_str(), plan.config.c_str());
         else
-          std::printf("%-6s %-22s %-8s %10.1f %10s %7s %9s  %s: %s\n", std::string(ir::elem_name(dt)).c_str(),
-                      mnk.c_str(), b_nk ? "[N,K]" : "[K,N]", flop / t_kiln / 1e12, "-", "-", "-",
-                      plan.kernel.c_str(), plan.config.c_str());
+          std::printf("%-6s %-22s %-8s %10.1f %10s %7s %9s  %s: %s\n",
+                      std::string(ir::elem_name(dt)).c_str(), mnk.c_str(), b_nk ? "[N,K]" : "[K,N]",
+                      flop / t_kiln / 1e12, "-", "-", "-", plan.kernel.c_str(),
+                      plan.config.c_str());
         if (diff > 2e-2) std::printf("  WRONG: kiln and cuBLAS differ by %.3g\n", diff);
       }
     }

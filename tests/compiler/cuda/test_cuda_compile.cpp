@@ -565,8 +565,9 @@ TEST_CASE("every op kind is compiled by the CUDA tests", "[cuda][compile][covera
 }
 
 // kiln::lib::matmul's GPU kernels: every configuration its tuner may pick on each target, for
-// 16-bit, tf32 and 8-bit float inputs with the costliest epilogue (bias and GELU), assembles without spills,
-// with its wgmma not serialized, and within the target's shared memory; the figures docs/performance.md estimates from.
+// 16-bit, tf32 and 8-bit float inputs with the costliest epilogue (bias and GELU), assembles
+// without spills, with its wgmma not serialized, and within the target's shared memory; the figures
+// docs/performance.md estimates from.
 TEST_CASE("the library's matmul kernels assemble without spills on their targets",
           "[cuda][compile][matmul]") {
   (void)kernels::builtin_names();
