@@ -217,6 +217,29 @@ void bind_matmul_and_norms(py::module_& m) {
       py::arg("rt"), py::arg("a"), py::arg("b"), py::arg("c"), py::arg("alpha"), py::arg("beta"),
       py::arg("transpose_a"), py::arg("transpose_b"), py::arg("bias"), py::arg("epilogue"),
       py::arg("allow_tf32"), py::arg("scale_a"), py::arg("scale_b"), py::arg("split_k"));
+  m.def(
+      "grouped_matmul",
+      [](Runtime& rt, py::handle a, py::handle b, py::handle offsets, py::handle c, float alpha,
+         float beta, bool transpose_b, py::handle bias, const std::string& epilogue,
+         bool allow_tf32, float scale_a, float scale_b) {
+        lib::MatmulOptions o;
+        o.alpha = alpha;
+        o.beta = beta;
+        o.scale_a = scale_a;
+        o.scale_b = scale_b;
+        o.transpose_b = transpose_b;
+        o.epilogue = parse(kEpilogues, epilogue, "epilogue");
+        o.allow_tf32 = allow_tf32;
+        const Tensor ta = tensor(rt, a, "a"), tb = tensor(rt, b, "b"),
+                     toffs = tensor(rt, offsets, "offsets");
+        Tensor tc = tensor(rt, c, "c");
+        const std::optional<Tensor> tbias = optional_tensor(rt, bias, "bias");
+        o.bias = tbias ? &*tbias : nullptr;
+        run([&] { return lib::grouped_matmul(rt, ta, tb, toffs, tc, o); });
+      },
+      py::arg("rt"), py::arg("a"), py::arg("b"), py::arg("offsets"), py::arg("c"), py::arg("alpha"),
+      py::arg("beta"), py::arg("transpose_b"), py::arg("bias"), py::arg("epilogue"),
+      py::arg("allow_tf32"), py::arg("scale_a"), py::arg("scale_b"));
   for (const char* name : {"softmax", "log_softmax"}) {
     const bool log = std::string_view(name) == "log_softmax";
     m.def(name, [log](Runtime& rt, py::handle x, py::handle y) {

@@ -247,18 +247,9 @@ CpuConfig cpu_config(const Runtime& rt, const Problem& p) {
   return c;
 }
 
-Result<Problem> check(const Tensor& a, const Tensor& b, Tensor& c, const MatmulOptions& o) {
-  const std::pair<const Tensor*, const char*> all[] = {{&a, "a"}, {&b, "b"}, {&c, "c"}};
-  for (const auto& [t, name] : all) {
-    if (!t->valid()) return bad(fmt::format("the tensor '{}' is empty (no buffer)", name));
-    if (t->rank() < 2 || t->rank() > 5)
-      return bad(
-          fmt::format("the tensor '{}' is {}; matrices are rank 2 to 5 (up to three "
-                      "batch dimensions before the rows and columns)",
-                      name, t->describe()));
-    if (t->device() != a.device())
-      return bad(fmt::format("the tensor '{}' is on another device than a", name));
-  }
+// The element types of A, B and C, and the options' numbers: what matmul and grouped_matmul
+// check alike.
+Status check_types(const Tensor& a, const Tensor& b, const Tensor& c, const MatmulOptions& o) {
   const ElemType in = a.dtype();
   if ((in != ElemType::F32 && in != ElemType::F16 && in != ElemType::BF16 && !ir::is_f8(in)) ||
       b.dtype() != in)
@@ -289,6 +280,22 @@ Result<Problem> check(const Tensor& a, const Tensor& b, Tensor& c, const MatmulO
         fmt::format("scale_a ({}) and scale_b ({}) must be finite, and so must alpha times "
                     "both ({})",
                     o.scale_a, o.scale_b, o.alpha * o.scale_a * o.scale_b));
+  return {};
+}
+
+Result<Problem> check(const Tensor& a, const Tensor& b, Tensor& c, const MatmulOptions& o) {
+  const std::pair<const Tensor*, const char*> all[] = {{&a, "a"}, {&b, "b"}, {&c, "c"}};
+  for (const auto& [t, name] : all) {
+    if (!t->valid()) return bad(fmt::format("the tensor '{}' is empty (no buffer)", name));
+    if (t->rank() < 2 || t->rank() > 5)
+      return bad(
+          fmt::format("the tensor '{}' is {}; matrices are rank 2 to 5 (up to three "
+                      "batch dimensions before the rows and columns)",
+                      name, t->describe()));
+    if (t->device() != a.device())
+      return bad(fmt::format("the tensor '{}' is on another device than a", name));
+  }
+  KILN_TRY(check_types(a, b, c, o));
   Problem p;
   KILN_ASSIGN(p.a, rank5(a, o.transpose_a));
   KILN_ASSIGN(p.b, rank5(b, o.transpose_b));
@@ -511,6 +518,147 @@ Status matmul(Runtime& rt, const Tensor& a, const Tensor& b, Tensor& c,
   return run_cpu(rt, p, o, cfg);
 }
 
+namespace {
+
+Error grouped_error(const std::string& what) {
+  return Error(ErrorKind::InvalidArgument, fmt::format("kiln::lib::grouped_matmul: {}", what));
+}
+
+// `t`'s item `i` along its first dimension, one rank less (no copy).
+Result<Tensor> item_of(const Tensor& t, int64_t i) {
+  std::vector<int64_t> shape(t.shape().begin() + 1, t.shape().end()), strides;
+  for (int d = 1; d < t.rank(); ++d) strides.push_back(t.stride(d));
+  return Tensor::make(t.device_ptr(), t.buffer(), t.dtype(), shape, strides,
+                      t.offset() + i * t.stride(0));
+}
+
+// The groups' rows on the CPU: each group a product of its own, from views (the ends read on
+// the host, where the CPU's memory is, and checked).
+Status grouped_on_cpu(Runtime& rt, const Tensor& a, const Tensor& b, const Tensor& ends, Tensor& c,
+                      const MatmulOptions& o) {
+  const int64_t count = ends.shape(0), rows = a.shape(0);
+  std::vector<int32_t> host(static_cast<size_t>(count));
+  KILN_TRY(rt.sync());
+  KILN_TRY(ends.download(std::span<int32_t>(host)));
+  int64_t start = 0;
+  MatmulPlan first;
+  bool planned = false;
+  for (int64_t g = 0; g < count; ++g) {
+    const int64_t end = host[static_cast<size_t>(g)];
+    if (end < start || end > rows)
+      return grouped_error(fmt::format(
+          "offsets[{}] is {}: the groups' ends must not decrease and lie in 0 .. {} (a's "
+          "rows); offsets[{}] is {}",
+          g, end, rows, g - 1 < 0 ? 0 : g - 1, g == 0 ? 0 : host[static_cast<size_t>(g - 1)]));
+    if (end > start) {
+      KILN_ASSIGN(const Tensor ag, a.slice(0, start, end));
+      KILN_ASSIGN(Tensor cg, c.slice(0, start, end));
+      KILN_ASSIGN(const Tensor bg, item_of(b, g));
+      MatmulOptions og = o;
+      Tensor bias;
+      if (o.bias && o.bias->rank() == 2) {
+        KILN_ASSIGN(bias, item_of(*o.bias, g));
+        og.bias = &bias;
+      }
+      og.plan = planned ? nullptr : &first;
+      KILN_TRY(matmul(rt, ag, bg, cg, og));
+      planned = true;
+    }
+    start = end;
+  }
+  if (o.plan)
+    *o.plan = {planned ? first.kernel : "none",
+               fmt::format("{}{}one product per group ({} groups)", first.config,
+                           planned ? "; " : "", count),
+               planned ? first.why : "every group is empty"};
+  return {};
+}
+
+}  // namespace
+
+Status grouped_matmul(Runtime& rt, const Tensor& a, const Tensor& b, const Tensor& offsets,
+                      Tensor& c, const MatmulOptions& options) {
+  const std::pair<const Tensor*, const char*> all[] = {
+      {&a, "a"}, {&b, "b"}, {&offsets, "offsets"}, {&c, "c"}};
+  const int ranks[] = {2, 3, 1, 2};
+  const char* forms[] = {"[T, K]", "[G, K, N] ([G, N, K] with transpose_b)", "i32[G]", "[T, N]"};
+  for (size_t i = 0; i < 4; ++i) {
+    const auto& [t, name] = all[i];
+    if (!t->valid())
+      return grouped_error(fmt::format("the tensor '{}' is empty (no buffer)", name));
+    if (t->rank() != ranks[i])
+      return grouped_error(
+          fmt::format("the tensor '{}' is {}; it must be {}", name, t->describe(), forms[i]));
+    if (t->device() != a.device())
+      return grouped_error(fmt::format("the tensor '{}' is on another device than a", name));
+  }
+  if (options.transpose_a)
+    return grouped_error(
+        "transpose_a does not apply: the groups are rows of A (pass a transposed view of A "
+        "instead; any strides are read as they are)");
+  if (options.split_k > 1)
+    return grouped_error(
+        fmt::format("split_k is {}; a grouped product is not split", options.split_k));
+  if (auto s = check_types(a, b, c, options); !s) {
+    std::string m = s.error().message;
+    const std::string from = "kiln::lib::matmul: ";
+    if (m.rfind(from, 0) == 0) m = m.substr(from.size());
+    return grouped_error(m);
+  }
+  if (offsets.dtype() != ElemType::I32)
+    return grouped_error(fmt::format(
+        "offsets is {}; it must be i32[G], the groups' cumulative ends (as torch._grouped_mm's "
+        "offs)",
+        offsets.describe()));
+  const int64_t count = b.shape(0), rows = a.shape(0), k = a.shape(1);
+  const int64_t bk = b.shape(options.transpose_b ? 2 : 1), n = b.shape(options.transpose_b ? 1 : 2);
+  if (offsets.shape(0) != count)
+    return grouped_error(
+        fmt::format("offsets is {} and b {}: one end per group (b's first dimension)",
+                    offsets.describe(), b.describe()));
+  if (count == 0) return grouped_error("b has no groups (G = 0)");
+  if (bk != k)
+    return grouped_error(
+        fmt::format("a is {} and b{} is {} x {} per group: the columns of a must "
+                    "be the rows of each group's B",
+                    a.describe(), options.transpose_b ? "^T" : "", bk, n));
+  if (c.shape(0) != rows || c.shape(1) != n)
+    return grouped_error(fmt::format("c is {}; the product is {} x {}", c.describe(), rows, n));
+  if (options.bias) {
+    const Tensor& bias = *options.bias;
+    const bool ok = bias.valid() && bias.dtype() == ElemType::F32 && bias.device() == a.device() &&
+                    ((bias.rank() == 1 && bias.shape(0) == n) ||
+                     (bias.rank() == 2 && bias.shape(0) == count && bias.shape(1) == n));
+    if (!ok)
+      return grouped_error(fmt::format(
+          "the bias is {}; it must be f32[{}] (one per column) or f32[{}, {}] (one row per group) "
+          "on a's device",
+          bias.valid() ? bias.describe() : "empty", n, count, n));
+  }
+  constexpr int64_t kMax = int64_t{1} << 32;
+  for (const auto& [t, name] : all)
+    if (detail::reach(*t) >= kMax)
+      return grouped_error(fmt::format(
+          "the tensor '{}' ({}) spans 2^32 elements or more; the kernels index at most 2^32 - 1",
+          name, t->describe()));
+  MatmulOptions o = options;
+  o.alpha = options.alpha * options.scale_a * options.scale_b;
+  o.scale_a = o.scale_b = 1.0f;
+  if (rows == 0 || n == 0) {
+    if (o.plan) *o.plan = {"none", "an empty product", "C has no elements"};
+    return {};
+  }
+  if (rt.device().lane_units) return grouped_on_cpu(rt, a, b, offsets, c, o);
+  Problem p;
+  KILN_ASSIGN(p.a, rank5(a, false));
+  KILN_ASSIGN(p.b, rank5(b, options.transpose_b));
+  KILN_ASSIGN(p.c, rank5(c, false));
+  p.m = rows;
+  p.n = n;
+  p.k = k;
+  return detail::grouped_matmul_on_gpu(rt, p, offsets, o);
+}
+
 }  // namespace kiln::lib
 
 // `kiln run matmul`: kiln::lib::matmul on random inputs against a double reference.
@@ -538,6 +686,24 @@ std::vector<int64_t> product_shape(const RunData& d) {
   c[rank - 2] = a[a.size() - (ta ? 1 : 2)];
   c[rank - 1] = b[b.size() - (tb ? 2 : 1)];
   return c;
+}
+
+// The runs' tolerance for products of K terms: f32 sums of K products are about K units of f32
+// rounding of the largest partial sums (the inputs are in [-1, 1]); then the result type's own
+// rounding. f32 inputs as tf32 (a GPU's tensor cores with allow_tf32): 2^-11 of each product,
+// about sqrt(K) of them adding up.
+std::pair<double, double> product_tolerance(const RunData& d, double k) {
+  const double sums = 2e-6 * k + 1e-5;
+  if (d.scalar("allow_tf32") != 0 && d.dtype("a") == kiln::ir::ElemType::F32)
+    return {2e-3, 2e-3 * std::sqrt(k) + sums};
+  switch (d.dtype("c")) {
+    case kiln::ir::ElemType::F16:
+      return {4e-3, 2e-3 + sums};
+    case kiln::ir::ElemType::BF16:
+      return {3e-2, 1e-2 + sums};
+    default:
+      return {1e-5, sums};
+  }
 }
 
 int64_t inner_k(const RunData& d) {
@@ -680,21 +846,173 @@ KILN_RUN(matmul)
       for (int64_t x : product_shape(d)) f *= static_cast<double>(x);
       return f;
     })
-    // f32 sums of K products: about K units of f32 rounding of the largest partial sums (the
-    // inputs are in [-1, 1]); then the result type's own rounding. f32 inputs as tf32 (a GPU's
-    // tensor cores with allow_tf32): 2^-11 of each product, about sqrt(K) of them adding up.
-    .tolerance([](const RunData& d, std::string_view) -> std::pair<double, double> {
-      const double k = static_cast<double>(inner_k(d));
-      const double sums = 2e-6 * k + 1e-5;
-      if (d.scalar("allow_tf32") != 0 && d.dtype("a") == kiln::ir::ElemType::F32)
-        return {2e-3, 2e-3 * std::sqrt(k) + sums};
-      switch (d.dtype("c")) {
-        case kiln::ir::ElemType::F16:
-          return {4e-3, 2e-3 + sums};
-        case kiln::ir::ElemType::BF16:
-          return {3e-2, 1e-2 + sums};
-        default:
-          return {1e-5, sums};
-      }
+    .tolerance([](const RunData& d, std::string_view) {
+      return product_tolerance(d, static_cast<double>(inner_k(d)));
     })
     .reference(matmul_reference);
+
+// `kiln run grouped_matmul`: kiln::lib::grouped_matmul on random inputs against a double
+// reference. --shape a=TxK --shape b=GxKxN (GxNxK with --set transpose_b=1); the groups' rows
+// are uneven, one group of every seven empty, and --set tail=R leaves C's last R rows out of
+// every group (they must stay as they were); --set group_bias=1 gives each group a bias row.
+namespace {
+
+// The groups' cumulative ends for T rows in G groups, the last `tail` rows in none: group g
+// takes a share of (5 g + 3) % 7 (so one of every seven groups is empty).
+std::vector<int32_t> grouped_ends(int64_t rows, int64_t groups, int64_t tail) {
+  const int64_t used = std::clamp<int64_t>(rows - tail, 0, rows);
+  int64_t total = 0;
+  for (int64_t g = 0; g < groups; ++g) total += (5 * g + 3) % 7;
+  std::vector<int32_t> ends;
+  int64_t sum = 0;
+  for (int64_t g = 0; g < groups; ++g) {
+    sum += (5 * g + 3) % 7;
+    ends.push_back(static_cast<int32_t>(total == 0 ? used : used * sum / total));
+  }
+  return ends;
+}
+
+std::vector<int64_t> grouped_c_shape(const RunData& d) {
+  const auto& a = d.shape("a");
+  const auto& b = d.shape("b");
+  if (a.size() != 2 || b.size() != 3) return {0, 0};  // refused by grouped_matmul
+  return {a[0], b[d.scalar("transpose_b") != 0 ? 1 : 2]};
+}
+
+void grouped_reference(RunData& d) {
+  const auto& as = d.shape("a");
+  const auto& bs = d.shape("b");
+  const bool tb = d.scalar("transpose_b") != 0;
+  const int64_t rows = as[0], k = as[1], groups = bs[0], n = grouped_c_shape(d)[1];
+  const double alpha = d.scalar("alpha") * d.scalar("scale_a") * d.scalar("scale_b"),
+               beta = d.scalar("beta");
+  const bool use_bias = d.scalar("use_bias") != 0, group_bias = d.scalar("group_bias") != 0;
+  const auto epilogue = static_cast<int>(d.scalar("epilogue"));
+  const auto& a = d["a"];
+  const auto& b = d["b"];
+  const auto& bias = d["bias"];
+  auto& c = d["c"];
+  const auto ends = grouped_ends(rows, groups, static_cast<int64_t>(d.scalar("tail")));
+  int64_t start = 0;
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t end = ends[static_cast<size_t>(g)];
+    const double* bp = b.data() + g * k * n;
+    for (int64_t i = start; i < end; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double sum = 0;
+        for (int64_t l = 0; l < k; ++l)
+          sum += a[static_cast<size_t>(i * k + l)] * bp[tb ? j * k + l : l * n + j];
+        double v = alpha * sum + (beta != 0 ? beta * c[static_cast<size_t>(i * n + j)] : 0.0);
+        if (use_bias) v += bias[static_cast<size_t>((group_bias ? g * n : 0) + j)];
+        if (epilogue == 1) v = std::max(v, 0.0);
+        if (epilogue == 2)
+          v = 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+        c[static_cast<size_t>(i * n + j)] = d.round("c", v);
+      }
+    start = end;
+  }
+}
+
+}  // namespace
+
+KILN_RUN(grouped_matmul)
+    .host({.description = "C[group rows] = alpha A[group rows] op(B[group]) + beta C: "
+                          "kiln::lib::grouped_matmul",
+           .kernels = {"matmul_pack_a", "matmul_pack_b", "matmul_cpu", "matmul_gpu",
+                       "matmul_pack_rows", "matmul_ring", "matmul_sm90", "matmul_sm100"},
+           .tensors = {{"a", true}, {"b", true}, {"bias", true}, {"c", false}},
+           .variants = {{kiln::ir::ElemType::F32, kiln::ir::ElemType::F32, kiln::ir::ElemType::F32,
+                         kiln::ir::ElemType::F32},
+                        {kiln::ir::ElemType::F16, kiln::ir::ElemType::F16, kiln::ir::ElemType::F32,
+                         kiln::ir::ElemType::F32},
+                        {kiln::ir::ElemType::BF16, kiln::ir::ElemType::BF16,
+                         kiln::ir::ElemType::F32, kiln::ir::ElemType::F32},
+                        {kiln::ir::ElemType::F16, kiln::ir::ElemType::F16, kiln::ir::ElemType::F32,
+                         kiln::ir::ElemType::F16},
+                        {kiln::ir::ElemType::BF16, kiln::ir::ElemType::BF16,
+                         kiln::ir::ElemType::F32, kiln::ir::ElemType::BF16},
+                        {kiln::ir::ElemType::F8E4M3, kiln::ir::ElemType::F8E4M3,
+                         kiln::ir::ElemType::F32, kiln::ir::ElemType::BF16},
+                        {kiln::ir::ElemType::F8E5M2, kiln::ir::ElemType::F8E5M2,
+                         kiln::ir::ElemType::F32, kiln::ir::ElemType::BF16}},
+           .scalars = {{"alpha", kiln::ir::ElemType::F32},
+                       {"beta", kiln::ir::ElemType::F32},
+                       {"transpose_b", kiln::ir::ElemType::Bool},
+                       {"use_bias", kiln::ir::ElemType::Bool},
+                       {"group_bias", kiln::ir::ElemType::Bool},
+                       {"allow_tf32", kiln::ir::ElemType::Bool},
+                       {"scale_a", kiln::ir::ElemType::F32},
+                       {"scale_b", kiln::ir::ElemType::F32},
+                       {"tail", kiln::ir::ElemType::U32},
+                       {"epilogue", kiln::ir::ElemType::U32}},
+           .call = [](kiln::Runtime& rt, std::map<std::string, kiln::Tensor, std::less<>>& t,
+                      const RunData& d) -> kiln::Status {
+             const auto e = static_cast<int>(d.scalar("epilogue"));
+             if (e < 0 || e > 2)
+               return kiln::Error(kiln::ErrorKind::InvalidArgument,
+                                  fmt::format("grouped_matmul: --set epilogue={}: 0 (none), 1 "
+                                              "(ReLU) or 2 (GELU)",
+                                              e));
+             const kiln::Tensor& a = t.at("a");
+             const kiln::Tensor& b = t.at("b");
+             if (a.rank() != 2 || b.rank() != 3)
+               return kiln::Error(kiln::ErrorKind::InvalidArgument,
+                                  fmt::format("grouped_matmul: a is {} and b {}; --shape a=TxK "
+                                              "--shape b=GxKxN (GxNxK with transpose_b)",
+                                              a.describe(), b.describe()));
+             const auto host =
+                 grouped_ends(a.shape(0), b.shape(0), static_cast<int64_t>(d.scalar("tail")));
+             KILN_ASSIGN(kiln::Tensor ends,
+                         rt.empty(kiln::ir::ElemType::I32, {static_cast<int64_t>(host.size())}));
+             KILN_TRY(ends.upload(std::span<const int32_t>(host)));
+             kiln::lib::MatmulOptions o;
+             o.alpha = static_cast<float>(d.scalar("alpha"));
+             o.beta = static_cast<float>(d.scalar("beta"));
+             o.transpose_b = d.scalar("transpose_b") != 0;
+             o.epilogue = static_cast<Epilogue>(e);
+             o.allow_tf32 = d.scalar("allow_tf32") != 0;
+             o.scale_a = static_cast<float>(d.scalar("scale_a"));
+             o.scale_b = static_cast<float>(d.scalar("scale_b"));
+             const kiln::Tensor bias = t.at("bias");
+             if (d.scalar("use_bias") != 0) o.bias = &bias;
+             kiln::lib::MatmulPlan plan;
+             o.plan = &plan;
+             KILN_TRY(kiln::lib::grouped_matmul(rt, a, b, ends, t.at("c"), o));
+             std::string sizes;
+             int32_t before = 0;
+             for (const int32_t end : host) {
+               sizes += fmt::format("{}{}", sizes.empty() ? "" : " ", end - before);
+               before = end;
+             }
+             d.plan = fmt::format("{}: {} ({}); group rows {}", plan.kernel, plan.config, plan.why,
+                                  sizes);
+             return kiln::Status{};
+           }})
+    .shape("a", {300, 128})
+    .shape("b", {6, 128, 96})
+    .shape("bias",
+           [](const RunData& d) {
+             const auto c = grouped_c_shape(d);
+             if (d.scalar("group_bias") != 0) return std::vector<int64_t>{d.dim("b", 0), c[1]};
+             return std::vector<int64_t>{c[1]};
+           })
+    .shape("c", grouped_c_shape)
+    .scalar("alpha", 1.0)
+    .scalar("beta", 0.0)
+    .scalar("transpose_b", 0)
+    .scalar("use_bias", 0)
+    .scalar("group_bias", 0)
+    .scalar("allow_tf32", 0)
+    .scalar("scale_a", 1.0)
+    .scalar("scale_b", 1.0)
+    .scalar("tail", 0)
+    .scalar("epilogue", 0)
+    .flops([](const RunData& d) {
+      const auto c = grouped_c_shape(d);
+      return 2.0 * static_cast<double>(c[0]) * static_cast<double>(c[1]) *
+             static_cast<double>(d.shape("a").back());
+    })
+    .tolerance([](const RunData& d, std::string_view) {
+      return product_tolerance(d, static_cast<double>(d.shape("a").back()));
+    })
+    .reference(grouped_reference);

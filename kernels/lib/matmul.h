@@ -64,4 +64,23 @@ struct MatmulOptions {
 Status matmul(Runtime& rt, const Tensor& a, const Tensor& b, Tensor& c,
               const MatmulOptions& options = {});
 
+// Products of different sizes in one call, as a mixture-of-experts layer makes them: A's and
+// C's rows come in G groups, and group g's rows are multiplied by B's item g:
+//
+//   C[s_g : e_g] = alpha scale_a scale_b A[s_g : e_g] op(B[g]) + beta C[s_g : e_g]   (+ bias)
+//
+// with e_g = offsets[g] and s_g = e_{g-1} (s_0 = 0): `offsets` holds the groups' cumulative
+// ends (i32 [G] on A's device, as torch._grouped_mm's offs), so a group may be empty. A is
+// [T, K], B [G, K, N] ([G, N, K] with transpose_b), C [T, N], any strides; the bias f32 [N] or
+// [G, N] (a row per group). Rows of C past offsets[G - 1] are not written. Types, alpha, beta,
+// the scales, the epilogue and allow_tf32 as matmul's; transpose_a and split_k do not apply.
+//
+// On a GPU, one launch (the offsets stay on the device, nothing waits for them) with the
+// path matmul takes there (docs/kernels.md "Grouped products"); a GPU cannot check the offsets
+// without waiting, so each end is clamped into [the end before, T]: bad offsets never read or
+// write outside the tensors, but their groups are not what was meant. On the CPU, one product
+// per group, after the offsets are read and checked (an error names a bad one).
+Status grouped_matmul(Runtime& rt, const Tensor& a, const Tensor& b, const Tensor& offsets,
+                      Tensor& c, const MatmulOptions& options = {});
+
 }  // namespace kiln::lib

@@ -44,21 +44,88 @@ struct InOut {
   using Out = Out_;
 };
 
-// Element (row, col) of C (in batch item c_item, as a flat index) gets the epilogue of the sum
-// s, when it is inside C.
+// Where a cube's sums go: element (row, col) of C's batch item `item` (a flat index) gets the
+// epilogue of the sum s when it is inside C's columns and above row `rows` (C's rows, or the end
+// of a grouped product's group); the bias from element bias_at + col (a group's row of the
+// bias, or 0).
 template <class TC>
-void write_out(const Tensor<TC>& c, const Val<uint32_t>& c_item, const Val<uint32_t>& row,
-               const Val<uint32_t>& col, const Val<float>& s, const Val<float>& alpha,
-               const Val<float>& beta, const Tensor<const f32>& bias, bool has_bias,
-               Epilogue epilogue) {
-  if_(row < c.shape(3) && col < c.shape(4), [&] {
-    u32 idx = c_item + row * c.stride(3) + col * c.stride(4);
-    c[idx] =
-        cast<host_of_t<TC>>(finish_value(c, idx, col, s, alpha, beta, bias, has_bias, epilogue));
+struct Store {
+  const Tensor<TC>& c;
+  Val<uint32_t> item, rows, bias_at;
+  const Tensor<const f32>& bias;
+  Val<float> alpha, beta;
+  bool has_bias;
+  Epilogue epilogue;
+  void operator()(const Val<uint32_t>& row, const Val<uint32_t>& col, const Val<float>& s) const {
+    if_(row < rows && col < c.shape(4), [&] {
+      u32 idx = item + row * c.stride(3) + col * c.stride(4);
+      c[idx] = cast<host_of_t<TC>>(
+          finish_value(c, idx, bias_at + col, s, alpha, beta, bias, has_bias, epilogue));
+    });
+  }
+};
+
+// The rows of a grouped product (grouped_matmul: A's and C's rows in groups, group g's rows
+// times B's item g) that cube row cube_pos_y() computes, tiles of `tm` rows: its first row, the
+// end of its group's rows and the group. `ends` holds the groups' cumulative ends (i32 [G]),
+// each clamped into [the end before, total], so that no offsets read or write outside the
+// tensors. Tiles run group after group, ceil(rows / tm) each; the grid is sized for the most
+// tiles any offsets make (ceil(total / tm) + G); a cube past the last returns at once, or, in a
+// kernel with a pipeline (which no unit may leave before it starts: `stay`), gets first = end = 0
+// and stores nothing.
+struct GroupTile {
+  Val<uint32_t> first, end, group;
+};
+inline GroupTile group_tile(const Tensor<const i32>& ends, uint32_t tm, const Val<uint32_t>& total,
+                            bool stay = false) {
+  Var<u32> start = 0u, before = 0u, first = 0u, end = 0u, group = 0u;
+  u32 t = cube_pos_y();
+  for_range(0u, ends.len(), 1u, [&](u32 g) {
+    u32 s = start;
+    u32 e = min(max(cast<uint32_t>(max(Val<int32_t>(ends[g]), 0)), s), total);
+    u32 b = before;
+    u32 tiles = (e - s + (tm - 1u)) / tm;
+    if_(t >= b && t < b + tiles, [&] {
+      first = s + (t - b) * tm;
+      end = e;
+      group = g;
+    });
+    before = b + tiles;
+    start = e;
   });
+  u32 last = end;
+  if (!stay) if_(last == 0u, [&] { return_(); });
+  return {first, last, group};
+}
+
+// A 128-row tile of matmul_sm90 and matmul_sm100: the items of A and B its boxes read (za, zb),
+// its first row, C's rows (or its group's end), C's item and the bias's first element.
+struct TilePlace {
+  Val<uint32_t> za, zb, m0, rows, c_item, bias_at;
+};
+template <class T, class TC>
+TilePlace tma_tile_place(const Tensor<const T>& a, const Tensor<const T>& b, const Tensor<TC>& c,
+                         const Tensor<const i32>& groups, const Tensor<const f32>& bias,
+                         const Val<uint32_t>& a0, const Val<uint32_t>& a1, const Val<uint32_t>& a2,
+                         const Val<uint32_t>& b0, const Val<uint32_t>& b1, const Val<uint32_t>& b2,
+                         bool grouped) {
+  if (grouped) {
+    const GroupTile g = group_tile(groups, 128u, a.shape(1), true);
+    return {u32(0u), g.group, g.first,
+            g.end,   u32(0u), select(bias.len() > b.shape(1), g.group * b.shape(1), 0u)};
+  }
+  const BatchIndex item = batch_index(c, cube_pos_z());
+  return {broadcast_item(item, a0, a1, a2),
+          broadcast_item(item, b0, b1, b2),
+          cube_pos_y() * 128u,
+          c.shape(3),
+          broadcast_offset(item, c),
+          u32(0u)};
 }
 
 }  // namespace
+
+// ---- operands}  // namespace
 
 // ---- operands for the tensor-core paths ---------------------------------------------------------
 
@@ -107,12 +174,13 @@ KILN_KERNEL_GENERIC(matmul_pack_rows, "src: rank=5, dst: rank=3, cut = 3 in 3..4
 // and a target that has the multiply (sm_80 and later, has_mma), each plane multiplies its
 // fragments on the tensor cores (f32 inputs as tf32); otherwise each unit computes its elements
 // of the tile with FMAs in f32, in the order of k, as the CPU kernel does. The sums go through
-// shared memory to the epilogue, which every unit applies to its elements of C.
+// shared memory to the epilogue, which every unit applies to its elements of C. `grouped`: a
+// grouped product (group_tile): a is [1, 1, 1, T, K], b [1, 1, G, K, N], c [1, 1, 1, T, N].
 template <class P>
 void matmul_gpu(Tensor<const typename P::In> a, Tensor<const typename P::In> b,
-                Tensor<typename P::Out> c, Tensor<const f32> bias, f32 alpha, f32 beta, int frag_m,
-                int frag_n, int planes_m, int planes_n, int k_steps, bool fragments,
-                Epilogue epilogue, bool has_bias) {
+                Tensor<typename P::Out> c, Tensor<const f32> bias, Tensor<const i32> groups,
+                f32 alpha, f32 beta, int frag_m, int frag_n, int planes_m, int planes_n,
+                int k_steps, bool fragments, Epilogue epilogue, bool has_bias, bool grouped) {
   using T = typename P::In;
   using In = host_of_t<T>;
   const int ks = mma_k_step<T>() * k_steps;
@@ -122,11 +190,23 @@ void matmul_gpu(Tensor<const typename P::In> a, Tensor<const typename P::In> b,
   auto as = shared_array<T>(tm * uks);
   auto bs = shared_array<T>(uks * tn);
   auto sums = shared_array<f32>(tm * tn);
-  u32 m = c.shape(3), n = c.shape(4), k = a.shape(4);
-  const BatchIndex item = batch_index(c, cube_pos_z());
-  u32 a_item = broadcast_offset(item, a), b_item = broadcast_offset(item, b),
-      c_item = broadcast_offset(item, c);
-  u32 crow = cube_pos_y() * tm, ccol = cube_pos_x() * tn;
+  u32 n = c.shape(4), k = a.shape(4);
+  u32 ccol = cube_pos_x() * tn;
+  // The cube's rows (crow .. below m) and the items of A, B and C they are in.
+  auto place = [&]() -> std::array<Val<uint32_t>, 6> {
+    if (grouped) {
+      const GroupTile g = group_tile(groups, tm, c.shape(3));
+      return {g.first, g.end,
+              u32(0u), g.group * b.stride(2),
+              u32(0u), select(bias.len() > n, g.group * n, 0u)};
+    }
+    const BatchIndex item = batch_index(c, cube_pos_z());
+    return {cube_pos_y() * tm,         c.shape(3),
+            broadcast_offset(item, a), broadcast_offset(item, b),
+            broadcast_offset(item, c), u32(0u)};
+  }();
+  u32 crow = place[0], m = place[1], a_item = place[2], b_item = place[3];
+  const Store<typename P::Out> out{c, place[4], m, place[5], bias, alpha, beta, has_bias, epilogue};
   // Step k0's tiles into shared memory, zeros outside the matrices.
   auto stage = [&](const Val<uint32_t>& k0) {
     for_range(unit_pos(), tm * uks, units, [&](u32 e) {
@@ -181,15 +261,13 @@ void matmul_gpu(Tensor<const typename P::In> a, Tensor<const typename P::In> b,
     for (uint32_t i = 0; i < per_unit; ++i) sums[unit_pos() + i * units] = acc[i];
   }
   sync_cube();
-  for_range(unit_pos(), tm * tn, units, [&](u32 e) {
-    write_out(c, c_item, crow + e / tn, ccol + e % tn, sums[e], alpha, beta, bias, has_bias,
-              epilogue);
-  });
+  for_range(unit_pos(), tm * tn, units, [&](u32 e) { out(crow + e / tn, ccol + e % tn, sums[e]); });
 }
 KILN_KERNEL_GENERIC(matmul_gpu,
-                    "a: rank=5, b: rank=5, c: rank=5, bias, alpha, beta, frag_m = 32 in 16..32, "
-                    "frag_n = 32 in 8..32, planes_m = 2 in 1..4, planes_n = 2 in 1..4, "
-                    "k_steps = 1 in 1..2, fragments = true, epilogue = None, has_bias = false",
+                    "a: rank=5, b: rank=5, c: rank=5, bias, groups, alpha, beta, "
+                    "frag_m = 32 in 16..32, frag_n = 32 in 8..32, planes_m = 2 in 1..4, "
+                    "planes_n = 2 in 1..4, k_steps = 1 in 1..2, fragments = true, "
+                    "epilogue = None, has_bias = false, grouped = false",
                     InOut<f32, f32>, InOut<f16, f32>, InOut<bf16, f32>, InOut<f16, f16>,
                     InOut<bf16, bf16>, InOut<f8e4m3, f32>, InOut<f8e4m3, f16>, InOut<f8e4m3, bf16>,
                     InOut<f8e5m2, f32>, InOut<f8e5m2, f16>, InOut<f8e5m2, bf16>)
@@ -214,12 +292,14 @@ KILN_KERNEL_GENERIC(matmul_gpu,
 //
 // Rows of a stage are kc + 16 bytes long: the 16 extra bytes put the 8 rows that an ldmatrix
 // reads together in different banks. The epilogue goes a fragment at a time through 32 x 33
-// floats of shared memory per plane, so its writes to C are along rows.
+// floats of shared memory per plane, so its writes to C are along rows. `grouped`: a grouped
+// product (group_tile): a is [1, T, K], b [G, N, K], c [1, 1, 1, T, N].
 template <class P>
 void matmul_ring(Tensor<const typename P::In> a, Tensor<const typename P::In> b,
-                 Tensor<typename P::Out> c, Tensor<const f32> bias, u32 a0, u32 a1, u32 a2, u32 b0,
-                 u32 b1, u32 b2, f32 alpha, f32 beta, int warps_m, int warps_n, int frags_m,
-                 int frags_n, int kc, int stages, Epilogue epilogue, bool has_bias) {
+                 Tensor<typename P::Out> c, Tensor<const f32> bias, Tensor<const i32> groups,
+                 u32 a0, u32 a1, u32 a2, u32 b0, u32 b1, u32 b2, f32 alpha, f32 beta, int warps_m,
+                 int warps_n, int frags_m, int frags_n, int kc, int stages, Epilogue epilogue,
+                 bool has_bias, bool grouped) {
   using T = typename P::In;
   const int ks = mma_k_step<T>();
   if (!has_mma<T>(32, 32, ks) || !has_cp_async() || kc % ks != 0) {
@@ -238,11 +318,26 @@ void matmul_ring(Tensor<const typename P::In> a, Tensor<const typename P::In> b,
   const uint32_t a_stage = tm * ld, b_stage = tn * ld, chunks = ukc / per16;
   auto as = shared_array<T>(ns * a_stage);
   auto bs = shared_array<T>(ns * b_stage);
-  u32 m = a.shape(1), k = a.shape(2), n = b.shape(1);
-  const BatchIndex item = batch_index(c, cube_pos_z());
-  u32 a_item = broadcast_item(item, a0, a1, a2) * a.stride(0),
-      b_item = broadcast_item(item, b0, b1, b2) * b.stride(0), c_item = broadcast_offset(item, c);
-  u32 m0 = cube_pos_y() * tm, n0 = cube_pos_x() * tn;
+  u32 k = a.shape(2), n = b.shape(1);
+  auto place = [&]() -> std::array<Val<uint32_t>, 6> {
+    if (grouped) {
+      const GroupTile g = group_tile(groups, tm, a.shape(1));
+      return {g.first, g.end,
+              u32(0u), g.group * b.stride(0),
+              u32(0u), select(bias.len() > n, g.group * n, 0u)};
+    }
+    const BatchIndex item = batch_index(c, cube_pos_z());
+    return {cube_pos_y() * tm,
+            a.shape(1),
+            broadcast_item(item, a0, a1, a2) * a.stride(0),
+            broadcast_item(item, b0, b1, b2) * b.stride(0),
+            broadcast_offset(item, c),
+            u32(0u)};
+  }();
+  u32 m0 = place[0], m = place[1], a_item = place[2], b_item = place[3];
+  const Store<typename P::Out> store_c{c,     place[4], m,        place[5], bias,
+                                       alpha, beta,     has_bias, epilogue};
+  u32 n0 = cube_pos_x() * tn;
   u32 plane = plane_pos();
   u32 wm = plane / static_cast<uint32_t>(warps_n), wn = plane % static_cast<uint32_t>(warps_n);
   u32 rounds = (k + (ukc - 1u)) / ukc;
@@ -307,18 +402,16 @@ void matmul_ring(Tensor<const typename P::In> a, Tensor<const typename P::In> b,
       u32 row0 = m0 + wm * pm + static_cast<uint32_t>(i * 32),
           col0 = n0 + wn * pn + static_cast<uint32_t>(j * 32);
       for_range(plane_lane(), 1024u, plane_dim(), [&](u32 e) {
-        write_out(c, c_item, row0 + e / 32u, col0 + e % 32u,
-                  out[plane * (32u * 33u) + e / 32u * 33u + e % 32u], alpha, beta, bias, has_bias,
-                  epilogue);
+        store_c(row0 + e / 32u, col0 + e % 32u, out[plane * (32u * 33u) + e / 32u * 33u + e % 32u]);
       });
       sync_plane();
     }
 }
 KILN_KERNEL_GENERIC(matmul_ring,
-                    "a: rank=3, b: rank=3, c: rank=5, bias, a0, a1, a2, b0, b1, b2, alpha, beta, "
-                    "warps_m = 4 in 1..4, warps_n = 2 in 1..4, frags_m = 1 in 1..2, "
+                    "a: rank=3, b: rank=3, c: rank=5, bias, groups, a0, a1, a2, b0, b1, b2, "
+                    "alpha, beta, warps_m = 4 in 1..4, warps_n = 2 in 1..4, frags_m = 1 in 1..2, "
                     "frags_n = 2 in 1..4, kc = 32 in 8..128, stages = 3 in 2..5, "
-                    "epilogue = None, has_bias = false",
+                    "epilogue = None, has_bias = false, grouped = false",
                     InOut<f32, f32>, InOut<f16, f32>, InOut<bf16, f32>, InOut<f16, f16>,
                     InOut<bf16, bf16>, InOut<f8e4m3, f32>, InOut<f8e4m3, f16>, InOut<f8e4m3, bf16>,
                     InOut<f8e5m2, f32>, InOut<f8e5m2, f16>, InOut<f8e5m2, bf16>)
@@ -339,12 +432,14 @@ KILN_KERNEL_GENERIC(matmul_ring,
 // bytes of k), keep one round's multiplies in flight (wgmma_wait(1)) and release the stage of the
 // round before. The product goes through shared memory to the epilogue one warpgroup's 64 rows
 // at a time (rows padded by 4 floats), so that its writes to C are along rows and the staging
-// takes half the space.
+// takes half the space. `grouped`: a grouped product (group_tile): a is [1, T, K], b [G, N, K],
+// c [1, 1, 1, T, N]; the boxes of A past a group's end read the next group's rows (or zeros),
+// whose products are not stored.
 template <class P>
 void matmul_sm90(Tensor<const typename P::In> a, Tensor<const typename P::In> b,
-                 Tensor<typename P::Out> c, Tensor<const f32> bias, u32 a0, u32 a1, u32 a2, u32 b0,
-                 u32 b1, u32 b2, f32 alpha, f32 beta, int tile_n, int stages, Epilogue epilogue,
-                 bool has_bias) {
+                 Tensor<typename P::Out> c, Tensor<const f32> bias, Tensor<const i32> groups,
+                 u32 a0, u32 a1, u32 a2, u32 b0, u32 b1, u32 b2, f32 alpha, f32 beta, int tile_n,
+                 int stages, Epilogue epilogue, bool has_bias, bool grouped) {
   using T = typename P::In;
   if (!has_wgmma() || !has_tma()) {
     TraceContext::current().fail(
@@ -366,16 +461,18 @@ void matmul_sm90(Tensor<const typename P::In> a, Tensor<const typename P::In> b,
   auto av = tma_view(a, {1, 64, static_cast<int>(per_row)}, sw);
   auto bv = tma_view(b, {1, tile_n, static_cast<int>(per_row)}, sw);
   const uint32_t stage_bytes = 2u * av.box_bytes() + bv.box_bytes();
-  const BatchIndex item = batch_index(c, cube_pos_z());
-  u32 za = broadcast_item(item, a0, a1, a2), zb = broadcast_item(item, b0, b1, b2);
-  u32 c_item = broadcast_offset(item, c);
+  const TilePlace place = tma_tile_place(a, b, c, groups, bias, a0, a1, a2, b0, b1, b2, grouped);
+  u32 za = place.za, zb = place.zb, m0 = place.m0;
+  const Store<typename P::Out> store_c{c,     place.c_item, place.rows, place.bias_at, bias,
+                                       alpha, beta,         has_bias,   epilogue};
   u32 wg = plane_pos() / 4u;
-  u32 m0 = cube_pos_y() * 128u, n0 = cube_pos_x() * un;
+  u32 n0 = cube_pos_x() * un;
   // At least one round (K > 0 on this path) and visibly so: otherwise the compiler keeps a path
   // around the loop on which the zeros of `acc` are set again, and ptxas, seeing registers of
   // a wgmma defined by other instructions while multiplies are in flight, serializes every
   // wgmma (its note C7515).
-  u32 rounds = max((k + (per_row - 1u)) / per_row, 1u);
+  // (A cube of a grouped product past its last tile computes one round and stores nothing.)
+  u32 rounds = max(select(place.rows > m0, (k + (per_row - 1u)) / per_row, 0u), 1u);
   fill(acc, 0.0f);
   pipeline(
       rounds, stages, 1, registers,
@@ -401,16 +498,15 @@ void matmul_sm90(Tensor<const typename P::In> a, Tensor<const typename P::In> b,
     sync_cube();
     for_range(unit_pos(), 64u * un, 256u, [&](u32 e) {
       u32 r = e / un, col = e % un;
-      write_out(c, c_item, m0 + 64u * g + r, n0 + col, out[r * ld + col], alpha, beta, bias,
-                has_bias, epilogue);
+      store_c(m0 + 64u * g + r, n0 + col, out[r * ld + col]);
     });
     sync_cube();  // the rows are out before the other warpgroup's overwrite them
   }
 }
 KILN_KERNEL_GENERIC(matmul_sm90,
-                    "a: rank=3, b: rank=3, c: rank=5, bias, a0, a1, a2, b0, b1, b2, alpha, beta, "
-                    "tile_n = 128 in 16..256, stages = 4 in 2..6, epilogue = None, "
-                    "has_bias = false",
+                    "a: rank=3, b: rank=3, c: rank=5, bias, groups, a0, a1, a2, b0, b1, b2, "
+                    "alpha, beta, tile_n = 128 in 16..256, stages = 4 in 2..6, epilogue = None, "
+                    "has_bias = false, grouped = false",
                     InOut<f32, f32>, InOut<f16, f32>, InOut<bf16, f32>, InOut<f16, f16>,
                     InOut<bf16, bf16>, InOut<f8e4m3, f32>, InOut<f8e4m3, f16>, InOut<f8e4m3, bf16>,
                     InOut<f8e5m2, f32>, InOut<f8e5m2, f16>, InOut<f8e5m2, bf16>)
@@ -426,12 +522,12 @@ KILN_KERNEL_GENERIC(matmul_sm90,
 // them to the stage's empty mbarrier, which releases the stage when they are done
 // (pipeline_committed), so the tensor cores never wait for the units. The epilogue reads the
 // product 32 columns at a time (unit r its row r, tcgen05.ld), through shared memory so that its
-// writes to C are along rows.
+// writes to C are along rows. `grouped`: a grouped product, as matmul_sm90's.
 template <class P>
 void matmul_sm100(Tensor<const typename P::In> a, Tensor<const typename P::In> b,
-                  Tensor<typename P::Out> c, Tensor<const f32> bias, u32 a0, u32 a1, u32 a2, u32 b0,
-                  u32 b1, u32 b2, f32 alpha, f32 beta, int tile_n, int stages, Epilogue epilogue,
-                  bool has_bias) {
+                  Tensor<typename P::Out> c, Tensor<const f32> bias, Tensor<const i32> groups,
+                  u32 a0, u32 a1, u32 a2, u32 b0, u32 b1, u32 b2, f32 alpha, f32 beta, int tile_n,
+                  int stages, Epilogue epilogue, bool has_bias, bool grouped) {
   using T = typename P::In;
   if (!has_tcgen05() || !has_tma()) {
     TraceContext::current().fail(
@@ -461,11 +557,13 @@ void matmul_sm100(Tensor<const typename P::In> a, Tensor<const typename P::In> b
   auto av = tma_view(a, {1, 128, static_cast<int>(per_row)}, sw);
   auto bv = tma_view(b, {1, tile_n, static_cast<int>(per_row)}, sw);
   const uint32_t stage_bytes = av.box_bytes() + bv.box_bytes();
-  const BatchIndex item = batch_index(c, cube_pos_z());
-  u32 za = broadcast_item(item, a0, a1, a2), zb = broadcast_item(item, b0, b1, b2);
-  u32 c_item = broadcast_offset(item, c);
-  u32 m0 = cube_pos_y() * 128u, n0 = cube_pos_x() * un;
-  u32 rounds = (k + (per_row - 1u)) / per_row;
+  const TilePlace place = tma_tile_place(a, b, c, groups, bias, a0, a1, a2, b0, b1, b2, grouped);
+  u32 za = place.za, zb = place.zb, m0 = place.m0;
+  const Store<typename P::Out> store_c{c,     place.c_item, place.rows, place.bias_at, bias,
+                                       alpha, beta,         has_bias,   epilogue};
+  u32 n0 = cube_pos_x() * un;
+  // (A cube of a grouped product past its last tile computes one round and stores nothing.)
+  u32 rounds = select(place.rows > m0, (k + (per_row - 1u)) / per_row, 1u);
   u32 d = tmem_alloc(columns);
   auto empty = pipeline_committed(
       rounds, stages,
@@ -500,17 +598,16 @@ void matmul_sm100(Tensor<const typename P::In> a, Tensor<const typename P::In> b
     }
     sync_cube();
     for_range(unit, 128u * 32u, 128u, [&](u32 e) {
-      write_out(c, c_item, m0 + e / 32u, n0 + col + e % 32u, out[e / 32u * 33u + e % 32u], alpha,
-                beta, bias, has_bias, epilogue);
+      store_c(m0 + e / 32u, n0 + col + e % 32u, out[e / 32u * 33u + e % 32u]);
     });
     sync_cube();
   }
   tmem_free(d, columns);
 }
 KILN_KERNEL_GENERIC(matmul_sm100,
-                    "a: rank=3, b: rank=3, c: rank=5, bias, a0, a1, a2, b0, b1, b2, alpha, beta, "
-                    "tile_n = 128 in 32..256, stages = 4 in 2..6, epilogue = None, "
-                    "has_bias = false",
+                    "a: rank=3, b: rank=3, c: rank=5, bias, groups, a0, a1, a2, b0, b1, b2, "
+                    "alpha, beta, tile_n = 128 in 32..256, stages = 4 in 2..6, epilogue = None, "
+                    "has_bias = false, grouped = false",
                     InOut<f32, f32>, InOut<f16, f32>, InOut<bf16, f32>, InOut<f16, f16>,
                     InOut<bf16, bf16>, InOut<f8e4m3, f32>, InOut<f8e4m3, f16>, InOut<f8e4m3, bf16>,
                     InOut<f8e5m2, f32>, InOut<f8e5m2, f16>, InOut<f8e5m2, bf16>)
@@ -530,7 +627,8 @@ void matmul_split_sum(Tensor<const f32> ws, Tensor<TC> c, Tensor<const f32> bias
   if_(e < m * n, [&] {
     Var<f32> sum = ws[e];
     for_range(1u, splits, 1u, [&](u32 s) { sum += ws[s * (m * n) + e]; });
-    write_out(c, u32(0u), e / n, e % n, sum, alpha, beta, bias, has_bias, epilogue);
+    const Store<TC> store_c{c, u32(0u), m, u32(0u), bias, alpha, beta, has_bias, epilogue};
+    store_c(e / n, e % n, sum);
   });
 }
 KILN_KERNEL_GENERIC(matmul_split_sum,
@@ -752,46 +850,68 @@ Result<Tensor> bias_or_dummy(Runtime& rt, const MatmulOptions& o) {
   return rt.empty(ElemType::F32, {1});
 }
 
-Status run_portable(Runtime& rt, const MatmulProblem& p, const MatmulOptions& o) {
+// The groups of a grouped product (their rows' cumulative ends, i32 [G]), or none.
+struct Groups {
+  const Tensor* ends = nullptr;
+  int64_t count() const { return ends ? ends->shape(0) : 0; }
+};
+
+// The kernels' `groups` argument: the ends, or a placeholder when the product is not grouped.
+Result<Tensor> groups_or_dummy(Runtime& rt, const Groups& g) {
+  if (g.ends) return g.ends->as_read_only();
+  return rt.empty(ElemType::I32, {1});
+}
+
+// The cubes along M for tiles of `rows`: every tile of the product, or for a grouped product
+// the most tiles any ends can make (group_tile).
+Result<int64_t> row_tiles(const MatmulProblem& p, const Groups& g, int64_t rows) {
+  const int64_t tiles = (p.m + rows - 1) / rows + g.count();
+  if (tiles > 65535)
+    return matmul_error(fmt::format("M = {}{} is more than a GPU grid's 65535 tiles of {} rows",
+                                    p.m, g.ends ? fmt::format(" in {} groups", g.count()) : "",
+                                    rows));
+  return tiles;
+}
+
+Status run_portable(Runtime& rt, const MatmulProblem& p, const MatmulOptions& o,
+                    const Groups& groups = {}) {
   constexpr int kFrag = 32, kPlanes = 2, kTile = kFrag * kPlanes;
   auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
-  if ((p.m + kTile - 1) / kTile > 65535)
-    return matmul_error(
-        fmt::format("M = {} is more than a GPU grid's 65535 tiles of {} rows", p.m, kTile));
+  KILN_ASSIGN(const int64_t tiles_m, row_tiles(p, groups, kTile));
   KILN_ASSIGN(const Tensor bias, bias_or_dummy(rt, o));
+  KILN_ASSIGN(const Tensor ends, groups_or_dummy(rt, groups));
   KILN_ASSIGN(const Kernel gemm, rt.kernel("matmul_gpu"));
   Tensor c = p.c;
   // f32 inputs stay f32 (FMAs) unless tf32 tensor cores are allowed.
   const bool fragments = p.a.dtype() != ElemType::F32 || o.allow_tf32;
-  return rt.launch(
-      gemm, Dim3(u((p.n + kTile - 1) / kTile), u((p.m + kTile - 1) / kTile), u(p.batch)),
-      Dim3(32 * kPlanes * kPlanes), p.a.as_read_only(), p.b.as_read_only(), c, bias, o.alpha,
-      o.beta, kFrag, kFrag, kPlanes, kPlanes, 2, fragments, o.epilogue, o.bias != nullptr);
+  return rt.launch(gemm, Dim3(u((p.n + kTile - 1) / kTile), u(tiles_m), u(p.batch)),
+                   Dim3(32 * kPlanes * kPlanes), p.a.as_read_only(), p.b.as_read_only(), c, bias,
+                   ends, o.alpha, o.beta, kFrag, kFrag, kPlanes, kPlanes, 2, fragments, o.epilogue,
+                   o.bias != nullptr, groups.ends != nullptr);
 }
 
 // One tensor-core product with `cfg`, from operands already in rows of K.
 Status run_tiles(Runtime& rt, const MatmulProblem& p, const MatmulOptions& o, const GpuConfig& cfg,
-                 const Tensor& a, const Tensor& b) {
+                 const Tensor& a, const Tensor& b, const Groups& groups = {}) {
   auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
-  const int64_t tiles_m = (p.m + cfg.tile_rows() - 1) / cfg.tile_rows(),
-                tiles_n = (p.n + cfg.tile_cols() - 1) / cfg.tile_cols();
-  if (tiles_m > 65535)
-    return matmul_error(fmt::format("M = {} is more than a GPU grid's 65535 tiles of {} rows", p.m,
-                                    cfg.tile_rows()));
+  KILN_ASSIGN(const int64_t tiles_m, row_tiles(p, groups, cfg.tile_rows()));
+  const int64_t tiles_n = (p.n + cfg.tile_cols() - 1) / cfg.tile_cols();
   KILN_ASSIGN(const Tensor bias, bias_or_dummy(rt, o));
+  KILN_ASSIGN(const Tensor ends, groups_or_dummy(rt, groups));
   KILN_ASSIGN(const Kernel gemm, rt.kernel(kernel_of(cfg.path)));
   Tensor c = p.c;
   const Dim3 cubes(u(tiles_n), u(tiles_m), u(p.batch));
+  const bool grouped = groups.ends != nullptr;
   const uint32_t a0 = u(p.a.shape(0)), a1 = u(p.a.shape(1)), a2 = u(p.a.shape(2)),
                  b0 = u(p.b.shape(0)), b1 = u(p.b.shape(1)), b2 = u(p.b.shape(2));
   if (cfg.path == Path::Ring)
     return rt.launch(gemm, cubes, Dim3(u(32 * cfg.warps_m * cfg.warps_n)), a.as_read_only(),
-                     b.as_read_only(), c, bias, a0, a1, a2, b0, b1, b2, o.alpha, o.beta,
+                     b.as_read_only(), c, bias, ends, a0, a1, a2, b0, b1, b2, o.alpha, o.beta,
                      cfg.warps_m, cfg.warps_n, cfg.frags_m, cfg.frags_n, cfg.kc, cfg.stages,
-                     o.epilogue, o.bias != nullptr);
+                     o.epilogue, o.bias != nullptr, grouped);
   return rt.launch(gemm, cubes, Dim3(cfg.path == Path::Sm90 ? 256u : 128u), a.as_read_only(),
-                   b.as_read_only(), c, bias, a0, a1, a2, b0, b1, b2, o.alpha, o.beta, cfg.tile_n,
-                   cfg.stages, o.epilogue, o.bias != nullptr);
+                   b.as_read_only(), c, bias, ends, a0, a1, a2, b0, b1, b2, o.alpha, o.beta,
+                   cfg.tile_n, cfg.stages, o.epilogue, o.bias != nullptr, grouped);
 }
 
 std::string why(Path path, const DeviceInfo& dev, const MatmulProblem& p, const MatmulOptions& o);
@@ -961,6 +1081,35 @@ Status matmul_on_gpu(Runtime& rt, const MatmulProblem& p, const MatmulOptions& o
   if (o.plan)
     *o.plan = {kernel_of(path), plan_config(cfg, a.copied, b.copied), why(path, dev, p, o)};
   return run_tiles(rt, p, o, cfg, a.t, b.t);
+}
+
+Status grouped_matmul_on_gpu(Runtime& rt, const MatmulProblem& p, const Tensor& ends,
+                             const MatmulOptions& o) {
+  const DeviceInfo& dev = rt.device();
+  const Groups groups{&ends};
+  const int64_t count = groups.count();
+  const Path path = choose_path(dev, p.a.dtype(), o.allow_tf32, p.k);
+  const std::string grouped = fmt::format(", {} groups in one launch", count);
+  if (path != Path::Portable) {
+    // The configuration of a product of the groups' mean rows (no tuning: a grouped call's
+    // groups change from call to call).
+    MatmulProblem mean = p;
+    mean.m = std::max<int64_t>(1, p.m / std::max<int64_t>(1, count));
+    mean.batch = count;
+    const std::vector<GpuConfig> cands =
+        candidates(path, dev, mean, static_cast<int>(ir::elem_bytes(p.a.dtype())));
+    if (cands.front().path != Path::Portable) {
+      KILN_ASSIGN(const Operand a, rows_of_k(rt, p.a, 3));
+      KILN_ASSIGN(const Operand b, rows_of_k(rt, p.b, 4));
+      const GpuConfig& cfg = cands.front();
+      if (o.plan)
+        *o.plan = {kernel_of(path), plan_config(cfg, a.copied, b.copied, grouped),
+                   why(path, dev, p, o)};
+      return run_tiles(rt, p, o, cfg, a.t, b.t, groups);
+    }
+  }
+  if (o.plan) *o.plan = {"matmul_gpu", GpuConfig{}.text() + grouped, why(path, dev, p, o)};
+  return run_portable(rt, p, o, groups);
 }
 
 }  // namespace kiln::lib::detail

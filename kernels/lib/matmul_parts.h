@@ -57,9 +57,10 @@ Val<uint32_t> broadcast_offset(const BatchIndex& i, const dsl::Tensor<T>& t) {
 // (C not read when beta is 0) + the bias, then ReLU or GELU; in f32, in this order on every
 // device.
 template <class TC>
-Val<float> finish_value(const dsl::Tensor<TC>& c, const Val<uint32_t>& idx, const Val<uint32_t>& col,
-                        const Val<float>& s, const Val<float>& alpha, const Val<float>& beta,
-                        const dsl::Tensor<const f32>& bias, bool has_bias, Epilogue epilogue) {
+Val<float> finish_value(const dsl::Tensor<TC>& c, const Val<uint32_t>& idx,
+                        const Val<uint32_t>& col, const Val<float>& s, const Val<float>& alpha,
+                        const Val<float>& beta, const dsl::Tensor<const f32>& bias, bool has_bias,
+                        Epilogue epilogue) {
   Var<f32> v = alpha * s;
   if_(beta != 0.0f, [&] { v += beta * cast<float>(Val<host_of_t<TC>>(c[idx])); });
   if (has_bias) v += Val<float>(bias[col]);
@@ -70,7 +71,6 @@ Val<float> finish_value(const dsl::Tensor<TC>& c, const Val<uint32_t>& idx, cons
   }
   return v;
 }
-
 
 }  // namespace kiln::lib::matmul_parts
 
@@ -100,6 +100,12 @@ size_t matmul_tune(Runtime& rt, const MatmulProblem& p, const MatmulOptions& o, 
 // The product on a GPU or its emulator: the path its target's features allow (matmul_gpu.cpp).
 Status matmul_on_gpu(Runtime& rt, const MatmulProblem& p, const MatmulOptions& o);
 
+// A grouped product (grouped_matmul) on a GPU or its emulator, in one launch: p.a is A as
+// [1, 1, 1, T, K], p.b op(B) as [1, 1, G, K, N], p.c C as [1, 1, 1, T, N]; `ends` the groups'
+// cumulative ends (i32 [G]) on the device.
+Status grouped_matmul_on_gpu(Runtime& rt, const MatmulProblem& p, const Tensor& ends,
+                             const MatmulOptions& o);
+
 // A GPU kernel kiln::lib::matmul may launch, with its comptime values: every candidate of the
 // path a device with `dev`'s features and shared memory takes for inputs of `in`, for products
 // of any shape (what the tests assemble and check for spills).
@@ -107,8 +113,8 @@ struct MatmulSpecialization {
   std::string kernel;
   std::map<std::string, std::string> set;
 };
-std::vector<MatmulSpecialization> matmul_gpu_specializations(const DeviceInfo& dev,
-                                                             ir::ElemType in, bool allow_tf32);
+std::vector<MatmulSpecialization> matmul_gpu_specializations(const DeviceInfo& dev, ir::ElemType in,
+                                                             bool allow_tf32);
 
 // Rounds up to a power of two (tuning buckets).
 int64_t matmul_bucket(int64_t v);

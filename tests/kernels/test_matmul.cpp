@@ -245,5 +245,87 @@ TEST_CASE("kiln::lib::matmul refuses what it cannot compute, naming it", "[matmu
   fails(a, b, ro, {}, "'c' is read-only");
 }
 
+TEST_CASE("kiln::lib::grouped_matmul multiplies each group's rows by its B", "[matmul][grouped]") {
+  (void)kernels::builtin_names();
+  auto rt = Runtime::open("cpu");
+  REQUIRE(rt.ok());
+  const Case cases[] = {
+      {"f32, uneven groups, one empty", {{"a", {300, 40}}, {"b", {7, 40, 33}}}, {}, {}},
+      {"bf16 to bf16, B transposed, a bias row per group, GELU, beta, the last rows in no group",
+       {{"a", {129, 64}}, {"b", {5, 48, 64}}},
+       {{"transpose_b", "true"},
+        {"use_bias", "true"},
+        {"group_bias", "true"},
+        {"epilogue", "2"},
+        {"beta", "0.5"},
+        {"tail", "20"}},
+       {{"a", "bf16"}, {"c", "bf16"}}},
+      {"f8e4m3 with scales, one bias for every group",
+       {{"a", {64, 32}}, {"b", {3, 32, 24}}},
+       {{"scale_a", "0.5"}, {"scale_b", "3"}, {"use_bias", "true"}, {"epilogue", "1"}},
+       {{"a", "f8e4m3"}, {"c", "bf16"}}},
+      {"every row outside the groups", {{"a", {16, 8}}, {"b", {2, 8, 8}}}, {{"tail", "16"}}, {}},
+  };
+  for (const Case& c : cases) {
+    INFO(c.what);
+    kernels::RunConfig config;
+    config.shapes = c.shapes;
+    config.set = c.set;
+    config.dtypes = c.dtypes;
+    config.repeat = 0;
+    config.seed = 20261206;
+    auto r = kernels::run(*rt, "grouped_matmul", config);
+    KILN_REQUIRE_OK(r);
+    INFO("plan: " << r->plan);
+    CHECK_THAT(r->plan, Contains("groups)"));
+    REQUIRE(r->checks.size() == 1);
+    INFO("first bad " << r->checks[0].first_bad << ": got " << r->checks[0].got << ", want "
+                      << r->checks[0].want);
+    CHECK(r->checks[0].mismatches == 0);
+  }
+}
+
+TEST_CASE("kiln::lib::grouped_matmul refuses what it cannot compute, naming it",
+          "[matmul][grouped]") {
+  (void)kernels::builtin_names();
+  auto rt = Runtime::open("cpu");
+  REQUIRE(rt.ok());
+  auto make = [&](ir::ElemType t, std::initializer_list<int64_t> shape) {
+    auto x = rt->empty(t, shape);
+    REQUIRE(x.ok());
+    return *x;
+  };
+  auto ends = [&](std::initializer_list<int32_t> v) {
+    Tensor t = make(ir::ElemType::I32, {static_cast<int64_t>(v.size())});
+    REQUIRE(t.upload(std::span<const int32_t>(v.begin(), v.size())).ok());
+    return t;
+  };
+  const auto F32 = ir::ElemType::F32;
+  Tensor a = make(F32, {10, 4}), b = make(F32, {3, 4, 6}), c = make(F32, {10, 6});
+  auto fails = [&](const Tensor& x, const Tensor& y, const Tensor& offs, Tensor& z,
+                   const lib::MatmulOptions& o, const std::string& says) {
+    const Status st = lib::grouped_matmul(*rt, x, y, offs, z, o);
+    REQUIRE_FALSE(st.ok());
+    CHECK_THAT(st.error().message, Contains("kiln::lib::grouped_matmul: ") && Contains(says));
+  };
+  const Tensor good = ends({2, 2, 10});
+  REQUIRE(lib::grouped_matmul(*rt, a, b, good, c).ok());
+  fails(a, b, ends({3, 2, 10}), c, {}, "offsets[1] is 2: the groups' ends must not decrease");
+  fails(a, b, ends({3, 5, 11}), c, {}, "offsets[2] is 11");
+  fails(a, b, ends({-1, 5, 10}), c, {}, "offsets[0] is -1");
+  fails(a, b, ends({5, 10}), c, {}, "one end per group");
+  fails(a, b, make(ir::ElemType::I64, {3}), c, {}, "it must be i32[G]");
+  fails(a, make(F32, {4, 6}), good, c, {}, "the tensor 'b' is f32[4, 6]; it must be [G, K, N]");
+  fails(a, make(F32, {3, 5, 6}), good, c, {},
+        "the columns of a must be the rows of each group's B");
+  Tensor c_wrong = make(F32, {10, 5});
+  fails(a, b, good, c_wrong, {}, "c is f32[10, 5]; the product is 10 x 6");
+  fails(a, b, good, c, {.transpose_a = true}, "transpose_a does not apply");
+  fails(a, b, good, c, {.split_k = 2}, "a grouped product is not split");
+  Tensor bias = make(F32, {2, 6});
+  fails(a, b, good, c, {.bias = &bias}, "f32[6] (one per column) or f32[3, 6]");
+  fails(make(ir::ElemType::F16, {10, 4}), b, good, c, {}, "both must hold the same type");
+}
+
 }  // namespace
 }  // namespace kiln

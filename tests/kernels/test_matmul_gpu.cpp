@@ -7,6 +7,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "kernels/kernels.h"
 #include "kernels/lib/matmul.h"
@@ -193,6 +194,106 @@ TEST_CASE("kiln::lib::matmul on a GPU reports the portable kernel where tensor c
   std::vector<float> out(63);
   KILN_REQUIRE_OK(c->download(std::span<float>(out)));
   for (float x : out) CHECK(x == 0.0f);  // K = 0 and beta 0: zeros
+}
+
+// grouped_matmul: every group in one launch of the path's kernel (the ring's, wgmma's and
+// tcgen05's tiles, the portable kernel for f32 FMAs), a group's rows starting anywhere in a
+// tile, an empty group, rows past the last group left as they were; and offsets the device
+// cannot check (decreasing, past the rows) clamped, never read or written outside the tensors.
+TEST_CASE("kiln::lib::grouped_matmul runs every group in one launch on each architecture",
+          "[matmul][gpu-paths][grouped]") {
+  (void)kernels::builtin_names();
+  const std::pair<const char*, const char*> archs[] = {
+      {"cuda-emu:sm_80", "matmul_ring"},   {"cuda-emu:sm_89", "matmul_ring"},
+      {"cuda-emu:sm_90a", "matmul_sm90"},  {"cuda-emu:sm_100a", "matmul_sm100"},
+      {"cuda-emu:sm_120a", "matmul_ring"},
+  };
+  for (const auto& [device, kernel] : archs) {
+    auto opened = test::open_devices({device});
+    if (opened.empty()) {
+      WARN("skipped: " << device << " is not available here");
+      continue;
+    }
+    Runtime& rt = opened.front();
+    struct GroupedCase {
+      const char* what;
+      std::map<std::string, std::vector<int64_t>> shapes;
+      std::map<std::string, std::string> set, dtypes;
+      std::string kernel;
+    };
+    const GroupedCase cases[] = {
+        {"bf16, B transposed (in place), a bias row per group, GELU, beta, a tail",
+         {{"a", {150, 64}}, {"b", {7, 72, 64}}},
+         {{"transpose_b", "true"},
+          {"use_bias", "true"},
+          {"group_bias", "true"},
+          {"epilogue", "2"},
+          {"beta", "0.5"},
+          {"tail", "17"}},
+         {{"a", "bf16"}, {"c", "bf16"}},
+         kernel},
+        {"f32 without tf32: the portable kernel",
+         {{"a", {90, 24}}, {"b", {3, 24, 40}}},
+         {},
+         {},
+         "matmul_gpu"},
+    };
+    for (const GroupedCase& c : cases) {
+      INFO(c.what << " on " << device);
+      kernels::RunConfig config;
+      config.shapes = c.shapes;
+      config.set = c.set;
+      config.dtypes = c.dtypes;
+      config.repeat = 0;
+      config.seed = 20261206;
+      auto r = kernels::run(rt, "grouped_matmul", config);
+      KILN_REQUIRE_OK(r);
+      INFO("plan: " << r->plan);
+      CHECK_THAT(r->plan, Contains(c.kernel + ":") && Contains("groups in one launch"));
+      REQUIRE(r->checks.size() == 1);
+      INFO("first bad " << r->checks[0].first_bad << ": got " << r->checks[0].got << ", want "
+                        << r->checks[0].want);
+      CHECK(r->checks[0].mismatches == 0);
+    }
+  }
+}
+
+TEST_CASE("kiln::lib::grouped_matmul on a GPU clamps offsets it cannot check",
+          "[matmul][gpu-paths][grouped]") {
+  (void)kernels::builtin_names();
+  auto opened = test::open_devices({"cuda-emu:sm_80"});
+  if (opened.empty()) {
+    WARN("skipped: cuda-emu:sm_80 is not available here");
+    return;
+  }
+  Runtime& rt = opened.front();
+  const int64_t t = 40, k = 16, n = 8;
+  // C's rows 40 .. 47 sit past the product's view: nothing may write them.
+  auto all = rt.empty(ir::ElemType::F32, {t + 8, n});
+  auto a = rt.empty(ir::ElemType::F16, {t, k});
+  auto b = rt.empty(ir::ElemType::F16, {3, k, n});
+  auto ends = rt.empty(ir::ElemType::I32, {3});
+  REQUIRE((all.ok() && a.ok() && b.ok() && ends.ok()));
+  std::vector<uint16_t> ones(static_cast<size_t>(t * k), 0x3c00);  // 1.0 in f16
+  REQUIRE(a->upload(std::span<const uint16_t>(ones)).ok());
+  std::vector<uint16_t> bs(static_cast<size_t>(3 * k * n), 0x3c00);
+  REQUIRE(b->upload(std::span<const uint16_t>(bs)).ok());
+  std::vector<float> sentinel(static_cast<size_t>((t + 8) * n), -7.0f);
+  REQUIRE(all->upload(std::span<const float>(sentinel)).ok());
+  // 30, then 10 (less than 30: clamped to 30, an empty group), then 1000 (past T: clamped to 40).
+  const std::vector<int32_t> bad = {30, 10, 1000};
+  REQUIRE(ends->upload(std::span<const int32_t>(bad)).ok());
+  auto c = all->slice(0, 0, t);
+  REQUIRE(c.ok());
+  KILN_REQUIRE_OK(lib::grouped_matmul(rt, *a, *b, *ends, *c));
+  std::vector<float> got(static_cast<size_t>((t + 8) * n));
+  REQUIRE(rt.sync().ok());
+  REQUIRE(all->download(std::span<float>(got)).ok());
+  for (int64_t i = 0; i < t + 8; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      INFO("row " << i << ", column " << j);
+      CHECK(got[static_cast<size_t>(i * n + j)] == (i < t ? float(k) : -7.0f));
+    }
 }
 
 }  // namespace

@@ -79,6 +79,31 @@ def test_matmul_f16_and_an_f32_result():
     close(c32, want, 1e-5)
 
 
+def test_grouped_matmul_groups_of_rows():
+    a, b = rand(50, 12), rand(4, 12, 9)
+    offsets = np.array([10, 10, 31, 45], np.int32)  # group 1 is empty; rows 45.. in none
+    c = lib.grouped_matmul(a, b, offsets)
+    assert c.shape == (50, 9) and c.dtype == np.float32
+    want = np.zeros((50, 9))
+    start = 0
+    for g, end in enumerate(offsets):
+        want[start:end] = a[start:end].astype(np.float64) @ b[g]
+        start = end
+    close(c, want, 1e-4)
+    bias = rand(4, 9)
+    bt = np.ascontiguousarray(np.swapaxes(b, 1, 2))  # [G, N, K]
+    got = lib.grouped_matmul(a, bt, offsets, transpose_b=True, bias=bias, epilogue="relu")
+    start = 0
+    for g, end in enumerate(offsets):
+        want[start:end] = np.maximum(want[start:end] + bias[g], 0)
+        start = end
+    close(got, want, 1e-4)
+    with pytest.raises(kiln.Error, match="offsets\[1\] is 5: the groups' ends must not"):
+        lib.grouped_matmul(a, b, np.array([10, 5, 31, 45], np.int32))
+    with pytest.raises(kiln.Error, match="it must be i32\[G\]"):
+        lib.grouped_matmul(a, b, np.array([10, 10, 31, 45], np.int64))
+
+
 def test_matmul_errors_name_the_argument():
     a = rand(5, 7)
     with pytest.raises(kiln.Error, match="columns of the first") as e:

@@ -47,6 +47,19 @@ def test_strided_views_and_broadcasting_of_torch_tensors():
     close(o, x.t(), 0)
 
 
+def test_grouped_matmul_on_torch_tensors_as_torch_grouped_mm_takes_them():
+    a, b = torch.randn(40, 16, dtype=torch.bfloat16), torch.randn(3, 16, 24, dtype=torch.bfloat16)
+    offs = torch.tensor([12, 12, 37], dtype=torch.int32)  # an empty group; rows 37.. in none
+    c = lib.grouped_matmul(a, b, offs, out_dtype="f32")
+    assert isinstance(c, torch.Tensor) and c.dtype == torch.float32 and c.shape == (40, 24)
+    want = torch.zeros(40, 24)
+    start = 0
+    for g, end in enumerate(offs.tolist()):
+        want[start:end] = a[start:end].float() @ b[g].float()
+        start = end
+    close(c, want, 1e-4)
+
+
 def test_torch_errors_name_the_argument():
     with pytest.raises(kiln.Error, match="has no kiln device"):
         lib.softmax(torch.empty(3, device="meta"))

@@ -6,8 +6,10 @@
 // which the tensor-core paths read in place) and B as [K, N] (row-major: kiln copies it into
 // rows of K on every call, cuBLAS reads it as it is). Prints the path kiln took (MatmulPlan), the
 // TFLOP/s of both, their ratio, and the largest difference between the two results relative to
-// the largest magnitude of the result. Without a GPU it says why and exits 77; without cuBLAS
-// it measures kiln alone and says why.
+// the largest magnitude of the result. Then grouped products (kiln::lib::grouped_matmul, a
+// mixture-of-experts layer's tokens routed unevenly to 8 or 64 experts) against cuBLAS called
+// once per group. Without a GPU it says why and exits 77; without cuBLAS it measures kiln alone
+// and says why.
 //
 // Usage: gpu_matmul_bench [--quick] [--device D]
 //   --device D  another device (cuda:1; an emulator, cuda-emu:sm_90a, with two small shapes and
@@ -237,6 +239,92 @@ int main(int argc, char** argv) {
         if (diff > 2e-2) std::printf("  WRONG: kiln and cuBLAS differ by %.3g\n", diff);
       }
     }
+  }
+  // Grouped products (grouped_matmul): a mixture-of-experts layer's up projection, tokens routed
+  // unevenly to its experts, in one launch; the peer is cuBLAS called once per expert (what a
+  // framework without a grouped GEMM does), on the same stream.
+  struct Moe {
+    int64_t tokens, experts, k, n;
+  };
+  std::vector<Moe> moes = {{16384, 8, 4096, 14336}, {4096, 64, 2048, 1408}};
+  if (quick) moes.resize(1);
+  if (dev.emulated) moes = {{300, 4, 64, 96}};
+  std::printf("\n%-6s %-30s %10s %10s %7s %9s  %s\n", "type", "grouped: T x N x K, G", "kiln TF/s",
+              "cuBLAS", "ratio", "max diff", "kiln's path");
+  const ir::ElemType dt = ir::ElemType::BF16;
+  for (const Moe& e : moes) {
+    // Expert g gets a share of (5 g + 3) % 7 + 1 of the tokens: uneven, none empty.
+    std::vector<int32_t> ends;
+    int64_t total = 0, sum = 0;
+    for (int64_t g = 0; g < e.experts; ++g) total += (5 * g + 3) % 7 + 1;
+    for (int64_t g = 0; g < e.experts; ++g) {
+      sum += (5 * g + 3) % 7 + 1;
+      ends.push_back(static_cast<int32_t>(e.tokens * sum / total));
+    }
+    auto a = must(rt->empty(dt, {e.tokens, e.k}));
+    must(a.upload(
+        std::span<const uint16_t>(random_half(static_cast<size_t>(e.tokens * e.k), dt, 5))));
+    auto b = must(rt->empty(dt, {e.experts, e.n, e.k}));
+    must(b.upload(
+        std::span<const uint16_t>(random_half(static_cast<size_t>(e.experts * e.n * e.k), dt, 6))));
+    auto offs = must(rt->empty(ir::ElemType::I32, {e.experts}));
+    must(offs.upload(std::span<const int32_t>(ends)));
+    auto c = must(rt->empty(dt, {e.tokens, e.n}));
+    auto c_ref = must(rt->empty(dt, {e.tokens, e.n}));
+    lib::MatmulPlan plan;
+    lib::MatmulOptions o;
+    o.transpose_b = true;
+    o.plan = &plan;
+    const double t_kiln = time_calls([&] { must(lib::grouped_matmul(*rt, a, b, offs, c, o)); },
+                                     [&] { must(rt->sync()); }, dev.emulated);
+    double t_blas = 0, diff = -1;
+    if (blas.why_not.empty()) {
+      const float one = 1.0f, zero = 0.0f;
+      const int k = static_cast<int>(e.k), n = static_cast<int>(e.n);
+      const size_t es = 2;
+      int status = 0;
+      auto run_blas = [&] {
+        int64_t start = 0;
+        for (int64_t g = 0; g < e.experts; ++g) {
+          const int rows = static_cast<int>(ends[static_cast<size_t>(g)] - start);
+          if (rows > 0)
+            status |= blas.gemm_ex(
+                blas.handle, Cublas::kOpT, Cublas::kOpN, n, rows, k, &one,
+                static_cast<char*>(b.data()) + static_cast<size_t>(g * e.n * e.k) * es,
+                Cublas::kR16BF, k,
+                static_cast<char*>(a.data()) + static_cast<size_t>(start * e.k) * es,
+                Cublas::kR16BF, k, &zero,
+                static_cast<char*>(c_ref.data()) + static_cast<size_t>(start * e.n) * es,
+                Cublas::kR16BF, n, Cublas::kCompute32F, Cublas::kGemmDefault);
+          start = ends[static_cast<size_t>(g)];
+        }
+      };
+      must(rt->sync());
+      t_blas = time_calls(run_blas, [&] {
+        if (api->cuCtxSynchronize() != 0) die("cuCtxSynchronize failed after cuBLAS");
+      });
+      if (status != 0) die("cublasGemmEx failed with status " + std::to_string(status));
+      std::vector<uint16_t> hc(static_cast<size_t>(e.tokens * e.n)), hr(hc.size());
+      must(c.download(std::span<uint16_t>(hc)));
+      must(c_ref.download(std::span<uint16_t>(hr)));
+      double worst = 0, mag = 0;
+      for (size_t i = 0; i < hc.size(); ++i) {
+        worst = std::max(worst, std::abs(half_value(hc[i], dt) - half_value(hr[i], dt)));
+        mag = std::max(mag, std::abs(half_value(hr[i], dt)));
+      }
+      diff = mag > 0 ? worst / mag : worst;
+    }
+    const double flop = 2.0 * static_cast<double>(e.tokens) * e.n * e.k;
+    const std::string what = std::to_string(e.tokens) + "x" + std::to_string(e.n) + "x" +
+                             std::to_string(e.k) + ", " + std::to_string(e.experts) + " groups";
+    if (blas.why_not.empty())
+      std::printf("%-6s %-30s %10.1f %10.1f %6.2fx %9.2g  %s: %s\n", "bf16", what.c_str(),
+                  flop / t_kiln / 1e12, flop / t_blas / 1e12, t_blas / t_kiln, diff,
+                  plan.kernel.c_str(), plan.config.c_str());
+    else
+      std::printf("%-6s %-30s %10.1f %10s %7s %9s  %s: %s\n", "bf16", what.c_str(),
+                  flop / t_kiln / 1e12, "-", "-", "-", plan.kernel.c_str(), plan.config.c_str());
+    if (diff > 2e-2) std::printf("  WRONG: kiln and cuBLAS differ by %.3g\n", diff);
   }
   if (blas.handle) blas.destroy(blas.handle);
   return 0;

@@ -33,8 +33,8 @@ Shape = Tuple[int, ...]
 Pair = Union[int, Tuple[int, int]]
 
 __all__ = [
-    "avg_pool2d", "binary", "broadcast_shape", "copy", "layer_norm", "log_softmax", "map",
-    "matmul", "max_pool2d", "normal", "pool2d_output_shape", "reduce", "reduce_output_shape",
+    "avg_pool2d", "binary", "broadcast_shape", "copy", "grouped_matmul", "layer_norm",
+    "log_softmax", "map", "matmul", "max_pool2d", "normal", "pool2d_output_shape", "reduce", "reduce_output_shape",
     "reduce_output_type", "rms_norm", "softmax", "unary", "uniform", "OPS", "REDUCE_OPS",
 ]
 
@@ -293,6 +293,35 @@ def matmul(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float = 0
         _L.matmul(call.rt, a, b, c, float(alpha), float(beta), bool(transpose_a),
                   bool(transpose_b), bias, epilogue, bool(allow_tf32), float(scale_a),
                   float(scale_b), int(split_k))
+    return c
+
+
+def grouped_matmul(a: Any, b: Any, offsets: Any, c: Any = None, *, alpha: float = 1.0,
+                   beta: float = 0.0, transpose_b: bool = False, bias: Any = None,
+                   epilogue: str = "none", allow_tf32: bool = False,
+                   out_dtype: Optional[str] = None, scale_a: float = 1.0, scale_b: float = 1.0,
+                   runtime: Any = None) -> Any:
+    """A mixture-of-experts layer's products in one call: a's and c's rows come in G groups,
+    offsets (int32 [G], on a's device) their cumulative ends as torch._grouped_mm's offs, and
+    group g's rows are multiplied by b[g]: c[s:e] = epilogue(alpha scale_a scale_b a[s:e] op(b[g])
+    + beta c[s:e] + bias). a is [T, K], b [G, K, N] ([G, N, K] with transpose_b), c [T, N]; bias
+    f32 [N] or [G, N]. Rows past offsets[-1] are not written (zeros when c is made here). Types
+    and options as matmul's. On a GPU one launch; on the CPU one product per group."""
+    call = _Call(a, "a", runtime, b=b, offsets=offsets, c=c, bias=bias)
+    if c is None:
+        sa, sb = _shape(a), _shape(b)
+        if len(sa) != 2 or len(sb) != 3:
+            raise _error(f"arguments 'a' and 'b' have shapes {list(sa)} and {list(sb)}; "
+                         "grouped_matmul takes a [T, K] and b [G, K, N] ([G, N, K] with "
+                         "transpose_b)")
+        in_dtype = call.dtype(a, "a")
+        default = "f32" if in_dtype in ("f8e4m3", "f8e5m2") else in_dtype
+        c = call.empty(out_dtype or default, (sa[0], sb[1] if transpose_b else sb[2]))
+        c[...] = 0  # rows outside every group
+    with call:
+        _L.grouped_matmul(call.rt, a, b, offsets, c, float(alpha), float(beta),
+                          bool(transpose_b), bias, epilogue, bool(allow_tf32), float(scale_a),
+                          float(scale_b))
     return c
 
 
