@@ -49,8 +49,10 @@ const Names<ReduceOp> kReduceOps = {{"sum", ReduceOp::Sum},       {"mean", Reduc
                                     {"max", ReduceOp::Max},       {"min", ReduceOp::Min},
                                     {"prod", ReduceOp::Prod},     {"argmax", ReduceOp::ArgMax},
                                     {"argmin", ReduceOp::ArgMin}, {"var", ReduceOp::Var}};
-const Names<lib::Epilogue> kEpilogues = {
-    {"none", lib::Epilogue::None}, {"relu", lib::Epilogue::Relu}, {"gelu", lib::Epilogue::Gelu}};
+const Names<lib::Epilogue> kEpilogues = {{"none", lib::Epilogue::None},
+                                         {"relu", lib::Epilogue::Relu},
+                                         {"gelu", lib::Epilogue::Gelu},
+                                         {"silu", lib::Epilogue::Silu}};
 const Names<lib::Layout> kLayouts = {{"nchw", lib::Layout::Nchw}, {"nhwc", lib::Layout::Nhwc}};
 
 template <class E>

@@ -444,6 +444,27 @@ Result<Tensor> matmul_rank5(const Tensor& t, bool transpose) {
   return Tensor::make(t.device_ptr(), t.buffer(), t.dtype(), shape, strides, t.offset());
 }
 
+Result<Epilogue> run_epilogue(const char* op, double value) {
+  if (value != 0 && value != 1 && value != 2 && value != 3)
+    return Error(
+        ErrorKind::InvalidArgument,
+        fmt::format("{}: --set epilogue={}: 0 (none), 1 (ReLU), 2 (GELU) or 3 (SiLU)", op, value));
+  return static_cast<Epilogue>(static_cast<int>(value));
+}
+
+double reference_activation(double v, Epilogue epilogue) {
+  switch (epilogue) {
+    case Epilogue::Relu:
+      return std::max(v, 0.0);
+    case Epilogue::Gelu:
+      return 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+    case Epilogue::Silu:
+      return v / (1 + std::exp(-v));
+    default:
+      return v;
+  }
+}
+
 int64_t matmul_bucket(int64_t v) {
   int64_t b = 1;
   while (b < v) b *= 2;
@@ -664,7 +685,8 @@ Status grouped_matmul(Runtime& rt, const Tensor& a, const Tensor& b, const Tenso
 // `kiln run matmul`: kiln::lib::matmul on random inputs against a double reference.
 // --shape a=[BATCH x]MxK --shape b=[BATCH x]KxN (transposed: KxM and NxK), --dtype a=bf16 (b
 // follows), --dtype c=bf16 for a result in the inputs' type; --set alpha=, beta=, transpose_a=,
-// transpose_b=, use_bias=, epilogue=0 (none), 1 (ReLU) or 2 (GELU), split_k=, scale_a=, scale_b=
+// transpose_b=, use_bias=, epilogue=0 (none), 1 (ReLU), 2 (GELU) or 3 (SiLU), split_k=, scale_a=,
+// scale_b=
 // (--dtype a=f8e4m3 with --dtype c=bf16, say).
 namespace {
 
@@ -753,9 +775,7 @@ void matmul_reference(RunData& d) {
           sum += ap[ta ? l * m + i : i * k + l] * bp[tb ? j * k + l : l * n + j];
         double v = alpha * sum + (beta != 0 ? beta * cp[i * n + j] : 0.0);
         if (use_bias) v += bias[static_cast<size_t>(j)];
-        if (epilogue == 1) v = std::max(v, 0.0);
-        if (epilogue == 2)
-          v = 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+        v = kiln::lib::detail::reference_activation(v, static_cast<Epilogue>(epilogue));
         cp[i * n + j] = d.round("c", v);
       }
   }
@@ -803,18 +823,14 @@ KILN_RUN(matmul)
                        {"epilogue", kiln::ir::ElemType::U32}},
            .call = [](kiln::Runtime& rt, std::map<std::string, kiln::Tensor, std::less<>>& t,
                       const RunData& d) -> kiln::Status {
-             const auto e = static_cast<int>(d.scalar("epilogue"));
-             if (e < 0 || e > 2)
-               return kiln::Error(kiln::ErrorKind::InvalidArgument,
-                                  fmt::format("matmul: --set epilogue={}: 0 (none), 1 (ReLU) or 2 "
-                                              "(GELU)",
-                                              e));
+             KILN_ASSIGN(const Epilogue e,
+                         kiln::lib::detail::run_epilogue("matmul", d.scalar("epilogue")));
              kiln::lib::MatmulOptions o;
              o.alpha = static_cast<float>(d.scalar("alpha"));
              o.beta = static_cast<float>(d.scalar("beta"));
              o.transpose_a = d.scalar("transpose_a") != 0;
              o.transpose_b = d.scalar("transpose_b") != 0;
-             o.epilogue = static_cast<Epilogue>(e);
+             o.epilogue = e;
              o.allow_tf32 = d.scalar("allow_tf32") != 0;
              o.split_k = static_cast<int>(d.scalar("split_k"));
              o.scale_a = static_cast<float>(d.scalar("scale_a"));
@@ -904,9 +920,7 @@ void grouped_reference(RunData& d) {
           sum += a[static_cast<size_t>(i * k + l)] * bp[tb ? j * k + l : l * n + j];
         double v = alpha * sum + (beta != 0 ? beta * c[static_cast<size_t>(i * n + j)] : 0.0);
         if (use_bias) v += bias[static_cast<size_t>((group_bias ? g * n : 0) + j)];
-        if (epilogue == 1) v = std::max(v, 0.0);
-        if (epilogue == 2)
-          v = 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+        v = kiln::lib::detail::reference_activation(v, static_cast<Epilogue>(epilogue));
         c[static_cast<size_t>(i * n + j)] = d.round("c", v);
       }
     start = end;
@@ -947,12 +961,8 @@ KILN_RUN(grouped_matmul)
                        {"epilogue", kiln::ir::ElemType::U32}},
            .call = [](kiln::Runtime& rt, std::map<std::string, kiln::Tensor, std::less<>>& t,
                       const RunData& d) -> kiln::Status {
-             const auto e = static_cast<int>(d.scalar("epilogue"));
-             if (e < 0 || e > 2)
-               return kiln::Error(kiln::ErrorKind::InvalidArgument,
-                                  fmt::format("grouped_matmul: --set epilogue={}: 0 (none), 1 "
-                                              "(ReLU) or 2 (GELU)",
-                                              e));
+             KILN_ASSIGN(const Epilogue e,
+                         kiln::lib::detail::run_epilogue("grouped_matmul", d.scalar("epilogue")));
              const kiln::Tensor& a = t.at("a");
              const kiln::Tensor& b = t.at("b");
              if (a.rank() != 2 || b.rank() != 3)
@@ -969,7 +979,7 @@ KILN_RUN(grouped_matmul)
              o.alpha = static_cast<float>(d.scalar("alpha"));
              o.beta = static_cast<float>(d.scalar("beta"));
              o.transpose_b = d.scalar("transpose_b") != 0;
-             o.epilogue = static_cast<Epilogue>(e);
+             o.epilogue = e;
              o.allow_tf32 = d.scalar("allow_tf32") != 0;
              o.scale_a = static_cast<float>(d.scalar("scale_a"));
              o.scale_b = static_cast<float>(d.scalar("scale_b"));

@@ -25,6 +25,7 @@ enum class Epilogue {
   None,
   Relu,  // max(x, 0)
   Gelu,  // GELU's tanh form: x / 2 (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
+  Silu,  // x sigmoid(x) = x / (1 + exp(-x))
 };
 
 // Which kernel a call ran, with what configuration and why: MatmulOptions::plan receives it

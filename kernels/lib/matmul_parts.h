@@ -14,7 +14,7 @@
 #include "runtime/runtime.h"
 
 namespace kiln::lib {
-KILN_COMPTIME_ENUM(Epilogue, None, Relu, Gelu)
+KILN_COMPTIME_ENUM(Epilogue, None, Relu, Gelu, Silu)
 }  // namespace kiln::lib
 
 namespace kiln::lib::matmul_parts {
@@ -53,6 +53,20 @@ Val<uint32_t> broadcast_offset(const BatchIndex& i, const dsl::Tensor<T>& t) {
          (i.i2 % t.shape(2)) * t.stride(2);
 }
 
+// The activation of the epilogues (matmul's and convolution's), in f32.
+inline Val<float> activate(const Val<float>& x, Epilogue epilogue) {
+  switch (epilogue) {
+    case Epilogue::Relu:
+      return max(x, 0.0f);
+    case Epilogue::Gelu:
+      return 0.5f * x * (1.0f + tanh(0.7978845608f * (x + 0.044715f * x * x * x)));
+    case Epilogue::Silu:
+      return x / (1.0f + exp(-x));
+    default:
+      return x;
+  }
+}
+
 // What the epilogue makes of the sum s of element idx (column col) of C: alpha s + beta C
 // (C not read when beta is 0) + the bias, then ReLU or GELU; in f32, in this order on every
 // device.
@@ -64,12 +78,7 @@ Val<float> finish_value(const dsl::Tensor<TC>& c, const Val<uint32_t>& idx,
   Var<f32> v = alpha * s;
   if_(beta != 0.0f, [&] { v += beta * cast<float>(Val<host_of_t<TC>>(c[idx])); });
   if (has_bias) v += Val<float>(bias[col]);
-  if (epilogue == Epilogue::Relu) v = max(Val<float>(v), 0.0f);
-  if (epilogue == Epilogue::Gelu) {
-    f32 x = v;
-    v = 0.5f * x * (1.0f + tanh(0.7978845608f * (x + 0.044715f * x * x * x)));
-  }
-  return v;
+  return activate(v, epilogue);
 }
 
 }  // namespace kiln::lib::matmul_parts
@@ -115,6 +124,11 @@ struct MatmulSpecialization {
 };
 std::vector<MatmulSpecialization> matmul_gpu_specializations(const DeviceInfo& dev, ir::ElemType in,
                                                              bool allow_tf32);
+
+// `kiln run`'s --set epilogue=N (0 none, 1 ReLU, 2 GELU, 3 SiLU) for operation `op`, or an error.
+Result<Epilogue> run_epilogue(const char* op, double value);
+// The epilogue's activation in double, for the references.
+double reference_activation(double v, Epilogue epilogue);
 
 // Rounds up to a power of two (tuning buckets).
 int64_t matmul_bucket(int64_t v);

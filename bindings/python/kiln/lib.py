@@ -274,7 +274,7 @@ def matmul(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float = 0
     same), f32 products and sums; c holds f32 or the inputs' type, f32, f16 or bf16 for 8-bit
     inputs (out_dtype when c is made here: the inputs' type by default, f32 for 8-bit ones).
     scale_a and scale_b are per-tensor scales (8-bit inputs' dequantization factors). bias is f32
-    [N]; epilogue is 'none', 'relu' or 'gelu'. allow_tf32 lets a GPU multiply f32 on tensor
+    [N]; epilogue is 'none', 'relu', 'gelu' or 'silu'. allow_tf32 lets a GPU multiply f32 on tensor
     cores; split_k splits a long K on a GPU (0: the library decides, 1: never, N: N parts)."""
     call = _Call(a, "a", runtime, b=b, c=c, bias=bias)
     if c is None:
