@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -111,6 +112,202 @@ KILN_KERNEL_GENERIC(conv_direct,
                     InOut<bf16, bf16>)
     .cube_dim(128)
     .describe("kiln::lib::conv: a direct convolution, kb output channels per unit");
+
+// Rows p0 .. p0 + rows - 1 (output positions: od, oh, ow flattened) of batch item n0 + z of the
+// im2col matrix of x (columns: c, kd, kh, kw, w's order) into matmul_cpu's slivers of mr rows
+// (mr = cube_dim: unit r is row r of sliver cube_pos_x()): element (row s mr + r, column q) at
+// ((z slivers + s) columns + q) mr + r, f32, zeros in the padding and past the rows. Each unit
+// finds its position once and walks the columns with additions, so the cube's mr units store
+// mr consecutive floats per column: the matrix is never built whole, only this chunk of it, in
+// the form the micro-kernel reads.
+template <class T>
+void conv_pack_im2col(Tensor<const T> x, Tensor<f32> ap, u32 oh_n, u32 ow_n, u32 kd_n, u32 kh_n,
+                      u32 kw_n, u32 sd, u32 sh, u32 sw, u32 pd, u32 ph, u32 pw, u32 dd, u32 dh,
+                      u32 dw, u32 n0, u32 p0, u32 rows) {
+  using In = host_of_t<T>;
+  u32 mr = cube_dim(), r = unit_pos(), s = cube_pos_x(), z = cube_pos_z();
+  u32 c_n = x.shape(1), d_n = x.shape(2), h_n = x.shape(3), w_n = x.shape(4);
+  u32 columns = c_n * kd_n * kh_n * kw_n;
+  u32 slivers = (rows + (mr - 1u)) / mr;
+  u32 row = s * mr + r;
+  Val<bool> live = row < rows;
+  u32 p = p0 + min(row, rows - 1u);
+  u32 ow = p % ow_n, oh = p / ow_n % oh_n, od = p / (ow_n * oh_n);
+  u32 xn = (n0 + z) * x.stride(0);
+  u32 base = (z * slivers + s) * columns * mr + r;
+  for_range(0u, c_n, 1u, [&](u32 c) {
+    u32 xc = xn + c * x.stride(1);
+    u32 qc = c * kd_n;
+    for_range(0u, kd_n, 1u, [&](u32 kd) {
+      u32 id = od * sd + kd * dd - pd;
+      u32 qd = (qc + kd) * kh_n;
+      for_range(0u, kh_n, 1u, [&](u32 kh) {
+        u32 ih = oh * sh + kh * dh - ph;
+        Val<bool> ok = live && id < d_n && ih < h_n;
+        u32 xr = xc + select(ok, id * x.stride(2) + ih * x.stride(3), 0u);
+        u32 qh = (qd + kh) * kw_n;
+        for_range(0u, kw_n, 1u, [&](u32 kw) {
+          u32 iw = ow * sw + kw * dw - pw;
+          Val<bool> inside = ok && iw < w_n;
+          ap[base + (qh + kw) * mr] = select(
+              inside, cast<float>(Val<In>(x[xr + select(inside, iw * x.stride(4), 0u)])), 0.0f);
+        });
+      });
+    });
+  });
+}
+KILN_KERNEL_GENERIC(conv_pack_im2col,
+                    "x: rank=5, ap, oh_n, ow_n, kd_n, kh_n, kw_n, sd, sh, sw, pd, ph, pw, "
+                    "dd, dh, dw, n0, p0, rows",
+                    f32, f16, bf16)
+    .cube_dim(12)
+    .describe("kiln::lib::conv on the CPU: a chunk of x's im2col matrix into matmul's slivers");
+
+// dx = the gradient of sum(y dy) for y = conv(x, w) with respect to x (also conv_transpose's
+// forward), directly: unit u of cube (bx, by, bz) computes input position q = bx cube_dim + u
+// (id, ih, iw flattened) of batch item bz for `kb` input channels of one group (by: the group and
+// its block of kb channels), summing over the group's output channels k and the taps whose window
+// covers q: o = (q + pad - tap dilation) / stride, where that divides and lands inside y. Sums in
+// f32 in the order k, kd, kh, kw.
+template <class P>
+void conv_grad_input(Tensor<const typename P::In> dy, Tensor<const typename P::In> w,
+                     Tensor<typename P::Out> dx, u32 groups, u32 sd, u32 sh, u32 sw, u32 pd, u32 ph,
+                     u32 pw, u32 dd, u32 dh, u32 dw, int kb) {
+  using In = host_of_t<typename P::In>;
+  using Out = host_of_t<typename P::Out>;
+  const auto ukb = static_cast<uint32_t>(kb);
+  u32 d_n = dx.shape(2), h_n = dx.shape(3), w_n = dx.shape(4);
+  u32 q = cube_pos_x() * cube_dim() + unit_pos();
+  if_(q >= d_n * h_n * w_n, [&] { return_(); });
+  u32 iw = q % w_n, ih = q / w_n % h_n, id = q / (w_n * h_n);
+  u32 cg = w.shape(1), kg = w.shape(0) / groups;
+  u32 blocks = (cg + (ukb - 1u)) / ukb;
+  u32 g = cube_pos_y() / blocks, first = cube_pos_y() % blocks * ukb;
+  u32 n = cube_pos_z();
+  u32 od_n = dy.shape(2), oh_n = dy.shape(3), ow_n = dy.shape(4);
+  u32 kd_n = w.shape(2), kh_n = w.shape(3), kw_n = w.shape(4);
+  std::vector<Var<f32>> acc;
+  std::vector<Val<uint32_t>> wc;  // each input channel's weights (clamped into the group)
+  for (uint32_t j = 0; j < ukb; ++j) {
+    acc.push_back(Var<f32>(0.0f));
+    wc.push_back(min(first + j, cg - 1u) * w.stride(1));
+  }
+  // The output index along a dimension that tap t reaches from input index i, and whether it
+  // exists (i + pad - t dilation >= 0, a multiple of the stride, inside the output).
+  auto reach = [](const Val<uint32_t>& i, const Val<uint32_t>& t, const Val<uint32_t>& pad,
+                  const Val<uint32_t>& dil, const Val<uint32_t>& stride,
+                  const Val<uint32_t>& n_out) -> std::pair<Val<uint32_t>, Val<bool>> {
+    u32 diff = i + pad - t * dil;  // wraps when negative
+    u32 o = diff / stride;
+    return {o, diff < 0x80000000u && o * stride == diff && o < n_out};
+  };
+  for_range(0u, kg, 1u, [&](u32 kk) {
+    u32 k = g * kg + kk;
+    u32 dyk = n * dy.stride(0) + k * dy.stride(1);
+    u32 wk = k * w.stride(0);
+    for_range(0u, kd_n, 1u, [&](u32 kd) {
+      const auto [od, okd] = reach(id, kd, pd, dd, sd, od_n);
+      for_range(0u, kh_n, 1u, [&](u32 kh) {
+        const auto [oh, okh] = reach(ih, kh, ph, dh, sh, oh_n);
+        for_range(0u, kw_n, 1u, [&](u32 kw) {
+          const auto [ow, okw] = reach(iw, kw, pw, dw, sw, ow_n);
+          Val<bool> inside = okd && okh && okw;
+          u32 at =
+              dyk + select(inside, od * dy.stride(2) + oh * dy.stride(3) + ow * dy.stride(4), 0u);
+          f32 g_out = select(inside, cast<float>(Val<In>(dy[at])), 0.0f);
+          u32 wt = wk + kd * w.stride(2) + kh * w.stride(3) + kw * w.stride(4);
+          for (uint32_t j = 0; j < ukb; ++j)
+            acc[j] = fma(g_out, cast<float>(Val<In>(w[wt + wc[j]])), Val<float>(acc[j]));
+        });
+      });
+    });
+  });
+  for (uint32_t j = 0; j < ukb; ++j)
+    if_(first + j < cg, [&] {
+      u32 c = g * cg + first + j;
+      dx[n * dx.stride(0) + c * dx.stride(1) + id * dx.stride(2) + ih * dx.stride(3) +
+         iw * dx.stride(4)] = cast<Out>(Val<float>(acc[j]));
+    });
+}
+KILN_KERNEL_GENERIC(conv_grad_input,
+                    "dy: rank=5, w: rank=5, dx: rank=5, groups, sd, sh, sw, pd, ph, pw, dd, dh, "
+                    "dw, kb = 8 in 1..16",
+                    InOut<f32, f32>, InOut<f16, f32>, InOut<bf16, f32>, InOut<f16, f16>,
+                    InOut<bf16, bf16>)
+    .cube_dim(128)
+    .describe("kiln::lib::conv_backward_input: the gradient of a convolution's input, directly");
+
+// dw = the gradient of sum(y dy) for y = conv(x, w) with respect to w, directly: unit e (of the
+// cube's flattened weights, kw fastest) sums dy[n, k, o] x[n, c, o stride + tap dilation - pad]
+// over the batch and every output position o, in that order, in f32.
+template <class P>
+void conv_grad_weight(Tensor<const typename P::In> x, Tensor<const typename P::In> dy,
+                      Tensor<typename P::Out> dw, u32 groups, u32 sd, u32 sh, u32 sw, u32 pd,
+                      u32 ph, u32 pw, u32 dd, u32 dh, u32 dw_) {
+  using In = host_of_t<typename P::In>;
+  using Out = host_of_t<typename P::Out>;
+  u32 k_n = dw.shape(0), cg = dw.shape(1), kd_n = dw.shape(2), kh_n = dw.shape(3),
+      kw_n = dw.shape(4);
+  u32 e = cube_pos_x() * cube_dim() + unit_pos();
+  if_(e >= k_n * cg * kd_n * kh_n * kw_n, [&] { return_(); });
+  u32 kw = e % kw_n, kh = e / kw_n % kh_n, kd = e / (kw_n * kh_n) % kd_n;
+  u32 c = e / (kw_n * kh_n * kd_n) % cg, k = e / (kw_n * kh_n * kd_n * cg);
+  u32 g = k / (k_n / groups);
+  u32 d_n = x.shape(2), h_n = x.shape(3), w_n = x.shape(4);
+  u32 od_n = dy.shape(2), oh_n = dy.shape(3), ow_n = dy.shape(4);
+  Var<f32> acc = 0.0f;
+  for_range(0u, dy.shape(0), 1u, [&](u32 n) {
+    u32 xc = n * x.stride(0) + (g * cg + c) * x.stride(1);
+    u32 dyk = n * dy.stride(0) + k * dy.stride(1);
+    for_range(0u, od_n, 1u, [&](u32 od) {
+      u32 id = od * sd + kd * dd - pd;
+      for_range(0u, oh_n, 1u, [&](u32 oh) {
+        u32 ih = oh * sh + kh * dh - ph;
+        Val<bool> rows = id < d_n && ih < h_n;
+        u32 xr = xc + select(rows, id * x.stride(2) + ih * x.stride(3), 0u);
+        u32 dyr = dyk + od * dy.stride(2) + oh * dy.stride(3);
+        for_range(0u, ow_n, 1u, [&](u32 ow) {
+          u32 iw = ow * sw + kw * dw_ - pw;
+          Val<bool> inside = rows && iw < w_n;
+          f32 xv = select(inside,
+                          cast<float>(Val<In>(x[xr + select(inside, iw * x.stride(4), 0u)])), 0.0f);
+          acc = fma(xv, cast<float>(Val<In>(dy[dyr + ow * dy.stride(4)])), Val<float>(acc));
+        });
+      });
+    });
+  });
+  dw[k * dw.stride(0) + c * dw.stride(1) + kd * dw.stride(2) + kh * dw.stride(3) +
+     kw * dw.stride(4)] = cast<Out>(Val<float>(acc));
+}
+KILN_KERNEL_GENERIC(
+    conv_grad_weight,
+    "x: rank=5, dy: rank=5, dw: rank=5, groups, sd, sh, sw, pd, ph, pw, dd, dh, dw_",
+    InOut<f32, f32>, InOut<f16, f32>, InOut<bf16, f32>, InOut<f16, f16>, InOut<bf16, bf16>)
+    .cube_dim(128)
+    .describe("kiln::lib::conv_backward_weight: the gradient of a convolution's weights, directly");
+
+// dbias[k] = the sum of dy[n, k, ...] over the batch and every output position, in that order,
+// in f32: a unit per output channel.
+template <class T>
+void conv_grad_bias(Tensor<const T> dy, Tensor<f32> dbias) {
+  using In = host_of_t<T>;
+  u32 k = cube_pos_x() * cube_dim() + unit_pos();
+  if_(k >= dy.shape(1), [&] { return_(); });
+  Var<f32> acc = 0.0f;
+  for_range(0u, dy.shape(0), 1u, [&](u32 n) {
+    for_range(0u, dy.shape(2), 1u, [&](u32 od) {
+      for_range(0u, dy.shape(3), 1u, [&](u32 oh) {
+        u32 r = n * dy.stride(0) + k * dy.stride(1) + od * dy.stride(2) + oh * dy.stride(3);
+        for_range(0u, dy.shape(4), 1u,
+                  [&](u32 ow) { acc += cast<float>(Val<In>(dy[r + ow * dy.stride(4)])); });
+      });
+    });
+  });
+  dbias[k] = acc;
+}
+KILN_KERNEL_GENERIC(conv_grad_bias, "dy: rank=5, dbias", f32, f16, bf16)
+    .cube_dim(64)
+    .describe("kiln::lib::conv_backward_weight: the gradient of a convolution's bias");
 
 namespace kiln::lib {
 
@@ -310,6 +507,102 @@ Result<bool> as_matmul(Runtime& rt, const Tensor& x5, const Tensor& w5, Tensor& 
   return true;
 }
 
+// The elements of w's dimensions 1 .. 4 (c, kd, kh, kw) as one dimension, when they collapse:
+// its stride, or 0.
+int64_t column_stride(const Tensor& w5) {
+  int64_t stride = 0, extent = 1;
+  for (int d = 4; d >= 1; --d) {
+    if (w5.shape(d) == 1) continue;
+    if (stride == 0)
+      stride = w5.stride(d);
+    else if (w5.stride(d) != extent * stride)
+      return 0;
+    extent *= w5.shape(d);
+  }
+  return stride == 0 ? 1 : stride;
+}
+
+// At most this many bytes of x's im2col matrix, packed, at a time: 32 MiB, or
+// KILN_CONV_IM2COL_BYTES.
+int64_t im2col_bytes() {
+  if (const char* v = std::getenv("KILN_CONV_IM2COL_BYTES")) {
+    char* end = nullptr;
+    const long long n = std::strtoll(v, &end, 10);
+    if (end != v && *end == '\0' && n > 0) return n;
+  }
+  return int64_t{32} << 20;
+}
+
+// A dense convolution on the CPU as an implicit GEMM: y^T [P, K] = im2col(x) [P, C taps] w^T
+// [C taps, K] on matmul's micro-kernel, im2col's rows packed straight into its slivers by
+// conv_pack_im2col a chunk at a time (batch items, or positions of one item), w packed as
+// matmul's B. The bias is per column; a residual is copied into y first and added as beta y.
+Result<bool> implicit_gemm_cpu(Runtime& rt, const Tensor& x5, const Tensor& w5, Tensor& y5,
+                               const std::array<uint32_t, 3>& s, const std::array<uint32_t, 3>& p,
+                               const std::array<uint32_t, 3>& dl, const ConvOptions& o) {
+  const int64_t ws = column_stride(w5), ys = position_stride(y5);
+  if (ws == 0 || ys == 0) return false;
+  const int64_t n = x5.shape(0), k = w5.shape(0),
+                columns = w5.shape(1) * w5.shape(2) * w5.shape(3) * w5.shape(4),
+                positions = y5.shape(2) * y5.shape(3) * y5.shape(4);
+  if (o.residual) {
+    KILN_ASSIGN(const Tensor r5, rank5(*o.residual, o.layout));
+    KILN_TRY(copy(rt, r5, y5));
+  }
+  KILN_ASSIGN(const Tensor b,
+              Tensor::make(w5.device_ptr(), w5.buffer(), w5.dtype(),
+                           std::vector<int64_t>{1, 1, 1, columns, k},
+                           std::vector<int64_t>{0, 0, 0, ws, w5.stride(0)}, w5.offset()));
+  // Whole batch items per chunk when one fits, else positions of one item.
+  const int64_t budget = im2col_bytes(), item_bytes = positions * columns * 4;
+  const int64_t items = std::clamp<int64_t>(budget / std::max<int64_t>(item_bytes, 1), 1, n);
+  const int64_t rows = items > 1 || item_bytes <= budget
+                           ? positions
+                           : std::max<int64_t>(96, budget / (columns * 4) / 96 * 96);
+  KILN_ASSIGN(const Kernel pack, rt.kernel("conv_pack_im2col"));
+  auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
+  MatmulOptions m;
+  m.bias = o.bias;
+  m.epilogue = o.epilogue;
+  m.beta = o.residual ? 1.0f : 0.0f;
+  std::string config;
+  for (int64_t n0 = 0; n0 < n; n0 += items) {
+    const int64_t chunk_items = std::min(items, n - n0);
+    for (int64_t p0 = 0; p0 < positions; p0 += rows) {
+      const int64_t chunk_rows = std::min(rows, positions - p0);
+      detail::MatmulProblem q;
+      q.m = chunk_rows;
+      q.n = k;
+      q.k = columns;
+      q.batch = q.batch_a = chunk_items;
+      q.batch_b = 1;
+      // A's batch shape only: the packing reads x.
+      KILN_ASSIGN(q.a, Tensor::make(x5.device_ptr(), x5.buffer(), x5.dtype(),
+                                    std::vector<int64_t>{1, 1, chunk_items, chunk_rows, columns},
+                                    std::vector<int64_t>{0, 0, 0, 0, 0}, x5.offset()));
+      q.b = b;
+      KILN_ASSIGN(q.c, Tensor::make(y5.device_ptr(), y5.buffer(), y5.dtype(),
+                                    std::vector<int64_t>{1, 1, chunk_items, chunk_rows, k},
+                                    std::vector<int64_t>{0, 0, y5.stride(0), ys, y5.stride(1)},
+                                    y5.offset() + n0 * y5.stride(0) + p0 * ys));
+      const detail::PackRows pack_rows = [&](Tensor& ap, int mr) -> Status {
+        return rt.launch(pack, Dim3(u((chunk_rows + mr - 1) / mr), 1, u(chunk_items)), Dim3(u(mr)),
+                         x5.as_read_only(), ap, u(y5.shape(3)), u(y5.shape(4)), u(w5.shape(2)),
+                         u(w5.shape(3)), u(w5.shape(4)), s[0], s[1], s[2], p[0], p[1], p[2], dl[0],
+                         dl[1], dl[2], u(n0), u(p0), u(chunk_rows));
+      };
+      KILN_TRY(detail::matmul_cpu_packed_a(rt, q, m, pack_rows, &config));
+    }
+  }
+  if (o.plan)
+    *o.plan = {"matmul_cpu",
+               fmt::format("{}; im2col packed by conv_pack_im2col, {} of {} positions x {} "
+                           "columns at a time",
+                           config, items > 1 ? items * positions : rows, n * positions, columns),
+               "a dense convolution on the CPU: an implicit GEMM on matmul's micro-kernel"};
+  return true;
+}
+
 }  // namespace
 
 Status conv(Runtime& rt, const Tensor& x, const Tensor& w, Tensor& y, const ConvOptions& o) {
@@ -380,6 +673,10 @@ Status conv(Runtime& rt, const Tensor& x, const Tensor& w, Tensor& y, const Conv
     p[at] = static_cast<uint32_t>(g.front[i]);
     dl[at] = static_cast<uint32_t>(g.dilation[i]);
   }
+  if (rt.device().lane_units && o.groups == 1) {
+    KILN_ASSIGN(const bool done, implicit_gemm_cpu(rt, x5, w5, y5, s, p, dl, o));
+    if (done) return {};
+  }
   const int64_t kpg = k / o.groups;
   const int kb = kpg >= 8 ? 8 : kpg >= 4 ? 4 : kpg >= 2 ? 2 : 1;
   const int64_t positions = y5.shape(2) * y5.shape(3) * y5.shape(4);
@@ -411,6 +708,136 @@ Status conv(Runtime& rt, const Tensor& x, const Tensor& w, Tensor& y, const Conv
                    Dim3(u(kUnits)), x5.as_read_only(), w5.as_read_only(), y5, bias, residual,
                    u(o.groups), s[0], s[1], s[2], p[0], p[1], p[2], dl[0], dl[1], dl[2], kb,
                    o.epilogue, o.bias != nullptr, o.residual != nullptr);
+}
+
+namespace {
+
+// The checks the backward passes share: the tensors' devices and types, and that `dy`'s shape
+// is the output of a convolution of `input` (x's or dx's shape) with `weights` (w's or dw's).
+Status check_backward(const char* op, bool of_input, const Tensor& input, const Tensor& weights,
+                      const Tensor& dy, const Tensor& out, const ConvOptions& o) {
+  const std::pair<const Tensor*, const char*> all[] = {
+      {&input, of_input ? "dx" : "x"}, {&weights, of_input ? "w" : "dw"}, {&dy, "dy"}};
+  for (const auto& [t, name] : all) {
+    if (!t->valid())
+      return detail::bad(op, fmt::format("the tensor '{}' is empty (no buffer)", name));
+    if (t->device() != dy.device())
+      return detail::bad(op, fmt::format("the tensor '{}' is on another device than dy", name));
+    if (!detail::fits_u32(*t))
+      return detail::bad(
+          op, fmt::format("the tensor '{}' ({}) spans 2^32 elements or more", name, t->describe()));
+  }
+  if (o.bias || o.residual || o.epilogue != Epilogue::None)
+    return detail::bad(op,
+                       "the bias, residual and epilogue are the forward pass's; the gradient "
+                       "through them is the caller's (dy already holds it)");
+  auto shape = conv_output_shape(input.shape(), weights.shape(), o);
+  if (!shape) {
+    std::string m = shape.error().message;
+    const std::string from = "kiln::lib::conv: ";
+    if (m.rfind(from, 0) == 0) m = m.substr(from.size());
+    return detail::bad(op, m);
+  }
+  if (dy.rank() != static_cast<int>(shape->size()) ||
+      !std::equal(shape->begin(), shape->end(), dy.shape().begin()))
+    return detail::bad(op,
+                       fmt::format("dy is {}; a convolution of {} by {} gives {}", dy.describe(),
+                                   input.describe(), weights.describe(), detail::dims(*shape)));
+  const ElemType in = dy.dtype();
+  const Tensor& other = of_input ? weights : input;
+  if ((in != ElemType::F32 && in != ElemType::F16 && in != ElemType::BF16) || other.dtype() != in)
+    return detail::bad(op, fmt::format("dy is {} and {} {}; both must hold the same type, f32, "
+                                       "f16 or bf16",
+                                       dy.describe(), of_input ? "w" : "x", other.describe()));
+  if (out.dtype() != ElemType::F32 && out.dtype() != in)
+    return detail::bad(op, fmt::format("{} is {}; the gradient is f32 or dy's type ({})",
+                                       of_input ? "dx" : "dw", out.describe(), ir::elem_name(in)));
+  if (out.read_only())
+    return detail::bad(op, fmt::format("the tensor '{}' is read-only", of_input ? "dx" : "dw"));
+  return {};
+}
+
+// The geometry in the direct kernels' 3-d terms.
+struct Geometry3 {
+  std::array<uint32_t, 3> s{1, 1, 1}, p{0, 0, 0}, dl{1, 1, 1};
+};
+Geometry3 geometry3(const Geometry& g) {
+  Geometry3 r;
+  for (int d = 0; d < g.dims; ++d) {
+    const auto i = static_cast<size_t>(d), at = static_cast<size_t>(3 - g.dims + d);
+    r.s[at] = static_cast<uint32_t>(g.stride[i]);
+    r.p[at] = static_cast<uint32_t>(g.front[i]);
+    r.dl[at] = static_cast<uint32_t>(g.dilation[i]);
+  }
+  return r;
+}
+
+}  // namespace
+
+Status conv_backward_input(Runtime& rt, const Tensor& dy, const Tensor& w, Tensor& dx,
+                           const ConvOptions& o) {
+  KILN_TRY(check_backward("conv_backward_input", true, dx, w, dy, dx, o));
+  int64_t numel = 1;
+  for (int64_t d : dx.shape()) numel *= d;
+  if (numel == 0) return {};
+  KILN_ASSIGN(const Geometry g, geometry(dx.shape(), w.shape(), o));
+  const Geometry3 g3 = geometry3(g);
+  KILN_ASSIGN(const Tensor dy5, rank5(dy, o.layout));
+  KILN_ASSIGN(const Tensor w5, rank5(w, Layout::Nchw));
+  KILN_ASSIGN(Tensor dx5, rank5(dx, o.layout));
+  const int64_t cg = w.shape(1);
+  const int kb = cg >= 8 ? 8 : cg >= 4 ? 4 : cg >= 2 ? 2 : 1;
+  const int64_t positions = dx5.shape(2) * dx5.shape(3) * dx5.shape(4);
+  const int64_t by = o.groups * ((cg + kb - 1) / kb);
+  constexpr int64_t kUnits = 128;
+  if (by > 65535 || dx5.shape(0) > 65535)
+    return detail::bad("conv_backward_input",
+                       fmt::format("the grid would be {} x {} cubes along the channels and the "
+                                   "batch; at most 65535 each",
+                                   by, dx5.shape(0)));
+  KILN_ASSIGN(const Kernel k, rt.kernel("conv_grad_input"));
+  auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
+  if (o.plan)
+    *o.plan = {"conv_grad_input",
+               fmt::format("{} input channel{} per unit", kb, kb == 1 ? "" : "s"),
+               "every input position from the outputs whose windows cover it"};
+  return rt.launch(k, Dim3(u((positions + kUnits - 1) / kUnits), u(by), u(dx5.shape(0))),
+                   Dim3(u(kUnits)), dy5.as_read_only(), w5.as_read_only(), dx5, u(o.groups),
+                   g3.s[0], g3.s[1], g3.s[2], g3.p[0], g3.p[1], g3.p[2], g3.dl[0], g3.dl[1],
+                   g3.dl[2], kb);
+}
+
+Status conv_backward_weight(Runtime& rt, const Tensor& x, const Tensor& dy, Tensor& dw,
+                            const ConvOptions& o, Tensor* dbias) {
+  KILN_TRY(check_backward("conv_backward_weight", false, x, dw, dy, dw, o));
+  if (dbias &&
+      (!dbias->valid() || dbias->dtype() != ElemType::F32 || dbias->rank() != 1 ||
+       dbias->shape(0) != dw.shape(0) || dbias->device() != dy.device() || dbias->read_only()))
+    return detail::bad("conv_backward_weight",
+                       fmt::format("dbias is {}; it must be a writable f32[{}] (one per output "
+                                   "channel) on dy's device",
+                                   dbias->valid() ? dbias->describe() : "empty", dw.shape(0)));
+  KILN_ASSIGN(const Geometry g, geometry(x.shape(), dw.shape(), o));
+  const Geometry3 g3 = geometry3(g);
+  KILN_ASSIGN(const Tensor x5, rank5(x, o.layout));
+  KILN_ASSIGN(const Tensor dy5, rank5(dy, o.layout));
+  KILN_ASSIGN(Tensor dw5, rank5(dw, Layout::Nchw));
+  auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
+  int64_t weights = 1;
+  for (int64_t d : dw.shape()) weights *= d;
+  if (weights > 0) {
+    KILN_ASSIGN(const Kernel k, rt.kernel("conv_grad_weight"));
+    KILN_TRY(rt.launch(k, Dim3(u((weights + 127) / 128)), Dim3(128), x5.as_read_only(),
+                       dy5.as_read_only(), dw5, u(o.groups), g3.s[0], g3.s[1], g3.s[2], g3.p[0],
+                       g3.p[1], g3.p[2], g3.dl[0], g3.dl[1], g3.dl[2]));
+  }
+  if (o.plan)
+    *o.plan = {"conv_grad_weight", "a unit per weight",
+               "each weight summed over the batch and every output position"};
+  if (!dbias || dbias->shape(0) == 0) return {};
+  KILN_ASSIGN(const Kernel kb, rt.kernel("conv_grad_bias"));
+  Tensor db = *dbias;
+  return rt.launch(kb, Dim3(u((dw.shape(0) + 63) / 64)), Dim3(64), dy5.as_read_only(), db);
 }
 
 }  // namespace kiln::lib
@@ -467,15 +894,19 @@ std::array<int64_t, 5> canonical_shape(const std::vector<int64_t>& s, Layout lay
   return out;
 }
 
-void conv_reference(RunData& d) {
+// Every product of a convolution, in double: for each output element (n, k, o) and tap
+// (c, t) whose input lies inside x (not in the padding), fn(output at, input at, weight at), the
+// flat row-major indices of y, x and w (in their layouts) for a run whose input, weight and
+// output tensors have these shapes.
+template <class F>
+void each_product(const RunData& d, const std::vector<int64_t>& xshape,
+                  const std::vector<int64_t>& wshape, const std::vector<int64_t>& yshape, F&& fn) {
   const ConvOptions o = run_options(d);
-  const auto ys = run_y_shape(d);
-  const auto X = canonical_shape(d.shape("x"), o.layout),
-             W = canonical_shape(d.shape("w"), Layout::Nchw), Y = canonical_shape(ys, o.layout);
-  const auto xs = canonical_strides(d.shape("x"), o.layout),
-             ws = canonical_strides(d.shape("w"), Layout::Nchw),
-             yst = canonical_strides(ys, o.layout);
-  const int dims = static_cast<int>(d.shape("x").size()) - 2;
+  const auto X = canonical_shape(xshape, o.layout), W = canonical_shape(wshape, Layout::Nchw),
+             Y = canonical_shape(yshape, o.layout);
+  const auto xs = canonical_strides(xshape, o.layout), ws = canonical_strides(wshape, Layout::Nchw),
+             yst = canonical_strides(yshape, o.layout);
+  const int dims = static_cast<int>(xshape.size()) - 2;
   // Per canonical spatial dimension (D, H, W): stride, front padding, dilation.
   std::array<int64_t, 3> st{1, 1, 1}, pf{0, 0, 0}, dl{1, 1, 1};
   for (int i = 0; i < dims; ++i) {
@@ -485,20 +916,14 @@ void conv_reference(RunData& d) {
     pf[at] = static_cast<int64_t>(d.scalar("padding"));
     if (o.same) pf[at] = dl[at] * (W[static_cast<size_t>(2 + at)] - 1) / 2;
   }
-  const bool use_bias = d.scalar("use_bias") != 0, use_residual = d.scalar("use_residual") != 0;
-  const auto epilogue = static_cast<Epilogue>(static_cast<int>(d.scalar("epilogue")));
-  const auto& x = d["x"];
-  const auto& w = d["w"];
-  const auto& bias = d["bias"];
-  const auto& residual = d["residual"];
-  auto& y = d["y"];
-  const int64_t groups = o.groups, cg = W[1], kpg = Y[1] / groups;
+  const int64_t cg = W[1], kpg = Y[1] / o.groups;
   for (int64_t n = 0; n < Y[0]; ++n)
     for (int64_t k = 0; k < Y[1]; ++k)
       for (int64_t od = 0; od < Y[2]; ++od)
         for (int64_t oh = 0; oh < Y[3]; ++oh)
           for (int64_t ow = 0; ow < Y[4]; ++ow) {
-            double sum = 0;
+            const auto yat = static_cast<size_t>(n * yst[0] + k * yst[1] + od * yst[2] +
+                                                 oh * yst[3] + ow * yst[4]);
             const int64_t g = k / kpg;
             for (int64_t c = 0; c < cg; ++c)
               for (int64_t kd = 0; kd < W[2]; ++kd)
@@ -509,17 +934,36 @@ void conv_reference(RunData& d) {
                                   iw = ow * st[2] + kw * dl[2] - pf[2];
                     if (id < 0 || id >= X[2] || ih < 0 || ih >= X[3] || iw < 0 || iw >= X[4])
                       continue;
-                    sum += x[static_cast<size_t>(n * xs[0] + (g * cg + c) * xs[1] + id * xs[2] +
-                                                 ih * xs[3] + iw * xs[4])] *
-                           w[static_cast<size_t>(k * ws[0] + c * ws[1] + kd * ws[2] + kh * ws[3] +
-                                                 kw * ws[4])];
+                    fn(yat,
+                       static_cast<size_t>(n * xs[0] + (g * cg + c) * xs[1] + id * xs[2] +
+                                           ih * xs[3] + iw * xs[4]),
+                       static_cast<size_t>(k * ws[0] + c * ws[1] + kd * ws[2] + kh * ws[3] +
+                                           kw * ws[4]));
                   }
-            const auto at = static_cast<size_t>(n * yst[0] + k * yst[1] + od * yst[2] +
-                                                oh * yst[3] + ow * yst[4]);
-            if (use_bias) sum += bias[static_cast<size_t>(k)];
-            if (use_residual) sum += residual[at];
-            y[at] = d.round("y", kiln::lib::detail::reference_activation(sum, epilogue));
           }
+}
+
+void conv_reference(RunData& d) {
+  const auto ys = run_y_shape(d);
+  const auto& x = d["x"];
+  const auto& w = d["w"];
+  const auto& bias = d["bias"];
+  const auto& residual = d["residual"];
+  auto& y = d["y"];
+  std::vector<double> sum(y.size(), 0.0);
+  each_product(d, d.shape("x"), d.shape("w"), ys,
+               [&](size_t yat, size_t xat, size_t wat) { sum[yat] += x[xat] * w[wat]; });
+  const bool use_bias = d.scalar("use_bias") != 0, use_residual = d.scalar("use_residual") != 0;
+  const auto epilogue = static_cast<Epilogue>(static_cast<int>(d.scalar("epilogue")));
+  const auto cf = canonical_shape(ys, run_options(d).layout);
+  const auto yst = canonical_strides(ys, run_options(d).layout);
+  for (size_t at = 0; at < y.size(); ++at) {
+    double v = sum[at];
+    const auto k = static_cast<int64_t>(at) / yst[1] % cf[1];
+    if (use_bias) v += bias[static_cast<size_t>(k)];
+    if (use_residual) v += residual[at];
+    y[at] = d.round("y", kiln::lib::detail::reference_activation(v, epilogue));
+  }
 }
 
 kiln::kernels::HostOp conv_op(int dims) {
@@ -616,6 +1060,131 @@ kiln::kernels::RunRecipe& conv_recipe(kiln::kernels::RunRecipe& r, int dims) {
 
 }  // namespace
 
+// `kiln run convNd_backward_input` (dy, w -> dx; --shape dx= is x's shape) and
+// `convNd_backward_weight` (x, dy -> dw and dbias; --shape dw= is w's shape): the backward passes
+// against double references built from the same products as the forward's.
+std::vector<int64_t> backward_dy_shape(const RunData& d, const char* input, const char* weights) {
+  auto s = kiln::lib::conv_output_shape(d.shape(input), d.shape(weights), run_options(d));
+  return s ? *s : std::vector<int64_t>(d.shape(input).size(), 0);
+}
+
+kiln::kernels::RunRecipe& conv_backward_recipe(kiln::kernels::RunRecipe& r, int dims,
+                                               bool of_input) {
+  using kiln::ir::ElemType;
+  kiln::kernels::HostOp op;
+  const char* name_in = of_input ? "dx" : "x";
+  const char* name_w = of_input ? "w" : "dw";
+  op.description = fmt::format("{}-d convolution's gradient of the {}: kiln::lib::conv_backward_{}",
+                               dims, of_input ? "input" : "weights", of_input ? "input" : "weight");
+  op.kernels = {of_input ? "conv_grad_input" : "conv_grad_weight", "conv_grad_bias"};
+  if (of_input)
+    op.tensors = {{"dy", true}, {"w", true}, {"dx", false}};
+  else
+    op.tensors = {{"x", true}, {"dy", true}, {"dw", false}, {"dbias", false}};
+  for (const auto& [in, out] : {std::pair{ElemType::F32, ElemType::F32},
+                                {ElemType::F16, ElemType::F32},
+                                {ElemType::BF16, ElemType::F32},
+                                {ElemType::F16, ElemType::F16},
+                                {ElemType::BF16, ElemType::BF16}}) {
+    if (of_input)
+      op.variants.push_back({in, in, out});
+    else
+      op.variants.push_back({in, in, out, ElemType::F32});
+  }
+  for (const char* s : {"stride", "padding", "dilation", "groups"})
+    op.scalars.push_back({s, ElemType::U32});
+  op.scalars.push_back({"padding_end", ElemType::F32});
+  for (const char* s : {"same", "channels_last"}) op.scalars.push_back({s, ElemType::Bool});
+  op.call = [dims, of_input](kiln::Runtime& rt, std::map<std::string, kiln::Tensor, std::less<>>& t,
+                             const RunData& d) -> kiln::Status {
+    const char* input = of_input ? "dx" : "x";
+    if (static_cast<int>(d.shape(input).size()) != dims + 2)
+      return kiln::Error(
+          kiln::ErrorKind::InvalidArgument,
+          fmt::format("conv{}d_backward: {} is {}; --shape {}= takes {} dimensions "
+                      "(N, C and {} spatial)",
+                      dims, input, kiln::lib::detail::dims(d.shape(input)), input, dims + 2, dims));
+    ConvOptions o = run_options(d);
+    kiln::lib::MatmulPlan plan;
+    o.plan = &plan;
+    if (of_input) {
+      KILN_TRY(kiln::lib::conv_backward_input(rt, t.at("dy"), t.at("w"), t.at("dx"), o));
+    } else {
+      KILN_TRY(kiln::lib::conv_backward_weight(rt, t.at("x"), t.at("dy"), t.at("dw"), o,
+                                               &t.at("dbias")));
+    }
+    d.plan = fmt::format("{}: {} ({})", plan.kernel, plan.config, plan.why);
+    return kiln::Status{};
+  };
+  std::vector<int64_t> x = {2, 16}, w = {24, 16};
+  const int64_t side = dims == 1 ? 50 : dims == 2 ? 20 : 8;
+  for (int i = 0; i < dims; ++i) {
+    x.push_back(side);
+    w.push_back(3);
+  }
+  r.host(std::move(op))
+      .shape(name_in, x)
+      .shape(name_w, w)
+      .scalar("stride", 1)
+      .scalar("padding", 1)
+      .scalar("padding_end", -1)
+      .scalar("dilation", 1)
+      .scalar("groups", 1)
+      .scalar("same", 0)
+      .scalar("channels_last", 0);
+  if (of_input) {
+    r.shape("dy", [](const RunData& d) { return backward_dy_shape(d, "dx", "w"); })
+        .tolerance([](const RunData& d, std::string_view) -> std::pair<double, double> {
+          double taps = static_cast<double>(d.dim("w", 0));
+          for (size_t i = 2; i < d.shape("w").size(); ++i)
+            taps *= static_cast<double>(d.shape("w")[i]);
+          const double sums = 2e-6 * taps + 1e-5;
+          if (d.dtype("dx") == ElemType::F16) return {4e-3, 2e-3 + sums};
+          if (d.dtype("dx") == ElemType::BF16) return {3e-2, 1e-2 + sums};
+          return {1e-5, sums};
+        })
+        .reference([](RunData& d) {
+          auto& dx = d["dx"];
+          std::vector<double> sum(dx.size(), 0.0);
+          const auto& dy = d["dy"];
+          const auto& w = d["w"];
+          each_product(d, d.shape("dx"), d.shape("w"), d.shape("dy"),
+                       [&](size_t yat, size_t xat, size_t wat) { sum[xat] += dy[yat] * w[wat]; });
+          for (size_t i = 0; i < dx.size(); ++i) dx[i] = d.round("dx", sum[i]);
+        });
+  } else {
+    r.shape("dy", [](const RunData& d) { return backward_dy_shape(d, "x", "dw"); })
+        .shape("dbias", [](const RunData& d) { return std::vector<int64_t>{d.dim("dw", 0)}; })
+        .tolerance([](const RunData& d, std::string_view name) -> std::pair<double, double> {
+          double terms = 1;
+          for (size_t i = 0; i < d.shape("dy").size(); ++i)
+            if (i != (d.scalar("channels_last") != 0 ? d.shape("dy").size() - 1 : 1))
+              terms *= static_cast<double>(d.shape("dy")[i]);
+          const double sums = 2e-6 * terms + 1e-5;
+          if (name == "dw" && d.dtype("dw") == ElemType::F16) return {4e-3, 2e-3 + sums};
+          if (name == "dw" && d.dtype("dw") == ElemType::BF16) return {3e-2, 1e-2 + sums};
+          return {1e-5, sums};
+        })
+        .reference([](RunData& d) {
+          auto& dw = d["dw"];
+          auto& dbias = d["dbias"];
+          std::vector<double> sum(dw.size(), 0.0), bias(dbias.size(), 0.0);
+          const auto& dy = d["dy"];
+          const auto& x = d["x"];
+          each_product(d, d.shape("x"), d.shape("dw"), d.shape("dy"),
+                       [&](size_t yat, size_t xat, size_t wat) { sum[wat] += dy[yat] * x[xat]; });
+          const auto layout = run_options(d).layout;
+          const auto cf = canonical_shape(d.shape("dy"), layout);
+          const auto st = canonical_strides(d.shape("dy"), layout);
+          for (size_t at = 0; at < dy.size(); ++at)
+            bias[static_cast<size_t>(static_cast<int64_t>(at) / st[1] % cf[1])] += dy[at];
+          for (size_t i = 0; i < dw.size(); ++i) dw[i] = d.round("dw", sum[i]);
+          for (size_t i = 0; i < dbias.size(); ++i) dbias[i] = bias[i];
+        });
+  }
+  return r;
+}
+
 // (KILN_RUN's registration, with the recipe shared by the three ranks.)
 [[maybe_unused]] static kiln::kernels::RunRecipe& conv1d_recipe =
     conv_recipe(kiln::kernels::run_recipe("conv1d", reinterpret_cast<const void*>(+[] {})), 1);
@@ -623,3 +1192,27 @@ kiln::kernels::RunRecipe& conv_recipe(kiln::kernels::RunRecipe& r, int dims) {
     conv_recipe(kiln::kernels::run_recipe("conv2d", reinterpret_cast<const void*>(+[] {})), 2);
 [[maybe_unused]] static kiln::kernels::RunRecipe& conv3d_recipe =
     conv_recipe(kiln::kernels::run_recipe("conv3d", reinterpret_cast<const void*>(+[] {})), 3);
+[[maybe_unused]] static kiln::kernels::RunRecipe& conv1d_backward_input_recipe =
+    conv_backward_recipe(
+        kiln::kernels::run_recipe("conv1d_backward_input", reinterpret_cast<const void*>(+[] {})),
+        1, true);
+[[maybe_unused]] static kiln::kernels::RunRecipe& conv1d_backward_weight_recipe =
+    conv_backward_recipe(
+        kiln::kernels::run_recipe("conv1d_backward_weight", reinterpret_cast<const void*>(+[] {})),
+        1, false);
+[[maybe_unused]] static kiln::kernels::RunRecipe& conv2d_backward_input_recipe =
+    conv_backward_recipe(
+        kiln::kernels::run_recipe("conv2d_backward_input", reinterpret_cast<const void*>(+[] {})),
+        2, true);
+[[maybe_unused]] static kiln::kernels::RunRecipe& conv2d_backward_weight_recipe =
+    conv_backward_recipe(
+        kiln::kernels::run_recipe("conv2d_backward_weight", reinterpret_cast<const void*>(+[] {})),
+        2, false);
+[[maybe_unused]] static kiln::kernels::RunRecipe& conv3d_backward_input_recipe =
+    conv_backward_recipe(
+        kiln::kernels::run_recipe("conv3d_backward_input", reinterpret_cast<const void*>(+[] {})),
+        3, true);
+[[maybe_unused]] static kiln::kernels::RunRecipe& conv3d_backward_weight_recipe =
+    conv_backward_recipe(
+        kiln::kernels::run_recipe("conv3d_backward_weight", reinterpret_cast<const void*>(+[] {})),
+        3, false);

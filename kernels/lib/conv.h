@@ -53,4 +53,17 @@ Result<std::vector<int64_t>> conv_output_shape(std::span<const int64_t> x,
 Status conv(Runtime& rt, const Tensor& x, const Tensor& w, Tensor& y,
             const ConvOptions& options = {});
 
+// The backward passes of y = conv(x, w) with the same options (geometry, groups, layout; the
+// bias, residual and epilogue are the forward's and are refused here: dy is the gradient that
+// reaches the convolution itself). dy has y's shape.
+//
+// dx = d sum(y dy) / dx: the transposed convolution of dy (also conv_transpose's forward). dx's
+// shape is x's, which says what a stride cannot (several inputs give one output size).
+Status conv_backward_input(Runtime& rt, const Tensor& dy, const Tensor& w, Tensor& dx,
+                           const ConvOptions& options = {});
+// dw = d sum(y dy) / dw (w's shape) and, when given, dbias (f32 [K]) = the sum of dy over
+// everything but its channels.
+Status conv_backward_weight(Runtime& rt, const Tensor& x, const Tensor& dy, Tensor& dw,
+                            const ConvOptions& options = {}, Tensor* dbias = nullptr);
+
 }  // namespace kiln::lib

@@ -342,8 +342,10 @@ Result<Problem> check(const Tensor& a, const Tensor& b, Tensor& c, const MatmulO
   return p;
 }
 
-// The product on the CPU with `cfg`: both operands packed, then the blocks.
-Status run_cpu(Runtime& rt, const Problem& p, const MatmulOptions& o, const CpuConfig& cfg) {
+// The product on the CPU with `cfg`: both operands packed (A by `pack_a` when given), then the
+// blocks.
+Status run_cpu(Runtime& rt, const Problem& p, const MatmulOptions& o, const CpuConfig& cfg,
+               const detail::PackRows* custom_a = nullptr) {
   const int64_t slivers_m = (p.m + cfg.mr - 1) / cfg.mr,
                 slivers_n = (p.n + cfg.nr() - 1) / cfg.nr();
   const int64_t ap_size = p.batch_a * slivers_m * cfg.mr * p.k,
@@ -363,8 +365,11 @@ Status run_cpu(Runtime& rt, const Problem& p, const MatmulOptions& o, const CpuC
     // Chunks of 16384 elements (64 KiB of f32) per cube, a multiple of the cube's 256 units.
     constexpr int64_t kChunk = 16384;
     const int64_t item_a = slivers_m * cfg.mr * p.k, item_b = slivers_n * cfg.nr() * p.k;
-    KILN_TRY(rt.launch(pack_a, Dim3(u((item_a + kChunk - 1) / kChunk), 1, u(p.batch_a)), Dim3(256),
-                       p.a.as_read_only(), ap, cfg.mr, static_cast<int>(kChunk)));
+    if (custom_a)
+      KILN_TRY((*custom_a)(ap, cfg.mr));
+    else
+      KILN_TRY(rt.launch(pack_a, Dim3(u((item_a + kChunk - 1) / kChunk), 1, u(p.batch_a)),
+                         Dim3(256), p.a.as_read_only(), ap, cfg.mr, static_cast<int>(kChunk)));
     KILN_TRY(rt.launch(pack_b, Dim3(u((item_b + kChunk - 1) / kChunk), 1, u(p.batch_b)), Dim3(256),
                        p.b.as_read_only(), bp, cfg.nr(), static_cast<int>(kChunk)));
   }
@@ -442,6 +447,19 @@ Result<Tensor> matmul_rank5(const Tensor& t, bool transpose) {
     std::swap(strides[3], strides[4]);
   }
   return Tensor::make(t.device_ptr(), t.buffer(), t.dtype(), shape, strides, t.offset());
+}
+
+Status matmul_cpu_packed_a(Runtime& rt, const MatmulProblem& p, const MatmulOptions& o,
+                           const PackRows& pack_a, std::string* config) {
+  Problem rounded = p;
+  rounded.m = bucket(p.m);
+  rounded.n = bucket(p.n);
+  rounded.batch = bucket(p.batch);
+  const CpuConfig cfg = cpu_config(rt, rounded);
+  if (config)
+    *config = fmt::format("{}x{} register blocks ({} lanes), {}", cfg.mr, cfg.nr(), cfg.lanes,
+                          cfg.text());
+  return run_cpu(rt, p, o, cfg, &pack_a);
 }
 
 Result<Epilogue> run_epilogue(const char* op, double value) {

@@ -125,6 +125,15 @@ struct MatmulSpecialization {
 std::vector<MatmulSpecialization> matmul_gpu_specializations(const DeviceInfo& dev, ir::ElemType in,
                                                              bool allow_tf32);
 
+// A product on the CPU whose A its caller packs (convolution's im2col): `pack_a` fills `ap` (f32,
+// p.batch_a items of ceil(M / mr) slivers of mr rows: element (row s mr + r, k) at
+// (s K + k) mr + r, zeros past M) for the mr it is given; B is packed from p.b as matmul packs
+// it, then matmul_cpu multiplies. p.a gives only A's batch shape. The heuristic blocking (not
+// tuned); `config` receives its text.
+using PackRows = std::function<Status(Tensor& ap, int mr)>;
+Status matmul_cpu_packed_a(Runtime& rt, const MatmulProblem& p, const MatmulOptions& o,
+                           const PackRows& pack_a, std::string* config = nullptr);
+
 // `kiln run`'s --set epilogue=N (0 none, 1 ReLU, 2 GELU, 3 SiLU) for operation `op`, or an error.
 Result<Epilogue> run_epilogue(const char* op, double value);
 // The epilogue's activation in double, for the references.

@@ -1,11 +1,17 @@
 // kiln::lib::conv against a double reference through `kiln run conv1d|conv2d|conv3d`'s runner:
 // 1-, 2- and 3-d, NCHW and NHWC, odd sizes, stride, dilation, symmetric, asymmetric and "same"
 // padding (larger than half the kernel too), groups from dense to depthwise, bias, residual and
-// every activation, every type pair; the 1 x 1 convolutions that run as matmul; the same on
-// the emulator; and the errors of the host API.
+// every activation, every type pair; dense layers as the CPU's implicit GEMM (one chunk and
+// several), grouped ones on the direct kernel, 1 x 1 ones as matmul; the same on the emulator
+// (the direct kernel); and the errors of the host API.
 #include <catch2/catch.hpp>
 
+#include <fmt/format.h>
+
+#include <cstdlib>
 #include <map>
+#include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -28,7 +34,7 @@ struct ConvCase {
 };
 
 const ConvCase kCases[] = {
-    {"conv2d", {{"x", {2, 5, 11, 9}}, {"w", {7, 5, 3, 3}}}, {}, {}, "conv_direct"},
+    {"conv2d", {{"x", {2, 5, 11, 9}}, {"w", {7, 5, 3, 3}}}, {}, {}, "matmul_cpu"},
     {"conv2d",
      {{"x", {1, 6, 13, 10}}, {"w", {10, 3, 3, 2}}},
      {{"stride", "2"}, {"dilation", "2"}, {"padding", "3"}, {"padding_end", "0"}, {"groups", "2"}},
@@ -43,7 +49,7 @@ const ConvCase kCases[] = {
      {{"x", {1, 4, 7, 7}}, {"w", {6, 4, 7, 7}}},
      {{"padding", "5"}, {"use_residual", "1"}, {"epilogue", "1"}},
      {{"x", "f16"}},
-     "conv_direct"},
+     "matmul_cpu"},
     {"conv2d",
      {{"x", {2, 24, 9, 7}}, {"w", {40, 24, 1, 1}}},
      {{"padding", "0"}, {"use_bias", "1"}, {"use_residual", "1"}, {"epilogue", "2"}},
@@ -63,7 +69,7 @@ const ConvCase kCases[] = {
      {{"x", {1, 6, 7, 5, 4}}, {"w", {8, 4, 3, 3, 3}}},
      {{"channels_last", "1"}, {"same", "1"}, {"dilation", "2"}},
      {},
-     "conv_direct"},
+     "matmul_cpu"},
 };
 
 void run_case(Runtime& rt, const ConvCase& c, const std::string& kernel) {
@@ -93,6 +99,35 @@ TEST_CASE("kiln::lib::conv matches a double reference", "[conv]") {
   }
 }
 
+TEST_CASE("kiln::lib::conv's implicit GEMM packs im2col a chunk at a time", "[conv]") {
+  (void)kernels::builtin_names();
+  auto rt = Runtime::open("cpu");
+  REQUIRE(rt.ok());
+  // 3 items of 99 positions x 45 columns: 17,820 bytes of packed im2col per item.
+  const ConvCase c = {"conv2d",
+                      {{"x", {3, 5, 11, 9}}, {"w", {7, 5, 3, 3}}},
+                      {{"use_bias", "1"}, {"use_residual", "1"}},
+                      {},
+                      ""};
+  for (const auto& [budget, says] :
+       {std::pair{"40000", "198 of 297 positions"}, std::pair{"8000", "96 of 297 positions"}}) {
+    INFO("KILN_CONV_IM2COL_BYTES=" << budget);
+    ::setenv("KILN_CONV_IM2COL_BYTES", budget, 1);
+    kernels::RunConfig config;
+    config.shapes = c.shapes;
+    config.set = c.set;
+    config.repeat = 0;
+    config.seed = 7;
+    auto r = kernels::run(*rt, c.op, config);
+    ::unsetenv("KILN_CONV_IM2COL_BYTES");
+    KILN_REQUIRE_OK(r);
+    INFO("plan: " << r->plan);
+    CHECK_THAT(r->plan, Contains(says));
+    REQUIRE(r->checks.size() == 1);
+    CHECK(r->checks[0].mismatches == 0);
+  }
+}
+
 TEST_CASE("kiln::lib::conv on the emulator", "[conv][gpu-paths]") {
   (void)kernels::builtin_names();
   for (const char* device : {"cuda-emu:sm_80", "cuda-emu:sm_90a"}) {
@@ -115,6 +150,131 @@ TEST_CASE("kiln::lib::conv on the emulator", "[conv][gpu-paths]") {
                                 ""};
     run_case(opened.front(), pointwise,
              std::string(device) == "cuda-emu:sm_90a" ? "matmul_sm90" : "matmul_ring");
+  }
+}
+
+// The backward passes against their double references over the options (strides that skip
+// inputs, dilation, asymmetric and "same" padding, groups, NHWC, 1-d and 3-d, 16-bit types).
+TEST_CASE("kiln::lib::conv_backward_input and conv_backward_weight match double references",
+          "[conv][conv-backward]") {
+  (void)kernels::builtin_names();
+  auto rt = Runtime::open("cpu");
+  REQUIRE(rt.ok());
+  struct Backward {
+    int dims;
+    std::vector<int64_t> x, w;
+    std::map<std::string, std::string> set;
+    const char* type;
+  };
+  const Backward cases[] = {
+      {2,
+       {2, 8, 11, 9},
+       {10, 4, 3, 2},
+       {{"stride", "2"},
+        {"dilation", "2"},
+        {"padding", "3"},
+        {"padding_end", "0"},
+        {"groups", "2"}},
+       "f32"},
+      {2,
+       {2, 9, 11, 16},
+       {16, 1, 5, 5},
+       {{"channels_last", "1"}, {"groups", "16"}, {"same", "1"}},
+       "bf16"},
+      {1, {1, 4, 17}, {6, 4, 4}, {{"stride", "3"}}, "f16"},
+      {3, {1, 4, 5, 6, 7}, {6, 4, 3, 3, 3}, {{"stride", "2"}, {"padding", "1"}}, "f32"},
+  };
+  for (const Backward& c : cases) {
+    for (const bool of_input : {true, false}) {
+      const std::string op =
+          fmt::format("conv{}d_backward_{}", c.dims, of_input ? "input" : "weight");
+      INFO(op << " case " << (&c - cases));
+      kernels::RunConfig config;
+      config.shapes = {{of_input ? "dx" : "x", c.x}, {of_input ? "w" : "dw", c.w}};
+      config.set = c.set;
+      config.dtypes = {{"dy", c.type}};
+      config.repeat = 0;
+      config.seed = 11;
+      auto r = kernels::run(*rt, op, config);
+      KILN_REQUIRE_OK(r);
+      INFO("plan: " << r->plan);
+      REQUIRE(r->checks.size() == (of_input ? 1u : 2u));
+      for (const auto& check : r->checks) {
+        INFO(check.name << ": first bad " << check.first_bad << ": got " << check.got << ", want "
+                          << check.want);
+        CHECK(check.mismatches == 0);
+      }
+    }
+  }
+}
+
+// The backward passes are the forward's adjoints, whatever the reference says: for random x,
+// w and dy, <conv(x, w), dy> = <x, conv_backward_input(dy, w)> = <w, conv_backward_weight(x,
+// dy)>, each side from kiln's own kernels (the forward's implicit GEMM, direct and matmul paths)
+// summed in double. This is the finite-difference check made exact: the convolution is linear.
+TEST_CASE("kiln::lib::conv's backward passes are the forward's adjoints", "[conv][conv-backward]") {
+  (void)kernels::builtin_names();
+  for (const char* device : {"cpu", "cuda-emu:sm_80"}) {
+    auto opened = test::open_devices({device});
+    if (opened.empty()) {
+      WARN("skipped: " << device << " is not available here");
+      continue;
+    }
+    Runtime& rt = opened.front();
+    struct Adjoint {
+      std::vector<int64_t> x, w;
+      lib::ConvOptions o;
+    };
+    const Adjoint cases[] = {
+        {{2, 6, 10, 9}, {8, 6, 3, 3}, {.stride = {2}, .padding = {1}}},
+        {{1, 6, 7, 8},
+         {6, 2, 3, 3},
+         {.padding = {2}, .padding_end = {0}, .dilation = {2}, .groups = 3}},
+        {{2, 8, 5, 5}, {4, 8, 1, 1}, {}},
+        {{1, 9, 9, 4},
+         {6, 4, 3, 3},
+         {.stride = {3, 1}, .same = false, .layout = lib::Layout::Nhwc}},
+    };
+    std::mt19937 gen(5);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    auto random = [&](std::span<const int64_t> shape) {
+      auto t = rt.empty(ir::ElemType::F32, shape);
+      REQUIRE(t.ok());
+      std::vector<float> v(static_cast<size_t>(t->numel()));
+      for (float& f : v) f = dist(gen);
+      REQUIRE(t->upload(std::span<const float>(v)).ok());
+      return std::pair{*t, v};
+    };
+    auto read = [&](const Tensor& t) {
+      std::vector<float> v(static_cast<size_t>(t.numel()));
+      REQUIRE(rt.sync().ok());
+      REQUIRE(t.download(std::span<float>(v)).ok());
+      return v;
+    };
+    auto dot = [](const std::vector<float>& a, const std::vector<float>& b) {
+      double s = 0;
+      for (size_t i = 0; i < a.size(); ++i) s += double(a[i]) * double(b[i]);
+      return s;
+    };
+    for (const Adjoint& c : cases) {
+      INFO(device << " case " << (&c - cases));
+      auto shape = lib::conv_output_shape(c.x, c.w, c.o);
+      REQUIRE(shape.ok());
+      auto [x, xv] = random(c.x);
+      auto [w, wv] = random(c.w);
+      auto [dy, dyv] = random(*shape);
+      auto y = rt.empty(ir::ElemType::F32, *shape);
+      auto dx = rt.empty(ir::ElemType::F32, c.x);
+      auto dw = rt.empty(ir::ElemType::F32, c.w);
+      REQUIRE((y.ok() && dx.ok() && dw.ok()));
+      KILN_REQUIRE_OK(lib::conv(rt, x, w, *y, c.o));
+      KILN_REQUIRE_OK(lib::conv_backward_input(rt, dy, w, *dx, c.o));
+      KILN_REQUIRE_OK(lib::conv_backward_weight(rt, x, dy, *dw, c.o));
+      const double forward = dot(read(*y), dyv), through_x = dot(xv, read(*dx)),
+                   through_w = dot(wv, read(*dw));
+      CHECK(through_x == Approx(forward).epsilon(1e-5).margin(1e-4));
+      CHECK(through_w == Approx(forward).epsilon(1e-5).margin(1e-4));
+    }
   }
 }
 
@@ -167,6 +327,28 @@ TEST_CASE("kiln::lib::conv refuses what it cannot compute, naming it", "[conv]")
   REQUIRE(shape.ok());
   // H: (17 + 1 + 0 - 2 * 2 - 1) / 2 + 1 = 7; W: (31 + 4 - 4 - 1) / 3 + 1 = 11.
   CHECK(*shape == std::vector<int64_t>{2, 7, 11, 8});
+  // The backward passes: dy must be the forward's output for dx's (x's) shape.
+  Tensor dx = make(F32, {1, 4, 8, 8}), dw = make(F32, {6, 4, 3, 3});
+  const Tensor dy = make(F32, {1, 6, 6, 6});
+  auto back_fails = [&](const Status& st, const std::string& says) {
+    REQUIRE_FALSE(st.ok());
+    CHECK_THAT(st.error().message, Contains(says));
+  };
+  REQUIRE(lib::conv_backward_input(*rt, dy, w, dx).ok());
+  REQUIRE(lib::conv_backward_weight(*rt, x, dy, dw).ok());
+  back_fails(lib::conv_backward_input(*rt, dy, w, dx, {.padding = {1}}),
+             "kiln::lib::conv_backward_input: dy is f32[1, 6, 6, 6]; a convolution of f32[1, 4, 8, "
+             "8] by f32[6, 4, 3, 3] gives [1, 6, 8, 8]");
+  back_fails(lib::conv_backward_input(*rt, dy, w, dx, {.epilogue = lib::Epilogue::Relu}),
+             "the bias, residual and epilogue are the forward pass's");
+  back_fails(lib::conv_backward_weight(*rt, x, dy, dw, {.groups = 2}),
+             "kiln::lib::conv_backward_weight: w is [6, 4, 3, 3]: its second dimension is C / "
+             "groups = 4 / 2 = 2");
+  Tensor bad_bias = make(F32, {5});
+  back_fails(lib::conv_backward_weight(*rt, x, dy, dw, {}, &bad_bias),
+             "dbias is f32[5]; it must be a writable f32[6]");
+  Tensor dx16 = make(ir::ElemType::BF16, {1, 4, 8, 8});
+  back_fails(lib::conv_backward_input(*rt, dy, w, dx16), "the gradient is f32 or dy's type (f32)");
 }
 
 }  // namespace
