@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "bindings/python/common.h"
+#include "kernels/lib/conv.h"
 #include "kernels/lib/elementwise.h"
 #include "kernels/lib/matmul.h"
 #include "kernels/lib/norm.h"
@@ -121,6 +122,30 @@ void run(F&& f) {
 
 py::tuple shape_tuple(const std::vector<int64_t>& s) {
   return py::tuple(py::cast(s));
+}
+
+// A convolution's options from Python: stride, padding (ints, or "same"), padding_end (None:
+// symmetric), dilation, groups, layout.
+lib::ConvOptions conv_options(py::handle stride, py::handle padding, py::handle padding_end,
+                              py::handle dilation, int64_t groups, const std::string& layout) {
+  lib::ConvOptions o;
+  o.stride = dims(stride, "stride");
+  if (py::isinstance<py::str>(padding)) {
+    const std::string p = padding.cast<std::string>();
+    if (p == "same")
+      o.same = true;
+    else if (p != "valid")
+      raise_invalid(
+          fmt::format("padding is '{}'; it is an int, a tuple of ints, 'valid' or 'same'", p));
+    o.padding = {0};
+  } else {
+    o.padding = dims(padding, "padding");
+  }
+  if (!padding_end.is_none()) o.padding_end = dims(padding_end, "padding_end");
+  o.dilation = dims(dilation, "dilation");
+  o.groups = groups;
+  o.layout = parse(kLayouts, layout, "layout");
+  return o;
 }
 
 lib::Pool2dOptions pool_options(py::handle kernel, py::handle stride, py::handle padding,
@@ -283,6 +308,44 @@ void bind_reduce_pool_random(py::module_& m) {
   m.def("reduce_output_type", [](const std::string& op, const std::string& dtype) {
     return std::string(ir::elem_name(
         take(lib::reduce_output_type(parse(kReduceOps, op, "op"), parse_dtype(dtype)))));
+  });
+  m.def("conv_output_shape", [](py::handle x, py::handle w, py::handle stride, py::handle padding,
+                                py::handle padding_end, py::handle dilation, int64_t groups,
+                                const std::string& layout) {
+    const lib::ConvOptions o = conv_options(stride, padding, padding_end, dilation, groups, layout);
+    return shape_tuple(take(lib::conv_output_shape(dims(x, "x"), dims(w, "w"), o)));
+  });
+  m.def("conv", [](Runtime& rt, py::handle x, py::handle w, py::handle y, py::handle bias,
+                   py::handle residual, py::handle stride, py::handle padding,
+                   py::handle padding_end, py::handle dilation, int64_t groups,
+                   const std::string& layout, const std::string& epilogue) {
+    lib::ConvOptions o = conv_options(stride, padding, padding_end, dilation, groups, layout);
+    o.epilogue = parse(kEpilogues, epilogue, "epilogue");
+    const Tensor tx = tensor(rt, x, "x"), tw = tensor(rt, w, "w");
+    Tensor ty = tensor(rt, y, "y");
+    const std::optional<Tensor> tb = optional_tensor(rt, bias, "bias"),
+                                tr = optional_tensor(rt, residual, "residual");
+    o.bias = tb ? &*tb : nullptr;
+    o.residual = tr ? &*tr : nullptr;
+    run([&] { return lib::conv(rt, tx, tw, ty, o); });
+  });
+  m.def("conv_backward_input", [](Runtime& rt, py::handle dy, py::handle w, py::handle dx,
+                                  py::handle stride, py::handle padding, py::handle padding_end,
+                                  py::handle dilation, int64_t groups, const std::string& layout) {
+    const lib::ConvOptions o = conv_options(stride, padding, padding_end, dilation, groups, layout);
+    const Tensor tdy = tensor(rt, dy, "dy"), tw = tensor(rt, w, "w");
+    Tensor tdx = tensor(rt, dx, "dx");
+    run([&] { return lib::conv_backward_input(rt, tdy, tw, tdx, o); });
+  });
+  m.def("conv_backward_weight", [](Runtime& rt, py::handle x, py::handle dy, py::handle dw,
+                                   py::handle dbias, py::handle stride, py::handle padding,
+                                   py::handle padding_end, py::handle dilation, int64_t groups,
+                                   const std::string& layout) {
+    const lib::ConvOptions o = conv_options(stride, padding, padding_end, dilation, groups, layout);
+    const Tensor tx = tensor(rt, x, "x"), tdy = tensor(rt, dy, "dy");
+    Tensor tdw = tensor(rt, dw, "dw");
+    std::optional<Tensor> tdb = optional_tensor(rt, dbias, "dbias");
+    run([&] { return lib::conv_backward_weight(rt, tx, tdy, tdw, o, tdb ? &*tdb : nullptr); });
   });
   m.def("pool2d_output_shape",
         [](py::handle shape, py::handle kernel, py::handle stride, py::handle padding,

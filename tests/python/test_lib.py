@@ -104,6 +104,59 @@ def test_grouped_matmul_groups_of_rows():
         lib.grouped_matmul(a, b, np.array([10, 10, 31, 45], np.int64))
 
 
+def conv_ref(x, w, stride=1, padding=0, dilation=1, groups=1):
+    """A 2-d convolution in float64 with NumPy, PyTorch's semantics."""
+    x = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    n, c, h, wd = x.shape
+    k, cg, r, s = w.shape
+    oh = (h - dilation * (r - 1) - 1) // stride + 1
+    ow = (wd - dilation * (s - 1) - 1) // stride + 1
+    y = np.zeros((n, k, oh, ow))
+    kg = k // groups
+    for o in range(k):
+        g = o // kg
+        for i in range(r):
+            for j in range(s):
+                patch = x[:, g * cg:(g + 1) * cg, i * dilation:i * dilation + stride * oh:stride,
+                          j * dilation:j * dilation + stride * ow:stride]
+                y[:, o] += np.einsum("nchw,c->nhw", patch, w[o, :, i, j])
+    return y
+
+
+def test_conv_forward_and_both_gradients():
+    x, w = rand(2, 6, 9, 8), rand(4, 3, 3, 3)
+    opts = dict(stride=2, padding=1, groups=2)
+    y = lib.conv(x, w, **opts)
+    want = conv_ref(x, w, 2, 1, 1, 2)
+    assert y.shape == want.shape == lib.conv_output_shape(x.shape, w.shape, **opts)
+    close(y, want, 1e-4)
+    bias = rand(4)
+    close(lib.conv(x, w, bias=bias, epilogue="relu", **opts),
+          np.maximum(want + bias[None, :, None, None], 0), 1e-4)
+    # The gradients are the forward's adjoints: <conv(x), dy> = <x, dx> = <w, dw>.
+    dy = rand(*y.shape)
+    dx = lib.conv_backward_input(dy, w, input_shape=x.shape, **opts)
+    dw, dbias = lib.conv_backward_weight(x, dy, weight_shape=w.shape, bias=True, **opts)
+    forward = float(np.sum(want * dy))
+    assert abs(float(np.sum(x.astype(np.float64) * dx)) - forward) < 1e-3 * max(1, abs(forward))
+    assert abs(float(np.sum(w.astype(np.float64) * dw)) - forward) < 1e-3 * max(1, abs(forward))
+    close(dbias, dy.astype(np.float64).sum(axis=(0, 2, 3)), 1e-4)
+
+
+def test_conv_same_padding_nhwc_and_errors():
+    x, w = rand(1, 7, 7, 5), rand(8, 5, 3, 3)  # NHWC x
+    y = lib.conv(x, w, padding="same", layout="nhwc")
+    assert y.shape == (1, 7, 7, 8)
+    want = conv_ref(np.ascontiguousarray(x.transpose(0, 3, 1, 2)), w, 1, 1)
+    close(y, want.transpose(0, 2, 3, 1), 1e-4)
+    with pytest.raises(kiln.Error, match="groups is 3"):
+        lib.conv(rand(1, 4, 5, 5), rand(6, 4, 3, 3), groups=3)
+    with pytest.raises(kiln.Error, match="padding is 'full'"):
+        lib.conv(rand(1, 4, 5, 5), rand(6, 4, 3, 3), padding="full")
+    with pytest.raises(kiln.Error, match="needs dx or input_shape"):
+        lib.conv_backward_input(rand(1, 6, 3, 3), rand(6, 4, 3, 3))
+
+
 def test_matmul_errors_name_the_argument():
     a = rand(5, 7)
     with pytest.raises(kiln.Error, match="columns of the first") as e:

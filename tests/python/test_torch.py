@@ -60,6 +60,23 @@ def test_grouped_matmul_on_torch_tensors_as_torch_grouped_mm_takes_them():
     close(c, want, 1e-4)
 
 
+def test_conv_and_its_gradients_against_torch():
+    x = torch.randn(2, 6, 11, 9, requires_grad=True)
+    w = torch.randn(8, 3, 3, 2, requires_grad=True)
+    b = torch.randn(8, requires_grad=True)
+    opts = dict(stride=(2, 1), padding=(1, 0), dilation=(1, 2), groups=2)
+    y = torch.nn.functional.conv2d(x, w, b, **opts)
+    got = lib.conv(x.detach(), w.detach(), bias=b.detach(), **opts)
+    close(got, y.detach(), 1e-4)
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    dx = lib.conv_backward_input(dy, w.detach(), input_shape=x.shape, **opts)
+    dw, db = lib.conv_backward_weight(x.detach(), dy, weight_shape=w.shape, bias=True, **opts)
+    close(dx, x.grad, 1e-4)
+    close(dw, w.grad, 1e-4)
+    close(db, b.grad, 1e-4)
+
+
 def test_torch_errors_name_the_argument():
     with pytest.raises(kiln.Error, match="has no kiln device"):
         lib.softmax(torch.empty(3, device="meta"))

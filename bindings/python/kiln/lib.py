@@ -33,7 +33,8 @@ Shape = Tuple[int, ...]
 Pair = Union[int, Tuple[int, int]]
 
 __all__ = [
-    "avg_pool2d", "binary", "broadcast_shape", "copy", "grouped_matmul", "layer_norm",
+    "avg_pool2d", "binary", "broadcast_shape", "conv", "conv_backward_input",
+    "conv_backward_weight", "conv_output_shape", "copy", "grouped_matmul", "layer_norm",
     "log_softmax", "map", "matmul", "max_pool2d", "normal", "pool2d_output_shape", "reduce", "reduce_output_shape",
     "reduce_output_type", "rms_norm", "softmax", "unary", "uniform", "OPS", "REDUCE_OPS",
 ]
@@ -323,6 +324,80 @@ def grouped_matmul(a: Any, b: Any, offsets: Any, c: Any = None, *, alpha: float 
                           bool(transpose_b), bias, epilogue, bool(allow_tf32), float(scale_a),
                           float(scale_b))
     return c
+
+
+# ---- convolution ------------------------------------------------------------------------------
+
+Ints = Union[int, Sequence[int]]
+
+
+def conv_output_shape(x_shape: Sequence[int], w_shape: Sequence[int], *, stride: Ints = 1,
+                      padding: Union[Ints, str] = 0, padding_end: Optional[Ints] = None,
+                      dilation: Ints = 1, groups: int = 1, layout: str = "nchw") -> Shape:
+    """The shape of conv()'s output for inputs of these shapes (PyTorch's rule)."""
+    return _L.conv_output_shape(list(x_shape), list(w_shape), stride, padding, padding_end,
+                                dilation, int(groups), layout)
+
+
+def conv(x: Any, w: Any, y: Any = None, *, bias: Any = None, residual: Any = None,
+         stride: Ints = 1, padding: Union[Ints, str] = 0, padding_end: Optional[Ints] = None,
+         dilation: Ints = 1, groups: int = 1, layout: str = "nchw", epilogue: str = "none",
+         out_dtype: Optional[str] = None, runtime: Any = None) -> Any:
+    """y = epilogue(conv(x, w) + bias + residual), PyTorch's conv1d/conv2d/conv3d: x is
+    [N, C, *spatial] ('nchw') or [N, *spatial, C] ('nhwc'), w [K, C / groups, *kernel]; stride,
+    padding (ints, 'valid' or 'same'; padding_end for asymmetric padding) and dilation per
+    dimension or one for all; bias f32 [K]; residual of y's shape and type; epilogue 'none',
+    'relu', 'gelu' or 'silu'. f32, f16 or bf16; y of out_dtype (x's type by default)."""
+    call = _Call(x, "x", runtime, w=w, y=y, bias=bias, residual=residual)
+    if y is None:
+        shape = conv_output_shape(_shape(x), _shape(w), stride=stride, padding=padding,
+                                  padding_end=padding_end, dilation=dilation, groups=groups,
+                                  layout=layout)
+        y = call.empty(out_dtype or call.dtype(x, "x"), shape)
+    with call:
+        _L.conv(call.rt, x, w, y, bias, residual, stride, padding, padding_end, dilation,
+                int(groups), layout, epilogue)
+    return y
+
+
+def conv_backward_input(dy: Any, w: Any, dx: Any = None, *, input_shape: Optional[Sequence[int]] = None,
+                        stride: Ints = 1, padding: Union[Ints, str] = 0,
+                        padding_end: Optional[Ints] = None, dilation: Ints = 1, groups: int = 1,
+                        layout: str = "nchw", out_dtype: Optional[str] = None,
+                        runtime: Any = None) -> Any:
+    """dx = the gradient of conv(x, w) with respect to x for the output gradient dy (also
+    conv_transpose's forward). dx, or input_shape (x's shape), says x's size."""
+    call = _Call(dy, "dy", runtime, w=w, dx=dx)
+    if dx is None:
+        if input_shape is None:
+            raise _error("conv_backward_input needs dx or input_shape (x's shape: a stride "
+                         "leaves it ambiguous)")
+        dx = call.empty(out_dtype or call.dtype(dy, "dy"), tuple(input_shape))
+    with call:
+        _L.conv_backward_input(call.rt, dy, w, dx, stride, padding, padding_end, dilation,
+                               int(groups), layout)
+    return dx
+
+
+def conv_backward_weight(x: Any, dy: Any, dw: Any = None, *,
+                         weight_shape: Optional[Sequence[int]] = None, bias: bool = False,
+                         stride: Ints = 1, padding: Union[Ints, str] = 0,
+                         padding_end: Optional[Ints] = None, dilation: Ints = 1,
+                         groups: int = 1, layout: str = "nchw", out_dtype: Optional[str] = None,
+                         runtime: Any = None) -> Any:
+    """dw = the gradient of conv(x, w) with respect to w for the output gradient dy (dw, or
+    weight_shape, gives w's shape); with bias=True returns (dw, dbias), dbias f32 [K] the sum of
+    dy over all but its channels."""
+    call = _Call(x, "x", runtime, dy=dy, dw=dw)
+    if dw is None:
+        if weight_shape is None:
+            raise _error("conv_backward_weight needs dw or weight_shape (w's shape)")
+        dw = call.empty(out_dtype or call.dtype(x, "x"), tuple(weight_shape))
+    dbias = call.empty("f32", (_shape(dw)[0],)) if bias else None
+    with call:
+        _L.conv_backward_weight(call.rt, x, dy, dw, dbias, stride, padding, padding_end,
+                                dilation, int(groups), layout)
+    return (dw, dbias) if bias else dw
 
 
 def softmax(x: Any, y: Any = None, *, runtime: Any = None) -> Any:
