@@ -11,6 +11,7 @@
 #include <array>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -536,19 +537,18 @@ int64_t im2col_bytes() {
 // A dense convolution on the CPU as an implicit GEMM: y^T [P, K] = im2col(x) [P, C taps] w^T
 // [C taps, K] on matmul's micro-kernel, im2col's rows packed straight into its slivers by
 // conv_pack_im2col a chunk at a time (batch items, or positions of one item), w packed as
-// matmul's B. The bias is per column; a residual is copied into y first and added as beta y.
+// matmul's B. The bias is per column; a residual (r5: y's [N, K, D, H, W] view of it) is copied
+// into y first and added as beta y.
 Result<bool> implicit_gemm_cpu(Runtime& rt, const Tensor& x5, const Tensor& w5, Tensor& y5,
                                const std::array<uint32_t, 3>& s, const std::array<uint32_t, 3>& p,
-                               const std::array<uint32_t, 3>& dl, const ConvOptions& o) {
+                               const std::array<uint32_t, 3>& dl, const Tensor* bias,
+                               const Tensor* r5, Epilogue epilogue, MatmulPlan* plan) {
   const int64_t ws = column_stride(w5), ys = position_stride(y5);
   if (ws == 0 || ys == 0) return false;
   const int64_t n = x5.shape(0), k = w5.shape(0),
                 columns = w5.shape(1) * w5.shape(2) * w5.shape(3) * w5.shape(4),
                 positions = y5.shape(2) * y5.shape(3) * y5.shape(4);
-  if (o.residual) {
-    KILN_ASSIGN(const Tensor r5, rank5(*o.residual, o.layout));
-    KILN_TRY(copy(rt, r5, y5));
-  }
+  if (r5) KILN_TRY(copy(rt, *r5, y5));
   KILN_ASSIGN(const Tensor b,
               Tensor::make(w5.device_ptr(), w5.buffer(), w5.dtype(),
                            std::vector<int64_t>{1, 1, 1, columns, k},
@@ -562,9 +562,9 @@ Result<bool> implicit_gemm_cpu(Runtime& rt, const Tensor& x5, const Tensor& w5, 
   KILN_ASSIGN(const Kernel pack, rt.kernel("conv_pack_im2col"));
   auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
   MatmulOptions m;
-  m.bias = o.bias;
-  m.epilogue = o.epilogue;
-  m.beta = o.residual ? 1.0f : 0.0f;
+  m.bias = bias;
+  m.epilogue = epilogue;
+  m.beta = r5 ? 1.0f : 0.0f;
   std::string config;
   for (int64_t n0 = 0; n0 < n; n0 += items) {
     const int64_t chunk_items = std::min(items, n - n0);
@@ -594,12 +594,12 @@ Result<bool> implicit_gemm_cpu(Runtime& rt, const Tensor& x5, const Tensor& w5, 
       KILN_TRY(detail::matmul_cpu_packed_a(rt, q, m, pack_rows, &config));
     }
   }
-  if (o.plan)
-    *o.plan = {"matmul_cpu",
-               fmt::format("{}; im2col packed by conv_pack_im2col, {} of {} positions x {} "
-                           "columns at a time",
-                           config, items > 1 ? items * positions : rows, n * positions, columns),
-               "a dense convolution on the CPU: an implicit GEMM on matmul's micro-kernel"};
+  if (plan)
+    *plan = {"matmul_cpu",
+             fmt::format("{}; im2col packed by conv_pack_im2col, {} of {} positions x {} "
+                         "columns at a time",
+                         config, items > 1 ? items * positions : rows, n * positions, columns),
+             "a dense convolution on the CPU: an implicit GEMM on matmul's micro-kernel"};
   return true;
 }
 
@@ -673,11 +673,46 @@ Status conv(Runtime& rt, const Tensor& x, const Tensor& w, Tensor& y, const Conv
     p[at] = static_cast<uint32_t>(g.front[i]);
     dl[at] = static_cast<uint32_t>(g.dilation[i]);
   }
-  if (rt.device().lane_units && o.groups == 1) {
-    KILN_ASSIGN(const bool done, implicit_gemm_cpu(rt, x5, w5, y5, s, p, dl, o));
-    if (done) return {};
+  const int64_t kpg = k / o.groups, cg = w.shape(1), taps = w5.shape(2) * w5.shape(3) * w5.shape(4);
+  if (rt.device().lane_units && (o.groups == 1 || (kpg >= 8 && cg * taps >= 16))) {
+    std::optional<Tensor> r5;
+    if (o.residual) {
+      KILN_ASSIGN(r5, rank5(*o.residual, o.layout));
+    }
+    if (o.groups == 1) {
+      KILN_ASSIGN(const bool done, implicit_gemm_cpu(rt, x5, w5, y5, s, p, dl, o.bias,
+                                                     r5 ? &*r5 : nullptr, o.epilogue, o.plan));
+      if (done) return {};
+    } else {
+      // One implicit GEMM per group, on views of its channels.
+      auto channels = [](const Tensor& t, int dim, int64_t first, int64_t count) {
+        std::vector<int64_t> shape(t.shape().begin(), t.shape().end()),
+            strides(t.strides().begin(), t.strides().end());
+        shape[static_cast<size_t>(dim)] = count;
+        return Tensor::make(t.device_ptr(), t.buffer(), t.dtype(), shape, strides,
+                            t.offset() + first * t.stride(dim));
+      };
+      bool done = true;
+      for (int64_t g = 0; g < o.groups && done; ++g) {
+        KILN_ASSIGN(const Tensor xg, channels(x5, 1, g * cg, cg));
+        KILN_ASSIGN(const Tensor wg, channels(w5, 0, g * kpg, kpg));
+        KILN_ASSIGN(Tensor yg, channels(y5, 1, g * kpg, kpg));
+        std::optional<Tensor> bg, rg;
+        if (o.bias) {
+          KILN_ASSIGN(bg, channels(*o.bias, 0, g * kpg, kpg));
+        }
+        if (r5) {
+          KILN_ASSIGN(rg, channels(*r5, 1, g * kpg, kpg));
+        }
+        KILN_ASSIGN(done, implicit_gemm_cpu(rt, xg, wg, yg, s, p, dl, bg ? &*bg : nullptr,
+                                            rg ? &*rg : nullptr, o.epilogue, o.plan));
+      }
+      if (done) {
+        if (o.plan) o.plan->config += fmt::format("; one product per group ({} groups)", o.groups);
+        return {};
+      }
+    }
   }
-  const int64_t kpg = k / o.groups;
   const int kb = kpg >= 8 ? 8 : kpg >= 4 ? 4 : kpg >= 2 ? 2 : 1;
   const int64_t positions = y5.shape(2) * y5.shape(3) * y5.shape(4);
   const int64_t by = o.groups * ((kpg + kb - 1) / kb);

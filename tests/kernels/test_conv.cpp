@@ -2,7 +2,8 @@
 // 1-, 2- and 3-d, NCHW and NHWC, odd sizes, stride, dilation, symmetric, asymmetric and "same"
 // padding (larger than half the kernel too), groups from dense to depthwise, bias, residual and
 // every activation, every type pair; dense layers as the CPU's implicit GEMM (one chunk and
-// several), grouped ones on the direct kernel, 1 x 1 ones as matmul; the same on the emulator
+// several; grouped ones with 8 or more channels per group as one per group), depthwise and
+// narrow groups on the direct kernel, 1 x 1 ones as matmul; the same on the emulator
 // (the direct kernel); and the errors of the host API.
 #include <catch2/catch.hpp>
 
@@ -59,6 +60,15 @@ const ConvCase kCases[] = {
      {{"x", {2, 9, 7, 24}}, {"w", {40, 24, 1, 1}}},
      {{"padding", "0"}, {"channels_last", "1"}},
      {{"x", "f16"}, {"y", "f16"}},
+     "matmul_cpu"},
+    {"conv2d",
+     {{"x", {2, 8, 9, 10}}, {"w", {16, 4, 3, 3}}},
+     {{"groups", "2"},
+      {"stride", "2"},
+      {"use_bias", "1"},
+      {"use_residual", "1"},
+      {"epilogue", "3"}},
+     {},
      "matmul_cpu"},
     {"conv1d",
      {{"x", {3, 6, 40}}, {"w", {6, 3, 4}}},
@@ -201,7 +211,7 @@ TEST_CASE("kiln::lib::conv_backward_input and conv_backward_weight match double 
       REQUIRE(r->checks.size() == (of_input ? 1u : 2u));
       for (const auto& check : r->checks) {
         INFO(check.name << ": first bad " << check.first_bad << ": got " << check.got << ", want "
-                          << check.want);
+                        << check.want);
         CHECK(check.mismatches == 0);
       }
     }
