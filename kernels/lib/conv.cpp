@@ -164,6 +164,52 @@ KILN_KERNEL_GENERIC(conv_pack_im2col,
     .cube_dim(12)
     .describe("kiln::lib::conv on the CPU: a chunk of x's im2col matrix into matmul's slivers");
 
+// Positions p0 .. p0 + count - 1 of batch item n of x's im2col matrix, transposed (rows: the
+// columns c, kd, kh, kw; k: the positions), into matmul_cpu's slivers of mr rows (mr =
+// cube_dim: unit r is row r of sliver cube_pos_x()): element (row s mr + r, position j) at
+// (s count + j) mr + r, f32, zeros in the padding and past the rows. The A operand of the
+// weights' gradient, dw^T = im2col(x)^T dy^T. Each unit finds its tap once; the cube walks the
+// positions together.
+template <class T>
+void conv_pack_im2col_t(Tensor<const T> x, Tensor<f32> ap, u32 oh_n, u32 ow_n, u32 kd_n, u32 kh_n,
+                        u32 kw_n, u32 sd, u32 sh, u32 sw, u32 pd, u32 ph, u32 pw, u32 dd, u32 dh,
+                        u32 dw, u32 n, u32 p0, u32 count) {
+  using In = host_of_t<T>;
+  u32 mr = cube_dim(), r = unit_pos(), s = cube_pos_x();
+  u32 d_n = x.shape(2), h_n = x.shape(3), w_n = x.shape(4);
+  u32 taps = kd_n * kh_n * kw_n, columns = x.shape(1) * taps;
+  u32 q = s * mr + r;
+  Val<bool> live = q < columns;
+  u32 qq = min(q, columns - 1u);
+  u32 kw = qq % kw_n, kh = qq / kw_n % kh_n, kd = qq / (kw_n * kh_n) % kd_n, c = qq / taps;
+  u32 xc = n * x.stride(0) + c * x.stride(1);
+  u32 base = s * count * mr + r;
+  Var<u32> ow = p0 % ow_n, oh = p0 / ow_n % oh_n, od = p0 / (ow_n * oh_n);
+  for_range(0u, count, 1u, [&](u32 j) {
+    u32 id = Val<uint32_t>(od) * sd + kd * dd - pd, ih = Val<uint32_t>(oh) * sh + kh * dh - ph,
+        iw = Val<uint32_t>(ow) * sw + kw * dw - pw;
+    Val<bool> inside = live && id < d_n && ih < h_n && iw < w_n;
+    u32 at = xc + select(inside, id * x.stride(2) + ih * x.stride(3) + iw * x.stride(4), 0u);
+    ap[base + j * mr] = select(inside, cast<float>(Val<In>(x[at])), 0.0f);
+    // The next position: ow, then oh, then od.
+    u32 w1 = Val<uint32_t>(ow) + 1u;
+    Val<bool> wrap_w = w1 == ow_n;
+    u32 h1 = select(wrap_w, Val<uint32_t>(oh) + 1u, Val<uint32_t>(oh));
+    Val<bool> wrap_h = h1 == oh_n;
+    ow = select(wrap_w, 0u, w1);
+    oh = select(wrap_h, 0u, h1);
+    od = select(wrap_h, Val<uint32_t>(od) + 1u, Val<uint32_t>(od));
+  });
+}
+KILN_KERNEL_GENERIC(conv_pack_im2col_t,
+                    "x: rank=5, ap, oh_n, ow_n, kd_n, kh_n, kw_n, sd, sh, sw, pd, ph, pw, dd, dh, "
+                    "dw, n, p0, count",
+                    f32, f16, bf16)
+    .cube_dim(12)
+    .describe(
+        "kiln::lib::conv_backward_weight on the CPU: x's im2col matrix, transposed, into "
+        "matmul's slivers");
+
 // dx = the gradient of sum(y dy) for y = conv(x, w) with respect to x (also conv_transpose's
 // forward), directly: unit u of cube (bx, by, bz) computes input position q = bx cube_dim + u
 // (id, ih, iw flattened) of batch item bz for `kb` input channels of one group (by: the group and
@@ -809,6 +855,76 @@ Geometry3 geometry3(const Geometry& g) {
 
 }  // namespace
 
+namespace {
+
+// The weights' gradient of a dense convolution on the CPU as GEMMs on matmul's micro-kernel:
+// dw^T [C taps, K] = sum over the batch items n of im2col(x_n)^T [C taps, P] dy_n^T [P, K],
+// im2col^T packed straight into the micro-kernel's slivers by conv_pack_im2col_t a chunk of
+// positions at a time, each chunk's product added to the last (beta 1) in f32: into dw itself
+// when it is f32, else into an f32 scratch copied to dw at the end.
+Result<bool> weight_gemm_cpu(Runtime& rt, const Tensor& x5, const Tensor& dy5, Tensor& dw5,
+                             const Geometry3& g, MatmulPlan* plan) {
+  const int64_t ws = column_stride(dw5), ys = position_stride(dy5);
+  if (ws == 0 || ys == 0) return false;
+  const int64_t n = x5.shape(0), k = dw5.shape(0),
+                columns = dw5.shape(1) * dw5.shape(2) * dw5.shape(3) * dw5.shape(4),
+                positions = dy5.shape(2) * dy5.shape(3) * dy5.shape(4);
+  KILN_ASSIGN(
+      const Tensor dwt,
+      Tensor::make(dw5.device_ptr(), dw5.buffer(), dw5.dtype(), std::vector<int64_t>{columns, k},
+                   std::vector<int64_t>{ws, dw5.stride(0)}, dw5.offset()));
+  Tensor target = dwt;
+  if (dw5.dtype() != ElemType::F32) {
+    KILN_ASSIGN(target, rt.empty(ElemType::F32, {columns, k}));
+  }
+  KILN_ASSIGN(const Tensor c, detail::matmul_rank5(target, false));
+  const int64_t len =
+      std::clamp<int64_t>(im2col_bytes() / std::max<int64_t>(columns * 4, 1), 1, positions);
+  KILN_ASSIGN(const Kernel pack, rt.kernel("conv_pack_im2col_t"));
+  auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
+  std::string config;
+  bool first = true;
+  for (int64_t item = 0; item < n; ++item)
+    for (int64_t p0 = 0; p0 < positions; p0 += len) {
+      const int64_t count = std::min(len, positions - p0);
+      detail::MatmulProblem q;
+      q.m = columns;
+      q.n = k;
+      q.k = count;
+      KILN_ASSIGN(q.a, Tensor::make(x5.device_ptr(), x5.buffer(), x5.dtype(),
+                                    std::vector<int64_t>{1, 1, 1, columns, count},
+                                    std::vector<int64_t>{0, 0, 0, 0, 0}, x5.offset()));
+      KILN_ASSIGN(q.b, Tensor::make(dy5.device_ptr(), dy5.buffer(), dy5.dtype(),
+                                    std::vector<int64_t>{1, 1, 1, count, k},
+                                    std::vector<int64_t>{0, 0, 0, ys, dy5.stride(1)},
+                                    dy5.offset() + item * dy5.stride(0) + p0 * ys));
+      q.c = c;
+      MatmulOptions m;
+      m.beta = first ? 0.0f : 1.0f;
+      const detail::PackRows pack_rows = [&](Tensor& ap, int mr) -> Status {
+        return rt.launch(pack, Dim3(u((columns + mr - 1) / mr)), Dim3(u(mr)), x5.as_read_only(), ap,
+                         u(dy5.shape(3)), u(dy5.shape(4)), u(dw5.shape(2)), u(dw5.shape(3)),
+                         u(dw5.shape(4)), g.s[0], g.s[1], g.s[2], g.p[0], g.p[1], g.p[2], g.dl[0],
+                         g.dl[1], g.dl[2], u(item), u(p0), u(count));
+      };
+      KILN_TRY(detail::matmul_cpu_packed_a(rt, q, m, pack_rows, &config));
+      first = false;
+    }
+  if (dw5.dtype() != ElemType::F32) {
+    Tensor out = dwt;
+    KILN_TRY(copy(rt, target, out));
+  }
+  if (plan)
+    *plan = {"matmul_cpu",
+             fmt::format("{}; im2col^T packed by conv_pack_im2col_t, {} of {} positions at a "
+                         "time, {} batch item{} summed",
+                         config, len, positions, n, n == 1 ? "" : "s"),
+             "a dense convolution's weight gradient on the CPU: GEMMs on matmul's micro-kernel"};
+  return true;
+}
+
+}  // namespace
+
 Status conv_backward_input(Runtime& rt, const Tensor& dy, const Tensor& w, Tensor& dx,
                            const ConvOptions& o) {
   KILN_TRY(check_backward("conv_backward_input", true, dx, w, dy, dx, o));
@@ -860,13 +976,17 @@ Status conv_backward_weight(Runtime& rt, const Tensor& x, const Tensor& dy, Tens
   auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
   int64_t weights = 1;
   for (int64_t d : dw.shape()) weights *= d;
-  if (weights > 0) {
+  bool done = false;
+  if (weights > 0 && rt.device().lane_units && o.groups == 1) {
+    KILN_ASSIGN(done, weight_gemm_cpu(rt, x5, dy5, dw5, g3, o.plan));
+  }
+  if (weights > 0 && !done) {
     KILN_ASSIGN(const Kernel k, rt.kernel("conv_grad_weight"));
     KILN_TRY(rt.launch(k, Dim3(u((weights + 127) / 128)), Dim3(128), x5.as_read_only(),
                        dy5.as_read_only(), dw5, u(o.groups), g3.s[0], g3.s[1], g3.s[2], g3.p[0],
                        g3.p[1], g3.p[2], g3.dl[0], g3.dl[1], g3.dl[2]));
   }
-  if (o.plan)
+  if (o.plan && !done)
     *o.plan = {"conv_grad_weight", "a unit per weight",
                "each weight summed over the batch and every output position"};
   if (!dbias || dbias->shape(0) == 0) return {};

@@ -138,6 +138,25 @@ TEST_CASE("kiln::lib::conv's implicit GEMM packs im2col a chunk at a time", "[co
   }
 }
 
+TEST_CASE("kiln::lib::conv_backward_weight's GEMMs sum chunks of positions", "[conv]") {
+  (void)kernels::builtin_names();
+  auto rt = Runtime::open("cpu");
+  REQUIRE(rt.ok());
+  // 45 columns of 4 bytes: 44 positions per chunk of 8000 bytes, 3 chunks per item of 99.
+  ::setenv("KILN_CONV_IM2COL_BYTES", "8000", 1);
+  kernels::RunConfig config;
+  config.shapes = {{"x", {2, 5, 11, 9}}, {"dw", {7, 5, 3, 3}}};
+  config.repeat = 0;
+  config.seed = 9;
+  auto r = kernels::run(*rt, "conv2d_backward_weight", config);
+  ::unsetenv("KILN_CONV_IM2COL_BYTES");
+  KILN_REQUIRE_OK(r);
+  INFO("plan: " << r->plan);
+  CHECK_THAT(r->plan, Contains("44 of 99 positions at a time, 2 batch items summed"));
+  REQUIRE(r->checks.size() == 2);
+  for (const auto& check : r->checks) CHECK(check.mismatches == 0);
+}
+
 TEST_CASE("kiln::lib::conv on the emulator", "[conv][gpu-paths]") {
   (void)kernels::builtin_names();
   for (const char* device : {"cuda-emu:sm_80", "cuda-emu:sm_90a"}) {
@@ -193,6 +212,7 @@ TEST_CASE("kiln::lib::conv_backward_input and conv_backward_weight match double 
        "bf16"},
       {1, {1, 4, 17}, {6, 4, 4}, {{"stride", "3"}}, "f16"},
       {3, {1, 4, 5, 6, 7}, {6, 4, 3, 3, 3}, {{"stride", "2"}, {"padding", "1"}}, "f32"},
+      {2, {2, 5, 8, 7}, {6, 5, 3, 3}, {{"dilation", "2"}, {"padding", "2"}}, "bf16-bf16"},
   };
   for (const Backward& c : cases) {
     for (const bool of_input : {true, false}) {
@@ -202,7 +222,11 @@ TEST_CASE("kiln::lib::conv_backward_input and conv_backward_weight match double 
       kernels::RunConfig config;
       config.shapes = {{of_input ? "dx" : "x", c.x}, {of_input ? "w" : "dw", c.w}};
       config.set = c.set;
-      config.dtypes = {{"dy", c.type}};
+      const std::string type = c.type;
+      if (type == "bf16-bf16")  // a bf16 gradient (summed in f32 and rounded once)
+        config.dtypes = {{"dy", "bf16"}, {of_input ? "dx" : "dw", "bf16"}};
+      else
+        config.dtypes = {{"dy", type}};
       config.repeat = 0;
       config.seed = 11;
       auto r = kernels::run(*rt, op, config);
