@@ -284,6 +284,50 @@ KILN_KERNEL_GENERIC(conv_grad_input,
     .cube_dim(128)
     .describe("kiln::lib::conv_backward_input: the gradient of a convolution's input, directly");
 
+// The input's gradient from a chunk of dcol = dy^T w (positions p0 .. p0 + len - 1 of one batch
+// item, [len, C taps] f32): unit e, an element (c, id, ih, iw) of the item's f32 gradient `acc`
+// ([C, D, H, W]), sums dcol over the taps whose window puts it at a position of the chunk,
+// o = (i + pad - tap dilation) / stride where that divides, and adds it to acc (or sets it, for
+// the item's first chunk). The strides are comptime, so that the divisions by them are
+// multiplications.
+void conv_col2im(Tensor<const f32> dcol, Tensor<f32> acc, u32 c_n, u32 d_n, u32 h_n, u32 w_n,
+                 u32 od_n, u32 oh_n, u32 ow_n, u32 kd_n, u32 kh_n, u32 kw_n, u32 pd, u32 ph, u32 pw,
+                 u32 dd, u32 dh, u32 dw, u32 p0, u32 len, u32 first, int sd, int sh, int sw) {
+  u32 e = cube_pos_x() * cube_dim() + unit_pos();
+  if_(e >= c_n * d_n * h_n * w_n, [&] { return_(); });
+  u32 iw = e % w_n, ih = e / w_n % h_n, id = e / (w_n * h_n) % d_n, c = e / (w_n * h_n * d_n);
+  u32 taps = kd_n * kh_n * kw_n, columns = c_n * taps;
+  // The output index a tap reaches along a dimension, and whether it exists.
+  auto reach = [](const Val<uint32_t>& i, const Val<uint32_t>& t, const Val<uint32_t>& pad,
+                  const Val<uint32_t>& dil, int stride,
+                  const Val<uint32_t>& n_out) -> std::pair<Val<uint32_t>, Val<bool>> {
+    const auto us = static_cast<uint32_t>(stride);
+    u32 diff = i + pad - t * dil;  // wraps when negative
+    u32 o = diff / us;
+    return {o, diff < 0x80000000u && o * us == diff && o < n_out};
+  };
+  Var<f32> sum = 0.0f;
+  for_range(0u, kd_n, 1u, [&](u32 kd) {
+    const auto [od, okd] = reach(id, kd, pd, dd, sd, od_n);
+    for_range(0u, kh_n, 1u, [&](u32 kh) {
+      const auto [oh, okh] = reach(ih, kh, ph, dh, sh, oh_n);
+      for_range(0u, kw_n, 1u, [&](u32 kw) {
+        const auto [ow, okw] = reach(iw, kw, pw, dw, sw, ow_n);
+        u32 j = (od * oh_n + oh) * ow_n + ow - p0;  // wraps below the chunk
+        Val<bool> inside = okd && okh && okw && j < len;
+        u32 q = c * taps + (kd * kh_n + kh) * kw_n + kw;
+        sum += select(inside, Val<float>(dcol[select(inside, j * columns + q, 0u)]), 0.0f);
+      });
+    });
+  });
+  if_(first != 0u, [&] { acc[e] = sum; }).else_([&] { acc[e] = Val<float>(acc[e]) + sum; });
+}
+KILN_KERNEL(conv_col2im,
+            "dcol, acc, c_n, d_n, h_n, w_n, od_n, oh_n, ow_n, kd_n, kh_n, kw_n, pd, ph, pw, dd, "
+            "dh, dw, p0, len, first, sd = 1 in 1..64, sh = 1 in 1..64, sw = 1 in 1..64")
+    .cube_dim(128)
+    .describe("kiln::lib::conv_backward_input: dy^T w's rows gathered into the input's gradient");
+
 // dw = the gradient of sum(y dy) for y = conv(x, w) with respect to w, directly: unit e (of the
 // cube's flattened weights, kw fastest) sums dy[n, k, o] x[n, c, o stride + tap dilation - pad]
 // over the batch and every output position o, in that order, in f32.
@@ -925,6 +969,68 @@ Result<bool> weight_gemm_cpu(Runtime& rt, const Tensor& x5, const Tensor& dy5, T
 
 }  // namespace
 
+namespace {
+
+// The input's gradient of a dense convolution as a GEMM and a gather: per batch item, dcol
+// [P, C taps] = dy_n^T [P, K] w [K, C taps] (kiln::lib::matmul on views, in chunks of positions
+// within the im2col budget), then conv_col2im adds each chunk's rows into the item's f32
+// gradient, which is copied into dx (converting its type) once the item is done. Strides up to
+// 64 (comptime in conv_col2im).
+Result<bool> input_gemm(Runtime& rt, const Tensor& dy5, const Tensor& w5, Tensor& dx5,
+                        const Geometry3& g, MatmulPlan* plan) {
+  const int64_t ws = column_stride(w5), ys = position_stride(dy5);
+  if (ws == 0 || ys == 0 || g.s[0] > 64 || g.s[1] > 64 || g.s[2] > 64) return false;
+  const int64_t n = dx5.shape(0), k = w5.shape(0), c = dx5.shape(1),
+                columns = w5.shape(1) * w5.shape(2) * w5.shape(3) * w5.shape(4),
+                positions = dy5.shape(2) * dy5.shape(3) * dy5.shape(4),
+                inputs = c * dx5.shape(2) * dx5.shape(3) * dx5.shape(4);
+  const int64_t len =
+      std::clamp<int64_t>(im2col_bytes() / std::max<int64_t>(columns * 4, 1), 1, positions);
+  KILN_ASSIGN(const Tensor wv, Tensor::make(w5.device_ptr(), w5.buffer(), w5.dtype(),
+                                            std::vector<int64_t>{k, columns},
+                                            std::vector<int64_t>{w5.stride(0), ws}, w5.offset()));
+  KILN_ASSIGN(Tensor dcol, rt.empty(ElemType::F32, {len, columns}));
+  KILN_ASSIGN(Tensor acc, rt.empty(ElemType::F32, {c, dx5.shape(2), dx5.shape(3), dx5.shape(4)}));
+  KILN_ASSIGN(const Kernel gather, rt.kernel("conv_col2im"));
+  auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
+  MatmulPlan product;
+  for (int64_t item = 0; item < n; ++item) {
+    for (int64_t p0 = 0; p0 < positions; p0 += len) {
+      const int64_t count = std::min(len, positions - p0);
+      KILN_ASSIGN(const Tensor a, Tensor::make(dy5.device_ptr(), dy5.buffer(), dy5.dtype(),
+                                               std::vector<int64_t>{count, k},
+                                               std::vector<int64_t>{ys, dy5.stride(1)},
+                                               dy5.offset() + item * dy5.stride(0) + p0 * ys));
+      KILN_ASSIGN(Tensor rows, dcol.slice(0, 0, count));
+      MatmulOptions m;
+      m.plan = &product;
+      KILN_TRY(matmul(rt, a, wv, rows, m));
+      KILN_TRY(rt.launch(gather, Dim3(u((inputs + 127) / 128)), Dim3(128), dcol.as_read_only(), acc,
+                         u(c), u(dx5.shape(2)), u(dx5.shape(3)), u(dx5.shape(4)), u(dy5.shape(2)),
+                         u(dy5.shape(3)), u(dy5.shape(4)), u(w5.shape(2)), u(w5.shape(3)),
+                         u(w5.shape(4)), g.p[0], g.p[1], g.p[2], g.dl[0], g.dl[1], g.dl[2], u(p0),
+                         u(count), u(p0 == 0 ? 1 : 0), static_cast<int>(g.s[0]),
+                         static_cast<int>(g.s[1]), static_cast<int>(g.s[2])));
+    }
+    KILN_ASSIGN(Tensor out,
+                Tensor::make(dx5.device_ptr(), dx5.buffer(), dx5.dtype(),
+                             std::vector<int64_t>{c, dx5.shape(2), dx5.shape(3), dx5.shape(4)},
+                             std::vector<int64_t>{dx5.stride(1), dx5.stride(2), dx5.stride(3),
+                                                  dx5.stride(4)},
+                             dx5.offset() + item * dx5.stride(0)));
+    KILN_TRY(copy(rt, acc, out));
+  }
+  if (plan)
+    *plan = {product.kernel,
+             fmt::format("dy^T w by {} ({}), {} of {} positions at a time, gathered by "
+                         "conv_col2im",
+                         product.kernel, product.config, len, positions),
+             "a dense convolution's input gradient: a GEMM and a gather"};
+  return true;
+}
+
+}  // namespace
+
 Status conv_backward_input(Runtime& rt, const Tensor& dy, const Tensor& w, Tensor& dx,
                            const ConvOptions& o) {
   KILN_TRY(check_backward("conv_backward_input", true, dx, w, dy, dx, o));
@@ -936,6 +1042,10 @@ Status conv_backward_input(Runtime& rt, const Tensor& dy, const Tensor& w, Tenso
   KILN_ASSIGN(const Tensor dy5, rank5(dy, o.layout));
   KILN_ASSIGN(const Tensor w5, rank5(w, Layout::Nchw));
   KILN_ASSIGN(Tensor dx5, rank5(dx, o.layout));
+  if (rt.device().lane_units && o.groups == 1) {
+    KILN_ASSIGN(const bool done, input_gemm(rt, dy5, w5, dx5, g3, o.plan));
+    if (done) return {};
+  }
   const int64_t cg = w.shape(1);
   const int kb = cg >= 8 ? 8 : cg >= 4 ? 4 : cg >= 2 ? 2 : 1;
   const int64_t positions = dx5.shape(2) * dx5.shape(3) * dx5.shape(4);
@@ -1231,7 +1341,11 @@ kiln::kernels::RunRecipe& conv_backward_recipe(kiln::kernels::RunRecipe& r, int 
   const char* name_w = of_input ? "w" : "dw";
   op.description = fmt::format("{}-d convolution's gradient of the {}: kiln::lib::conv_backward_{}",
                                dims, of_input ? "input" : "weights", of_input ? "input" : "weight");
-  op.kernels = {of_input ? "conv_grad_input" : "conv_grad_weight", "conv_grad_bias"};
+  if (of_input)
+    op.kernels = {"conv_grad_input", "conv_col2im", "matmul_pack_a", "matmul_pack_b", "matmul_cpu"};
+  else
+    op.kernels = {"conv_grad_weight", "conv_grad_bias", "conv_pack_im2col_t", "matmul_pack_b",
+                  "matmul_cpu"};
   if (of_input)
     op.tensors = {{"dy", true}, {"w", true}, {"dx", false}};
   else

@@ -14,6 +14,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kernels/kernels.h"
@@ -138,23 +139,28 @@ TEST_CASE("kiln::lib::conv's implicit GEMM packs im2col a chunk at a time", "[co
   }
 }
 
-TEST_CASE("kiln::lib::conv_backward_weight's GEMMs sum chunks of positions", "[conv]") {
+TEST_CASE("kiln::lib::conv's backward GEMMs work in chunks of positions", "[conv]") {
   (void)kernels::builtin_names();
   auto rt = Runtime::open("cpu");
   REQUIRE(rt.ok());
   // 45 columns of 4 bytes: 44 positions per chunk of 8000 bytes, 3 chunks per item of 99.
-  ::setenv("KILN_CONV_IM2COL_BYTES", "8000", 1);
-  kernels::RunConfig config;
-  config.shapes = {{"x", {2, 5, 11, 9}}, {"dw", {7, 5, 3, 3}}};
-  config.repeat = 0;
-  config.seed = 9;
-  auto r = kernels::run(*rt, "conv2d_backward_weight", config);
-  ::unsetenv("KILN_CONV_IM2COL_BYTES");
-  KILN_REQUIRE_OK(r);
-  INFO("plan: " << r->plan);
-  CHECK_THAT(r->plan, Contains("44 of 99 positions at a time, 2 batch items summed"));
-  REQUIRE(r->checks.size() == 2);
-  for (const auto& check : r->checks) CHECK(check.mismatches == 0);
+  for (const auto& [op, x, w, says] :
+       {std::tuple{"conv2d_backward_weight", "x", "dw",
+                   "44 of 99 positions at a time, 2 batch items summed"},
+        std::tuple{"conv2d_backward_input", "dx", "w", "44 of 99 positions at a time, gathered"}}) {
+    INFO(op);
+    ::setenv("KILN_CONV_IM2COL_BYTES", "8000", 1);
+    kernels::RunConfig config;
+    config.shapes = {{x, {2, 5, 11, 9}}, {w, {7, 5, 3, 3}}};
+    config.repeat = 0;
+    config.seed = 9;
+    auto r = kernels::run(*rt, op, config);
+    ::unsetenv("KILN_CONV_IM2COL_BYTES");
+    KILN_REQUIRE_OK(r);
+    INFO("plan: " << r->plan);
+    CHECK_THAT(r->plan, Contains(says));
+    for (const auto& check : r->checks) CHECK(check.mismatches == 0);
+  }
 }
 
 TEST_CASE("kiln::lib::conv on the emulator", "[conv][gpu-paths]") {
