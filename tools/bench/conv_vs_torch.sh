@@ -1,18 +1,32 @@
 #!/usr/bin/env bash
 # kiln::lib::conv against PyTorch CPU (oneDNN) in one run, on the convolution layers of
 # ResNet-50 (the 7x7 stem, its distinct 3x3 and 1x1 layers) at batch 1 and 8, a MobileNetV2
-# depthwise 3x3 block and a 3-d 3x3x3 layer, forward, f32, NCHW: each layer through
-# `kiln run conv2d|conv3d` (which also checks it against a double reference; the median of its
-# timed runs) and through torch.nn.functional.conv2d/conv3d with the same threads (the median
-# of 10 runs after a warm-up). Prints both times, kiln's speed-up and the kernel kiln picked.
+# depthwise 3x3 block and a 3-d 3x3x3 layer, f32, NCHW, forward and both backward passes: each
+# layer through `kiln run conv2d|conv3d[_backward_input|_backward_weight]` (which also checks it
+# against a double reference; the median of its timed runs) and through PyTorch with the same
+# threads (torch.nn.functional.conv2d/conv3d, and aten.convolution_backward with one gradient
+# asked for; the median of 10 runs after a warm-up). Prints both times, kiln's speed-up and the
+# kernel kiln picked.
 # PyTorch comes from PyPI into build/bench-venv (bench_venv.sh); nothing is installed into the
-# system.   tools/bench/conv_vs_torch.sh [--quick]      (run ./setup.sh build first)
+# system.   tools/bench/conv_vs_torch.sh [--quick] [--forward] [--layer NAME]   (build first)
+#   --quick: batch 1 only; --forward: the forward pass only; --layer NAME: one layer (stem7x7,
+#   res2_3x3, ..., mbv2_dw3x3, c3d_3x3x3)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . tools/bench/bench_venv.sh
 bench_venv conv_vs_torch
 quick=0
-[ "${1:-}" = "--quick" ] && quick=1
+passes="forward backward_input backward_weight"
+only=""
+while [ $# -gt 0 ]; do
+  case $1 in
+    --quick) quick=1 ;;
+    --forward) passes="forward" ;;
+    --layer) only=$2; shift ;;
+    *) echo "usage: tools/bench/conv_vs_torch.sh [--quick] [--forward] [--layer NAME]" >&2; exit 2 ;;
+  esac
+  shift
+done
 # op name | x | w | stride | padding | groups
 layers=(
   "stem7x7 conv2d 3x224x224 64x3x7x7 2 3 1"
@@ -31,42 +45,62 @@ layers=(
 batches="1 8"
 [ $quick = 1 ] && batches="1"
 host=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
-echo "kiln::lib::conv against PyTorch CPU ($host, $(nproc) threads, $(date +%Y-%m-%d)), f32 NCHW forward"
-printf "%-12s %-5s %10s %10s %9s  %s\n" layer batch "kiln ms" "torch ms" speed-up "kiln's kernel"
+echo "kiln::lib::conv against PyTorch CPU ($host, $(nproc) threads, $(date +%Y-%m-%d)), f32 NCHW"
+printf "%-12s %-5s %-16s %10s %10s %9s  %s\n" layer batch pass "kiln ms" "torch ms" speed-up \
+  "kiln's kernel"
 for n in $batches; do
   for l in "${layers[@]}"; do
-    read -r name op x w stride pad groups <<<"$l"
-    out=$(build/bin/kiln run "$op" --shape "x=${n}x$x" --shape "w=$w" --set stride="$stride" \
+   read -r name op x w stride pad groups <<<"$l"
+   [ -n "$only" ] && [ "$name" != "$only" ] && continue
+   for pass in $passes; do
+    case $pass in
+      forward) run=$op xs="x=${n}x$x" ws="w=$w" ;;
+      backward_input) run=${op}_backward_input xs="dx=${n}x$x" ws="w=$w" ;;
+      backward_weight) run=${op}_backward_weight xs="x=${n}x$x" ws="dw=$w" ;;
+    esac
+    out=$(build/bin/kiln run "$run" --shape "$xs" --shape "$ws" --set stride="$stride" \
       --set padding="$pad" --set groups="$groups" --repeat 10 2>&1) || {
-      echo "$name: kiln failed: $out"
+      echo "$name $pass: kiln failed: $out"
       continue
     }
     k=$(sed -n 's/.*median \([0-9.]*\) ms.*/\1/p' <<<"$out")
     kernel=$(sed -n 's/^  kernel *\([a-z0-9_]*\):.*/\1/p' <<<"$out")
-    grep -q "passed" <<<"$out" || echo "$name: kiln's result did not pass its check"
-    t=$("$py" - "$op" "${n}x$x" "$w" "$stride" "$pad" "$groups" "$(nproc)" <<'PY' 2>/dev/null || echo "-"
+    grep -q "passed" <<<"$out" || echo "$name $pass: kiln's result did not pass its check"
+    t=$("$py" - "$op" "${n}x$x" "$w" "$stride" "$pad" "$groups" "$(nproc)" "$pass" <<'PY' 2>/dev/null || echo "-"
 import statistics, sys, time
 import torch
-op, xs, ws, stride, pad, groups, threads = sys.argv[1:]
+op, xs, ws, stride, pad, groups, threads, what = sys.argv[1:]
 torch.set_num_threads(int(threads))
 x = torch.rand(*map(int, xs.split("x"))) * 2 - 1
 w = torch.rand(*map(int, ws.split("x"))) * 2 - 1
 f = torch.nn.functional.conv2d if op == "conv2d" else torch.nn.functional.conv3d
+dims = x.dim() - 2
+s, p, g = [int(stride)] * dims, [int(pad)] * dims, int(groups)
 with torch.no_grad():
-    f(x, w, stride=int(stride), padding=int(pad), groups=int(groups))
+    y = f(x, w, stride=s, padding=p, groups=g)
+    dy = torch.rand_like(y) * 2 - 1
+    mask = [what == "backward_input", what == "backward_weight", False]
+    def run():
+        if what == "forward":
+            f(x, w, stride=s, padding=p, groups=g)
+        else:
+            torch.ops.aten.convolution_backward(dy, x, w, None, s, p, [1] * dims, False,
+                                                [0] * dims, g, mask)
+    run()
     times = []
     for _ in range(10):
         t0 = time.perf_counter()
-        f(x, w, stride=int(stride), padding=int(pad), groups=int(groups))
+        run()
         times.append(time.perf_counter() - t0)
 print(f"{statistics.median(times) * 1e3:.3f}")
 PY
 )
     if [ "$t" = "-" ]; then
-      printf "%-12s %-5s %10s %10s %9s  %s\n" "$name" "$n" "$k" - - "$kernel"
+      printf "%-12s %-5s %-16s %10s %10s %9s  %s\n" "$name" "$n" "$pass" "$k" - - "$kernel"
     else
-      printf "%-12s %-5s %10s %10s %8.2fx  %s\n" "$name" "$n" "$k" "$t" \
+      printf "%-12s %-5s %-16s %10s %10s %8.2fx  %s\n" "$name" "$n" "$pass" "$k" "$t" \
         "$(python3 -c "print($t / $k)")" "$kernel"
     fi
+   done
   done
 done
