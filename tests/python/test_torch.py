@@ -95,6 +95,12 @@ def samples():
         (torch.ops.kiln.matmul.default, (torch.randn(4, 5), torch.randn(5, 6), torch.randn(6))),
         (torch.ops.kiln.matmul.default,
          (torch.randn(2, 1, 5, 4), torch.randn(3, 6, 5), None, True, True, 0.5, "gelu")),
+        (torch.ops.kiln.conv.default, (img, torch.randn(4, 3, 3, 3), torch.randn(4), [2], [1],
+                                       [1], 1, "relu")),
+        (torch.ops.kiln.conv_backward_input.default,
+         (torch.randn(2, 4, 5, 5), torch.randn(4, 3, 3, 3), [2, 3, 9, 9], [2], [1], [1], 1)),
+        (torch.ops.kiln.conv_backward_weight.default,
+         (img, torch.randn(2, 4, 5, 5), [4, 3, 3, 3], [2], [1], [1], 1)),
         (torch.ops.kiln.softmax.default, (x,)),
         (torch.ops.kiln.log_softmax.default, (x,)),
         (torch.ops.kiln.softmax_backward.default, (torch.randn(3, 7), torch.rand(3, 7), False)),
@@ -155,6 +161,19 @@ def test_matmul_gradients(ta, tb, epilogue):
 
     same_grads(lambda a, b, bias: kt.matmul(a, b, bias, transpose_a=ta, transpose_b=tb,
                                             alpha=0.5, epilogue=epilogue), ref, a, b, bias)
+
+
+@pytest.mark.parametrize("epilogue", ["none", "relu", "gelu", "silu"])
+def test_conv_gradients(epilogue):
+    x, w, bias = torch.randn(2, 6, 9, 8), torch.randn(4, 3, 3, 3), torch.randn(4)
+    act = {"none": lambda v: v, "relu": torch.relu, "silu": torch.nn.functional.silu,
+           "gelu": lambda v: torch.nn.functional.gelu(v, approximate="tanh")}[epilogue]
+    opts = dict(stride=(2, 1), padding=(1, 2), groups=2)
+    same_grads(lambda x, w, b: kt.conv(x, w, b, epilogue=epilogue, **opts),
+               lambda x, w, b: act(torch.nn.functional.conv2d(x, w, b, **opts)), x, w, bias)
+    # channels_last memory: the same operator reads the strides as they are
+    xl = x.to(memory_format=torch.channels_last)
+    close(kt.conv(xl, w, bias, **opts), torch.nn.functional.conv2d(x, w, bias, **opts), 1e-4)
 
 
 def test_softmax_and_norm_gradients():

@@ -1,13 +1,14 @@
 """kiln's kernel library as PyTorch operators: ``import kiln.torch`` registers them in the
 ``kiln`` namespace (``torch.ops.kiln.matmul``, ``torch.ops.kiln.softmax``, ...), each with a fake
 (meta) implementation, so that ``torch.compile(fullgraph=True)`` traces them, and with autograd
-for matmul, softmax, log_softmax, layer_norm, rms_norm, max_pool2d and avg_pool2d.
+for matmul, conv, softmax, log_softmax, layer_norm, rms_norm, max_pool2d and avg_pool2d.
 
 The operators take and return torch tensors, run kiln's kernels on their memory (no copies),
 and follow the kiln.lib functions of the same names (docs/kernels.md). The functions here call
 the operators: ``kiln.torch.matmul(a, b)`` is ``torch.ops.kiln.matmul(a, b)``.
 
-Backward passes: matmul's gradients are kiln matmuls; softmax's, log_softmax's, layer_norm's
+Backward passes: matmul's gradients are kiln matmuls; conv's are kiln's conv_backward_input
+and conv_backward_weight (operators too); softmax's, log_softmax's, layer_norm's
 and rms_norm's are kiln operators too (``torch.ops.kiln.softmax_backward``, ...), computed in
 f32; max_pool2d's scatters the gradient with PyTorch's scatter_add at the indices kiln found,
 and avg_pool2d's is PyTorch's own avg_pool2d backward.
@@ -27,7 +28,7 @@ from . import runtime as _shared_runtime
 
 Tensor = torch.Tensor
 
-__all__ = ["avg_pool2d", "binary", "custom_op", "layer_norm", "log_softmax", "map", "matmul",
+__all__ = ["avg_pool2d", "binary", "conv", "custom_op", "layer_norm", "log_softmax", "map", "matmul",
            "max_pool2d", "normal", "reduce", "rms_norm", "softmax", "unary", "uniform"]
 
 _KILN_DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
@@ -206,6 +207,100 @@ def matmul(a: Tensor, b: Tensor, bias: Optional[Tensor] = None, *, transpose_a: 
     gradients for a, b and bias."""
     return torch.ops.kiln.matmul(a, b, bias, transpose_a, transpose_b, alpha, epilogue,
                                  allow_tf32)
+
+
+# ---- convolution ------------------------------------------------------------------------------
+
+def _conv_opts(stride: List[int], padding: List[int], dilation: List[int], groups: int) -> Dict:
+    return dict(stride=list(stride), padding=list(padding), dilation=list(dilation),
+                groups=int(groups))
+
+
+@_op("conv(Tensor x, Tensor w, Tensor? bias=None, int[] stride=[1], int[] padding=[0], "
+     "int[] dilation=[1], int groups=1, str epilogue=\"none\") -> Tensor")
+def _conv(x: Tensor, w: Tensor, bias: Optional[Tensor] = None, stride: List[int] = (1,),
+          padding: List[int] = (0,), dilation: List[int] = (1,), groups: int = 1,
+          epilogue: str = "none") -> Tensor:
+    b = _f32(_d(bias)) if bias is not None else None
+    return _lib.conv(_d(x), _d(w), bias=b, epilogue=epilogue,
+                     **_conv_opts(stride, padding, dilation, groups))
+
+
+@_conv.register_fake
+def _(x, w, bias=None, stride=(1,), padding=(0,), dilation=(1,), groups=1, epilogue="none"):
+    return x.new_empty(_lib.conv_output_shape(x.shape, w.shape,
+                                              **_conv_opts(stride, padding, dilation, groups)))
+
+
+@_op("conv_backward_input(Tensor dy, Tensor w, int[] input_shape, int[] stride, int[] padding, "
+     "int[] dilation, int groups) -> Tensor")
+def _conv_backward_input(dy: Tensor, w: Tensor, input_shape: List[int], stride: List[int],
+                         padding: List[int], dilation: List[int], groups: int) -> Tensor:
+    return _lib.conv_backward_input(_d(dy), _d(w), input_shape=list(input_shape),
+                                    **_conv_opts(stride, padding, dilation, groups))
+
+
+@_conv_backward_input.register_fake
+def _(dy, w, input_shape, stride, padding, dilation, groups):
+    return dy.new_empty(list(input_shape))
+
+
+@_op("conv_backward_weight(Tensor x, Tensor dy, int[] weight_shape, int[] stride, "
+     "int[] padding, int[] dilation, int groups) -> Tensor")
+def _conv_backward_weight(x: Tensor, dy: Tensor, weight_shape: List[int], stride: List[int],
+                          padding: List[int], dilation: List[int], groups: int) -> Tensor:
+    return _lib.conv_backward_weight(_d(x), _d(dy), weight_shape=list(weight_shape),
+                                     **_conv_opts(stride, padding, dilation, groups))
+
+
+@_conv_backward_weight.register_fake
+def _(x, dy, weight_shape, stride, padding, dilation, groups):
+    return x.new_empty(list(weight_shape))
+
+
+def _conv_setup(ctx, inputs, output):
+    x, w, bias, stride, padding, dilation, groups, epilogue = inputs
+    ctx.flags = (list(stride), list(padding), list(dilation), groups, epilogue)
+    ctx.save_for_backward(x, w, bias, output)
+
+
+def _conv_backward(ctx, g):
+    stride, padding, dilation, groups, epilogue = ctx.flags
+    x, w, bias, y = ctx.saved_tensors
+    if epilogue == "relu":
+        g = g * (y > 0).to(g.dtype)
+    elif epilogue in ("gelu", "silu"):  # the convolution before the epilogue, again
+        z = torch.ops.kiln.conv(x, w, bias, stride, padding, dilation, groups, "none").float()
+        if epilogue == "gelu":
+            g = (g.float() * _gelu_grad(z)).to(g.dtype)
+        else:
+            s = torch.sigmoid(z)
+            g = (g.float() * (s * (1 + z * (1 - s)))).to(g.dtype)
+    dx = dw = dbias = None
+    if ctx.needs_input_grad[0]:
+        dx = torch.ops.kiln.conv_backward_input(g, w, list(x.shape), stride, padding, dilation,
+                                                groups)
+    if ctx.needs_input_grad[1]:
+        dw = torch.ops.kiln.conv_backward_weight(x, g, list(w.shape), stride, padding, dilation,
+                                                 groups)
+    if bias is not None and ctx.needs_input_grad[2]:
+        dims = [d for d in range(g.dim()) if d != 1]
+        dbias = g.float().sum(dims).to(bias.dtype)
+    return dx, dw, dbias, None, None, None, None, None
+
+
+_conv.register_autograd(_conv_backward, setup_context=_conv_setup)
+
+
+def conv(x: Tensor, w: Tensor, bias: Optional[Tensor] = None, *, stride: Sequence[int] = (1,),
+         padding: Sequence[int] = (0,), dilation: Sequence[int] = (1,), groups: int = 1,
+         epilogue: str = "none") -> Tensor:
+    """torch.ops.kiln.conv: epilogue(conv(x, w) + bias) (kiln.lib.conv; x [N, C, *spatial] in
+    any memory format, as torch.nn.functional.conv1d/2d/3d), with gradients for x, w and bias
+    (kiln's conv_backward_input and conv_backward_weight)."""
+    as_list = lambda v: [v] if isinstance(v, int) else list(v)  # noqa: E731
+    return torch.ops.kiln.conv(x, w, bias, as_list(stride), as_list(padding), as_list(dilation),
+                               groups, epilogue)
 
 
 # ---- softmax and log_softmax ------------------------------------------------------------------
