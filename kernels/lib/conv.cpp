@@ -210,6 +210,35 @@ KILN_KERNEL_GENERIC(conv_pack_im2col_t,
         "kiln::lib::conv_backward_weight on the CPU: x's im2col matrix, transposed, into "
         "matmul's slivers");
 
+// Rows p0 .. p0 + count - 1 (output positions) of batch items n0 .. of x's im2col matrix, in
+// x's type, as rows of its columns (c, kd, kh, kw): out [items, count, columns] with the columns
+// contiguous, the form matmul's tensor-core paths read A in. Unit e is element e of the chunk
+// (consecutive units write consecutive elements); padding is zeros.
+template <class T>
+void conv_im2col_rows(Tensor<const T> x, Tensor<T> out, u32 oh_n, u32 ow_n, u32 kd_n, u32 kh_n,
+                      u32 kw_n, u32 sd, u32 sh, u32 sw, u32 pd, u32 ph, u32 pw, u32 dd, u32 dh,
+                      u32 dw, u32 n0, u32 p0, u32 count) {
+  using In = host_of_t<T>;
+  u32 taps = kd_n * kh_n * kw_n, columns = x.shape(1) * taps;
+  u32 e = absolute_pos();
+  if_(e >= out.shape(0) * count * columns, [&] { return_(); });
+  u32 q = e % columns, row = e / columns % count, z = e / (columns * count);
+  u32 kw = q % kw_n, kh = q / kw_n % kh_n, kd = q / (kw_n * kh_n) % kd_n, c = q / taps;
+  u32 p = p0 + row;
+  u32 ow = p % ow_n, oh = p / ow_n % oh_n, od = p / (ow_n * oh_n);
+  u32 id = od * sd + kd * dd - pd, ih = oh * sh + kh * dh - ph, iw = ow * sw + kw * dw - pw;
+  Val<bool> inside = id < x.shape(2) && ih < x.shape(3) && iw < x.shape(4);
+  u32 at = (n0 + z) * x.stride(0) + c * x.stride(1) +
+           select(inside, id * x.stride(2) + ih * x.stride(3) + iw * x.stride(4), 0u);
+  out[e] = select(inside, Val<In>(x[at]), T(0));
+}
+KILN_KERNEL_GENERIC(conv_im2col_rows,
+                    "x: rank=5, out: rank=3, oh_n, ow_n, kd_n, kh_n, kw_n, sd, sh, sw, pd, ph, pw, "
+                    "dd, dh, dw, n0, p0, count",
+                    f32, f16, bf16)
+    .cube_dim(256)
+    .describe("kiln::lib::conv on GPUs: a chunk of x's im2col matrix, rows of its columns");
+
 // dx = the gradient of sum(y dy) for y = conv(x, w) with respect to x (also conv_transpose's
 // forward), directly: unit u of cube (bx, by, bz) computes input position q = bx cube_dim + u
 // (id, ih, iw flattened) of batch item bz for `kb` input channels of one group (by: the group and
@@ -688,8 +717,73 @@ Result<bool> implicit_gemm_cpu(Runtime& rt, const Tensor& x5, const Tensor& w5, 
     *plan = {"matmul_cpu",
              fmt::format("{}; im2col packed by conv_pack_im2col, {} of {} positions x {} "
                          "columns at a time",
-                         config, items > 1 ? items * positions : rows, n * positions, columns),
+                         config, items > 1 ? items * positions : std::min(rows, positions), n * positions, columns),
              "a dense convolution on the CPU: an implicit GEMM on matmul's micro-kernel"};
+  return true;
+}
+
+// A dense convolution on a GPU as GEMMs: chunks of x's im2col matrix (whole batch items while
+// they fit the im2col budget, else positions of one item) written as rows of its columns by
+// conv_im2col_rows, each multiplied by w^T through kiln::lib::matmul (the device's tensor-core
+// path: y^T [items, P, K] = rows [items, P, C taps] w^T [C taps, K], with the bias, a residual
+// copied into y first as beta y, and the activation in its epilogue).
+Result<bool> im2col_gemm(Runtime& rt, const Tensor& x5, const Tensor& w5, Tensor& y5,
+                         const std::array<uint32_t, 3>& s, const std::array<uint32_t, 3>& p,
+                         const std::array<uint32_t, 3>& dl, const Tensor* bias, const Tensor* r5,
+                         Epilogue epilogue, MatmulPlan* plan) {
+  const int64_t ws = column_stride(w5), ys = position_stride(y5);
+  if (ws == 0 || ys == 0) return false;
+  const int64_t n = x5.shape(0), k = w5.shape(0),
+                columns = w5.shape(1) * w5.shape(2) * w5.shape(3) * w5.shape(4),
+                positions = y5.shape(2) * y5.shape(3) * y5.shape(4);
+  if (r5) KILN_TRY(copy(rt, *r5, y5));
+  KILN_ASSIGN(const Tensor wv, Tensor::make(w5.device_ptr(), w5.buffer(), w5.dtype(),
+                                            std::vector<int64_t>{k, columns},
+                                            std::vector<int64_t>{w5.stride(0), ws}, w5.offset()));
+  const auto size = static_cast<int64_t>(x5.element_bytes());
+  const int64_t budget = im2col_bytes(), item_bytes = positions * columns * size;
+  const int64_t items = std::clamp<int64_t>(budget / std::max<int64_t>(item_bytes, 1), 1, n);
+  const int64_t rows = items > 1 || item_bytes <= budget
+                           ? positions
+                           : std::max<int64_t>(128, budget / (columns * size) / 128 * 128);
+  KILN_ASSIGN(Tensor chunk, rt.empty(x5.dtype(), {items, std::min(rows, positions), columns}));
+  KILN_ASSIGN(const Kernel gather, rt.kernel("conv_im2col_rows"));
+  auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
+  MatmulOptions m;
+  m.transpose_b = true;
+  m.bias = bias;
+  m.epilogue = epilogue;
+  m.beta = r5 ? 1.0f : 0.0f;
+  MatmulPlan product;
+  m.plan = &product;
+  for (int64_t n0 = 0; n0 < n; n0 += items) {
+    const int64_t chunk_items = std::min(items, n - n0);
+    for (int64_t p0 = 0; p0 < positions; p0 += rows) {
+      const int64_t count = std::min(rows, positions - p0);
+      KILN_ASSIGN(Tensor a,
+                  Tensor::make(chunk.device_ptr(), chunk.buffer(), chunk.dtype(),
+                               std::vector<int64_t>{chunk_items, count, columns},
+                               std::vector<int64_t>{count * columns, columns, 1}, chunk.offset()));
+      const int64_t elements = chunk_items * count * columns;
+      KILN_TRY(rt.launch(gather, Dim3(u((elements + 255) / 256)), Dim3(256), x5.as_read_only(), a,
+                         u(y5.shape(3)), u(y5.shape(4)), u(w5.shape(2)), u(w5.shape(3)),
+                         u(w5.shape(4)), s[0], s[1], s[2], p[0], p[1], p[2], dl[0], dl[1], dl[2],
+                         u(n0), u(p0), u(count)));
+      KILN_ASSIGN(Tensor c, Tensor::make(y5.device_ptr(), y5.buffer(), y5.dtype(),
+                                         std::vector<int64_t>{chunk_items, count, k},
+                                         std::vector<int64_t>{y5.stride(0), ys, y5.stride(1)},
+                                         y5.offset() + n0 * y5.stride(0) + p0 * ys));
+      KILN_TRY(matmul(rt, a, wv, c, m));
+    }
+  }
+  if (plan)
+    *plan = {
+        product.kernel,
+        fmt::format("{}; im2col rows by conv_im2col_rows, {} of {} positions x {} columns "
+                    "at a time",
+                    product.config, items > 1 ? items * positions : std::min(rows, positions), n * positions, columns),
+        "a dense convolution on a GPU: im2col chunks times w^T through matmul (" + product.why +
+            ")"};
   return true;
 }
 
@@ -764,14 +858,16 @@ Status conv(Runtime& rt, const Tensor& x, const Tensor& w, Tensor& y, const Conv
     dl[at] = static_cast<uint32_t>(g.dilation[i]);
   }
   const int64_t kpg = k / o.groups, cg = w.shape(1), taps = w5.shape(2) * w5.shape(3) * w5.shape(4);
-  if (rt.device().lane_units && (o.groups == 1 || (kpg >= 8 && cg * taps >= 16))) {
+  // The dense products: the CPU's implicit GEMM, a GPU's im2col chunks and matmul.
+  const auto gemm = rt.device().lane_units ? implicit_gemm_cpu : im2col_gemm;
+  if (o.groups == 1 || (kpg >= 8 && cg * taps >= 16)) {
     std::optional<Tensor> r5;
     if (o.residual) {
       KILN_ASSIGN(r5, rank5(*o.residual, o.layout));
     }
     if (o.groups == 1) {
-      KILN_ASSIGN(const bool done, implicit_gemm_cpu(rt, x5, w5, y5, s, p, dl, o.bias,
-                                                     r5 ? &*r5 : nullptr, o.epilogue, o.plan));
+      KILN_ASSIGN(const bool done,
+                  gemm(rt, x5, w5, y5, s, p, dl, o.bias, r5 ? &*r5 : nullptr, o.epilogue, o.plan));
       if (done) return {};
     } else {
       // One implicit GEMM per group, on views of its channels.
@@ -794,8 +890,8 @@ Status conv(Runtime& rt, const Tensor& x, const Tensor& w, Tensor& y, const Conv
         if (r5) {
           KILN_ASSIGN(rg, channels(*r5, 1, g * kpg, kpg));
         }
-        KILN_ASSIGN(done, implicit_gemm_cpu(rt, xg, wg, yg, s, p, dl, bg ? &*bg : nullptr,
-                                            rg ? &*rg : nullptr, o.epilogue, o.plan));
+        KILN_ASSIGN(done, gemm(rt, xg, wg, yg, s, p, dl, bg ? &*bg : nullptr, rg ? &*rg : nullptr,
+                               o.epilogue, o.plan));
       }
       if (done) {
         if (o.plan) o.plan->config += fmt::format("; one product per group ({} groups)", o.groups);
@@ -1238,8 +1334,9 @@ kiln::kernels::HostOp conv_op(int dims) {
       "{}-d convolution, NCHW or NHWC, groups, fused epilogue: "
       "kiln::lib::conv",
       dims);
-  op.kernels = {"conv_direct",      "matmul_pack_a", "matmul_pack_b", "matmul_cpu",  "matmul_gpu",
-                "matmul_pack_rows", "matmul_ring",   "matmul_sm90",   "matmul_sm100"};
+  op.kernels = {"conv_direct",   "conv_pack_im2col", "conv_im2col_rows", "matmul_pack_a",
+                "matmul_pack_b", "matmul_cpu",       "matmul_gpu",       "matmul_pack_rows",
+                "matmul_ring",   "matmul_sm90",      "matmul_sm100"};
   op.tensors = {{"x", true}, {"w", true}, {"bias", true}, {"residual", true}, {"y", false}};
   for (const auto& [in, out] : {std::pair{ElemType::F32, ElemType::F32},
                                 {ElemType::F16, ElemType::F32},

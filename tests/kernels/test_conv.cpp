@@ -178,6 +178,20 @@ TEST_CASE("kiln::lib::conv on the emulator", "[conv][gpu-paths]") {
                              {{"x", "f16"}},
                              ""};
     run_case(opened.front(), direct, "conv_direct");
+    // A dense layer: im2col rows times w^T on the tensor cores, both batch items in one chunk,
+    // then (a budget under one item's rows) a chunk per item.
+    const ConvCase dense = {
+        "conv2d",
+        {{"x", {2, 8, 9, 7}}, {"w", {16, 8, 3, 3}}},
+        {{"stride", "1"}, {"use_bias", "1"}, {"use_residual", "1"}, {"epilogue", "3"}},
+        {{"x", "bf16"}},
+        ""};
+    const std::string tiles =
+        std::string(device) == "cuda-emu:sm_90a" ? "matmul_sm90" : "matmul_ring";
+    run_case(opened.front(), dense, tiles);
+    ::setenv("KILN_CONV_IM2COL_BYTES", "8000", 1);
+    run_case(opened.front(), dense, tiles);
+    ::unsetenv("KILN_CONV_IM2COL_BYTES");
     const ConvCase pointwise = {"conv2d",
                                 {{"x", {2, 32, 5, 5}}, {"w", {24, 32, 1, 1}}},
                                 {{"padding", "0"}, {"use_residual", "1"}, {"epilogue", "1"}},
