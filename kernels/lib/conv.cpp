@@ -243,12 +243,13 @@ KILN_KERNEL_GENERIC(conv_im2col_rows,
 // forward), directly: unit u of cube (bx, by, bz) computes input position q = bx cube_dim + u
 // (id, ih, iw flattened) of batch item bz for `kb` input channels of one group (by: the group and
 // its block of kb channels), summing over the group's output channels k and the taps whose window
-// covers q: o = (q + pad - tap dilation) / stride, where that divides and lands inside y. Sums in
-// f32 in the order k, kd, kh, kw.
+// covers q: o = (q + pad - tap dilation) / stride, where that divides and lands inside y (the
+// strides comptime, so that the divisions are multiplications). Sums in f32 in the order k, kd,
+// kh, kw.
 template <class P>
 void conv_grad_input(Tensor<const typename P::In> dy, Tensor<const typename P::In> w,
-                     Tensor<typename P::Out> dx, u32 groups, u32 sd, u32 sh, u32 sw, u32 pd, u32 ph,
-                     u32 pw, u32 dd, u32 dh, u32 dw, int kb) {
+                     Tensor<typename P::Out> dx, u32 groups, u32 pd, u32 ph, u32 pw, u32 dd, u32 dh,
+                     u32 dw, int kb, int sd, int sh, int sw) {
   using In = host_of_t<typename P::In>;
   using Out = host_of_t<typename P::Out>;
   const auto ukb = static_cast<uint32_t>(kb);
@@ -271,11 +272,12 @@ void conv_grad_input(Tensor<const typename P::In> dy, Tensor<const typename P::I
   // The output index along a dimension that tap t reaches from input index i, and whether it
   // exists (i + pad - t dilation >= 0, a multiple of the stride, inside the output).
   auto reach = [](const Val<uint32_t>& i, const Val<uint32_t>& t, const Val<uint32_t>& pad,
-                  const Val<uint32_t>& dil, const Val<uint32_t>& stride,
+                  const Val<uint32_t>& dil, int stride,
                   const Val<uint32_t>& n_out) -> std::pair<Val<uint32_t>, Val<bool>> {
+    const auto us = static_cast<uint32_t>(stride);
     u32 diff = i + pad - t * dil;  // wraps when negative
-    u32 o = diff / stride;
-    return {o, diff < 0x80000000u && o * stride == diff && o < n_out};
+    u32 o = diff / us;
+    return {o, diff < 0x80000000u && o * us == diff && o < n_out};
   };
   for_range(0u, kg, 1u, [&](u32 kk) {
     u32 k = g * kg + kk;
@@ -306,8 +308,8 @@ void conv_grad_input(Tensor<const typename P::In> dy, Tensor<const typename P::I
     });
 }
 KILN_KERNEL_GENERIC(conv_grad_input,
-                    "dy: rank=5, w: rank=5, dx: rank=5, groups, sd, sh, sw, pd, ph, pw, dd, dh, "
-                    "dw, kb = 8 in 1..16",
+                    "dy: rank=5, w: rank=5, dx: rank=5, groups, pd, ph, pw, dd, dh, dw, "
+                    "kb = 2 in 1..16, sd = 1 in 1..64, sh = 1 in 1..64, sw = 1 in 1..64",
                     InOut<f32, f32>, InOut<f16, f32>, InOut<bf16, f32>, InOut<f16, f16>,
                     InOut<bf16, bf16>)
     .cube_dim(128)
@@ -717,7 +719,8 @@ Result<bool> implicit_gemm_cpu(Runtime& rt, const Tensor& x5, const Tensor& w5, 
     *plan = {"matmul_cpu",
              fmt::format("{}; im2col packed by conv_pack_im2col, {} of {} positions x {} "
                          "columns at a time",
-                         config, items > 1 ? items * positions : std::min(rows, positions), n * positions, columns),
+                         config, items > 1 ? items * positions : std::min(rows, positions),
+                         n * positions, columns),
              "a dense convolution on the CPU: an implicit GEMM on matmul's micro-kernel"};
   return true;
 }
@@ -777,13 +780,13 @@ Result<bool> im2col_gemm(Runtime& rt, const Tensor& x5, const Tensor& w5, Tensor
     }
   }
   if (plan)
-    *plan = {
-        product.kernel,
-        fmt::format("{}; im2col rows by conv_im2col_rows, {} of {} positions x {} columns "
-                    "at a time",
-                    product.config, items > 1 ? items * positions : std::min(rows, positions), n * positions, columns),
-        "a dense convolution on a GPU: im2col chunks times w^T through matmul (" + product.why +
-            ")"};
+    *plan = {product.kernel,
+             fmt::format("{}; im2col rows by conv_im2col_rows, {} of {} positions x {} columns "
+                         "at a time",
+                         product.config, items > 1 ? items * positions : std::min(rows, positions),
+                         n * positions, columns),
+             "a dense convolution on a GPU: im2col chunks times w^T through matmul (" +
+                 product.why + ")"};
   return true;
 }
 
@@ -1143,7 +1146,10 @@ Status conv_backward_input(Runtime& rt, const Tensor& dy, const Tensor& w, Tenso
     if (done) return {};
   }
   const int64_t cg = w.shape(1);
-  const int kb = cg >= 8 ? 8 : cg >= 4 ? 4 : cg >= 2 ? 2 : 1;
+  // 2 input channels per unit at most: with 4 or 8, CUDA 13's ptxas spills a few words on some
+  // targets (sm_89, sm_90a, sm_100a, by type and stride: the spill test found them), with 2 on
+  // none. The CPU takes this kernel only for grouped layers (dense ones are a GEMM).
+  const int kb = cg >= 2 ? 2 : 1;
   const int64_t positions = dx5.shape(2) * dx5.shape(3) * dx5.shape(4);
   const int64_t by = o.groups * ((cg + kb - 1) / kb);
   constexpr int64_t kUnits = 128;
@@ -1152,6 +1158,10 @@ Status conv_backward_input(Runtime& rt, const Tensor& dy, const Tensor& w, Tenso
                        fmt::format("the grid would be {} x {} cubes along the channels and the "
                                    "batch; at most 65535 each",
                                    by, dx5.shape(0)));
+  if (std::max({g3.s[0], g3.s[1], g3.s[2]}) > 64)
+    return detail::bad("conv_backward_input",
+                       fmt::format("a stride of {} is past the 64 the kernels compile for",
+                                   std::max({g3.s[0], g3.s[1], g3.s[2]})));
   KILN_ASSIGN(const Kernel k, rt.kernel("conv_grad_input"));
   auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
   if (o.plan)
@@ -1160,8 +1170,8 @@ Status conv_backward_input(Runtime& rt, const Tensor& dy, const Tensor& w, Tenso
                "every input position from the outputs whose windows cover it"};
   return rt.launch(k, Dim3(u((positions + kUnits - 1) / kUnits), u(by), u(dx5.shape(0))),
                    Dim3(u(kUnits)), dy5.as_read_only(), w5.as_read_only(), dx5, u(o.groups),
-                   g3.s[0], g3.s[1], g3.s[2], g3.p[0], g3.p[1], g3.p[2], g3.dl[0], g3.dl[1],
-                   g3.dl[2], kb);
+                   g3.p[0], g3.p[1], g3.p[2], g3.dl[0], g3.dl[1], g3.dl[2], kb,
+                   static_cast<int>(g3.s[0]), static_cast<int>(g3.s[1]), static_cast<int>(g3.s[2]));
 }
 
 Status conv_backward_weight(Runtime& rt, const Tensor& x, const Tensor& dy, Tensor& dw,

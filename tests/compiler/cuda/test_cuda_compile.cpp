@@ -615,3 +615,45 @@ TEST_CASE("the library's matmul kernels assemble without spills on their targets
   }
   CHECK(built >= 30);
 }
+
+// kiln::lib::conv's GPU kernels (the direct kernels of every pass, the im2col rows matmul reads,
+// the gather of the input's gradient) assemble on every target without spills, with the
+// costliest epilogue for the forward.
+TEST_CASE("the library's convolution kernels assemble without spills on every target",
+          "[cuda][compile][conv]") {
+  (void)kernels::builtin_names();
+  int built = 0;
+  for (const char* arch : test::kCudaTargets) {
+    for (const char* in : {"f32", "bf16"}) {
+      // Each kernel's comptime values and element types.
+      using Values = std::map<std::string, std::string>;
+      const std::tuple<const char*, Values, Values> specs[] = {
+          {"conv_direct",
+           {{"epilogue", "Gelu"}, {"has_bias", "true"}, {"has_residual", "true"}},
+           {{"x", in}, {"y", in}}},
+          {"conv_im2col_rows", {}, {{"x", in}}},
+          {"conv_grad_input", {}, {{"dy", in}, {"dx", in}}},
+          {"conv_grad_input", {{"sh", "2"}, {"sw", "2"}}, {{"dy", in}, {"dx", in}}},
+          {"conv_grad_weight", {}, {{"x", in}, {"dw", in}}},
+          {"conv_grad_bias", {}, {{"dy", in}}},
+          {"conv_col2im", {{"sh", "2"}, {"sw", "2"}}, {}},
+      };
+      for (const auto& [name, set, dtype] : specs) {
+        INFO(name << " for " << arch << ", " << in);
+        dsl::SpecOptions o;
+        o.set = set;
+        o.dtype = dtype;
+        const dsl::KernelDef* def = dsl::Registry::global().find(name);
+        REQUIRE(def);
+        auto k = test::traced_for(*def, arch, o);
+        INFO((k.ok() ? std::string() : k.error().message));
+        REQUIRE(k.ok());
+        const auto b = test::cuda_build(*k, arch);
+        CHECK(b.compiled.resources.spill_store_bytes == 0);
+        CHECK(b.compiled.resources.spill_load_bytes == 0);
+        ++built;
+      }
+    }
+  }
+  CHECK(built == 70);
+}
