@@ -27,6 +27,14 @@ To convert(const From& v) {
   }
 }
 
+// The input and result types of one instantiation of a generic kernel (KILN_KERNEL_GENERIC's
+// type list: InOut<f16, f32>, ...).
+template <class In_, class Out_>
+struct InOut {
+  using In = In_;
+  using Out = Out_;
+};
+
 // The largest element index a view reaches from its first element, plus one.
 inline int64_t reach(const Tensor& t) {
   int64_t r = 1;

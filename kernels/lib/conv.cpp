@@ -1,6 +1,7 @@
-// The convolutions of kiln::lib::conv (conv.h): a direct kernel for every shape and device, and
-// 1 x 1 convolutions as the matrix products they are (kiln::lib::matmul, on views of x, w and y:
-// no copy).
+// The convolutions of kiln::lib::conv (conv.h): the forward kernels and every pass's host side
+// (the backward passes' kernels are in conv_backward_kernels.cpp, `kiln run`'s recipes in
+// conv_run.cpp). 1 x 1 convolutions run as the matrix products they are (kiln::lib::matmul, on
+// views of x, w and y: no copy); other dense ones as GEMMs on im2col chunks; the rest directly.
 //
 // Inside, every convolution is 3-d: x as [N, C, D, H, W], w as [K, C / groups, KD, KH, KW] and
 // y as [N, K, OD, OH, OW] views (a 1-d or 2-d one has dimensions of 1; an NHWC layout is the
@@ -21,21 +22,12 @@
 #include "kernels/lib/common.h"
 #include "kernels/lib/elementwise.h"
 #include "kernels/lib/matmul_parts.h"
-#include "kernels/run.h"
 
 using namespace kiln::dsl;
 using kiln::lib::Epilogue;
 using kiln::lib::matmul_parts::activate;
 
-namespace {
-
-template <class In_, class Out_>
-struct InOut {
-  using In = In_;
-  using Out = Out_;
-};
-
-}  // namespace
+using kiln::lib::detail::InOut;
 
 // y = epilogue(conv(x, w) + bias + residual), directly: unit u of cube (bx, by, bz) computes the
 // output position p = bx cube_dim + u (od, oh, ow flattened, ow fastest, so that neighbouring
@@ -164,52 +156,6 @@ KILN_KERNEL_GENERIC(conv_pack_im2col,
     .cube_dim(12)
     .describe("kiln::lib::conv on the CPU: a chunk of x's im2col matrix into matmul's slivers");
 
-// Positions p0 .. p0 + count - 1 of batch item n of x's im2col matrix, transposed (rows: the
-// columns c, kd, kh, kw; k: the positions), into matmul_cpu's slivers of mr rows (mr =
-// cube_dim: unit r is row r of sliver cube_pos_x()): element (row s mr + r, position j) at
-// (s count + j) mr + r, f32, zeros in the padding and past the rows. The A operand of the
-// weights' gradient, dw^T = im2col(x)^T dy^T. Each unit finds its tap once; the cube walks the
-// positions together.
-template <class T>
-void conv_pack_im2col_t(Tensor<const T> x, Tensor<f32> ap, u32 oh_n, u32 ow_n, u32 kd_n, u32 kh_n,
-                        u32 kw_n, u32 sd, u32 sh, u32 sw, u32 pd, u32 ph, u32 pw, u32 dd, u32 dh,
-                        u32 dw, u32 n, u32 p0, u32 count) {
-  using In = host_of_t<T>;
-  u32 mr = cube_dim(), r = unit_pos(), s = cube_pos_x();
-  u32 d_n = x.shape(2), h_n = x.shape(3), w_n = x.shape(4);
-  u32 taps = kd_n * kh_n * kw_n, columns = x.shape(1) * taps;
-  u32 q = s * mr + r;
-  Val<bool> live = q < columns;
-  u32 qq = min(q, columns - 1u);
-  u32 kw = qq % kw_n, kh = qq / kw_n % kh_n, kd = qq / (kw_n * kh_n) % kd_n, c = qq / taps;
-  u32 xc = n * x.stride(0) + c * x.stride(1);
-  u32 base = s * count * mr + r;
-  Var<u32> ow = p0 % ow_n, oh = p0 / ow_n % oh_n, od = p0 / (ow_n * oh_n);
-  for_range(0u, count, 1u, [&](u32 j) {
-    u32 id = Val<uint32_t>(od) * sd + kd * dd - pd, ih = Val<uint32_t>(oh) * sh + kh * dh - ph,
-        iw = Val<uint32_t>(ow) * sw + kw * dw - pw;
-    Val<bool> inside = live && id < d_n && ih < h_n && iw < w_n;
-    u32 at = xc + select(inside, id * x.stride(2) + ih * x.stride(3) + iw * x.stride(4), 0u);
-    ap[base + j * mr] = select(inside, cast<float>(Val<In>(x[at])), 0.0f);
-    // The next position: ow, then oh, then od.
-    u32 w1 = Val<uint32_t>(ow) + 1u;
-    Val<bool> wrap_w = w1 == ow_n;
-    u32 h1 = select(wrap_w, Val<uint32_t>(oh) + 1u, Val<uint32_t>(oh));
-    Val<bool> wrap_h = h1 == oh_n;
-    ow = select(wrap_w, 0u, w1);
-    oh = select(wrap_h, 0u, h1);
-    od = select(wrap_h, Val<uint32_t>(od) + 1u, Val<uint32_t>(od));
-  });
-}
-KILN_KERNEL_GENERIC(conv_pack_im2col_t,
-                    "x: rank=5, ap, oh_n, ow_n, kd_n, kh_n, kw_n, sd, sh, sw, pd, ph, pw, dd, dh, "
-                    "dw, n, p0, count",
-                    f32, f16, bf16)
-    .cube_dim(12)
-    .describe(
-        "kiln::lib::conv_backward_weight on the CPU: x's im2col matrix, transposed, into "
-        "matmul's slivers");
-
 // Rows p0 .. p0 + count - 1 (output positions) of batch items n0 .. of x's im2col matrix, in
 // x's type, as rows of its columns (c, kd, kh, kw): out [items, count, columns] with the columns
 // contiguous, the form matmul's tensor-core paths read A in. Unit e is element e of the chunk
@@ -238,198 +184,6 @@ KILN_KERNEL_GENERIC(conv_im2col_rows,
                     f32, f16, bf16)
     .cube_dim(256)
     .describe("kiln::lib::conv on GPUs: a chunk of x's im2col matrix, rows of its columns");
-
-// dx = the gradient of sum(y dy) for y = conv(x, w) with respect to x (also conv_transpose's
-// forward), directly: unit u of cube (bx, by, bz) computes input position q = bx cube_dim + u
-// (id, ih, iw flattened) of batch item bz for `kb` input channels of one group (by: the group and
-// its block of kb channels), summing over the group's output channels k and the taps whose window
-// covers q: o = (q + pad - tap dilation) / stride, where that divides and lands inside y (the
-// strides comptime, so that the divisions are multiplications). Sums in f32 in the order k, kd,
-// kh, kw.
-template <class P>
-void conv_grad_input(Tensor<const typename P::In> dy, Tensor<const typename P::In> w,
-                     Tensor<typename P::Out> dx, u32 groups, u32 pd, u32 ph, u32 pw, u32 dd, u32 dh,
-                     u32 dw, int kb, int sd, int sh, int sw) {
-  using In = host_of_t<typename P::In>;
-  using Out = host_of_t<typename P::Out>;
-  const auto ukb = static_cast<uint32_t>(kb);
-  u32 d_n = dx.shape(2), h_n = dx.shape(3), w_n = dx.shape(4);
-  u32 q = cube_pos_x() * cube_dim() + unit_pos();
-  if_(q >= d_n * h_n * w_n, [&] { return_(); });
-  u32 iw = q % w_n, ih = q / w_n % h_n, id = q / (w_n * h_n);
-  u32 cg = w.shape(1), kg = w.shape(0) / groups;
-  u32 blocks = (cg + (ukb - 1u)) / ukb;
-  u32 g = cube_pos_y() / blocks, first = cube_pos_y() % blocks * ukb;
-  u32 n = cube_pos_z();
-  u32 od_n = dy.shape(2), oh_n = dy.shape(3), ow_n = dy.shape(4);
-  u32 kd_n = w.shape(2), kh_n = w.shape(3), kw_n = w.shape(4);
-  std::vector<Var<f32>> acc;
-  std::vector<Val<uint32_t>> wc;  // each input channel's weights (clamped into the group)
-  for (uint32_t j = 0; j < ukb; ++j) {
-    acc.push_back(Var<f32>(0.0f));
-    wc.push_back(min(first + j, cg - 1u) * w.stride(1));
-  }
-  // The output index along a dimension that tap t reaches from input index i, and whether it
-  // exists (i + pad - t dilation >= 0, a multiple of the stride, inside the output).
-  auto reach = [](const Val<uint32_t>& i, const Val<uint32_t>& t, const Val<uint32_t>& pad,
-                  const Val<uint32_t>& dil, int stride,
-                  const Val<uint32_t>& n_out) -> std::pair<Val<uint32_t>, Val<bool>> {
-    const auto us = static_cast<uint32_t>(stride);
-    u32 diff = i + pad - t * dil;  // wraps when negative
-    u32 o = diff / us;
-    return {o, diff < 0x80000000u && o * us == diff && o < n_out};
-  };
-  for_range(0u, kg, 1u, [&](u32 kk) {
-    u32 k = g * kg + kk;
-    u32 dyk = n * dy.stride(0) + k * dy.stride(1);
-    u32 wk = k * w.stride(0);
-    for_range(0u, kd_n, 1u, [&](u32 kd) {
-      const auto [od, okd] = reach(id, kd, pd, dd, sd, od_n);
-      for_range(0u, kh_n, 1u, [&](u32 kh) {
-        const auto [oh, okh] = reach(ih, kh, ph, dh, sh, oh_n);
-        for_range(0u, kw_n, 1u, [&](u32 kw) {
-          const auto [ow, okw] = reach(iw, kw, pw, dw, sw, ow_n);
-          Val<bool> inside = okd && okh && okw;
-          u32 at =
-              dyk + select(inside, od * dy.stride(2) + oh * dy.stride(3) + ow * dy.stride(4), 0u);
-          f32 g_out = select(inside, cast<float>(Val<In>(dy[at])), 0.0f);
-          u32 wt = wk + kd * w.stride(2) + kh * w.stride(3) + kw * w.stride(4);
-          for (uint32_t j = 0; j < ukb; ++j)
-            acc[j] = fma(g_out, cast<float>(Val<In>(w[wt + wc[j]])), Val<float>(acc[j]));
-        });
-      });
-    });
-  });
-  for (uint32_t j = 0; j < ukb; ++j)
-    if_(first + j < cg, [&] {
-      u32 c = g * cg + first + j;
-      dx[n * dx.stride(0) + c * dx.stride(1) + id * dx.stride(2) + ih * dx.stride(3) +
-         iw * dx.stride(4)] = cast<Out>(Val<float>(acc[j]));
-    });
-}
-KILN_KERNEL_GENERIC(conv_grad_input,
-                    "dy: rank=5, w: rank=5, dx: rank=5, groups, pd, ph, pw, dd, dh, dw, "
-                    "kb = 2 in 1..16, sd = 1 in 1..64, sh = 1 in 1..64, sw = 1 in 1..64",
-                    InOut<f32, f32>, InOut<f16, f32>, InOut<bf16, f32>, InOut<f16, f16>,
-                    InOut<bf16, bf16>)
-    .cube_dim(128)
-    .describe("kiln::lib::conv_backward_input: the gradient of a convolution's input, directly");
-
-// The input's gradient from a chunk of dcol = dy^T w (positions p0 .. p0 + len - 1 of one batch
-// item, [len, C taps] f32): unit e, an element (c, id, ih, iw) of the item's f32 gradient `acc`
-// ([C, D, H, W]), sums dcol over the taps whose window puts it at a position of the chunk,
-// o = (i + pad - tap dilation) / stride where that divides, and adds it to acc (or sets it, for
-// the item's first chunk). The strides are comptime, so that the divisions by them are
-// multiplications.
-void conv_col2im(Tensor<const f32> dcol, Tensor<f32> acc, u32 c_n, u32 d_n, u32 h_n, u32 w_n,
-                 u32 od_n, u32 oh_n, u32 ow_n, u32 kd_n, u32 kh_n, u32 kw_n, u32 pd, u32 ph, u32 pw,
-                 u32 dd, u32 dh, u32 dw, u32 p0, u32 len, u32 first, int sd, int sh, int sw) {
-  u32 e = cube_pos_x() * cube_dim() + unit_pos();
-  if_(e >= c_n * d_n * h_n * w_n, [&] { return_(); });
-  u32 iw = e % w_n, ih = e / w_n % h_n, id = e / (w_n * h_n) % d_n, c = e / (w_n * h_n * d_n);
-  u32 taps = kd_n * kh_n * kw_n, columns = c_n * taps;
-  // The output index a tap reaches along a dimension, and whether it exists.
-  auto reach = [](const Val<uint32_t>& i, const Val<uint32_t>& t, const Val<uint32_t>& pad,
-                  const Val<uint32_t>& dil, int stride,
-                  const Val<uint32_t>& n_out) -> std::pair<Val<uint32_t>, Val<bool>> {
-    const auto us = static_cast<uint32_t>(stride);
-    u32 diff = i + pad - t * dil;  // wraps when negative
-    u32 o = diff / us;
-    return {o, diff < 0x80000000u && o * us == diff && o < n_out};
-  };
-  Var<f32> sum = 0.0f;
-  for_range(0u, kd_n, 1u, [&](u32 kd) {
-    const auto [od, okd] = reach(id, kd, pd, dd, sd, od_n);
-    for_range(0u, kh_n, 1u, [&](u32 kh) {
-      const auto [oh, okh] = reach(ih, kh, ph, dh, sh, oh_n);
-      for_range(0u, kw_n, 1u, [&](u32 kw) {
-        const auto [ow, okw] = reach(iw, kw, pw, dw, sw, ow_n);
-        u32 j = (od * oh_n + oh) * ow_n + ow - p0;  // wraps below the chunk
-        Val<bool> inside = okd && okh && okw && j < len;
-        u32 q = c * taps + (kd * kh_n + kh) * kw_n + kw;
-        sum += select(inside, Val<float>(dcol[select(inside, j * columns + q, 0u)]), 0.0f);
-      });
-    });
-  });
-  if_(first != 0u, [&] { acc[e] = sum; }).else_([&] { acc[e] = Val<float>(acc[e]) + sum; });
-}
-KILN_KERNEL(conv_col2im,
-            "dcol, acc, c_n, d_n, h_n, w_n, od_n, oh_n, ow_n, kd_n, kh_n, kw_n, pd, ph, pw, dd, "
-            "dh, dw, p0, len, first, sd = 1 in 1..64, sh = 1 in 1..64, sw = 1 in 1..64")
-    .cube_dim(128)
-    .describe("kiln::lib::conv_backward_input: dy^T w's rows gathered into the input's gradient");
-
-// dw = the gradient of sum(y dy) for y = conv(x, w) with respect to w, directly: unit e (of the
-// cube's flattened weights, kw fastest) sums dy[n, k, o] x[n, c, o stride + tap dilation - pad]
-// over the batch and every output position o, in that order, in f32.
-template <class P>
-void conv_grad_weight(Tensor<const typename P::In> x, Tensor<const typename P::In> dy,
-                      Tensor<typename P::Out> dw, u32 groups, u32 sd, u32 sh, u32 sw, u32 pd,
-                      u32 ph, u32 pw, u32 dd, u32 dh, u32 dw_) {
-  using In = host_of_t<typename P::In>;
-  using Out = host_of_t<typename P::Out>;
-  u32 k_n = dw.shape(0), cg = dw.shape(1), kd_n = dw.shape(2), kh_n = dw.shape(3),
-      kw_n = dw.shape(4);
-  u32 e = cube_pos_x() * cube_dim() + unit_pos();
-  if_(e >= k_n * cg * kd_n * kh_n * kw_n, [&] { return_(); });
-  u32 kw = e % kw_n, kh = e / kw_n % kh_n, kd = e / (kw_n * kh_n) % kd_n;
-  u32 c = e / (kw_n * kh_n * kd_n) % cg, k = e / (kw_n * kh_n * kd_n * cg);
-  u32 g = k / (k_n / groups);
-  u32 d_n = x.shape(2), h_n = x.shape(3), w_n = x.shape(4);
-  u32 od_n = dy.shape(2), oh_n = dy.shape(3), ow_n = dy.shape(4);
-  Var<f32> acc = 0.0f;
-  for_range(0u, dy.shape(0), 1u, [&](u32 n) {
-    u32 xc = n * x.stride(0) + (g * cg + c) * x.stride(1);
-    u32 dyk = n * dy.stride(0) + k * dy.stride(1);
-    for_range(0u, od_n, 1u, [&](u32 od) {
-      u32 id = od * sd + kd * dd - pd;
-      for_range(0u, oh_n, 1u, [&](u32 oh) {
-        u32 ih = oh * sh + kh * dh - ph;
-        Val<bool> rows = id < d_n && ih < h_n;
-        u32 xr = xc + select(rows, id * x.stride(2) + ih * x.stride(3), 0u);
-        u32 dyr = dyk + od * dy.stride(2) + oh * dy.stride(3);
-        for_range(0u, ow_n, 1u, [&](u32 ow) {
-          u32 iw = ow * sw + kw * dw_ - pw;
-          Val<bool> inside = rows && iw < w_n;
-          f32 xv = select(inside,
-                          cast<float>(Val<In>(x[xr + select(inside, iw * x.stride(4), 0u)])), 0.0f);
-          acc = fma(xv, cast<float>(Val<In>(dy[dyr + ow * dy.stride(4)])), Val<float>(acc));
-        });
-      });
-    });
-  });
-  dw[k * dw.stride(0) + c * dw.stride(1) + kd * dw.stride(2) + kh * dw.stride(3) +
-     kw * dw.stride(4)] = cast<Out>(Val<float>(acc));
-}
-KILN_KERNEL_GENERIC(
-    conv_grad_weight,
-    "x: rank=5, dy: rank=5, dw: rank=5, groups, sd, sh, sw, pd, ph, pw, dd, dh, dw_",
-    InOut<f32, f32>, InOut<f16, f32>, InOut<bf16, f32>, InOut<f16, f16>, InOut<bf16, bf16>)
-    .cube_dim(128)
-    .describe("kiln::lib::conv_backward_weight: the gradient of a convolution's weights, directly");
-
-// dbias[k] = the sum of dy[n, k, ...] over the batch and every output position, in that order,
-// in f32: a unit per output channel.
-template <class T>
-void conv_grad_bias(Tensor<const T> dy, Tensor<f32> dbias) {
-  using In = host_of_t<T>;
-  u32 k = cube_pos_x() * cube_dim() + unit_pos();
-  if_(k >= dy.shape(1), [&] { return_(); });
-  Var<f32> acc = 0.0f;
-  for_range(0u, dy.shape(0), 1u, [&](u32 n) {
-    for_range(0u, dy.shape(2), 1u, [&](u32 od) {
-      for_range(0u, dy.shape(3), 1u, [&](u32 oh) {
-        u32 r = n * dy.stride(0) + k * dy.stride(1) + od * dy.stride(2) + oh * dy.stride(3);
-        for_range(0u, dy.shape(4), 1u,
-                  [&](u32 ow) { acc += cast<float>(Val<In>(dy[r + ow * dy.stride(4)])); });
-      });
-    });
-  });
-  dbias[k] = acc;
-}
-KILN_KERNEL_GENERIC(conv_grad_bias, "dy: rank=5, dbias", f32, f16, bf16)
-    .cube_dim(64)
-    .describe("kiln::lib::conv_backward_weight: the gradient of a convolution's bias");
 
 namespace kiln::lib {
 
@@ -644,15 +398,32 @@ int64_t column_stride(const Tensor& w5) {
   return stride == 0 ? 1 : stride;
 }
 
-// At most this many bytes of x's im2col matrix, packed, at a time: 32 MiB, or
-// KILN_CONV_IM2COL_BYTES.
-int64_t im2col_bytes() {
+// How the GEMM paths walk x's im2col matrix (n batch items of `positions` rows of `row_bytes`)
+// so that at most 32 MiB of it (or KILN_CONV_IM2COL_BYTES) is held at a time: whole batch items
+// per chunk when one fits, else `rows` positions of one item (a multiple of `round`).
+struct Chunks {
+  int64_t items = 1, rows = 1;
+};
+Result<Chunks> im2col_chunks(int64_t n, int64_t positions, int64_t row_bytes, int64_t round) {
+  int64_t budget = int64_t{32} << 20;
   if (const char* v = std::getenv("KILN_CONV_IM2COL_BYTES")) {
     char* end = nullptr;
-    const long long n = std::strtoll(v, &end, 10);
-    if (end != v && *end == '\0' && n > 0) return n;
+    const long long b = std::strtoll(v, &end, 10);
+    if (end == v || *end != '\0' || b <= 0)
+      return bad(
+          fmt::format("KILN_CONV_IM2COL_BYTES is '{}'; it must be a positive number of "
+                      "bytes (unset: 32 MiB)",
+                      v));
+    budget = b;
   }
-  return int64_t{32} << 20;
+  const int64_t item_bytes = positions * std::max<int64_t>(row_bytes, 1);
+  Chunks c;
+  c.items = std::clamp<int64_t>(budget / std::max<int64_t>(item_bytes, 1), 1, n);
+  c.rows = c.items > 1 || item_bytes <= budget
+               ? positions
+               : std::min(positions, std::max(round, budget / std::max<int64_t>(row_bytes, 1) /
+                                                         round * round));
+  return c;
 }
 
 // A dense convolution on the CPU as an implicit GEMM: y^T [P, K] = im2col(x) [P, C taps] w^T
@@ -675,11 +446,8 @@ Result<bool> implicit_gemm_cpu(Runtime& rt, const Tensor& x5, const Tensor& w5, 
                            std::vector<int64_t>{1, 1, 1, columns, k},
                            std::vector<int64_t>{0, 0, 0, ws, w5.stride(0)}, w5.offset()));
   // Whole batch items per chunk when one fits, else positions of one item.
-  const int64_t budget = im2col_bytes(), item_bytes = positions * columns * 4;
-  const int64_t items = std::clamp<int64_t>(budget / std::max<int64_t>(item_bytes, 1), 1, n);
-  const int64_t rows = items > 1 || item_bytes <= budget
-                           ? positions
-                           : std::max<int64_t>(96, budget / (columns * 4) / 96 * 96);
+  KILN_ASSIGN(const Chunks chunks, im2col_chunks(n, positions, columns * 4, 96));
+  const int64_t items = chunks.items, rows = chunks.rows;
   KILN_ASSIGN(const Kernel pack, rt.kernel("conv_pack_im2col"));
   auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
   MatmulOptions m;
@@ -719,8 +487,7 @@ Result<bool> implicit_gemm_cpu(Runtime& rt, const Tensor& x5, const Tensor& w5, 
     *plan = {"matmul_cpu",
              fmt::format("{}; im2col packed by conv_pack_im2col, {} of {} positions x {} "
                          "columns at a time",
-                         config, items > 1 ? items * positions : std::min(rows, positions),
-                         n * positions, columns),
+                         config, items > 1 ? items * positions : rows, n * positions, columns),
              "a dense convolution on the CPU: an implicit GEMM on matmul's micro-kernel"};
   return true;
 }
@@ -744,12 +511,9 @@ Result<bool> im2col_gemm(Runtime& rt, const Tensor& x5, const Tensor& w5, Tensor
                                             std::vector<int64_t>{k, columns},
                                             std::vector<int64_t>{w5.stride(0), ws}, w5.offset()));
   const auto size = static_cast<int64_t>(x5.element_bytes());
-  const int64_t budget = im2col_bytes(), item_bytes = positions * columns * size;
-  const int64_t items = std::clamp<int64_t>(budget / std::max<int64_t>(item_bytes, 1), 1, n);
-  const int64_t rows = items > 1 || item_bytes <= budget
-                           ? positions
-                           : std::max<int64_t>(128, budget / (columns * size) / 128 * 128);
-  KILN_ASSIGN(Tensor chunk, rt.empty(x5.dtype(), {items, std::min(rows, positions), columns}));
+  KILN_ASSIGN(const Chunks chunks, im2col_chunks(n, positions, columns * size, 128));
+  const int64_t items = chunks.items, rows = chunks.rows;
+  KILN_ASSIGN(Tensor chunk, rt.empty(x5.dtype(), {items, rows, columns}));
   KILN_ASSIGN(const Kernel gather, rt.kernel("conv_im2col_rows"));
   auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
   MatmulOptions m;
@@ -780,13 +544,13 @@ Result<bool> im2col_gemm(Runtime& rt, const Tensor& x5, const Tensor& w5, Tensor
     }
   }
   if (plan)
-    *plan = {product.kernel,
-             fmt::format("{}; im2col rows by conv_im2col_rows, {} of {} positions x {} columns "
-                         "at a time",
-                         product.config, items > 1 ? items * positions : std::min(rows, positions),
-                         n * positions, columns),
-             "a dense convolution on a GPU: im2col chunks times w^T through matmul (" +
-                 product.why + ")"};
+    *plan = {
+        product.kernel,
+        fmt::format("{}; im2col rows by conv_im2col_rows, {} of {} positions x {} columns "
+                    "at a time",
+                    product.config, items > 1 ? items * positions : rows, n * positions, columns),
+        "a dense convolution on a GPU: im2col chunks times w^T through matmul (" + product.why +
+            ")"};
   return true;
 }
 
@@ -978,6 +742,9 @@ Status check_backward(const char* op, bool of_input, const Tensor& input, const 
                                        of_input ? "dx" : "dw", out.describe(), ir::elem_name(in)));
   if (out.read_only())
     return detail::bad(op, fmt::format("the tensor '{}' is read-only", of_input ? "dx" : "dw"));
+  if (out.may_overlap())
+    return detail::bad(op, fmt::format("{} ({}) has elements that overlap", of_input ? "dx" : "dw",
+                                       out.describe()));
   return {};
 }
 
@@ -995,10 +762,6 @@ Geometry3 geometry3(const Geometry& g) {
   }
   return r;
 }
-
-}  // namespace
-
-namespace {
 
 // The weights' gradient of a dense convolution on the CPU as GEMMs on matmul's micro-kernel:
 // dw^T [C taps, K] = sum over the batch items n of im2col(x_n)^T [C taps, P] dy_n^T [P, K],
@@ -1021,8 +784,8 @@ Result<bool> weight_gemm_cpu(Runtime& rt, const Tensor& x5, const Tensor& dy5, T
     KILN_ASSIGN(target, rt.empty(ElemType::F32, {columns, k}));
   }
   KILN_ASSIGN(const Tensor c, detail::matmul_rank5(target, false));
-  const int64_t len =
-      std::clamp<int64_t>(im2col_bytes() / std::max<int64_t>(columns * 4, 1), 1, positions);
+  KILN_ASSIGN(const Chunks chunks, im2col_chunks(1, positions, columns * 4, 1));
+  const int64_t len = chunks.rows;
   KILN_ASSIGN(const Kernel pack, rt.kernel("conv_pack_im2col_t"));
   auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
   std::string config;
@@ -1066,10 +829,6 @@ Result<bool> weight_gemm_cpu(Runtime& rt, const Tensor& x5, const Tensor& dy5, T
   return true;
 }
 
-}  // namespace
-
-namespace {
-
 // The input's gradient of a dense convolution as a GEMM and a gather: per batch item, dcol
 // [P, C taps] = dy_n^T [P, K] w [K, C taps] (kiln::lib::matmul on views, in chunks of positions
 // within the im2col budget), then conv_col2im adds each chunk's rows into the item's f32
@@ -1083,8 +842,8 @@ Result<bool> input_gemm(Runtime& rt, const Tensor& dy5, const Tensor& w5, Tensor
                 columns = w5.shape(1) * w5.shape(2) * w5.shape(3) * w5.shape(4),
                 positions = dy5.shape(2) * dy5.shape(3) * dy5.shape(4),
                 inputs = c * dx5.shape(2) * dx5.shape(3) * dx5.shape(4);
-  const int64_t len =
-      std::clamp<int64_t>(im2col_bytes() / std::max<int64_t>(columns * 4, 1), 1, positions);
+  KILN_ASSIGN(const Chunks chunks, im2col_chunks(1, positions, columns * 4, 1));
+  const int64_t len = chunks.rows;
   KILN_ASSIGN(const Tensor wv, Tensor::make(w5.device_ptr(), w5.buffer(), w5.dtype(),
                                             std::vector<int64_t>{k, columns},
                                             std::vector<int64_t>{w5.stride(0), ws}, w5.offset()));
@@ -1212,383 +971,3 @@ Status conv_backward_weight(Runtime& rt, const Tensor& x, const Tensor& dy, Tens
 }
 
 }  // namespace kiln::lib
-
-// `kiln run conv1d|conv2d|conv3d`: kiln::lib::conv on random inputs against a double reference.
-// --shape x=NxCx[Dx][Hx]W (with --set channels_last=1: Nx[D]x[H]xWxC) --shape w=KxCgx[KD]x[KH]xKW;
-// --set stride=, padding=, padding_end= (-1: as padding), dilation= (each for every dimension),
-// same=1 (PyTorch's padding="same"), groups=, use_bias=1, use_residual=1, epilogue=0 (none),
-// 1 (ReLU), 2 (GELU) or 3 (SiLU).
-namespace {
-
-using kiln::kernels::RunData;
-using kiln::lib::ConvOptions;
-using kiln::lib::Layout;
-
-ConvOptions run_options(const RunData& d) {
-  ConvOptions o;
-  o.stride = {static_cast<int64_t>(d.scalar("stride"))};
-  o.padding = {static_cast<int64_t>(d.scalar("padding"))};
-  if (d.scalar("padding_end") >= 0) o.padding_end = {static_cast<int64_t>(d.scalar("padding_end"))};
-  o.dilation = {static_cast<int64_t>(d.scalar("dilation"))};
-  o.same = d.scalar("same") != 0;
-  o.groups = static_cast<int64_t>(d.scalar("groups"));
-  o.layout = d.scalar("channels_last") != 0 ? Layout::Nhwc : Layout::Nchw;
-  return o;
-}
-
-std::vector<int64_t> run_y_shape(const RunData& d) {
-  auto s = kiln::lib::conv_output_shape(d.shape("x"), d.shape("w"), run_options(d));
-  return s ? *s : std::vector<int64_t>(d.shape("x").size(), 0);  // refused by the call
-}
-
-// Row-major strides of a tensor of shape `s` in `layout`, as [N, C, D, H, W] (1-d and 2-d ones
-// with leading spatial dimensions of 1).
-std::array<int64_t, 5> canonical_strides(const std::vector<int64_t>& s, Layout layout) {
-  std::vector<int64_t> row(s.size(), 1);
-  for (size_t i = s.size() - 1; i-- > 0;) row[i] = row[i + 1] * s[i + 1];
-  std::array<int64_t, 5> out{row[0], 0, 0, 0, 0};
-  const size_t c = layout == Layout::Nhwc ? s.size() - 1 : 1;
-  out[1] = row[c];
-  size_t at = 5 - (s.size() - 2);
-  for (size_t i = 1; i < s.size(); ++i)
-    if (i != c) out[at++] = row[i];
-  return out;
-}
-
-std::array<int64_t, 5> canonical_shape(const std::vector<int64_t>& s, Layout layout) {
-  std::array<int64_t, 5> out{s[0], 0, 1, 1, 1};
-  const size_t c = layout == Layout::Nhwc ? s.size() - 1 : 1;
-  out[1] = s[c];
-  size_t at = 5 - (s.size() - 2);
-  for (size_t i = 1; i < s.size(); ++i)
-    if (i != c) out[at++] = s[i];
-  return out;
-}
-
-// Every product of a convolution, in double: for each output element (n, k, o) and tap
-// (c, t) whose input lies inside x (not in the padding), fn(output at, input at, weight at), the
-// flat row-major indices of y, x and w (in their layouts) for a run whose input, weight and
-// output tensors have these shapes.
-template <class F>
-void each_product(const RunData& d, const std::vector<int64_t>& xshape,
-                  const std::vector<int64_t>& wshape, const std::vector<int64_t>& yshape, F&& fn) {
-  const ConvOptions o = run_options(d);
-  const auto X = canonical_shape(xshape, o.layout), W = canonical_shape(wshape, Layout::Nchw),
-             Y = canonical_shape(yshape, o.layout);
-  const auto xs = canonical_strides(xshape, o.layout), ws = canonical_strides(wshape, Layout::Nchw),
-             yst = canonical_strides(yshape, o.layout);
-  const int dims = static_cast<int>(xshape.size()) - 2;
-  // Per canonical spatial dimension (D, H, W): stride, front padding, dilation.
-  std::array<int64_t, 3> st{1, 1, 1}, pf{0, 0, 0}, dl{1, 1, 1};
-  for (int i = 0; i < dims; ++i) {
-    const auto at = static_cast<size_t>(3 - dims + i);
-    st[at] = static_cast<int64_t>(d.scalar("stride"));
-    dl[at] = static_cast<int64_t>(d.scalar("dilation"));
-    pf[at] = static_cast<int64_t>(d.scalar("padding"));
-    if (o.same) pf[at] = dl[at] * (W[static_cast<size_t>(2 + at)] - 1) / 2;
-  }
-  const int64_t cg = W[1], kpg = Y[1] / o.groups;
-  for (int64_t n = 0; n < Y[0]; ++n)
-    for (int64_t k = 0; k < Y[1]; ++k)
-      for (int64_t od = 0; od < Y[2]; ++od)
-        for (int64_t oh = 0; oh < Y[3]; ++oh)
-          for (int64_t ow = 0; ow < Y[4]; ++ow) {
-            const auto yat = static_cast<size_t>(n * yst[0] + k * yst[1] + od * yst[2] +
-                                                 oh * yst[3] + ow * yst[4]);
-            const int64_t g = k / kpg;
-            for (int64_t c = 0; c < cg; ++c)
-              for (int64_t kd = 0; kd < W[2]; ++kd)
-                for (int64_t kh = 0; kh < W[3]; ++kh)
-                  for (int64_t kw = 0; kw < W[4]; ++kw) {
-                    const int64_t id = od * st[0] + kd * dl[0] - pf[0],
-                                  ih = oh * st[1] + kh * dl[1] - pf[1],
-                                  iw = ow * st[2] + kw * dl[2] - pf[2];
-                    if (id < 0 || id >= X[2] || ih < 0 || ih >= X[3] || iw < 0 || iw >= X[4])
-                      continue;
-                    fn(yat,
-                       static_cast<size_t>(n * xs[0] + (g * cg + c) * xs[1] + id * xs[2] +
-                                           ih * xs[3] + iw * xs[4]),
-                       static_cast<size_t>(k * ws[0] + c * ws[1] + kd * ws[2] + kh * ws[3] +
-                                           kw * ws[4]));
-                  }
-          }
-}
-
-void conv_reference(RunData& d) {
-  const auto ys = run_y_shape(d);
-  const auto& x = d["x"];
-  const auto& w = d["w"];
-  const auto& bias = d["bias"];
-  const auto& residual = d["residual"];
-  auto& y = d["y"];
-  std::vector<double> sum(y.size(), 0.0);
-  each_product(d, d.shape("x"), d.shape("w"), ys,
-               [&](size_t yat, size_t xat, size_t wat) { sum[yat] += x[xat] * w[wat]; });
-  const bool use_bias = d.scalar("use_bias") != 0, use_residual = d.scalar("use_residual") != 0;
-  const auto epilogue = static_cast<Epilogue>(static_cast<int>(d.scalar("epilogue")));
-  const auto cf = canonical_shape(ys, run_options(d).layout);
-  const auto yst = canonical_strides(ys, run_options(d).layout);
-  for (size_t at = 0; at < y.size(); ++at) {
-    double v = sum[at];
-    const auto k = static_cast<int64_t>(at) / yst[1] % cf[1];
-    if (use_bias) v += bias[static_cast<size_t>(k)];
-    if (use_residual) v += residual[at];
-    y[at] = d.round("y", kiln::lib::detail::reference_activation(v, epilogue));
-  }
-}
-
-kiln::kernels::HostOp conv_op(int dims) {
-  using kiln::ir::ElemType;
-  kiln::kernels::HostOp op;
-  op.description = fmt::format(
-      "{}-d convolution, NCHW or NHWC, groups, fused epilogue: "
-      "kiln::lib::conv",
-      dims);
-  op.kernels = {"conv_direct",   "conv_pack_im2col", "conv_im2col_rows", "matmul_pack_a",
-                "matmul_pack_b", "matmul_cpu",       "matmul_gpu",       "matmul_pack_rows",
-                "matmul_ring",   "matmul_sm90",      "matmul_sm100"};
-  op.tensors = {{"x", true}, {"w", true}, {"bias", true}, {"residual", true}, {"y", false}};
-  for (const auto& [in, out] : {std::pair{ElemType::F32, ElemType::F32},
-                                {ElemType::F16, ElemType::F32},
-                                {ElemType::BF16, ElemType::F32},
-                                {ElemType::F16, ElemType::F16},
-                                {ElemType::BF16, ElemType::BF16}})
-    op.variants.push_back({in, in, ElemType::F32, out, out});
-  for (const char* s : {"stride", "padding", "dilation", "groups", "epilogue"})
-    op.scalars.push_back({s, ElemType::U32});
-  op.scalars.push_back({"padding_end", ElemType::F32});
-  for (const char* s : {"same", "channels_last", "use_bias", "use_residual"})
-    op.scalars.push_back({s, ElemType::Bool});
-  op.call = [dims](kiln::Runtime& rt, std::map<std::string, kiln::Tensor, std::less<>>& t,
-                   const RunData& d) -> kiln::Status {
-    const char* name = dims == 1 ? "conv1d" : dims == 2 ? "conv2d" : "conv3d";
-    if (static_cast<int>(d.shape("x").size()) != dims + 2)
-      return kiln::Error(kiln::ErrorKind::InvalidArgument,
-                         fmt::format("{}: x is {}; --shape x= takes {} dimensions (N, C and {} "
-                                     "spatial)",
-                                     name, kiln::lib::detail::dims(d.shape("x")), dims + 2, dims));
-    ConvOptions o = run_options(d);
-    KILN_ASSIGN(o.epilogue, kiln::lib::detail::run_epilogue(name, d.scalar("epilogue")));
-    const kiln::Tensor bias = t.at("bias"), residual = t.at("residual");
-    if (d.scalar("use_bias") != 0) o.bias = &bias;
-    if (d.scalar("use_residual") != 0) o.residual = &residual;
-    kiln::lib::MatmulPlan plan;
-    o.plan = &plan;
-    KILN_TRY(kiln::lib::conv(rt, t.at("x"), t.at("w"), t.at("y"), o));
-    d.plan = fmt::format("{}: {} ({})", plan.kernel, plan.config, plan.why);
-    return kiln::Status{};
-  };
-  return op;
-}
-
-kiln::kernels::RunRecipe& conv_recipe(kiln::kernels::RunRecipe& r, int dims) {
-  std::vector<int64_t> x = {2, 16}, w = {24, 16};
-  const int64_t side = dims == 1 ? 50 : dims == 2 ? 20 : 8;
-  for (int i = 0; i < dims; ++i) {
-    x.push_back(side);
-    w.push_back(3);
-  }
-  return r.host(conv_op(dims))
-      .shape("x", x)
-      .shape("w", w)
-      .shape("bias", [](const RunData& d) { return std::vector<int64_t>{d.dim("w", 0)}; })
-      .shape("residual", run_y_shape)
-      .shape("y", run_y_shape)
-      .scalar("stride", 1)
-      .scalar("padding", 1)
-      .scalar("padding_end", -1)
-      .scalar("dilation", 1)
-      .scalar("groups", 1)
-      .scalar("epilogue", 0)
-      .scalar("same", 0)
-      .scalar("channels_last", 0)
-      .scalar("use_bias", 0)
-      .scalar("use_residual", 0)
-      .flops([](const RunData& d) {
-        double taps = 1;
-        for (size_t i = 1; i < d.shape("w").size(); ++i)
-          taps *= static_cast<double>(d.shape("w")[i]);
-        double out = 1;
-        for (int64_t s : run_y_shape(d)) out *= static_cast<double>(s);
-        return 2.0 * out * taps;
-      })
-      // f32 sums of C/groups x kernel products (inputs in [-1, 1]), then the result's rounding.
-      .tolerance([](const RunData& d, std::string_view) -> std::pair<double, double> {
-        double taps = 1;
-        for (size_t i = 1; i < d.shape("w").size(); ++i)
-          taps *= static_cast<double>(d.shape("w")[i]);
-        const double sums = 2e-6 * taps + 1e-5;
-        switch (d.dtype("y")) {
-          case kiln::ir::ElemType::F16:
-            return {4e-3, 2e-3 + sums};
-          case kiln::ir::ElemType::BF16:
-            return {3e-2, 1e-2 + sums};
-          default:
-            return {1e-5, sums};
-        }
-      })
-      .reference(conv_reference);
-}
-
-}  // namespace
-
-// `kiln run convNd_backward_input` (dy, w -> dx; --shape dx= is x's shape) and
-// `convNd_backward_weight` (x, dy -> dw and dbias; --shape dw= is w's shape): the backward passes
-// against double references built from the same products as the forward's.
-std::vector<int64_t> backward_dy_shape(const RunData& d, const char* input, const char* weights) {
-  auto s = kiln::lib::conv_output_shape(d.shape(input), d.shape(weights), run_options(d));
-  return s ? *s : std::vector<int64_t>(d.shape(input).size(), 0);
-}
-
-kiln::kernels::RunRecipe& conv_backward_recipe(kiln::kernels::RunRecipe& r, int dims,
-                                               bool of_input) {
-  using kiln::ir::ElemType;
-  kiln::kernels::HostOp op;
-  const char* name_in = of_input ? "dx" : "x";
-  const char* name_w = of_input ? "w" : "dw";
-  op.description = fmt::format("{}-d convolution's gradient of the {}: kiln::lib::conv_backward_{}",
-                               dims, of_input ? "input" : "weights", of_input ? "input" : "weight");
-  if (of_input)
-    op.kernels = {"conv_grad_input", "conv_col2im", "matmul_pack_a", "matmul_pack_b", "matmul_cpu"};
-  else
-    op.kernels = {"conv_grad_weight", "conv_grad_bias", "conv_pack_im2col_t", "matmul_pack_b",
-                  "matmul_cpu"};
-  if (of_input)
-    op.tensors = {{"dy", true}, {"w", true}, {"dx", false}};
-  else
-    op.tensors = {{"x", true}, {"dy", true}, {"dw", false}, {"dbias", false}};
-  for (const auto& [in, out] : {std::pair{ElemType::F32, ElemType::F32},
-                                {ElemType::F16, ElemType::F32},
-                                {ElemType::BF16, ElemType::F32},
-                                {ElemType::F16, ElemType::F16},
-                                {ElemType::BF16, ElemType::BF16}}) {
-    if (of_input)
-      op.variants.push_back({in, in, out});
-    else
-      op.variants.push_back({in, in, out, ElemType::F32});
-  }
-  for (const char* s : {"stride", "padding", "dilation", "groups"})
-    op.scalars.push_back({s, ElemType::U32});
-  op.scalars.push_back({"padding_end", ElemType::F32});
-  for (const char* s : {"same", "channels_last"}) op.scalars.push_back({s, ElemType::Bool});
-  op.call = [dims, of_input](kiln::Runtime& rt, std::map<std::string, kiln::Tensor, std::less<>>& t,
-                             const RunData& d) -> kiln::Status {
-    const char* input = of_input ? "dx" : "x";
-    if (static_cast<int>(d.shape(input).size()) != dims + 2)
-      return kiln::Error(
-          kiln::ErrorKind::InvalidArgument,
-          fmt::format("conv{}d_backward: {} is {}; --shape {}= takes {} dimensions "
-                      "(N, C and {} spatial)",
-                      dims, input, kiln::lib::detail::dims(d.shape(input)), input, dims + 2, dims));
-    ConvOptions o = run_options(d);
-    kiln::lib::MatmulPlan plan;
-    o.plan = &plan;
-    if (of_input) {
-      KILN_TRY(kiln::lib::conv_backward_input(rt, t.at("dy"), t.at("w"), t.at("dx"), o));
-    } else {
-      KILN_TRY(kiln::lib::conv_backward_weight(rt, t.at("x"), t.at("dy"), t.at("dw"), o,
-                                               &t.at("dbias")));
-    }
-    d.plan = fmt::format("{}: {} ({})", plan.kernel, plan.config, plan.why);
-    return kiln::Status{};
-  };
-  std::vector<int64_t> x = {2, 16}, w = {24, 16};
-  const int64_t side = dims == 1 ? 50 : dims == 2 ? 20 : 8;
-  for (int i = 0; i < dims; ++i) {
-    x.push_back(side);
-    w.push_back(3);
-  }
-  r.host(std::move(op))
-      .shape(name_in, x)
-      .shape(name_w, w)
-      .scalar("stride", 1)
-      .scalar("padding", 1)
-      .scalar("padding_end", -1)
-      .scalar("dilation", 1)
-      .scalar("groups", 1)
-      .scalar("same", 0)
-      .scalar("channels_last", 0);
-  if (of_input) {
-    r.shape("dy", [](const RunData& d) { return backward_dy_shape(d, "dx", "w"); })
-        .tolerance([](const RunData& d, std::string_view) -> std::pair<double, double> {
-          double taps = static_cast<double>(d.dim("w", 0));
-          for (size_t i = 2; i < d.shape("w").size(); ++i)
-            taps *= static_cast<double>(d.shape("w")[i]);
-          const double sums = 2e-6 * taps + 1e-5;
-          if (d.dtype("dx") == ElemType::F16) return {4e-3, 2e-3 + sums};
-          if (d.dtype("dx") == ElemType::BF16) return {3e-2, 1e-2 + sums};
-          return {1e-5, sums};
-        })
-        .reference([](RunData& d) {
-          auto& dx = d["dx"];
-          std::vector<double> sum(dx.size(), 0.0);
-          const auto& dy = d["dy"];
-          const auto& w = d["w"];
-          each_product(d, d.shape("dx"), d.shape("w"), d.shape("dy"),
-                       [&](size_t yat, size_t xat, size_t wat) { sum[xat] += dy[yat] * w[wat]; });
-          for (size_t i = 0; i < dx.size(); ++i) dx[i] = d.round("dx", sum[i]);
-        });
-  } else {
-    r.shape("dy", [](const RunData& d) { return backward_dy_shape(d, "x", "dw"); })
-        .shape("dbias", [](const RunData& d) { return std::vector<int64_t>{d.dim("dw", 0)}; })
-        .tolerance([](const RunData& d, std::string_view name) -> std::pair<double, double> {
-          double terms = 1;
-          for (size_t i = 0; i < d.shape("dy").size(); ++i)
-            if (i != (d.scalar("channels_last") != 0 ? d.shape("dy").size() - 1 : 1))
-              terms *= static_cast<double>(d.shape("dy")[i]);
-          const double sums = 2e-6 * terms + 1e-5;
-          if (name == "dw" && d.dtype("dw") == ElemType::F16) return {4e-3, 2e-3 + sums};
-          if (name == "dw" && d.dtype("dw") == ElemType::BF16) return {3e-2, 1e-2 + sums};
-          return {1e-5, sums};
-        })
-        .reference([](RunData& d) {
-          auto& dw = d["dw"];
-          auto& dbias = d["dbias"];
-          std::vector<double> sum(dw.size(), 0.0), bias(dbias.size(), 0.0);
-          const auto& dy = d["dy"];
-          const auto& x = d["x"];
-          each_product(d, d.shape("x"), d.shape("dw"), d.shape("dy"),
-                       [&](size_t yat, size_t xat, size_t wat) { sum[wat] += dy[yat] * x[xat]; });
-          const auto layout = run_options(d).layout;
-          const auto cf = canonical_shape(d.shape("dy"), layout);
-          const auto st = canonical_strides(d.shape("dy"), layout);
-          for (size_t at = 0; at < dy.size(); ++at)
-            bias[static_cast<size_t>(static_cast<int64_t>(at) / st[1] % cf[1])] += dy[at];
-          for (size_t i = 0; i < dw.size(); ++i) dw[i] = d.round("dw", sum[i]);
-          for (size_t i = 0; i < dbias.size(); ++i) dbias[i] = bias[i];
-        });
-  }
-  return r;
-}
-
-// (KILN_RUN's registration, with the recipe shared by the three ranks.)
-[[maybe_unused]] static kiln::kernels::RunRecipe& conv1d_recipe =
-    conv_recipe(kiln::kernels::run_recipe("conv1d", reinterpret_cast<const void*>(+[] {})), 1);
-[[maybe_unused]] static kiln::kernels::RunRecipe& conv2d_recipe =
-    conv_recipe(kiln::kernels::run_recipe("conv2d", reinterpret_cast<const void*>(+[] {})), 2);
-[[maybe_unused]] static kiln::kernels::RunRecipe& conv3d_recipe =
-    conv_recipe(kiln::kernels::run_recipe("conv3d", reinterpret_cast<const void*>(+[] {})), 3);
-[[maybe_unused]] static kiln::kernels::RunRecipe& conv1d_backward_input_recipe =
-    conv_backward_recipe(
-        kiln::kernels::run_recipe("conv1d_backward_input", reinterpret_cast<const void*>(+[] {})),
-        1, true);
-[[maybe_unused]] static kiln::kernels::RunRecipe& conv1d_backward_weight_recipe =
-    conv_backward_recipe(
-        kiln::kernels::run_recipe("conv1d_backward_weight", reinterpret_cast<const void*>(+[] {})),
-        1, false);
-[[maybe_unused]] static kiln::kernels::RunRecipe& conv2d_backward_input_recipe =
-    conv_backward_recipe(
-        kiln::kernels::run_recipe("conv2d_backward_input", reinterpret_cast<const void*>(+[] {})),
-        2, true);
-[[maybe_unused]] static kiln::kernels::RunRecipe& conv2d_backward_weight_recipe =
-    conv_backward_recipe(
-        kiln::kernels::run_recipe("conv2d_backward_weight", reinterpret_cast<const void*>(+[] {})),
-        2, false);
-[[maybe_unused]] static kiln::kernels::RunRecipe& conv3d_backward_input_recipe =
-    conv_backward_recipe(
-        kiln::kernels::run_recipe("conv3d_backward_input", reinterpret_cast<const void*>(+[] {})),
-        3, true);
-[[maybe_unused]] static kiln::kernels::RunRecipe& conv3d_backward_weight_recipe =
-    conv_backward_recipe(
-        kiln::kernels::run_recipe("conv3d_backward_weight", reinterpret_cast<const void*>(+[] {})),
-        3, false);

@@ -37,12 +37,7 @@ using namespace kiln::lib::matmul_parts;
 
 namespace {
 
-// The input and result types of one instantiation of a GPU kernel.
-template <class In_, class Out_>
-struct InOut {
-  using In = In_;
-  using Out = Out_;
-};
+using kiln::lib::detail::InOut;
 
 // Where a cube's sums go: element (row, col) of C's batch item `item` (a flat index) gets the
 // epilogue of the sum s when it is inside C's columns and above row `rows` (C's rows, or the end

@@ -403,6 +403,24 @@ TEST_CASE("kiln::lib::conv refuses what it cannot compute, naming it", "[conv]")
              "dbias is f32[5]; it must be a writable f32[6]");
   Tensor dx16 = make(ir::ElemType::BF16, {1, 4, 8, 8});
   back_fails(lib::conv_backward_input(*rt, dy, w, dx16), "the gradient is f32 or dy's type (f32)");
+  // An output whose elements overlap (a broadcast view) is refused, forward and backward.
+  auto overlapping = [&](std::initializer_list<int64_t> shape) {
+    std::vector<int64_t> strides(shape.size(), 1);
+    strides[0] = 0;
+    auto t = Tensor::make(x.device_ptr(), x.buffer(), F32, std::vector<int64_t>(shape), strides);
+    REQUIRE(t.ok());
+    return *t;
+  };
+  Tensor y_over = overlapping({1, 6, 6, 6});
+  fails(x, w, y_over, {}, "has elements that overlap");
+  Tensor dw_over = overlapping({6, 4, 3, 3});
+  back_fails(lib::conv_backward_weight(*rt, x, dy, dw_over),
+             "dw (f32[6, 4, 3, 3]) has elements that overlap");
+  // A chunk budget that is not a number of bytes is an error, not ignored.
+  ::setenv("KILN_CONV_IM2COL_BYTES", "lots", 1);
+  const Status budget = lib::conv(*rt, x, w, y);
+  ::unsetenv("KILN_CONV_IM2COL_BYTES");
+  back_fails(budget, "KILN_CONV_IM2COL_BYTES is 'lots'; it must be a positive number of bytes");
 }
 
 }  // namespace

@@ -1,0 +1,248 @@
+// The DSL kernels of kiln::lib::conv_backward_input and conv_backward_weight (conv.h); their
+// host side, which picks them, is in conv.cpp.
+#include <utility>
+#include <vector>
+
+#include "compiler/dsl/dsl.h"
+#include "kernels/lib/common.h"
+
+using namespace kiln::dsl;
+using kiln::lib::detail::InOut;
+
+// Positions p0 .. p0 + count - 1 of batch item n of x's im2col matrix, transposed (rows: the
+// columns c, kd, kh, kw; k: the positions), into matmul_cpu's slivers of mr rows (mr =
+// cube_dim: unit r is row r of sliver cube_pos_x()): element (row s mr + r, position j) at
+// (s count + j) mr + r, f32, zeros in the padding and past the rows. The A operand of the
+// weights' gradient, dw^T = im2col(x)^T dy^T. Each unit finds its tap once; the cube walks the
+// positions together.
+template <class T>
+void conv_pack_im2col_t(Tensor<const T> x, Tensor<f32> ap, u32 oh_n, u32 ow_n, u32 kd_n, u32 kh_n,
+                        u32 kw_n, u32 sd, u32 sh, u32 sw, u32 pd, u32 ph, u32 pw, u32 dd, u32 dh,
+                        u32 dw, u32 n, u32 p0, u32 count) {
+  using In = host_of_t<T>;
+  u32 mr = cube_dim(), r = unit_pos(), s = cube_pos_x();
+  u32 d_n = x.shape(2), h_n = x.shape(3), w_n = x.shape(4);
+  u32 taps = kd_n * kh_n * kw_n, columns = x.shape(1) * taps;
+  u32 q = s * mr + r;
+  Val<bool> live = q < columns;
+  u32 qq = min(q, columns - 1u);
+  u32 kw = qq % kw_n, kh = qq / kw_n % kh_n, kd = qq / (kw_n * kh_n) % kd_n, c = qq / taps;
+  u32 xc = n * x.stride(0) + c * x.stride(1);
+  u32 base = s * count * mr + r;
+  Var<u32> ow = p0 % ow_n, oh = p0 / ow_n % oh_n, od = p0 / (ow_n * oh_n);
+  for_range(0u, count, 1u, [&](u32 j) {
+    u32 id = Val<uint32_t>(od) * sd + kd * dd - pd, ih = Val<uint32_t>(oh) * sh + kh * dh - ph,
+        iw = Val<uint32_t>(ow) * sw + kw * dw - pw;
+    Val<bool> inside = live && id < d_n && ih < h_n && iw < w_n;
+    u32 at = xc + select(inside, id * x.stride(2) + ih * x.stride(3) + iw * x.stride(4), 0u);
+    ap[base + j * mr] = select(inside, cast<float>(Val<In>(x[at])), 0.0f);
+    // The next position: ow, then oh, then od.
+    u32 w1 = Val<uint32_t>(ow) + 1u;
+    Val<bool> wrap_w = w1 == ow_n;
+    u32 h1 = select(wrap_w, Val<uint32_t>(oh) + 1u, Val<uint32_t>(oh));
+    Val<bool> wrap_h = h1 == oh_n;
+    ow = select(wrap_w, 0u, w1);
+    oh = select(wrap_h, 0u, h1);
+    od = select(wrap_h, Val<uint32_t>(od) + 1u, Val<uint32_t>(od));
+  });
+}
+KILN_KERNEL_GENERIC(conv_pack_im2col_t,
+                    "x: rank=5, ap, oh_n, ow_n, kd_n, kh_n, kw_n, sd, sh, sw, pd, ph, pw, dd, dh, "
+                    "dw, n, p0, count",
+                    f32, f16, bf16)
+    .cube_dim(12)
+    .describe(
+        "kiln::lib::conv_backward_weight on the CPU: x's im2col matrix, transposed, into "
+        "matmul's slivers");
+
+// dx = the gradient of sum(y dy) for y = conv(x, w) with respect to x (also conv_transpose's
+// forward), directly: unit u of cube (bx, by, bz) computes input position q = bx cube_dim + u
+// (id, ih, iw flattened) of batch item bz for `kb` input channels of one group (by: the group and
+// its block of kb channels), summing over the group's output channels k and the taps whose window
+// covers q: o = (q + pad - tap dilation) / stride, where that divides and lands inside y (the
+// strides comptime, so that the divisions are multiplications). Sums in f32 in the order k, kd,
+// kh, kw.
+template <class P>
+void conv_grad_input(Tensor<const typename P::In> dy, Tensor<const typename P::In> w,
+                     Tensor<typename P::Out> dx, u32 groups, u32 pd, u32 ph, u32 pw, u32 dd, u32 dh,
+                     u32 dw, int kb, int sd, int sh, int sw) {
+  using In = host_of_t<typename P::In>;
+  using Out = host_of_t<typename P::Out>;
+  const auto ukb = static_cast<uint32_t>(kb);
+  u32 d_n = dx.shape(2), h_n = dx.shape(3), w_n = dx.shape(4);
+  u32 q = cube_pos_x() * cube_dim() + unit_pos();
+  if_(q >= d_n * h_n * w_n, [&] { return_(); });
+  u32 iw = q % w_n, ih = q / w_n % h_n, id = q / (w_n * h_n);
+  u32 cg = w.shape(1), kg = w.shape(0) / groups;
+  u32 blocks = (cg + (ukb - 1u)) / ukb;
+  u32 g = cube_pos_y() / blocks, first = cube_pos_y() % blocks * ukb;
+  u32 n = cube_pos_z();
+  u32 od_n = dy.shape(2), oh_n = dy.shape(3), ow_n = dy.shape(4);
+  u32 kd_n = w.shape(2), kh_n = w.shape(3), kw_n = w.shape(4);
+  std::vector<Var<f32>> acc;
+  std::vector<Val<uint32_t>> wc;  // each input channel's weights (clamped into the group)
+  for (uint32_t j = 0; j < ukb; ++j) {
+    acc.push_back(Var<f32>(0.0f));
+    wc.push_back(min(first + j, cg - 1u) * w.stride(1));
+  }
+  // The output index along a dimension that tap t reaches from input index i, and whether it
+  // exists (i + pad - t dilation >= 0, a multiple of the stride, inside the output).
+  auto reach = [](const Val<uint32_t>& i, const Val<uint32_t>& t, const Val<uint32_t>& pad,
+                  const Val<uint32_t>& dil, int stride,
+                  const Val<uint32_t>& n_out) -> std::pair<Val<uint32_t>, Val<bool>> {
+    const auto us = static_cast<uint32_t>(stride);
+    u32 diff = i + pad - t * dil;  // wraps when negative
+    u32 o = diff / us;
+    return {o, diff < 0x80000000u && o * us == diff && o < n_out};
+  };
+  for_range(0u, kg, 1u, [&](u32 kk) {
+    u32 k = g * kg + kk;
+    u32 dyk = n * dy.stride(0) + k * dy.stride(1);
+    u32 wk = k * w.stride(0);
+    for_range(0u, kd_n, 1u, [&](u32 kd) {
+      const auto [od, okd] = reach(id, kd, pd, dd, sd, od_n);
+      for_range(0u, kh_n, 1u, [&](u32 kh) {
+        const auto [oh, okh] = reach(ih, kh, ph, dh, sh, oh_n);
+        for_range(0u, kw_n, 1u, [&](u32 kw) {
+          const auto [ow, okw] = reach(iw, kw, pw, dw, sw, ow_n);
+          Val<bool> inside = okd && okh && okw;
+          u32 at =
+              dyk + select(inside, od * dy.stride(2) + oh * dy.stride(3) + ow * dy.stride(4), 0u);
+          f32 g_out = select(inside, cast<float>(Val<In>(dy[at])), 0.0f);
+          u32 wt = wk + kd * w.stride(2) + kh * w.stride(3) + kw * w.stride(4);
+          for (uint32_t j = 0; j < ukb; ++j)
+            acc[j] = fma(g_out, cast<float>(Val<In>(w[wt + wc[j]])), Val<float>(acc[j]));
+        });
+      });
+    });
+  });
+  for (uint32_t j = 0; j < ukb; ++j)
+    if_(first + j < cg, [&] {
+      u32 c = g * cg + first + j;
+      dx[n * dx.stride(0) + c * dx.stride(1) + id * dx.stride(2) + ih * dx.stride(3) +
+         iw * dx.stride(4)] = cast<Out>(Val<float>(acc[j]));
+    });
+}
+KILN_KERNEL_GENERIC(conv_grad_input,
+                    "dy: rank=5, w: rank=5, dx: rank=5, groups, pd, ph, pw, dd, dh, dw, "
+                    "kb = 2 in 1..16, sd = 1 in 1..64, sh = 1 in 1..64, sw = 1 in 1..64",
+                    InOut<f32, f32>, InOut<f16, f32>, InOut<bf16, f32>, InOut<f16, f16>,
+                    InOut<bf16, bf16>)
+    .cube_dim(128)
+    .describe("kiln::lib::conv_backward_input: the gradient of a convolution's input, directly");
+
+// The input's gradient from a chunk of dcol = dy^T w (positions p0 .. p0 + len - 1 of one batch
+// item, [len, C taps] f32): unit e, an element (c, id, ih, iw) of the item's f32 gradient `acc`
+// ([C, D, H, W]), sums dcol over the taps whose window puts it at a position of the chunk,
+// o = (i + pad - tap dilation) / stride where that divides, and adds it to acc (or sets it, for
+// the item's first chunk). The strides are comptime, so that the divisions by them are
+// multiplications.
+void conv_col2im(Tensor<const f32> dcol, Tensor<f32> acc, u32 c_n, u32 d_n, u32 h_n, u32 w_n,
+                 u32 od_n, u32 oh_n, u32 ow_n, u32 kd_n, u32 kh_n, u32 kw_n, u32 pd, u32 ph, u32 pw,
+                 u32 dd, u32 dh, u32 dw, u32 p0, u32 len, u32 first, int sd, int sh, int sw) {
+  u32 e = cube_pos_x() * cube_dim() + unit_pos();
+  if_(e >= c_n * d_n * h_n * w_n, [&] { return_(); });
+  u32 iw = e % w_n, ih = e / w_n % h_n, id = e / (w_n * h_n) % d_n, c = e / (w_n * h_n * d_n);
+  u32 taps = kd_n * kh_n * kw_n, columns = c_n * taps;
+  // The output index a tap reaches along a dimension, and whether it exists.
+  auto reach = [](const Val<uint32_t>& i, const Val<uint32_t>& t, const Val<uint32_t>& pad,
+                  const Val<uint32_t>& dil, int stride,
+                  const Val<uint32_t>& n_out) -> std::pair<Val<uint32_t>, Val<bool>> {
+    const auto us = static_cast<uint32_t>(stride);
+    u32 diff = i + pad - t * dil;  // wraps when negative
+    u32 o = diff / us;
+    return {o, diff < 0x80000000u && o * us == diff && o < n_out};
+  };
+  Var<f32> sum = 0.0f;
+  for_range(0u, kd_n, 1u, [&](u32 kd) {
+    const auto [od, okd] = reach(id, kd, pd, dd, sd, od_n);
+    for_range(0u, kh_n, 1u, [&](u32 kh) {
+      const auto [oh, okh] = reach(ih, kh, ph, dh, sh, oh_n);
+      for_range(0u, kw_n, 1u, [&](u32 kw) {
+        const auto [ow, okw] = reach(iw, kw, pw, dw, sw, ow_n);
+        u32 j = (od * oh_n + oh) * ow_n + ow - p0;  // wraps below the chunk
+        Val<bool> inside = okd && okh && okw && j < len;
+        u32 q = c * taps + (kd * kh_n + kh) * kw_n + kw;
+        sum += select(inside, Val<float>(dcol[select(inside, j * columns + q, 0u)]), 0.0f);
+      });
+    });
+  });
+  if_(first != 0u, [&] { acc[e] = sum; }).else_([&] { acc[e] = Val<float>(acc[e]) + sum; });
+}
+KILN_KERNEL(conv_col2im,
+            "dcol, acc, c_n, d_n, h_n, w_n, od_n, oh_n, ow_n, kd_n, kh_n, kw_n, pd, ph, pw, dd, "
+            "dh, dw, p0, len, first, sd = 1 in 1..64, sh = 1 in 1..64, sw = 1 in 1..64")
+    .cube_dim(128)
+    .describe("kiln::lib::conv_backward_input: dy^T w's rows gathered into the input's gradient");
+
+// dw = the gradient of sum(y dy) for y = conv(x, w) with respect to w, directly: unit e (of the
+// cube's flattened weights, kw fastest) sums dy[n, k, o] x[n, c, o stride + tap dilation - pad]
+// over the batch and every output position o, in that order, in f32.
+template <class P>
+void conv_grad_weight(Tensor<const typename P::In> x, Tensor<const typename P::In> dy,
+                      Tensor<typename P::Out> dw, u32 groups, u32 sd, u32 sh, u32 sw, u32 pd,
+                      u32 ph, u32 pw, u32 dd, u32 dh, u32 dw_) {
+  using In = host_of_t<typename P::In>;
+  using Out = host_of_t<typename P::Out>;
+  u32 k_n = dw.shape(0), cg = dw.shape(1), kd_n = dw.shape(2), kh_n = dw.shape(3),
+      kw_n = dw.shape(4);
+  u32 e = cube_pos_x() * cube_dim() + unit_pos();
+  if_(e >= k_n * cg * kd_n * kh_n * kw_n, [&] { return_(); });
+  u32 kw = e % kw_n, kh = e / kw_n % kh_n, kd = e / (kw_n * kh_n) % kd_n;
+  u32 c = e / (kw_n * kh_n * kd_n) % cg, k = e / (kw_n * kh_n * kd_n * cg);
+  u32 g = k / (k_n / groups);
+  u32 d_n = x.shape(2), h_n = x.shape(3), w_n = x.shape(4);
+  u32 od_n = dy.shape(2), oh_n = dy.shape(3), ow_n = dy.shape(4);
+  Var<f32> acc = 0.0f;
+  for_range(0u, dy.shape(0), 1u, [&](u32 n) {
+    u32 xc = n * x.stride(0) + (g * cg + c) * x.stride(1);
+    u32 dyk = n * dy.stride(0) + k * dy.stride(1);
+    for_range(0u, od_n, 1u, [&](u32 od) {
+      u32 id = od * sd + kd * dd - pd;
+      for_range(0u, oh_n, 1u, [&](u32 oh) {
+        u32 ih = oh * sh + kh * dh - ph;
+        Val<bool> rows = id < d_n && ih < h_n;
+        u32 xr = xc + select(rows, id * x.stride(2) + ih * x.stride(3), 0u);
+        u32 dyr = dyk + od * dy.stride(2) + oh * dy.stride(3);
+        for_range(0u, ow_n, 1u, [&](u32 ow) {
+          u32 iw = ow * sw + kw * dw_ - pw;
+          Val<bool> inside = rows && iw < w_n;
+          f32 xv = select(inside,
+                          cast<float>(Val<In>(x[xr + select(inside, iw * x.stride(4), 0u)])), 0.0f);
+          acc = fma(xv, cast<float>(Val<In>(dy[dyr + ow * dy.stride(4)])), Val<float>(acc));
+        });
+      });
+    });
+  });
+  dw[k * dw.stride(0) + c * dw.stride(1) + kd * dw.stride(2) + kh * dw.stride(3) +
+     kw * dw.stride(4)] = cast<Out>(Val<float>(acc));
+}
+KILN_KERNEL_GENERIC(
+    conv_grad_weight,
+    "x: rank=5, dy: rank=5, dw: rank=5, groups, sd, sh, sw, pd, ph, pw, dd, dh, dw_",
+    InOut<f32, f32>, InOut<f16, f32>, InOut<bf16, f32>, InOut<f16, f16>, InOut<bf16, bf16>)
+    .cube_dim(128)
+    .describe("kiln::lib::conv_backward_weight: the gradient of a convolution's weights, directly");
+
+// dbias[k] = the sum of dy[n, k, ...] over the batch and every output position, in that order,
+// in f32: a unit per output channel.
+template <class T>
+void conv_grad_bias(Tensor<const T> dy, Tensor<f32> dbias) {
+  using In = host_of_t<T>;
+  u32 k = cube_pos_x() * cube_dim() + unit_pos();
+  if_(k >= dy.shape(1), [&] { return_(); });
+  Var<f32> acc = 0.0f;
+  for_range(0u, dy.shape(0), 1u, [&](u32 n) {
+    for_range(0u, dy.shape(2), 1u, [&](u32 od) {
+      for_range(0u, dy.shape(3), 1u, [&](u32 oh) {
+        u32 r = n * dy.stride(0) + k * dy.stride(1) + od * dy.stride(2) + oh * dy.stride(3);
+        for_range(0u, dy.shape(4), 1u,
+                  [&](u32 ow) { acc += cast<float>(Val<In>(dy[r + ow * dy.stride(4)])); });
+      });
+    });
+  });
+  dbias[k] = acc;
+}
+KILN_KERNEL_GENERIC(conv_grad_bias, "dy: rank=5, dbias", f32, f16, bf16)
+    .cube_dim(64)
+    .describe("kiln::lib::conv_backward_weight: the gradient of a convolution's bias");
