@@ -728,6 +728,21 @@ std::vector<int64_t> product_shape(const RunData& d) {
   return c;
 }
 
+// The element types `kiln run matmul` and `grouped_matmul` take, per tensor (a, b, bias, c): f32,
+// f16 and bf16 to f32 or their own type; 8-bit floats to f32, bf16 or f16.
+std::vector<std::vector<kiln::ir::ElemType>> product_variants() {
+  using kiln::ir::ElemType;
+  std::vector<std::vector<ElemType>> v = {
+      {ElemType::F32, ElemType::F32, ElemType::F32, ElemType::F32}};
+  for (const ElemType t : {ElemType::F16, ElemType::BF16})
+    v.push_back({t, t, ElemType::F32, ElemType::F32});
+  for (const ElemType t : {ElemType::F16, ElemType::BF16}) v.push_back({t, t, ElemType::F32, t});
+  for (const ElemType t : {ElemType::F8E4M3, ElemType::F8E5M2})
+    for (const ElemType out : {ElemType::F32, ElemType::BF16, ElemType::F16})
+      v.push_back({t, t, ElemType::F32, out});
+  return v;
+}
+
 // The runs' tolerance for products of K terms: f32 sums of K products are about K units of f32
 // rounding of the largest partial sums (the inputs are in [-1, 1]); then the result type's own
 // rounding. f32 inputs as tf32 (a GPU's tensor cores with allow_tf32): 2^-11 of each product,
@@ -807,28 +822,7 @@ KILN_RUN(matmul)
                        "matmul_pack_rows", "matmul_ring", "matmul_sm90", "matmul_sm100",
                        "matmul_split_sum"},
            .tensors = {{"a", true}, {"b", true}, {"bias", true}, {"c", false}},
-           .variants = {{kiln::ir::ElemType::F32, kiln::ir::ElemType::F32, kiln::ir::ElemType::F32,
-                         kiln::ir::ElemType::F32},
-                        {kiln::ir::ElemType::F16, kiln::ir::ElemType::F16, kiln::ir::ElemType::F32,
-                         kiln::ir::ElemType::F32},
-                        {kiln::ir::ElemType::BF16, kiln::ir::ElemType::BF16,
-                         kiln::ir::ElemType::F32, kiln::ir::ElemType::F32},
-                        {kiln::ir::ElemType::F16, kiln::ir::ElemType::F16, kiln::ir::ElemType::F32,
-                         kiln::ir::ElemType::F16},
-                        {kiln::ir::ElemType::BF16, kiln::ir::ElemType::BF16,
-                         kiln::ir::ElemType::F32, kiln::ir::ElemType::BF16},
-                        {kiln::ir::ElemType::F8E4M3, kiln::ir::ElemType::F8E4M3,
-                         kiln::ir::ElemType::F32, kiln::ir::ElemType::F32},
-                        {kiln::ir::ElemType::F8E4M3, kiln::ir::ElemType::F8E4M3,
-                         kiln::ir::ElemType::F32, kiln::ir::ElemType::BF16},
-                        {kiln::ir::ElemType::F8E4M3, kiln::ir::ElemType::F8E4M3,
-                         kiln::ir::ElemType::F32, kiln::ir::ElemType::F16},
-                        {kiln::ir::ElemType::F8E5M2, kiln::ir::ElemType::F8E5M2,
-                         kiln::ir::ElemType::F32, kiln::ir::ElemType::F32},
-                        {kiln::ir::ElemType::F8E5M2, kiln::ir::ElemType::F8E5M2,
-                         kiln::ir::ElemType::F32, kiln::ir::ElemType::BF16},
-                        {kiln::ir::ElemType::F8E5M2, kiln::ir::ElemType::F8E5M2,
-                         kiln::ir::ElemType::F32, kiln::ir::ElemType::F16}},
+           .variants = product_variants(),
            .scalars = {{"alpha", kiln::ir::ElemType::F32},
                        {"beta", kiln::ir::ElemType::F32},
                        {"transpose_a", kiln::ir::ElemType::Bool},
@@ -953,20 +947,7 @@ KILN_RUN(grouped_matmul)
            .kernels = {"matmul_pack_a", "matmul_pack_b", "matmul_cpu", "matmul_gpu",
                        "matmul_pack_rows", "matmul_ring", "matmul_sm90", "matmul_sm100"},
            .tensors = {{"a", true}, {"b", true}, {"bias", true}, {"c", false}},
-           .variants = {{kiln::ir::ElemType::F32, kiln::ir::ElemType::F32, kiln::ir::ElemType::F32,
-                         kiln::ir::ElemType::F32},
-                        {kiln::ir::ElemType::F16, kiln::ir::ElemType::F16, kiln::ir::ElemType::F32,
-                         kiln::ir::ElemType::F32},
-                        {kiln::ir::ElemType::BF16, kiln::ir::ElemType::BF16,
-                         kiln::ir::ElemType::F32, kiln::ir::ElemType::F32},
-                        {kiln::ir::ElemType::F16, kiln::ir::ElemType::F16, kiln::ir::ElemType::F32,
-                         kiln::ir::ElemType::F16},
-                        {kiln::ir::ElemType::BF16, kiln::ir::ElemType::BF16,
-                         kiln::ir::ElemType::F32, kiln::ir::ElemType::BF16},
-                        {kiln::ir::ElemType::F8E4M3, kiln::ir::ElemType::F8E4M3,
-                         kiln::ir::ElemType::F32, kiln::ir::ElemType::BF16},
-                        {kiln::ir::ElemType::F8E5M2, kiln::ir::ElemType::F8E5M2,
-                         kiln::ir::ElemType::F32, kiln::ir::ElemType::BF16}},
+           .variants = product_variants(),
            .scalars = {{"alpha", kiln::ir::ElemType::F32},
                        {"beta", kiln::ir::ElemType::F32},
                        {"transpose_b", kiln::ir::ElemType::Bool},

@@ -129,6 +129,20 @@ double half_value(uint16_t bits, ir::ElemType dt) {
   return dt == ir::ElemType::BF16 ? bf16_value(bits) : f16_value(bits);
 }
 
+// The largest difference between two 16-bit results, relative to the largest magnitude of the
+// second.
+double relative_difference(const Tensor& got, const Tensor& want, ir::ElemType dt) {
+  std::vector<uint16_t> hg(static_cast<size_t>(got.numel())), hw(hg.size());
+  must(got.download(std::span<uint16_t>(hg)));
+  must(want.download(std::span<uint16_t>(hw)));
+  double worst = 0, mag = 0;
+  for (size_t i = 0; i < hg.size(); ++i) {
+    worst = std::max(worst, std::abs(half_value(hg[i], dt) - half_value(hw[i], dt)));
+    mag = std::max(mag, std::abs(half_value(hw[i], dt)));
+  }
+  return mag > 0 ? worst / mag : worst;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -213,15 +227,7 @@ int main(int argc, char** argv) {
             if (api->cuCtxSynchronize() != 0) die("cuCtxSynchronize failed after cuBLAS");
           });
           if (status != 0) die("cublasGemmEx failed with status " + std::to_string(status));
-          std::vector<uint16_t> hc(static_cast<size_t>(s.m * s.n)), hr(hc.size());
-          must(c.download(std::span<uint16_t>(hc)));
-          must(c_ref.download(std::span<uint16_t>(hr)));
-          double worst = 0, mag = 0;
-          for (size_t i = 0; i < hc.size(); ++i) {
-            worst = std::max(worst, std::abs(half_value(hc[i], dt) - half_value(hr[i], dt)));
-            mag = std::max(mag, std::abs(half_value(hr[i], dt)));
-          }
-          diff = mag > 0 ? worst / mag : worst;
+          diff = relative_difference(c, c_ref, dt);
         }
         const double flop = 2.0 * static_cast<double>(s.m) * s.n * s.k;
         const std::string mnk = std::to_string(s.m) + "x" + std::to_string(s.n) + "x" +
@@ -304,15 +310,7 @@ int main(int argc, char** argv) {
         if (api->cuCtxSynchronize() != 0) die("cuCtxSynchronize failed after cuBLAS");
       });
       if (status != 0) die("cublasGemmEx failed with status " + std::to_string(status));
-      std::vector<uint16_t> hc(static_cast<size_t>(e.tokens * e.n)), hr(hc.size());
-      must(c.download(std::span<uint16_t>(hc)));
-      must(c_ref.download(std::span<uint16_t>(hr)));
-      double worst = 0, mag = 0;
-      for (size_t i = 0; i < hc.size(); ++i) {
-        worst = std::max(worst, std::abs(half_value(hc[i], dt) - half_value(hr[i], dt)));
-        mag = std::max(mag, std::abs(half_value(hr[i], dt)));
-      }
-      diff = mag > 0 ? worst / mag : worst;
+      diff = relative_difference(c, c_ref, dt);
     }
     const double flop = 2.0 * static_cast<double>(e.tokens) * e.n * e.k;
     const std::string what = std::to_string(e.tokens) + "x" + std::to_string(e.n) + "x" +
