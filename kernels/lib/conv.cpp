@@ -894,7 +894,10 @@ Status conv_backward_input(Runtime& rt, const Tensor& dy, const Tensor& w, Tenso
   KILN_TRY(check_backward("conv_backward_input", true, dx, w, dy, dx, o));
   int64_t numel = 1;
   for (int64_t d : dx.shape()) numel *= d;
-  if (numel == 0) return {};
+  if (numel == 0) {
+    if (o.plan) *o.plan = {"none", "an empty gradient", "dx has no elements"};
+    return {};
+  }
   KILN_ASSIGN(const Geometry g, geometry(dx.shape(), w.shape(), o));
   const Geometry3 g3 = geometry3(g);
   KILN_ASSIGN(const Tensor dy5, rank5(dy, o.layout));
