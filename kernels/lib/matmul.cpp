@@ -587,8 +587,10 @@ Status grouped_on_cpu(Runtime& rt, const Tensor& a, const Tensor& b, const Tenso
     if (end < start || end > rows)
       return grouped_error(fmt::format(
           "offsets[{}] is {}: the groups' ends must not decrease and lie in 0 .. {} (a's "
-          "rows); offsets[{}] is {}",
-          g, end, rows, g - 1 < 0 ? 0 : g - 1, g == 0 ? 0 : host[static_cast<size_t>(g - 1)]));
+          "rows){}",
+          g, end, rows,
+          g == 0 ? std::string()
+                 : fmt::format("; offsets[{}] is {}", g - 1, host[static_cast<size_t>(g - 1)])));
     if (end > start) {
       KILN_ASSIGN(const Tensor ag, a.slice(0, start, end));
       KILN_ASSIGN(Tensor cg, c.slice(0, start, end));

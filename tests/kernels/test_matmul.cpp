@@ -310,7 +310,9 @@ TEST_CASE("kiln::lib::grouped_matmul refuses what it cannot compute, naming it",
   };
   const Tensor good = ends({2, 2, 10});
   REQUIRE(lib::grouped_matmul(*rt, a, b, good, c).ok());
-  fails(a, b, ends({3, 2, 10}), c, {}, "offsets[1] is 2: the groups' ends must not decrease");
+  fails(a, b, ends({3, 2, 10}), c, {},
+        "offsets[1] is 2: the groups' ends must not decrease and lie in 0 .. 10 (a's rows); "
+        "offsets[0] is 3");
   fails(a, b, ends({3, 5, 11}), c, {}, "offsets[2] is 11");
   fails(a, b, ends({-1, 5, 10}), c, {}, "offsets[0] is -1");
   fails(a, b, ends({5, 10}), c, {}, "one end per group");
