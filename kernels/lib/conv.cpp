@@ -106,6 +106,110 @@ KILN_KERNEL_GENERIC(conv_direct,
     .cube_dim(128)
     .describe("kiln::lib::conv: a direct convolution, kb output channels per unit");
 
+// A depthwise convolution (each output channel k reads one input channel, c = k / (K / C)):
+// cube (bx, by, bz) computes output columns ow = bx units + u of output rows (od, oh
+// flattened) by rows .. by rows + rows - 1 of channel k = bz % K of batch item bz / K. Each
+// weight is one number for the cube and each tap reads a segment of one input row: on the CPU
+// a vector load per tap for 16 outputs (masked at the edges), no gathers; the taps along the
+// width are unrolled (`taps_w`, 0: a loop). Sums in f32, in the order kd, kh, kw. With `flip`
+// the taps are read reversed: the gradient of a stride-1 depthwise convolution with respect to
+// its input is this convolution of dy by the flipped weights, with padding (k - 1) d - p.
+template <class P>
+void conv_depthwise(Tensor<const typename P::In> x, Tensor<const typename P::In> w,
+                    Tensor<typename P::Out> y, Tensor<const f32> bias,
+                    Tensor<const typename P::Out> residual, u32 sd, u32 sh, u32 sw, u32 pd, u32 ph,
+                    u32 pw, u32 dd, u32 dh, u32 dw, u32 rows, int units, int block, int taps_h,
+                    int taps_w, int step_w, bool flip, Epilogue epilogue, bool has_bias,
+                    bool has_residual) {
+  using In = host_of_t<typename P::In>;
+  using Out = host_of_t<typename P::Out>;
+  u32 k_n = y.shape(1), oh_n = y.shape(3), ow_n = y.shape(4);
+  u32 n = cube_pos_z() / k_n, k = cube_pos_z() % k_n;
+  u32 c = k / (k_n / x.shape(1));
+  u32 ow = cube_pos_x() * static_cast<uint32_t>(units) + unit_pos();
+  if_(ow >= ow_n, [&] { return_(); });
+  u32 d_n = x.shape(2), h_n = x.shape(3), w_n = x.shape(4);
+  u32 kd_n = w.shape(2), kh_n = w.shape(3), kw_n = w.shape(4);
+  u32 xc = n * x.stride(0) + c * x.stride(1), wk = k * w.stride(0);
+  // The tap index into w (reversed with `flip`).
+  auto tap = [&](const Val<uint32_t>& i, const Val<uint32_t>& count) -> Val<uint32_t> {
+    return flip ? count - 1u - i : i;
+  };
+  u32 q0 = cube_pos_y() * rows;
+  u32 q_end = min(q0 + rows, y.shape(2) * oh_n);
+  const auto nb = static_cast<uint32_t>(block);
+  // `block` output rows at a time: each weight loaded once for them, `block` independent sums.
+  for_range(q0, q_end, nb, [&](u32 q) {
+    std::vector<Val<uint32_t>> od, oh;
+    std::vector<Var<f32>> acc;
+    for (uint32_t r = 0; r < nb; ++r) {
+      od.push_back((q + r) / oh_n);
+      oh.push_back((q + r) % oh_n);
+      acc.push_back(Var<f32>(0.0f));
+    }
+    for_range(0u, kd_n, 1u, [&](u32 kd) {
+      auto row = [&](const Val<uint32_t>& kh) {
+        u32 wr = wk + tap(kd, kd_n) * w.stride(2) + tap(kh, kh_n) * w.stride(3);
+        auto weight = [&](const Val<uint32_t>& kw) -> Val<float> {
+          return cast<float>(Val<In>(w[wr + tap(kw, kw_n) * w.stride(4)]));
+        };
+        std::vector<Val<float>> wv;
+        for (int t = 0; t < taps_w; ++t) wv.push_back(weight(u32(static_cast<uint32_t>(t))));
+        for (uint32_t r = 0; r < nb; ++r) {
+          u32 id = od[r] * sd + kd * dd - pd, ih = oh[r] * sh + kh * dh - ph;
+          if_(q + r < q_end && id < d_n && ih < h_n, [&] {
+            u32 xr = xc + id * x.stride(2) + ih * x.stride(3);
+            auto one = [&](const Val<uint32_t>& kw, const Val<float>& wt) {
+              u32 iw = ow * sw + kw * dw - pw;
+              // With `step_w`, x's rows are contiguous and sw is step_w: the index is visibly
+              // unit-strided (consecutive for step_w 1), with no test of the strides at run time.
+              u32 at = step_w > 0 ? xr + ow * static_cast<uint32_t>(step_w) + (kw * dw - pw)
+                                  : xr + iw * x.stride(4);
+              if_(iw < w_n,
+                  [&] { acc[r] = fma(cast<float>(Val<In>(x[at])), wt, Val<float>(acc[r])); });
+            };
+            if (taps_w > 0) {
+              for (int t = 0; t < taps_w; ++t)
+                one(u32(static_cast<uint32_t>(t)), wv[static_cast<size_t>(t)]);
+            } else {
+              for_range(0u, kw_n, 1u, [&](u32 kw) { one(kw, weight(kw)); });
+            }
+          });
+        }
+      };
+      if (taps_h > 0) {
+        for (int t = 0; t < taps_h; ++t) row(u32(static_cast<uint32_t>(t)));
+      } else {
+        for_range(0u, kh_n, 1u, row);
+      }
+    });
+    for (uint32_t r = 0; r < nb; ++r) {
+      if_(q + r < q_end, [&] {
+        Var<f32> v = acc[r];
+        if (has_bias) v += Val<float>(bias[k]);
+        if (has_residual)
+          v +=
+              cast<float>(Val<Out>(residual[n * residual.stride(0) + k * residual.stride(1) +
+                                            od[r] * residual.stride(2) +
+                                            oh[r] * residual.stride(3) + ow * residual.stride(4)]));
+        y[n * y.stride(0) + k * y.stride(1) + od[r] * y.stride(2) + oh[r] * y.stride(3) +
+          ow * y.stride(4)] = cast<Out>(activate(v, epilogue));
+      });
+    }
+  });
+}
+KILN_KERNEL_GENERIC(
+    conv_depthwise,
+    "x: rank=5, w: rank=5, y: rank=5, bias, residual: rank=5, sd, sh, sw, pd, ph, "
+    "pw, dd, dh, dw, rows, units = 64 in 16..1024, block = 2 in 1..2, taps_h = 0 in 0..8, "
+    "taps_w = 0 in 0..8, step_w = 0 in 0..4, flip = false, epilogue = None, has_bias = false, "
+    "has_residual = false",
+    InOut<f32, f32>, InOut<f16, f32>, InOut<bf16, f32>, InOut<f16, f16>, InOut<bf16, bf16>)
+    .cube_dim([](const ComptimeArgs& c) -> CubeDim {
+      return {static_cast<uint32_t>(c.integer("units")), 1, 1};
+    })
+    .describe("kiln::lib::conv: a depthwise convolution, output rows along the units");
+
 // Rows p0 .. p0 + rows - 1 (output positions: od, oh, ow flattened) of batch item n0 + z of the
 // im2col matrix of x (columns: c, kd, kh, kw, w's order) into matmul_cpu's slivers of mr rows
 // (mr = cube_dim: unit r is row r of sliver cube_pos_x()): element (row s mr + r, column q) at
@@ -554,6 +658,68 @@ Result<bool> im2col_gemm(Runtime& rt, const Tensor& x5, const Tensor& w5, Tensor
   return true;
 }
 
+// The geometry in the direct kernels' 3-d terms.
+struct Geometry3 {
+  std::array<uint32_t, 3> s{1, 1, 1}, p{0, 0, 0}, dl{1, 1, 1};
+};
+Geometry3 geometry3(const Geometry& g) {
+  Geometry3 r;
+  for (int d = 0; d < g.dims; ++d) {
+    const auto i = static_cast<size_t>(d), at = static_cast<size_t>(3 - g.dims + d);
+    r.s[at] = static_cast<uint32_t>(g.stride[i]);
+    r.p[at] = static_cast<uint32_t>(g.front[i]);
+    r.dl[at] = static_cast<uint32_t>(g.dilation[i]);
+  }
+  return r;
+}
+
+// The depthwise kernel (each output channel reads one input channel; `flip`: the input's
+// gradient of a stride-1 one, x being dy and y dx): `units` output columns per cube, the
+// smallest multiple of 16 lanes covering a row (up to 256, then several cubes along the row),
+// bands of rows giving each core a few hundred cubes.
+Status depthwise(Runtime& rt, const Tensor& x5, const Tensor& w5, Tensor& y5, const Geometry3& g,
+                 const Tensor* bias, const Tensor* residual5, Epilogue epilogue, bool flip,
+                 MatmulPlan* plan) {
+  auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
+  const int64_t ow = y5.shape(4), rows_n = y5.shape(2) * y5.shape(3);
+  const int64_t planes = y5.shape(0) * y5.shape(1);
+  const bool gpu = !rt.device().lane_units;
+  const int units = static_cast<int>(std::clamp<int64_t>((ow + 15) / 16 * 16, 16, gpu ? 128 : 256));
+  const int64_t along = (ow + units - 1) / units;
+  int64_t rows = std::clamp<int64_t>(along * rows_n * planes / 1024, 1, gpu ? 4 : 16);
+  if (!gpu) rows = std::min((rows + 1) / 2 * 2, rows_n);  // whole blocks of 2
+  if (planes > 65535 || (rows_n + rows - 1) / rows > 65535)
+    return bad(
+        fmt::format("the grid would be {} x {} x {} cubes; at most 65535 batch items x "
+                    "channels and 65535 bands of rows",
+                    along, (rows_n + rows - 1) / rows, planes));
+  Tensor b, r;
+  if (bias) {
+    b = bias->as_read_only();
+  } else {
+    KILN_ASSIGN(b, rt.empty(ElemType::F32, {1}));
+  }
+  if (residual5) {
+    r = residual5->as_read_only();
+  } else {
+    KILN_ASSIGN(r, rt.empty(y5.dtype(), {1, 1, 1, 1, 1}));
+  }
+  const int block = gpu ? 1 : static_cast<int>(std::min<int64_t>(rows, 2));
+  const int taps_h = w5.shape(3) <= 8 ? static_cast<int>(w5.shape(3)) : 0;
+  const int taps_w = w5.shape(4) <= 8 ? static_cast<int>(w5.shape(4)) : 0;
+  const int step_w = x5.stride(4) == 1 && g.s[2] <= 4 ? static_cast<int>(g.s[2]) : 0;
+  KILN_ASSIGN(const Kernel k, rt.kernel("conv_depthwise"));
+  if (plan)
+    *plan = {"conv_depthwise",
+             fmt::format("{} columns x {} row{} per cube", units, rows, rows == 1 ? "" : "s"),
+             flip ? "the input's gradient as a depthwise convolution of dy by the flipped weights"
+                  : "a depthwise convolution, each tap a row segment"};
+  return rt.launch(k, Dim3(u(along), u((rows_n + rows - 1) / rows), u(planes)), Dim3(u(units)),
+                   x5.as_read_only(), w5.as_read_only(), y5, b, r, g.s[0], g.s[1], g.s[2], g.p[0],
+                   g.p[1], g.p[2], g.dl[0], g.dl[1], g.dl[2], u(rows), units, block, taps_h, taps_w,
+                   step_w, flip, epilogue, bias != nullptr, residual5 != nullptr);
+}
+
 }  // namespace
 
 Status conv(Runtime& rt, const Tensor& x, const Tensor& w, Tensor& y, const ConvOptions& o) {
@@ -616,22 +782,19 @@ Status conv(Runtime& rt, const Tensor& x, const Tensor& w, Tensor& y, const Conv
     KILN_ASSIGN(const bool done, as_matmul(rt, x5, w5, y5, o));
     if (done) return {};
   }
-  // The direct kernel: 3-d, the missing leading dimensions of size 1 with no padding.
-  std::array<uint32_t, 3> s{1, 1, 1}, p{0, 0, 0}, dl{1, 1, 1};
-  for (int d = 0; d < g.dims; ++d) {
-    const auto i = static_cast<size_t>(d), at = static_cast<size_t>(3 - g.dims + d);
-    s[at] = static_cast<uint32_t>(g.stride[i]);
-    p[at] = static_cast<uint32_t>(g.front[i]);
-    dl[at] = static_cast<uint32_t>(g.dilation[i]);
-  }
+  // The kernels are 3-d: the missing leading dimensions of size 1 with no padding.
+  const Geometry3 g3 = geometry3(g);
+  const auto& s = g3.s;
+  const auto& p = g3.p;
+  const auto& dl = g3.dl;
   const int64_t kpg = k / o.groups, cg = w.shape(1), taps = w5.shape(2) * w5.shape(3) * w5.shape(4);
   // The dense products: the CPU's implicit GEMM, a GPU's im2col chunks and matmul.
   const auto gemm = rt.device().lane_units ? implicit_gemm_cpu : im2col_gemm;
+  std::optional<Tensor> r5;
+  if (o.residual) {
+    KILN_ASSIGN(r5, rank5(*o.residual, o.layout));
+  }
   if (o.groups == 1 || (kpg >= 8 && cg * taps >= 16)) {
-    std::optional<Tensor> r5;
-    if (o.residual) {
-      KILN_ASSIGN(r5, rank5(*o.residual, o.layout));
-    }
     if (o.groups == 1) {
       KILN_ASSIGN(const bool done,
                   gemm(rt, x5, w5, y5, s, p, dl, o.bias, r5 ? &*r5 : nullptr, o.epilogue, o.plan));
@@ -666,6 +829,8 @@ Status conv(Runtime& rt, const Tensor& x, const Tensor& w, Tensor& y, const Conv
       }
     }
   }
+  if (cg == 1)
+    return depthwise(rt, x5, w5, y5, g3, o.bias, r5 ? &*r5 : nullptr, o.epilogue, false, o.plan);
   const int kb = kpg >= 8 ? 8 : kpg >= 4 ? 4 : kpg >= 2 ? 2 : 1;
   const int64_t positions = y5.shape(2) * y5.shape(3) * y5.shape(4);
   const int64_t by = o.groups * ((kpg + kb - 1) / kb);
@@ -681,9 +846,8 @@ Status conv(Runtime& rt, const Tensor& x, const Tensor& w, Tensor& y, const Conv
   } else {
     KILN_ASSIGN(bias, rt.empty(ElemType::F32, {1}));
   }
-  if (o.residual) {
-    KILN_ASSIGN(residual, rank5(*o.residual, o.layout));
-    residual = residual.as_read_only();
+  if (r5) {
+    residual = r5->as_read_only();
   } else {
     KILN_ASSIGN(residual, rt.empty(y.dtype(), {1, 1, 1, 1, 1}));
   }
@@ -746,21 +910,6 @@ Status check_backward(const char* op, bool of_input, const Tensor& input, const 
     return detail::bad(op, fmt::format("{} ({}) has elements that overlap", of_input ? "dx" : "dw",
                                        out.describe()));
   return {};
-}
-
-// The geometry in the direct kernels' 3-d terms.
-struct Geometry3 {
-  std::array<uint32_t, 3> s{1, 1, 1}, p{0, 0, 0}, dl{1, 1, 1};
-};
-Geometry3 geometry3(const Geometry& g) {
-  Geometry3 r;
-  for (int d = 0; d < g.dims; ++d) {
-    const auto i = static_cast<size_t>(d), at = static_cast<size_t>(3 - g.dims + d);
-    r.s[at] = static_cast<uint32_t>(g.stride[i]);
-    r.p[at] = static_cast<uint32_t>(g.front[i]);
-    r.dl[at] = static_cast<uint32_t>(g.dilation[i]);
-  }
-  return r;
 }
 
 // The weights' gradient of a dense convolution on the CPU as GEMMs on matmul's micro-kernel:
@@ -908,6 +1057,14 @@ Status conv_backward_input(Runtime& rt, const Tensor& dy, const Tensor& w, Tenso
     if (done) return {};
   }
   const int64_t cg = w.shape(1);
+  if (cg == 1 && w.shape(0) == o.groups && g3.s == std::array<uint32_t, 3>{1, 1, 1}) {
+    // Depthwise, stride 1: dx is dy convolved with the flipped taps, padded by (k - 1) d - p
+    // in front (which may be negative: the arithmetic is modulo 2^32, as the kernel's).
+    Geometry3 t = g3;
+    for (size_t d = 0; d < 3; ++d)
+      t.p[d] = static_cast<uint32_t>(w5.shape(static_cast<int>(d) + 2) - 1) * t.dl[d] - t.p[d];
+    return depthwise(rt, dy5, w5, dx5, t, nullptr, nullptr, Epilogue::None, true, o.plan);
+  }
   // 2 input channels per unit at most: with 4 or 8, CUDA 13's ptxas spills a few words on some
   // targets (sm_89, sm_90a, sm_100a, by type and stride: the spill test found them), with 2 on
   // none. The CPU takes this kernel only for grouped layers (dense ones are a GEMM).
@@ -954,6 +1111,29 @@ Status conv_backward_weight(Runtime& rt, const Tensor& x, const Tensor& dy, Tens
   auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
   int64_t weights = 1;
   for (int64_t d : dw.shape()) weights *= d;
+  const int64_t taps = dw5.shape(2) * dw5.shape(3) * dw5.shape(4);
+  if (weights > 0 && dw.shape(1) == 1 && taps <= 32 && dw.shape(0) <= 65535) {
+    // Depthwise: a cube per channel, the bias's gradient with the weights'.
+    const bool gpu = !rt.device().lane_units;
+    const int units =
+        static_cast<int>(std::clamp<int64_t>((dy5.shape(4) + 15) / 16 * 16, 16, gpu ? 128 : 256));
+    Tensor db;
+    if (dbias && dbias->shape(0) > 0) {
+      db = *dbias;
+    } else {
+      KILN_ASSIGN(db, rt.empty(ElemType::F32, {1}));
+    }
+    KILN_ASSIGN(const Kernel k, rt.kernel("conv_depthwise_grad_weight"));
+    if (o.plan)
+      *o.plan = {"conv_depthwise_grad_weight",
+                 fmt::format("a cube of {} units per channel, {} taps", units, taps),
+                 "a depthwise convolution's weights (and bias) summed over the batch and every "
+                 "output position"};
+    return rt.launch(k, Dim3(u(dw.shape(0))), Dim3(u(units)), x5.as_read_only(), dy5.as_read_only(),
+                     dw5, db, g3.s[0], g3.s[1], g3.s[2], g3.p[0], g3.p[1], g3.p[2], g3.dl[0],
+                     g3.dl[1], g3.dl[2], units, static_cast<int>(taps), dy5.shape(4) <= units,
+                     dbias != nullptr && dbias->shape(0) > 0);
+  }
   bool done = false;
   if (weights > 0 && rt.device().lane_units && o.groups == 1) {
     KILN_ASSIGN(done, weight_gemm_cpu(rt, x5, dy5, dw5, g3, o.plan));

@@ -224,6 +224,89 @@ KILN_KERNEL_GENERIC(
     .cube_dim(128)
     .describe("kiln::lib::conv_backward_weight: the gradient of a convolution's weights, directly");
 
+// dw (and dbias) of a depthwise convolution (each output channel k reads input channel
+// c = k / (K / C)): cube k sums, for each of its `taps` weights (kd, kh, kw; kw fastest),
+// dy[n, k, o] x[n, c, o stride + tap dilation - pad] over the batch and every output position.
+// The units walk the output columns (on the CPU 16 to a vector: each tap reads a segment of an
+// input row, no gathers), each keeping a partial sum per tap (and one of dy for the bias), in
+// the order n, od, oh, ow; the cube then adds the units' partials in unit order.
+template <class P>
+void conv_depthwise_grad_weight(Tensor<const typename P::In> x, Tensor<const typename P::In> dy,
+                                Tensor<typename P::Out> dw, Tensor<f32> dbias, u32 sd, u32 sh,
+                                u32 sw, u32 pd, u32 ph, u32 pw, u32 dd, u32 dh, u32 dw_, int units,
+                                int taps, bool whole_rows, bool has_bias) {
+  using In = host_of_t<typename P::In>;
+  using Out = host_of_t<typename P::Out>;
+  const auto un = static_cast<uint32_t>(units), tn = static_cast<uint32_t>(taps);
+  auto part = shared_array<f32>(un * (tn + 1u));
+  u32 u = unit_pos(), k = cube_pos_x();
+  u32 k_n = dy.shape(1), c = k / (k_n / x.shape(1));
+  u32 kh_n = dw.shape(3), kw_n = dw.shape(4);
+  u32 d_n = x.shape(2), h_n = x.shape(3), w_n = x.shape(4);
+  u32 oh_n = dy.shape(3), ow_n = dy.shape(4);
+  // Each tap's offsets (the same for every unit), and its partial sum.
+  std::vector<Val<uint32_t>> td, th, tw;
+  std::vector<Var<f32>> acc;
+  for (uint32_t t = 0; t < tn; ++t) {
+    td.push_back(t / (kw_n * kh_n) * dd - pd);
+    th.push_back(t / kw_n % kh_n * dh - ph);
+    tw.push_back(t % kw_n * dw_ - pw);
+    acc.push_back(Var<f32>(0.0f));
+  }
+  Var<f32> total = 0.0f;
+  for_range(0u, dy.shape(0), 1u, [&](u32 n) {
+    u32 xc = n * x.stride(0) + c * x.stride(1);
+    for_range(0u, dy.shape(2) * oh_n, 1u, [&](u32 q) {
+      u32 od = q / oh_n, oh = q % oh_n;
+      u32 dyr = n * dy.stride(0) + k * dy.stride(1) + od * dy.stride(2) + oh * dy.stride(3);
+      auto column = [&](const Val<uint32_t>& ow) {
+        f32 g = cast<float>(Val<In>(dy[dyr + ow * dy.stride(4)]));
+        if (has_bias) total += g;
+        for (uint32_t t = 0; t < tn; ++t) {
+          u32 id = od * sd + td[t], ih = oh * sh + th[t];
+          if_(id < d_n && ih < h_n, [&] {
+            u32 iw = ow * sw + tw[t];
+            if_(iw < w_n, [&] {
+              u32 at = xc + id * x.stride(2) + ih * x.stride(3) + iw * x.stride(4);
+              acc[t] = fma(g, cast<float>(Val<In>(x[at])), Val<float>(acc[t]));
+            });
+          });
+        }
+      };
+      // A row no wider than the cube: one column per unit, no loop.
+      if (whole_rows) {
+        if_(u < ow_n, [&] { column(u); });
+      } else {
+        for_range(u, ow_n, un, column);
+      }
+    });
+  });
+  for (uint32_t t = 0; t < tn; ++t) part[t * un + u] = Val<float>(acc[t]);
+  part[tn * un + u] = Val<float>(total);
+  sync_cube();
+  for_range(u, tn + (has_bias ? 1u : 0u), un, [&](u32 t) {
+    Var<f32> sum = 0.0f;
+    for_range(0u, un, 1u, [&](u32 p) { sum += Val<float>(part[t * un + p]); });
+    if_(t < tn, [&] {
+      u32 kw = t % kw_n, kh = t / kw_n % kh_n, kd = t / (kw_n * kh_n);
+      dw[k * dw.stride(0) + kd * dw.stride(2) + kh * dw.stride(3) + kw * dw.stride(4)] =
+          cast<Out>(Val<float>(sum));
+    }).else_([&] { dbias[k] = sum; });
+  });
+}
+KILN_KERNEL_GENERIC(conv_depthwise_grad_weight,
+                    "x: rank=5, dy: rank=5, dw: rank=5, dbias, sd, sh, sw, pd, ph, pw, dd, dh, "
+                    "dw_, units = 64 in 16..1024, taps = 9 in 1..32, whole_rows = false, "
+                    "has_bias = false",
+                    InOut<f32, f32>, InOut<f16, f32>, InOut<bf16, f32>, InOut<f16, f16>,
+                    InOut<bf16, bf16>)
+    .cube_dim([](const ComptimeArgs& c) -> CubeDim {
+      return {static_cast<uint32_t>(c.integer("units")), 1, 1};
+    })
+    .describe(
+        "kiln::lib::conv_backward_weight: a depthwise convolution's weight (and bias) gradient, "
+        "a cube per channel");
+
 // dbias[k] = the sum of dy[n, k, ...] over the batch and every output position, in that order,
 // in f32: a unit per output channel.
 template <class T>

@@ -2,9 +2,9 @@
 // 1-, 2- and 3-d, NCHW and NHWC, odd sizes, stride, dilation, symmetric, asymmetric and "same"
 // padding (larger than half the kernel too), groups from dense to depthwise, bias, residual and
 // every activation, every type pair; dense layers as the CPU's implicit GEMM (one chunk and
-// several; grouped ones with 8 or more channels per group as one per group), depthwise and
-// narrow groups on the direct kernel, 1 x 1 ones as matmul; the same on the emulator
-// (the direct kernel); and the errors of the host API.
+// several; grouped ones with 8 or more channels per group as one per group), depthwise ones on
+// their own kernel, narrow groups on the direct kernel, 1 x 1 ones as matmul; the same on the
+// emulator; and the errors of the host API.
 #include <catch2/catch.hpp>
 
 #include <fmt/format.h>
@@ -46,7 +46,35 @@ const ConvCase kCases[] = {
      {{"x", {2, 12, 12, 8}}, {"w", {8, 1, 5, 5}}},
      {{"channels_last", "1"}, {"groups", "8"}, {"same", "1"}, {"use_bias", "1"}, {"epilogue", "3"}},
      {{"x", "bf16"}, {"y", "bf16"}},
-     "conv_direct"},
+     "conv_depthwise"},
+    // Depthwise: stride 2, bias, residual and ReLU; a channel multiplier of 2 with dilation and
+    // asymmetric padding; rows wider than a cube (600 columns) with 11 taps (a loop, not
+    // unrolled); 3-d.
+    {"conv2d",
+     {{"x", {2, 6, 13, 35}}, {"w", {6, 1, 3, 3}}},
+     {{"groups", "6"},
+      {"stride", "2"},
+      {"padding", "1"},
+      {"use_bias", "1"},
+      {"use_residual", "1"},
+      {"epilogue", "1"}},
+     {},
+     "conv_depthwise"},
+    {"conv2d",
+     {{"x", {1, 4, 9, 11}}, {"w", {8, 1, 3, 3}}},
+     {{"groups", "4"}, {"padding", "3"}, {"padding_end", "1"}, {"dilation", "2"}},
+     {{"x", "f16"}},
+     "conv_depthwise"},
+    {"conv1d",
+     {{"x", {1, 3, 600}}, {"w", {3, 1, 11}}},
+     {{"groups", "3"}, {"padding", "5"}},
+     {},
+     "conv_depthwise"},
+    {"conv3d",
+     {{"x", {1, 4, 5, 6, 7}}, {"w", {4, 1, 3, 3, 3}}},
+     {{"groups", "4"}, {"same", "1"}},
+     {{"x", "bf16"}, {"y", "bf16"}},
+     "conv_depthwise"},
     {"conv2d",
      {{"x", {1, 4, 7, 7}}, {"w", {6, 4, 7, 7}}},
      {{"padding", "5"}, {"use_residual", "1"}, {"epilogue", "1"}},
@@ -178,6 +206,13 @@ TEST_CASE("kiln::lib::conv on the emulator", "[conv][gpu-paths]") {
                              {{"x", "f16"}},
                              ""};
     run_case(opened.front(), direct, "conv_direct");
+    const ConvCase depthwise = {
+        "conv2d",
+        {{"x", {2, 6, 9, 21}}, {"w", {6, 1, 3, 3}}},
+        {{"groups", "6"}, {"padding", "1"}, {"use_bias", "1"}, {"epilogue", "2"}},
+        {{"x", "bf16"}},
+        ""};
+    run_case(opened.front(), depthwise, "conv_depthwise");
     // A dense layer: im2col rows times w^T on the tensor cores, both batch items in one chunk,
     // then (a budget under one item's rows) a chunk per item.
     const ConvCase dense = {
@@ -214,6 +249,8 @@ TEST_CASE("kiln::lib::conv_backward_input and conv_backward_weight match double 
     std::vector<int64_t> x, w;
     std::map<std::string, std::string> set;
     const char* type;
+    const char* input_kernel = "";  // the kernels the plans must name, where given
+    const char* weight_kernel = "";
   };
   const Backward cases[] = {
       {2,
@@ -233,6 +270,38 @@ TEST_CASE("kiln::lib::conv_backward_input and conv_backward_weight match double 
       {1, {1, 4, 17}, {6, 4, 4}, {{"stride", "3"}}, "f16"},
       {3, {1, 4, 5, 6, 7}, {6, 4, 3, 3, 3}, {{"stride", "2"}, {"padding", "1"}}, "f32"},
       {2, {2, 5, 8, 7}, {6, 5, 3, 3}, {{"dilation", "2"}, {"padding", "2"}}, "bf16-bf16"},
+      // Depthwise, stride 1 (the input's gradient a convolution with the flipped taps): padding
+      // past (k - 1) d (a negative padding for the flipped one), asymmetric padding with
+      // dilation, wide rows; stride 2 (the direct kernel for the input's gradient); a channel
+      // multiplier.
+      {2,
+       {2, 6, 9, 10},
+       {6, 1, 3, 3},
+       {{"groups", "6"}, {"padding", "4"}},
+       "f32",
+       "conv_depthwise:",
+       "conv_depthwise_grad_weight:"},
+      {2,
+       {1, 3, 12, 300},
+       {3, 1, 3, 5},
+       {{"groups", "3"}, {"padding", "2"}, {"padding_end", "0"}, {"dilation", "2"}},
+       "f16",
+       "conv_depthwise:",
+       "conv_depthwise_grad_weight:"},
+      {2,
+       {2, 4, 11, 9},
+       {4, 1, 3, 3},
+       {{"groups", "4"}, {"stride", "2"}, {"padding", "1"}},
+       "f32",
+       "conv_grad_input:",
+       "conv_depthwise_grad_weight:"},
+      {1,
+       {2, 3, 20},
+       {6, 1, 5},
+       {{"groups", "3"}, {"padding", "2"}},
+       "bf16-bf16",
+       "conv_grad_input:",
+       "conv_depthwise_grad_weight:"},
   };
   for (const Backward& c : cases) {
     for (const bool of_input : {true, false}) {
@@ -252,6 +321,8 @@ TEST_CASE("kiln::lib::conv_backward_input and conv_backward_weight match double 
       auto r = kernels::run(*rt, op, config);
       KILN_REQUIRE_OK(r);
       INFO("plan: " << r->plan);
+      const std::string kernel = of_input ? c.input_kernel : c.weight_kernel;
+      if (!kernel.empty()) CHECK_THAT(r->plan, Contains(kernel));
       REQUIRE(r->checks.size() == (of_input ? 1u : 2u));
       for (const auto& check : r->checks) {
         INFO(check.name << ": first bad " << check.first_bad << ": got " << check.got << ", want "
@@ -288,6 +359,10 @@ TEST_CASE("kiln::lib::conv's backward passes are the forward's adjoints", "[conv
         {{1, 9, 9, 4},
          {6, 4, 3, 3},
          {.stride = {3, 1}, .same = false, .layout = lib::Layout::Nhwc}},
+        // Depthwise (the flipped-tap input gradient and the per-channel weight gradient), and
+        // with a channel multiplier.
+        {{2, 5, 8, 19}, {5, 1, 3, 3}, {.padding = {1}, .groups = 5}},
+        {{1, 3, 7, 9}, {6, 1, 3, 2}, {.stride = {2}, .dilation = {2}, .groups = 3}},
     };
     std::mt19937 gen(5);
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);

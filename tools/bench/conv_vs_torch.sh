@@ -45,9 +45,27 @@ layers=(
 batches="1 8"
 [ $quick = 1 ] && batches="1"
 host=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
+# The machine's copy rate (bytes read plus written per second): PyTorch's copy_ of 2^26 floats
+# with the same threads, the median of 10; a layer whose time is near its bytes at this rate
+# (the depthwise one) is memory-bound, and "of copy" says how near.
+copy=$("$py" - "$(nproc)" <<'PY' 2>/dev/null
+import statistics, sys, time
+import torch
+torch.set_num_threads(int(sys.argv[1]))
+a, b = torch.ones(1 << 26), torch.empty(1 << 26)
+b.copy_(a)
+times = []
+for _ in range(10):
+    t0 = time.perf_counter()
+    b.copy_(a)
+    times.append(time.perf_counter() - t0)
+print(f"{8 * (1 << 26) / statistics.median(times) / 1e9:.1f}")
+PY
+)
 echo "kiln::lib::conv against PyTorch CPU ($host, $(nproc) threads, $(date +%Y-%m-%d)), f32 NCHW"
-printf "%-12s %-5s %-16s %10s %10s %9s  %s\n" layer batch pass "kiln ms" "torch ms" speed-up \
-  "kiln's kernel"
+echo "copy rate ${copy} GB/s (bytes read plus written; PyTorch's copy_ of 2^26 floats)"
+printf "%-12s %-5s %-16s %10s %10s %9s %8s  %s\n" layer batch pass "kiln ms" "torch ms" speed-up \
+  "of copy" "kiln's kernel"
 for n in $batches; do
   for l in "${layers[@]}"; do
    read -r name op x w stride pad groups <<<"$l"
@@ -92,14 +110,18 @@ with torch.no_grad():
         t0 = time.perf_counter()
         run()
         times.append(time.perf_counter() - t0)
-print(f"{statistics.median(times) * 1e3:.3f}")
+# The bytes the pass reads and writes at least: x (dx), w (dw) and y (dy).
+print(f"{statistics.median(times) * 1e3:.3f} {4 * (x.numel() + w.numel() + y.numel())}")
 PY
 )
     if [ "$t" = "-" ]; then
-      printf "%-12s %-5s %-16s %10s %10s %9s  %s\n" "$name" "$n" "$pass" "$k" - - "$kernel"
+      printf "%-12s %-5s %-16s %10s %10s %9s %8s  %s\n" "$name" "$n" "$pass" "$k" - - - "$kernel"
     else
-      printf "%-12s %-5s %-16s %10s %10s %8.2fx  %s\n" "$name" "$n" "$pass" "$k" "$t" \
-        "$(python3 -c "print($t / $k)")" "$kernel"
+      read -r t bytes <<<"$t"
+      printf "%-12s %-5s %-16s %10s %10s %8.2fx %8s  %s\n" "$name" "$n" "$pass" "$k" "$t" \
+        "$(python3 -c "print($t / $k)")" \
+        "$(python3 -c "print(f'{$bytes / ($k * 1e-3) / ($copy * 1e9) * 100:.0f}%')" 2>/dev/null || echo -)" \
+        "$kernel"
     fi
    done
   done

@@ -616,8 +616,8 @@ TEST_CASE("the library's matmul kernels assemble without spills on their targets
   CHECK(built >= 30);
 }
 
-// kiln::lib::conv's GPU kernels (the direct kernels of every pass, the im2col rows matmul reads,
-// the gather of the input's gradient) assemble on every target without spills, with the
+// kiln::lib::conv's GPU kernels (the direct kernels of every pass, the depthwise ones, the
+// im2col rows matmul reads, the gather of the input's gradient) assemble on every target without spills, with the
 // costliest epilogue for the forward.
 TEST_CASE("the library's convolution kernels assemble without spills on every target",
           "[cuda][compile][conv]") {
@@ -637,6 +637,22 @@ TEST_CASE("the library's convolution kernels assemble without spills on every ta
           {"conv_grad_weight", {}, {{"x", in}, {"dw", in}}},
           {"conv_grad_bias", {}, {{"dy", in}}},
           {"conv_col2im", {{"sh", "2"}, {"sw", "2"}}, {}},
+          {"conv_depthwise",
+           {{"epilogue", "Gelu"},
+            {"has_bias", "true"},
+            {"has_residual", "true"},
+            {"block", "2"},
+            {"taps_h", "3"},
+            {"taps_w", "3"},
+            {"step_w", "1"}},
+           {{"x", in}, {"y", in}}},
+          {"conv_depthwise", {{"flip", "true"}, {"block", "1"}}, {{"x", in}, {"y", in}}},
+          {"conv_depthwise_grad_weight",
+           {{"taps", "27"}, {"has_bias", "true"}, {"units", "128"}},
+           {{"x", in}, {"dw", in}}},
+          {"conv_depthwise_grad_weight",
+           {{"whole_rows", "true"}, {"has_bias", "true"}},
+           {{"x", in}, {"dw", in}}},
       };
       for (const auto& [name, set, dtype] : specs) {
         INFO(name << " for " << arch << ", " << in);
@@ -655,5 +671,5 @@ TEST_CASE("the library's convolution kernels assemble without spills on every ta
       }
     }
   }
-  CHECK(built == 70);
+  CHECK(built == 110);
 }
