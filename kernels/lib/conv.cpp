@@ -450,6 +450,44 @@ Result<bool> as_matmul(Runtime& rt, const Tensor& x5, const Tensor& w5, Tensor& 
   if (sx == 0 || sy == 0) return false;
   const int64_t n = x5.shape(0), c = x5.shape(1), k = y5.shape(1),
                 p = y5.shape(2) * y5.shape(3) * y5.shape(4);
+  // Positions contiguous in y (NCHW): y_n [K, P] = w [K, C] x_n [C, P], every operand
+  // row-major (the other form would store C column by column). The bias, per row there, is
+  // put into y first with the residual, added by the product as beta y; with a 16-bit y that
+  // would round the bias before the sum, so such a y takes the other form.
+  if (sy == 1 && (!o.bias || y5.dtype() == ElemType::F32)) {
+    auto view = [](const Tensor& t, std::vector<int64_t> shape, std::vector<int64_t> strides) {
+      return Tensor::make(t.device_ptr(), t.buffer(), t.dtype(), std::move(shape),
+                          std::move(strides), t.offset());
+    };
+    KILN_ASSIGN(const Tensor a, view(w5, {k, c}, {w5.stride(0), w5.stride(1)}));
+    KILN_ASSIGN(const Tensor b, view(x5, {n, c, p}, {x5.stride(0), x5.stride(1), sx}));
+    KILN_ASSIGN(Tensor out, view(y5, {n, k, p}, {y5.stride(0), y5.stride(1), sy}));
+    MatmulOptions m;
+    m.epilogue = o.epilogue;
+    m.plan = o.plan;
+    std::optional<Tensor> r;
+    if (o.residual) {
+      KILN_ASSIGN(const Tensor r5, rank5(*o.residual, o.layout));
+      if (position_stride(r5) == 0) return false;
+      KILN_ASSIGN(r, view(r5, {n, k, p}, {r5.stride(0), r5.stride(1), position_stride(r5)}));
+    }
+    if (o.bias) {
+      KILN_ASSIGN(const Tensor rows, view(*o.bias, {n, k, p}, {0, o.bias->stride(0), 0}));
+      KILN_TRY(copy(rt, rows, out));
+      if (r) KILN_TRY(binary(rt, Op::Add, out, *r, out));
+      m.beta = 1.0f;
+    } else if (r) {
+      KILN_TRY(copy(rt, *r, out));
+      m.beta = 1.0f;
+    }
+    KILN_TRY(matmul(rt, a, b, out, m));
+    if (o.plan)
+      o.plan->why =
+          "a 1 x 1 convolution with stride 1 and no padding is a matrix product, y = w x "
+          "per batch item (" +
+          o.plan->why + ")";
+    return true;
+  }
   KILN_ASSIGN(const Tensor a,
               Tensor::make(x5.device_ptr(), x5.buffer(), x5.dtype(), std::vector<int64_t>{n, p, c},
                            std::vector<int64_t>{x5.stride(0), sx, x5.stride(1)}, x5.offset()));
@@ -544,7 +582,22 @@ Result<bool> implicit_gemm_cpu(Runtime& rt, const Tensor& x5, const Tensor& w5, 
   const int64_t n = x5.shape(0), k = w5.shape(0),
                 columns = w5.shape(1) * w5.shape(2) * w5.shape(3) * w5.shape(4),
                 positions = y5.shape(2) * y5.shape(3) * y5.shape(4);
-  if (r5) KILN_TRY(copy(rt, *r5, y5));
+  // Positions contiguous in y (NCHW): y_n [K, P] = w [K, C taps] im2col(x_n)^T [C taps, P],
+  // im2col^T packed as B, so that every row of C the micro-kernel stores is contiguous (the
+  // other form would store y column by column). The bias, per row there, goes into y first
+  // (with the residual) and is added by the product as beta y; a 16-bit y takes the other form
+  // when there is a bias (it would be rounded before the sum).
+  const bool rows_of_y = ys == 1 && (!bias || y5.dtype() == ElemType::F32);
+  if (rows_of_y && bias) {
+    KILN_ASSIGN(const Tensor per_row,
+                Tensor::make(bias->device_ptr(), bias->buffer(), bias->dtype(),
+                             std::vector<int64_t>(y5.shape().begin(), y5.shape().end()),
+                             std::vector<int64_t>{0, bias->stride(0), 0, 0, 0}, bias->offset()));
+    KILN_TRY(copy(rt, per_row, y5));
+    if (r5) KILN_TRY(binary(rt, Op::Add, y5, *r5, y5));
+  } else if (r5) {
+    KILN_TRY(copy(rt, *r5, y5));
+  }
   KILN_ASSIGN(const Tensor b,
               Tensor::make(w5.device_ptr(), w5.buffer(), w5.dtype(),
                            std::vector<int64_t>{1, 1, 1, columns, k},
@@ -555,14 +608,43 @@ Result<bool> implicit_gemm_cpu(Runtime& rt, const Tensor& x5, const Tensor& w5, 
   KILN_ASSIGN(const Kernel pack, rt.kernel("conv_pack_im2col"));
   auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
   MatmulOptions m;
-  m.bias = bias;
+  m.bias = rows_of_y ? nullptr : bias;
   m.epilogue = epilogue;
-  m.beta = r5 ? 1.0f : 0.0f;
+  m.beta = r5 || (rows_of_y && bias) ? 1.0f : 0.0f;
   std::string config;
   for (int64_t n0 = 0; n0 < n; n0 += items) {
     const int64_t chunk_items = std::min(items, n - n0);
     for (int64_t p0 = 0; p0 < positions; p0 += rows) {
       const int64_t chunk_rows = std::min(rows, positions - p0);
+      // Slivers of `width` positions of the chunk's im2col rows (A's for y^T, B's for y).
+      auto pack_im2col = [&](Tensor& packed, int width) -> Status {
+        return rt.launch(pack, Dim3(u((chunk_rows + width - 1) / width), 1, u(chunk_items)),
+                         Dim3(u(width)), x5.as_read_only(), packed, u(y5.shape(3)), u(y5.shape(4)),
+                         u(w5.shape(2)), u(w5.shape(3)), u(w5.shape(4)), s[0], s[1], s[2], p[0],
+                         p[1], p[2], dl[0], dl[1], dl[2], u(n0), u(p0), u(chunk_rows));
+      };
+      if (rows_of_y) {
+        detail::MatmulProblem q;
+        q.m = k;
+        q.n = chunk_rows;
+        q.k = columns;
+        q.batch = q.batch_b = chunk_items;
+        q.batch_a = 1;
+        KILN_ASSIGN(q.a,
+                    Tensor::make(w5.device_ptr(), w5.buffer(), w5.dtype(),
+                                 std::vector<int64_t>{1, 1, 1, k, columns},
+                                 std::vector<int64_t>{0, 0, 0, w5.stride(0), ws}, w5.offset()));
+        // B's batch shape only: the packing reads x.
+        KILN_ASSIGN(q.b, Tensor::make(x5.device_ptr(), x5.buffer(), x5.dtype(),
+                                      std::vector<int64_t>{1, 1, chunk_items, columns, chunk_rows},
+                                      std::vector<int64_t>{0, 0, 0, 0, 0}, x5.offset()));
+        KILN_ASSIGN(q.c, Tensor::make(y5.device_ptr(), y5.buffer(), y5.dtype(),
+                                      std::vector<int64_t>{1, 1, chunk_items, k, chunk_rows},
+                                      std::vector<int64_t>{0, 0, y5.stride(0), y5.stride(1), 1},
+                                      y5.offset() + n0 * y5.stride(0) + p0));
+        KILN_TRY(detail::matmul_cpu_packed_b(rt, q, m, pack_im2col, &config));
+        continue;
+      }
       detail::MatmulProblem q;
       q.m = chunk_rows;
       q.n = k;
@@ -578,20 +660,15 @@ Result<bool> implicit_gemm_cpu(Runtime& rt, const Tensor& x5, const Tensor& w5, 
                                     std::vector<int64_t>{1, 1, chunk_items, chunk_rows, k},
                                     std::vector<int64_t>{0, 0, y5.stride(0), ys, y5.stride(1)},
                                     y5.offset() + n0 * y5.stride(0) + p0 * ys));
-      const detail::PackRows pack_rows = [&](Tensor& ap, int mr) -> Status {
-        return rt.launch(pack, Dim3(u((chunk_rows + mr - 1) / mr), 1, u(chunk_items)), Dim3(u(mr)),
-                         x5.as_read_only(), ap, u(y5.shape(3)), u(y5.shape(4)), u(w5.shape(2)),
-                         u(w5.shape(3)), u(w5.shape(4)), s[0], s[1], s[2], p[0], p[1], p[2], dl[0],
-                         dl[1], dl[2], u(n0), u(p0), u(chunk_rows));
-      };
-      KILN_TRY(detail::matmul_cpu_packed_a(rt, q, m, pack_rows, &config));
+      KILN_TRY(detail::matmul_cpu_packed_a(rt, q, m, pack_im2col, &config));
     }
   }
   if (plan)
     *plan = {"matmul_cpu",
              fmt::format("{}; im2col packed by conv_pack_im2col, {} of {} positions x {} "
-                         "columns at a time",
-                         config, items > 1 ? items * positions : rows, n * positions, columns),
+                         "columns at a time{}",
+                         config, items > 1 ? items * positions : rows, n * positions, columns,
+                         rows_of_y ? ", as B of y = w im2col^T" : ""),
              "a dense convolution on the CPU: an implicit GEMM on matmul's micro-kernel"};
   return true;
 }

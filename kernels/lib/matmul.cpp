@@ -345,7 +345,8 @@ Result<Problem> check(const Tensor& a, const Tensor& b, Tensor& c, const MatmulO
 // The product on the CPU with `cfg`: both operands packed (A by `pack_a` when given), then the
 // blocks.
 Status run_cpu(Runtime& rt, const Problem& p, const MatmulOptions& o, const CpuConfig& cfg,
-               const detail::PackRows* custom_a = nullptr) {
+               const detail::PackRows* custom_a = nullptr,
+               const detail::PackRows* custom_b = nullptr) {
   const int64_t slivers_m = (p.m + cfg.mr - 1) / cfg.mr,
                 slivers_n = (p.n + cfg.nr() - 1) / cfg.nr();
   const int64_t ap_size = p.batch_a * slivers_m * cfg.mr * p.k,
@@ -370,8 +371,11 @@ Status run_cpu(Runtime& rt, const Problem& p, const MatmulOptions& o, const CpuC
     else
       KILN_TRY(rt.launch(pack_a, Dim3(u((item_a + kChunk - 1) / kChunk), 1, u(p.batch_a)),
                          Dim3(256), p.a.as_read_only(), ap, cfg.mr, static_cast<int>(kChunk)));
-    KILN_TRY(rt.launch(pack_b, Dim3(u((item_b + kChunk - 1) / kChunk), 1, u(p.batch_b)), Dim3(256),
-                       p.b.as_read_only(), bp, cfg.nr(), static_cast<int>(kChunk)));
+    if (custom_b)
+      KILN_TRY((*custom_b)(bp, cfg.nr()));
+    else
+      KILN_TRY(rt.launch(pack_b, Dim3(u((item_b + kChunk - 1) / kChunk), 1, u(p.batch_b)),
+                         Dim3(256), p.b.as_read_only(), bp, cfg.nr(), static_cast<int>(kChunk)));
   }
   Tensor bias;
   if (o.bias) {
@@ -449,8 +453,11 @@ Result<Tensor> matmul_rank5(const Tensor& t, bool transpose) {
   return Tensor::make(t.device_ptr(), t.buffer(), t.dtype(), shape, strides, t.offset());
 }
 
-Status matmul_cpu_packed_a(Runtime& rt, const MatmulProblem& p, const MatmulOptions& o,
-                           const PackRows& pack_a, std::string* config) {
+namespace {
+
+// A product on the CPU with the heuristic blocking, one operand packed by the caller.
+Status run_cpu_packed(Runtime& rt, const MatmulProblem& p, const MatmulOptions& o,
+                      const PackRows* pack_a, const PackRows* pack_b, std::string* config) {
   Problem rounded = p;
   rounded.m = bucket(p.m);
   rounded.n = bucket(p.n);
@@ -459,7 +466,19 @@ Status matmul_cpu_packed_a(Runtime& rt, const MatmulProblem& p, const MatmulOpti
   if (config)
     *config = fmt::format("{}x{} register blocks ({} lanes), {}", cfg.mr, cfg.nr(), cfg.lanes,
                           cfg.text());
-  return run_cpu(rt, p, o, cfg, &pack_a);
+  return run_cpu(rt, p, o, cfg, pack_a, pack_b);
+}
+
+}  // namespace
+
+Status matmul_cpu_packed_a(Runtime& rt, const MatmulProblem& p, const MatmulOptions& o,
+                           const PackRows& pack_a, std::string* config) {
+  return run_cpu_packed(rt, p, o, &pack_a, nullptr, config);
+}
+
+Status matmul_cpu_packed_b(Runtime& rt, const MatmulProblem& p, const MatmulOptions& o,
+                           const PackRows& pack_b, std::string* config) {
+  return run_cpu_packed(rt, p, o, nullptr, &pack_b, config);
 }
 
 Result<Epilogue> run_epilogue(const char* op, double value) {

@@ -133,6 +133,12 @@ std::vector<MatmulSpecialization> matmul_gpu_specializations(const DeviceInfo& d
 using PackRows = std::function<Status(Tensor& ap, int mr)>;
 Status matmul_cpu_packed_a(Runtime& rt, const MatmulProblem& p, const MatmulOptions& o,
                            const PackRows& pack_a, std::string* config = nullptr);
+// The same with B packed by its caller (im2col^T, for a convolution whose positions are
+// contiguous in y): `pack_b` fills `bp` (p.batch_b items of ceil(N / nr) slivers of nr columns:
+// element (k, column s nr + l) at (s K + k) nr + l, zeros past N) for the nr it is given; p.b
+// gives only B's batch shape, A is packed from p.a.
+Status matmul_cpu_packed_b(Runtime& rt, const MatmulProblem& p, const MatmulOptions& o,
+                           const PackRows& pack_b, std::string* config = nullptr);
 
 // `kiln run`'s --set epilogue=N (0 none, 1 ReLU, 2 GELU, 3 SiLU) for operation `op`, or an error.
 Result<Epilogue> run_epilogue(const char* op, double value);

@@ -167,6 +167,68 @@ TEST_CASE("kiln::lib::conv's implicit GEMM packs im2col a chunk at a time", "[co
   }
 }
 
+// With positions contiguous in y (NCHW) the products are y = w x (1 x 1) and y = w im2col^T
+// (every row of C contiguous), the bias put into y first; a 16-bit y with a bias takes the
+// transposed form (the bias is not rounded before the sum); NHWC takes it always.
+TEST_CASE("kiln::lib::conv picks the product's form by y's layout", "[conv]") {
+  (void)kernels::builtin_names();
+  auto rt = Runtime::open("cpu");
+  REQUIRE(rt.ok());
+  const std::tuple<ConvCase, const char*, bool> cases[] = {
+      {{"conv2d",
+        {{"x", {2, 5, 8, 9}}, {"w", {6, 5, 3, 3}}},
+        {{"use_bias", "1"}, {"use_residual", "1"}, {"epilogue", "1"}},
+        {},
+        ""},
+       "as B of y = w im2col^T",
+       true},
+      {{"conv2d",
+        {{"x", {2, 5, 8, 9}}, {"w", {6, 5, 3, 3}}},
+        {{"use_bias", "1"}},
+        {{"x", "bf16"}, {"y", "bf16"}},
+        ""},
+       "as B of y = w im2col^T",
+       false},
+      {{"conv2d",
+        {{"x", {2, 8, 9, 5}}, {"w", {6, 5, 3, 3}}},
+        {{"channels_last", "1"}, {"use_residual", "1"}},
+        {},
+        ""},
+       "as B of y = w im2col^T",
+       false},
+      {{"conv2d",
+        {{"x", {2, 16, 5, 7}}, {"w", {12, 16, 1, 1}}},
+        {{"padding", "0"}, {"use_bias", "1"}},
+        {{"x", "f16"}},
+        ""},
+       "y = w x per batch item",
+       true},
+      {{"conv2d",
+        {{"x", {2, 16, 5, 7}}, {"w", {12, 16, 1, 1}}},
+        {{"padding", "0"}, {"use_bias", "1"}},
+        {{"x", "f16"}, {"y", "f16"}},
+        ""},
+       "y = w x per batch item",
+       false},
+  };
+  int index = 0;
+  for (const auto& [c, form, has] : cases) {
+    INFO("case " << index++);
+    kernels::RunConfig config;
+    config.shapes = c.shapes;
+    config.set = c.set;
+    config.dtypes = c.dtypes;
+    config.repeat = 0;
+    config.seed = 3;
+    auto r = kernels::run(*rt, c.op, config);
+    KILN_REQUIRE_OK(r);
+    INFO("plan: " << r->plan);
+    CHECK((r->plan.find(form) != std::string::npos) == has);
+    REQUIRE(r->checks.size() == 1);
+    CHECK(r->checks[0].mismatches == 0);
+  }
+}
+
 TEST_CASE("kiln::lib::conv's backward GEMMs work in chunks of positions", "[conv]") {
   (void)kernels::builtin_names();
   auto rt = Runtime::open("cpu");

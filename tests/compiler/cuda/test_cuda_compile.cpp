@@ -617,8 +617,8 @@ TEST_CASE("the library's matmul kernels assemble without spills on their targets
 }
 
 // kiln::lib::conv's GPU kernels (the direct kernels of every pass, the depthwise ones, the
-// im2col rows matmul reads, the gather of the input's gradient) assemble on every target without spills, with the
-// costliest epilogue for the forward.
+// im2col rows matmul reads, the gather of the input's gradient) assemble on every target without
+// spills, with the costliest epilogue for the forward.
 TEST_CASE("the library's convolution kernels assemble without spills on every target",
           "[cuda][compile][conv]") {
   (void)kernels::builtin_names();
