@@ -1001,13 +1001,19 @@ Result<bool> weight_gemm_cpu(Runtime& rt, const Tensor& x5, const Tensor& dy5, T
   const int64_t n = x5.shape(0), k = dw5.shape(0),
                 columns = dw5.shape(1) * dw5.shape(2) * dw5.shape(3) * dw5.shape(4),
                 positions = dy5.shape(2) * dy5.shape(3) * dy5.shape(4);
-  KILN_ASSIGN(
-      const Tensor dwt,
-      Tensor::make(dw5.device_ptr(), dw5.buffer(), dw5.dtype(), std::vector<int64_t>{columns, k},
-                   std::vector<int64_t>{ws, dw5.stride(0)}, dw5.offset()));
+  // With dw's rows and dy's positions contiguous (a contiguous dw, NCHW) the product is
+  // dw [K, C taps] = dy_n [K, P] im2col(x_n) [P, C taps], im2col packed as B: every operand
+  // row-major. Otherwise dw^T = im2col^T dy^T, im2col^T packed as A.
+  const bool rows_of_dw = ws == 1 && ys == 1;
+  KILN_ASSIGN(const Tensor dwt, Tensor::make(dw5.device_ptr(), dw5.buffer(), dw5.dtype(),
+                                             rows_of_dw ? std::vector<int64_t>{k, columns}
+                                                        : std::vector<int64_t>{columns, k},
+                                             rows_of_dw ? std::vector<int64_t>{dw5.stride(0), ws}
+                                                        : std::vector<int64_t>{ws, dw5.stride(0)},
+                                             dw5.offset()));
   Tensor target = dwt;
   if (dw5.dtype() != ElemType::F32) {
-    KILN_ASSIGN(target, rt.empty(ElemType::F32, {columns, k}));
+    KILN_ASSIGN(target, rt.empty(ElemType::F32, {dwt.shape(0), dwt.shape(1)}));
   }
   KILN_ASSIGN(const Tensor c, detail::matmul_rank5(target, false));
   KILN_ASSIGN(const Chunks chunks, im2col_chunks(1, positions, columns * 4, 1));
@@ -1019,6 +1025,34 @@ Result<bool> weight_gemm_cpu(Runtime& rt, const Tensor& x5, const Tensor& dy5, T
   for (int64_t item = 0; item < n; ++item)
     for (int64_t p0 = 0; p0 < positions; p0 += len) {
       const int64_t count = std::min(len, positions - p0);
+      MatmulOptions m;
+      m.beta = first ? 0.0f : 1.0f;
+      first = false;
+      // Slivers of `width` columns of the chunk's im2col^T (A's for dw^T, B's for dw).
+      const detail::PackRows pack_rows = [&](Tensor& packed, int width) -> Status {
+        return rt.launch(pack, Dim3(u((columns + width - 1) / width)), Dim3(u(width)),
+                         x5.as_read_only(), packed, u(dy5.shape(3)), u(dy5.shape(4)),
+                         u(dw5.shape(2)), u(dw5.shape(3)), u(dw5.shape(4)), g.s[0], g.s[1], g.s[2],
+                         g.p[0], g.p[1], g.p[2], g.dl[0], g.dl[1], g.dl[2], u(item), u(p0),
+                         u(count));
+      };
+      if (rows_of_dw) {
+        detail::MatmulProblem q;
+        q.m = k;
+        q.n = columns;
+        q.k = count;
+        KILN_ASSIGN(q.a, Tensor::make(dy5.device_ptr(), dy5.buffer(), dy5.dtype(),
+                                      std::vector<int64_t>{1, 1, 1, k, count},
+                                      std::vector<int64_t>{0, 0, 0, dy5.stride(1), 1},
+                                      dy5.offset() + item * dy5.stride(0) + p0));
+        // B's batch shape only: the packing reads x.
+        KILN_ASSIGN(q.b, Tensor::make(x5.device_ptr(), x5.buffer(), x5.dtype(),
+                                      std::vector<int64_t>{1, 1, 1, count, columns},
+                                      std::vector<int64_t>{0, 0, 0, 0, 0}, x5.offset()));
+        q.c = c;
+        KILN_TRY(detail::matmul_cpu_packed_b(rt, q, m, pack_rows, &config));
+        continue;
+      }
       detail::MatmulProblem q;
       q.m = columns;
       q.n = k;
@@ -1031,16 +1065,7 @@ Result<bool> weight_gemm_cpu(Runtime& rt, const Tensor& x5, const Tensor& dy5, T
                                     std::vector<int64_t>{0, 0, 0, ys, dy5.stride(1)},
                                     dy5.offset() + item * dy5.stride(0) + p0 * ys));
       q.c = c;
-      MatmulOptions m;
-      m.beta = first ? 0.0f : 1.0f;
-      const detail::PackRows pack_rows = [&](Tensor& ap, int mr) -> Status {
-        return rt.launch(pack, Dim3(u((columns + mr - 1) / mr)), Dim3(u(mr)), x5.as_read_only(), ap,
-                         u(dy5.shape(3)), u(dy5.shape(4)), u(dw5.shape(2)), u(dw5.shape(3)),
-                         u(dw5.shape(4)), g.s[0], g.s[1], g.s[2], g.p[0], g.p[1], g.p[2], g.dl[0],
-                         g.dl[1], g.dl[2], u(item), u(p0), u(count));
-      };
       KILN_TRY(detail::matmul_cpu_packed_a(rt, q, m, pack_rows, &config));
-      first = false;
     }
   if (dw5.dtype() != ElemType::F32) {
     Tensor out = dwt;
@@ -1049,8 +1074,9 @@ Result<bool> weight_gemm_cpu(Runtime& rt, const Tensor& x5, const Tensor& dy5, T
   if (plan)
     *plan = {"matmul_cpu",
              fmt::format("{}; im2col^T packed by conv_pack_im2col_t, {} of {} positions at a "
-                         "time, {} batch item{} summed",
-                         config, len, positions, n, n == 1 ? "" : "s"),
+                         "time, {} batch item{} summed{}",
+                         config, len, positions, n, n == 1 ? "" : "s",
+                         rows_of_dw ? ", as B of dw = dy im2col" : ""),
              "a dense convolution's weight gradient on the CPU: GEMMs on matmul's micro-kernel"};
   return true;
 }
