@@ -1107,20 +1107,31 @@ Result<bool> input_gemm(Runtime& rt, const Tensor& dy5, const Tensor& w5, Tensor
   for (int64_t item = 0; item < n; ++item) {
     for (int64_t p0 = 0; p0 < positions; p0 += len) {
       const int64_t count = std::min(len, positions - p0);
-      KILN_ASSIGN(const Tensor a, Tensor::make(dy5.device_ptr(), dy5.buffer(), dy5.dtype(),
-                                               std::vector<int64_t>{count, k},
-                                               std::vector<int64_t>{ys, dy5.stride(1)},
-                                               dy5.offset() + item * dy5.stride(0) + p0 * ys));
-      KILN_ASSIGN(Tensor rows, dcol.slice(0, 0, count));
+      KILN_ASSIGN(const Tensor dyt, Tensor::make(dy5.device_ptr(), dy5.buffer(), dy5.dtype(),
+                                                 std::vector<int64_t>{count, k},
+                                                 std::vector<int64_t>{ys, dy5.stride(1)},
+                                                 dy5.offset() + item * dy5.stride(0) + p0 * ys));
       MatmulOptions m;
       m.plan = &product;
-      KILN_TRY(matmul(rt, a, wv, rows, m));
+      if (ys == 1) {
+        // Positions contiguous in dy (NCHW): dcol^T [C taps, P] = w^T dy_n, dy read by rows.
+        KILN_ASSIGN(const Tensor wt, wv.transpose(0, 1));
+        KILN_ASSIGN(const Tensor dyn, dyt.transpose(0, 1));
+        KILN_ASSIGN(Tensor cols, Tensor::make(dcol.device_ptr(), dcol.buffer(), dcol.dtype(),
+                                              std::vector<int64_t>{columns, count},
+                                              std::vector<int64_t>{len, 1}, dcol.offset()));
+        KILN_TRY(matmul(rt, wt, dyn, cols, m));
+      } else {
+        KILN_ASSIGN(Tensor rows, dcol.slice(0, 0, count));
+        KILN_TRY(matmul(rt, dyt, wv, rows, m));
+      }
       KILN_TRY(rt.launch(gather, Dim3(u((inputs + 127) / 128)), Dim3(128), dcol.as_read_only(), acc,
                          u(c), u(dx5.shape(2)), u(dx5.shape(3)), u(dx5.shape(4)), u(dy5.shape(2)),
                          u(dy5.shape(3)), u(dy5.shape(4)), u(w5.shape(2)), u(w5.shape(3)),
                          u(w5.shape(4)), g.p[0], g.p[1], g.p[2], g.dl[0], g.dl[1], g.dl[2], u(p0),
-                         u(count), u(p0 == 0 ? 1 : 0), static_cast<int>(g.s[0]),
-                         static_cast<int>(g.s[1]), static_cast<int>(g.s[2])));
+                         u(count), u(p0 == 0 ? 1 : 0), u(ys == 1 ? 1 : columns),
+                         u(ys == 1 ? len : 1), static_cast<int>(g.s[0]), static_cast<int>(g.s[1]),
+                         static_cast<int>(g.s[2])));
     }
     KILN_ASSIGN(Tensor out,
                 Tensor::make(dx5.device_ptr(), dx5.buffer(), dx5.dtype(),
@@ -1131,11 +1142,12 @@ Result<bool> input_gemm(Runtime& rt, const Tensor& dy5, const Tensor& w5, Tensor
     KILN_TRY(copy(rt, acc, out));
   }
   if (plan)
-    *plan = {product.kernel,
-             fmt::format("dy^T w by {} ({}), {} of {} positions at a time, gathered by "
-                         "conv_col2im",
-                         product.kernel, product.config, len, positions),
-             "a dense convolution's input gradient: a GEMM and a gather"};
+    *plan = {
+        product.kernel,
+        fmt::format("{} by {} ({}), {} of {} positions at a time, gathered by "
+                    "conv_col2im",
+                    ys == 1 ? "w^T dy" : "dy^T w", product.kernel, product.config, len, positions),
+        "a dense convolution's input gradient: a GEMM and a gather"};
   return true;
 }
 

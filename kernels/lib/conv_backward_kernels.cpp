@@ -132,18 +132,20 @@ KILN_KERNEL_GENERIC(conv_grad_input,
     .describe("kiln::lib::conv_backward_input: the gradient of a convolution's input, directly");
 
 // The input's gradient from a chunk of dcol = dy^T w (positions p0 .. p0 + len - 1 of one batch
-// item, [len, C taps] f32): unit e, an element (c, id, ih, iw) of the item's f32 gradient `acc`
+// item, [len, C taps] f32; element (position j, column q) at j js + q qs): unit e, an element (c,
+// id, ih, iw) of the item's f32 gradient `acc`
 // ([C, D, H, W]), sums dcol over the taps whose window puts it at a position of the chunk,
 // o = (i + pad - tap dilation) / stride where that divides, and adds it to acc (or sets it, for
 // the item's first chunk). The strides are comptime, so that the divisions by them are
 // multiplications.
 void conv_col2im(Tensor<const f32> dcol, Tensor<f32> acc, u32 c_n, u32 d_n, u32 h_n, u32 w_n,
                  u32 od_n, u32 oh_n, u32 ow_n, u32 kd_n, u32 kh_n, u32 kw_n, u32 pd, u32 ph, u32 pw,
-                 u32 dd, u32 dh, u32 dw, u32 p0, u32 len, u32 first, int sd, int sh, int sw) {
+                 u32 dd, u32 dh, u32 dw, u32 p0, u32 len, u32 first, u32 js, u32 qs, int sd, int sh,
+                 int sw) {
   u32 e = cube_pos_x() * cube_dim() + unit_pos();
   if_(e >= c_n * d_n * h_n * w_n, [&] { return_(); });
   u32 iw = e % w_n, ih = e / w_n % h_n, id = e / (w_n * h_n) % d_n, c = e / (w_n * h_n * d_n);
-  u32 taps = kd_n * kh_n * kw_n, columns = c_n * taps;
+  u32 taps = kd_n * kh_n * kw_n;
   // The output index a tap reaches along a dimension, and whether it exists.
   auto reach = [](const Val<uint32_t>& i, const Val<uint32_t>& t, const Val<uint32_t>& pad,
                   const Val<uint32_t>& dil, int stride,
@@ -163,7 +165,7 @@ void conv_col2im(Tensor<const f32> dcol, Tensor<f32> acc, u32 c_n, u32 d_n, u32 
         u32 j = (od * oh_n + oh) * ow_n + ow - p0;  // wraps below the chunk
         Val<bool> inside = okd && okh && okw && j < len;
         u32 q = c * taps + (kd * kh_n + kh) * kw_n + kw;
-        sum += select(inside, Val<float>(dcol[select(inside, j * columns + q, 0u)]), 0.0f);
+        sum += select(inside, Val<float>(dcol[select(inside, j * js + q * qs, 0u)]), 0.0f);
       });
     });
   });
@@ -171,7 +173,7 @@ void conv_col2im(Tensor<const f32> dcol, Tensor<f32> acc, u32 c_n, u32 d_n, u32 
 }
 KILN_KERNEL(conv_col2im,
             "dcol, acc, c_n, d_n, h_n, w_n, od_n, oh_n, ow_n, kd_n, kh_n, kw_n, pd, ph, pw, dd, "
-            "dh, dw, p0, len, first, sd = 1 in 1..64, sh = 1 in 1..64, sw = 1 in 1..64")
+            "dh, dw, p0, len, first, js, qs, sd = 1 in 1..64, sh = 1 in 1..64, sw = 1 in 1..64")
     .cube_dim(128)
     .describe("kiln::lib::conv_backward_input: dy^T w's rows gathered into the input's gradient");
 
