@@ -367,6 +367,16 @@ Result<Geometry> geometry(std::span<const int64_t> x, std::span<const int64_t> w
   return g;
 }
 
+// A 1 x 1 convolution with stride 1 and no padding: a matrix product over the channels.
+bool pointwise(const Geometry& g, std::span<const int64_t> w, int64_t groups) {
+  bool yes = groups == 1;
+  for (int d = 0; d < g.dims; ++d) {
+    const auto i = static_cast<size_t>(d);
+    yes = yes && w[i + 2] == 1 && g.stride[i] == 1 && g.front[i] == 0 && g.back[i] == 0;
+  }
+  return yes;
+}
+
 }  // namespace
 
 Result<std::vector<int64_t>> conv_output_shape(std::span<const int64_t> x,
@@ -849,13 +859,7 @@ Status conv(Runtime& rt, const Tensor& x, const Tensor& w, Tensor& y, const Conv
   KILN_ASSIGN(const Tensor x5, rank5(x, o.layout));
   KILN_ASSIGN(const Tensor w5, rank5(w, Layout::Nchw));
   KILN_ASSIGN(Tensor y5, rank5(y, o.layout));
-  bool pointwise = o.groups == 1;
-  for (int d = 0; d < g.dims; ++d) {
-    const auto i = static_cast<size_t>(d);
-    pointwise =
-        pointwise && w.shape(d + 2) == 1 && g.stride[i] == 1 && g.front[i] == 0 && g.back[i] == 0;
-  }
-  if (pointwise) {
+  if (pointwise(g, w.shape(), o.groups)) {
     KILN_ASSIGN(const bool done, as_matmul(rt, x5, w5, y5, o));
     if (done) return {};
   }
@@ -1151,6 +1155,93 @@ Result<bool> input_gemm(Runtime& rt, const Tensor& dy5, const Tensor& w5, Tensor
   return true;
 }
 
+// A view of t's channels (dimension `channel`) by its positions (dimensions 2 to 4, which
+// must merge into one stride) for each batch item: [N, channels, P], or [N, P, channels] with
+// `positions_first`; nullopt when the positions do not merge.
+Result<std::optional<Tensor>> by_positions(const Tensor& t, int channel, bool positions_first) {
+  const int64_t s = position_stride(t);
+  if (s == 0) return std::optional<Tensor>();
+  const int64_t p = t.shape(2) * t.shape(3) * t.shape(4);
+  std::vector<int64_t> shape{t.shape(0), t.shape(channel), p},
+      strides{t.stride(0), t.stride(channel), s};
+  if (positions_first) {
+    std::swap(shape[1], shape[2]);
+    std::swap(strides[1], strides[2]);
+  }
+  KILN_ASSIGN(Tensor v,
+              Tensor::make(t.device_ptr(), t.buffer(), t.dtype(), shape, strides, t.offset()));
+  return std::optional<Tensor>(std::move(v));
+}
+
+// The input's gradient of a 1 x 1 convolution (stride 1, no padding) on every device: one
+// batched product, dx_n = w^T dy_n with positions contiguous in dy (NCHW), else
+// dx_n^T = dy_n^T w.
+Result<bool> pointwise_input(Runtime& rt, const Tensor& dy5, const Tensor& w5, Tensor& dx5,
+                             MatmulPlan* plan) {
+  const bool rows = position_stride(dy5) == 1;
+  KILN_ASSIGN(const auto dyv, by_positions(dy5, 1, !rows));
+  KILN_ASSIGN(auto dxv, by_positions(dx5, 1, !rows));
+  if (!dyv || !dxv) return false;
+  KILN_ASSIGN(const Tensor wv,
+              Tensor::make(w5.device_ptr(), w5.buffer(), w5.dtype(),
+                           std::vector<int64_t>{w5.shape(0), w5.shape(1)},
+                           std::vector<int64_t>{w5.stride(0), w5.stride(1)}, w5.offset()));
+  MatmulOptions m;
+  m.plan = plan;
+  if (rows) {
+    KILN_ASSIGN(const Tensor wt, wv.transpose(0, 1));
+    KILN_TRY(matmul(rt, wt, *dyv, *dxv, m));
+  } else {
+    KILN_TRY(matmul(rt, *dyv, wv, *dxv, m));
+  }
+  if (plan)
+    plan->why = fmt::format("a 1 x 1 convolution's input gradient is a matrix product, {} ({})",
+                            rows ? "dx = w^T dy per batch item" : "dx^T = dy^T w per batch item",
+                            plan->why);
+  return true;
+}
+
+// The weights' gradient of a 1 x 1 convolution (stride 1, no padding) on every device:
+// dw [K, C] = the sum over batch items of dy_n [K, P] x_n^T [P, C], one product per item added
+// to the last in f32 (into dw when it is f32, else into an f32 scratch rounded once).
+Result<bool> pointwise_weight(Runtime& rt, const Tensor& x5, const Tensor& dy5, Tensor& dw5,
+                              MatmulPlan* plan) {
+  KILN_ASSIGN(const auto xv, by_positions(x5, 1, true));
+  KILN_ASSIGN(const auto dyv, by_positions(dy5, 1, false));
+  if (!xv || !dyv) return false;
+  const int64_t k = dw5.shape(0), c = dw5.shape(1);
+  KILN_ASSIGN(const Tensor dwv,
+              Tensor::make(dw5.device_ptr(), dw5.buffer(), dw5.dtype(), std::vector<int64_t>{k, c},
+                           std::vector<int64_t>{dw5.stride(0), dw5.stride(1)}, dw5.offset()));
+  Tensor target = dwv;
+  if (dw5.dtype() != ElemType::F32) {
+    KILN_ASSIGN(target, rt.empty(ElemType::F32, {k, c}));
+  }
+  auto item_of = [](const Tensor& t, int64_t item) {
+    return Tensor::make(
+        t.device_ptr(), t.buffer(), t.dtype(), std::vector<int64_t>{t.shape(1), t.shape(2)},
+        std::vector<int64_t>{t.stride(1), t.stride(2)}, t.offset() + item * t.stride(0));
+  };
+  for (int64_t item = 0; item < x5.shape(0); ++item) {
+    KILN_ASSIGN(const Tensor a, item_of(*dyv, item));
+    KILN_ASSIGN(const Tensor b, item_of(*xv, item));
+    MatmulOptions m;
+    m.beta = item == 0 ? 0.0f : 1.0f;
+    m.plan = plan;
+    KILN_TRY(matmul(rt, a, b, target, m));
+  }
+  if (dw5.dtype() != ElemType::F32) {
+    Tensor out = dwv;
+    KILN_TRY(copy(rt, target, out));
+  }
+  if (plan)
+    plan->why = fmt::format(
+        "a 1 x 1 convolution's weight gradient is a matrix product, dw = dy x^T summed over {} "
+        "batch item{} ({})",
+        x5.shape(0), x5.shape(0) == 1 ? "" : "s", plan->why);
+  return true;
+}
+
 }  // namespace
 
 Status conv_backward_input(Runtime& rt, const Tensor& dy, const Tensor& w, Tensor& dx,
@@ -1167,6 +1258,10 @@ Status conv_backward_input(Runtime& rt, const Tensor& dy, const Tensor& w, Tenso
   KILN_ASSIGN(const Tensor dy5, rank5(dy, o.layout));
   KILN_ASSIGN(const Tensor w5, rank5(w, Layout::Nchw));
   KILN_ASSIGN(Tensor dx5, rank5(dx, o.layout));
+  if (pointwise(g, w.shape(), o.groups)) {
+    KILN_ASSIGN(const bool done, pointwise_input(rt, dy5, w5, dx5, o.plan));
+    if (done) return {};
+  }
   if (rt.device().lane_units && o.groups == 1) {
     KILN_ASSIGN(const bool done, input_gemm(rt, dy5, w5, dx5, g3, o.plan));
     if (done) return {};
@@ -1250,7 +1345,10 @@ Status conv_backward_weight(Runtime& rt, const Tensor& x, const Tensor& dy, Tens
                      dbias != nullptr && dbias->shape(0) > 0);
   }
   bool done = false;
-  if (weights > 0 && rt.device().lane_units && o.groups == 1) {
+  if (weights > 0 && pointwise(g, dw.shape(), o.groups)) {
+    KILN_ASSIGN(done, pointwise_weight(rt, x5, dy5, dw5, o.plan));
+  }
+  if (weights > 0 && !done && rt.device().lane_units && o.groups == 1) {
     KILN_ASSIGN(done, weight_gemm_cpu(rt, x5, dy5, dw5, g3, o.plan));
   }
   if (weights > 0 && !done) {
