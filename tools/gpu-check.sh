@@ -5,7 +5,8 @@
 # events, memory; the NVRTC compile tests for every target; the driver tests), `kiln demo`, and
 # the GPU benchmarks with their peers measured in the same run (axpy against a device-to-device
 # copy, launch overhead against a raw cuLaunchKernel, matmul_mma's TFLOP/s against
-# torch.matmul, kiln::lib::matmul against cuBLAS). Aims at well under 8 minutes in all.
+# torch.matmul, kiln::lib::matmul against cuBLAS, kiln::lib::conv against cuDNN). Aims at well
+# under 8 minutes in all.
 #
 #   tools/gpu-check.sh OUT_DIR [--quick]
 #
@@ -139,6 +140,73 @@ PY
 else
   echo "torch.matmul: skipped (this python3 has no PyTorch with CUDA)" | record
 fi
+
+# kiln::lib::conv on the GPU (the path it picks: im2col chunks on the tensor cores, the depthwise
+# and direct kernels) against cuDNN through PyTorch on the same layers, bf16, NCHW, batch 8:
+# ResNet-50's stem and 3x3 layers, a 1x1 layer, MobileNetV2's depthwise 3x3; forward and both
+# backward passes. cuDNN's column is skipped, with the reason, where PyTorch has no CUDA.
+phase "library convolution against cuDNN"
+torch_cuda=0
+python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null && torch_cuda=1
+[ $torch_cuda = 1 ] || echo "conv: cuDNN skipped (this python3 has no PyTorch with CUDA)" | record
+for l in "stem7x7 3x224x224 64x3x7x7 2 3 1" "res2_3x3 64x56x56 64x64x3x3 1 1 1" \
+  "res4_3x3 256x14x14 256x256x3x3 1 1 1" "res3_1x1 512x28x28 128x512x1x1 1 0 1" \
+  "mbv2_dw3x3 144x56x56 144x1x3x3 1 1 144"; do
+  read -r name x w stride pad groups <<<"$l"
+  for pass in forward backward_input backward_weight; do
+    case $pass in
+      forward) run=conv2d xs="x=8x$x" ws="w=$w" dt="x=bf16" ;;
+      backward_input) run=conv2d_backward_input xs="dx=8x$x" ws="w=$w" dt="dy=bf16" ;;
+      backward_weight) run=conv2d_backward_weight xs="x=8x$x" ws="dw=$w" dt="dy=bf16" ;;
+    esac
+    out=$("$build/bin/kiln" run "$run" --device cuda:0 --shape "$xs" --shape "$ws" \
+      --dtype "$dt" --set stride="$stride" --set padding="$pad" --set groups="$groups" \
+      --repeat 10 2>&1) || { echo "$out"; fail "conv $name $pass"; continue; }
+    k=$(sed -n 's/.*median \([0-9.]*\) ms.*/\1/p' <<<"$out")
+    kernel=$(sed -n 's/^  kernel *\([a-z0-9_]*\):.*/\1/p' <<<"$out")
+    grep -q "passed" <<<"$out" || fail "conv $name $pass: the result did not pass its check"
+    t=-
+    if [ $torch_cuda = 1 ]; then
+      t=$(python3 - "8x$x" "$w" "$stride" "$pad" "$groups" "$pass" <<'PY' 2>/dev/null || echo -
+import sys, torch
+xs, ws, stride, pad, groups, what = sys.argv[1:]
+x = torch.rand(*map(int, xs.split("x")), device="cuda", dtype=torch.bfloat16) * 2 - 1
+w = torch.rand(*map(int, ws.split("x")), device="cuda", dtype=torch.bfloat16) * 2 - 1
+s, p, g = [int(stride)] * 2, [int(pad)] * 2, int(groups)
+torch.backends.cudnn.benchmark = True
+with torch.no_grad():
+    y = torch.nn.functional.conv2d(x, w, stride=s, padding=p, groups=g)
+    dy = torch.rand_like(y) * 2 - 1
+    mask = [what == "backward_input", what == "backward_weight", False]
+    def run():
+        if what == "forward":
+            torch.nn.functional.conv2d(x, w, stride=s, padding=p, groups=g)
+        else:
+            torch.ops.aten.convolution_backward(dy, x, w, None, s, p, [1, 1], False, [0, 0], g,
+                                                mask)
+    for _ in range(3):
+        run()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(10):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        run()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+print(f"{sorted(times)[5]:.3f}")
+PY
+)
+    fi
+    if [ "$t" = "-" ]; then
+      echo "conv $name batch 8 $pass bf16: kiln $k ms ($kernel), cuDNN -" | record
+    else
+      echo "conv $name batch 8 $pass bf16: kiln $k ms ($kernel), cuDNN $t ms, speed-up" \
+        "$(python3 -c "print(f'{$t / $k:.2f}x')")" | record
+    fi
+  done
+done
 
 phase "done: $([ $status = 0 ] && echo passed || echo FAILED)" | record
 exit $status

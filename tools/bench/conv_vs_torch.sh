@@ -6,15 +6,16 @@
 # against a double reference; the median of its timed runs) and through PyTorch with the same
 # threads (torch.nn.functional.conv2d/conv3d, and aten.convolution_backward with one gradient
 # asked for; the median of 10 runs after a warm-up). Prints both times, kiln's speed-up and the
-# kernel kiln picked.
-# PyTorch comes from PyPI into build/bench-venv (bench_venv.sh); nothing is installed into the
-# system.   tools/bench/conv_vs_torch.sh [--quick] [--forward] [--layer NAME]   (build first)
+# kernel kiln picked, writes build/conv_bench.csv, and the chart docs/images/conv_cpu.png when
+# matplotlib is importable (a full run only: --quick, --forward and --layer leave it alone).
+# PyTorch and matplotlib come from PyPI into build/bench-venv (bench_venv.sh); nothing is
+# installed into the system.   tools/bench/conv_vs_torch.sh [--quick] [--forward] [--layer NAME]   (build first)
 #   --quick: batch 1 only; --forward: the forward pass only; --layer NAME: one layer (stem7x7,
 #   res2_3x3, ..., mbv2_dw3x3, c3d_3x3x3)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . tools/bench/bench_venv.sh
-bench_venv conv_vs_torch
+bench_venv conv_vs_torch matplotlib
 quick=0
 passes="forward backward_input backward_weight"
 only=""
@@ -66,6 +67,8 @@ echo "kiln::lib::conv against PyTorch CPU ($host, $(nproc) threads, $(date +%Y-%
 echo "copy rate ${copy} GB/s (bytes read plus written; PyTorch's copy_ of 2^26 floats)"
 printf "%-12s %-5s %-16s %10s %10s %9s %8s  %s\n" layer batch pass "kiln ms" "torch ms" speed-up \
   "of copy" "kiln's kernel"
+csv=build/conv_bench.csv
+echo "layer,batch,pass,kiln_ms,torch_ms,of_copy,kernel" >"$csv"
 for n in $batches; do
   for l in "${layers[@]}"; do
    read -r name op x w stride pad groups <<<"$l"
@@ -116,13 +119,22 @@ PY
 )
     if [ "$t" = "-" ]; then
       printf "%-12s %-5s %-16s %10s %10s %9s %8s  %s\n" "$name" "$n" "$pass" "$k" - - - "$kernel"
+      echo "$name,$n,$pass,$k,-,-,$kernel" >>"$csv"
     else
       read -r t bytes <<<"$t"
+      of=$(python3 -c "print(f'{$bytes / ($k * 1e-3) / ($copy * 1e9) * 100:.0f}%')" 2>/dev/null ||
+        echo -)
       printf "%-12s %-5s %-16s %10s %10s %8.2fx %8s  %s\n" "$name" "$n" "$pass" "$k" "$t" \
-        "$(python3 -c "print($t / $k)")" \
-        "$(python3 -c "print(f'{$bytes / ($k * 1e-3) / ($copy * 1e9) * 100:.0f}%')" 2>/dev/null || echo -)" \
-        "$kernel"
+        "$(python3 -c "print($t / $k)")" "$of" "$kernel"
+      echo "$name,$n,$pass,$k,$t,$of,$kernel" >>"$csv"
     fi
    done
   done
 done
+full=0
+[ $quick = 0 ] && [ -z "$only" ] && [ "$passes" != forward ] && full=1
+if [ $full = 1 ] && "$py" -c "import matplotlib" 2>/dev/null; then
+  mkdir -p docs/images
+  "$py" tools/bench/plot_conv.py "$csv" docs/images/conv_cpu.png "$host, $(date +%Y-%m-%d)"
+  echo "chart: docs/images/conv_cpu.png"
+fi
