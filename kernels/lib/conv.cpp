@@ -1,5 +1,6 @@
-// The convolutions of kiln::lib::conv (conv.h): the forward kernels and every pass's host side
-// (the backward passes' kernels are in conv_backward_kernels.cpp, `kiln run`'s recipes in
+// The convolutions of kiln::lib::conv (conv.h): the forward kernels and the forward pass's host
+// side, with the helpers every pass shares (conv_parts.h; the backward passes' host side is in
+// conv_backward.cpp, their kernels in conv_backward_kernels.cpp, `kiln run`'s recipes in
 // conv_run.cpp). 1 x 1 convolutions run as the matrix products they are (kiln::lib::matmul, on
 // views of x, w and y: no copy); other dense ones as GEMMs on im2col chunks; the rest directly.
 //
@@ -20,6 +21,7 @@
 
 #include "compiler/dsl/dsl.h"
 #include "kernels/lib/common.h"
+#include "kernels/lib/conv_parts.h"
 #include "kernels/lib/elementwise.h"
 #include "kernels/lib/matmul_parts.h"
 
@@ -291,19 +293,10 @@ KILN_KERNEL_GENERIC(conv_im2col_rows,
 
 namespace kiln::lib {
 
-namespace {
-
 using ir::ElemType;
+using namespace conv_parts;
 
-Error bad(const std::string& what) {
-  return detail::bad("conv", what);
-}
-
-// The convolution's geometry per spatial dimension (1 to 3 of them), in x's order.
-struct Geometry {
-  int dims = 2;
-  std::array<int64_t, 3> stride{1, 1, 1}, front{0, 0, 0}, back{0, 0, 0}, dilation{1, 1, 1};
-};
+namespace {
 
 // One option's value for each of `dims` dimensions: one value for all, or one each.
 Result<std::array<int64_t, 3>> per_dim(const char* name, const std::vector<int64_t>& v, int dims,
@@ -332,6 +325,10 @@ std::vector<int64_t> channels_first(std::span<const int64_t> s, Layout layout) {
   }
   return out;
 }
+
+}  // namespace
+
+namespace conv_parts {
 
 Result<Geometry> geometry(std::span<const int64_t> x, std::span<const int64_t> w,
                           const ConvOptions& o) {
@@ -367,7 +364,6 @@ Result<Geometry> geometry(std::span<const int64_t> x, std::span<const int64_t> w
   return g;
 }
 
-// A 1 x 1 convolution with stride 1 and no padding: a matrix product over the channels.
 bool pointwise(const Geometry& g, std::span<const int64_t> w, int64_t groups) {
   bool yes = groups == 1;
   for (int d = 0; d < g.dims; ++d) {
@@ -377,7 +373,127 @@ bool pointwise(const Geometry& g, std::span<const int64_t> w, int64_t groups) {
   return yes;
 }
 
-}  // namespace
+Result<Tensor> rank5(const Tensor& t, Layout layout) {
+  const int r = t.rank();
+  std::vector<int64_t> shape(5, 1), strides(5, 0);
+  const int c = layout == Layout::Nhwc ? r - 1 : 1;
+  shape[0] = t.shape(0);
+  strides[0] = t.stride(0);
+  shape[1] = t.shape(c);
+  strides[1] = t.stride(c);
+  int at = 5 - (r - 2);
+  for (int d = 0; d < r; ++d) {
+    if (d == 0 || d == c) continue;
+    shape[static_cast<size_t>(at)] = t.shape(d);
+    strides[static_cast<size_t>(at)] = t.stride(d);
+    ++at;
+  }
+  return Tensor::make(t.device_ptr(), t.buffer(), t.dtype(), shape, strides, t.offset());
+}
+
+int64_t position_stride(const Tensor& t) {
+  int64_t stride = 0, extent = 1;
+  for (int d = 4; d >= 2; --d) {
+    if (t.shape(d) == 1) continue;
+    if (stride == 0)
+      stride = t.stride(d);
+    else if (t.stride(d) != extent * stride)
+      return 0;
+    extent *= t.shape(d);
+  }
+  return stride == 0 ? 1 : stride;
+}
+
+int64_t column_stride(const Tensor& w5) {
+  int64_t stride = 0, extent = 1;
+  for (int d = 4; d >= 1; --d) {
+    if (w5.shape(d) == 1) continue;
+    if (stride == 0)
+      stride = w5.stride(d);
+    else if (w5.stride(d) != extent * stride)
+      return 0;
+    extent *= w5.shape(d);
+  }
+  return stride == 0 ? 1 : stride;
+}
+
+Result<Chunks> im2col_chunks(int64_t n, int64_t positions, int64_t row_bytes, int64_t round) {
+  int64_t budget = int64_t{32} << 20;
+  if (const char* v = std::getenv("KILN_CONV_IM2COL_BYTES")) {
+    char* end = nullptr;
+    const long long b = std::strtoll(v, &end, 10);
+    if (end == v || *end != '\0' || b <= 0)
+      return bad(
+          fmt::format("KILN_CONV_IM2COL_BYTES is '{}'; it must be a positive number of "
+                      "bytes (unset: 32 MiB)",
+                      v));
+    budget = b;
+  }
+  const int64_t item_bytes = positions * std::max<int64_t>(row_bytes, 1);
+  Chunks c;
+  c.items = std::clamp<int64_t>(budget / std::max<int64_t>(item_bytes, 1), 1, n);
+  c.rows = c.items > 1 || item_bytes <= budget
+               ? positions
+               : std::min(positions, std::max(round, budget / std::max<int64_t>(row_bytes, 1) /
+                                                         round * round));
+  return c;
+}
+
+Geometry3 geometry3(const Geometry& g) {
+  Geometry3 r;
+  for (int d = 0; d < g.dims; ++d) {
+    const auto i = static_cast<size_t>(d), at = static_cast<size_t>(3 - g.dims + d);
+    r.s[at] = static_cast<uint32_t>(g.stride[i]);
+    r.p[at] = static_cast<uint32_t>(g.front[i]);
+    r.dl[at] = static_cast<uint32_t>(g.dilation[i]);
+  }
+  return r;
+}
+
+Status depthwise(Runtime& rt, const Tensor& x5, const Tensor& w5, Tensor& y5, const Geometry3& g,
+                 const Tensor* bias, const Tensor* residual5, Epilogue epilogue, bool flip,
+                 MatmulPlan* plan) {
+  auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
+  const int64_t ow = y5.shape(4), rows_n = y5.shape(2) * y5.shape(3);
+  const int64_t planes = y5.shape(0) * y5.shape(1);
+  const bool gpu = !rt.device().lane_units;
+  const int units = static_cast<int>(std::clamp<int64_t>((ow + 15) / 16 * 16, 16, gpu ? 128 : 256));
+  const int64_t along = (ow + units - 1) / units;
+  int64_t rows = std::clamp<int64_t>(along * rows_n * planes / 1024, 1, gpu ? 4 : 16);
+  if (!gpu) rows = std::min((rows + 1) / 2 * 2, rows_n);  // whole blocks of 2
+  if (planes > 65535 || (rows_n + rows - 1) / rows > 65535)
+    return bad(
+        fmt::format("the grid would be {} x {} x {} cubes; at most 65535 batch items x "
+                    "channels and 65535 bands of rows",
+                    along, (rows_n + rows - 1) / rows, planes));
+  Tensor b, r;
+  if (bias) {
+    b = bias->as_read_only();
+  } else {
+    KILN_ASSIGN(b, rt.empty(ElemType::F32, {1}));
+  }
+  if (residual5) {
+    r = residual5->as_read_only();
+  } else {
+    KILN_ASSIGN(r, rt.empty(y5.dtype(), {1, 1, 1, 1, 1}));
+  }
+  const int block = gpu ? 1 : static_cast<int>(std::min<int64_t>(rows, 2));
+  const int taps_h = w5.shape(3) <= 8 ? static_cast<int>(w5.shape(3)) : 0;
+  const int taps_w = w5.shape(4) <= 8 ? static_cast<int>(w5.shape(4)) : 0;
+  const int step_w = x5.stride(4) == 1 && g.s[2] <= 4 ? static_cast<int>(g.s[2]) : 0;
+  KILN_ASSIGN(const Kernel k, rt.kernel("conv_depthwise"));
+  if (plan)
+    *plan = {"conv_depthwise",
+             fmt::format("{} columns x {} row{} per cube", units, rows, rows == 1 ? "" : "s"),
+             flip ? "the input's gradient as a depthwise convolution of dy by the flipped weights"
+                  : "a depthwise convolution, each tap a row segment"};
+  return rt.launch(k, Dim3(u(along), u((rows_n + rows - 1) / rows), u(planes)), Dim3(u(units)),
+                   x5.as_read_only(), w5.as_read_only(), y5, b, r, g.s[0], g.s[1], g.s[2], g.p[0],
+                   g.p[1], g.p[2], g.dl[0], g.dl[1], g.dl[2], u(rows), units, block, taps_h, taps_w,
+                   step_w, flip, epilogue, bias != nullptr, residual5 != nullptr);
+}
+
+}  // namespace conv_parts
 
 Result<std::vector<int64_t>> conv_output_shape(std::span<const int64_t> x,
                                                std::span<const int64_t> w, const ConvOptions& o) {
@@ -416,41 +532,6 @@ Result<std::vector<int64_t>> conv_output_shape(std::span<const int64_t> x,
 }
 
 namespace {
-
-// `t` (x, w, y or the residual, in `layout`; w is always channels first) as a [N, C, D, H, W]
-// view: spatial dimensions of 1 with stride 0 in front of 1-d and 2-d ones.
-Result<Tensor> rank5(const Tensor& t, Layout layout) {
-  const int r = t.rank();
-  std::vector<int64_t> shape(5, 1), strides(5, 0);
-  const int c = layout == Layout::Nhwc ? r - 1 : 1;
-  shape[0] = t.shape(0);
-  strides[0] = t.stride(0);
-  shape[1] = t.shape(c);
-  strides[1] = t.stride(c);
-  int at = 5 - (r - 2);
-  for (int d = 0; d < r; ++d) {
-    if (d == 0 || d == c) continue;
-    shape[static_cast<size_t>(at)] = t.shape(d);
-    strides[static_cast<size_t>(at)] = t.stride(d);
-    ++at;
-  }
-  return Tensor::make(t.device_ptr(), t.buffer(), t.dtype(), shape, strides, t.offset());
-}
-
-// The spatial dimensions of a [N, C, D, H, W] view as one of positions, when they collapse:
-// its stride, or 0 when they do not.
-int64_t position_stride(const Tensor& t) {
-  int64_t stride = 0, extent = 1;
-  for (int d = 4; d >= 2; --d) {
-    if (t.shape(d) == 1) continue;
-    if (stride == 0)
-      stride = t.stride(d);
-    else if (t.stride(d) != extent * stride)
-      return 0;
-    extent *= t.shape(d);
-  }
-  return stride == 0 ? 1 : stride;
-}
 
 // A 1 x 1 convolution with stride 1 and no padding as matmul: y^T [N, P, K] = x^T [N, P, C]
 // w^T [C, K], the bias per column; the residual copied into y first and added as beta y.
@@ -533,49 +614,6 @@ Result<bool> as_matmul(Runtime& rt, const Tensor& x5, const Tensor& w5, Tensor& 
     o.plan->why = "a 1 x 1 convolution with stride 1 and no padding is a matrix product (" +
                   o.plan->why + ")";
   return true;
-}
-
-// The elements of w's dimensions 1 .. 4 (c, kd, kh, kw) as one dimension, when they collapse:
-// its stride, or 0.
-int64_t column_stride(const Tensor& w5) {
-  int64_t stride = 0, extent = 1;
-  for (int d = 4; d >= 1; --d) {
-    if (w5.shape(d) == 1) continue;
-    if (stride == 0)
-      stride = w5.stride(d);
-    else if (w5.stride(d) != extent * stride)
-      return 0;
-    extent *= w5.shape(d);
-  }
-  return stride == 0 ? 1 : stride;
-}
-
-// How the GEMM paths walk x's im2col matrix (n batch items of `positions` rows of `row_bytes`)
-// so that at most 32 MiB of it (or KILN_CONV_IM2COL_BYTES) is held at a time: whole batch items
-// per chunk when one fits, else `rows` positions of one item (a multiple of `round`).
-struct Chunks {
-  int64_t items = 1, rows = 1;
-};
-Result<Chunks> im2col_chunks(int64_t n, int64_t positions, int64_t row_bytes, int64_t round) {
-  int64_t budget = int64_t{32} << 20;
-  if (const char* v = std::getenv("KILN_CONV_IM2COL_BYTES")) {
-    char* end = nullptr;
-    const long long b = std::strtoll(v, &end, 10);
-    if (end == v || *end != '\0' || b <= 0)
-      return bad(
-          fmt::format("KILN_CONV_IM2COL_BYTES is '{}'; it must be a positive number of "
-                      "bytes (unset: 32 MiB)",
-                      v));
-    budget = b;
-  }
-  const int64_t item_bytes = positions * std::max<int64_t>(row_bytes, 1);
-  Chunks c;
-  c.items = std::clamp<int64_t>(budget / std::max<int64_t>(item_bytes, 1), 1, n);
-  c.rows = c.items > 1 || item_bytes <= budget
-               ? positions
-               : std::min(positions, std::max(round, budget / std::max<int64_t>(row_bytes, 1) /
-                                                         round * round));
-  return c;
 }
 
 // A dense convolution on the CPU as an implicit GEMM: y^T [P, K] = im2col(x) [P, C taps] w^T
@@ -745,68 +783,6 @@ Result<bool> im2col_gemm(Runtime& rt, const Tensor& x5, const Tensor& w5, Tensor
   return true;
 }
 
-// The geometry in the direct kernels' 3-d terms.
-struct Geometry3 {
-  std::array<uint32_t, 3> s{1, 1, 1}, p{0, 0, 0}, dl{1, 1, 1};
-};
-Geometry3 geometry3(const Geometry& g) {
-  Geometry3 r;
-  for (int d = 0; d < g.dims; ++d) {
-    const auto i = static_cast<size_t>(d), at = static_cast<size_t>(3 - g.dims + d);
-    r.s[at] = static_cast<uint32_t>(g.stride[i]);
-    r.p[at] = static_cast<uint32_t>(g.front[i]);
-    r.dl[at] = static_cast<uint32_t>(g.dilation[i]);
-  }
-  return r;
-}
-
-// The depthwise kernel (each output channel reads one input channel; `flip`: the input's
-// gradient of a stride-1 one, x being dy and y dx): `units` output columns per cube, the
-// smallest multiple of 16 lanes covering a row (up to 256, then several cubes along the row),
-// bands of rows giving each core a few hundred cubes.
-Status depthwise(Runtime& rt, const Tensor& x5, const Tensor& w5, Tensor& y5, const Geometry3& g,
-                 const Tensor* bias, const Tensor* residual5, Epilogue epilogue, bool flip,
-                 MatmulPlan* plan) {
-  auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
-  const int64_t ow = y5.shape(4), rows_n = y5.shape(2) * y5.shape(3);
-  const int64_t planes = y5.shape(0) * y5.shape(1);
-  const bool gpu = !rt.device().lane_units;
-  const int units = static_cast<int>(std::clamp<int64_t>((ow + 15) / 16 * 16, 16, gpu ? 128 : 256));
-  const int64_t along = (ow + units - 1) / units;
-  int64_t rows = std::clamp<int64_t>(along * rows_n * planes / 1024, 1, gpu ? 4 : 16);
-  if (!gpu) rows = std::min((rows + 1) / 2 * 2, rows_n);  // whole blocks of 2
-  if (planes > 65535 || (rows_n + rows - 1) / rows > 65535)
-    return bad(
-        fmt::format("the grid would be {} x {} x {} cubes; at most 65535 batch items x "
-                    "channels and 65535 bands of rows",
-                    along, (rows_n + rows - 1) / rows, planes));
-  Tensor b, r;
-  if (bias) {
-    b = bias->as_read_only();
-  } else {
-    KILN_ASSIGN(b, rt.empty(ElemType::F32, {1}));
-  }
-  if (residual5) {
-    r = residual5->as_read_only();
-  } else {
-    KILN_ASSIGN(r, rt.empty(y5.dtype(), {1, 1, 1, 1, 1}));
-  }
-  const int block = gpu ? 1 : static_cast<int>(std::min<int64_t>(rows, 2));
-  const int taps_h = w5.shape(3) <= 8 ? static_cast<int>(w5.shape(3)) : 0;
-  const int taps_w = w5.shape(4) <= 8 ? static_cast<int>(w5.shape(4)) : 0;
-  const int step_w = x5.stride(4) == 1 && g.s[2] <= 4 ? static_cast<int>(g.s[2]) : 0;
-  KILN_ASSIGN(const Kernel k, rt.kernel("conv_depthwise"));
-  if (plan)
-    *plan = {"conv_depthwise",
-             fmt::format("{} columns x {} row{} per cube", units, rows, rows == 1 ? "" : "s"),
-             flip ? "the input's gradient as a depthwise convolution of dy by the flipped weights"
-                  : "a depthwise convolution, each tap a row segment"};
-  return rt.launch(k, Dim3(u(along), u((rows_n + rows - 1) / rows), u(planes)), Dim3(u(units)),
-                   x5.as_read_only(), w5.as_read_only(), y5, b, r, g.s[0], g.s[1], g.s[2], g.p[0],
-                   g.p[1], g.p[2], g.dl[0], g.dl[1], g.dl[2], u(rows), units, block, taps_h, taps_w,
-                   step_w, flip, epilogue, bias != nullptr, residual5 != nullptr);
-}
-
 }  // namespace
 
 Status conv(Runtime& rt, const Tensor& x, const Tensor& w, Tensor& y, const ConvOptions& o) {
@@ -941,429 +917,6 @@ Status conv(Runtime& rt, const Tensor& x, const Tensor& w, Tensor& y, const Conv
                    Dim3(u(kUnits)), x5.as_read_only(), w5.as_read_only(), y5, bias, residual,
                    u(o.groups), s[0], s[1], s[2], p[0], p[1], p[2], dl[0], dl[1], dl[2], kb,
                    o.epilogue, o.bias != nullptr, o.residual != nullptr);
-}
-
-namespace {
-
-// The checks the backward passes share: the tensors' devices and types, and that `dy`'s shape
-// is the output of a convolution of `input` (x's or dx's shape) with `weights` (w's or dw's).
-Status check_backward(const char* op, bool of_input, const Tensor& input, const Tensor& weights,
-                      const Tensor& dy, const Tensor& out, const ConvOptions& o) {
-  const std::pair<const Tensor*, const char*> all[] = {
-      {&input, of_input ? "dx" : "x"}, {&weights, of_input ? "w" : "dw"}, {&dy, "dy"}};
-  for (const auto& [t, name] : all) {
-    if (!t->valid())
-      return detail::bad(op, fmt::format("the tensor '{}' is empty (no buffer)", name));
-    if (t->device() != dy.device())
-      return detail::bad(op, fmt::format("the tensor '{}' is on another device than dy", name));
-    if (!detail::fits_u32(*t))
-      return detail::bad(
-          op, fmt::format("the tensor '{}' ({}) spans 2^32 elements or more", name, t->describe()));
-  }
-  if (o.bias || o.residual || o.epilogue != Epilogue::None)
-    return detail::bad(op,
-                       "the bias, residual and epilogue are the forward pass's; the gradient "
-                       "through them is the caller's (dy already holds it)");
-  auto shape = conv_output_shape(input.shape(), weights.shape(), o);
-  if (!shape) {
-    std::string m = shape.error().message;
-    const std::string from = "kiln::lib::conv: ";
-    if (m.rfind(from, 0) == 0) m = m.substr(from.size());
-    return detail::bad(op, m);
-  }
-  if (dy.rank() != static_cast<int>(shape->size()) ||
-      !std::equal(shape->begin(), shape->end(), dy.shape().begin()))
-    return detail::bad(op,
-                       fmt::format("dy is {}; a convolution of {} by {} gives {}", dy.describe(),
-                                   input.describe(), weights.describe(), detail::dims(*shape)));
-  const ElemType in = dy.dtype();
-  const Tensor& other = of_input ? weights : input;
-  if ((in != ElemType::F32 && in != ElemType::F16 && in != ElemType::BF16) || other.dtype() != in)
-    return detail::bad(op, fmt::format("dy is {} and {} {}; both must hold the same type, f32, "
-                                       "f16 or bf16",
-                                       dy.describe(), of_input ? "w" : "x", other.describe()));
-  if (out.dtype() != ElemType::F32 && out.dtype() != in)
-    return detail::bad(op, fmt::format("{} is {}; the gradient is f32 or dy's type ({})",
-                                       of_input ? "dx" : "dw", out.describe(), ir::elem_name(in)));
-  if (out.read_only())
-    return detail::bad(op, fmt::format("the tensor '{}' is read-only", of_input ? "dx" : "dw"));
-  if (out.may_overlap())
-    return detail::bad(op, fmt::format("{} ({}) has elements that overlap", of_input ? "dx" : "dw",
-                                       out.describe()));
-  return {};
-}
-
-// The weights' gradient of a dense convolution on the CPU as GEMMs on matmul's micro-kernel:
-// dw^T [C taps, K] = sum over the batch items n of im2col(x_n)^T [C taps, P] dy_n^T [P, K],
-// im2col^T packed straight into the micro-kernel's slivers by conv_pack_im2col_t a chunk of
-// positions at a time, each chunk's product added to the last (beta 1) in f32: into dw itself
-// when it is f32, else into an f32 scratch copied to dw at the end.
-Result<bool> weight_gemm_cpu(Runtime& rt, const Tensor& x5, const Tensor& dy5, Tensor& dw5,
-                             const Geometry3& g, MatmulPlan* plan) {
-  const int64_t ws = column_stride(dw5), ys = position_stride(dy5);
-  if (ws == 0 || ys == 0) return false;
-  const int64_t n = x5.shape(0), k = dw5.shape(0),
-                columns = dw5.shape(1) * dw5.shape(2) * dw5.shape(3) * dw5.shape(4),
-                positions = dy5.shape(2) * dy5.shape(3) * dy5.shape(4);
-  // With dw's rows and dy's positions contiguous (a contiguous dw, NCHW) the product is
-  // dw [K, C taps] = dy_n [K, P] im2col(x_n) [P, C taps], im2col packed as B: every operand
-  // row-major. Otherwise dw^T = im2col^T dy^T, im2col^T packed as A.
-  const bool rows_of_dw = ws == 1 && ys == 1;
-  KILN_ASSIGN(const Tensor dwt, Tensor::make(dw5.device_ptr(), dw5.buffer(), dw5.dtype(),
-                                             rows_of_dw ? std::vector<int64_t>{k, columns}
-                                                        : std::vector<int64_t>{columns, k},
-                                             rows_of_dw ? std::vector<int64_t>{dw5.stride(0), ws}
-                                                        : std::vector<int64_t>{ws, dw5.stride(0)},
-                                             dw5.offset()));
-  Tensor target = dwt;
-  if (dw5.dtype() != ElemType::F32) {
-    KILN_ASSIGN(target, rt.empty(ElemType::F32, {dwt.shape(0), dwt.shape(1)}));
-  }
-  KILN_ASSIGN(const Tensor c, detail::matmul_rank5(target, false));
-  KILN_ASSIGN(const Chunks chunks, im2col_chunks(1, positions, columns * 4, 1));
-  const int64_t len = chunks.rows;
-  KILN_ASSIGN(const Kernel pack, rt.kernel("conv_pack_im2col_t"));
-  auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
-  std::string config;
-  bool first = true;
-  for (int64_t item = 0; item < n; ++item)
-    for (int64_t p0 = 0; p0 < positions; p0 += len) {
-      const int64_t count = std::min(len, positions - p0);
-      MatmulOptions m;
-      m.beta = first ? 0.0f : 1.0f;
-      first = false;
-      // Slivers of `width` columns of the chunk's im2col^T (A's for dw^T, B's for dw).
-      const detail::PackRows pack_rows = [&](Tensor& packed, int width) -> Status {
-        return rt.launch(pack, Dim3(u((columns + width - 1) / width)), Dim3(u(width)),
-                         x5.as_read_only(), packed, u(dy5.shape(3)), u(dy5.shape(4)),
-                         u(dw5.shape(2)), u(dw5.shape(3)), u(dw5.shape(4)), g.s[0], g.s[1], g.s[2],
-                         g.p[0], g.p[1], g.p[2], g.dl[0], g.dl[1], g.dl[2], u(item), u(p0),
-                         u(count));
-      };
-      if (rows_of_dw) {
-        detail::MatmulProblem q;
-        q.m = k;
-        q.n = columns;
-        q.k = count;
-        KILN_ASSIGN(q.a, Tensor::make(dy5.device_ptr(), dy5.buffer(), dy5.dtype(),
-                                      std::vector<int64_t>{1, 1, 1, k, count},
-                                      std::vector<int64_t>{0, 0, 0, dy5.stride(1), 1},
-                                      dy5.offset() + item * dy5.stride(0) + p0));
-        // B's batch shape only: the packing reads x.
-        KILN_ASSIGN(q.b, Tensor::make(x5.device_ptr(), x5.buffer(), x5.dtype(),
-                                      std::vector<int64_t>{1, 1, 1, count, columns},
-                                      std::vector<int64_t>{0, 0, 0, 0, 0}, x5.offset()));
-        q.c = c;
-        KILN_TRY(detail::matmul_cpu_packed_b(rt, q, m, pack_rows, &config));
-        continue;
-      }
-      detail::MatmulProblem q;
-      q.m = columns;
-      q.n = k;
-      q.k = count;
-      KILN_ASSIGN(q.a, Tensor::make(x5.device_ptr(), x5.buffer(), x5.dtype(),
-                                    std::vector<int64_t>{1, 1, 1, columns, count},
-                                    std::vector<int64_t>{0, 0, 0, 0, 0}, x5.offset()));
-      KILN_ASSIGN(q.b, Tensor::make(dy5.device_ptr(), dy5.buffer(), dy5.dtype(),
-                                    std::vector<int64_t>{1, 1, 1, count, k},
-                                    std::vector<int64_t>{0, 0, 0, ys, dy5.stride(1)},
-                                    dy5.offset() + item * dy5.stride(0) + p0 * ys));
-      q.c = c;
-      KILN_TRY(detail::matmul_cpu_packed_a(rt, q, m, pack_rows, &config));
-    }
-  if (dw5.dtype() != ElemType::F32) {
-    Tensor out = dwt;
-    KILN_TRY(copy(rt, target, out));
-  }
-  if (plan)
-    *plan = {"matmul_cpu",
-             fmt::format("{}; im2col^T packed by conv_pack_im2col_t, {} of {} positions at a "
-                         "time, {} batch item{} summed{}",
-                         config, len, positions, n, n == 1 ? "" : "s",
-                         rows_of_dw ? ", as B of dw = dy im2col" : ""),
-             "a dense convolution's weight gradient on the CPU: GEMMs on matmul's micro-kernel"};
-  return true;
-}
-
-// The input's gradient of a dense convolution as a GEMM and a gather: per batch item, dcol
-// [P, C taps] = dy_n^T [P, K] w [K, C taps] (kiln::lib::matmul on views, in chunks of positions
-// within the im2col budget), then conv_col2im adds each chunk's rows into the item's f32
-// gradient, which is copied into dx (converting its type) once the item is done. Strides up to
-// 64 (comptime in conv_col2im).
-Result<bool> input_gemm(Runtime& rt, const Tensor& dy5, const Tensor& w5, Tensor& dx5,
-                        const Geometry3& g, MatmulPlan* plan) {
-  const int64_t ws = column_stride(w5), ys = position_stride(dy5);
-  if (ws == 0 || ys == 0 || g.s[0] > 64 || g.s[1] > 64 || g.s[2] > 64) return false;
-  const int64_t n = dx5.shape(0), k = w5.shape(0), c = dx5.shape(1),
-                columns = w5.shape(1) * w5.shape(2) * w5.shape(3) * w5.shape(4),
-                positions = dy5.shape(2) * dy5.shape(3) * dy5.shape(4),
-                inputs = c * dx5.shape(2) * dx5.shape(3) * dx5.shape(4);
-  KILN_ASSIGN(const Chunks chunks, im2col_chunks(1, positions, columns * 4, 1));
-  const int64_t len = chunks.rows;
-  KILN_ASSIGN(const Tensor wv, Tensor::make(w5.device_ptr(), w5.buffer(), w5.dtype(),
-                                            std::vector<int64_t>{k, columns},
-                                            std::vector<int64_t>{w5.stride(0), ws}, w5.offset()));
-  KILN_ASSIGN(Tensor dcol, rt.empty(ElemType::F32, {len, columns}));
-  KILN_ASSIGN(Tensor acc, rt.empty(ElemType::F32, {c, dx5.shape(2), dx5.shape(3), dx5.shape(4)}));
-  KILN_ASSIGN(const Kernel gather, rt.kernel("conv_col2im"));
-  auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
-  MatmulPlan product;
-  for (int64_t item = 0; item < n; ++item) {
-    for (int64_t p0 = 0; p0 < positions; p0 += len) {
-      const int64_t count = std::min(len, positions - p0);
-      KILN_ASSIGN(const Tensor dyt, Tensor::make(dy5.device_ptr(), dy5.buffer(), dy5.dtype(),
-                                                 std::vector<int64_t>{count, k},
-                                                 std::vector<int64_t>{ys, dy5.stride(1)},
-                                                 dy5.offset() + item * dy5.stride(0) + p0 * ys));
-      MatmulOptions m;
-      m.plan = &product;
-      if (ys == 1) {
-        // Positions contiguous in dy (NCHW): dcol^T [C taps, P] = w^T dy_n, dy read by rows.
-        KILN_ASSIGN(const Tensor wt, wv.transpose(0, 1));
-        KILN_ASSIGN(const Tensor dyn, dyt.transpose(0, 1));
-        KILN_ASSIGN(Tensor cols, Tensor::make(dcol.device_ptr(), dcol.buffer(), dcol.dtype(),
-                                              std::vector<int64_t>{columns, count},
-                                              std::vector<int64_t>{len, 1}, dcol.offset()));
-        KILN_TRY(matmul(rt, wt, dyn, cols, m));
-      } else {
-        KILN_ASSIGN(Tensor rows, dcol.slice(0, 0, count));
-        KILN_TRY(matmul(rt, dyt, wv, rows, m));
-      }
-      KILN_TRY(rt.launch(gather, Dim3(u((inputs + 127) / 128)), Dim3(128), dcol.as_read_only(), acc,
-                         u(c), u(dx5.shape(2)), u(dx5.shape(3)), u(dx5.shape(4)), u(dy5.shape(2)),
-                         u(dy5.shape(3)), u(dy5.shape(4)), u(w5.shape(2)), u(w5.shape(3)),
-                         u(w5.shape(4)), g.p[0], g.p[1], g.p[2], g.dl[0], g.dl[1], g.dl[2], u(p0),
-                         u(count), u(p0 == 0 ? 1 : 0), u(ys == 1 ? 1 : columns),
-                         u(ys == 1 ? len : 1), static_cast<int>(g.s[0]), static_cast<int>(g.s[1]),
-                         static_cast<int>(g.s[2])));
-    }
-    KILN_ASSIGN(Tensor out,
-                Tensor::make(dx5.device_ptr(), dx5.buffer(), dx5.dtype(),
-                             std::vector<int64_t>{c, dx5.shape(2), dx5.shape(3), dx5.shape(4)},
-                             std::vector<int64_t>{dx5.stride(1), dx5.stride(2), dx5.stride(3),
-                                                  dx5.stride(4)},
-                             dx5.offset() + item * dx5.stride(0)));
-    KILN_TRY(copy(rt, acc, out));
-  }
-  if (plan)
-    *plan = {
-        product.kernel,
-        fmt::format("{} by {} ({}), {} of {} positions at a time, gathered by "
-                    "conv_col2im",
-                    ys == 1 ? "w^T dy" : "dy^T w", product.kernel, product.config, len, positions),
-        "a dense convolution's input gradient: a GEMM and a gather"};
-  return true;
-}
-
-// A view of t's channels (dimension `channel`) by its positions (dimensions 2 to 4, which
-// must merge into one stride) for each batch item: [N, channels, P], or [N, P, channels] with
-// `positions_first`; nullopt when the positions do not merge.
-Result<std::optional<Tensor>> by_positions(const Tensor& t, int channel, bool positions_first) {
-  const int64_t s = position_stride(t);
-  if (s == 0) return std::optional<Tensor>();
-  const int64_t p = t.shape(2) * t.shape(3) * t.shape(4);
-  std::vector<int64_t> shape{t.shape(0), t.shape(channel), p},
-      strides{t.stride(0), t.stride(channel), s};
-  if (positions_first) {
-    std::swap(shape[1], shape[2]);
-    std::swap(strides[1], strides[2]);
-  }
-  KILN_ASSIGN(Tensor v,
-              Tensor::make(t.device_ptr(), t.buffer(), t.dtype(), shape, strides, t.offset()));
-  return std::optional<Tensor>(std::move(v));
-}
-
-// The input's gradient of a 1 x 1 convolution (stride 1, no padding) on every device: one
-// batched product, dx_n = w^T dy_n with positions contiguous in dy (NCHW), else
-// dx_n^T = dy_n^T w.
-Result<bool> pointwise_input(Runtime& rt, const Tensor& dy5, const Tensor& w5, Tensor& dx5,
-                             MatmulPlan* plan) {
-  const bool rows = position_stride(dy5) == 1;
-  KILN_ASSIGN(const auto dyv, by_positions(dy5, 1, !rows));
-  KILN_ASSIGN(auto dxv, by_positions(dx5, 1, !rows));
-  if (!dyv || !dxv) return false;
-  KILN_ASSIGN(const Tensor wv,
-              Tensor::make(w5.device_ptr(), w5.buffer(), w5.dtype(),
-                           std::vector<int64_t>{w5.shape(0), w5.shape(1)},
-                           std::vector<int64_t>{w5.stride(0), w5.stride(1)}, w5.offset()));
-  MatmulOptions m;
-  m.plan = plan;
-  if (rows) {
-    KILN_ASSIGN(const Tensor wt, wv.transpose(0, 1));
-    KILN_TRY(matmul(rt, wt, *dyv, *dxv, m));
-  } else {
-    KILN_TRY(matmul(rt, *dyv, wv, *dxv, m));
-  }
-  if (plan)
-    plan->why = fmt::format("a 1 x 1 convolution's input gradient is a matrix product, {} ({})",
-                            rows ? "dx = w^T dy per batch item" : "dx^T = dy^T w per batch item",
-                            plan->why);
-  return true;
-}
-
-// The weights' gradient of a 1 x 1 convolution (stride 1, no padding) on every device:
-// dw [K, C] = the sum over batch items of dy_n [K, P] x_n^T [P, C], one product per item added
-// to the last in f32 (into dw when it is f32, else into an f32 scratch rounded once).
-Result<bool> pointwise_weight(Runtime& rt, const Tensor& x5, const Tensor& dy5, Tensor& dw5,
-                              MatmulPlan* plan) {
-  KILN_ASSIGN(const auto xv, by_positions(x5, 1, true));
-  KILN_ASSIGN(const auto dyv, by_positions(dy5, 1, false));
-  if (!xv || !dyv) return false;
-  const int64_t k = dw5.shape(0), c = dw5.shape(1);
-  KILN_ASSIGN(const Tensor dwv,
-              Tensor::make(dw5.device_ptr(), dw5.buffer(), dw5.dtype(), std::vector<int64_t>{k, c},
-                           std::vector<int64_t>{dw5.stride(0), dw5.stride(1)}, dw5.offset()));
-  Tensor target = dwv;
-  if (dw5.dtype() != ElemType::F32) {
-    KILN_ASSIGN(target, rt.empty(ElemType::F32, {k, c}));
-  }
-  auto item_of = [](const Tensor& t, int64_t item) {
-    return Tensor::make(
-        t.device_ptr(), t.buffer(), t.dtype(), std::vector<int64_t>{t.shape(1), t.shape(2)},
-        std::vector<int64_t>{t.stride(1), t.stride(2)}, t.offset() + item * t.stride(0));
-  };
-  for (int64_t item = 0; item < x5.shape(0); ++item) {
-    KILN_ASSIGN(const Tensor a, item_of(*dyv, item));
-    KILN_ASSIGN(const Tensor b, item_of(*xv, item));
-    MatmulOptions m;
-    m.beta = item == 0 ? 0.0f : 1.0f;
-    m.plan = plan;
-    KILN_TRY(matmul(rt, a, b, target, m));
-  }
-  if (dw5.dtype() != ElemType::F32) {
-    Tensor out = dwv;
-    KILN_TRY(copy(rt, target, out));
-  }
-  if (plan)
-    plan->why = fmt::format(
-        "a 1 x 1 convolution's weight gradient is a matrix product, dw = dy x^T summed over {} "
-        "batch item{} ({})",
-        x5.shape(0), x5.shape(0) == 1 ? "" : "s", plan->why);
-  return true;
-}
-
-}  // namespace
-
-Status conv_backward_input(Runtime& rt, const Tensor& dy, const Tensor& w, Tensor& dx,
-                           const ConvOptions& o) {
-  KILN_TRY(check_backward("conv_backward_input", true, dx, w, dy, dx, o));
-  int64_t numel = 1;
-  for (int64_t d : dx.shape()) numel *= d;
-  if (numel == 0) {
-    if (o.plan) *o.plan = {"none", "an empty gradient", "dx has no elements"};
-    return {};
-  }
-  KILN_ASSIGN(const Geometry g, geometry(dx.shape(), w.shape(), o));
-  const Geometry3 g3 = geometry3(g);
-  KILN_ASSIGN(const Tensor dy5, rank5(dy, o.layout));
-  KILN_ASSIGN(const Tensor w5, rank5(w, Layout::Nchw));
-  KILN_ASSIGN(Tensor dx5, rank5(dx, o.layout));
-  if (pointwise(g, w.shape(), o.groups)) {
-    KILN_ASSIGN(const bool done, pointwise_input(rt, dy5, w5, dx5, o.plan));
-    if (done) return {};
-  }
-  if (rt.device().lane_units && o.groups == 1) {
-    KILN_ASSIGN(const bool done, input_gemm(rt, dy5, w5, dx5, g3, o.plan));
-    if (done) return {};
-  }
-  const int64_t cg = w.shape(1);
-  if (cg == 1 && w.shape(0) == o.groups && g3.s == std::array<uint32_t, 3>{1, 1, 1}) {
-    // Depthwise, stride 1: dx is dy convolved with the flipped taps, padded by (k - 1) d - p
-    // in front (which may be negative: the arithmetic is modulo 2^32, as the kernel's).
-    Geometry3 t = g3;
-    for (size_t d = 0; d < 3; ++d)
-      t.p[d] = static_cast<uint32_t>(w5.shape(static_cast<int>(d) + 2) - 1) * t.dl[d] - t.p[d];
-    return depthwise(rt, dy5, w5, dx5, t, nullptr, nullptr, Epilogue::None, true, o.plan);
-  }
-  // 2 input channels per unit at most: with 4 or 8, CUDA 13's ptxas spills a few words on some
-  // targets (sm_89, sm_90a, sm_100a, by type and stride: the spill test found them), with 2 on
-  // none. The CPU takes this kernel only for grouped layers (dense ones are a GEMM).
-  const int kb = cg >= 2 ? 2 : 1;
-  const int64_t positions = dx5.shape(2) * dx5.shape(3) * dx5.shape(4);
-  const int64_t by = o.groups * ((cg + kb - 1) / kb);
-  constexpr int64_t kUnits = 128;
-  if (by > 65535 || dx5.shape(0) > 65535)
-    return detail::bad("conv_backward_input",
-                       fmt::format("the grid would be {} x {} cubes along the channels and the "
-                                   "batch; at most 65535 each",
-                                   by, dx5.shape(0)));
-  if (std::max({g3.s[0], g3.s[1], g3.s[2]}) > 64)
-    return detail::bad("conv_backward_input",
-                       fmt::format("a stride of {} is past the 64 the kernels compile for",
-                                   std::max({g3.s[0], g3.s[1], g3.s[2]})));
-  KILN_ASSIGN(const Kernel k, rt.kernel("conv_grad_input"));
-  auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
-  if (o.plan)
-    *o.plan = {"conv_grad_input",
-               fmt::format("{} input channel{} per unit", kb, kb == 1 ? "" : "s"),
-               "every input position from the outputs whose windows cover it"};
-  return rt.launch(k, Dim3(u((positions + kUnits - 1) / kUnits), u(by), u(dx5.shape(0))),
-                   Dim3(u(kUnits)), dy5.as_read_only(), w5.as_read_only(), dx5, u(o.groups),
-                   g3.p[0], g3.p[1], g3.p[2], g3.dl[0], g3.dl[1], g3.dl[2], kb,
-                   static_cast<int>(g3.s[0]), static_cast<int>(g3.s[1]), static_cast<int>(g3.s[2]));
-}
-
-Status conv_backward_weight(Runtime& rt, const Tensor& x, const Tensor& dy, Tensor& dw,
-                            const ConvOptions& o, Tensor* dbias) {
-  KILN_TRY(check_backward("conv_backward_weight", false, x, dw, dy, dw, o));
-  if (dbias &&
-      (!dbias->valid() || dbias->dtype() != ElemType::F32 || dbias->rank() != 1 ||
-       dbias->shape(0) != dw.shape(0) || dbias->device() != dy.device() || dbias->read_only()))
-    return detail::bad("conv_backward_weight",
-                       fmt::format("dbias is {}; it must be a writable f32[{}] (one per output "
-                                   "channel) on dy's device",
-                                   dbias->valid() ? dbias->describe() : "empty", dw.shape(0)));
-  KILN_ASSIGN(const Geometry g, geometry(x.shape(), dw.shape(), o));
-  const Geometry3 g3 = geometry3(g);
-  KILN_ASSIGN(const Tensor x5, rank5(x, o.layout));
-  KILN_ASSIGN(const Tensor dy5, rank5(dy, o.layout));
-  KILN_ASSIGN(Tensor dw5, rank5(dw, Layout::Nchw));
-  auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
-  int64_t weights = 1;
-  for (int64_t d : dw.shape()) weights *= d;
-  const int64_t taps = dw5.shape(2) * dw5.shape(3) * dw5.shape(4);
-  if (weights > 0 && dw.shape(1) == 1 && taps <= 32 && dw.shape(0) <= 65535) {
-    // Depthwise: a cube per channel, the bias's gradient with the weights'.
-    const bool gpu = !rt.device().lane_units;
-    const int units =
-        static_cast<int>(std::clamp<int64_t>((dy5.shape(4) + 15) / 16 * 16, 16, gpu ? 128 : 256));
-    Tensor db;
-    if (dbias && dbias->shape(0) > 0) {
-      db = *dbias;
-    } else {
-      KILN_ASSIGN(db, rt.empty(ElemType::F32, {1}));
-    }
-    KILN_ASSIGN(const Kernel k, rt.kernel("conv_depthwise_grad_weight"));
-    if (o.plan)
-      *o.plan = {"conv_depthwise_grad_weight",
-                 fmt::format("a cube of {} units per channel, {} taps", units, taps),
-                 "a depthwise convolution's weights (and bias) summed over the batch and every "
-                 "output position"};
-    return rt.launch(k, Dim3(u(dw.shape(0))), Dim3(u(units)), x5.as_read_only(), dy5.as_read_only(),
-                     dw5, db, g3.s[0], g3.s[1], g3.s[2], g3.p[0], g3.p[1], g3.p[2], g3.dl[0],
-                     g3.dl[1], g3.dl[2], units, static_cast<int>(taps), dy5.shape(4) <= units,
-                     dbias != nullptr && dbias->shape(0) > 0);
-  }
-  bool done = false;
-  if (weights > 0 && pointwise(g, dw.shape(), o.groups)) {
-    KILN_ASSIGN(done, pointwise_weight(rt, x5, dy5, dw5, o.plan));
-  }
-  if (weights > 0 && !done && rt.device().lane_units && o.groups == 1) {
-    KILN_ASSIGN(done, weight_gemm_cpu(rt, x5, dy5, dw5, g3, o.plan));
-  }
-  if (weights > 0 && !done) {
-    KILN_ASSIGN(const Kernel k, rt.kernel("conv_grad_weight"));
-    KILN_TRY(rt.launch(k, Dim3(u((weights + 127) / 128)), Dim3(128), x5.as_read_only(),
-                       dy5.as_read_only(), dw5, u(o.groups), g3.s[0], g3.s[1], g3.s[2], g3.p[0],
-                       g3.p[1], g3.p[2], g3.dl[0], g3.dl[1], g3.dl[2]));
-  }
-  if (o.plan && !done)
-    *o.plan = {"conv_grad_weight", "a unit per weight",
-               "each weight summed over the batch and every output position"};
-  if (!dbias || dbias->shape(0) == 0) return {};
-  KILN_ASSIGN(const Kernel kb, rt.kernel("conv_grad_bias"));
-  Tensor db = *dbias;
-  return rt.launch(kb, Dim3(u((dw.shape(0) + 63) / 64)), Dim3(64), dy5.as_read_only(), db);
 }
 
 }  // namespace kiln::lib
