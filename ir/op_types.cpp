@@ -230,11 +230,48 @@ std::string check_frag_op(Sig sig, const std::string& name, std::span<const Type
     case Sig::FragCast:
       KILN_REQ(need_frag(0, "destination"));
       KILN_REQ(need_frag(1, "source"));
+      if (ops[0].use == FragUse::A && ops[1].use == FragUse::Acc) {
+        // An accumulator becomes the A operand of the next multiply (P = softmax(S) in P * V):
+        // in mma.sync's layouts the elements of a 16-bit A tile are in the same lanes as the
+        // accumulator elements of the same rows and columns, so no data moves between units.
+        const Type &a = ops[0], &c = ops[1];
+        if (a.elem != ElemType::F16 && a.elem != ElemType::BF16)
+          return fmt::format(
+              "'frag.cast' makes A fragments of f16 or bf16 from accumulators (their layouts "
+              "match lane for lane), not {}; store the accumulator and load it instead",
+              tn(a));
+        if (a.m != c.m || a.k != c.n)
+          return fmt::format(
+              "'frag.cast' to an A fragment needs the accumulator's rows and columns as the A "
+              "tile's m x k: {} has {} x {}, {} is {} x {}",
+              tn(c), c.m, c.n, tn(a), a.m, a.k);
+        break;
+      }
       if (ops[0].use != FragUse::Acc || ops[1].use != FragUse::Acc)
-        return fmt::format("'frag.cast' converts accumulators, got {} and {}", tn(ops[0]),
-                           tn(ops[1]));
+        return fmt::format(
+            "'frag.cast' converts accumulators, or an accumulator into an A fragment, got {} and "
+            "{}",
+            tn(ops[0]), tn(ops[1]));
       KILN_REQ(same_shape(ops[0], ops[1]));
       break;
+    case Sig::FragGet:
+    case Sig::FragSet: {
+      KILN_REQ(need_frag(0, "first operand"));
+      const Type& f = ops[0];
+      if (f.use != FragUse::Acc)
+        return fmt::format(
+            "'{}' reads and writes the elements of accumulators, not {} (operands are packed "
+            "differently per target)",
+            name, tn(f));
+      const uint64_t count = uint64_t{static_cast<uint64_t>(f.frag_rows())} * f.frag_cols() / 32;
+      if (attr.i >= count)
+        return fmt::format("'{}' element {} is out of range: each unit holds {} elements of {}",
+                           name, attr.i, count, tn(f));
+      if (sig == Sig::FragSet && !(ops[1] == f.scalar()))
+        return fmt::format("'frag.set' of {} needs a {} scalar, got {}", tn(f), elem_name(f.elem),
+                           tn(ops[1]));
+      break;
+    }
     case Sig::FragPlane:
       KILN_REQ(need_frag(0, "first operand"));
       KILN_REQ(need_u32(1, "plane"));
@@ -858,9 +895,25 @@ std::string TypeRules::matrices(bool& handled) {
     case Sig::FragMmaScaled:
     case Sig::FragLdmatrix:
     case Sig::Wgmma:
+    case Sig::FragGet:
+    case Sig::FragSet:
       KILN_REQ(check_frag_op(info.sig, name, ops, attr));
       if (info.sig == Sig::FragPlane) out = ops[0];
+      if (info.sig == Sig::FragGet) out = ops[0].scalar();
       break;
+    case Sig::FragMem: {
+      if (!ops[0].is_frag() || ops[0].use != FragUse::Acc)
+        return fmt::format("'frag.mem' takes an accumulator, got {}", tn(ops[0]));
+      const ElemType e = is_int(ops[0].elem) ? ElemType::I32 : ElemType::F32;
+      const uint32_t tile = static_cast<uint32_t>(ops[0].frag_rows() * ops[0].frag_cols());
+      if (declared.kind != TypeKind::Shared || declared.elem != e || declared.lanes != 1 ||
+          declared.count == 0 || declared.count % tile != 0)
+        return fmt::format(
+            "'frag.mem' of {} is a shared array of {} holding whole {}-element tiles, not {}",
+            tn(ops[0]), elem_name(e), tile, tn(declared));
+      out = declared;
+      break;
+    }
     case Sig::WgmmaDesc:
       KILN_REQ(check_frag_op(info.sig, name, ops, attr));
       out = Type::value(ElemType::U64);

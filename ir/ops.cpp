@@ -60,6 +60,8 @@ int sig_operand_count(Sig sig) {
     case Sig::If:
     case Sig::Assert:
     case Sig::TmemFree:
+    case Sig::FragGet:
+    case Sig::FragMem:
       return 1;
     case Sig::Binary:
     case Sig::Compare:
@@ -72,6 +74,7 @@ int sig_operand_count(Sig sig) {
     case Sig::FragFill:
     case Sig::FragCast:
     case Sig::FragPlane:
+    case Sig::FragSet:
     case Sig::MbarInit:
     case Sig::MbarRef:
       return 2;
@@ -128,6 +131,7 @@ bool sig_has_result(Sig sig) {
     case Sig::FragStore:
     case Sig::FragMma:
     case Sig::FragCast:
+    case Sig::FragSet:
     case Sig::FragMmaScaled:
     case Sig::FragLdmatrix:
     case Sig::Wgmma:
@@ -158,6 +162,7 @@ bool sig_result_is_explicit(Sig sig) {
     case Sig::AllocLocal:
     case Sig::AllocFrag:
     case Sig::TmemRead:
+    case Sig::FragMem:
       return true;
     default:
       return false;

@@ -66,6 +66,9 @@ enum class Sig : uint8_t {
   FragMmaScaled,  // frag.mma_scaled %acc, %a, %b, %sa, %sai, %sas, %sb, %sbi, %sbs
                   //   acc += (A * SA) (B * SB); SA(r, j) = sa[sai + r sas + j] (u8 ue8m0 codes)
   FragPlane,      // %r = frag.plane %f, %p : frag<...>      (lowered kernels only)
+  FragGet,        // %r = frag.get %f, E : T                 element E of this unit's part
+  FragSet,        // frag.set %f, %v, E                       v: scalar of f's element type
+  FragMem,        // %r = frag.mem %f : shared<T, COUNT>     (lowered kernels only)
   WgmmaDesc,      // %r = wgmma.desc %m, %i, %lbo, %sbo, SWIZZLE : u64   m: shared memory
   Wgmma,          // wgmma.mma %acc, %adesc, %bdesc, T[, MA, MB]  acc += A * B (T: the input
                   //   type; MA, MB: k or mn, the majors of A and B, printed when not k, k)

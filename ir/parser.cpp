@@ -851,6 +851,14 @@ class Parser {
         operands(op, 2);
         immediate(op, "a lane index");
         break;
+      case Sig::FragGet:
+        operands(op, 1);
+        immediate(op, "an element index");
+        break;
+      case Sig::FragSet:
+        operands(op, 2);
+        immediate(op, "an element index");
+        break;
       case Sig::ShapeStride:
         operands(op, 1);
         immediate(op, "a dimension");

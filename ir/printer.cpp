@@ -198,7 +198,8 @@ class Printer {
         break;
       default:
         for (size_t i = 0; i < op.operands.size(); ++i) parts.push_back(opnd(i));
-        if (info.sig == Sig::Extract || info.sig == Sig::Insert || info.sig == Sig::ShapeStride)
+        if (info.sig == Sig::Extract || info.sig == Sig::Insert || info.sig == Sig::ShapeStride ||
+            info.sig == Sig::FragGet || info.sig == Sig::FragSet)
           parts.push_back(fmt::format("{}", op.attr.i));
         if (info.sig == Sig::FragLoad || info.sig == Sig::FragStore ||
             info.sig == Sig::FragLdmatrix)

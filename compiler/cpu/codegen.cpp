@@ -535,7 +535,14 @@ void Gen::emit_effect(const ir::Op& op) {
   switch (op.kind) {
     case OpKind::AllocShared:
     case OpKind::AllocFrag:
-      return;  // placed up front
+      return;                // placed up front
+    case OpKind::FragMem: {  // the fragment's copies, as the shared array they are
+      Mem m;
+      m.base = v(op.operands[0]);
+      m.len = m.extent = B.getInt32(type(op.result).count);
+      mem_[op.result] = std::move(m);
+      return;
+    }
     case OpKind::FragPlane:
     case OpKind::FragFill:
     case OpKind::FragLoad:

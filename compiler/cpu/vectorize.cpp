@@ -660,6 +660,7 @@ bool Gen::vector_op(const ir::Op& op) {
     case OpKind::Shape:
     case OpKind::Stride:
     case OpKind::AllocShared:
+    case OpKind::FragMem:
       return false;  // uniform: the scalar code
     case OpKind::AllocLocal: {
       const ir::Type& t = K.type_of(op.result);

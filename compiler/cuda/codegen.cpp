@@ -1017,6 +1017,14 @@ class Gen {
         wgmma_touch(op);
         line(fmt::format("kiln::frag_cast({}, {});", v(op.operands[0]), v(op.operands[1])));
         return Status{};
+      case OpKind::FragGet:  // this lane's register of element E
+        wgmma_touch(op);
+        def(op, fmt::format("{}.x[{}]", v(op.operands[0]), op.attr.i));
+        return Status{};
+      case OpKind::FragSet:
+        wgmma_touch(op);
+        line(fmt::format("{}.x[{}] = {};", v(op.operands[0]), op.attr.i, v(op.operands[1])));
+        return Status{};
       case OpKind::FragMmaScaled: {
         wgmma_touch(op);
         // Each scale array with its bound, and the report where the launch is checked.

@@ -1563,6 +1563,21 @@ template <class D, class S, int M, int N, int K>
 __device__ __forceinline__ void frag_cast(frag_acc<D, M, N, K>& d, const frag_acc<S, M, N, K>& s) {
   for (int e = 0; e < frag_acc<D, M, N, K>::count; ++e) d.x[e] = cast<D>(s.x[e]);
 }
+// An accumulator (M x N) as the A operand (M x K, K = N) of the next multiply, f16 or bf16: A's
+// element (register r, half h) of tile (mt, kt) is at row g + 8 (r & 1), column 16 kt + 2 t + h
+// + 8 (r >> 1), which this lane holds as element 2 (r & 1) + h of accumulator tile (mt, 2 kt +
+// (r >> 1)): no data moves between lanes (FlashAttention-2 keeps P in registers this way).
+template <class D, int M, int N2, int K, class S, int N, int K2>
+__device__ __forceinline__ void frag_cast(frag_a<D, M, N2, K>& d, const frag_acc<S, M, N, K2>& s) {
+  typedef frag_a<D, M, N2, K> FA;
+  typedef frag_acc<S, M, N, K2> FC;
+  static_assert(K == N && FA::pack == 2, "an accumulator becomes a 16-bit A fragment of k = n");
+  for (int e = 0; e < FA::count; ++e) {
+    const int tile = e / FA::per_tile, w = e % FA::per_tile, r = w / 2, h = w % 2;
+    const int mt = tile / FA::k_tiles, kt = tile % FA::k_tiles;
+    d.x[e] = cast<D>(s.x[(mt * FC::n_tiles + 2 * kt + (r >> 1)) * 4 + 2 * (r & 1) + h]);
+  }
+}
 
 // One mma.sync instruction: d (4 accumulators of a 16 x 8 tile) += a (4 registers) * b (2).
 #ifdef KILN_EMULATION

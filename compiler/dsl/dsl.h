@@ -18,6 +18,7 @@
 #include "compiler/dsl/comptime.h"
 #include "compiler/dsl/context.h"
 #include "compiler/dsl/control.h"
+#include "compiler/dsl/fragment_elements.h"
 #include "compiler/dsl/matrix.h"
 #include "compiler/dsl/memory.h"
 #include "compiler/dsl/registry.h"

@@ -124,6 +124,57 @@ class Lowering {
     prologue_ops_.push_back(std::move(op));
     return prologue_ops_.back().result;
   }
+  // The storage of fragment f's copies as a shared array (frag.mem), made once.
+  ValueId frag_mem(Scope& s, ValueId f) {
+    auto it = frag_mems_.find(f);
+    if (it != frag_mems_.end()) return it->second;
+    const Type t = in_.type_of(f);
+    const uint32_t planes = (units_ + plane_width_ - 1) / plane_width_;
+    Op op;
+    op.kind = OpKind::FragMem;
+    op.operands = {get(s, f)};
+    op.result =
+        out_.new_value(Type::shared(ir::is_int(t.elem) ? ElemType::I32 : ElemType::F32, 1,
+                                    static_cast<uint32_t>(t.frag_rows() * t.frag_cols()) * planes));
+    prologue_ops_.push_back(std::move(op));
+    return frag_mems_[f] = prologue_ops_.back().result;
+  }
+  // frag.get and frag.set of unit u: a load or store of the plane's copy (rows x cols, row-major)
+  // at the row and column mma.sync's accumulator layout gives element e of lane u % 32:
+  // tile e / 4 (tiles of 16 x 8, row-major), row g + 8 (e & 2) / 2, column 2 t + (e & 1), with
+  // g = lane / 4 and t = lane % 4.
+  void frag_element(const Op& op, Scope& s) {
+    const ValueId f = op.operands[0];
+    const Type t = in_.type_of(f);
+    const ValueId mem = frag_mem(s, f);
+    const ElemType stored = out_.type_of(mem).elem;
+    const uint32_t cols = static_cast<uint32_t>(t.frag_cols());
+    const uint32_t e = static_cast<uint32_t>(op.attr.i), tile = e / 4, n_tiles = cols / 8;
+    const uint32_t row0 = tile / n_tiles * 16 + 8 * ((e >> 1) & 1),
+                   col0 = tile % n_tiles * 8 + (e & 1);
+    const ValueId u = unit_of(&s);
+    const ValueId lane = emit(s, OpKind::Rem, {u, cu32(s, plane_width_)});
+    const ValueId plane = emit(s, OpKind::Div, {u, cu32(s, plane_width_)});
+    const ValueId g = emit(s, OpKind::Shr, {lane, cu32(s, 2)});
+    const ValueId tl = emit(s, OpKind::And, {lane, cu32(s, 3)});
+    // plane * rows * cols + (row0 + g) * cols + col0 + 2 t
+    const ValueId base =
+        emit(s, OpKind::Mul, {plane, cu32(s, static_cast<uint32_t>(t.frag_rows()) * cols)});
+    const ValueId r =
+        emit(s, OpKind::Mul, {emit(s, OpKind::Add, {g, cu32(s, row0)}), cu32(s, cols)});
+    const ValueId c = emit(s, OpKind::Add, {emit(s, OpKind::Shl, {tl, cu32(s, 1)}), cu32(s, col0)});
+    const ValueId idx = emit(s, OpKind::Add, {emit(s, OpKind::Add, {base, r}), c});
+    if (op.kind == OpKind::FragGet) {
+      ValueId x = emit(s, OpKind::Load, {mem, idx});
+      if (stored != t.elem) x = emit(s, OpKind::Cast, {x}, Type::value(t.elem));
+      s.map[op.result] = x;
+    } else {
+      ValueId x = get(s, op.operands[1]);
+      if (stored != t.elem) x = emit(s, OpKind::Cast, {x}, Type::value(stored));
+      emit(s, OpKind::Store, {mem, idx, x});
+    }
+  }
+
   // A clone of an input op with its operands mapped into scope s.
   ValueId clone(Scope& s, const Op& op) {
     Op c;
@@ -632,6 +683,10 @@ class Lowering {
         touch(op.result);
         if (storage_of(op.result) == Storage::Local) clone(s, op);
         break;
+      case OpKind::FragGet:
+      case OpKind::FragSet:
+        frag_element(op, s);
+        break;
       case OpKind::Var: {
         touch(op.result);
         const Storage st = storage_of(op.result);
@@ -761,6 +816,7 @@ class Lowering {
   std::vector<Op> prologue_ops_;
   std::map<ValueId, ValueId> ctx_;         // input value -> its context array
   std::map<ValueId, ValueId> var_arrays_;  // input variable/local array -> its storage
+  std::map<ValueId, ValueId> frag_mems_;   // input fragment -> frag.mem of its storage
   std::unordered_map<const Scope*, std::vector<const Op*>> pending_;  // ops awaiting a loop
   ValueId done_ = kNoValue;
   std::unordered_set<ValueId> everywhere_;  // uniform values every unit computes

@@ -196,8 +196,25 @@ std::vector<Case> cases() {
       {OpKind::FragCast,
        kAcc + "  %1 = alloc.frag : frag<acc, f16, 16, 8, 16>\n  frag.cast %1, %0\n",
        "'frag.cast' needs fragments of one shape m x n x k"},
+      {OpKind::FragCast, kAcc + "  %1 = alloc.frag : frag<a, f32, 16, 16, 8>\n  frag.cast %1, %0\n",
+       "'frag.cast' makes A fragments of f16 or bf16 from accumulators"},
+      {OpKind::FragCast,
+       kAcc + "  %1 = alloc.frag : frag<a, f16, 16, 16, 32>\n  frag.cast %1, %0\n",
+       "'frag.cast' to an A fragment needs the accumulator's rows and columns as the A tile's m "
+       "x k: frag<acc, f32, 16, 16, 16> has 16 x 16, frag<a, f16, 16, 16, 32> is 16 x 32"},
       {OpKind::FragPlane, kAcc + "  %1 = frag.plane %0, %f : frag<acc, f32, 16, 16, 16>\n",
        "the plane of 'frag.plane' must be u32, got f32"},
+      {OpKind::FragGet, kAcc + "  %1 = frag.get %0, 8 : f32\n",
+       "'frag.get' element 8 is out of range: each unit holds 8 elements of frag<acc, f32, 16, "
+       "16, 16>"},
+      {OpKind::FragGet,
+       "  %0 = alloc.frag : frag<a, f16, 16, 16, 16>\n  %1 = frag.get %0, 0 : f16\n",
+       "'frag.get' reads and writes the elements of accumulators, not frag<a, f16, 16, 16, 16>"},
+      {OpKind::FragSet, kAcc + "  frag.set %0, %i, 0\n",
+       "'frag.set' of frag<acc, f32, 16, 16, 16> needs a f32 scalar, got i32"},
+      {OpKind::FragMem, kAcc + "  %1 = frag.mem %0 : shared<f16, 256>\n",
+       "'frag.mem' of frag<acc, f32, 16, 16, 16> is a shared array of f32 holding whole "
+       "256-element tiles, not shared<f16, 256>"},
       {OpKind::FragLdmatrix, kAcc + "  frag.ldmatrix %0, %af, %u, %u, row\n",
        "'frag.ldmatrix' loads A and B fragments of 16- or 8-bit inputs (ldmatrix moves 16-bit "
        "halves), not frag<acc, f32, 16, 16, 16>; use 'frag.load'"},

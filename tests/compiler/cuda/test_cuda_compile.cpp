@@ -169,6 +169,15 @@ ir::Kernel fragment_kernel(bool f8_inputs) {
                         : name == "f8e5m2" ? "%e5"
                                            : "%i";
       t += fmt::format("  frag.store {}, %z, %n, %n, %n, {}, col\n", mem, d);
+      // One element of the unit's part, read and written back elsewhere.
+      t += fmt::format("  %g{} = frag.get {}, 3 : {}\n  frag.set {}, %g{}, 0\n", v, d, to, d, v);
+      ++v;
+    }
+    // An accumulator as the A operand of the next multiply (16-bit inputs).
+    if (e == "f16" || e == "bf16") {
+      const std::string p = frag("a", in.elem, 16, 16, 16);
+      t += fmt::format("  frag.cast {}, {}\n", p, c);
+      if (e == "f16") t += fmt::format("  frag.mma {}, {}, {}\n", c, p, b);
     }
   }
   t += "}\n";
@@ -560,8 +569,9 @@ TEST_CASE("every op kind is compiled by the CUDA tests", "[cuda][compile][covera
   auto ops = test::registered_kernel_ops(*cuda);
   for (const ir::Kernel& k : op_test_kernels("sm_90a")) test::collect_ops(k, ops);
   test::collect_ops(tcgen05_kernel(), ops);
-  // units and frag.plane exist only in kernels lowered for the CPU.
-  CHECK(test::missing_ops(ops, {ir::OpKind::Units, ir::OpKind::FragPlane}) == "");
+  // units, frag.plane and frag.mem exist only in kernels lowered for the CPU.
+  CHECK(test::missing_ops(ops, {ir::OpKind::Units, ir::OpKind::FragPlane, ir::OpKind::FragMem}) ==
+        "");
 }
 
 // kiln::lib::matmul's GPU kernels: every configuration its tuner may pick on each target, for
