@@ -541,6 +541,7 @@ void Gen::emit_effect(const ir::Op& op) {
       m.base = v(op.operands[0]);
       m.len = m.extent = B.getInt32(type(op.result).count);
       mem_[op.result] = std::move(m);
+      frag_mems_.insert(op.result);
       return;
     }
     case OpKind::FragPlane:

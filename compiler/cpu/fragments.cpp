@@ -285,13 +285,98 @@ std::pair<Value*, Value*> Gen::frag_row(const ir::Op& op, const FragAccess& a, i
           mask};
 }
 
+// A column-major tile of a wide fragment moves in square blocks of b x b (b = 8 or 16): each
+// column of a block is contiguous in memory (one masked vector access), and the block is
+// transposed in registers to or from the fragment's rows. (Gathering a row instead takes one
+// scalar load per element, and a masked gather of 16-bit elements becomes a branch per lane.)
+// 0: the tile takes the gathers.
+int Gen::transpose_block(const FragAccess& a) const {
+  if (!a.col_major || frag_form(a.t) != FragForm::Wide) return 0;
+  const int b = std::min({16, a.rows, a.cols});
+  return b >= 8 && a.rows % b == 0 && a.cols % b == 0 ? b : 0;
+}
+
+// x[i][l] -> y[l][i] for b vectors of b lanes: the off-diagonal halves of each pair of rows s
+// apart swap, for s = b/2, b/4, ..., 1 (two-source shuffles, log2(b) rounds of b).
+std::vector<Value*> Gen::transpose(std::vector<Value*> x) {
+  const int b = static_cast<int>(x.size());
+  for (int s = b / 2; s >= 1; s /= 2) {
+    std::vector<int> lo, hi;
+    for (int l = 0; l < b; ++l) {
+      lo.push_back((l & s) ? b + l - s : l);
+      hi.push_back((l & s) ? b + l : l + s);
+    }
+    for (int i = 0; i < b; ++i) {
+      if (i & s) continue;
+      Value* a = B.CreateShuffleVector(x[size_t(i)], x[size_t(i + s)], lo);
+      Value* c = B.CreateShuffleVector(x[size_t(i)], x[size_t(i + s)], hi);
+      x[size_t(i)] = a;
+      x[size_t(i + s)] = c;
+    }
+  }
+  return x;
+}
+
+// Column c, rows [r0, r0 + b) of a column-major tile: where it starts (contiguous) and which of
+// its lanes are inside the tile's extent (and, checked, the memory).
+std::pair<Value*, Value*> Gen::frag_column(const ir::Op& op, const FragAccess& a, int c, int r0,
+                                           int b) {
+  // index + c * stride + r0 + i: a column of the tile is a row of the transposed layout.
+  Value* idx = frag_indices(a.index, a.stride, c, r0, b, false);
+  Value* mask = frag_check(op, a.mem, idx, frag_mask(c, r0, b, a.valid_cols, a.valid_rows), a.site);
+  return {element_ptr(a.mem, B.CreateExtractElement(idx, uint64_t{0})), mask};
+}
+
+void Gen::frag_load_columns(const ir::Op& op, const FragAccess& a, int b) {
+  llvm::Type* lt = vec(mem_scalar_ty(a.mt.elem), b);
+  llvm::Type* ct = int_frag(a.t) ? B.getInt32Ty() : B.getFloatTy();
+  Value* zero = llvm::Constant::getNullValue(lt);
+  for (int r0 = 0; r0 < a.rows; r0 += b)
+    for (int c0 = 0; c0 < a.cols; c0 += b) {
+      std::vector<Value*> cols;
+      for (int j = 0; j < b; ++j) {
+        auto [ptr, mask] = frag_column(op, a, c0 + j, r0, b);
+        cols.push_back(frag_to_compute(B.CreateMaskedLoad(lt, ptr, align_of(a.mt), mask, zero), a.t,
+                                       a.mt.elem));
+      }
+      const std::vector<Value*> rows = transpose(std::move(cols));
+      for (int i = 0; i < b; ++i)
+        B.CreateAlignedStore(
+            rows[size_t(i)],
+            B.CreateConstInBoundsGEP1_64(ct, v(op.operands[0]), uint64_t(r0 + i) * a.cols + c0),
+            llvm::Align(4));
+    }
+}
+
+void Gen::frag_store_columns(const ir::Op& op, const FragAccess& a, int b) {
+  llvm::Type* ct = vec(int_frag(a.t) ? B.getInt32Ty() : B.getFloatTy(), b);
+  for (int r0 = 0; r0 < a.rows; r0 += b)
+    for (int c0 = 0; c0 < a.cols; c0 += b) {
+      std::vector<Value*> rows;
+      for (int i = 0; i < b; ++i)
+        rows.push_back(
+            B.CreateAlignedLoad(ct,
+                                B.CreateConstInBoundsGEP1_64(ct->getScalarType(), v(op.operands[5]),
+                                                             uint64_t(r0 + i) * a.cols + c0),
+                                llvm::Align(4)));
+      const std::vector<Value*> cols = transpose(std::move(rows));
+      for (int j = 0; j < b; ++j) {
+        auto [ptr, mask] = frag_column(op, a, c0 + j, r0, b);
+        B.CreateMaskedStore(frag_from_compute(cols[size_t(j)], a.mt.elem, b), ptr, align_of(a.mt),
+                            mask);
+      }
+    }
+}
+
 // Rows of the tile move as vectors of up to 16 elements: a row-major tile's rows are contiguous
-// and use masked loads and stores; a column-major tile's rows are gathered and scattered.
-// Elements outside rows x cols read zero and are not written.
+// and use masked loads and stores; a column-major tile moves in transposed blocks
+// (transpose_block) or, for the byte forms, its rows are gathered and scattered. Elements outside
+// rows x cols read zero and are not written.
 void Gen::frag_load(const ir::Op& op) {
   const FragAccess a = frag_access(op);
   if (const FragForm form = frag_form(a.t); form != FragForm::Wide)
     return frag_load_bytes(op, a, form);
+  if (const int b = transpose_block(a)) return frag_load_columns(op, a, b);
   llvm::Type* lt = vec(mem_scalar_ty(a.mt.elem), a.w);
   llvm::Type* ct = int_frag(a.t) ? B.getInt32Ty() : B.getFloatTy();
   Value* zero = llvm::Constant::getNullValue(lt);
@@ -345,6 +430,7 @@ void Gen::frag_load_bytes(const ir::Op& op, const FragAccess& a, FragForm form) 
 
 void Gen::frag_store(const ir::Op& op) {
   const FragAccess a = frag_access(op);
+  if (const int b = transpose_block(a)) return frag_store_columns(op, a, b);
   llvm::Type* ct = vec(int_frag(a.t) ? B.getInt32Ty() : B.getFloatTy(), a.w);
   for (int r = 0; r < a.rows; ++r) {
     for (int c0 = 0; c0 < a.cols; c0 += a.w) {
@@ -588,19 +674,17 @@ void Gen::frag_mma_scaled(const ir::Op& op) {
   llvm::Type* ptr = B.getPtrTy();
   auto callee = M.getOrInsertFunction(
       "kiln_rt_mma_scaled",
-      llvm::FunctionType::get(i32, {ptr, ptr, ptr, i32, i32, i32, ptr, i32, i32, i32, ptr, i32,
-                                    i32, i32},
-                              false));
+      llvm::FunctionType::get(
+          i32, {ptr, ptr, ptr, i32, i32, i32, ptr, i32, i32, i32, ptr, i32, i32, i32}, false));
   auto scales = [&](size_t m) {
     return std::array<Value*, 4>{element_ptr(op.operands[m], B.getInt32(0)),
                                  mem_.at(op.operands[m]).len, v(op.operands[m + 1]),
                                  v(op.operands[m + 2])};
   };
   const auto sa = scales(3), sb = scales(6);
-  Value* bad = B.CreateCall(
-      callee, {v(op.operands[0]), v(op.operands[1]), v(op.operands[2]), B.getInt32(c.m),
-               B.getInt32(c.n), B.getInt32(c.k), sa[0], sa[1], sa[2], sa[3], sb[0], sb[1], sb[2],
-               sb[3]});
+  Value* bad = B.CreateCall(callee, {v(op.operands[0]), v(op.operands[1]), v(op.operands[2]),
+                                     B.getInt32(c.m), B.getInt32(c.n), B.getInt32(c.k), sa[0],
+                                     sa[1], sa[2], sa[3], sb[0], sb[1], sb[2], sb[3]});
   if (!O.checked) return;
   // bad: 0, or 1 + the index past the memory, + 2^31 when it was in B's scales.
   const auto site = static_cast<uint32_t>(info_.accesses.size());

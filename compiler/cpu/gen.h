@@ -754,6 +754,12 @@ class Gen {
   std::pair<Value*, Value*> frag_row(const ir::Op& op, const FragAccess& a, int r, int c0);
   void frag_load(const ir::Op& op);
   void frag_load_bytes(const ir::Op& op, const FragAccess& a, FragForm form);
+  int transpose_block(const FragAccess& a) const;
+  std::vector<Value*> transpose(std::vector<Value*> x);
+  std::pair<Value*, Value*> frag_column(const ir::Op& op, const FragAccess& a, int c, int r0,
+                                        int b);
+  void frag_load_columns(const ir::Op& op, const FragAccess& a, int b);
+  void frag_store_columns(const ir::Op& op, const FragAccess& a, int b);
   void frag_store(const ir::Op& op);
   struct MmaSteps;
   void frag_mma(const ir::Op& op);
@@ -895,6 +901,9 @@ class Gen {
   std::unordered_map<ValueId, Affine> affine_;
   std::unordered_map<ValueId, Value*> var_mask_;  // vectorized variables -> mask at declaration
   std::unordered_set<ValueId> lane_local_;        // local arrays with a row per lane
+  // frag.mem arrays: a unit's elements of an accumulator, at indices the unit-loop pass computes
+  // from the unit (inside the array, never the same for two units, never consecutive ones).
+  std::unordered_set<ValueId> frag_mems_;
   std::unordered_map<const ir::Region*, bool> escapes_, returns_;
   llvm::BasicBlock* units_pre_ = nullptr;                   // the block before the units loop
   std::unordered_set<llvm::BasicBlock*> outer_blocks_;      // blocks before the units loop

@@ -178,6 +178,11 @@ void Gen::vload(const ir::Op& op) {
   const ValueId mem = op.operands[0], index = op.operands[1];
   if (lane_local_.count(mem)) return vlocal_access(op);
   if (!vary_[index]) return emit_scalar(op);  // one address: a scalar load, a uniform value
+  if (frag_mems_.count(mem)) {  // an accumulator's elements: one gather, no test to make
+    set(op.result, gather(mem, v(index), mask_));
+    vary_[op.result] = 1;
+    return;
+  }
   Value* mask = O.checked ? vchecked_mask(op, mem, index, mem_.at(mem).extent) : mask_;
   Value* idx = v(index);
   auto gathered = [&] { return gather(mem, idx, mask); };
@@ -239,6 +244,7 @@ void Gen::vstore(const ir::Op& op) {
     vals_[value] = saved;
     return;
   }
+  if (frag_mems_.count(mem)) return scatter(mem, v(index), widen(value), mask_);
   Value* mask = O.checked ? vchecked_mask(op, mem, index, mem_.at(mem).extent) : mask_;
   Value* x = widen(value);
   Value* idx = v(index);
