@@ -1,0 +1,321 @@
+// kiln::lib::attention (attention.h): the forward pass, one kernel for every device, written on
+// matrix fragments whose elements it computes on (docs/dsl.md "Computing on accumulators"): each
+// plane owns 16 queries of one head and walks the keys it may see in blocks of 32, keeping the
+// running maximum and sum of each row and the running output in registers (on a GPU; on the CPU
+// in the cube's arena), FlashAttention-2's scheme.
+#include "kernels/lib/attention.h"
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/lib/common.h"
+
+using namespace kiln::dsl;
+using kiln::lib::detail::InOut;
+
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+// O (and the log-sum-exp) of 16 * planes queries of head cube_pos_y() % hq of batch item
+// cube_pos_y() / hq. Scores are kept in log2 units (scale_log2 = scale * log2 e) so that the
+// softmax is exp2. Masks: key j is seen by query i when j < seq_k, and, per bound that is not
+// negative, j <= i + seq_k - seq_q + right and j >= i + seq_k - seq_q - left.
+template <class P>
+void attention_fwd(Tensor<const typename P::In> q, Tensor<const typename P::In> k,
+                   Tensor<const typename P::In> v, Tensor<typename P::Out> o,
+                   Tensor<const f32> bias, Tensor<f32> lse, f32 scale_log2, u32 hq, u32 group,
+                   i32 left, i32 right, u32 bs0, u32 bs1, u32 bs2, u32 bs3, int head_dim,
+                   int planes, int o_split, bool has_bias, bool has_lse) {
+  using In = typename P::In;
+  using Out = host_of_t<typename P::Out>;
+  if (head_dim % 32 != 0 || head_dim > 256) {
+    TraceContext::current().fail(
+        SrcLoc::current(),
+        fmt::format("head_dim = {}: a multiple of 32 up to 256 (O is kept in accumulators of 32 "
+                    "columns)",
+                    head_dim));
+    return;
+  }
+  if ((o_split != 1 && o_split != 2 && o_split != 4) || head_dim % (32 * o_split) != 0) {
+    TraceContext::current().fail(SrcLoc::current(),
+                                 fmt::format("o_split = {} with head_dim = {}: 1, 2 or 4, and "
+                                             "head_dim a multiple of 32 o_split",
+                                             o_split, head_dim));
+    return;
+  }
+  // This cube's columns of O: dc accumulators of 32 from column c_off (cube_pos_z() picks the
+  // part when O is split across cubes, which then each compute S again).
+  const int dc = head_dim / 32 / o_split;
+  u32 c_off = cube_pos_z() * static_cast<uint32_t>(32 * dc);
+  // Q stays in registers for the whole walk (on the CPU, in the arena, always); on sm_80 to
+  // sm_90a above head_dim 64 each of its tiles is loaded (from the cache) just before its
+  // multiply instead, which keeps O and S in registers (sm_100a's and sm_120a's ptxas do better
+  // with Q resident up to 128).
+  const std::string& target = target_name();
+  const bool newer = target == "sm_100a" || target == "sm_120a";
+  const bool q_resident = target == "cpu" || head_dim <= 64 || newer;
+  std::vector<Fragment<In>> qf;
+  for (int i = 0; i < (q_resident ? head_dim / 16 : 1); ++i) qf.push_back(matrix_a<In>(16, 32, 16));
+  auto kf = matrix_b<In>(16, 32, 16);
+  auto s = accumulator<f32>(16, 32, 16);
+  auto p = matrix_a<In>(16, 32, 32);
+  auto vf = matrix_b<In>(16, 32, 32);
+  std::vector<Fragment<f32>> of;
+  for (int i = 0; i < dc; ++i) of.push_back(accumulator<f32>(16, 32, 32));
+  Fragment<typename P::Out> out;
+  if constexpr (!std::is_same_v<Out, float>) out = accumulator<typename P::Out>(16, 32, 32);
+
+  u32 seq_q = q.shape(2), seq_k = k.shape(2);
+  u32 b = cube_pos_y() / hq, h = cube_pos_y() % hq, kh = h / group;
+  u32 q0 = (cube_pos_x() * static_cast<uint32_t>(planes) + plane_pos()) * 16u;
+  u32 rows = select(q0 < seq_q, seq_q - q0, 0u);
+  u32 qrow = q.stride(2), krow = k.stride(2), vrow = v.stride(2), orow = o.stride(2);
+  u32 qbase = b * q.stride(0) + h * q.stride(1) + select(q0 < seq_q, q0, 0u) * qrow;
+  u32 kbase = b * k.stride(0) + kh * k.stride(1), vbase = b * v.stride(0) + kh * v.stride(1);
+  auto load_q = [&](int i, const Fragment<In>& f) {
+    load(f, q, qbase + static_cast<uint32_t>(16 * i), qrow, rows, 16u);
+  };
+  if (q_resident)
+    for (int i = 0; i < head_dim / 16; ++i) load_q(i, qf[size_t(i)]);
+  for (auto& f : of) fill(f, 0.0f);
+
+  // The keys this plane's queries may see: [lo, hi).
+  i32 shift = cast<i32>(seq_k) - cast<i32>(seq_q);
+  i32 qf0 = cast<i32>(q0);
+  i32 hi_i =
+      select(right >= 0, min(cast<i32>(seq_k), max(qf0 + 16 + shift + right, 0)), cast<i32>(seq_k));
+  i32 lo_i = select(left >= 0, max(qf0 + shift - left, 0), 0);
+  u32 hi = cast<uint32_t>(hi_i), lo = cast<uint32_t>(min(lo_i, hi_i));
+  std::vector<Var<float>> m_i, l_i;
+  for (int r = 0; r < row_count(s); ++r) {
+    m_i.emplace_back(-INFINITY);
+    l_i.emplace_back(0.0f);
+  }
+  for_range(lo, hi, 32u, [&](u32 key0) {
+    u32 keys = min(hi - key0, 32u);
+    fill(s, 0.0f);
+    for (int i = 0; i < head_dim / 16; ++i) {
+      const size_t qi = q_resident ? size_t(i) : 0;
+      if (!q_resident) load_q(i, qf[qi]);
+      load(kf, k, kbase + key0 * krow + static_cast<uint32_t>(16 * i), krow, 16u, keys,
+           Layout::Col);
+      mma(s, qf[qi], kf);
+    }
+    apply(s, [&](f32 x, u32 r, u32 c) {
+      i32 qi = qf0 + cast<i32>(r), kj = cast<i32>(key0 + c);
+      Val<bool> seen = c < keys;
+      seen = seen && (right < 0 || kj <= qi + shift + right);
+      seen = seen && (left < 0 || kj >= qi + shift - left);
+      f32 y = x * scale_log2;
+      if (has_bias) {
+        u32 bi =
+            b * bs0 + h * bs1 + min(q0 + r, seq_q - 1u) * bs2 + min(key0 + c, seq_k - 1u) * bs3;
+        y = y + bias[bi] * kLog2e;
+      }
+      return select(seen, y, -INFINITY);
+    });
+    auto mx = rows_max(s);
+    std::vector<f32> alpha, m_use;
+    for (int r = 0; r < row_count(s); ++r) {
+      const size_t i = static_cast<size_t>(r);
+      f32 m_new = max(m_i[i].get(), mx[i]);
+      // A row that has seen no key yet keeps max -inf: subtract 0 (exp2(-inf) = 0).
+      m_use.push_back(select(m_new == -INFINITY, 0.0f, m_new));
+      alpha.push_back(exp2(m_i[i].get() - m_use.back()));
+      m_i[i] = m_new;
+    }
+    apply(s, [&](f32 x, int slot) { return exp2(x - m_use[size_t(slot)]); });
+    auto sum = rows_sum(s);
+    for (int r = 0; r < row_count(s); ++r) {
+      const size_t i = static_cast<size_t>(r);
+      l_i[i] = l_i[i].get() * alpha[i] + sum[i];
+    }
+    convert(p, s);
+    // O's rows are rescaled only by the units whose rows' maximum moved (once the maxima settle,
+    // most blocks move none: the CPU then skips the loads and stores of O's elements).
+    Val<bool> moved = alpha[0] != 1.0f;
+    for (size_t r = 1; r < alpha.size(); ++r) moved = moved || alpha[r] != 1.0f;
+    if_(moved, [&] {
+      for (int i = 0; i < dc; ++i) scale_rows(of[size_t(i)], alpha);
+    });
+    for (int i = 0; i < dc; ++i) {
+      load(vf, v, vbase + key0 * vrow + c_off + static_cast<uint32_t>(32 * i), vrow, keys, 32u);
+      mma(of[size_t(i)], p, vf);
+    }
+  });
+  // O / l (0 for a row that saw no key); the log-sum-exp ln(sum exp(score)) = (m + log2 l) ln 2.
+  std::vector<f32> inv;
+  for (int r = 0; r < row_count(s); ++r) {
+    f32 l = l_i[size_t(r)].get();
+    inv.push_back(select(l > 0.0f, 1.0f / l, 0.0f));
+    if (has_lse) {
+      u32 row = q0 + slot_row(s, r);
+      if_(plane_lane() % 4u == 0u && row < seq_q && cube_pos_z() == 0u, [&] {
+        f32 m = m_i[size_t(r)].get();
+        lse[b * lse.stride(0) + h * lse.stride(1) + row * lse.stride(2)] =
+            select(l > 0.0f, (m + log2(l)) * 0.6931471805599453f, INFINITY);
+      });
+    }
+  }
+  u32 obase = b * o.stride(0) + h * o.stride(1) + select(q0 < seq_q, q0, 0u) * orow;
+  for (int i = 0; i < dc; ++i) {
+    scale_rows(of[size_t(i)], inv);
+    if constexpr (std::is_same_v<Out, float>) {
+      store(o, obase + c_off + static_cast<uint32_t>(32 * i), orow, rows, 32u, of[size_t(i)]);
+    } else {
+      convert(out, of[size_t(i)]);
+      store(o, obase + c_off + static_cast<uint32_t>(32 * i), orow, rows, 32u, out);
+    }
+  }
+}
+KILN_KERNEL_GENERIC(
+    attention_fwd,
+    "q: rank=4, k: rank=4, v: rank=4, o: rank=4, bias: rank=4, lse: rank=3, "
+    "scale_log2, hq, group, left, right, bs0, bs1, bs2, bs3, "
+    "head_dim = 64 in 32..256, planes = 4 in 1..8, o_split = 1 in 1..4, has_bias = false, "
+    "has_lse = false",
+    InOut<f16, f16>, InOut<f16, f32>, InOut<bf16, bf16>, InOut<bf16, f32>)
+    .cube_dim([](const ComptimeArgs& c) -> CubeDim {
+      return {static_cast<uint32_t>(32 * c.integer("planes")), 1, 1};
+    })
+    .describe("kiln::lib::attention: flash attention forward on matrix fragments");
+
+}  // namespace
+
+namespace kiln::lib {
+
+namespace {
+
+using ir::ElemType;
+
+Error bad(const std::string& what) {
+  return detail::bad("attention", what);
+}
+
+}  // namespace
+
+Status attention(Runtime& rt, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
+                 const AttentionOptions& o) {
+  using detail::dims;
+  for (const auto& [t, name] : {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}, {&out, "out"}})
+    if (t->rank() != 4)
+      return bad(fmt::format("{} is {}; it must be [B, H, S, D] (rank 4)", name, dims(t->shape())));
+  const ElemType in = q.dtype();
+  if (in != ElemType::F16 && in != ElemType::BF16)
+    return bad(fmt::format(
+        "q, k and v hold {}; attention takes f16 or bf16 inputs (f32 inputs are not built yet: "
+        "convert them to bf16 first)",
+        ir::elem_name(in)));
+  if (k.dtype() != in || v.dtype() != in)
+    return bad(fmt::format("q, k and v must hold one type; got {}, {} and {}", ir::elem_name(in),
+                           ir::elem_name(k.dtype()), ir::elem_name(v.dtype())));
+  if (out.dtype() != in && out.dtype() != ElemType::F32)
+    return bad(fmt::format("out holds {}; it must hold the inputs' {} or f32",
+                           ir::elem_name(out.dtype()), ir::elem_name(in)));
+  const int64_t B = q.shape(0), hq = q.shape(1), sq = q.shape(2), D = q.shape(3);
+  const int64_t hk = k.shape(1), sk = k.shape(2);
+  if (k.shape(0) != B || k.shape(3) != D || v.shape(0) != B || v.shape(1) != hk ||
+      v.shape(2) != sk || v.shape(3) != D)
+    return bad(
+        fmt::format("q is {}, k {} and v {}: k and v must be [B, Hk, Sk, D] for q's B and "
+                    "D (v's head size equal to q's)",
+                    dims(q.shape()), dims(k.shape()), dims(v.shape())));
+  if (hk == 0 || hq % hk != 0)
+    return bad(
+        fmt::format("q has {} heads and k {}: q's heads must be a multiple of k's "
+                    "(grouped-query attention)",
+                    hq, hk));
+  if (out.shape(0) != B || out.shape(1) != hq || out.shape(2) != sq || out.shape(3) != D)
+    return bad(
+        fmt::format("out is {}; it must be q's shape {}", dims(out.shape()), dims(q.shape())));
+  if (D % 32 != 0 || D > 256)
+    return bad(fmt::format("the head size is {}; it must be a multiple of 32 up to 256", D));
+  for (const auto& [t, name] : {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}, {&out, "out"}}) {
+    if (t->stride(3) != 1 && t->shape(3) > 1)
+      return bad(
+          fmt::format("{}'s last dimension has stride {}; attention reads each row of a "
+                      "head contiguously (stride 1): make a contiguous copy first",
+                      name, t->stride(3)));
+    for (int dim = 0; dim < 3; ++dim)
+      if (t->stride(dim) < 0)
+        return bad(fmt::format("{} has a negative stride in dimension {}", name, dim));
+    if (!detail::fits_u32(*t)) return bad(fmt::format("{} reaches past 2^32 elements", name));
+  }
+  if (o.causal && o.window_right > 0)
+    return bad("causal is window_right = 0; give one of causal and window_right");
+  if (o.window_left < -1 || o.window_right < -1 || o.window_left > INT32_MAX ||
+      o.window_right > INT32_MAX)
+    return bad(
+        fmt::format("window_left = {}, window_right = {}: each -1 (unbounded) or a count "
+                    "of keys",
+                    o.window_left, o.window_right));
+  const int64_t right = o.causal ? 0 : o.window_right, left = o.window_left;
+  // The bias: its strides, 0 along broadcast dimensions.
+  std::array<uint32_t, 4> bs{0, 0, 0, 0};
+  Tensor bias;
+  if (o.bias) {
+    const Tensor& t = *o.bias;
+    const std::array<int64_t, 4> want{B, hq, sq, sk};
+    bool ok = t.rank() == 4 && t.dtype() == ElemType::F32;
+    for (int dim = 0; ok && dim < 4; ++dim)
+      ok = t.shape(dim) == want[size_t(dim)] || (dim < 2 && t.shape(dim) == 1);
+    if (!ok)
+      return bad(
+          fmt::format("the bias is {} of {}; it must be f32 [B or 1, Hq or 1, Sq, Sk] = "
+                      "[{} or 1, {} or 1, {}, {}]",
+                      ir::elem_name(t.dtype()), dims(t.shape()), B, hq, sq, sk));
+    if (!detail::fits_u32(t)) return bad("the bias reaches past 2^32 elements");
+    for (int dim = 0; dim < 4; ++dim) {
+      if (t.stride(dim) < 0) return bad("the bias has a negative stride");
+      bs[size_t(dim)] = t.shape(dim) == 1 ? 0u : static_cast<uint32_t>(t.stride(dim));
+    }
+    bias = t.as_read_only();
+  } else {
+    KILN_ASSIGN(bias, rt.empty(ElemType::F32, {1, 1, 1, 1}));
+  }
+  Tensor lse;
+  if (o.lse) {
+    const Tensor& t = *o.lse;
+    if (t.rank() != 3 || t.dtype() != ElemType::F32 || t.shape(0) != B || t.shape(1) != hq ||
+        t.shape(2) != sq)
+      return bad(fmt::format("lse is {} of {}; it must be f32 [B, Hq, Sq] = [{}, {}, {}]",
+                             ir::elem_name(t.dtype()), dims(t.shape()), B, hq, sq));
+    if (!detail::fits_u32(t)) return bad("lse reaches past 2^32 elements");
+    lse = t;
+  } else {
+    KILN_ASSIGN(lse, rt.empty(ElemType::F32, {1, 1, 1}));
+  }
+  const int planes = 4;
+  // On a GPU, O of head_dim 256 (128 registers per unit) is split between cubes, each computing
+  // S again: in one, it spills (in two, still on sm_100a and sm_120a, which keep Q resident).
+  const std::string& arch = rt.device().arch;
+  const bool newer = arch.rfind("sm_10", 0) == 0 || arch.rfind("sm_12", 0) == 0;
+  const int o_split = rt.device().lane_units || D <= 128 ? 1 : newer ? 4 : 2;
+  const int64_t blocks = (sq + 16 * planes - 1) / (16 * planes);
+  if (B * hq > 65535 || blocks > 65535)
+    return bad(
+        fmt::format("the grid would be {} x {} cubes; at most 65535 of each (B x Hq and "
+                    "Sq / {})",
+                    blocks, B * hq, 16 * planes));
+  const double scale = o.scale != 0 ? o.scale : 1.0 / std::sqrt(static_cast<double>(D));
+  if (o.plan)
+    *o.plan = {"attention_fwd",
+               fmt::format("16 queries per plane x {} planes, keys in blocks of 32{}", planes,
+                           o_split > 1 ? fmt::format(", O split in {} cubes", o_split) : ""),
+               "flash attention on matrix fragments, S and P kept where the multiply leaves them"};
+  if (B == 0 || hq == 0 || sq == 0) return Status{};
+  KILN_ASSIGN(const Kernel kernel, rt.kernel("attention_fwd"));
+  auto u = [](int64_t x) { return static_cast<uint32_t>(x); };
+  return rt.launch(kernel, Dim3(u(blocks), u(B * hq), u(o_split)), Dim3(u(32 * planes)),
+                   q.as_read_only(), k.as_read_only(), v.as_read_only(), out, bias, lse,
+                   static_cast<float>(scale * 1.4426950408889634), u(hq), u(hq / hk),
+                   static_cast<int32_t>(left), static_cast<int32_t>(right), bs[0], bs[1], bs[2],
+                   bs[3], static_cast<int>(D), planes, o_split, o.bias != nullptr,
+                   o.lse != nullptr);
+}
+
+}  // namespace kiln::lib

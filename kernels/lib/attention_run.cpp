@@ -1,0 +1,180 @@
+// `kiln run attention`: kiln::lib::attention (attention.h) through its entry point on random
+// inputs against a double reference, out and the log-sum-exp both checked.
+// --shape q=BxHqxSqxD --shape k=BxHkxSkxD (v as k; out as q); --set causal=1, window_left=N,
+// window_right=N (-1: unbounded), scale=X (0: 1/sqrt(D)), use_bias=1 (an f32 [1, Hq, Sq, Sk]
+// bias, broadcast over B), bshd=1 (q, k, v and out as BSHD buffers, passed as permuted views).
+#include <array>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "kernels/lib/attention.h"
+#include "kernels/lib/common.h"
+#include "kernels/run.h"
+
+namespace {
+
+using kiln::kernels::RunData;
+
+std::array<int64_t, 4> bhsd(const RunData& d, const char* t);
+
+// Whether query i sees key j, with the options of the run.
+bool seen(const RunData& d, int64_t i, int64_t j) {
+  const int64_t sq = bhsd(d, "q")[2], sk = bhsd(d, "k")[2];
+  const int64_t right =
+      d.scalar("causal") != 0 ? 0 : static_cast<int64_t>(d.scalar("window_right"));
+  const auto left = static_cast<int64_t>(d.scalar("window_left"));
+  const int64_t diag = i + sk - sq;
+  return (right < 0 || j <= diag + right) && (left < 0 || j >= diag - left);
+}
+
+// The runner's buffers are row-major in their shapes; with bshd, q's buffer is B x Sq x Hq x D
+// and so on, and the element (b, h, s, c) of the BHSD view is at this flat index.
+size_t at(const RunData& d, const char* t, int64_t b, int64_t h, int64_t s, int64_t c) {
+  const auto& sh = d.shape(t);
+  if (d.scalar("bshd") != 0) return static_cast<size_t>(((b * sh[1] + s) * sh[2] + h) * sh[3] + c);
+  return static_cast<size_t>(((b * sh[1] + h) * sh[2] + s) * sh[3] + c);
+}
+
+// The BHSD dimensions of tensor t (its buffer's shape with bshd swaps S and H).
+std::array<int64_t, 4> bhsd(const RunData& d, const char* t) {
+  const auto& s = d.shape(t);
+  if (d.scalar("bshd") != 0) return {s[0], s[2], s[1], s[3]};
+  return {s[0], s[1], s[2], s[3]};
+}
+
+void reference(RunData& d) {
+  const auto Q = bhsd(d, "q"), K = bhsd(d, "k");
+  const int64_t B = Q[0], hq = Q[1], sq = Q[2], D = Q[3], hk = K[1], sk = K[2];
+  const double scale =
+      d.scalar("scale") != 0 ? d.scalar("scale") : 1.0 / std::sqrt(static_cast<double>(D));
+  const bool use_bias = d.scalar("use_bias") != 0;
+  const auto &q = d["q"], &k = d["k"], &v = d["v"], &bias = d["bias"];
+  auto& out = d["out"];
+  auto& lse = d["lse"];
+  std::vector<double> w(static_cast<size_t>(sk));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < hq; ++h) {
+      const int64_t kh = h / (hq / hk);
+      for (int64_t i = 0; i < sq; ++i) {
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < sk; ++j) {
+          double dot = 0;
+          for (int64_t c = 0; c < D; ++c)
+            dot += q[at(d, "q", b, h, i, c)] * k[at(d, "k", b, kh, j, c)];
+          double s = dot * scale;
+          if (use_bias) s += bias[static_cast<size_t>((h * sq + i) * sk + j)];
+          w[size_t(j)] = seen(d, i, j) ? s : -INFINITY;
+          mx = std::max(mx, w[size_t(j)]);
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < sk; ++j) {
+          w[size_t(j)] = mx == -INFINITY ? 0.0 : std::exp(w[size_t(j)] - mx);
+          sum += w[size_t(j)];
+        }
+        lse[static_cast<size_t>((b * hq + h) * sq + i)] = sum > 0 ? mx + std::log(sum) : INFINITY;
+        for (int64_t c = 0; c < D; ++c) {
+          double acc = 0;
+          for (int64_t j = 0; j < sk; ++j) acc += w[size_t(j)] * v[at(d, "v", b, kh, j, c)];
+          out[at(d, "out", b, h, i, c)] = d.round("out", sum > 0 ? acc / sum : 0.0);
+        }
+      }
+    }
+}
+
+// A BSHD buffer as the BHSD view attention takes.
+kiln::Result<kiln::Tensor> as_bhsd(const kiln::Tensor& t, bool bshd) {
+  if (!bshd) return t;
+  return t.transpose(1, 2);
+}
+
+kiln::kernels::HostOp attention_op() {
+  using kiln::ir::ElemType;
+  kiln::kernels::HostOp op;
+  op.description = "fused attention (flash, on matrix fragments): kiln::lib::attention";
+  op.kernels = {"attention_fwd"};
+  op.tensors = {{"q", true},    {"k", true},    {"v", true},
+                {"bias", true}, {"out", false}, {"lse", false}};
+  for (const auto& [in, out] : {std::pair{ElemType::BF16, ElemType::BF16},
+                                {ElemType::F16, ElemType::F16},
+                                {ElemType::BF16, ElemType::F32},
+                                {ElemType::F16, ElemType::F32}})
+    op.variants.push_back({in, in, in, ElemType::F32, out, ElemType::F32});
+  for (const char* s : {"causal", "use_bias", "bshd"}) op.scalars.push_back({s, ElemType::Bool});
+  for (const char* s : {"window_left", "window_right", "scale"})
+    op.scalars.push_back({s, ElemType::F32});
+  op.call = [](kiln::Runtime& rt, std::map<std::string, kiln::Tensor, std::less<>>& t,
+               const RunData& d) -> kiln::Status {
+    const bool bshd = d.scalar("bshd") != 0;
+    for (const char* name : {"q", "k", "v", "out"})
+      if (d.shape(name).size() != 4)
+        return kiln::Error(kiln::ErrorKind::InvalidArgument,
+                           fmt::format("attention: {} is {}; --shape {}= takes 4 dimensions "
+                                       "(B, H, S, D{})",
+                                       name, kiln::lib::detail::dims(d.shape(name)), name,
+                                       bshd ? "; with bshd=1: B, S, H, D" : ""));
+    kiln::lib::AttentionOptions o;
+    o.scale = d.scalar("scale");
+    o.causal = d.scalar("causal") != 0;
+    o.window_left = static_cast<int64_t>(d.scalar("window_left"));
+    o.window_right = static_cast<int64_t>(d.scalar("window_right"));
+    // The bias buffer is [1, Hq, Sq, Sk]; broadcast over the batch.
+    const kiln::Tensor bias = t.at("bias");
+    if (d.scalar("use_bias") != 0) o.bias = &bias;
+    kiln::Tensor lse = t.at("lse");
+    o.lse = &lse;
+    kiln::lib::MatmulPlan plan;
+    o.plan = &plan;
+    KILN_ASSIGN(kiln::Tensor out, as_bhsd(t.at("out"), bshd));
+    KILN_ASSIGN(const kiln::Tensor q, as_bhsd(t.at("q"), bshd));
+    KILN_ASSIGN(const kiln::Tensor k, as_bhsd(t.at("k"), bshd));
+    KILN_ASSIGN(const kiln::Tensor v, as_bhsd(t.at("v"), bshd));
+    KILN_TRY(kiln::lib::attention(rt, q, k, v, out, o));
+    d.plan = fmt::format("{}: {} ({})", plan.kernel, plan.config, plan.why);
+    return kiln::Status{};
+  };
+  return op;
+}
+
+}  // namespace
+
+KILN_RUN(attention)
+    .host(attention_op())
+    .shape("q", {2, 4, 200, 64})
+    .shape("k", {2, 2, 200, 64})
+    .same_shape("v", "k")
+    .same_shape("out", "q")
+    .shape("bias",
+           [](const RunData& d) {
+             const auto Q = bhsd(d, "q"), K = bhsd(d, "k");
+             return std::vector<int64_t>{1, Q[1], Q[2], K[2]};
+           })
+    .shape("lse",
+           [](const RunData& d) {
+             const auto Q = bhsd(d, "q");
+             return std::vector<int64_t>{Q[0], Q[1], Q[2]};
+           })
+    .values("q", -1, 1)
+    .values("k", -1, 1)
+    .values("v", -1, 1)
+    .values("bias", -2, 0)
+    .scalar("causal", 0)
+    .scalar("window_left", -1)
+    .scalar("window_right", -1)
+    .scalar("scale", 0)
+    .scalar("use_bias", 0)
+    .scalar("bshd", 0)
+    .flops([](const RunData& d) {
+      const auto Q = bhsd(d, "q"), K = bhsd(d, "k");
+      return 4.0 * static_cast<double>(Q[0] * Q[1] * Q[2] * K[2] * Q[3]);
+    })
+    // P is rounded to the inputs' type before P V (a relative error of 2^-11 for f16, 2^-8 for
+    // bf16 in each weight), then the output's rounding; the log-sum-exp is f32 throughout.
+    .tolerance([](const RunData& d, std::string_view name) -> std::pair<double, double> {
+      if (name == "lse") return {1e-5, 1e-4};
+      const bool bf = d.dtype("q") == kiln::ir::ElemType::BF16;
+      return {bf ? 2e-2 : 4e-3, bf ? 1e-2 : 2e-3};
+    })
+    .reference(reference);

@@ -1,0 +1,144 @@
+// kiln::lib::attention against a double reference through `kiln run attention`'s runner (the
+// output and the log-sum-exp): sequence lengths that are no multiple of a tile (1, 7, 200, 1000),
+// Sq != Sk with causal masks (the last query aligned to the last key), rows that see no key
+// (output 0, log-sum-exp +inf, no NaN), sliding windows, an additive bias broadcast over the
+// batch, grouped- and multi-query heads, BSHD views, every head size, f16 and bf16 inputs with
+// outputs of their type or f32; the same on the emulator (sm_80's and sm_90a's CUDA, O split
+// across cubes at head size 256); and the errors of the host API.
+#include <catch2/catch.hpp>
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "kernels/lib/attention.h"
+#include "kernels/run.h"
+#include "runtime/runtime.h"
+#include "tests/runtime/runtime_test_util.h"
+
+namespace kiln {
+namespace {
+
+using Catch::Contains;
+
+struct AttnCase {
+  std::vector<int64_t> q, k;  // B x H x S x D (with bshd: B x S x H x D)
+  std::map<std::string, std::string> set;
+  const char* in;   // input type
+  const char* out;  // output type
+};
+
+void run_case(Runtime& rt, const AttnCase& c) {
+  INFO("q " << fmt::format("{}", fmt::join(c.q, "x")) << " k "
+            << fmt::format("{}", fmt::join(c.k, "x")) << " " << c.in << " -> " << c.out);
+  for (const auto& [k, v] : c.set) INFO(k << " = " << v);
+  kernels::RunConfig config;
+  config.shapes = {{"q", c.q}, {"k", c.k}};
+  config.set = c.set;
+  config.dtypes = {{"q", c.in}, {"k", c.in}, {"v", c.in}, {"out", c.out}};
+  config.repeat = 0;
+  config.seed = 20261206;
+  auto r = kernels::run(rt, "attention", config);
+  KILN_REQUIRE_OK(r);
+  INFO("plan: " << r->plan);
+  CHECK_THAT(r->plan, Contains("attention_fwd:"));
+  REQUIRE(r->checks.size() == 2);
+  for (const auto& check : r->checks) {
+    INFO(check.name << ": first bad " << check.first_bad << ": got " << check.got << ", want "
+                    << check.want);
+    CHECK(check.mismatches == 0);
+  }
+}
+
+const AttnCase kCases[] = {
+    {{2, 4, 200, 64}, {2, 2, 200, 64}, {}, "bf16", "bf16"},
+    {{1, 2, 1, 64}, {1, 2, 7, 64}, {}, "f16", "f32"},
+    {{1, 3, 7, 32}, {1, 1, 1, 32}, {{"causal", "1"}}, "bf16", "f32"},
+    // Causal with Sq > Sk: the first 30 queries see no key.
+    {{1, 2, 40, 32}, {1, 2, 10, 32}, {{"causal", "1"}}, "f16", "f16"},
+    {{1, 4, 77, 96}, {1, 2, 150, 96}, {{"causal", "1"}, {"use_bias", "1"}}, "bf16", "bf16"},
+    {{2, 2, 100, 128},
+     {2, 2, 100, 128},
+     {{"window_left", "20"}, {"window_right", "5"}, {"scale", "0.2"}},
+     "f16",
+     "f32"},
+    // A window of one key (the diagonal), and BSHD views with 4 query heads per key head.
+    {{1, 2, 30, 32}, {1, 2, 30, 32}, {{"window_left", "0"}, {"window_right", "0"}}, "bf16", "f32"},
+    {{1, 33, 8, 256}, {1, 50, 2, 256}, {{"bshd", "1"}, {"use_bias", "1"}}, "bf16", "bf16"},
+    {{1, 1, 1000, 64}, {1, 1, 1000, 64}, {{"causal", "1"}}, "bf16", "f32"},
+};
+
+TEST_CASE("kiln::lib::attention matches a double reference", "[attention]") {
+  (void)kernels::builtin_names();
+  auto rt = Runtime::open("cpu");
+  REQUIRE(rt.ok());
+  for (const AttnCase& c : kCases) run_case(*rt, c);
+}
+
+TEST_CASE("kiln::lib::attention on the emulator", "[attention][gpu-paths]") {
+  (void)kernels::builtin_names();
+  for (const char* device : {"cuda-emu:sm_80", "cuda-emu:sm_90a"}) {
+    auto opened = test::open_devices({device});
+    if (opened.empty()) {
+      WARN("skipped: " << device << " is not available here");
+      continue;
+    }
+    INFO(device);
+    run_case(
+        opened.front(),
+        {{1, 4, 77, 64}, {1, 2, 90, 64}, {{"causal", "1"}, {"use_bias", "1"}}, "bf16", "bf16"});
+    run_case(
+        opened.front(),
+        {{1, 20, 2, 128}, {1, 30, 1, 128}, {{"bshd", "1"}, {"window_left", "10"}}, "f16", "f16"});
+    // Head size 256: O split across two cubes on a GPU.
+    run_case(opened.front(), {{1, 1, 40, 256}, {1, 1, 33, 256}, {}, "bf16", "f32"});
+  }
+}
+
+TEST_CASE("kiln::lib::attention refuses what it cannot compute, naming it", "[attention]") {
+  (void)kernels::builtin_names();
+  auto rt = Runtime::open("cpu");
+  REQUIRE(rt.ok());
+  auto make = [&](ir::ElemType t, std::initializer_list<int64_t> shape) {
+    auto r = rt->empty(t, shape);
+    REQUIRE(r.ok());
+    return std::move(*r);
+  };
+  using ir::ElemType;
+  const Tensor q = make(ElemType::BF16, {1, 4, 16, 64}), k = make(ElemType::BF16, {1, 2, 16, 64});
+  Tensor out = make(ElemType::BF16, {1, 4, 16, 64});
+  auto refused = [&](const Tensor& qq, const Tensor& kk, const Tensor& vv, Tensor& oo,
+                     const lib::AttentionOptions& o, const std::string& what) {
+    const Status s = lib::attention(*rt, qq, kk, vv, oo, o);
+    REQUIRE_FALSE(s.ok());
+    CHECK_THAT(s.error().message, Contains(what));
+  };
+  const Tensor q32 = make(ElemType::F32, {1, 4, 16, 64});
+  refused(q32, k, k, out, {}, "f32 inputs are not built yet");
+  const Tensor k3 = make(ElemType::BF16, {1, 3, 16, 64});
+  refused(q, k3, k3, out, {}, "q's heads must be a multiple of k's");
+  const Tensor q48 = make(ElemType::BF16, {1, 4, 16, 48}),
+               k48 = make(ElemType::BF16, {1, 2, 16, 48});
+  Tensor o48 = make(ElemType::BF16, {1, 4, 16, 48});
+  refused(q48, k48, k48, o48, {}, "a multiple of 32 up to 256");
+  Tensor o8 = make(ElemType::BF16, {1, 4, 8, 64});
+  refused(q, k, k, o8, {}, "it must be q's shape");
+  lib::AttentionOptions both;
+  both.causal = true;
+  both.window_right = 3;
+  refused(q, k, k, out, both, "causal is window_right = 0");
+  const Tensor bias = make(ElemType::F32, {2, 4, 16, 16});
+  lib::AttentionOptions with_bias;
+  with_bias.bias = &bias;
+  refused(q, k, k, out, with_bias, "the bias is f32 of [2, 4, 16, 16]");
+  auto qt = make(ElemType::BF16, {1, 4, 64, 16}).transpose(2, 3);
+  REQUIRE(qt.ok());
+  refused(*qt, k, k, out, {}, "q's last dimension has stride 16");
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# kiln::lib::attention against PyTorch CPU's scaled_dot_product_attention in one run, forward,
+# on B x H x S x D = 4 x 16 x S x D (S 512, 1024, 2048; 4096 too with --long), D 64 and 128,
+# causal and not, bf16 (--quick: 1 x 4 x 512 and 1024). Each shape through
+# build/bin/attention_bench (the median of a few calls after the compiling one) and through
+# PyTorch with the same threads (the median of as many calls after a warm-up); prints both
+# times, kiln's speed-up and both throughputs (4 B H S^2 D flops per call, causal counted whole),
+# and writes build/attention_bench.csv. PyTorch comes from PyPI into build/bench-venv
+# (bench_venv.sh); nothing is installed into the system.
+#   tools/bench/attention_vs_torch.sh [--quick] [--long]      (build first)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+. tools/bench/bench_venv.sh
+bench_venv attention_vs_torch
+batch=4 heads=16 seqs="512 1024 2048"
+while [ $# -gt 0 ]; do
+  case $1 in
+    --quick) batch=1 heads=4 seqs="512 1024" ;;
+    --long) seqs="$seqs 4096" ;;
+    *) echo "usage: tools/bench/attention_vs_torch.sh [--quick] [--long]" >&2; exit 2 ;;
+  esac
+  shift
+done
+host=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
+echo "kiln::lib::attention against PyTorch CPU ($host, $(nproc) threads, $(date +%Y-%m-%d)), bf16"
+printf "%-22s %-7s %10s %10s %9s %12s %12s\n" shape causal "kiln ms" "torch ms" speed-up \
+  "kiln GFLOP/s" "torch GFLOP/s"
+csv=build/attention_bench.csv
+echo "batch,heads,seq,head_dim,causal,kiln_ms,torch_ms,kiln_gflops,torch_gflops" >"$csv"
+for d in 64 128; do
+  for s in $seqs; do
+    for causal in 0 1; do
+      read -r k kg < <(build/bin/attention_bench "$batch" "$heads" "$s" "$d" "$causal" bf16)
+      t=$("$py" - "$batch" "$heads" "$s" "$d" "$causal" "$(nproc)" <<'PY' 2>/dev/null || echo "- -"
+import statistics, sys, time
+import torch
+b, h, s, d, causal, threads = map(int, sys.argv[1:])
+torch.set_num_threads(threads)
+q, k, v = (torch.rand(b, h, s, d, dtype=torch.bfloat16) * 2 - 1 for _ in range(3))
+f = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
+flops = 4.0 * b * h * s * s * d
+n = 3 if flops > 2e11 else 5 if flops > 2e10 else 9
+with torch.no_grad():
+    f()
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        f()
+        times.append(time.perf_counter() - t0)
+m = statistics.median(times)
+print(f"{m * 1e3:.3f} {flops / m / 1e9:.1f}")
+PY
+)
+      read -r tm tg <<<"$t"
+      speed=$([ "$tm" = "-" ] && echo - || python3 -c "print(f'{$tm / $k:.2f}x')")
+      printf "%-22s %-7s %10s %10s %9s %12s %12s\n" "${batch}x${heads}x${s}x${d}" "$causal" "$k" \
+        "$tm" "$speed" "$kg" "$tg"
+      echo "$batch,$heads,$s,$d,$causal,$k,$tm,$kg,$tg" >>"$csv"
+    done
+  done
+done
