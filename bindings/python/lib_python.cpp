@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "bindings/python/common.h"
+#include "kernels/lib/attention.h"
 #include "kernels/lib/conv.h"
 #include "kernels/lib/elementwise.h"
 #include "kernels/lib/matmul.h"
@@ -347,6 +348,22 @@ void bind_reduce_pool_random(py::module_& m) {
     std::optional<Tensor> tdb = optional_tensor(rt, dbias, "dbias");
     run([&] { return lib::conv_backward_weight(rt, tx, tdy, tdw, o, tdb ? &*tdb : nullptr); });
   });
+  m.def("attention",
+        [](Runtime& rt, py::handle q, py::handle k, py::handle v, py::handle out, py::handle bias,
+           py::handle lse, double scale, bool causal, int64_t window_left, int64_t window_right) {
+          lib::AttentionOptions o;
+          o.scale = scale;
+          o.causal = causal;
+          o.window_left = window_left;
+          o.window_right = window_right;
+          const Tensor tq = tensor(rt, q, "q"), tk = tensor(rt, k, "k"), tv = tensor(rt, v, "v");
+          Tensor tout = tensor(rt, out, "out");
+          const std::optional<Tensor> tb = optional_tensor(rt, bias, "bias");
+          std::optional<Tensor> tl = optional_tensor(rt, lse, "lse");
+          o.bias = tb ? &*tb : nullptr;
+          o.lse = tl ? &*tl : nullptr;
+          run([&] { return lib::attention(rt, tq, tk, tv, tout, o); });
+        });
   m.def("pool2d_output_shape",
         [](py::handle shape, py::handle kernel, py::handle stride, py::handle padding,
            py::handle dilation, bool ceil_mode, const std::string& layout) {

@@ -98,9 +98,9 @@ def test_grouped_matmul_groups_of_rows():
         want[start:end] = np.maximum(want[start:end] + bias[g], 0)
         start = end
     close(got, want, 1e-4)
-    with pytest.raises(kiln.Error, match="offsets\[1\] is 5: the groups' ends must not"):
+    with pytest.raises(kiln.Error, match=r"offsets\[1\] is 5: the groups' ends must not"):
         lib.grouped_matmul(a, b, np.array([10, 5, 31, 45], np.int32))
-    with pytest.raises(kiln.Error, match="it must be i32\[G\]"):
+    with pytest.raises(kiln.Error, match=r"it must be i32\[G\]"):
         lib.grouped_matmul(a, b, np.array([10, 10, 31, 45], np.int64))
 
 
@@ -155,6 +155,40 @@ def test_conv_same_padding_nhwc_and_errors():
         lib.conv(rand(1, 4, 5, 5), rand(6, 4, 3, 3), padding="full")
     with pytest.raises(kiln.Error, match="needs dx or input_shape"):
         lib.conv_backward_input(rand(1, 6, 3, 3), rand(6, 4, 3, 3))
+
+
+def attention_ref(q, k, v, causal=False, bias=None):
+    q, k, v = (np.asarray(t, np.float64) for t in (q, k, v))
+    rep = q.shape[1] // k.shape[1]
+    k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
+    s = q @ k.transpose(0, 1, 3, 2) / np.sqrt(q.shape[-1])
+    if bias is not None:
+        s = s + bias
+    if causal:
+        sq, sk = s.shape[-2:]
+        s = np.where(np.arange(sk)[None, :] <= np.arange(sq)[:, None] + sk - sq, s, -np.inf)
+    m = s.max(axis=-1, keepdims=True)
+    p = np.exp(s - m)
+    return p / p.sum(axis=-1, keepdims=True) @ v, (m + np.log(p.sum(axis=-1, keepdims=True)))[..., 0]
+
+
+def test_attention_gqa_causal_bias_lse_and_bshd_views():
+    q, k, v = rand(2, 4, 37, 64, dtype=np.float16), rand(2, 2, 50, 64, dtype=np.float16), \
+        rand(2, 2, 50, 64, dtype=np.float16)
+    bias = rand(1, 4, 37, 50)
+    out, lse = lib.attention(q, k, v, causal=True, bias=bias, out_dtype="f32", return_lse=True)
+    want, want_lse = attention_ref(q, k, v, causal=True, bias=bias)
+    assert out.shape == q.shape and out.dtype == np.float32 and lse.shape == (2, 4, 37)
+    close(out, want, 5e-3)
+    close(lse, want_lse, 1e-4)
+    # BSHD buffers, passed as BHSD views.
+    qb, kb, vb = (np.ascontiguousarray(t.transpose(0, 2, 1, 3)) for t in (q, k, v))
+    out2 = np.zeros(qb.shape, np.float16)
+    lib.attention(qb.transpose(0, 2, 1, 3), kb.transpose(0, 2, 1, 3), vb.transpose(0, 2, 1, 3),
+                  out2.transpose(0, 2, 1, 3))
+    close(out2.transpose(0, 2, 1, 3), attention_ref(q, k, v)[0], 5e-3)
+    with pytest.raises(kiln.Error, match="f32 inputs are not built yet"):
+        lib.attention(rand(1, 1, 8, 32), rand(1, 1, 8, 32), rand(1, 1, 8, 32))
 
 
 def test_matmul_errors_name_the_argument():

@@ -33,7 +33,7 @@ Shape = Tuple[int, ...]
 Pair = Union[int, Tuple[int, int]]
 
 __all__ = [
-    "avg_pool2d", "binary", "broadcast_shape", "conv", "conv_backward_input",
+    "attention", "avg_pool2d", "binary", "broadcast_shape", "conv", "conv_backward_input",
     "conv_backward_weight", "conv_output_shape", "copy", "grouped_matmul", "layer_norm",
     "log_softmax", "map", "matmul", "max_pool2d", "normal", "pool2d_output_shape", "reduce", "reduce_output_shape",
     "reduce_output_type", "rms_norm", "softmax", "unary", "uniform", "OPS", "REDUCE_OPS",
@@ -337,6 +337,31 @@ def conv_output_shape(x_shape: Sequence[int], w_shape: Sequence[int], *, stride:
     """The shape of conv()'s output for inputs of these shapes (PyTorch's rule)."""
     return _L.conv_output_shape(list(x_shape), list(w_shape), stride, padding, padding_end,
                                 dilation, int(groups), layout)
+
+
+def attention(q: Any, k: Any, v: Any, out: Any = None, *, causal: bool = False,
+              window_left: int = -1, window_right: int = -1, scale: Optional[float] = None,
+              bias: Any = None, return_lse: bool = False, out_dtype: Optional[str] = None,
+              runtime: Any = None) -> Any:
+    """out = softmax(q k^T * scale + bias, masked) v, flash-style (PyTorch's
+    scaled_dot_product_attention): q [B, Hq, Sq, D], k and v [B, Hk, Sk, D] (Hq a multiple of
+    Hk; any strides with the last one 1, so BSHD data passes as a transposed view), f16 or bf16;
+    D a multiple of 32 up to 256. causal aligns the last query with the last key; window_left and
+    window_right bound a sliding window (-1: unbounded); scale defaults to 1 / sqrt(D); bias f32
+    [B or 1, Hq or 1, Sq, Sk]. out of out_dtype (q's type by default, or 'f32'). With return_lse,
+    returns (out, lse): lse f32 [B, Hq, Sq], the natural log-sum-exp of each row (+inf for a row
+    that sees no key, whose output is 0)."""
+    call = _Call(q, "q", runtime, k=k, v=v, out=out, bias=bias)
+    if out is None:
+        out = call.empty(out_dtype or call.dtype(q, "q"), _shape(q))
+    lse = None
+    if return_lse:
+        s = _shape(q)
+        lse = call.empty("f32", (s[0], s[1], s[2]) if len(s) == 4 else s)
+    with call:
+        _L.attention(call.rt, q, k, v, out, bias, lse, float(scale or 0.0), bool(causal),
+                     int(window_left), int(window_right))
+    return (out, lse) if return_lse else out
 
 
 def conv(x: Any, w: Any, y: Any = None, *, bias: Any = None, residual: Any = None,

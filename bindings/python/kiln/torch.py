@@ -28,7 +28,7 @@ from . import runtime as _shared_runtime
 
 Tensor = torch.Tensor
 
-__all__ = ["avg_pool2d", "binary", "conv", "custom_op", "layer_norm", "log_softmax", "map", "matmul",
+__all__ = ["attention", "avg_pool2d", "binary", "conv", "custom_op", "layer_norm", "log_softmax", "map", "matmul",
            "max_pool2d", "normal", "reduce", "rms_norm", "softmax", "unary", "uniform"]
 
 _KILN_DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
@@ -214,6 +214,33 @@ def matmul(a: Tensor, b: Tensor, bias: Optional[Tensor] = None, *, transpose_a: 
 def _conv_opts(stride: List[int], padding: List[int], dilation: List[int], groups: int) -> Dict:
     return dict(stride=list(stride), padding=list(padding), dilation=list(dilation),
                 groups=int(groups))
+
+
+# ---- attention --------------------------------------------------------------------------------
+
+@_op("attention(Tensor q, Tensor k, Tensor v, Tensor? bias=None, bool causal=False, "
+     "int window_left=-1, int window_right=-1, float? scale=None) -> Tensor")
+def _attention(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor] = None,
+               causal: bool = False, window_left: int = -1, window_right: int = -1,
+               scale: Optional[float] = None) -> Tensor:
+    b = _f32(_d(bias)) if bias is not None else None
+    return _lib.attention(_d(q), _d(k), _d(v), causal=causal, window_left=window_left,
+                          window_right=window_right, scale=scale, bias=b)
+
+
+@_attention.register_fake
+def _(q, k, v, bias=None, causal=False, window_left=-1, window_right=-1, scale=None):
+    return q.new_empty(q.shape)
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor] = None, *,
+              causal: bool = False, window_left: int = -1, window_right: int = -1,
+              scale: Optional[float] = None) -> Tensor:
+    """torch.ops.kiln.attention: scaled_dot_product_attention(q, k, v, attn_mask=bias,
+    is_causal=causal, scale=scale) on kiln (kiln.lib.attention: q [B, Hq, Sq, D], k and v
+    [B, Hk, Sk, D], f16 or bf16, any strides with the last one 1; grouped-query heads; sliding
+    windows). The forward pass only: its backward is not built yet, so it has no autograd."""
+    return torch.ops.kiln.attention(q, k, v, bias, causal, window_left, window_right, scale)
 
 
 @_op("conv(Tensor x, Tensor w, Tensor? bias=None, int[] stride=[1], int[] padding=[0], "
