@@ -5,7 +5,8 @@
 # events, memory; the NVRTC compile tests for every target; the driver tests), `kiln demo`, and
 # the GPU benchmarks with their peers measured in the same run (axpy against a device-to-device
 # copy, launch overhead against a raw cuLaunchKernel, matmul_mma's TFLOP/s against
-# torch.matmul, kiln::lib::matmul against cuBLAS, kiln::lib::conv against cuDNN). Aims at well
+# torch.matmul, kiln::lib::matmul against cuBLAS, kiln::lib::conv against cuDNN,
+# kiln::lib::attention against PyTorch's SDPA). Aims at well
 # under 8 minutes in all.
 #
 #   tools/gpu-check.sh OUT_DIR [--quick]
@@ -205,6 +206,51 @@ PY
       echo "conv $name batch 8 $pass bf16: kiln $k ms ($kernel), cuDNN $t ms, speed-up" \
         "$(python3 -c "print(f'{$t / $k:.2f}x')")" | record
     fi
+  done
+done
+
+# kiln::lib::attention on the GPU against PyTorch's scaled_dot_product_attention (its flash
+# backend), bf16 forward: a checked run against the double reference first (a small shape), then
+# the times of B x H x S x D = 4 x 16 x S x D, S 1024 and 4096, D 64 and 128, causal and not, with
+# the throughput (4 B H S^2 D flops, causal counted whole). The issue's goal on an H200: 600
+# TFLOP/s at D 128, S 4096; docs/performance.md "Attention" estimates 150-250 for this kernel.
+phase "library attention against PyTorch SDPA"
+out=$("$build/bin/kiln" run attention --device cuda:0 --shape q=2x8x300x128 \
+  --shape k=2x4x300x128 --set causal=1 --set use_bias=1 2>&1) || fail "attention check"
+grep -q "FAILED" <<<"$out" && fail "attention: the result did not pass its check"
+echo "$out" | grep -E "reference|kernel" | record
+for d in 64 128; do
+  for s in 1024 4096; do
+    for causal in 0 1; do
+      read -r k kg < <("$build/bin/attention_bench" 4 16 "$s" "$d" "$causal" bf16 cuda:0) ||
+        { fail "attention_bench 4x16x${s}x$d causal $causal"; continue; }
+      t="- -"
+      if [ $torch_cuda = 1 ]; then
+        t=$(python3 - "$s" "$d" "$causal" <<'PY' 2>/dev/null || echo "- -"
+import sys, torch
+s, d, causal = map(int, sys.argv[1:])
+q, k, v = (torch.rand(4, 16, s, d, device="cuda", dtype=torch.bfloat16) * 2 - 1 for _ in range(3))
+f = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
+for _ in range(3):
+    f()
+torch.cuda.synchronize()
+times = []
+for _ in range(10):
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    f()
+    end.record()
+    torch.cuda.synchronize()
+    times.append(start.elapsed_time(end))
+m = sorted(times)[5]
+print(f"{m:.3f} {4.0 * 4 * 16 * s * s * d / (m * 1e-3) / 1e12 * 1e3:.1f}")
+PY
+)
+      fi
+      read -r tm tg <<<"$t"
+      echo "attention 4x16x${s}x$d causal $causal bf16: kiln $k ms ($kg GFLOP/s), PyTorch SDPA" \
+        "$tm ms ($tg GFLOP/s)" | record
+    done
   done
 done
 
