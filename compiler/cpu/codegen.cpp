@@ -535,8 +535,9 @@ void Gen::emit_effect(const ir::Op& op) {
   switch (op.kind) {
     case OpKind::AllocShared:
     case OpKind::AllocFrag:
-      return;                // placed up front
-    case OpKind::FragMem: {  // the fragment's copies, as the shared array they are
+      return;  // placed up front
+    case OpKind::FragMem: {
+      // The fragment's copies, as the shared array they are.
       Mem m;
       m.base = v(op.operands[0]);
       m.len = m.extent = B.getInt32(type(op.result).count);

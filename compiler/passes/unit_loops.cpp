@@ -125,14 +125,14 @@ class Lowering {
     return prologue_ops_.back().result;
   }
   // The storage of fragment f's copies as a shared array (frag.mem), made once.
-  ValueId frag_mem(Scope& s, ValueId f) {
+  ValueId frag_mem(ValueId f) {
     auto it = frag_mems_.find(f);
     if (it != frag_mems_.end()) return it->second;
     const Type t = in_.type_of(f);
     const uint32_t planes = (units_ + plane_width_ - 1) / plane_width_;
     Op op;
     op.kind = OpKind::FragMem;
-    op.operands = {get(s, f)};
+    op.operands = {get(*root_, f)};  // an alloc.frag: top level, in the prologue already
     op.result =
         out_.new_value(Type::shared(ir::is_int(t.elem) ? ElemType::I32 : ElemType::F32, 1,
                                     static_cast<uint32_t>(t.frag_rows() * t.frag_cols()) * planes));
@@ -146,7 +146,7 @@ class Lowering {
   void frag_element(const Op& op, Scope& s) {
     const ValueId f = op.operands[0];
     const Type t = in_.type_of(f);
-    const ValueId mem = frag_mem(s, f);
+    const ValueId mem = frag_mem(f);
     const ElemType stored = out_.type_of(mem).elem;
     const uint32_t cols = static_cast<uint32_t>(t.frag_cols());
     const uint32_t e = static_cast<uint32_t>(op.attr.i), tile = e / 4, n_tiles = cols / 8;

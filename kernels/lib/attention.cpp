@@ -247,13 +247,15 @@ Status attention(Runtime& rt, const Tensor& q, const Tensor& k, const Tensor& v,
   }
   if (o.causal && o.window_right > 0)
     return bad("causal is window_right = 0; give one of causal and window_right");
-  if (o.window_left < -1 || o.window_right < -1 || o.window_left > INT32_MAX ||
-      o.window_right > INT32_MAX)
+  if (o.window_left < -1 || o.window_right < -1)
     return bad(
         fmt::format("window_left = {}, window_right = {}: each -1 (unbounded) or a count "
                     "of keys",
                     o.window_left, o.window_right));
-  const int64_t right = o.causal ? 0 : o.window_right, left = o.window_left;
+  // A bound past every key is no bound (and keeps the kernel's i32 arithmetic in range).
+  int64_t right = o.causal ? 0 : o.window_right, left = o.window_left;
+  if (right > sq + sk) right = -1;
+  if (left > sq + sk) left = -1;
   // The bias: its strides, 0 along broadcast dimensions.
   std::array<uint32_t, 4> bs{0, 0, 0, 0};
   Tensor bias;

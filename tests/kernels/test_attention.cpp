@@ -70,6 +70,12 @@ const AttnCase kCases[] = {
     {{1, 2, 30, 32}, {1, 2, 30, 32}, {{"window_left", "0"}, {"window_right", "0"}}, "bf16", "f32"},
     {{1, 33, 8, 256}, {1, 50, 2, 256}, {{"bshd", "1"}, {"use_bias", "1"}}, "bf16", "bf16"},
     {{1, 1, 1000, 64}, {1, 1, 1000, 64}, {{"causal", "1"}}, "bf16", "f32"},
+    // Windows wider than the sequences: no bound.
+    {{1, 1, 50, 32},
+     {1, 1, 40, 32},
+     {{"window_left", "1000000000"}, {"window_right", "1000000000"}},
+     "f16",
+     "f32"},
 };
 
 TEST_CASE("kiln::lib::attention matches a double reference", "[attention]") {
@@ -131,6 +137,9 @@ TEST_CASE("kiln::lib::attention refuses what it cannot compute, naming it", "[at
   both.causal = true;
   both.window_right = 3;
   refused(q, k, k, out, both, "causal is window_right = 0");
+  lib::AttentionOptions negative;
+  negative.window_left = -2;
+  refused(q, k, k, out, negative, "window_left = -2, window_right = -1");
   const Tensor bias = make(ElemType::F32, {2, 4, 16, 16});
   lib::AttentionOptions with_bias;
   with_bias.bias = &bias;
