@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "compiler/dsl/dsl.h"
+#include "compiler/dsl/online_softmax.h"
 #include "kernels/run.h"
 
 using namespace kiln::dsl;
@@ -61,11 +62,7 @@ void attention_mma(Tensor<const T> q, Tensor<const T> k, Tensor<const T> v, Tens
   u32 end = seq_k;
   if (causal) end = select(q0 + 16u + seq_k > seq_q, min(seq_k, q0 + 16u + seq_k - seq_q), 0u);
   // Per row the unit holds: the running maximum (in log2 units) and sum.
-  std::vector<Var<float>> m_i, l_i;
-  for (int r = 0; r < row_count(s); ++r) {
-    m_i.emplace_back(-INFINITY);
-    l_i.emplace_back(0.0f);
-  }
+  OnlineSoftmax st = online_softmax(s);
   const f32 scale_log2 = scale * 1.4426950408889634f;
   for_range(0u, end, 32u, [&](u32 key0) {
     u32 keys = min(end - key0, 32u);
@@ -81,22 +78,8 @@ void attention_mma(Tensor<const T> q, Tensor<const T> k, Tensor<const T> v, Tens
       if (causal) seen = seen && key0 + c + seq_q <= q0 + r + seq_k;
       return select(seen, x * scale_log2, -INFINITY);
     });
-    auto mx = rows_max(s);
-    std::vector<f32> alpha, m_use;
-    for (int r = 0; r < row_count(s); ++r) {
-      const size_t i = static_cast<size_t>(r);
-      f32 m_new = max(m_i[i].get(), mx[i]);
-      // A row that has seen no key yet keeps max -inf: subtract 0 instead (exp2(-inf) = 0).
-      m_use.push_back(select(m_new == -INFINITY, 0.0f, m_new));
-      alpha.push_back(exp2(m_i[i].get() - m_use.back()));
-      m_i[i] = m_new;
-    }
-    apply(s, [&](f32 x, int slot) { return exp2(x - m_use[size_t(slot)]); });
-    auto sum = rows_sum(s);
-    for (int r = 0; r < row_count(s); ++r) {
-      const size_t i = static_cast<size_t>(r);
-      l_i[i] = l_i[i].get() * alpha[i] + sum[i];
-    }
+    // P = exp2(S - the rows' new maxima); alpha: how far each row's maximum moved.
+    auto alpha = online_softmax_step(s, st);
     // O = O * alpha + P V, P straight from S's registers.
     convert(p, s);
     for (int i = 0; i < dc; ++i) {
@@ -107,7 +90,7 @@ void attention_mma(Tensor<const T> q, Tensor<const T> k, Tensor<const T> v, Tens
   });
   std::vector<f32> inv;
   for (int r = 0; r < row_count(s); ++r) {
-    f32 l = l_i[size_t(r)].get();
+    f32 l = st.sum[size_t(r)].get();
     inv.push_back(select(l > 0.0f, 1.0f / l, 0.0f));
   }
   for (int i = 0; i < dc; ++i) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/dsl/online_softmax.h"
 #include "kernels/lib/common.h"
 
 using namespace kiln::dsl;
@@ -90,11 +91,7 @@ void attention_fwd(Tensor<const typename P::In> q, Tensor<const typename P::In> 
       select(right >= 0, min(cast<i32>(seq_k), max(qf0 + 16 + shift + right, 0)), cast<i32>(seq_k));
   i32 lo_i = select(left >= 0, max(qf0 + shift - left, 0), 0);
   u32 hi = cast<uint32_t>(hi_i), lo = cast<uint32_t>(min(lo_i, hi_i));
-  std::vector<Var<float>> m_i, l_i;
-  for (int r = 0; r < row_count(s); ++r) {
-    m_i.emplace_back(-INFINITY);
-    l_i.emplace_back(0.0f);
-  }
+  OnlineSoftmax st = online_softmax(s);
   for_range(lo, hi, 32u, [&](u32 key0) {
     u32 keys = min(hi - key0, 32u);
     fill(s, 0.0f);
@@ -118,22 +115,7 @@ void attention_fwd(Tensor<const typename P::In> q, Tensor<const typename P::In> 
       }
       return select(seen, y, -INFINITY);
     });
-    auto mx = rows_max(s);
-    std::vector<f32> alpha, m_use;
-    for (int r = 0; r < row_count(s); ++r) {
-      const size_t i = static_cast<size_t>(r);
-      f32 m_new = max(m_i[i].get(), mx[i]);
-      // A row that has seen no key yet keeps max -inf: subtract 0 (exp2(-inf) = 0).
-      m_use.push_back(select(m_new == -INFINITY, 0.0f, m_new));
-      alpha.push_back(exp2(m_i[i].get() - m_use.back()));
-      m_i[i] = m_new;
-    }
-    apply(s, [&](f32 x, int slot) { return exp2(x - m_use[size_t(slot)]); });
-    auto sum = rows_sum(s);
-    for (int r = 0; r < row_count(s); ++r) {
-      const size_t i = static_cast<size_t>(r);
-      l_i[i] = l_i[i].get() * alpha[i] + sum[i];
-    }
+    auto alpha = online_softmax_step(s, st);
     convert(p, s);
     // O's rows are rescaled only by the units whose rows' maximum moved (once the maxima settle,
     // most blocks move none: the CPU then skips the loads and stores of O's elements).
@@ -150,12 +132,12 @@ void attention_fwd(Tensor<const typename P::In> q, Tensor<const typename P::In> 
   // O / l (0 for a row that saw no key); the log-sum-exp ln(sum exp(score)) = (m + log2 l) ln 2.
   std::vector<f32> inv;
   for (int r = 0; r < row_count(s); ++r) {
-    f32 l = l_i[size_t(r)].get();
+    f32 l = st.sum[size_t(r)].get();
     inv.push_back(select(l > 0.0f, 1.0f / l, 0.0f));
     if (has_lse) {
       u32 row = q0 + slot_row(s, r);
       if_(plane_lane() % 4u == 0u && row < seq_q && cube_pos_z() == 0u, [&] {
-        f32 m = m_i[size_t(r)].get();
+        f32 m = st.max[size_t(r)].get();
         lse[b * lse.stride(0) + h * lse.stride(1) + row * lse.stride(2)] =
             select(l > 0.0f, (m + log2(l)) * 0.6931471805599453f, INFINITY);
       });
