@@ -56,9 +56,12 @@ void attention_fwd(Tensor<const typename P::In> q, Tensor<const typename P::In> 
   // sm_90a above head_dim 64 each of its tiles is loaded (from the cache) just before its
   // multiply instead, which keeps O and S in registers (sm_100a's and sm_120a's ptxas do better
   // with Q resident up to 128).
+  // (By name, so that an emulated architecture, cuda-emu:sm_100a, runs that architecture's
+  // code, and an inspection CPU target, cpu:znver4, the host's.)
   const std::string& target = target_name();
-  const bool newer = target == "sm_100a" || target == "sm_120a";
-  const bool q_resident = target == "cpu" || head_dim <= 64 || newer;
+  const bool newer =
+      target.find("sm_100") != std::string::npos || target.find("sm_120") != std::string::npos;
+  const bool q_resident = target.rfind("cpu", 0) == 0 || head_dim <= 64 || newer;
   std::vector<Fragment<In>> qf;
   for (int i = 0; i < (q_resident ? head_dim / 16 : 1); ++i) qf.push_back(matrix_a<In>(16, 32, 16));
   auto kf = matrix_b<In>(16, 32, 16);
