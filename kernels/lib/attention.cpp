@@ -217,7 +217,7 @@ Status attention(Runtime& rt, const Tensor& q, const Tensor& k, const Tensor& v,
   if (out.shape(0) != B || out.shape(1) != hq || out.shape(2) != sq || out.shape(3) != D)
     return bad(
         fmt::format("out is {}; it must be q's shape {}", dims(out.shape()), dims(q.shape())));
-  if (D % 32 != 0 || D > 256)
+  if (D <= 0 || D % 32 != 0 || D > 256)
     return bad(fmt::format("the head size is {}; it must be a multiple of 32 up to 256", D));
   for (const auto& [t, name] : {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}, {&out, "out"}}) {
     if (t->stride(3) != 1 && t->shape(3) > 1)
@@ -230,6 +230,8 @@ Status attention(Runtime& rt, const Tensor& q, const Tensor& k, const Tensor& v,
         return bad(fmt::format("{} has a negative stride in dimension {}", name, dim));
     if (!detail::fits_u32(*t)) return bad(fmt::format("{} reaches past 2^32 elements", name));
   }
+  if (out.may_overlap())
+    return bad(fmt::format("out ({}) has elements that overlap", out.describe()));
   if (o.causal && o.window_right > 0)
     return bad("causal is window_right = 0; give one of causal and window_right");
   if (o.window_left < -1 || o.window_right < -1)
@@ -272,6 +274,8 @@ Status attention(Runtime& rt, const Tensor& q, const Tensor& k, const Tensor& v,
       return bad(fmt::format("lse is {} of {}; it must be f32 [B, Hq, Sq] = [{}, {}, {}]",
                              ir::elem_name(t.dtype()), dims(t.shape()), B, hq, sq));
     if (!detail::fits_u32(t)) return bad("lse reaches past 2^32 elements");
+    if (t.may_overlap())
+      return bad(fmt::format("lse ({}) has elements that overlap", t.describe()));
     lse = t;
   } else {
     KILN_ASSIGN(lse, rt.empty(ElemType::F32, {1, 1, 1}));

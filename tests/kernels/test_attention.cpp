@@ -147,6 +147,15 @@ TEST_CASE("kiln::lib::attention refuses what it cannot compute, naming it", "[at
   auto qt = make(ElemType::BF16, {1, 4, 64, 16}).transpose(2, 3);
   REQUIRE(qt.ok());
   refused(*qt, k, k, out, {}, "q's last dimension has stride 16");
+  // A head size of 0, and an output whose rows overlap (stride 0 along the sequence).
+  const Tensor q0 = make(ElemType::BF16, {1, 4, 16, 0}), k0 = make(ElemType::BF16, {1, 2, 16, 0});
+  Tensor o0 = make(ElemType::BF16, {1, 4, 16, 0});
+  refused(q0, k0, k0, o0, {}, "the head size is 0");
+  auto small = make(ElemType::BF16, {1, 4, 1, 64});
+  const std::vector<int64_t> shape{1, 4, 16, 64}, strides{256, 64, 0, 1};
+  auto spread = Tensor::make(small.device_ptr(), small.buffer(), ElemType::BF16, shape, strides);
+  KILN_REQUIRE_OK(spread);
+  refused(q, k, k, *spread, {}, "out (bf16[1, 4, 16, 64]) has elements that overlap");
 }
 
 }  // namespace
