@@ -5,6 +5,7 @@
 // in the cube's arena), FlashAttention-2's scheme.
 #include "kernels/lib/attention.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -181,12 +182,54 @@ Error bad(const std::string& what) {
   return detail::bad("attention", what);
 }
 
-}  // namespace
+// What the forward and backward passes share: q, k, v and the options checked, the masks'
+// bounds and the bias's broadcast strides.
+struct Problem {
+  int64_t B = 0, hq = 0, sq = 0, D = 0, hk = 0, sk = 0;
+  int64_t left = -1, right = -1;
+  std::array<uint32_t, 4> bs{0, 0, 0, 0};
+  Tensor bias;
+  double scale = 0;
+};
 
-Status attention(Runtime& rt, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
-                 const AttentionOptions& o) {
+// Tensor t (named name) as [B, H, S, D] with rows of stride 1 that fit 32-bit indices.
+Status check_rows(const Tensor& t, const char* name, bool written) {
+  if (t.stride(3) != 1 && t.shape(3) > 1)
+    return bad(
+        fmt::format("{}'s last dimension has stride {}; attention reads each row of a "
+                    "head contiguously (stride 1): make a contiguous copy first",
+                    name, t.stride(3)));
+  for (int dim = 0; dim < 3; ++dim)
+    if (t.stride(dim) < 0)
+      return bad(fmt::format("{} has a negative stride in dimension {}", name, dim));
+  if (!detail::fits_u32(t)) return bad(fmt::format("{} reaches past 2^32 elements", name));
+  if (written && t.may_overlap())
+    return bad(fmt::format("{} ({}) has elements that overlap", name, t.describe()));
+  return Status{};
+}
+
+// A tensor of q's (written: of k's) shape whose type is the inputs' or f32.
+Status check_like(const Tensor& t, const char* name, const Tensor& like, const char* like_name,
+                  bool written, bool f32_allowed) {
   using detail::dims;
-  for (const auto& [t, name] : {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}, {&out, "out"}})
+  const ElemType in = like.dtype();
+  if (t.rank() != 4)
+    return bad(fmt::format("{} is {}; it must be [B, H, S, D] (rank 4)", name, dims(t.shape())));
+  if (t.dtype() != in && !(f32_allowed && t.dtype() == ElemType::F32))
+    return bad(fmt::format("{} holds {}; it must hold the inputs' {}{}", name,
+                           ir::elem_name(t.dtype()), ir::elem_name(in),
+                           f32_allowed ? " or f32" : ""));
+  for (int dim = 0; dim < 4; ++dim)
+    if (t.shape(dim) != like.shape(dim))
+      return bad(fmt::format("{} is {}; it must be {}'s shape {}", name, dims(t.shape()), like_name,
+                             dims(like.shape())));
+  return check_rows(t, name, written);
+}
+
+Result<Problem> check(Runtime& rt, const Tensor& q, const Tensor& k, const Tensor& v,
+                      const AttentionOptions& o) {
+  using detail::dims;
+  for (const auto& [t, name] : {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}})
     if (t->rank() != 4)
       return bad(fmt::format("{} is {}; it must be [B, H, S, D] (rank 4)", name, dims(t->shape())));
   const ElemType in = q.dtype();
@@ -198,11 +241,10 @@ Status attention(Runtime& rt, const Tensor& q, const Tensor& k, const Tensor& v,
   if (k.dtype() != in || v.dtype() != in)
     return bad(fmt::format("q, k and v must hold one type; got {}, {} and {}", ir::elem_name(in),
                            ir::elem_name(k.dtype()), ir::elem_name(v.dtype())));
-  if (out.dtype() != in && out.dtype() != ElemType::F32)
-    return bad(fmt::format("out holds {}; it must hold the inputs' {} or f32",
-                           ir::elem_name(out.dtype()), ir::elem_name(in)));
-  const int64_t B = q.shape(0), hq = q.shape(1), sq = q.shape(2), D = q.shape(3);
-  const int64_t hk = k.shape(1), sk = k.shape(2);
+  Problem p;
+  p.B = q.shape(0), p.hq = q.shape(1), p.sq = q.shape(2), p.D = q.shape(3);
+  p.hk = k.shape(1), p.sk = k.shape(2);
+  const int64_t B = p.B, hq = p.hq, sq = p.sq, D = p.D, hk = p.hk, sk = p.sk;
   if (k.shape(0) != B || k.shape(3) != D || v.shape(0) != B || v.shape(1) != hk ||
       v.shape(2) != sk || v.shape(3) != D)
     return bad(
@@ -214,24 +256,10 @@ Status attention(Runtime& rt, const Tensor& q, const Tensor& k, const Tensor& v,
         fmt::format("q has {} heads and k {}: q's heads must be a multiple of k's "
                     "(grouped-query attention)",
                     hq, hk));
-  if (out.shape(0) != B || out.shape(1) != hq || out.shape(2) != sq || out.shape(3) != D)
-    return bad(
-        fmt::format("out is {}; it must be q's shape {}", dims(out.shape()), dims(q.shape())));
   if (D <= 0 || D % 32 != 0 || D > 256)
     return bad(fmt::format("the head size is {}; it must be a multiple of 32 up to 256", D));
-  for (const auto& [t, name] : {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}, {&out, "out"}}) {
-    if (t->stride(3) != 1 && t->shape(3) > 1)
-      return bad(
-          fmt::format("{}'s last dimension has stride {}; attention reads each row of a "
-                      "head contiguously (stride 1): make a contiguous copy first",
-                      name, t->stride(3)));
-    for (int dim = 0; dim < 3; ++dim)
-      if (t->stride(dim) < 0)
-        return bad(fmt::format("{} has a negative stride in dimension {}", name, dim));
-    if (!detail::fits_u32(*t)) return bad(fmt::format("{} reaches past 2^32 elements", name));
-  }
-  if (out.may_overlap())
-    return bad(fmt::format("out ({}) has elements that overlap", out.describe()));
+  for (const auto& [t, name] : {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}})
+    KILN_TRY(check_rows(*t, name, false));
   if (o.causal && o.window_right > 0)
     return bad("causal is window_right = 0; give one of causal and window_right");
   if (o.window_left < -1 || o.window_right < -1)
@@ -239,13 +267,11 @@ Status attention(Runtime& rt, const Tensor& q, const Tensor& k, const Tensor& v,
         fmt::format("window_left = {}, window_right = {}: each -1 (unbounded) or a count "
                     "of keys",
                     o.window_left, o.window_right));
-  // A bound past every key is no bound (and keeps the kernel's i32 arithmetic in range).
-  int64_t right = o.causal ? 0 : o.window_right, left = o.window_left;
-  if (right > sq + sk) right = -1;
-  if (left > sq + sk) left = -1;
+  // A bound past every key is no bound (and keeps the kernels' i32 arithmetic in range).
+  p.right = o.causal ? 0 : o.window_right, p.left = o.window_left;
+  if (p.right > sq + sk) p.right = -1;
+  if (p.left > sq + sk) p.left = -1;
   // The bias: its strides, 0 along broadcast dimensions.
-  std::array<uint32_t, 4> bs{0, 0, 0, 0};
-  Tensor bias;
   if (o.bias) {
     const Tensor& t = *o.bias;
     const std::array<int64_t, 4> want{B, hq, sq, sk};
@@ -260,53 +286,167 @@ Status attention(Runtime& rt, const Tensor& q, const Tensor& k, const Tensor& v,
     if (!detail::fits_u32(t)) return bad("the bias reaches past 2^32 elements");
     for (int dim = 0; dim < 4; ++dim) {
       if (t.stride(dim) < 0) return bad("the bias has a negative stride");
-      bs[size_t(dim)] = t.shape(dim) == 1 ? 0u : static_cast<uint32_t>(t.stride(dim));
+      p.bs[size_t(dim)] = t.shape(dim) == 1 ? 0u : static_cast<uint32_t>(t.stride(dim));
     }
-    bias = t.as_read_only();
+    p.bias = t.as_read_only();
   } else {
-    KILN_ASSIGN(bias, rt.empty(ElemType::F32, {1, 1, 1, 1}));
+    KILN_ASSIGN(p.bias, rt.empty(ElemType::F32, {1, 1, 1, 1}));
   }
+  p.scale = o.scale != 0 ? o.scale : 1.0 / std::sqrt(static_cast<double>(D));
+  return p;
+}
+
+// lse as f32 [B, Hq, Sq].
+Status check_lse(const Tensor& t, const Problem& p, bool written) {
+  if (t.rank() != 3 || t.dtype() != ElemType::F32 || t.shape(0) != p.B || t.shape(1) != p.hq ||
+      t.shape(2) != p.sq)
+    return bad(fmt::format("lse is {} of {}; it must be f32 [B, Hq, Sq] = [{}, {}, {}]",
+                           ir::elem_name(t.dtype()), detail::dims(t.shape()), p.B, p.hq, p.sq));
+  if (!detail::fits_u32(t)) return bad("lse reaches past 2^32 elements");
+  if (written && t.may_overlap())
+    return bad(fmt::format("lse ({}) has elements that overlap", t.describe()));
+  return Status{};
+}
+
+// The grid's y and x extents (B x H and blocks of 16 planes rows) within the launch limits.
+Status check_grid(int64_t bh, int64_t rows, int planes, const char* h, const char* s) {
+  const int64_t blocks = (rows + 16 * planes - 1) / (16 * planes);
+  if (bh > 65535 || blocks > 65535)
+    return bad(
+        fmt::format("the grid would be {} x {} cubes; at most 65535 of each (B x {} and "
+                    "{} / {})",
+                    blocks, bh, h, s, 16 * planes));
+  return Status{};
+}
+
+bool newer_arch(const Runtime& rt) {
+  const std::string& arch = rt.device().arch;
+  return arch.rfind("sm_10", 0) == 0 || arch.rfind("sm_12", 0) == 0;
+}
+
+uint32_t u(int64_t x) {
+  return static_cast<uint32_t>(x);
+}
+
+}  // namespace
+
+Status attention(Runtime& rt, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
+                 const AttentionOptions& o) {
+  KILN_ASSIGN(const Problem p, check(rt, q, k, v, o));
+  if (out.rank() == 4 && out.dtype() != q.dtype() && out.dtype() != ElemType::F32)
+    return bad(fmt::format("out holds {}; it must hold the inputs' {} or f32",
+                           ir::elem_name(out.dtype()), ir::elem_name(q.dtype())));
+  KILN_TRY(check_like(out, "out", q, "q", true, true));
   Tensor lse;
   if (o.lse) {
-    const Tensor& t = *o.lse;
-    if (t.rank() != 3 || t.dtype() != ElemType::F32 || t.shape(0) != B || t.shape(1) != hq ||
-        t.shape(2) != sq)
-      return bad(fmt::format("lse is {} of {}; it must be f32 [B, Hq, Sq] = [{}, {}, {}]",
-                             ir::elem_name(t.dtype()), dims(t.shape()), B, hq, sq));
-    if (!detail::fits_u32(t)) return bad("lse reaches past 2^32 elements");
-    if (t.may_overlap())
-      return bad(fmt::format("lse ({}) has elements that overlap", t.describe()));
-    lse = t;
+    KILN_TRY(check_lse(*o.lse, p, true));
+    lse = *o.lse;
   } else {
     KILN_ASSIGN(lse, rt.empty(ElemType::F32, {1, 1, 1}));
   }
   const int planes = 4;
   // On a GPU, O of head_dim 256 (128 registers per unit) is split between cubes, each computing
   // S again: in one, it spills (in two, still on sm_100a and sm_120a, which keep Q resident).
-  const std::string& arch = rt.device().arch;
-  const bool newer = arch.rfind("sm_10", 0) == 0 || arch.rfind("sm_12", 0) == 0;
-  const int o_split = rt.device().lane_units || D <= 128 ? 1 : newer ? 4 : 2;
-  const int64_t blocks = (sq + 16 * planes - 1) / (16 * planes);
-  if (B * hq > 65535 || blocks > 65535)
-    return bad(
-        fmt::format("the grid would be {} x {} cubes; at most 65535 of each (B x Hq and "
-                    "Sq / {})",
-                    blocks, B * hq, 16 * planes));
-  const double scale = o.scale != 0 ? o.scale : 1.0 / std::sqrt(static_cast<double>(D));
+  const int o_split = rt.device().lane_units || p.D <= 128 ? 1 : newer_arch(rt) ? 4 : 2;
+  KILN_TRY(check_grid(p.B * p.hq, p.sq, planes, "Hq", "Sq"));
   if (o.plan)
     *o.plan = {"attention_fwd",
                fmt::format("16 queries per plane x {} planes, keys in blocks of 32{}", planes,
                            o_split > 1 ? fmt::format(", O split in {} cubes", o_split) : ""),
                "flash attention on matrix fragments, S and P kept where the multiply leaves them"};
-  if (B == 0 || hq == 0 || sq == 0) return Status{};
+  if (p.B == 0 || p.hq == 0 || p.sq == 0) return Status{};
   KILN_ASSIGN(const Kernel kernel, rt.kernel("attention_fwd"));
-  auto u = [](int64_t x) { return static_cast<uint32_t>(x); };
-  return rt.launch(kernel, Dim3(u(blocks), u(B * hq), u(o_split)), Dim3(u(32 * planes)),
-                   q.as_read_only(), k.as_read_only(), v.as_read_only(), out, bias, lse,
-                   static_cast<float>(scale * 1.4426950408889634), u(hq), u(hq / hk),
-                   static_cast<int32_t>(left), static_cast<int32_t>(right), bs[0], bs[1], bs[2],
-                   bs[3], static_cast<int>(D), planes, o_split, o.bias != nullptr,
+  const int64_t blocks = (p.sq + 16 * planes - 1) / (16 * planes);
+  return rt.launch(kernel, Dim3(u(blocks), u(p.B * p.hq), u(o_split)), Dim3(u(32 * planes)),
+                   q.as_read_only(), k.as_read_only(), v.as_read_only(), out, p.bias, lse,
+                   static_cast<float>(p.scale * 1.4426950408889634), u(p.hq), u(p.hq / p.hk),
+                   static_cast<int32_t>(p.left), static_cast<int32_t>(p.right), p.bs[0], p.bs[1],
+                   p.bs[2], p.bs[3], static_cast<int>(p.D), planes, o_split, o.bias != nullptr,
                    o.lse != nullptr);
 }
+
+Status attention_backward(Runtime& rt, const Tensor& q, const Tensor& k, const Tensor& v,
+                          const Tensor& out, const Tensor& dout, const Tensor& lse, Tensor& dq,
+                          Tensor& dk, Tensor& dv, const AttentionOptions& o) {
+  KILN_ASSIGN(const Problem p, check(rt, q, k, v, o));
+  KILN_TRY(check_like(out, "out", q, "q", false, true));
+  KILN_TRY(check_like(dout, "dout", q, "q", false, false));
+  KILN_TRY(check_lse(lse, p, false));
+  KILN_TRY(check_like(dq, "dq", q, "q", true, true));
+  KILN_TRY(check_like(dk, "dk", k, "k", true, true));
+  KILN_TRY(check_like(dv, "dv", k, "k", true, true));
+  if (dk.dtype() != dq.dtype() || dv.dtype() != dq.dtype())
+    return bad(fmt::format("dq, dk and dv must hold one type; got {}, {} and {}",
+                           ir::elem_name(dq.dtype()), ir::elem_name(dk.dtype()),
+                           ir::elem_name(dv.dtype())));
+  const int planes = 4;
+  const detail::AttentionBackwardShape shape =
+      detail::attention_backward_shape(rt.device().lane_units ? "" : rt.device().arch, p.D);
+  KILN_TRY(check_grid(p.B * p.hq, p.sq, planes, "Hq", "Sq"));
+  KILN_TRY(check_grid(p.B * p.hk, p.sk, planes, "Hk", "Sk"));
+  if (o.plan)
+    *o.plan = {"attention_bwd_dkdv + attention_bwd_dq",
+               fmt::format("16 keys (queries) per plane x {} planes, queries (keys) in blocks of "
+                           "32{}",
+                           planes, shape.describe()),
+               "FlashAttention-2's backward without atomics: P recomputed from the log-sum-exp, "
+               "once for dK and dV and once for dQ"};
+  // With no queries (keys) dK and dV (dQ) are 0: the kernels store them from empty walks.
+  if (p.B == 0 || p.hq == 0) return Status{};
+  KILN_ASSIGN(Tensor delta, rt.empty(ElemType::F32, {p.B, p.hq, std::max<int64_t>(p.sq, 1)}));
+  KILN_ASSIGN(const Kernel pre, rt.kernel("attention_bwd_delta"));
+  if (p.sq > 0)
+    KILN_TRY(rt.launch(pre, Dim3(u((p.sq + 127) / 128), u(p.B * p.hq)), Dim3(128u),
+                       out.as_read_only(), dout.as_read_only(), delta, u(p.hq)));
+  const float scale_log2 = static_cast<float>(p.scale * 1.4426950408889634);
+  const auto scale = static_cast<float>(p.scale);
+  KILN_ASSIGN(const Kernel dkdv, rt.kernel("attention_bwd_dkdv"));
+  const Tensor delta_r = delta.as_read_only();
+  if (p.sk > 0)
+    KILN_TRY(rt.launch(
+        dkdv, Dim3(u((p.sk + 16 * planes - 1) / (16 * planes)), u(p.B * p.hk), u(shape.kv_split)),
+        Dim3(u(32 * planes)), q.as_read_only(), k.as_read_only(), v.as_read_only(),
+        dout.as_read_only(), lse.as_read_only(), delta_r, p.bias, dk, dv, scale_log2, scale,
+        u(p.hk), u(p.hq / p.hk), static_cast<int32_t>(p.left), static_cast<int32_t>(p.right),
+        p.bs[0], p.bs[1], p.bs[2], p.bs[3], static_cast<int>(p.D), planes, shape.kv_split,
+        shape.qblock, shape.kv_keep, o.bias != nullptr));
+  KILN_ASSIGN(const Kernel dqk, rt.kernel("attention_bwd_dq"));
+  if (p.sq == 0) return Status{};
+  return rt.launch(
+      dqk, Dim3(u((p.sq + 16 * planes - 1) / (16 * planes)), u(p.B * p.hq), u(shape.q_split)),
+      Dim3(u(32 * planes)), q.as_read_only(), k.as_read_only(), v.as_read_only(),
+      dout.as_read_only(), lse.as_read_only(), delta_r, p.bias, dq, scale_log2, scale, u(p.hq),
+      u(p.hq / p.hk), static_cast<int32_t>(p.left), static_cast<int32_t>(p.right), p.bs[0], p.bs[1],
+      p.bs[2], p.bs[3], static_cast<int>(p.D), planes, shape.q_split, shape.q_keep,
+      o.bias != nullptr);
+}
+
+namespace detail {
+
+AttentionBackwardShape attention_backward_shape(std::string_view arch, int64_t head_dim) {
+  AttentionBackwardShape s;
+  if (arch.empty()) return s;
+  const int64_t D = head_dim;
+  s.qblock = 16;
+  if (arch.starts_with("sm_10") || arch.starts_with("sm_12")) {
+    s.kv_split = D <= 64 ? 1 : D == 96 ? 3 : 4;
+    s.q_split = D <= 96 ? 1 : 4;
+    return s;
+  }
+  const bool sm80 = arch == "sm_80";
+  s.kv_keep = s.q_keep = D <= 64;
+  s.kv_split = D == 256 ? 4 : 1;
+  s.q_split = D == 256 ? (sm80 ? 4 : 2) : D == 128 && sm80 ? 2 : 1;
+  return s;
+}
+
+std::string AttentionBackwardShape::describe() const {
+  std::string s;
+  if (kv_split > 1) s += fmt::format(", dK and dV split in {} cubes", kv_split);
+  if (q_split > 1) s += fmt::format(", dQ split in {} cubes", q_split);
+  return s;
+}
+
+}  // namespace detail
 
 }  // namespace kiln::lib

@@ -14,6 +14,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <string_view>
 
 #include "kernels/lib/matmul.h"
 #include "runtime/runtime.h"
@@ -42,5 +44,36 @@ struct AttentionOptions {
 // out = attention(q, k, v), asynchronous on the runtime's stream.
 Status attention(Runtime& rt, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
                  const AttentionOptions& options = {});
+
+// The backward pass: given the forward's q, k, v, its out and log-sum-exp (options.lse of the
+// forward call) and dout, the gradient of a loss with respect to out, computes the gradients dq,
+// dk and dv of the loss with respect to q, k and v (FlashAttention-2's algorithm: the
+// probabilities recomputed from lse, no S or P in memory; deterministic: no atomics, dK and dV
+// of a key head summed over its query heads in a fixed order). The options must be the
+// forward's (options.lse is not read). dout holds the inputs' type, out the inputs' type or
+// f32; dq (q's shape), dk and dv (k's shape) hold one type, the inputs' or f32. A bias gets no
+// gradient. Asynchronous on the runtime's stream.
+Status attention_backward(Runtime& rt, const Tensor& q, const Tensor& k, const Tensor& v,
+                          const Tensor& out, const Tensor& dout, const Tensor& lse, Tensor& dq,
+                          Tensor& dk, Tensor& dv, const AttentionOptions& options = {});
+
+namespace detail {
+
+// How attention_backward's kernels hold their operands on a target (arch "" for the CPU): on a
+// GPU, the largest configuration whose registers ptxas assembles without spills, measured per
+// architecture (docs/kernels.md "Attention"): the gradients' columns split between cubes (each
+// computing S and dP again) where the accumulators alone would not fit, Q, K, V and dO kept in
+// registers for a whole walk (keep) or loaded again at each multiply, and blocks of qblock
+// queries per step of the dK/dV walk. sm_100a's and sm_120a's ptxas spill heavily when the
+// fragments are loaded again, so there they are kept and the columns split instead. On the CPU
+// everything is kept, in the arena, unsplit.
+struct AttentionBackwardShape {
+  int kv_split = 1, q_split = 1, qblock = 32;
+  bool kv_keep = true, q_keep = true;
+  std::string describe() const;
+};
+AttentionBackwardShape attention_backward_shape(std::string_view arch, int64_t head_dim);
+
+}  // namespace detail
 
 }  // namespace kiln::lib

@@ -3,6 +3,9 @@
 // --shape q=BxHqxSqxD --shape k=BxHkxSkxD (v as k; out as q); --set causal=1, window_left=N,
 // window_right=N (-1: unbounded), scale=X (0: 1/sqrt(D)), use_bias=1 (an f32 [1, Hq, Sq, Sk]
 // bias, broadcast over B), bshd=1 (q, k, v and out as BSHD buffers, passed as permuted views).
+// `kiln run attention_backward`: the forward (for out and the log-sum-exp), then
+// kiln::lib::attention_backward, with the same shapes and settings; dq, dk and dv checked
+// against the gradients of a double reference (dout random).
 #include <array>
 #include <cmath>
 #include <string>
@@ -43,6 +46,78 @@ std::array<int64_t, 4> bhsd(const RunData& d, const char* t) {
   const auto& s = d.shape(t);
   if (d.scalar("bshd") != 0) return {s[0], s[2], s[1], s[3]};
   return {s[0], s[1], s[2], s[3]};
+}
+
+// The probabilities of query i of head h of item b over every key (0 where masked; all 0 for a
+// row that sees no key), in double, into w; returns the row's log-sum-exp (+inf: no key).
+double probabilities(const RunData& d, int64_t b, int64_t h, int64_t i, std::vector<double>& w) {
+  const auto Q = bhsd(d, "q"), K = bhsd(d, "k");
+  const int64_t hq = Q[1], sq = Q[2], D = Q[3], hk = K[1], sk = K[2];
+  const int64_t kh = h / (hq / hk);
+  const double scale =
+      d.scalar("scale") != 0 ? d.scalar("scale") : 1.0 / std::sqrt(static_cast<double>(D));
+  const bool use_bias = d.scalar("use_bias") != 0;
+  const auto &q = d["q"], &k = d["k"], &bias = d["bias"];
+  w.assign(static_cast<size_t>(sk), 0.0);
+  double mx = -INFINITY;
+  for (int64_t j = 0; j < sk; ++j) {
+    double dot = 0;
+    for (int64_t c = 0; c < D; ++c) dot += q[at(d, "q", b, h, i, c)] * k[at(d, "k", b, kh, j, c)];
+    double s = dot * scale;
+    if (use_bias) s += bias[static_cast<size_t>((h * sq + i) * sk + j)];
+    w[size_t(j)] = seen(d, i, j) ? s : -INFINITY;
+    mx = std::max(mx, w[size_t(j)]);
+  }
+  double sum = 0;
+  for (int64_t j = 0; j < sk; ++j) {
+    w[size_t(j)] = mx == -INFINITY ? 0.0 : std::exp(w[size_t(j)] - mx);
+    sum += w[size_t(j)];
+  }
+  if (sum > 0)
+    for (double& x : w) x /= sum;
+  return sum > 0 ? mx + std::log(sum) : INFINITY;
+}
+
+// dq, dk and dv of sum(out * dout): with P the probabilities, dP = dout V^T, delta_i =
+// sum_j P_ij dP_ij, dS = P (dP - delta): dq = scale dS K, dk = scale dS^T Q, dv = P^T dout (dk
+// and dv summed over the query heads that share a key head).
+void backward_reference(RunData& d) {
+  const auto Q = bhsd(d, "q"), K = bhsd(d, "k");
+  const int64_t B = Q[0], hq = Q[1], sq = Q[2], D = Q[3], hk = K[1], sk = K[2];
+  const double scale =
+      d.scalar("scale") != 0 ? d.scalar("scale") : 1.0 / std::sqrt(static_cast<double>(D));
+  const auto &q = d["q"], &k = d["k"], &v = d["v"], &dout = d["dout"];
+  std::vector<double> dq(d["dq"].size(), 0.0), dk(d["dk"].size(), 0.0), dv(d["dv"].size(), 0.0);
+  std::vector<double> w, dp(static_cast<size_t>(sk));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < hq; ++h) {
+      const int64_t kh = h / (hq / hk);
+      for (int64_t i = 0; i < sq; ++i) {
+        probabilities(d, b, h, i, w);
+        double delta = 0;
+        for (int64_t j = 0; j < sk; ++j) {
+          double x = 0;
+          for (int64_t c = 0; c < D; ++c)
+            x += dout[at(d, "dout", b, h, i, c)] * v[at(d, "v", b, kh, j, c)];
+          dp[size_t(j)] = x;
+          delta += w[size_t(j)] * x;
+        }
+        for (int64_t j = 0; j < sk; ++j) {
+          const double p = w[size_t(j)];
+          if (p == 0) continue;
+          const double ds = p * (dp[size_t(j)] - delta) * scale;
+          for (int64_t c = 0; c < D; ++c) {
+            dq[at(d, "dq", b, h, i, c)] += ds * k[at(d, "k", b, kh, j, c)];
+            dk[at(d, "dk", b, kh, j, c)] += ds * q[at(d, "q", b, h, i, c)];
+            dv[at(d, "dv", b, kh, j, c)] += p * dout[at(d, "dout", b, h, i, c)];
+          }
+        }
+      }
+    }
+  for (const auto& [name, g] : {std::pair{"dq", &dq}, {"dk", &dk}, {"dv", &dv}}) {
+    auto& t = d[name];
+    for (size_t e = 0; e < t.size(); ++e) t[e] = d.round(name, (*g)[e]);
+  }
 }
 
 void reference(RunData& d) {
@@ -138,7 +213,113 @@ kiln::kernels::HostOp attention_op() {
   return op;
 }
 
+kiln::lib::AttentionOptions options(const RunData& d, const kiln::Tensor& bias) {
+  kiln::lib::AttentionOptions o;
+  o.scale = d.scalar("scale");
+  o.causal = d.scalar("causal") != 0;
+  o.window_left = static_cast<int64_t>(d.scalar("window_left"));
+  o.window_right = static_cast<int64_t>(d.scalar("window_right"));
+  if (d.scalar("use_bias") != 0) o.bias = &bias;
+  return o;
+}
+
+kiln::kernels::HostOp attention_backward_op() {
+  using kiln::ir::ElemType;
+  kiln::kernels::HostOp op;
+  op.description =
+      "fused attention's backward (FlashAttention-2, no atomics): kiln::lib::attention, then "
+      "kiln::lib::attention_backward";
+  op.kernels = {"attention_fwd", "attention_bwd_delta", "attention_bwd_dkdv", "attention_bwd_dq"};
+  op.tensors = {{"q", true},    {"k", true},   {"v", true},   {"dout", true},
+                {"bias", true}, {"dq", false}, {"dk", false}, {"dv", false}};
+  for (const auto& [in, out] : {std::pair{ElemType::BF16, ElemType::BF16},
+                                {ElemType::F16, ElemType::F16},
+                                {ElemType::BF16, ElemType::F32},
+                                {ElemType::F16, ElemType::F32}})
+    op.variants.push_back({in, in, in, in, ElemType::F32, out, out, out});
+  for (const char* s : {"causal", "use_bias", "bshd"}) op.scalars.push_back({s, ElemType::Bool});
+  for (const char* s : {"window_left", "window_right", "scale"})
+    op.scalars.push_back({s, ElemType::F32});
+  op.call = [](kiln::Runtime& rt, std::map<std::string, kiln::Tensor, std::less<>>& t,
+               const RunData& d) -> kiln::Status {
+    using kiln::ir::ElemType;
+    const bool bshd = d.scalar("bshd") != 0;
+    for (const char* name : {"q", "k", "v", "dout", "dq", "dk", "dv"})
+      if (d.shape(name).size() != 4)
+        return kiln::Error(kiln::ErrorKind::InvalidArgument,
+                           fmt::format("attention_backward: {} is {}; --shape {}= takes 4 "
+                                       "dimensions (B, H, S, D{})",
+                                       name, kiln::lib::detail::dims(d.shape(name)), name,
+                                       bshd ? "; with bshd=1: B, S, H, D" : ""));
+    const kiln::Tensor bias = t.at("bias");
+    kiln::lib::AttentionOptions o = options(d, bias);
+    KILN_ASSIGN(const kiln::Tensor q, as_bhsd(t.at("q"), bshd));
+    KILN_ASSIGN(const kiln::Tensor k, as_bhsd(t.at("k"), bshd));
+    KILN_ASSIGN(const kiln::Tensor v, as_bhsd(t.at("v"), bshd));
+    KILN_ASSIGN(const kiln::Tensor dout, as_bhsd(t.at("dout"), bshd));
+    KILN_ASSIGN(kiln::Tensor out, rt.empty(q.dtype(), q.shape()));
+    KILN_ASSIGN(kiln::Tensor lse, rt.empty(ElemType::F32, {q.shape(0), q.shape(1), q.shape(2)}));
+    o.lse = &lse;
+    KILN_TRY(kiln::lib::attention(rt, q, k, v, out, o));
+    kiln::lib::MatmulPlan plan;
+    o.plan = &plan;
+    KILN_ASSIGN(kiln::Tensor dq, as_bhsd(t.at("dq"), bshd));
+    KILN_ASSIGN(kiln::Tensor dk, as_bhsd(t.at("dk"), bshd));
+    KILN_ASSIGN(kiln::Tensor dv, as_bhsd(t.at("dv"), bshd));
+    KILN_TRY(kiln::lib::attention_backward(rt, q, k, v, out, dout, lse, dq, dk, dv, o));
+    d.plan = fmt::format("{}: {} ({})", plan.kernel, plan.config, plan.why);
+    return kiln::Status{};
+  };
+  return op;
+}
+
+std::vector<int64_t> bias_shape(const RunData& d) {
+  const auto Q = bhsd(d, "q"), K = bhsd(d, "k");
+  return {1, Q[1], Q[2], K[2]};
+}
+
 }  // namespace
+
+KILN_RUN(attention_backward)
+    .host(attention_backward_op())
+    .shape("q", {2, 4, 200, 64})
+    .shape("k", {2, 2, 200, 64})
+    .same_shape("v", "k")
+    .same_shape("dout", "q")
+    .shape("bias", bias_shape)
+    .same_shape("dq", "q")
+    .same_shape("dk", "k")
+    .same_shape("dv", "k")
+    .values("q", -1, 1)
+    .values("k", -1, 1)
+    .values("v", -1, 1)
+    .values("dout", -1, 1)
+    .values("bias", -2, 0)
+    .scalar("causal", 0)
+    .scalar("window_left", -1)
+    .scalar("window_right", -1)
+    .scalar("scale", 0)
+    .scalar("use_bias", 0)
+    .scalar("bshd", 0)
+    // The forward (4 B H Sq Sk D) and the backward (10 B H Sq Sk D: five products, the
+    // convention FlashAttention's benchmarks use; kiln's computes seven, S and dP twice).
+    .flops([](const RunData& d) {
+      const auto Q = bhsd(d, "q"), K = bhsd(d, "k");
+      return 14.0 * static_cast<double>(Q[0] * Q[1] * Q[2] * K[2] * Q[3]);
+    })
+    // P and dS are rounded to the inputs' type before their products (a relative error of 2^-11
+    // for f16, 2^-8 for bf16 in each term), out too before delta, then the result's rounding:
+    // errors relative to the gradient's largest element (its elements near 0 are sums that
+    // cancel).
+    .tolerance([](const RunData& d, std::string_view name) -> std::pair<double, double> {
+      const bool bf = d.dtype("q") == kiln::ir::ElemType::BF16;
+      const bool f32 = d.dtype(name) == kiln::ir::ElemType::F32;
+      double largest = 0;
+      for (double x : d[name]) largest = std::max(largest, std::fabs(x));
+      const double t = f32 ? (bf ? 4e-3 : 1e-3) : (bf ? 1e-2 : 2e-3);
+      return {t, t * largest};
+    })
+    .reference(backward_reference);
 
 KILN_RUN(attention)
     .host(attention_op())

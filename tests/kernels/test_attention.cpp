@@ -4,7 +4,9 @@
 // (output 0, log-sum-exp +inf, no NaN), sliding windows, an additive bias broadcast over the
 // batch, grouped- and multi-query heads, BSHD views, every head size, f16 and bf16 inputs with
 // outputs of their type or f32; the same on the emulator (sm_80's and sm_90a's CUDA, O split
-// across cubes at head size 256); and the errors of the host API.
+// across cubes at head size 256); and the errors of the host API. The backward pass likewise
+// (`kiln run attention_backward`'s analytic double reference), and against central finite
+// differences of a double forward.
 #include <catch2/catch.hpp>
 
 #include <fmt/format.h>
@@ -14,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/float16.h"
 #include "kernels/kernels.h"
 #include "kernels/lib/attention.h"
 #include "kernels/run.h"
@@ -32,21 +35,27 @@ struct AttnCase {
   const char* out;  // output type
 };
 
-void run_case(Runtime& rt, const AttnCase& c) {
+void run_case(Runtime& rt, const AttnCase& c, const char* op = "attention") {
+  const bool backward = std::string(op) == "attention_backward";
   INFO("q " << fmt::format("{}", fmt::join(c.q, "x")) << " k "
             << fmt::format("{}", fmt::join(c.k, "x")) << " " << c.in << " -> " << c.out);
   for (const auto& [k, v] : c.set) INFO(k << " = " << v);
   kernels::RunConfig config;
   config.shapes = {{"q", c.q}, {"k", c.k}};
   config.set = c.set;
-  config.dtypes = {{"q", c.in}, {"k", c.in}, {"v", c.in}, {"out", c.out}};
+  if (backward)
+    config.dtypes = {{"q", c.in},   {"k", c.in},   {"v", c.in},  {"dout", c.in},
+                     {"dq", c.out}, {"dk", c.out}, {"dv", c.out}};
+  else
+    config.dtypes = {{"q", c.in}, {"k", c.in}, {"v", c.in}, {"out", c.out}};
   config.repeat = 0;
   config.seed = 20261206;
-  auto r = kernels::run(rt, "attention", config);
+  auto r = kernels::run(rt, op, config);
   KILN_REQUIRE_OK(r);
   INFO("plan: " << r->plan);
-  CHECK_THAT(r->plan, Contains("attention_fwd:"));
-  REQUIRE(r->checks.size() == 2);
+  CHECK_THAT(r->plan,
+             Contains(backward ? "attention_bwd_dkdv + attention_bwd_dq:" : "attention_fwd:"));
+  REQUIRE(r->checks.size() == (backward ? 3 : 2));
   for (const auto& check : r->checks) {
     INFO(check.name << ": first bad " << check.first_bad << ": got " << check.got << ", want "
                     << check.want);
@@ -105,6 +114,139 @@ TEST_CASE("kiln::lib::attention on the emulator", "[attention][gpu-paths]") {
   }
 }
 
+// The backward pass: f32 gradients (whose tolerance, 1e-3 (f16) or 4e-3 (bf16) of the largest,
+// sees a wrong term that the inputs' type's rounding would hide) and some of the inputs' type.
+const AttnCase kBackwardCases[] = {
+    {{1, 2, 1, 64}, {1, 2, 7, 64}, {}, "f16", "f32"},
+    {{1, 3, 7, 32}, {1, 1, 1, 32}, {{"causal", "1"}}, "bf16", "f32"},
+    // Causal with Sq > Sk (the first 30 queries see no key: no gradient) and Sq < Sk.
+    {{1, 2, 40, 32}, {1, 2, 10, 32}, {{"causal", "1"}}, "f16", "f32"},
+    {{1, 4, 77, 96}, {1, 2, 150, 96}, {{"causal", "1"}, {"use_bias", "1"}}, "f16", "f32"},
+    {{2, 2, 100, 128},
+     {2, 2, 100, 128},
+     {{"window_left", "20"}, {"window_right", "5"}, {"scale", "0.2"}},
+     "f16",
+     "f32"},
+    {{1, 33, 8, 64}, {1, 45, 2, 64}, {{"bshd", "1"}, {"use_bias", "1"}}, "bf16", "f32"},
+    {{1, 2, 40, 256}, {1, 1, 33, 256}, {}, "f16", "f32"},
+    {{2, 4, 200, 64}, {2, 2, 200, 64}, {}, "bf16", "bf16"},
+    {{1, 1, 200, 64}, {1, 1, 200, 64}, {{"causal", "1"}}, "f16", "f16"},
+};
+
+TEST_CASE("kiln::lib::attention_backward matches a double reference", "[attention]") {
+  (void)kernels::builtin_names();
+  auto rt = Runtime::open("cpu");
+  REQUIRE(rt.ok());
+  for (const AttnCase& c : kBackwardCases) run_case(*rt, c, "attention_backward");
+}
+
+TEST_CASE("kiln::lib::attention_backward on the emulator", "[attention][gpu-paths]") {
+  (void)kernels::builtin_names();
+  // sm_80 and sm_90a reload Q, K, V and dO above head size 64 and split the gradients' columns
+  // at 256; sm_100a keeps them and splits from 96.
+  for (const char* device : {"cuda-emu:sm_80", "cuda-emu:sm_90a", "cuda-emu:sm_100a"}) {
+    auto opened = test::open_devices({device});
+    if (opened.empty()) {
+      WARN("skipped: " << device << " is not available here");
+      continue;
+    }
+    INFO(device);
+    run_case(opened.front(),
+             {{1, 4, 37, 64}, {1, 2, 50, 64}, {{"causal", "1"}, {"use_bias", "1"}}, "bf16", "f32"},
+             "attention_backward");
+    run_case(
+        opened.front(),
+        {{1, 2, 6, 128}, {1, 40, 3, 128}, {{"bshd", "1"}, {"window_left", "10"}}, "f16", "f32"},
+        "attention_backward");
+    run_case(opened.front(), {{1, 1, 20, 256}, {1, 1, 33, 256}, {}, "bf16", "f32"},
+             "attention_backward");
+  }
+}
+
+// The loss L = sum(out * dout), out = attention(q, k, v) in double, from f16 inputs: L's
+// central differences along every element of q, k and v against the kernel's f32 gradients.
+TEST_CASE("kiln::lib::attention_backward against finite differences", "[attention]") {
+  (void)kernels::builtin_names();
+  auto rt = Runtime::open("cpu");
+  REQUIRE(rt.ok());
+  const int64_t hq = 2, hk = 1, sq = 9, sk = 13, D = 32;
+  const double scale = 0.3;
+  std::vector<double> q(size_t(hq * sq * D)), k(size_t(hk * sk * D)), v(k.size()), dout(q.size());
+  uint64_t state = 12345;
+  auto next = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return round_to_f16(static_cast<double>(state >> 11) / 9007199254740992.0 * 2 - 1);
+  };
+  for (auto* t : {&q, &k, &v, &dout})
+    for (double& x : *t) x = next();
+  // Causal, Sq < Sk: query i sees keys up to i + 4.
+  auto loss = [&] {
+    double l = 0;
+    std::vector<double> w(static_cast<size_t>(sk));
+    for (int64_t h = 0; h < hq; ++h)
+      for (int64_t i = 0; i < sq; ++i) {
+        double mx = -INFINITY, sum = 0;
+        for (int64_t j = 0; j <= i + sk - sq; ++j) {
+          double dot = 0;
+          for (int64_t c = 0; c < D; ++c)
+            dot += q[size_t((h * sq + i) * D + c)] * k[size_t(j * D + c)];
+          w[size_t(j)] = dot * scale;
+          mx = std::max(mx, w[size_t(j)]);
+        }
+        for (int64_t j = 0; j <= i + sk - sq; ++j)
+          sum += w[size_t(j)] = std::exp(w[size_t(j)] - mx);
+        for (int64_t c = 0; c < D; ++c) {
+          double o = 0;
+          for (int64_t j = 0; j <= i + sk - sq; ++j) o += w[size_t(j)] * v[size_t(j * D + c)];
+          l += o / sum * dout[size_t((h * sq + i) * D + c)];
+        }
+      }
+    return l;
+  };
+  auto upload = [&](const std::vector<double>& x, std::vector<int64_t> shape) {
+    std::vector<uint16_t> bits;
+    for (double e : x) bits.push_back(f16_bits(e));
+    return test::tensor_from(*rt, ir::ElemType::F16, bits, shape);
+  };
+  const Tensor tq = upload(q, {1, hq, sq, D}), tk = upload(k, {1, hk, sk, D}),
+               tv = upload(v, {1, hk, sk, D}), tdo = upload(dout, {1, hq, sq, D});
+  auto make = [&](ir::ElemType t, std::vector<int64_t> shape) {
+    auto r = rt->empty(t, std::span<const int64_t>(shape));
+    REQUIRE(r.ok());
+    return std::move(*r);
+  };
+  Tensor out = make(ir::ElemType::F16, {1, hq, sq, D}), lse = make(ir::ElemType::F32, {1, hq, sq});
+  Tensor dq = make(ir::ElemType::F32, {1, hq, sq, D}), dk = make(ir::ElemType::F32, {1, hk, sk, D}),
+         dv = make(ir::ElemType::F32, {1, hk, sk, D});
+  lib::AttentionOptions o;
+  o.causal = true;
+  o.scale = scale;
+  o.lse = &lse;
+  KILN_REQUIRE_OK(lib::attention(*rt, tq, tk, tv, out, o));
+  KILN_REQUIRE_OK(lib::attention_backward(*rt, tq, tk, tv, out, tdo, lse, dq, dk, dv, o));
+  KILN_REQUIRE_OK(rt->sync());
+  for (const auto& [name, x, g] : {std::tuple{"dq", &q, &dq}, {"dk", &k, &dk}, {"dv", &v, &dv}}) {
+    const std::vector<float> got = test::to_host<float>(*g);
+    std::vector<double> want(x->size());
+    double largest = 0;
+    for (size_t e = 0; e < x->size(); ++e) {
+      const double keep = (*x)[e], eps = 1e-4;
+      (*x)[e] = keep + eps;
+      const double up = loss();
+      (*x)[e] = keep - eps;
+      want[e] = (up - loss()) / (2 * eps);
+      (*x)[e] = keep;
+      largest = std::max(largest, std::fabs(want[e]));
+    }
+    INFO(name << ": largest gradient " << largest);
+    REQUIRE(largest > 0.01);
+    for (size_t e = 0; e < x->size(); ++e) {
+      INFO(name << "[" << e << "]: got " << got[e] << ", finite differences " << want[e]);
+      CHECK(std::fabs(got[e] - want[e]) <= 1e-3 * largest + 1e-3 * std::fabs(want[e]));
+    }
+  }
+}
+
 TEST_CASE("kiln::lib::attention refuses what it cannot compute, naming it", "[attention]") {
   (void)kernels::builtin_names();
   auto rt = Runtime::open("cpu");
@@ -156,6 +298,29 @@ TEST_CASE("kiln::lib::attention refuses what it cannot compute, naming it", "[at
   auto spread = Tensor::make(small.device_ptr(), small.buffer(), ElemType::BF16, shape, strides);
   KILN_REQUIRE_OK(spread);
   refused(q, k, k, *spread, {}, "out (bf16[1, 4, 16, 64]) has elements that overlap");
+
+  // The backward pass's own arguments.
+  const Tensor lse = make(ElemType::F32, {1, 4, 16});
+  Tensor dq = make(ElemType::F32, {1, 4, 16, 64}), dk = make(ElemType::F32, {1, 2, 16, 64}),
+         dv = make(ElemType::F32, {1, 2, 16, 64});
+  auto refused_bwd = [&](const Tensor& oo, const Tensor& dout, const Tensor& l, Tensor& gq,
+                         Tensor& gk, Tensor& gv, const std::string& what) {
+    const Status s = lib::attention_backward(*rt, q, k, k, oo, dout, l, gq, gk, gv);
+    REQUIRE_FALSE(s.ok());
+    CHECK_THAT(s.error().message, Contains(what));
+  };
+  const Tensor dout32 = make(ElemType::F32, {1, 4, 16, 64});
+  refused_bwd(out, dout32, lse, dq, dk, dv, "dout holds f32; it must hold the inputs' bf16");
+  const Tensor lse8 = make(ElemType::F32, {1, 4, 8});
+  refused_bwd(out, out, lse8, dq, dk, dv, "lse is f32 of [1, 4, 8]; it must be f32 [B, Hq, Sq]");
+  refused_bwd(out, out, lse, dq, dq, dv, "dk is [1, 4, 16, 64]; it must be k's shape");
+  Tensor dk16 = make(ElemType::BF16, {1, 2, 16, 64});
+  refused_bwd(out, out, lse, dq, dk16, dv, "dq, dk and dv must hold one type");
+  auto spread_dq = Tensor::make(dq.device_ptr(), dq.buffer(), ElemType::F32, shape, strides);
+  KILN_REQUIRE_OK(spread_dq);
+  refused_bwd(out, out, lse, *spread_dq, dk, dv,
+              "dq (f32[1, 4, 16, 64]) has elements that overlap");
+  KILN_REQUIRE_OK(lib::attention_backward(*rt, q, k, k, out, out, lse, dq, dk, dv));
 }
 
 }  // namespace
