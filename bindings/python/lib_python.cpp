@@ -364,6 +364,25 @@ void bind_reduce_pool_random(py::module_& m) {
           o.lse = tl ? &*tl : nullptr;
           run([&] { return lib::attention(rt, tq, tk, tv, tout, o); });
         });
+  m.def("attention_backward",
+        [](Runtime& rt, py::handle q, py::handle k, py::handle v, py::handle out, py::handle dout,
+           py::handle lse, py::handle dq, py::handle dk, py::handle dv, py::handle bias,
+           double scale, bool causal, int64_t window_left, int64_t window_right) {
+          lib::AttentionOptions o;
+          o.scale = scale;
+          o.causal = causal;
+          o.window_left = window_left;
+          o.window_right = window_right;
+          const Tensor tq = tensor(rt, q, "q"), tk = tensor(rt, k, "k"), tv = tensor(rt, v, "v");
+          const Tensor tout = tensor(rt, out, "out"), tdout = tensor(rt, dout, "dout"),
+                       tlse = tensor(rt, lse, "lse");
+          Tensor tdq = tensor(rt, dq, "dq"), tdk = tensor(rt, dk, "dk"), tdv = tensor(rt, dv, "dv");
+          const std::optional<Tensor> tb = optional_tensor(rt, bias, "bias");
+          o.bias = tb ? &*tb : nullptr;
+          run([&] {
+            return lib::attention_backward(rt, tq, tk, tv, tout, tdout, tlse, tdq, tdk, tdv, o);
+          });
+        });
   m.def("pool2d_output_shape",
         [](py::handle shape, py::handle kernel, py::handle stride, py::handle padding,
            py::handle dilation, bool ceil_mode, const std::string& layout) {

@@ -191,6 +191,29 @@ def test_attention_gqa_causal_bias_lse_and_bshd_views():
         lib.attention(rand(1, 1, 8, 32), rand(1, 1, 8, 32), rand(1, 1, 8, 32))
 
 
+def test_attention_backward_against_central_differences_of_the_reference():
+    q, k, v = rand(1, 2, 9, 32, dtype=np.float16), rand(1, 1, 13, 32, dtype=np.float16), \
+        rand(1, 1, 13, 32, dtype=np.float16)
+    dout = rand(1, 2, 9, 32, dtype=np.float16)
+    out, lse = lib.attention(q, k, v, causal=True, return_lse=True)
+    dq, dk, dv = lib.attention_backward(q, k, v, out, dout, lse, causal=True, grad_dtype="f32")
+    assert dq.shape == q.shape and dk.shape == k.shape and dq.dtype == np.float32
+    loss = lambda q_, k_, v_: float((attention_ref(q_, k_, v_, causal=True)[0] * dout).sum())
+    x = [np.asarray(t, np.float64) for t in (q, k, v)]
+    for i, got in enumerate((dq, dk, dv)):
+        want = np.zeros(x[i].shape)
+        for e in np.ndindex(*x[i].shape):
+            keep = x[i][e]
+            x[i][e] = keep + 1e-4
+            up = loss(*x)
+            x[i][e] = keep - 1e-4
+            want[e] = (up - loss(*x)) / 2e-4
+            x[i][e] = keep
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3 * np.abs(want).max())
+    with pytest.raises(kiln.Error, match="dout holds f32"):
+        lib.attention_backward(q, k, v, out, dout.astype(np.float32), lse)
+
+
 def test_matmul_errors_name_the_argument():
     a = rand(5, 7)
     with pytest.raises(kiln.Error, match="columns of the first") as e:

@@ -77,6 +77,28 @@ def test_attention_against_scaled_dot_product_attention():
     close(kt.attention(qb, k, v), kt.attention(q, k, v), 0)
 
 
+def test_attention_gradients_against_scaled_dot_product_attention():
+    for dtype in (torch.float16, torch.bfloat16):
+        q = torch.randn(2, 4, 37, 64, dtype=dtype, requires_grad=True)
+        k = torch.randn(2, 2, 50, 64, dtype=dtype, requires_grad=True)
+        v = torch.randn(2, 2, 50, 64, dtype=dtype, requires_grad=True)
+        g = torch.randn(2, 4, 37, 64, dtype=dtype)
+        mask = torch.ones(37, 50, dtype=torch.bool).tril(50 - 37)
+        kt.attention(q, k, v, causal=True).backward(g)
+        qf, kf, vf = (t.detach().float().requires_grad_() for t in (q, k, v))
+        torch.nn.functional.scaled_dot_product_attention(
+            qf, kf.repeat_interleave(2, dim=1), vf.repeat_interleave(2, dim=1),
+            attn_mask=mask).backward(g.float())
+        for got, want in ((q.grad, qf.grad), (k.grad, kf.grad), (v.grad, vf.grad)):
+            assert got.dtype == dtype
+            # bf16 gradients: P and dS rounded to 8 bits before their products, then the result.
+            torch.testing.assert_close(got.float(), want, rtol=5e-2, atol=2e-2 * want.abs().max())
+    q, k, v = (torch.randn(1, 2, 20, 32, dtype=torch.bfloat16) for _ in range(3))
+    out, lse = torch.ops.kiln.attention_forward(q, k, v)
+    opcheck(torch.ops.kiln.attention_forward.default, (q, k, v), {"causal": True})
+    opcheck(torch.ops.kiln.attention_backward.default, (q, k, v, out, torch.randn_like(q), lse))
+
+
 def test_conv_and_its_gradients_against_torch():
     x = torch.randn(2, 6, 11, 9, requires_grad=True)
     w = torch.randn(8, 3, 3, 2, requires_grad=True)

@@ -1,8 +1,10 @@
 // kiln::lib::attention on one shape, timed: the median milliseconds of a call (after a warm-up
 // call that compiles), and its throughput (4 B H Sq Sk D flops; causal counts them all, as
-// PyTorch's benchmarks do). tools/bench/attention_vs_torch.sh runs it next to PyTorch's
-// scaled_dot_product_attention on the same shapes.
-//   attention_bench B H S D causal(0|1) dtype(bf16|f16) [device]
+// PyTorch's benchmarks do). With bwd, kiln::lib::attention_backward instead (after one forward
+// for out and the log-sum-exp; 10 B H Sq Sk D flops, FlashAttention's convention).
+// tools/bench/attention_vs_torch.sh runs it next to PyTorch's scaled_dot_product_attention on
+// the same shapes.
+//   attention_bench B H S D causal(0|1) dtype(bf16|f16) [device] [fwd|bwd]
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -22,7 +24,8 @@ using kiln::bench::die;
 using kiln::bench::must;
 
 int main(int argc, char** argv) {
-  if (argc < 7) die("usage: attention_bench B H S D causal(0|1) dtype(bf16|f16) [device]");
+  if (argc < 7)
+    die("usage: attention_bench B H S D causal(0|1) dtype(bf16|f16) [device] [fwd|bwd]");
   const int64_t B = std::atoll(argv[1]), H = std::atoll(argv[2]), S = std::atoll(argv[3]),
                 D = std::atoll(argv[4]);
   const bool causal = std::atoi(argv[5]) != 0;
@@ -41,14 +44,27 @@ int main(int argc, char** argv) {
     for (auto& h : host) h = t == ir::ElemType::F16 ? f16_bits(d(r)) : bf16_bits(d(r));
     must(x->upload(std::span<const uint16_t>(host)));
   }
+  const bool backward = argc > 8 && std::string(argv[8]) == "bwd";
   lib::AttentionOptions opt;
   opt.causal = causal;
-  auto call = [&] {
+  Tensor lse = must(rt.empty(ir::ElemType::F32, {B, H, S}));
+  Tensor dout = must(rt.empty(t, shape)), dq = must(rt.empty(t, shape)),
+         dk = must(rt.empty(t, shape)), dv = must(rt.empty(t, shape));
+  if (backward) {
+    for (auto& h : host) h = t == ir::ElemType::F16 ? f16_bits(d(r)) : bf16_bits(d(r));
+    must(dout.upload(std::span<const uint16_t>(host)));
+    opt.lse = &lse;
     must(lib::attention(rt, q, k, v, o, opt));
+  }
+  auto call = [&] {
+    if (backward)
+      must(lib::attention_backward(rt, q, k, v, o, dout, lse, dq, dk, dv, opt));
+    else
+      must(lib::attention(rt, q, k, v, o, opt));
     must(rt.sync());
   };
   call();
-  const double flops = 4.0 * static_cast<double>(B * H * S * S * D);
+  const double flops = (backward ? 10.0 : 4.0) * static_cast<double>(B * H * S * S * D);
   const int samples = flops > 2e11 ? 3 : flops > 2e10 ? 5 : 9;
   const double s = bench::median_seconds(call, 1, samples);
   std::printf("%.3f %.1f\n", s * 1e3, flops / s / 1e9);

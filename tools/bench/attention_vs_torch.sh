@@ -1,46 +1,60 @@
 #!/usr/bin/env bash
-# kiln::lib::attention against PyTorch CPU's scaled_dot_product_attention in one run, forward,
-# on B x H x S x D = 4 x 16 x S x D (S 512, 1024, 2048; 4096 too with --long), D 64 and 128,
-# causal and not, bf16 (--quick: 1 x 4 x 512 and 1024). Each shape through
-# build/bin/attention_bench (the median of a few calls after the compiling one) and through
-# PyTorch with the same threads (the median of as many calls after a warm-up); prints both
-# times, kiln's speed-up and both throughputs (4 B H S^2 D flops per call, causal counted whole),
-# and writes build/attention_bench.csv. PyTorch comes from PyPI into build/bench-venv
+# kiln::lib::attention against PyTorch CPU's scaled_dot_product_attention in one run, forward
+# (--backward: the backward pass alone, kiln::lib::attention_backward against PyTorch's autograd
+# of SDPA from a recorded forward), on B x H x S x D = 4 x 16 x S x D (S 512, 1024, 2048; 4096
+# too with --long), D 64 and 128, causal and not, bf16 (--quick: 1 x 4 x 512 and 1024). Each
+# shape through build/bin/attention_bench (the median of a few calls after the compiling one)
+# and through PyTorch with the same threads (the median of as many calls after a warm-up);
+# prints both times, kiln's speed-up and both throughputs (4 B H S^2 D flops per forward call,
+# 10 per backward, causal counted whole), and writes build/attention_bench.csv (or
+# build/attention_backward_bench.csv). PyTorch comes from PyPI into build/bench-venv
 # (bench_venv.sh); nothing is installed into the system.
-#   tools/bench/attention_vs_torch.sh [--quick] [--long]      (build first)
+#   tools/bench/attention_vs_torch.sh [--quick] [--long] [--backward]      (build first)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . tools/bench/bench_venv.sh
 bench_venv attention_vs_torch
-batch=4 heads=16 seqs="512 1024 2048"
+batch=4 heads=16 seqs="512 1024 2048" pass=fwd
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) batch=1 heads=4 seqs="512 1024" ;;
     --long) seqs="$seqs 4096" ;;
-    *) echo "usage: tools/bench/attention_vs_torch.sh [--quick] [--long]" >&2; exit 2 ;;
+    --backward) pass=bwd ;;
+    *) echo "usage: tools/bench/attention_vs_torch.sh [--quick] [--long] [--backward]" >&2; exit 2 ;;
   esac
   shift
 done
 host=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
-echo "kiln::lib::attention against PyTorch CPU ($host, $(nproc) threads, $(date +%Y-%m-%d)), bf16"
+what=kiln::lib::attention
+[ $pass = bwd ] && what="kiln::lib::attention_backward (the backward pass alone)"
+echo "$what against PyTorch CPU ($host, $(nproc) threads, $(date +%Y-%m-%d)), bf16"
 printf "%-22s %-7s %10s %10s %9s %12s %12s\n" shape causal "kiln ms" "torch ms" speed-up \
   "kiln GFLOP/s" "torch GFLOP/s"
 csv=build/attention_bench.csv
+[ $pass = bwd ] && csv=build/attention_backward_bench.csv
 echo "batch,heads,seq,head_dim,causal,kiln_ms,torch_ms,kiln_gflops,torch_gflops" >"$csv"
 for d in 64 128; do
   for s in $seqs; do
     for causal in 0 1; do
-      read -r k kg < <(build/bin/attention_bench "$batch" "$heads" "$s" "$d" "$causal" bf16)
-      t=$("$py" - "$batch" "$heads" "$s" "$d" "$causal" "$(nproc)" <<'PY' 2>/dev/null || echo "- -"
+      read -r k kg < <(build/bin/attention_bench "$batch" "$heads" "$s" "$d" "$causal" bf16 cpu $pass)
+      t=$("$py" - "$batch" "$heads" "$s" "$d" "$causal" "$(nproc)" "$pass" <<'PY' 2>/dev/null || echo "- -"
 import statistics, sys, time
 import torch
-b, h, s, d, causal, threads = map(int, sys.argv[1:])
+b, h, s, d, causal, threads = map(int, sys.argv[1:7])
+backward = sys.argv[7] == "bwd"
 torch.set_num_threads(threads)
 q, k, v = (torch.rand(b, h, s, d, dtype=torch.bfloat16) * 2 - 1 for _ in range(3))
-f = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
-flops = 4.0 * b * h * s * s * d
+sdpa = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
+if backward:
+    for t in (q, k, v):
+        t.requires_grad_()
+    out, g = sdpa(), torch.rand(b, h, s, d, dtype=torch.bfloat16) * 2 - 1
+    f = lambda: torch.autograd.grad(out, (q, k, v), g, retain_graph=True)
+else:
+    f = sdpa
+flops = (10.0 if backward else 4.0) * b * h * s * s * d
 n = 3 if flops > 2e11 else 5 if flops > 2e10 else 9
-with torch.no_grad():
+with torch.set_grad_enabled(backward):
     f()
     times = []
     for _ in range(n):

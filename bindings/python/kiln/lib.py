@@ -33,7 +33,7 @@ Shape = Tuple[int, ...]
 Pair = Union[int, Tuple[int, int]]
 
 __all__ = [
-    "attention", "avg_pool2d", "binary", "broadcast_shape", "conv", "conv_backward_input",
+    "attention", "attention_backward", "avg_pool2d", "binary", "broadcast_shape", "conv", "conv_backward_input",
     "conv_backward_weight", "conv_output_shape", "copy", "grouped_matmul", "layer_norm",
     "log_softmax", "map", "matmul", "max_pool2d", "normal", "pool2d_output_shape", "reduce", "reduce_output_shape",
     "reduce_output_type", "rms_norm", "softmax", "unary", "uniform", "OPS", "REDUCE_OPS",
@@ -362,6 +362,32 @@ def attention(q: Any, k: Any, v: Any, out: Any = None, *, causal: bool = False,
         _L.attention(call.rt, q, k, v, out, bias, lse, float(scale or 0.0), bool(causal),
                      int(window_left), int(window_right))
     return (out, lse) if return_lse else out
+
+
+def attention_backward(q: Any, k: Any, v: Any, out: Any, dout: Any, lse: Any, dq: Any = None,
+                       dk: Any = None, dv: Any = None, *, causal: bool = False,
+                       window_left: int = -1, window_right: int = -1,
+                       scale: Optional[float] = None, bias: Any = None,
+                       grad_dtype: Optional[str] = None, runtime: Any = None) -> Any:
+    """The gradients (dq, dk, dv) of a loss with respect to attention()'s q, k and v, given its
+    out and lse (attention(..., return_lse=True)) and dout, the loss's gradient with respect to
+    out (FlashAttention-2's backward: no atomics, the same sums on every device). The options
+    must be the forward's; dout holds q's type; dq, dk and dv of grad_dtype (q's type by
+    default, or 'f32'). The bias gets no gradient."""
+    call = _Call(q, "q", runtime, k=k, v=v, out=out, dout=dout, lse=lse, dq=dq, dk=dk, dv=dv,
+                 bias=bias)
+    t = grad_dtype or call.dtype(q, "q")
+    if dq is None:
+        dq = call.empty(t, _shape(q))
+    if dk is None:
+        dk = call.empty(t, _shape(k))
+    if dv is None:
+        dv = call.empty(t, _shape(v))
+    with call:
+        _L.attention_backward(call.rt, q, k, v, out, dout, lse, dq, dk, dv, bias,
+                              float(scale or 0.0), bool(causal), int(window_left),
+                              int(window_right))
+    return dq, dk, dv
 
 
 def conv(x: Any, w: Any, y: Any = None, *, bias: Any = None, residual: Any = None,

@@ -1,14 +1,16 @@
 """kiln's kernel library as PyTorch operators: ``import kiln.torch`` registers them in the
 ``kiln`` namespace (``torch.ops.kiln.matmul``, ``torch.ops.kiln.softmax``, ...), each with a fake
 (meta) implementation, so that ``torch.compile(fullgraph=True)`` traces them, and with autograd
-for matmul, conv, softmax, log_softmax, layer_norm, rms_norm, max_pool2d and avg_pool2d.
+for matmul, conv, attention, softmax, log_softmax, layer_norm, rms_norm, max_pool2d and
+avg_pool2d.
 
 The operators take and return torch tensors, run kiln's kernels on their memory (no copies),
 and follow the kiln.lib functions of the same names (docs/kernels.md). The functions here call
 the operators: ``kiln.torch.matmul(a, b)`` is ``torch.ops.kiln.matmul(a, b)``.
 
 Backward passes: matmul's gradients are kiln matmuls; conv's are kiln's conv_backward_input
-and conv_backward_weight (operators too); softmax's, log_softmax's, layer_norm's
+and conv_backward_weight (operators too); attention's is kiln's attention_backward (an operator
+too, from the log-sum-exp that torch.ops.kiln.attention_forward returns); softmax's, log_softmax's, layer_norm's
 and rms_norm's are kiln operators too (``torch.ops.kiln.softmax_backward``, ...), computed in
 f32; max_pool2d's scatters the gradient with PyTorch's scatter_add at the indices kiln found,
 and avg_pool2d's is PyTorch's own avg_pool2d backward.
@@ -233,13 +235,74 @@ def _(q, k, v, bias=None, causal=False, window_left=-1, window_right=-1, scale=N
     return q.new_empty(q.shape)
 
 
+@_op("attention_forward(Tensor q, Tensor k, Tensor v, Tensor? bias=None, bool causal=False, "
+     "int window_left=-1, int window_right=-1, float? scale=None) -> (Tensor, Tensor)")
+def _attention_forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor] = None,
+                       causal: bool = False, window_left: int = -1, window_right: int = -1,
+                       scale: Optional[float] = None) -> Tuple[Tensor, Tensor]:
+    b = _f32(_d(bias)) if bias is not None else None
+    return _lib.attention(_d(q), _d(k), _d(v), causal=causal, window_left=window_left,
+                          window_right=window_right, scale=scale, bias=b, return_lse=True)
+
+
+@_attention_forward.register_fake
+def _(q, k, v, bias=None, causal=False, window_left=-1, window_right=-1, scale=None):
+    return q.new_empty(q.shape), q.new_empty(q.shape[:3], dtype=torch.float32)
+
+
+@_op("attention_backward(Tensor q, Tensor k, Tensor v, Tensor out, Tensor dout, Tensor lse, "
+     "Tensor? bias=None, bool causal=False, int window_left=-1, int window_right=-1, "
+     "float? scale=None) -> (Tensor, Tensor, Tensor)")
+def _attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout: Tensor, lse: Tensor,
+                        bias: Optional[Tensor] = None, causal: bool = False,
+                        window_left: int = -1, window_right: int = -1,
+                        scale: Optional[float] = None) -> Tuple[Tensor, Tensor, Tensor]:
+    b = _f32(_d(bias)) if bias is not None else None
+    return _lib.attention_backward(_d(q), _d(k), _d(v), _d(out), _d(dout), _d(lse),
+                                   causal=causal, window_left=window_left,
+                                   window_right=window_right, scale=scale, bias=b)
+
+
+@_attention_backward.register_fake
+def _(q, k, v, out, dout, lse, bias=None, causal=False, window_left=-1, window_right=-1,
+      scale=None):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _attention_setup(ctx, inputs, output):
+    q, k, v, bias, causal, window_left, window_right, scale = inputs
+    out, lse = output
+    ctx.flags = (causal, window_left, window_right, scale)
+    ctx.mark_non_differentiable(lse)
+    ctx.save_for_backward(q, k, v, bias, out, lse)
+
+
+def _attention_grad(ctx, g, g_lse):
+    causal, window_left, window_right, scale = ctx.flags
+    q, k, v, bias, out, lse = ctx.saved_tensors
+    if bias is not None and ctx.needs_input_grad[3]:
+        raise RuntimeError("kiln.torch.attention: the bias gets no gradient (kiln's backward "
+                           "computes dq, dk and dv); pass a bias that does not require one")
+    dq, dk, dv = torch.ops.kiln.attention_backward(q, k, v, out, g.to(q.dtype), lse, bias,
+                                                   causal, window_left, window_right, scale)
+    return dq, dk, dv, None, None, None, None, None
+
+
+_attention_forward.register_autograd(_attention_grad, setup_context=_attention_setup)
+
+
 def attention(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor] = None, *,
               causal: bool = False, window_left: int = -1, window_right: int = -1,
               scale: Optional[float] = None) -> Tensor:
-    """torch.ops.kiln.attention: scaled_dot_product_attention(q, k, v, attn_mask=bias,
-    is_causal=causal, scale=scale) on kiln (kiln.lib.attention: q [B, Hq, Sq, D], k and v
-    [B, Hk, Sk, D], f16 or bf16, any strides with the last one 1; grouped-query heads; sliding
-    windows). The forward pass only: its backward is not built yet, so it has no autograd."""
+    """scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=causal, scale=scale) on
+    kiln (kiln.lib.attention: q [B, Hq, Sq, D], k and v [B, Hk, Sk, D], f16 or bf16, any strides
+    with the last one 1; grouped-query heads; sliding windows), with gradients for q, k and v
+    (kiln.lib.attention_backward; the bias gets none). Through torch.ops.kiln.attention_forward,
+    which also returns the log-sum-exp the backward pass needs; torch.ops.kiln.attention is the
+    forward alone."""
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        return torch.ops.kiln.attention_forward(q, k, v, bias, causal, window_left,
+                                                window_right, scale)[0]
     return torch.ops.kiln.attention(q, k, v, bias, causal, window_left, window_right, scale)
 
 
