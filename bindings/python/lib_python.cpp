@@ -172,6 +172,27 @@ lib::ReduceOptions reduce_options(const std::vector<int>& axes, bool keepdim, in
   return o;
 }
 
+// kiln::lib::AttentionOptions from the Python arguments, with the tensors it points to.
+struct AttentionArgs {
+  std::optional<Tensor> bias, cu_q, cu_k;
+  lib::AttentionOptions o;
+  void fill(Runtime& rt, py::handle b, py::handle cq, py::handle ck, double scale, bool causal,
+            int64_t window_left, int64_t window_right, int64_t max_q, int64_t max_k) {
+    bias = optional_tensor(rt, b, "bias");
+    cu_q = optional_tensor(rt, cq, "cu_seqlens_q");
+    cu_k = optional_tensor(rt, ck, "cu_seqlens_k");
+    o.scale = scale;
+    o.causal = causal;
+    o.window_left = window_left;
+    o.window_right = window_right;
+    o.bias = bias ? &*bias : nullptr;
+    o.cu_seqlens_q = cu_q ? &*cu_q : nullptr;
+    o.cu_seqlens_k = cu_k ? &*cu_k : nullptr;
+    o.max_seqlen_q = max_q;
+    o.max_seqlen_k = max_k;
+  }
+};
+
 void bind_elementwise(py::module_& m) {
   m.def(
       "map",
@@ -350,37 +371,29 @@ void bind_reduce_pool_random(py::module_& m) {
   });
   m.def("attention",
         [](Runtime& rt, py::handle q, py::handle k, py::handle v, py::handle out, py::handle bias,
-           py::handle lse, double scale, bool causal, int64_t window_left, int64_t window_right) {
-          lib::AttentionOptions o;
-          o.scale = scale;
-          o.causal = causal;
-          o.window_left = window_left;
-          o.window_right = window_right;
+           py::handle lse, double scale, bool causal, int64_t window_left, int64_t window_right,
+           py::handle cu_q, py::handle cu_k, int64_t max_q, int64_t max_k) {
+          AttentionArgs a;
+          a.fill(rt, bias, cu_q, cu_k, scale, causal, window_left, window_right, max_q, max_k);
           const Tensor tq = tensor(rt, q, "q"), tk = tensor(rt, k, "k"), tv = tensor(rt, v, "v");
           Tensor tout = tensor(rt, out, "out");
-          const std::optional<Tensor> tb = optional_tensor(rt, bias, "bias");
           std::optional<Tensor> tl = optional_tensor(rt, lse, "lse");
-          o.bias = tb ? &*tb : nullptr;
-          o.lse = tl ? &*tl : nullptr;
-          run([&] { return lib::attention(rt, tq, tk, tv, tout, o); });
+          a.o.lse = tl ? &*tl : nullptr;
+          run([&] { return lib::attention(rt, tq, tk, tv, tout, a.o); });
         });
   m.def("attention_backward",
         [](Runtime& rt, py::handle q, py::handle k, py::handle v, py::handle out, py::handle dout,
            py::handle lse, py::handle dq, py::handle dk, py::handle dv, py::handle bias,
-           double scale, bool causal, int64_t window_left, int64_t window_right) {
-          lib::AttentionOptions o;
-          o.scale = scale;
-          o.causal = causal;
-          o.window_left = window_left;
-          o.window_right = window_right;
+           double scale, bool causal, int64_t window_left, int64_t window_right, py::handle cu_q,
+           py::handle cu_k, int64_t max_q, int64_t max_k) {
+          AttentionArgs a;
+          a.fill(rt, bias, cu_q, cu_k, scale, causal, window_left, window_right, max_q, max_k);
           const Tensor tq = tensor(rt, q, "q"), tk = tensor(rt, k, "k"), tv = tensor(rt, v, "v");
           const Tensor tout = tensor(rt, out, "out"), tdout = tensor(rt, dout, "dout"),
                        tlse = tensor(rt, lse, "lse");
           Tensor tdq = tensor(rt, dq, "dq"), tdk = tensor(rt, dk, "dk"), tdv = tensor(rt, dv, "dv");
-          const std::optional<Tensor> tb = optional_tensor(rt, bias, "bias");
-          o.bias = tb ? &*tb : nullptr;
           run([&] {
-            return lib::attention_backward(rt, tq, tk, tv, tout, tdout, tlse, tdq, tdk, tdv, o);
+            return lib::attention_backward(rt, tq, tk, tv, tout, tdout, tlse, tdq, tdk, tdv, a.o);
           });
         });
   m.def("pool2d_output_shape",

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "compiler/dsl/online_softmax.h"
+#include "kernels/lib/attention_seqs.h"
 #include "kernels/lib/common.h"
 
 using namespace kiln::dsl;
@@ -29,9 +30,10 @@ constexpr float kLog2e = 1.4426950408889634f;
 template <class P>
 void attention_fwd(Tensor<const typename P::In> q, Tensor<const typename P::In> k,
                    Tensor<const typename P::In> v, Tensor<typename P::Out> o,
-                   Tensor<const f32> bias, Tensor<f32> lse, f32 scale_log2, u32 hq, u32 group,
-                   i32 left, i32 right, u32 bs0, u32 bs1, u32 bs2, u32 bs3, int head_dim,
-                   int planes, int o_split, bool has_bias, bool has_lse) {
+                   Tensor<const f32> bias, Tensor<f32> lse, Tensor<const i32> cu_q,
+                   Tensor<const i32> cu_k, f32 scale_log2, u32 hq, u32 group, i32 left, i32 right,
+                   u32 bs0, u32 bs1, u32 bs2, u32 bs3, int head_dim, int planes, int o_split,
+                   bool has_bias, bool has_lse, bool varlen) {
   using In = typename P::In;
   using Out = host_of_t<typename P::Out>;
   if (head_dim % 32 != 0 || head_dim > 256) {
@@ -74,13 +76,19 @@ void attention_fwd(Tensor<const typename P::In> q, Tensor<const typename P::In> 
   Fragment<typename P::Out> out;
   if constexpr (!std::is_same_v<Out, float>) out = accumulator<typename P::Out>(16, 32, 32);
 
-  u32 seq_q = q.shape(2), seq_k = k.shape(2);
   u32 b = cube_pos_y() / hq, h = cube_pos_y() % hq, kh = h / group;
+  // Sequence b's rows of q (and o, lse) and of k (and v): all of item b's, or with varlen its
+  // part of the one packed item.
+  const auto qs = kiln::lib::detail::seq_rows(varlen, cu_q, b, q.shape(2));
+  const auto ks = kiln::lib::detail::seq_rows(varlen, cu_k, b, k.shape(2));
+  u32 seq_q = qs.len, seq_k = ks.len;
   u32 q0 = (cube_pos_x() * static_cast<uint32_t>(planes) + plane_pos()) * 16u;
   u32 rows = select(q0 < seq_q, seq_q - q0, 0u);
   u32 qrow = q.stride(2), krow = k.stride(2), vrow = v.stride(2), orow = o.stride(2);
-  u32 qbase = b * q.stride(0) + h * q.stride(1) + select(q0 < seq_q, q0, 0u) * qrow;
-  u32 kbase = b * k.stride(0) + kh * k.stride(1), vbase = b * v.stride(0) + kh * v.stride(1);
+  u32 qfirst = qs.start + select(q0 < seq_q, q0, 0u);
+  u32 qbase = qs.item * q.stride(0) + h * q.stride(1) + qfirst * qrow;
+  u32 kbase = ks.item * k.stride(0) + kh * k.stride(1) + ks.start * krow,
+      vbase = ks.item * v.stride(0) + kh * v.stride(1) + ks.start * vrow;
   auto load_q = [&](int i, const Fragment<In>& f) {
     load(f, q, qbase + static_cast<uint32_t>(16 * i), qrow, rows, 16u);
   };
@@ -93,6 +101,7 @@ void attention_fwd(Tensor<const typename P::In> q, Tensor<const typename P::In> 
   i32 qf0 = cast<i32>(q0);
   i32 hi_i =
       select(right >= 0, min(cast<i32>(seq_k), max(qf0 + 16 + shift + right, 0)), cast<i32>(seq_k));
+  hi_i = select(q0 < seq_q, hi_i, 0);
   i32 lo_i = select(left >= 0, max(qf0 + shift - left, 0), 0);
   u32 hi = cast<uint32_t>(hi_i), lo = cast<uint32_t>(min(lo_i, hi_i));
   OnlineSoftmax st = online_softmax(s);
@@ -142,12 +151,12 @@ void attention_fwd(Tensor<const typename P::In> q, Tensor<const typename P::In> 
       u32 row = q0 + slot_row(s, r);
       if_(plane_lane() % 4u == 0u && row < seq_q && cube_pos_z() == 0u, [&] {
         f32 m = st.max[size_t(r)].get();
-        lse[b * lse.stride(0) + h * lse.stride(1) + row * lse.stride(2)] =
+        lse[qs.item * lse.stride(0) + h * lse.stride(1) + (qs.start + row) * lse.stride(2)] =
             select(l > 0.0f, (m + log2(l)) * 0.6931471805599453f, INFINITY);
       });
     }
   }
-  u32 obase = b * o.stride(0) + h * o.stride(1) + select(q0 < seq_q, q0, 0u) * orow;
+  u32 obase = qs.item * o.stride(0) + h * o.stride(1) + qfirst * orow;
   for (int i = 0; i < dc; ++i) {
     scale_rows(of[size_t(i)], inv);
     if constexpr (std::is_same_v<Out, float>) {
@@ -160,10 +169,10 @@ void attention_fwd(Tensor<const typename P::In> q, Tensor<const typename P::In> 
 }
 KILN_KERNEL_GENERIC(
     attention_fwd,
-    "q: rank=4, k: rank=4, v: rank=4, o: rank=4, bias: rank=4, lse: rank=3, "
-    "scale_log2, hq, group, left, right, bs0, bs1, bs2, bs3, "
+    "q: rank=4, k: rank=4, v: rank=4, o: rank=4, bias: rank=4, lse: rank=3, cu_q: rank=1, "
+    "cu_k: rank=1, scale_log2, hq, group, left, right, bs0, bs1, bs2, bs3, "
     "head_dim = 64 in 32..256, planes = 4 in 1..8, o_split = 1 in 1..4, has_bias = false, "
-    "has_lse = false",
+    "has_lse = false, varlen = false",
     InOut<f16, f16>, InOut<f16, f32>, InOut<bf16, bf16>, InOut<bf16, f32>)
     .cube_dim([](const ComptimeArgs& c) -> CubeDim {
       return {static_cast<uint32_t>(32 * c.integer("planes")), 1, 1};
@@ -190,7 +199,75 @@ struct Problem {
   std::array<uint32_t, 4> bs{0, 0, 0, 0};
   Tensor bias;
   double scale = 0;
+  // The sequences (B, or with varlen the offsets' count less one) and the rows of the longest
+  // one in q and in k (the grids' extents); the offsets (a 1-element stand-in without varlen).
+  bool varlen = false;
+  int64_t seqs = 0, rows_q = 0, rows_k = 0;
+  Tensor cu_q, cu_k;
 };
+
+// Variable sequence lengths: the offsets checked (i32 [n + 1], contiguous, one count), and, on
+// the CPU or when no longest length is given, read to check their values (0 first,
+// non-decreasing, the last at most the rows) and find the longest sequences. A GPU given
+// max_seqlen_q reads nothing (no wait): the kernels clamp every offset into the tensors' rows.
+Status check_varlen(Runtime& rt, const AttentionOptions& o, Problem& p) {
+  if (!o.cu_seqlens_q || !o.cu_seqlens_k)
+    return bad("variable lengths take both cu_seqlens_q and cu_seqlens_k");
+  if (p.B != 1)
+    return bad(
+        fmt::format("with variable lengths q, k and v hold every sequence in one item "
+                    "([1, H, total rows, D]); q's first dimension is {}",
+                    p.B));
+  if (o.bias)
+    return bad("a bias with variable lengths is not built (its rows would be packed too)");
+  const std::pair<const Tensor*, const char*> cus[] = {{o.cu_seqlens_q, "cu_seqlens_q"},
+                                                       {o.cu_seqlens_k, "cu_seqlens_k"}};
+  for (const auto& [t, name] : cus)
+    if (t->rank() != 1 || t->dtype() != ElemType::I32 || t->shape(0) < 1 || !t->is_contiguous())
+      return bad(fmt::format("{} is {} of {}; it must be contiguous i32 [sequences + 1]", name,
+                             ir::elem_name(t->dtype()), detail::dims(t->shape())));
+  if (o.cu_seqlens_q->shape(0) != o.cu_seqlens_k->shape(0))
+    return bad(
+        fmt::format("cu_seqlens_q has {} offsets and cu_seqlens_k {}: one per sequence "
+                    "and one more, for both",
+                    o.cu_seqlens_q->shape(0), o.cu_seqlens_k->shape(0)));
+  if (o.max_seqlen_q < 0 || o.max_seqlen_k < 0)
+    return bad("max_seqlen_q and max_seqlen_k are lengths (0: read them from the offsets)");
+  p.varlen = true;
+  p.seqs = o.cu_seqlens_q->shape(0) - 1;
+  p.cu_q = o.cu_seqlens_q->as_read_only();
+  p.cu_k = o.cu_seqlens_k->as_read_only();
+  p.rows_q = o.max_seqlen_q;
+  p.rows_k = o.max_seqlen_k;
+  if (!rt.device().host_memory && o.max_seqlen_q > 0 && o.max_seqlen_k > 0) return Status{};
+  KILN_TRY(rt.sync());  // the offsets may come from earlier work on the stream
+  int64_t longest[2] = {0, 0};
+  for (int which = 0; which < 2; ++which) {
+    const auto& [t, name] = cus[which];
+    const int64_t rows = which == 0 ? p.sq : p.sk;
+    std::vector<int32_t> cu(static_cast<size_t>(t->shape(0)));
+    KILN_TRY(t->download(std::span<int32_t>(cu)));
+    if (cu[0] != 0) return bad(fmt::format("{}[0] is {}; the offsets start at 0", name, cu[0]));
+    for (size_t i = 1; i < cu.size(); ++i) {
+      if (cu[i] < cu[i - 1] || cu[i] > rows)
+        return bad(
+            fmt::format("{}[{}] is {} after {}: the offsets must not decrease nor pass "
+                        "the {} rows of {}",
+                        name, i, cu[i], cu[i - 1], rows, which == 0 ? "q" : "k"));
+      longest[which] = std::max<int64_t>(longest[which], cu[i] - cu[i - 1]);
+    }
+  }
+  const int64_t given[2] = {o.max_seqlen_q, o.max_seqlen_k};
+  const char* names[2] = {"max_seqlen_q", "max_seqlen_k"};
+  for (int which = 0; which < 2; ++which) {
+    if (given[which] > 0 && given[which] < longest[which])
+      return bad(fmt::format("{} is {}, but a sequence has {} rows", names[which], given[which],
+                             longest[which]));
+  }
+  p.rows_q = longest[0];
+  p.rows_k = longest[1];
+  return Status{};
+}
 
 // Tensor t (named name) as [B, H, S, D] with rows of stride 1 that fit 32-bit indices.
 Status check_rows(const Tensor& t, const char* name, bool written) {
@@ -293,6 +370,13 @@ Result<Problem> check(Runtime& rt, const Tensor& q, const Tensor& k, const Tenso
     KILN_ASSIGN(p.bias, rt.empty(ElemType::F32, {1, 1, 1, 1}));
   }
   p.scale = o.scale != 0 ? o.scale : 1.0 / std::sqrt(static_cast<double>(D));
+  if (o.cu_seqlens_q || o.cu_seqlens_k) {
+    KILN_TRY(check_varlen(rt, o, p));
+  } else {
+    p.seqs = B, p.rows_q = sq, p.rows_k = sk;
+    KILN_ASSIGN(p.cu_q, rt.empty(ElemType::I32, {1}));
+    p.cu_k = p.cu_q;
+  }
   return p;
 }
 
@@ -348,21 +432,21 @@ Status attention(Runtime& rt, const Tensor& q, const Tensor& k, const Tensor& v,
   // On a GPU, O of head_dim 256 (128 registers per unit) is split between cubes, each computing
   // S again: in one, it spills (in two, still on sm_100a and sm_120a, which keep Q resident).
   const int o_split = rt.device().lane_units || p.D <= 128 ? 1 : newer_arch(rt) ? 4 : 2;
-  KILN_TRY(check_grid(p.B * p.hq, p.sq, planes, "Hq", "Sq"));
+  KILN_TRY(check_grid(p.seqs * p.hq, p.rows_q, planes, "Hq", "Sq"));
   if (o.plan)
     *o.plan = {"attention_fwd",
                fmt::format("16 queries per plane x {} planes, keys in blocks of 32{}", planes,
                            o_split > 1 ? fmt::format(", O split in {} cubes", o_split) : ""),
                "flash attention on matrix fragments, S and P kept where the multiply leaves them"};
-  if (p.B == 0 || p.hq == 0 || p.sq == 0) return Status{};
+  if (p.seqs == 0 || p.hq == 0 || p.rows_q == 0) return Status{};
   KILN_ASSIGN(const Kernel kernel, rt.kernel("attention_fwd"));
-  const int64_t blocks = (p.sq + 16 * planes - 1) / (16 * planes);
-  return rt.launch(kernel, Dim3(u(blocks), u(p.B * p.hq), u(o_split)), Dim3(u(32 * planes)),
-                   q.as_read_only(), k.as_read_only(), v.as_read_only(), out, p.bias, lse,
-                   static_cast<float>(p.scale * 1.4426950408889634), u(p.hq), u(p.hq / p.hk),
-                   static_cast<int32_t>(p.left), static_cast<int32_t>(p.right), p.bs[0], p.bs[1],
-                   p.bs[2], p.bs[3], static_cast<int>(p.D), planes, o_split, o.bias != nullptr,
-                   o.lse != nullptr);
+  const int64_t blocks = (p.rows_q + 16 * planes - 1) / (16 * planes);
+  return rt.launch(kernel, Dim3(u(blocks), u(p.seqs * p.hq), u(o_split)), Dim3(u(32 * planes)),
+                   q.as_read_only(), k.as_read_only(), v.as_read_only(), out, p.bias, lse, p.cu_q,
+                   p.cu_k, static_cast<float>(p.scale * 1.4426950408889634), u(p.hq),
+                   u(p.hq / p.hk), static_cast<int32_t>(p.left), static_cast<int32_t>(p.right),
+                   p.bs[0], p.bs[1], p.bs[2], p.bs[3], static_cast<int>(p.D), planes, o_split,
+                   o.bias != nullptr, o.lse != nullptr, p.varlen);
 }
 
 Status attention_backward(Runtime& rt, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -382,8 +466,8 @@ Status attention_backward(Runtime& rt, const Tensor& q, const Tensor& k, const T
   const int planes = 4;
   const detail::AttentionBackwardShape shape =
       detail::attention_backward_shape(rt.device().lane_units ? "" : rt.device().arch, p.D);
-  KILN_TRY(check_grid(p.B * p.hq, p.sq, planes, "Hq", "Sq"));
-  KILN_TRY(check_grid(p.B * p.hk, p.sk, planes, "Hk", "Sk"));
+  KILN_TRY(check_grid(p.seqs * p.hq, p.rows_q, planes, "Hq", "Sq"));
+  KILN_TRY(check_grid(p.seqs * p.hk, p.rows_k, planes, "Hk", "Sk"));
   if (o.plan)
     *o.plan = {"attention_bwd_dkdv + attention_bwd_dq",
                fmt::format("16 keys (queries) per plane x {} planes, queries (keys) in blocks of "
@@ -392,7 +476,7 @@ Status attention_backward(Runtime& rt, const Tensor& q, const Tensor& k, const T
                "FlashAttention-2's backward without atomics: P recomputed from the log-sum-exp, "
                "once for dK and dV and once for dQ"};
   // With no queries (keys) dK and dV (dQ) are 0: the kernels store them from empty walks.
-  if (p.B == 0 || p.hq == 0) return Status{};
+  if (p.seqs == 0 || p.hq == 0) return Status{};
   KILN_ASSIGN(Tensor delta, rt.empty(ElemType::F32, {p.B, p.hq, std::max<int64_t>(p.sq, 1)}));
   KILN_ASSIGN(const Kernel pre, rt.kernel("attention_bwd_delta"));
   if (p.sq > 0)
@@ -402,23 +486,25 @@ Status attention_backward(Runtime& rt, const Tensor& q, const Tensor& k, const T
   const auto scale = static_cast<float>(p.scale);
   KILN_ASSIGN(const Kernel dkdv, rt.kernel("attention_bwd_dkdv"));
   const Tensor delta_r = delta.as_read_only();
-  if (p.sk > 0)
+  if (p.rows_k > 0)
     KILN_TRY(rt.launch(
-        dkdv, Dim3(u((p.sk + 16 * planes - 1) / (16 * planes)), u(p.B * p.hk), u(shape.kv_split)),
+        dkdv,
+        Dim3(u((p.rows_k + 16 * planes - 1) / (16 * planes)), u(p.seqs * p.hk), u(shape.kv_split)),
         Dim3(u(32 * planes)), q.as_read_only(), k.as_read_only(), v.as_read_only(),
-        dout.as_read_only(), lse.as_read_only(), delta_r, p.bias, dk, dv, scale_log2, scale,
-        u(p.hk), u(p.hq / p.hk), static_cast<int32_t>(p.left), static_cast<int32_t>(p.right),
-        p.bs[0], p.bs[1], p.bs[2], p.bs[3], static_cast<int>(p.D), planes, shape.kv_split,
-        shape.qblock, shape.kv_keep, o.bias != nullptr));
+        dout.as_read_only(), lse.as_read_only(), delta_r, p.bias, p.cu_q, p.cu_k, dk, dv,
+        scale_log2, scale, u(p.hk), u(p.hq / p.hk), static_cast<int32_t>(p.left),
+        static_cast<int32_t>(p.right), p.bs[0], p.bs[1], p.bs[2], p.bs[3], static_cast<int>(p.D),
+        planes, shape.kv_split, shape.qblock, shape.kv_keep, o.bias != nullptr, p.varlen));
   KILN_ASSIGN(const Kernel dqk, rt.kernel("attention_bwd_dq"));
-  if (p.sq == 0) return Status{};
+  if (p.rows_q == 0) return Status{};
   return rt.launch(
-      dqk, Dim3(u((p.sq + 16 * planes - 1) / (16 * planes)), u(p.B * p.hq), u(shape.q_split)),
+      dqk,
+      Dim3(u((p.rows_q + 16 * planes - 1) / (16 * planes)), u(p.seqs * p.hq), u(shape.q_split)),
       Dim3(u(32 * planes)), q.as_read_only(), k.as_read_only(), v.as_read_only(),
-      dout.as_read_only(), lse.as_read_only(), delta_r, p.bias, dq, scale_log2, scale, u(p.hq),
-      u(p.hq / p.hk), static_cast<int32_t>(p.left), static_cast<int32_t>(p.right), p.bs[0], p.bs[1],
-      p.bs[2], p.bs[3], static_cast<int>(p.D), planes, shape.q_split, shape.q_keep,
-      o.bias != nullptr);
+      dout.as_read_only(), lse.as_read_only(), delta_r, p.bias, p.cu_q, p.cu_k, dq, scale_log2,
+      scale, u(p.hq), u(p.hq / p.hk), static_cast<int32_t>(p.left), static_cast<int32_t>(p.right),
+      p.bs[0], p.bs[1], p.bs[2], p.bs[3], static_cast<int>(p.D), planes, shape.q_split,
+      shape.q_keep, o.bias != nullptr, p.varlen);
 }
 
 namespace detail {

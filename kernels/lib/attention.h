@@ -38,6 +38,18 @@ struct AttentionOptions {
   // backward pass recomputes the probabilities from); +inf for a row that sees no key (whose
   // output is 0).
   Tensor* lse = nullptr;
+  // Variable sequence lengths (FlashAttention's varlen, as packed training batches use): every
+  // sequence in q's, k's and v's one item ([1, H, total rows, D]; THD data [total, H, D] as the
+  // view permute(1, 0, 2) with a leading 1), sequence b in rows cu_seqlens_q[b] ..
+  // cu_seqlens_q[b + 1] - 1 of q (and out, lse) and cu_seqlens_k[b] .. of k and v: i32
+  // [sequences + 1], starting at 0, non-decreasing; a sequence may be empty; rows after the last
+  // offset are not written. max_seqlen_q/k: the longest sequences (0: read from the offsets).
+  // The offsets are read and checked on the CPU, and on a GPU when a longest length is not
+  // given (a wait for the stream); a GPU given both reads nothing and clamps each offset into
+  // the tensors' rows. No bias with variable lengths.
+  const Tensor* cu_seqlens_q = nullptr;
+  const Tensor* cu_seqlens_k = nullptr;
+  int64_t max_seqlen_q = 0, max_seqlen_k = 0;
   MatmulPlan* plan = nullptr;  // receives the kernel the call chose
 };
 

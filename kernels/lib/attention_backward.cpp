@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "compiler/dsl/fragment_elements.h"
+#include "kernels/lib/attention_seqs.h"
 #include "kernels/lib/common.h"
 
 using namespace kiln::dsl;
@@ -85,10 +86,10 @@ template <class P>
 void attention_bwd_dkdv(Tensor<const typename P::In> q, Tensor<const typename P::In> k,
                         Tensor<const typename P::In> v, Tensor<const typename P::In> dout,
                         Tensor<const f32> lse, Tensor<const f32> delta, Tensor<const f32> bias,
-                        Tensor<typename P::Out> dk, Tensor<typename P::Out> dv, f32 scale_log2,
-                        f32 scale, u32 hk, u32 group, i32 left, i32 right, u32 bs0, u32 bs1,
-                        u32 bs2, u32 bs3, int head_dim, int planes, int split, int qblock,
-                        bool keep, bool has_bias) {
+                        Tensor<const i32> cu_q, Tensor<const i32> cu_k, Tensor<typename P::Out> dk,
+                        Tensor<typename P::Out> dv, f32 scale_log2, f32 scale, u32 hk, u32 group,
+                        i32 left, i32 right, u32 bs0, u32 bs1, u32 bs2, u32 bs3, int head_dim,
+                        int planes, int split, int qblock, bool keep, bool has_bias, bool varlen) {
   using In = typename P::In;
   using Out = host_of_t<typename P::Out>;
   if (!check_head_dim(head_dim, split)) return;
@@ -121,14 +122,16 @@ void attention_bwd_dkdv(Tensor<const typename P::In> q, Tensor<const typename P:
   Fragment<typename P::Out> out;
   if constexpr (!std::is_same_v<Out, float>) out = accumulator<typename P::Out>(16, 32, qblock);
 
-  u32 seq_q = q.shape(2), seq_k = k.shape(2);
   u32 b = cube_pos_y() / hk, kh = cube_pos_y() % hk;
+  const auto qs = kiln::lib::detail::seq_rows(varlen, cu_q, b, q.shape(2));
+  const auto ks = kiln::lib::detail::seq_rows(varlen, cu_k, b, k.shape(2));
+  u32 seq_q = qs.len, seq_k = ks.len;
   u32 j0 = (cube_pos_x() * static_cast<uint32_t>(planes) + plane_pos()) * 16u;
   u32 keys = select(j0 < seq_k, seq_k - j0, 0u);
-  u32 j0c = select(j0 < seq_k, j0, 0u);
+  u32 jfirst = ks.start + select(j0 < seq_k, j0, 0u);
   u32 krow = k.stride(2), vrow = v.stride(2), qrow = q.stride(2), drow = dout.stride(2);
-  u32 kbase = b * k.stride(0) + kh * k.stride(1) + j0c * krow;
-  u32 vbase = b * v.stride(0) + kh * v.stride(1) + j0c * vrow;
+  u32 kbase = ks.item * k.stride(0) + kh * k.stride(1) + jfirst * krow;
+  u32 vbase = ks.item * v.stride(0) + kh * v.stride(1) + jfirst * vrow;
   auto load_k = [&](int i, const Fragment<In>& f) {
     load(f, k, kbase + static_cast<uint32_t>(16 * i), krow, keys, 16u);
   };
@@ -156,10 +159,10 @@ void attention_bwd_dkdv(Tensor<const typename P::In> q, Tensor<const typename P:
   for (int cs = 0; cs < slots; ++cs) cols.push_back(element_col(st, cs / 2 * 4 + cs % 2));
   for_range(0u, group, 1u, [&](u32 g) {
     u32 h = kh * group + g;
-    u32 qbase = b * q.stride(0) + h * q.stride(1);
-    u32 dbase = b * dout.stride(0) + h * dout.stride(1);
-    u32 lbase = b * lse.stride(0) + h * lse.stride(1);
-    u32 dlbase = (b * hk * group + h) * seq_q;
+    u32 qbase = qs.item * q.stride(0) + h * q.stride(1) + qs.start * qrow;
+    u32 dbase = qs.item * dout.stride(0) + h * dout.stride(1) + qs.start * drow;
+    u32 lbase = qs.item * lse.stride(0) + h * lse.stride(1) + qs.start * lse.stride(2);
+    u32 dlbase = (qs.item * hk * group + h) * q.shape(2) + qs.start;
     for_range(lo, hi, nb, [&](u32 i0) {
       u32 n = min(hi - i0, nb);
       fill(st, 0.0f);
@@ -213,8 +216,8 @@ void attention_bwd_dkdv(Tensor<const typename P::In> q, Tensor<const typename P:
       }
     });
   });
-  u32 kout = b * dk.stride(0) + kh * dk.stride(1) + j0c * dk.stride(2);
-  u32 vout = b * dv.stride(0) + kh * dv.stride(1) + j0c * dv.stride(2);
+  u32 kout = ks.item * dk.stride(0) + kh * dk.stride(1) + jfirst * dk.stride(2);
+  u32 vout = ks.item * dv.stride(0) + kh * dv.stride(1) + jfirst * dv.stride(2);
   for (int i = 0; i < dc; ++i) {
     apply(dkf[size_t(i)], [&](f32 x) { return x * scale; });
     const uint32_t col = static_cast<uint32_t>(32 * i);
@@ -232,9 +235,9 @@ void attention_bwd_dkdv(Tensor<const typename P::In> q, Tensor<const typename P:
 KILN_KERNEL_GENERIC(
     attention_bwd_dkdv,
     "q: rank=4, k: rank=4, v: rank=4, dout: rank=4, lse: rank=3, delta: rank=3, bias: rank=4, "
-    "dk: rank=4, dv: rank=4, scale_log2, scale, hk, group, left, right, bs0, bs1, bs2, bs3, "
-    "head_dim = 64 in 32..256, planes = 4 in 1..8, split = 1 in 1..8, qblock = 32 in 16..32, "
-    "keep = true, has_bias = false",
+    "cu_q: rank=1, cu_k: rank=1, dk: rank=4, dv: rank=4, scale_log2, scale, hk, group, left, "
+    "right, bs0, bs1, bs2, bs3, head_dim = 64 in 32..256, planes = 4 in 1..8, "
+    "split = 1 in 1..8, qblock = 32 in 16..32, keep = true, has_bias = false, varlen = false",
     InOut<f16, f16>, InOut<f16, f32>, InOut<bf16, bf16>, InOut<bf16, f32>)
     .cube_dim([](const ComptimeArgs& c) -> CubeDim {
       return {static_cast<uint32_t>(32 * c.integer("planes")), 1, 1};
@@ -247,9 +250,10 @@ template <class P>
 void attention_bwd_dq(Tensor<const typename P::In> q, Tensor<const typename P::In> k,
                       Tensor<const typename P::In> v, Tensor<const typename P::In> dout,
                       Tensor<const f32> lse, Tensor<const f32> delta, Tensor<const f32> bias,
-                      Tensor<typename P::Out> dq, f32 scale_log2, f32 scale, u32 hq, u32 group,
-                      i32 left, i32 right, u32 bs0, u32 bs1, u32 bs2, u32 bs3, int head_dim,
-                      int planes, int split, bool keep, bool has_bias) {
+                      Tensor<const i32> cu_q, Tensor<const i32> cu_k, Tensor<typename P::Out> dq,
+                      f32 scale_log2, f32 scale, u32 hq, u32 group, i32 left, i32 right, u32 bs0,
+                      u32 bs1, u32 bs2, u32 bs3, int head_dim, int planes, int split, bool keep,
+                      bool has_bias, bool varlen) {
   using In = typename P::In;
   using Out = host_of_t<typename P::Out>;
   if (!check_head_dim(head_dim, split)) return;
@@ -272,15 +276,18 @@ void attention_bwd_dq(Tensor<const typename P::In> q, Tensor<const typename P::I
   Fragment<typename P::Out> out;
   if constexpr (!std::is_same_v<Out, float>) out = accumulator<typename P::Out>(16, 32, 32);
 
-  u32 seq_q = q.shape(2), seq_k = k.shape(2);
   u32 b = cube_pos_y() / hq, h = cube_pos_y() % hq, kh = h / group;
+  const auto qs = kiln::lib::detail::seq_rows(varlen, cu_q, b, q.shape(2));
+  const auto ks = kiln::lib::detail::seq_rows(varlen, cu_k, b, k.shape(2));
+  u32 seq_q = qs.len, seq_k = ks.len;
   u32 q0 = (cube_pos_x() * static_cast<uint32_t>(planes) + plane_pos()) * 16u;
   u32 rows = select(q0 < seq_q, seq_q - q0, 0u);
-  u32 q0c = select(q0 < seq_q, q0, 0u);
+  u32 qfirst = qs.start + select(q0 < seq_q, q0, 0u);
   u32 qrow = q.stride(2), drow = dout.stride(2), krow = k.stride(2), vrow = v.stride(2);
-  u32 qbase = b * q.stride(0) + h * q.stride(1) + q0c * qrow;
-  u32 dbase = b * dout.stride(0) + h * dout.stride(1) + q0c * drow;
-  u32 kbase = b * k.stride(0) + kh * k.stride(1), vbase = b * v.stride(0) + kh * v.stride(1);
+  u32 qbase = qs.item * q.stride(0) + h * q.stride(1) + qfirst * qrow;
+  u32 dbase = qs.item * dout.stride(0) + h * dout.stride(1) + qfirst * drow;
+  u32 kbase = ks.item * k.stride(0) + kh * k.stride(1) + ks.start * krow,
+      vbase = ks.item * v.stride(0) + kh * v.stride(1) + ks.start * vrow;
   auto load_q = [&](int i, const Fragment<In>& f) {
     load(f, q, qbase + static_cast<uint32_t>(16 * i), qrow, rows, 16u);
   };
@@ -296,9 +303,9 @@ void attention_bwd_dq(Tensor<const typename P::In> q, Tensor<const typename P::I
   // Each of the unit's rows' log-sum-exp (log2 units) and delta.
   std::vector<f32> lse_r, delta_r;
   for (int r = 0; r < row_count(s); ++r) {
-    u32 qi = min(q0 + slot_row(s, r), seq_q - 1u);
-    lse_r.push_back(lse[b * lse.stride(0) + h * lse.stride(1) + qi * lse.stride(2)] * kLog2e);
-    delta_r.push_back(f32(delta[(b * hq + h) * seq_q + qi]));
+    u32 qi = qs.start + min(q0 + slot_row(s, r), max(seq_q, 1u) - 1u);
+    lse_r.push_back(lse[qs.item * lse.stride(0) + h * lse.stride(1) + qi * lse.stride(2)] * kLog2e);
+    delta_r.push_back(f32(delta[(qs.item * hq + h) * q.shape(2) + qi]));
   }
 
   // The keys this plane's queries may see: [lo, hi), as attention_fwd's.
@@ -346,7 +353,7 @@ void attention_bwd_dq(Tensor<const typename P::In> q, Tensor<const typename P::I
       mma(dqf[size_t(i)], pa, kr);
     }
   });
-  u32 obase = b * dq.stride(0) + h * dq.stride(1) + q0c * dq.stride(2);
+  u32 obase = qs.item * dq.stride(0) + h * dq.stride(1) + qfirst * dq.stride(2);
   for (int i = 0; i < dc; ++i) {
     apply(dqf[size_t(i)], [&](f32 x) { return x * scale; });
     const uint32_t col = static_cast<uint32_t>(32 * i);
@@ -361,9 +368,9 @@ void attention_bwd_dq(Tensor<const typename P::In> q, Tensor<const typename P::I
 KILN_KERNEL_GENERIC(
     attention_bwd_dq,
     "q: rank=4, k: rank=4, v: rank=4, dout: rank=4, lse: rank=3, delta: rank=3, bias: rank=4, "
-    "dq: rank=4, scale_log2, scale, hq, group, left, right, bs0, bs1, bs2, bs3, "
-    "head_dim = 64 in 32..256, planes = 4 in 1..8, split = 1 in 1..8, keep = true, "
-    "has_bias = false",
+    "cu_q: rank=1, cu_k: rank=1, dq: rank=4, scale_log2, scale, hq, group, left, right, bs0, "
+    "bs1, bs2, bs3, head_dim = 64 in 32..256, planes = 4 in 1..8, split = 1 in 1..8, "
+    "keep = true, has_bias = false, varlen = false",
     InOut<f16, f16>, InOut<f16, f32>, InOut<bf16, bf16>, InOut<bf16, f32>)
     .cube_dim([](const ComptimeArgs& c) -> CubeDim {
       return {static_cast<uint32_t>(32 * c.integer("planes")), 1, 1};

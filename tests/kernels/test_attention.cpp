@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -247,6 +248,109 @@ TEST_CASE("kiln::lib::attention_backward against finite differences", "[attentio
   }
 }
 
+// Variable lengths: the sequences packed in one item give, bit for bit, what each sequence gives
+// alone (the same blocks from each sequence's first row), forward and backward; empty
+// sequences on either side among them.
+void check_varlen(Runtime& rt, const std::vector<int32_t>& lq, const std::vector<int32_t>& lk,
+                  lib::AttentionOptions o, int64_t hq, int64_t hk, int64_t D) {
+  using ir::ElemType;
+  std::vector<int32_t> cq{0}, ck{0};
+  for (size_t b = 0; b < lq.size(); ++b) {
+    cq.push_back(cq.back() + lq[b]);
+    ck.push_back(ck.back() + lk[b]);
+  }
+  const int64_t tq = cq.back(), tk = ck.back();
+  uint64_t state = 99;
+  auto random = [&](std::vector<int64_t> shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    std::vector<uint16_t> bits(static_cast<size_t>(n));
+    for (auto& x : bits) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      x = bf16_bits(static_cast<double>(state >> 11) / 9007199254740992.0 * 2 - 1);
+    }
+    return test::tensor_from(rt, ElemType::BF16, bits, shape);
+  };
+  auto zeros = [&](ElemType t, std::vector<int64_t> shape) {
+    auto r = rt.empty(t, std::span<const int64_t>(shape));
+    REQUIRE(r.ok());
+    const std::vector<unsigned char> z(static_cast<size_t>(r->numel()) * r->element_bytes(), 0);
+    REQUIRE(r->upload(z.data(), z.size()).ok());
+    return std::move(*r);
+  };
+  const Tensor q = random({1, hq, tq, D}), k = random({1, hk, tk, D}), v = random({1, hk, tk, D}),
+               dout = random({1, hq, tq, D});
+  const Tensor cu_q = test::tensor_from(rt, ElemType::I32, cq, {int64_t(cq.size())});
+  const Tensor cu_k = test::tensor_from(rt, ElemType::I32, ck, {int64_t(ck.size())});
+  // Packed, then each sequence alone into slices of the same shapes.
+  Tensor out[2] = {zeros(ElemType::F32, {1, hq, tq, D}), zeros(ElemType::F32, {1, hq, tq, D})};
+  Tensor lse[2] = {zeros(ElemType::F32, {1, hq, tq}), zeros(ElemType::F32, {1, hq, tq})};
+  Tensor dq[2] = {zeros(ElemType::F32, {1, hq, tq, D}), zeros(ElemType::F32, {1, hq, tq, D})};
+  Tensor dk[2] = {zeros(ElemType::F32, {1, hk, tk, D}), zeros(ElemType::F32, {1, hk, tk, D})};
+  Tensor dv[2] = {zeros(ElemType::F32, {1, hk, tk, D}), zeros(ElemType::F32, {1, hk, tk, D})};
+  // The backward pass reads out in the inputs' type.
+  Tensor out16[2] = {zeros(ElemType::BF16, {1, hq, tq, D}), zeros(ElemType::BF16, {1, hq, tq, D})};
+  lib::AttentionOptions packed = o;
+  packed.cu_seqlens_q = &cu_q;
+  packed.cu_seqlens_k = &cu_k;
+  packed.lse = &lse[0];
+  KILN_REQUIRE_OK(lib::attention(rt, q, k, v, out[0], packed));
+  KILN_REQUIRE_OK(lib::attention(rt, q, k, v, out16[0], packed));
+  KILN_REQUIRE_OK(
+      lib::attention_backward(rt, q, k, v, out16[0], dout, lse[0], dq[0], dk[0], dv[0], packed));
+  for (size_t b = 0; b < lq.size(); ++b) {
+    auto rows_q = [&](const Tensor& t) { return *t.slice(2, cq[b], cq[b + 1]); };
+    auto rows_k = [&](const Tensor& t) { return *t.slice(2, ck[b], ck[b + 1]); };
+    lib::AttentionOptions alone = o;
+    Tensor l = rows_q(lse[1]), ob = rows_q(out[1]), o16 = rows_q(out16[1]);
+    alone.lse = &l;
+    const Tensor qb = rows_q(q), kb = rows_k(k), vb = rows_k(v), db = rows_q(dout);
+    KILN_REQUIRE_OK(lib::attention(rt, qb, kb, vb, ob, alone));
+    KILN_REQUIRE_OK(lib::attention(rt, qb, kb, vb, o16, alone));
+    Tensor gq = rows_q(dq[1]), gk = rows_k(dk[1]), gv = rows_k(dv[1]);
+    KILN_REQUIRE_OK(lib::attention_backward(rt, qb, kb, vb, o16, db, l, gq, gk, gv, alone));
+  }
+  KILN_REQUIRE_OK(rt.sync());
+  for (const auto& [name, t] :
+       {std::pair{"out", out}, {"lse", lse}, {"dq", dq}, {"dk", dk}, {"dv", dv}}) {
+    const auto got = test::to_host<float>(t[0]), want = test::to_host<float>(t[1]);
+    size_t differ = 0;
+    for (size_t i = 0; i < got.size(); ++i)
+      if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0) ++differ;
+    INFO(name << ": " << differ << " of " << got.size() << " elements differ");
+    CHECK(differ == 0);
+  }
+}
+
+TEST_CASE("kiln::lib::attention with variable lengths matches each sequence alone", "[attention]") {
+  (void)kernels::builtin_names();
+  auto rt = Runtime::open("cpu");
+  REQUIRE(rt.ok());
+  lib::AttentionOptions causal;
+  causal.causal = true;
+  check_varlen(*rt, {5, 0, 70, 33, 16}, {9, 4, 70, 0, 100}, causal, 4, 2, 64);
+  lib::AttentionOptions window;
+  window.window_left = 7;
+  window.window_right = 3;
+  check_varlen(*rt, {1, 40}, {30, 17}, window, 2, 2, 128);
+  check_varlen(*rt, {0, 0}, {3, 5}, {}, 1, 1, 32);
+}
+
+TEST_CASE("kiln::lib::attention with variable lengths on the emulator", "[attention][gpu-paths]") {
+  (void)kernels::builtin_names();
+  for (const char* device : {"cuda-emu:sm_80", "cuda-emu:sm_100a"}) {
+    auto opened = test::open_devices({device});
+    if (opened.empty()) {
+      WARN("skipped: " << device << " is not available here");
+      continue;
+    }
+    INFO(device);
+    lib::AttentionOptions causal;
+    causal.causal = true;
+    check_varlen(opened.front(), {5, 0, 20}, {9, 4, 20}, causal, 2, 1, 64);
+  }
+}
+
 TEST_CASE("kiln::lib::attention refuses what it cannot compute, naming it", "[attention]") {
   (void)kernels::builtin_names();
   auto rt = Runtime::open("cpu");
@@ -321,6 +425,34 @@ TEST_CASE("kiln::lib::attention refuses what it cannot compute, naming it", "[at
   refused_bwd(out, out, lse, *spread_dq, dk, dv,
               "dq (f32[1, 4, 16, 64]) has elements that overlap");
   KILN_REQUIRE_OK(lib::attention_backward(*rt, q, k, k, out, out, lse, dq, dk, dv));
+
+  // Variable lengths: offsets that decrease or pass the rows, counts that differ, a bias.
+  const Tensor q1 = make(ElemType::BF16, {1, 4, 16, 64}), k1 = make(ElemType::BF16, {1, 2, 16, 64});
+  Tensor o1 = make(ElemType::BF16, {1, 4, 16, 64});
+  auto offsets = [&](std::vector<int32_t> v) {
+    return test::tensor_from(*rt, ElemType::I32, v, {int64_t(v.size())});
+  };
+  const Tensor good = offsets({0, 10, 16}), falling = offsets({0, 12, 9}),
+               past = offsets({0, 17, 17}), three = offsets({0, 16});
+  auto varlen = [&](const Tensor& cq, const Tensor& ck) {
+    lib::AttentionOptions o;
+    o.cu_seqlens_q = &cq;
+    o.cu_seqlens_k = &ck;
+    return o;
+  };
+  refused(q1, k1, k1, o1, varlen(falling, good), "cu_seqlens_q[2] is 9 after 12");
+  refused(q1, k1, k1, o1, varlen(good, past), "cu_seqlens_k[1] is 17 after 0");
+  refused(q1, k1, k1, o1, varlen(good, three), "cu_seqlens_q has 3 offsets and cu_seqlens_k 2");
+  lib::AttentionOptions vb = varlen(good, good);
+  vb.max_seqlen_q = 5;
+  refused(q1, k1, k1, o1, vb, "max_seqlen_q is 5, but a sequence has 10 rows");
+  const Tensor b1 = make(ElemType::F32, {1, 4, 16, 16});
+  vb = varlen(good, good);
+  vb.bias = &b1;
+  refused(q1, k1, k1, o1, vb, "a bias with variable lengths is not built");
+  const Tensor q2 = make(ElemType::BF16, {2, 4, 8, 64}), k2 = make(ElemType::BF16, {2, 2, 8, 64});
+  Tensor o2 = make(ElemType::BF16, {2, 4, 8, 64});
+  refused(q2, k2, k2, o2, varlen(good, good), "q's first dimension is 2");
 }
 
 }  // namespace

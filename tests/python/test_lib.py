@@ -214,6 +214,35 @@ def test_attention_backward_against_central_differences_of_the_reference():
         lib.attention_backward(q, k, v, out, dout.astype(np.float32), lse)
 
 
+def test_attention_with_variable_lengths_is_each_sequence_alone():
+    lens_q, lens_k = [5, 0, 40, 17], [9, 3, 40, 0]
+    cu_q = np.concatenate([[0], np.cumsum(lens_q)]).astype(np.int32)
+    cu_k = np.concatenate([[0], np.cumsum(lens_k)]).astype(np.int32)
+    q = rand(1, 4, int(cu_q[-1]), 64, dtype=np.float16)
+    k, v = (rand(1, 2, int(cu_k[-1]), 64, dtype=np.float16) for _ in range(2))
+    dout = rand(*q.shape, dtype=np.float16)
+    out, lse = lib.attention(q, k, v, causal=True, return_lse=True, cu_seqlens_q=cu_q,
+                             cu_seqlens_k=cu_k)
+    dq, dk, dv = lib.attention_backward(q, k, v, out, dout, lse, causal=True, cu_seqlens_q=cu_q,
+                                        cu_seqlens_k=cu_k, grad_dtype="f32")
+    for b in range(len(lens_q)):
+        rq, rk = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
+        if lens_q[b] == 0:
+            assert not dk[:, :, rk].any()  # keys no query sees: no gradient
+            continue
+        args = (np.ascontiguousarray(q[:, :, rq]), np.ascontiguousarray(k[:, :, rk]),
+                np.ascontiguousarray(v[:, :, rk]))
+        o1, l1 = lib.attention(*args, causal=True, return_lse=True)
+        np.testing.assert_array_equal(out[:, :, rq], o1)
+        np.testing.assert_array_equal(lse[:, :, rq], l1)
+        g = lib.attention_backward(*args, o1, np.ascontiguousarray(dout[:, :, rq]), l1,
+                                   causal=True, grad_dtype="f32")
+        for got, want, r in zip((dq, dk, dv), g, (rq, rk, rk)):
+            np.testing.assert_array_equal(got[:, :, r], want)
+    with pytest.raises(kiln.Error, match="cu_seqlens_q\\[0\\] is 62; the offsets start at 0"):
+        lib.attention(q, k, v, cu_seqlens_q=cu_q[::-1].copy(), cu_seqlens_k=cu_k)
+
+
 def test_matmul_errors_name_the_argument():
     a = rand(5, 7)
     with pytest.raises(kiln.Error, match="columns of the first") as e:

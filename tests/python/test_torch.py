@@ -99,6 +99,28 @@ def test_attention_gradients_against_scaled_dot_product_attention():
     opcheck(torch.ops.kiln.attention_backward.default, (q, k, v, out, torch.randn_like(q), lse))
 
 
+def test_attention_with_variable_lengths_and_its_gradients():
+    lens = [7, 0, 30]
+    cu = torch.tensor([0, 7, 7, 37], dtype=torch.int32)
+    q = torch.randn(37, 2, 32, dtype=torch.bfloat16, requires_grad=True)  # THD, packed
+    k = torch.randn(37, 2, 32, dtype=torch.bfloat16, requires_grad=True)
+    v = torch.randn(37, 2, 32, dtype=torch.bfloat16, requires_grad=True)
+    bhsd = lambda t: t.permute(1, 0, 2).unsqueeze(0)  # noqa: E731
+    out = kt.attention(bhsd(q), bhsd(k), bhsd(v), causal=True, cu_seqlens_q=cu, cu_seqlens_k=cu)
+    g = torch.randn_like(out)
+    out.backward(g)
+    start = 0
+    for n in lens:
+        if n:
+            qs, ks, vs = (t.detach()[start:start + n].clone().requires_grad_() for t in (q, k, v))
+            o = kt.attention(bhsd(qs), bhsd(ks), bhsd(vs), causal=True)
+            o.backward(g[:, :, start:start + n])
+            torch.testing.assert_close(out[:, :, start:start + n], o, rtol=0, atol=0)
+            for got, want in ((q.grad, qs.grad), (k.grad, ks.grad), (v.grad, vs.grad)):
+                torch.testing.assert_close(got[start:start + n], want, rtol=0, atol=0)
+        start += n
+
+
 def test_conv_and_its_gradients_against_torch():
     x = torch.randn(2, 6, 11, 9, requires_grad=True)
     w = torch.randn(8, 3, 3, 2, requires_grad=True)

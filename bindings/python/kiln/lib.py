@@ -342,7 +342,8 @@ def conv_output_shape(x_shape: Sequence[int], w_shape: Sequence[int], *, stride:
 def attention(q: Any, k: Any, v: Any, out: Any = None, *, causal: bool = False,
               window_left: int = -1, window_right: int = -1, scale: Optional[float] = None,
               bias: Any = None, return_lse: bool = False, out_dtype: Optional[str] = None,
-              runtime: Any = None) -> Any:
+              cu_seqlens_q: Any = None, cu_seqlens_k: Any = None, max_seqlen_q: int = 0,
+              max_seqlen_k: int = 0, runtime: Any = None) -> Any:
     """out = softmax(q k^T * scale + bias, masked) v, flash-style (PyTorch's
     scaled_dot_product_attention): q [B, Hq, Sq, D], k and v [B, Hk, Sk, D] (Hq a multiple of
     Hk; any strides with the last one 1, so BSHD data passes as a transposed view), f16 or bf16;
@@ -350,8 +351,12 @@ def attention(q: Any, k: Any, v: Any, out: Any = None, *, causal: bool = False,
     window_right bound a sliding window (-1: unbounded); scale defaults to 1 / sqrt(D); bias f32
     [B or 1, Hq or 1, Sq, Sk]. out of out_dtype (q's type by default, or 'f32'). With return_lse,
     returns (out, lse): lse f32 [B, Hq, Sq], the natural log-sum-exp of each row (+inf for a row
-    that sees no key, whose output is 0)."""
-    call = _Call(q, "q", runtime, k=k, v=v, out=out, bias=bias)
+    that sees no key, whose output is 0). Variable lengths: q, k, v of one item [1, H, total, D]
+    holding every sequence, sequence b in rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 of q
+    (cu_seqlens_k: of k and v; i32 [sequences + 1], from 0); max_seqlen_q/k the longest (0: read
+    from the offsets)."""
+    call = _Call(q, "q", runtime, k=k, v=v, out=out, bias=bias, cu_seqlens_q=cu_seqlens_q,
+                 cu_seqlens_k=cu_seqlens_k)
     if out is None:
         out = call.empty(out_dtype or call.dtype(q, "q"), _shape(q))
     lse = None
@@ -360,7 +365,8 @@ def attention(q: Any, k: Any, v: Any, out: Any = None, *, causal: bool = False,
         lse = call.empty("f32", (s[0], s[1], s[2]) if len(s) == 4 else s)
     with call:
         _L.attention(call.rt, q, k, v, out, bias, lse, float(scale or 0.0), bool(causal),
-                     int(window_left), int(window_right))
+                     int(window_left), int(window_right), cu_seqlens_q, cu_seqlens_k,
+                     int(max_seqlen_q), int(max_seqlen_k))
     return (out, lse) if return_lse else out
 
 
@@ -368,14 +374,16 @@ def attention_backward(q: Any, k: Any, v: Any, out: Any, dout: Any, lse: Any, dq
                        dk: Any = None, dv: Any = None, *, causal: bool = False,
                        window_left: int = -1, window_right: int = -1,
                        scale: Optional[float] = None, bias: Any = None,
-                       grad_dtype: Optional[str] = None, runtime: Any = None) -> Any:
+                       grad_dtype: Optional[str] = None, cu_seqlens_q: Any = None,
+                       cu_seqlens_k: Any = None, max_seqlen_q: int = 0, max_seqlen_k: int = 0,
+                       runtime: Any = None) -> Any:
     """The gradients (dq, dk, dv) of a loss with respect to attention()'s q, k and v, given its
     out and lse (attention(..., return_lse=True)) and dout, the loss's gradient with respect to
     out (FlashAttention-2's backward: no atomics, the same sums on every device). The options
     must be the forward's; dout holds q's type; dq, dk and dv of grad_dtype (q's type by
     default, or 'f32'). The bias gets no gradient."""
     call = _Call(q, "q", runtime, k=k, v=v, out=out, dout=dout, lse=lse, dq=dq, dk=dk, dv=dv,
-                 bias=bias)
+                 bias=bias, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
     t = grad_dtype or call.dtype(q, "q")
     if dq is None:
         dq = call.empty(t, _shape(q))
@@ -386,7 +394,8 @@ def attention_backward(q: Any, k: Any, v: Any, out: Any, dout: Any, lse: Any, dq
     with call:
         _L.attention_backward(call.rt, q, k, v, out, dout, lse, dq, dk, dv, bias,
                               float(scale or 0.0), bool(causal), int(window_left),
-                              int(window_right))
+                              int(window_right), cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
+                              int(max_seqlen_k))
     return dq, dk, dv
 
 

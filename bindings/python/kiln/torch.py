@@ -235,57 +235,72 @@ def _(q, k, v, bias=None, causal=False, window_left=-1, window_right=-1, scale=N
     return q.new_empty(q.shape)
 
 
+_VARLEN = ("Tensor? cu_seqlens_q=None, Tensor? cu_seqlens_k=None, int max_seqlen_q=0, "
+           "int max_seqlen_k=0")
+
+
 @_op("attention_forward(Tensor q, Tensor k, Tensor v, Tensor? bias=None, bool causal=False, "
-     "int window_left=-1, int window_right=-1, float? scale=None) -> (Tensor, Tensor)")
+     "int window_left=-1, int window_right=-1, float? scale=None, " + _VARLEN +
+     ") -> (Tensor, Tensor)")
 def _attention_forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor] = None,
                        causal: bool = False, window_left: int = -1, window_right: int = -1,
-                       scale: Optional[float] = None) -> Tuple[Tensor, Tensor]:
+                       scale: Optional[float] = None, cu_seqlens_q: Optional[Tensor] = None,
+                       cu_seqlens_k: Optional[Tensor] = None, max_seqlen_q: int = 0,
+                       max_seqlen_k: int = 0) -> Tuple[Tensor, Tensor]:
     b = _f32(_d(bias)) if bias is not None else None
     return _lib.attention(_d(q), _d(k), _d(v), causal=causal, window_left=window_left,
-                          window_right=window_right, scale=scale, bias=b, return_lse=True)
+                          window_right=window_right, scale=scale, bias=b, return_lse=True,
+                          cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                          max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
 
 
 @_attention_forward.register_fake
-def _(q, k, v, bias=None, causal=False, window_left=-1, window_right=-1, scale=None):
+def _(q, k, v, bias=None, causal=False, window_left=-1, window_right=-1, scale=None,
+      cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0):
     return q.new_empty(q.shape), q.new_empty(q.shape[:3], dtype=torch.float32)
 
 
 @_op("attention_backward(Tensor q, Tensor k, Tensor v, Tensor out, Tensor dout, Tensor lse, "
      "Tensor? bias=None, bool causal=False, int window_left=-1, int window_right=-1, "
-     "float? scale=None) -> (Tensor, Tensor, Tensor)")
+     "float? scale=None, " + _VARLEN + ") -> (Tensor, Tensor, Tensor)")
 def _attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout: Tensor, lse: Tensor,
                         bias: Optional[Tensor] = None, causal: bool = False,
                         window_left: int = -1, window_right: int = -1,
-                        scale: Optional[float] = None) -> Tuple[Tensor, Tensor, Tensor]:
+                        scale: Optional[float] = None, cu_seqlens_q: Optional[Tensor] = None,
+                        cu_seqlens_k: Optional[Tensor] = None, max_seqlen_q: int = 0,
+                        max_seqlen_k: int = 0) -> Tuple[Tensor, Tensor, Tensor]:
     b = _f32(_d(bias)) if bias is not None else None
     return _lib.attention_backward(_d(q), _d(k), _d(v), _d(out), _d(dout), _d(lse),
                                    causal=causal, window_left=window_left,
-                                   window_right=window_right, scale=scale, bias=b)
+                                   window_right=window_right, scale=scale, bias=b,
+                                   cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                                   max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
 
 
 @_attention_backward.register_fake
 def _(q, k, v, out, dout, lse, bias=None, causal=False, window_left=-1, window_right=-1,
-      scale=None):
+      scale=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _attention_setup(ctx, inputs, output):
-    q, k, v, bias, causal, window_left, window_right, scale = inputs
+    q, k, v, bias, causal, window_left, window_right, scale, cu_q, cu_k, max_q, max_k = inputs
     out, lse = output
-    ctx.flags = (causal, window_left, window_right, scale)
+    ctx.flags = (causal, window_left, window_right, scale, max_q, max_k)
     ctx.mark_non_differentiable(lse)
-    ctx.save_for_backward(q, k, v, bias, out, lse)
+    ctx.save_for_backward(q, k, v, bias, out, lse, cu_q, cu_k)
 
 
 def _attention_grad(ctx, g, g_lse):
-    causal, window_left, window_right, scale = ctx.flags
-    q, k, v, bias, out, lse = ctx.saved_tensors
+    causal, window_left, window_right, scale, max_q, max_k = ctx.flags
+    q, k, v, bias, out, lse, cu_q, cu_k = ctx.saved_tensors
     if bias is not None and ctx.needs_input_grad[3]:
         raise RuntimeError("kiln.torch.attention: the bias gets no gradient (kiln's backward "
                            "computes dq, dk and dv); pass a bias that does not require one")
     dq, dk, dv = torch.ops.kiln.attention_backward(q, k, v, out, g.to(q.dtype), lse, bias,
-                                                   causal, window_left, window_right, scale)
-    return dq, dk, dv, None, None, None, None, None
+                                                   causal, window_left, window_right, scale,
+                                                   cu_q, cu_k, max_q, max_k)
+    return dq, dk, dv, None, None, None, None, None, None, None, None, None
 
 
 _attention_forward.register_autograd(_attention_grad, setup_context=_attention_setup)
@@ -293,16 +308,21 @@ _attention_forward.register_autograd(_attention_grad, setup_context=_attention_s
 
 def attention(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor] = None, *,
               causal: bool = False, window_left: int = -1, window_right: int = -1,
-              scale: Optional[float] = None) -> Tensor:
+              scale: Optional[float] = None, cu_seqlens_q: Optional[Tensor] = None,
+              cu_seqlens_k: Optional[Tensor] = None, max_seqlen_q: int = 0,
+              max_seqlen_k: int = 0) -> Tensor:
     """scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=causal, scale=scale) on
     kiln (kiln.lib.attention: q [B, Hq, Sq, D], k and v [B, Hk, Sk, D], f16 or bf16, any strides
-    with the last one 1; grouped-query heads; sliding windows), with gradients for q, k and v
+    with the last one 1; grouped-query heads; sliding windows; variable lengths packed in one
+    item with cu_seqlens_q/k, int32 offsets), with gradients for q, k and v
     (kiln.lib.attention_backward; the bias gets none). Through torch.ops.kiln.attention_forward,
     which also returns the log-sum-exp the backward pass needs; torch.ops.kiln.attention is the
-    forward alone."""
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+    forward alone (without variable lengths)."""
+    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+    if varlen or (torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))):
         return torch.ops.kiln.attention_forward(q, k, v, bias, causal, window_left,
-                                                window_right, scale)[0]
+                                                window_right, scale, cu_seqlens_q, cu_seqlens_k,
+                                                max_seqlen_q, max_seqlen_k)[0]
     return torch.ops.kiln.attention(q, k, v, bias, causal, window_left, window_right, scale)
 
 

@@ -1,0 +1,26 @@
+// The rows one sequence of an attention batch occupies, for the kernels of attention.cpp and
+// attention_backward.cpp (internal). Without variable lengths, batch item b is the tensors'
+// item b and its sequence every row of dimension 2; with them (varlen), every sequence is in the
+// tensors' one item, sequence b in rows cu[b] .. cu[b + 1] - 1 (cumulative offsets, i32),
+// clamped into the tensor's rows so that inconsistent offsets read nothing outside it.
+#pragma once
+
+#include "compiler/dsl/dsl.h"
+
+namespace kiln::lib::detail {
+
+struct SeqRows {
+  dsl::u32 item;   // the tensors' batch index
+  dsl::u32 start;  // the sequence's first row
+  dsl::u32 len;    // its rows
+};
+
+inline SeqRows seq_rows(bool varlen, dsl::Tensor<const dsl::i32> cu, dsl::u32 b, dsl::u32 rows) {
+  using namespace kiln::dsl;
+  if (!varlen) return {b, 0u, rows};
+  u32 start = min(cast<uint32_t>(max(Val<int32_t>(cu[b]), 0)), rows);
+  u32 end = min(cast<uint32_t>(max(Val<int32_t>(cu[b + 1u]), 0)), rows);
+  return {0u, start, select(end > start, end - start, 0u)};
+}
+
+}  // namespace kiln::lib::detail
