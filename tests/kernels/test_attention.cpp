@@ -36,8 +36,10 @@ struct AttnCase {
   const char* out;  // output type
 };
 
-void run_case(Runtime& rt, const AttnCase& c, const char* op = "attention") {
+void run_case(Runtime& rt, const AttnCase& c, const char* op = "attention",
+              const char* plan = nullptr) {
   const bool backward = std::string(op) == "attention_backward";
+  if (!plan) plan = backward ? "attention_bwd_dkdv + attention_bwd_dq:" : "attention_fwd:";
   INFO("q " << fmt::format("{}", fmt::join(c.q, "x")) << " k "
             << fmt::format("{}", fmt::join(c.k, "x")) << " " << c.in << " -> " << c.out);
   for (const auto& [k, v] : c.set) INFO(k << " = " << v);
@@ -54,8 +56,7 @@ void run_case(Runtime& rt, const AttnCase& c, const char* op = "attention") {
   auto r = kernels::run(rt, op, config);
   KILN_REQUIRE_OK(r);
   INFO("plan: " << r->plan);
-  CHECK_THAT(r->plan,
-             Contains(backward ? "attention_bwd_dkdv + attention_bwd_dq:" : "attention_fwd:"));
+  CHECK_THAT(r->plan, Contains(plan));
   REQUIRE(r->checks.size() == (backward ? 3 : 2));
   for (const auto& check : r->checks) {
     INFO(check.name << ": first bad " << check.first_bad << ": got " << check.got << ", want "
@@ -112,6 +113,42 @@ TEST_CASE("kiln::lib::attention on the emulator", "[attention][gpu-paths]") {
         {{1, 20, 2, 128}, {1, 30, 1, 128}, {{"bshd", "1"}, {"window_left", "10"}}, "f16", "f16"});
     // Head size 256: O split across two cubes on a GPU.
     run_case(opened.front(), {{1, 1, 40, 256}, {1, 1, 33, 256}, {}, "bf16", "f32"});
+  }
+}
+
+// The decode path (a group's queries in one plane's rows, the cache in parts combined): one
+// query and a few, grouped heads, masks, a bias, BSHD, every head size, both output types.
+const AttnCase kDecodeCases[] = {
+    {{1, 8, 1, 64}, {1, 2, 3000, 64}, {{"causal", "1"}, {"use_bias", "1"}}, "bf16", "bf16"},
+    {{2, 16, 2, 128},
+     {2, 2, 700, 128},
+     {{"window_left", "300"}, {"window_right", "0"}},
+     "f16",
+     "f32"},
+    {{1, 1, 4, 256}, {1, 1, 1000, 256}, {{"causal", "1"}}, "bf16", "f32"},
+    {{2, 1, 8, 96}, {2, 600, 2, 96}, {{"bshd", "1"}, {"scale", "0.3"}}, "f16", "f16"},
+    // One key per query (a window of 0 on both sides), 16 queries of one head.
+    {{1, 1, 16, 32}, {1, 1, 512, 32}, {{"window_left", "0"}, {"window_right", "0"}}, "bf16", "f32"},
+};
+
+TEST_CASE("kiln::lib::attention's decode path matches a double reference", "[attention]") {
+  (void)kernels::builtin_names();
+  auto rt = Runtime::open("cpu");
+  REQUIRE(rt.ok());
+  for (const AttnCase& c : kDecodeCases)
+    run_case(*rt, c, "attention", "attention_decode + attention_decode_combine:");
+  for (const char* device : {"cuda-emu:sm_80", "cuda-emu:sm_90a", "cuda-emu:sm_100a"}) {
+    auto opened = test::open_devices({device});
+    if (opened.empty()) {
+      WARN("skipped: " << device << " is not available here");
+      continue;
+    }
+    INFO(device);
+    run_case(opened.front(),
+             {{1, 8, 1, 64}, {1, 2, 600, 64}, {{"causal", "1"}, {"use_bias", "1"}}, "bf16", "bf16"},
+             "attention", "attention_decode + attention_decode_combine:");
+    run_case(opened.front(), {{1, 1, 2, 256}, {1, 1, 520, 256}, {}, "bf16", "f32"}, "attention",
+             "attention_decode + attention_decode_combine:");
   }
 }
 

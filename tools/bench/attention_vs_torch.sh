@@ -9,7 +9,10 @@
 # 10 per backward, causal counted whole), and writes build/attention_bench.csv (or
 # build/attention_backward_bench.csv). PyTorch comes from PyPI into build/bench-venv
 # (bench_venv.sh); nothing is installed into the system.
-#   tools/bench/attention_vs_torch.sh [--quick] [--long] [--backward]      (build first)
+# --decode: one query per head (32 heads, 8 key/value heads) against caches of 4096, 16384 and
+# 32768 keys, head size 64 and 128, batch 1 and 4, against SDPA with enable_gqa; the throughput
+# columns are then the rate K and V are read at, in GB/s.
+#   tools/bench/attention_vs_torch.sh [--quick] [--long] [--backward | --decode]  (build first)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . tools/bench/bench_venv.sh
@@ -20,31 +23,42 @@ while [ $# -gt 0 ]; do
     --quick) batch=1 heads=4 seqs="512 1024" ;;
     --long) seqs="$seqs 4096" ;;
     --backward) pass=bwd ;;
-    *) echo "usage: tools/bench/attention_vs_torch.sh [--quick] [--long] [--backward]" >&2; exit 2 ;;
+    --decode) pass=decode ;;
+    *) echo "usage: tools/bench/attention_vs_torch.sh [--quick] [--long] [--backward | --decode]" >&2; exit 2 ;;
   esac
   shift
 done
+batches=$batch causals="0 1" unit=GFLOP/s
+if [ $pass = decode ]; then
+  heads=32 seqs="4096 16384 32768" causals=0 batches="1 4" unit=GB/s
+fi
 host=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
 what=kiln::lib::attention
 [ $pass = bwd ] && what="kiln::lib::attention_backward (the backward pass alone)"
+[ $pass = decode ] && what="kiln::lib::attention decoding (1 query, 32 heads, 8 key/value heads)"
 echo "$what against PyTorch CPU ($host, $(nproc) threads, $(date +%Y-%m-%d)), bf16"
 printf "%-22s %-7s %10s %10s %9s %12s %12s\n" shape causal "kiln ms" "torch ms" speed-up \
-  "kiln GFLOP/s" "torch GFLOP/s"
+  "kiln $unit" "torch $unit"
 csv=build/attention_bench.csv
 [ $pass = bwd ] && csv=build/attention_backward_bench.csv
-echo "batch,heads,seq,head_dim,causal,kiln_ms,torch_ms,kiln_gflops,torch_gflops" >"$csv"
+[ $pass = decode ] && csv=build/attention_decode_bench.csv
+echo "batch,heads,seq,head_dim,causal,kiln_ms,torch_ms,kiln_rate,torch_rate" >"$csv"
+for batch in $batches; do
 for d in 64 128; do
   for s in $seqs; do
-    for causal in 0 1; do
+    for causal in $causals; do
       read -r k kg < <(build/bin/attention_bench "$batch" "$heads" "$s" "$d" "$causal" bf16 cpu $pass)
       t=$("$py" - "$batch" "$heads" "$s" "$d" "$causal" "$(nproc)" "$pass" <<'PY' 2>/dev/null || echo "- -"
 import statistics, sys, time
 import torch
 b, h, s, d, causal, threads = map(int, sys.argv[1:7])
-backward = sys.argv[7] == "bwd"
+backward, decode = sys.argv[7] == "bwd", sys.argv[7] == "decode"
 torch.set_num_threads(threads)
-q, k, v = (torch.rand(b, h, s, d, dtype=torch.bfloat16) * 2 - 1 for _ in range(3))
-sdpa = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
+hk = h // 4 if decode else h
+q = torch.rand(b, h, 1 if decode else s, d, dtype=torch.bfloat16) * 2 - 1
+k, v = (torch.rand(b, hk, s, d, dtype=torch.bfloat16) * 2 - 1 for _ in range(2))
+sdpa = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=bool(causal),
+                                                                enable_gqa=decode)
 if backward:
     for t in (q, k, v):
         t.requires_grad_()
@@ -52,8 +66,8 @@ if backward:
     f = lambda: torch.autograd.grad(out, (q, k, v), g, retain_graph=True)
 else:
     f = sdpa
-flops = (10.0 if backward else 4.0) * b * h * s * s * d
-n = 3 if flops > 2e11 else 5 if flops > 2e10 else 9
+flops = (10.0 if backward else 4.0) * b * h * q.shape[2] * s * d
+n = 15 if decode else 3 if flops > 2e11 else 5 if flops > 2e10 else 9
 with torch.set_grad_enabled(backward):
     f()
     times = []
@@ -62,7 +76,8 @@ with torch.set_grad_enabled(backward):
         f()
         times.append(time.perf_counter() - t0)
 m = statistics.median(times)
-print(f"{m * 1e3:.3f} {flops / m / 1e9:.1f}")
+rate = 2.0 * k.numel() * 2 if decode else flops
+print(f"{m * 1e3:.3f} {rate / m / 1e9:.1f}")
 PY
 )
       read -r tm tg <<<"$t"
@@ -72,4 +87,5 @@ PY
       echo "$batch,$heads,$s,$d,$causal,$k,$tm,$kg,$tg" >>"$csv"
     done
   done
+done
 done

@@ -786,3 +786,35 @@ TEST_CASE("the library's attention backward kernels assemble without spills",
       }
     }
 }
+
+// kiln::lib::attention's decode path (a group's queries in a plane's rows, the cache in parts)
+// assembles without spills on every target, O split as the forward's at head size 256; on
+// sm_100a, 12 bytes at 256 (Q kept in registers: loading it again spills hundreds there),
+// bounded here.
+TEST_CASE("the library's attention decode kernel assembles without spills",
+          "[cuda][compile][attention]") {
+  (void)kernels::builtin_names();
+  const dsl::KernelDef* def = dsl::Registry::global().find("attention_decode");
+  REQUIRE(def);
+  for (const char* arch : test::kCudaTargets)
+    for (const char* hd : {"64", "96", "128", "256"}) {
+      const std::string a = arch;
+      const bool newer = a == "sm_100a" || a == "sm_120a";
+      const std::string split = std::string(hd) != "256" ? "1" : newer ? "4" : "2";
+      INFO("attention_decode for " << arch << ", head_dim " << hd << ", o_split " << split);
+      dsl::SpecOptions o;
+      o.set = {{"head_dim", hd}, {"o_split", split}, {"has_bias", "true"}};
+      o.dtype = {{"q", "bf16"}};
+      auto k = test::traced_for(*def, arch, o);
+      INFO((k.ok() ? std::string() : k.error().message));
+      REQUIRE(k.ok());
+      const auto& r = test::cuda_build(*k, arch).compiled.resources;
+      if (newer && std::string(hd) == "256") {
+        CHECK(r.spill_store_bytes <= 16);
+        continue;
+      }
+      CHECK(r.spill_store_bytes == 0);
+      CHECK(r.spill_load_bytes == 0);
+      CHECK(r.stack_bytes == 0);
+    }
+}
