@@ -21,6 +21,7 @@
 #include "compiler/dsl/fragment_elements.h"
 #include "compiler/dsl/matrix.h"
 #include "compiler/dsl/memory.h"
+#include "compiler/dsl/online_softmax.h"
 #include "compiler/dsl/registry.h"
 #include "compiler/dsl/tensor_memory.h"
 #include "compiler/dsl/tma.h"

@@ -519,9 +519,9 @@ Status attention_backward(Runtime& rt, const Tensor& q, const Tensor& k, const T
   KILN_TRY(check_grid(p.seqs * p.hk, p.rows_k, planes, "Hk", "Sk"));
   if (o.plan)
     *o.plan = {"attention_bwd_dkdv + attention_bwd_dq",
-               fmt::format("16 keys (queries) per plane x {} planes, queries (keys) in blocks of "
-                           "32{}",
-                           planes, shape.describe()),
+               fmt::format("16 keys (queries) per plane x {} planes, queries in blocks of {} "
+                           "(keys of 32){}",
+                           planes, shape.qblock, shape.describe()),
                "FlashAttention-2's backward without atomics: P recomputed from the log-sum-exp, "
                "once for dK and dV and once for dQ"};
   // With no queries (keys) dK and dV (dQ) are 0: the kernels store them from empty walks.
@@ -561,17 +561,57 @@ namespace detail {
 AttentionBackwardShape attention_backward_shape(std::string_view arch, int64_t head_dim) {
   AttentionBackwardShape s;
   if (arch.empty()) return s;
-  const int64_t D = head_dim;
   s.qblock = 16;
-  if (arch.starts_with("sm_10") || arch.starts_with("sm_12")) {
-    s.kv_split = D <= 64 ? 1 : D == 96 ? 3 : 4;
-    s.q_split = D <= 96 ? 1 : 4;
-    return s;
+  // Per architecture and head size: dK/dV's split and keep, dQ's split and keep. Measured with
+  // `kiln show --emit resources` over every split and keep (bf16 in, f32 gradients), with and
+  // without a bias and with variable lengths: the first configuration, by fewest splits, that
+  // assembles without spills in all three; where none does, the one without spills for fixed
+  // lengths, else the fewest bytes (tests/compiler/cuda/test_cuda_compile.cpp bounds what
+  // remains: sm_100a's and sm_120a's ptxas at head sizes 96 and 256, and up to 128 bytes with
+  // variable lengths on some targets).
+  struct Row {
+    int arch;
+    int64_t d;
+    int kv_split;
+    bool kv_keep;
+    int q_split;
+    bool q_keep;
+  };
+  static constexpr Row kRows[] = {
+      {80, 32, 1, true, 1, true},    {80, 64, 1, false, 1, true},   {80, 96, 3, true, 1, false},
+      {80, 128, 4, true, 2, false},  {80, 256, 8, false, 4, false}, {89, 32, 1, true, 1, true},
+      {89, 64, 1, true, 1, true},    {89, 96, 1, false, 1, false},  {89, 128, 2, false, 1, false},
+      {89, 256, 4, false, 2, false}, {90, 32, 1, true, 1, true},    {90, 64, 1, true, 1, true},
+      {90, 96, 3, true, 3, true},    {90, 128, 2, false, 1, false}, {90, 256, 4, false, 2, false},
+      {100, 32, 1, true, 1, true},   {100, 64, 1, true, 1, true},   {100, 96, 3, true, 1, true},
+      {100, 128, 4, true, 1, true},  {100, 256, 8, true, 8, true},  {120, 32, 1, true, 1, false},
+      {120, 64, 1, true, 2, true},   {120, 96, 1, true, 1, true},   {120, 128, 4, true, 4, true},
+      {120, 256, 8, true, 8, true},
+  };
+  // An architecture not measured takes the rows of the nearest measured one below it
+  // (sm_86: sm_80's); a head size not measured (160 to 224), the next larger one's, with the
+  // split brought down to one that divides its columns.
+  int number = 80;
+  if (arch.starts_with("sm_")) {
+    number = 0;
+    for (char c : arch.substr(3)) {
+      if (c < '0' || c > '9') break;
+      number = number * 10 + (c - '0');
+    }
   }
-  const bool sm80 = arch == "sm_80";
-  s.kv_keep = s.q_keep = D <= 64;
-  s.kv_split = D == 256 ? 4 : 1;
-  s.q_split = D == 256 ? (sm80 ? 4 : 2) : D == 128 && sm80 ? 2 : 1;
+  int family = 80;
+  for (const Row& r : kRows)
+    if (r.arch <= number) family = r.arch;
+  auto fit = [&](int split) {
+    while (split > 1 && head_dim % (32 * split) != 0) --split;
+    return split;
+  };
+  for (const Row& r : kRows)
+    if (r.arch == family && head_dim <= r.d) {
+      s.kv_split = fit(r.kv_split), s.kv_keep = r.kv_keep;
+      s.q_split = fit(r.q_split), s.q_keep = r.q_keep;
+      return s;
+    }
   return s;
 }
 

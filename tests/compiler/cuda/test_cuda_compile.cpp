@@ -748,43 +748,51 @@ TEST_CASE("the library's attention kernel assembles without spills on every targ
 }
 
 // kiln::lib::attention_backward's kernels, configured as the host launches them on each target
-// (attention_backward_shape), assemble without spills for every head size. Where no
-// configuration does (sm_100a's and sm_120a's ptxas, recorded in docs/kernels.md "Attention"),
-// the spill is bounded here so that a change that grows it is seen.
+// (attention_backward_shape), assemble without spills for every head size with fixed lengths,
+// except on sm_100a and sm_120a at head sizes 96 (dK/dV) and 256, where no split and keep does
+// (their ptxas; recorded in docs/kernels.md "Attention"); with variable lengths (a few more
+// registers) at head sizes 64 and 128, some targets spill a little in every configuration.
+// Those spills are bounded here so that a change that grows them is seen.
 TEST_CASE("the library's attention backward kernels assemble without spills",
           "[cuda][compile][attention]") {
   (void)kernels::builtin_names();
   for (const char* arch : test::kCudaTargets)
-    for (const int hd : {64, 96, 128, 256}) {
-      const auto shape = lib::detail::attention_backward_shape(arch, hd);
-      const std::string a = arch;
-      const bool newer = a == "sm_100a" || a == "sm_120a";
-      for (const char* name : {"attention_bwd_dkdv", "attention_bwd_dq"}) {
-        const bool kv = std::string(name) == "attention_bwd_dkdv";
-        INFO(name << " for " << arch << ", head_dim " << hd);
-        const dsl::KernelDef* def = dsl::Registry::global().find(name);
-        REQUIRE(def);
-        dsl::SpecOptions o;
-        o.set = {{"head_dim", std::to_string(hd)},
-                 {"split", std::to_string(kv ? shape.kv_split : shape.q_split)},
-                 {"keep", (kv ? shape.kv_keep : shape.q_keep) ? "true" : "false"},
-                 {"has_bias", "true"}};
-        if (kv) o.set["qblock"] = std::to_string(shape.qblock);
-        o.dtype = {{"q", "bf16"}, {kv ? "dk" : "dq", "f32"}};
-        auto k = test::traced_for(*def, arch, o);
-        INFO((k.ok() ? std::string() : k.error().message));
-        REQUIRE(k.ok());
-        const auto& r = test::cuda_build(*k, arch).compiled.resources;
-        INFO("spills " << r.spill_store_bytes << " bytes stored, stack " << r.stack_bytes);
-        if (newer && (hd == 256 || (hd == 96 && kv))) {
-          CHECK(r.spill_store_bytes <= 128);
-          continue;
+    for (const int hd : {64, 96, 128, 256})
+      for (const bool varlen : {false, true}) {
+        if (varlen && hd != 64 && hd != 128) continue;
+        const auto shape = lib::detail::attention_backward_shape(arch, hd);
+        const std::string a = arch;
+        const bool newer = a == "sm_100a" || a == "sm_120a";
+        for (const char* name : {"attention_bwd_dkdv", "attention_bwd_dq"}) {
+          const bool kv = std::string(name) == "attention_bwd_dkdv";
+          INFO(name << " for " << arch << ", head_dim " << hd << (varlen ? ", varlen" : ""));
+          const dsl::KernelDef* def = dsl::Registry::global().find(name);
+          REQUIRE(def);
+          dsl::SpecOptions o;
+          o.set = {{"head_dim", std::to_string(hd)},
+                   {"split", std::to_string(kv ? shape.kv_split : shape.q_split)},
+                   {"keep", (kv ? shape.kv_keep : shape.q_keep) ? "true" : "false"},
+                   {"has_bias", varlen ? "false" : "true"},
+                   {"varlen", varlen ? "true" : "false"}};
+          if (kv) o.set["qblock"] = std::to_string(shape.qblock);
+          o.dtype = {{"q", "bf16"}, {kv ? "dk" : "dq", "f32"}};
+          auto k = test::traced_for(*def, arch, o);
+          INFO((k.ok() ? std::string() : k.error().message));
+          REQUIRE(k.ok());
+          const auto& r = test::cuda_build(*k, arch).compiled.resources;
+          INFO("spills " << r.spill_store_bytes << " bytes stored, stack " << r.stack_bytes);
+          // Where no configuration assembles without spills (the scan in
+          // attention_backward_shape's comment): sm_100a's and sm_120a's dK/dV at 96 (20 and 12
+          // bytes) and both kernels at 256 (4 to 16 bytes); with variable lengths, up to 128.
+          if (varlen || (newer && (hd == 256 || (hd == 96 && kv)))) {
+            CHECK(r.spill_store_bytes <= (varlen ? 128 : 32));
+            continue;
+          }
+          CHECK(r.spill_store_bytes == 0);
+          CHECK(r.spill_load_bytes == 0);
+          CHECK(r.stack_bytes == 0);
         }
-        CHECK(r.spill_store_bytes == 0);
-        CHECK(r.spill_load_bytes == 0);
-        CHECK(r.stack_bytes == 0);
       }
-    }
 }
 
 // kiln::lib::attention's decode path (a group's queries in a plane's rows, the cache in parts)
