@@ -456,6 +456,84 @@ Status attention_decode(Runtime& rt, const Tensor& q, const Tensor& k, const Ten
                    o.lse != nullptr);
 }
 
+// The CPU's kernel (attention_cpu.cpp): a vector of queries per cube, a query per SIMD lane,
+// keys in blocks of 16 (8 with 16 vector registers: the block's scores and probabilities stay
+// in registers).
+Status attention_cpu(Runtime& rt, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
+                     const Tensor& lse, const Problem& p, const AttentionOptions& o) {
+  const int lanes = std::max(1, rt.max_lanes(ElemType::F32));
+  const int keys = rt.device().vector_bits >= 512 ? 16 : 8;
+  const int64_t blocks = (p.rows_q + lanes - 1) / lanes;
+  if (p.seqs * p.hq > 65535 || blocks > 65535)
+    return bad(
+        fmt::format("the grid would be {} x {} cubes; at most 65535 of each (B x Hq and "
+                    "Sq / {})",
+                    blocks, p.seqs * p.hq, lanes));
+  if (o.plan)
+    *o.plan = {"attention_fwd_cpu",
+               fmt::format("{} queries per cube (a query per SIMD lane), keys in blocks of {}",
+                           lanes, keys),
+               "flash attention for SIMD lanes: the online softmax lane by lane, S and P in "
+               "vector registers, Q^T and O^T in the core's arena"};
+  if (p.seqs == 0 || p.hq == 0 || p.rows_q == 0) return Status{};
+  KILN_ASSIGN(const Kernel kernel, rt.kernel("attention_fwd_cpu"));
+  return rt.launch(kernel, Dim3(u(blocks), u(p.seqs * p.hq)), Dim3(u(lanes)), q.as_read_only(),
+                   k.as_read_only(), v.as_read_only(), out, p.bias, lse, p.cu_q, p.cu_k,
+                   static_cast<float>(p.scale * 1.4426950408889634), u(p.hq), u(p.hq / p.hk),
+                   static_cast<int32_t>(p.left), static_cast<int32_t>(p.right), p.bs[0], p.bs[1],
+                   p.bs[2], p.bs[3], static_cast<int>(p.D), lanes, keys, o.bias != nullptr,
+                   o.lse != nullptr, p.varlen);
+}
+
+// The CPU's backward (attention_cpu.cpp): the row sums of dO O, then dK and dV with a key per
+// SIMD lane over blocks of queries, and dQ with a query per lane over blocks of keys (8 rows a
+// block, 6 with 16 vector registers: the block's scores and products stay in registers).
+Status attention_backward_cpu(Runtime& rt, const Tensor& q, const Tensor& k, const Tensor& v,
+                              const Tensor& out, const Tensor& dout, const Tensor& lse, Tensor& dq,
+                              Tensor& dk, Tensor& dv, const Problem& p, const AttentionOptions& o) {
+  const int lanes = std::max(1, rt.max_lanes(ElemType::F32));
+  const int block = rt.device().vector_bits >= 512 ? 8 : 6;
+  const int64_t qblocks = (p.rows_q + lanes - 1) / lanes, kblocks = (p.rows_k + lanes - 1) / lanes;
+  if (p.seqs * p.hq > 65535 || qblocks > 65535 || kblocks > 65535)
+    return bad(
+        fmt::format("the grid would be {} (or {}) x {} cubes; at most 65535 of each (B x "
+                    "Hq and Sq / {})",
+                    qblocks, kblocks, p.seqs * p.hq, lanes));
+  if (o.plan)
+    *o.plan = {"attention_bwd_dkdv_cpu + attention_bwd_dq_cpu",
+               fmt::format("{} keys (queries) per cube, a key (query) per SIMD lane, queries "
+                           "(keys) in blocks of {}",
+                           lanes, block),
+               "FlashAttention-2's backward without atomics for SIMD lanes: P recomputed from "
+               "the log-sum-exp, once for dK and dV and once for dQ"};
+  if (p.seqs == 0 || p.hq == 0) return Status{};
+  KILN_ASSIGN(Tensor delta, rt.empty(ElemType::F32, {p.B, p.hq, std::max<int64_t>(p.sq, 1)}));
+  KILN_ASSIGN(const Kernel pre, rt.kernel("attention_bwd_delta"));
+  if (p.sq > 0)
+    KILN_TRY(rt.launch(pre, Dim3(u((p.sq + 127) / 128), u(p.B * p.hq)), Dim3(128u),
+                       out.as_read_only(), dout.as_read_only(), delta, u(p.hq)));
+  const float scale_log2 = static_cast<float>(p.scale * 1.4426950408889634);
+  const auto scale = static_cast<float>(p.scale);
+  const Tensor delta_r = delta.as_read_only();
+  if (p.rows_k > 0) {
+    KILN_ASSIGN(const Kernel dkdv, rt.kernel("attention_bwd_dkdv_cpu"));
+    KILN_TRY(rt.launch(dkdv, Dim3(u(kblocks), u(p.seqs * p.hk)), Dim3(u(lanes)), q.as_read_only(),
+                       k.as_read_only(), v.as_read_only(), dout.as_read_only(), lse.as_read_only(),
+                       delta_r, p.bias, p.cu_q, p.cu_k, dk, dv, scale_log2, scale, u(p.hk),
+                       u(p.hq / p.hk), static_cast<int32_t>(p.left), static_cast<int32_t>(p.right),
+                       p.bs[0], p.bs[1], p.bs[2], p.bs[3], static_cast<int>(p.D), lanes, block,
+                       o.bias != nullptr, p.varlen));
+  }
+  if (p.rows_q == 0) return Status{};
+  KILN_ASSIGN(const Kernel dqk, rt.kernel("attention_bwd_dq_cpu"));
+  return rt.launch(dqk, Dim3(u(qblocks), u(p.seqs * p.hq)), Dim3(u(lanes)), q.as_read_only(),
+                   k.as_read_only(), v.as_read_only(), dout.as_read_only(), lse.as_read_only(),
+                   delta_r, p.bias, p.cu_q, p.cu_k, dq, scale_log2, scale, u(p.hq), u(p.hq / p.hk),
+                   static_cast<int32_t>(p.left), static_cast<int32_t>(p.right), p.bs[0], p.bs[1],
+                   p.bs[2], p.bs[3], static_cast<int>(p.D), lanes, block, o.bias != nullptr,
+                   p.varlen);
+}
+
 }  // namespace
 
 Status attention(Runtime& rt, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
@@ -472,24 +550,26 @@ Status attention(Runtime& rt, const Tensor& q, const Tensor& k, const Tensor& v,
   } else {
     KILN_ASSIGN(lse, rt.empty(ElemType::F32, {1, 1, 1}));
   }
+  // The decode path (attention_decode.cpp): a group's queries fill a plane's 16 rows and the
+  // cache is split into parts, walked in parallel and combined: taken when the group's queries
+  // fit the rows, the cache is long, and each query row of q is one stride from the last.
+  const bool empty = p.seqs == 0 || p.hq == 0 || p.rows_q == 0;
+  const int64_t group = p.hq / p.hk;
+  const bool rows_uniform = p.sq == 1 || q.stride(1) == p.sq * q.stride(2);
+  const bool decode = !empty && !p.varlen && p.sq * group <= 16 && p.sk >= 512 && rows_uniform;
+  if (rt.device().lane_units && !decode) return attention_cpu(rt, q, k, v, out, lse, p, o);
   const int planes = 4;
   // On a GPU, O of head_dim 256 (128 registers per unit) is split between cubes, each computing
   // S again: in one, it spills (in two, still on sm_100a and sm_120a, which keep Q resident).
   const int o_split = rt.device().lane_units || p.D <= 128 ? 1 : newer_arch(rt) ? 4 : 2;
+  if (decode) return attention_decode(rt, q, k, v, out, lse, p, o, o_split);
   KILN_TRY(check_grid(p.seqs * p.hq, p.rows_q, planes, "Hq", "Sq"));
   if (o.plan)
     *o.plan = {"attention_fwd",
                fmt::format("16 queries per plane x {} planes, keys in blocks of 32{}", planes,
                            o_split > 1 ? fmt::format(", O split in {} cubes", o_split) : ""),
                "flash attention on matrix fragments, S and P kept where the multiply leaves them"};
-  if (p.seqs == 0 || p.hq == 0 || p.rows_q == 0) return Status{};
-  // The decode path (attention_decode.cpp): a group's queries fill a plane's 16 rows and the
-  // cache is split into parts, walked in parallel and combined: taken when the group's queries
-  // fit the rows, the cache is long, and each query row of q is one stride from the last.
-  const int64_t group = p.hq / p.hk;
-  const bool rows_uniform = p.sq == 1 || q.stride(1) == p.sq * q.stride(2);
-  if (!p.varlen && p.sq * group <= 16 && p.sk >= 512 && rows_uniform)
-    return attention_decode(rt, q, k, v, out, lse, p, o, o_split);
+  if (empty) return Status{};
   KILN_ASSIGN(const Kernel kernel, rt.kernel("attention_fwd"));
   const int64_t blocks = (p.rows_q + 16 * planes - 1) / (16 * planes);
   return rt.launch(kernel, Dim3(u(blocks), u(p.seqs * p.hq), u(o_split)), Dim3(u(32 * planes)),
@@ -514,6 +594,8 @@ Status attention_backward(Runtime& rt, const Tensor& q, const Tensor& k, const T
     return bad(fmt::format("dq, dk and dv must hold one type; got {}, {} and {}",
                            ir::elem_name(dq.dtype()), ir::elem_name(dk.dtype()),
                            ir::elem_name(dv.dtype())));
+  if (rt.device().lane_units)
+    return attention_backward_cpu(rt, q, k, v, out, dout, lse, dq, dk, dv, p, o);
   const int planes = 4;
   const detail::AttentionBackwardShape shape =
       detail::attention_backward_shape(rt.device().lane_units ? "" : rt.device().arch, p.D);

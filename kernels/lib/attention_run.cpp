@@ -168,7 +168,7 @@ kiln::Result<kiln::Tensor> as_bhsd(const kiln::Tensor& t, bool bshd) {
 kiln::kernels::HostOp attention_op() {
   using kiln::ir::ElemType;
   kiln::kernels::HostOp op;
-  op.description = "fused attention (flash, on matrix fragments): kiln::lib::attention";
+  op.description = "fused attention (flash: matrix fragments on GPUs, a query per SIMD lane on the CPU): kiln::lib::attention";
   op.kernels = {"attention_fwd"};
   op.tensors = {{"q", true},    {"k", true},    {"v", true},
                 {"bias", true}, {"out", false}, {"lse", false}};

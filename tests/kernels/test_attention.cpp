@@ -39,7 +39,12 @@ struct AttnCase {
 void run_case(Runtime& rt, const AttnCase& c, const char* op = "attention",
               const char* plan = nullptr) {
   const bool backward = std::string(op) == "attention_backward";
-  if (!plan) plan = backward ? "attention_bwd_dkdv + attention_bwd_dq:" : "attention_fwd:";
+  // The CPU runs kernels of its own, a query (key) per SIMD lane; GPUs, fragment kernels.
+  const bool cpu = rt.device().lane_units;
+  if (!plan && backward)
+    plan = cpu ? "attention_bwd_dkdv_cpu + attention_bwd_dq_cpu:"
+               : "attention_bwd_dkdv + attention_bwd_dq:";
+  if (!plan) plan = cpu ? "attention_fwd_cpu:" : "attention_fwd:";
   INFO("q " << fmt::format("{}", fmt::join(c.q, "x")) << " k "
             << fmt::format("{}", fmt::join(c.k, "x")) << " " << c.in << " -> " << c.out);
   for (const auto& [k, v] : c.set) INFO(k << " = " << v);
