@@ -312,11 +312,17 @@ Result<Problem> check(Runtime& rt, const Tensor& q, const Tensor& k, const Tenso
     if (t->rank() != 4)
       return bad(fmt::format("{} is {}; it must be [B, H, S, D] (rank 4)", name, dims(t->shape())));
   const ElemType in = q.dtype();
-  if (in != ElemType::F16 && in != ElemType::BF16)
-    return bad(fmt::format(
-        "q, k and v hold {}; attention takes f16 or bf16 inputs (f32 inputs are not built yet: "
-        "convert them to bf16 first)",
-        ir::elem_name(in)));
+  const bool cpu = rt.device().lane_units;
+  if (in != ElemType::F16 && in != ElemType::BF16 && !(in == ElemType::F32 && cpu))
+    return bad(
+        in == ElemType::F32
+            ? fmt::format("q, k and v hold f32; on {} attention takes f16 or bf16 inputs (f32 "
+                          "runs on the CPU; a GPU's tensor cores would read f32 as tf32, which "
+                          "is not built): convert them to bf16 or f16 first",
+                          rt.device().name)
+            : fmt::format("q, k and v hold {}; attention takes f16, bf16 or (on the CPU) f32 "
+                          "inputs",
+                          ir::elem_name(in)));
   if (k.dtype() != in || v.dtype() != in)
     return bad(fmt::format("q, k and v must hold one type; got {}, {} and {}", ir::elem_name(in),
                            ir::elem_name(k.dtype()), ir::elem_name(v.dtype())));
@@ -556,7 +562,8 @@ Status attention(Runtime& rt, const Tensor& q, const Tensor& k, const Tensor& v,
   const bool empty = p.seqs == 0 || p.hq == 0 || p.rows_q == 0;
   const int64_t group = p.hq / p.hk;
   const bool rows_uniform = p.sq == 1 || q.stride(1) == p.sq * q.stride(2);
-  const bool decode = !empty && !p.varlen && p.sq * group <= 16 && p.sk >= 512 && rows_uniform;
+  const bool decode = !empty && !p.varlen && p.sq * group <= 16 && p.sk >= 512 && rows_uniform &&
+                      q.dtype() != ElemType::F32;
   if (rt.device().lane_units && !decode) return attention_cpu(rt, q, k, v, out, lse, p, o);
   const int planes = 4;
   // On a GPU, O of head_dim 256 (128 registers per unit) is split between cubes, each computing

@@ -74,7 +74,8 @@ void attention_bwd_delta(Tensor<const typename P::Out> o, Tensor<const typename 
   delta[(b * hq + h) * seq_q + i] = acc.get();
 }
 KILN_KERNEL_GENERIC(attention_bwd_delta, "o: rank=4, dout: rank=4, delta: rank=3, hq",
-                    InOut<f16, f16>, InOut<f16, f32>, InOut<bf16, bf16>, InOut<bf16, f32>)
+                    InOut<f16, f16>, InOut<f16, f32>, InOut<bf16, bf16>, InOut<bf16, f32>,
+                    InOut<f32, f32>)
     .cube_dim(128)
     .describe("kiln::lib::attention_backward: each query row's sum of dO O");
 

@@ -242,7 +242,7 @@ KILN_KERNEL_GENERIC(
     "cu_k: rank=1, scale_log2, hq, group, left, right, bs0, bs1, bs2, bs3, "
     "head_dim = 64 in 16..256, lanes = 16 in 1..64, keys = 16 in 1..32, has_bias = false, "
     "has_lse = false, varlen = false",
-    InOut<f16, f16>, InOut<f16, f32>, InOut<bf16, bf16>, InOut<bf16, f32>)
+    InOut<f16, f16>, InOut<f16, f32>, InOut<bf16, bf16>, InOut<bf16, f32>, InOut<f32, f32>)
     .cube_dim([](const ComptimeArgs& c) -> CubeDim {
       return {static_cast<uint32_t>(c.integer("lanes")), 1, 1};
     })
@@ -337,7 +337,7 @@ KILN_KERNEL_GENERIC(
     "cu_q: rank=1, cu_k: rank=1, dk: rank=4, dv: rank=4, scale_log2, scale, hk, group, left, "
     "right, bs0, bs1, bs2, bs3, head_dim = 64 in 16..256, lanes = 16 in 1..64, "
     "block = 8 in 1..32, has_bias = false, varlen = false",
-    InOut<f16, f16>, InOut<f16, f32>, InOut<bf16, bf16>, InOut<bf16, f32>)
+    InOut<f16, f16>, InOut<f16, f32>, InOut<bf16, bf16>, InOut<bf16, f32>, InOut<f32, f32>)
     .cube_dim([](const ComptimeArgs& c) -> CubeDim {
       return {static_cast<uint32_t>(c.integer("lanes")), 1, 1};
     })
@@ -423,7 +423,7 @@ KILN_KERNEL_GENERIC(
     "cu_q: rank=1, cu_k: rank=1, dq: rank=4, scale_log2, scale, hq, group, left, right, bs0, "
     "bs1, bs2, bs3, head_dim = 64 in 16..256, lanes = 16 in 1..64, block = 8 in 1..32, "
     "has_bias = false, varlen = false",
-    InOut<f16, f16>, InOut<f16, f32>, InOut<bf16, bf16>, InOut<bf16, f32>)
+    InOut<f16, f16>, InOut<f16, f32>, InOut<bf16, bf16>, InOut<bf16, f32>, InOut<f32, f32>)
     .cube_dim([](const ComptimeArgs& c) -> CubeDim {
       return {static_cast<uint32_t>(c.integer("lanes")), 1, 1};
     })

@@ -92,6 +92,11 @@ const AttnCase kCases[] = {
      {{"window_left", "1000000000"}, {"window_right", "1000000000"}},
      "f16",
      "f32"},
+    // f32 inputs (the CPU), also of a decoding shape (which the decode path leaves to the CPU's
+    // kernel for f32).
+    {{1, 3, 50, 64}, {1, 1, 70, 64}, {{"causal", "1"}, {"use_bias", "1"}}, "f32", "f32"},
+    {{1, 8, 1, 128}, {1, 2, 600, 128}, {}, "f32", "f32"},
+    {{1, 33, 6, 96}, {1, 40, 2, 96}, {{"bshd", "1"}, {"window_left", "7"}}, "f32", "f32"},
 };
 
 TEST_CASE("kiln::lib::attention matches a double reference", "[attention]") {
@@ -118,6 +123,14 @@ TEST_CASE("kiln::lib::attention on the emulator", "[attention][gpu-paths]") {
         {{1, 20, 2, 128}, {1, 30, 1, 128}, {{"bshd", "1"}, {"window_left", "10"}}, "f16", "f16"});
     // Head size 256: O split across two cubes on a GPU.
     run_case(opened.front(), {{1, 1, 40, 256}, {1, 1, 33, 256}, {}, "bf16", "f32"});
+    // f32 inputs run on the CPU only: refused, saying so.
+    auto q32 = opened.front().empty(ir::ElemType::F32, {1, 1, 16, 64});
+    KILN_REQUIRE_OK(q32);
+    auto o32 = opened.front().empty(ir::ElemType::F32, {1, 1, 16, 64});
+    KILN_REQUIRE_OK(o32);
+    const Status s = lib::attention(opened.front(), *q32, *q32, *q32, *o32);
+    REQUIRE_FALSE(s.ok());
+    CHECK_THAT(s.error().message, Contains("f32 runs on the CPU"));
   }
 }
 
@@ -174,6 +187,9 @@ const AttnCase kBackwardCases[] = {
     {{1, 2, 40, 256}, {1, 1, 33, 256}, {}, "f16", "f32"},
     {{2, 4, 200, 64}, {2, 2, 200, 64}, {}, "bf16", "bf16"},
     {{1, 1, 200, 64}, {1, 1, 200, 64}, {{"causal", "1"}}, "f16", "f16"},
+    // f32 inputs (the CPU).
+    {{1, 4, 45, 64}, {1, 2, 60, 64}, {{"causal", "1"}, {"use_bias", "1"}}, "f32", "f32"},
+    {{1, 17, 6, 32}, {1, 30, 3, 32}, {{"bshd", "1"}, {"window_right", "4"}}, "f32", "f32"},
 };
 
 TEST_CASE("kiln::lib::attention_backward matches a double reference", "[attention]") {
@@ -412,7 +428,10 @@ TEST_CASE("kiln::lib::attention refuses what it cannot compute, naming it", "[at
     CHECK_THAT(s.error().message, Contains(what));
   };
   const Tensor q32 = make(ElemType::F32, {1, 4, 16, 64});
-  refused(q32, k, k, out, {}, "f32 inputs are not built yet");
+  refused(q32, k, k, out, {}, "q, k and v must hold one type; got f32, bf16 and bf16");
+  const Tensor qi = make(ElemType::I32, {1, 4, 16, 64});
+  refused(qi, qi, qi, out, {},
+          "q, k and v hold i32; attention takes f16, bf16 or (on the CPU) f32");
   const Tensor k3 = make(ElemType::BF16, {1, 3, 16, 64});
   refused(q, k3, k3, out, {}, "q's heads must be a multiple of k's");
   const Tensor q48 = make(ElemType::BF16, {1, 4, 16, 48}),

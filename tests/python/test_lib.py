@@ -187,8 +187,13 @@ def test_attention_gqa_causal_bias_lse_and_bshd_views():
     lib.attention(qb.transpose(0, 2, 1, 3), kb.transpose(0, 2, 1, 3), vb.transpose(0, 2, 1, 3),
                   out2.transpose(0, 2, 1, 3))
     close(out2.transpose(0, 2, 1, 3), attention_ref(q, k, v)[0], 5e-3)
-    with pytest.raises(kiln.Error, match="f32 inputs are not built yet"):
-        lib.attention(rand(1, 1, 8, 32), rand(1, 1, 8, 32), rand(1, 1, 8, 32))
+    # f32 inputs (the CPU): f32 throughout.
+    q, k, v = rand(1, 2, 8, 32), rand(1, 1, 19, 32), rand(1, 1, 19, 32)
+    out = lib.attention(q, k, v, causal=True)
+    assert out.dtype == np.float32
+    close(out, attention_ref(q, k, v, causal=True)[0], 1e-5)
+    with pytest.raises(kiln.Error, match="attention takes f16, bf16 or"):
+        lib.attention(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64))
 
 
 def test_attention_backward_against_central_differences_of_the_reference():

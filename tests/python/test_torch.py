@@ -99,6 +99,24 @@ def test_attention_gradients_against_scaled_dot_product_attention():
     opcheck(torch.ops.kiln.attention_backward.default, (q, k, v, out, torch.randn_like(q), lse))
 
 
+def test_attention_in_f32_with_gradients_against_scaled_dot_product_attention():
+    # f32 inputs run on the CPU, f32 throughout: as close as PyTorch's own math path.
+    q = torch.randn(2, 4, 29, 64, requires_grad=True)
+    k, v = (torch.randn(2, 2, 41, 64, requires_grad=True) for _ in range(2))
+    g = torch.randn(2, 4, 29, 64)
+    mask = torch.ones(29, 41, dtype=torch.bool).tril(41 - 29)
+    out = kt.attention(q, k, v, causal=True)
+    assert out.dtype == torch.float32
+    out.backward(g)
+    qf, kf, vf = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    want = torch.nn.functional.scaled_dot_product_attention(
+        qf, kf.repeat_interleave(2, dim=1), vf.repeat_interleave(2, dim=1), attn_mask=mask)
+    want.backward(g)
+    torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-5)
+    for got, ref in ((q.grad, qf.grad), (k.grad, kf.grad), (v.grad, vf.grad)):
+        torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4 * ref.abs().max())
+
+
 def test_attention_with_variable_lengths_and_its_gradients():
     lens = [7, 0, 30]
     cu = torch.tensor([0, 7, 7, 37], dtype=torch.int32)
