@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "compiler/dsl/online_softmax.h"
@@ -491,27 +492,48 @@ Status attention_cpu(Runtime& rt, const Tensor& q, const Tensor& k, const Tensor
                    o.lse != nullptr, p.varlen);
 }
 
-// The CPU's backward (attention_cpu.cpp): the row sums of dO O, then dK and dV with a key per
-// SIMD lane over blocks of queries, and dQ with a query per lane over blocks of keys (8 rows a
-// block, 6 with 16 vector registers: the block's scores and products stay in registers).
+// The CPU's backward (attention_cpu.cpp), after the row sums of dO O: with enough key heads to
+// keep every core busy (B Hk at least twice the cores), one cube per key head computes dK, dV
+// and dQ in five products (attention_bwd_cpu); otherwise two walks spread over blocks of keys
+// and of queries compute dK and dV (a key per SIMD lane) and dQ (a query per lane) in seven.
+// KILN_ATTENTION_CPU_BACKWARD=fused or =walks picks one (for comparisons and tests). Blocks of
+// 8 rows (6 with 16 vector registers: the block's scores and products stay in registers).
 Status attention_backward_cpu(Runtime& rt, const Tensor& q, const Tensor& k, const Tensor& v,
                               const Tensor& out, const Tensor& dout, const Tensor& lse, Tensor& dq,
                               Tensor& dk, Tensor& dv, const Problem& p, const AttentionOptions& o) {
   const int lanes = std::max(1, rt.max_lanes(ElemType::F32));
   const int block = rt.device().vector_bits >= 512 ? 8 : 6;
+  bool fused = p.seqs * p.hk >= 2 * std::max(1, rt.device().cores);
+  if (const char* e = std::getenv("KILN_ATTENTION_CPU_BACKWARD")) {
+    const std::string_view how = e;
+    if (how != "fused" && how != "walks")
+      return bad(
+          fmt::format("KILN_ATTENTION_CPU_BACKWARD is '{}'; it must be fused or walks "
+                      "(unset: chosen by the number of key heads)",
+                      how));
+    fused = how == "fused";
+  }
   const int64_t qblocks = (p.rows_q + lanes - 1) / lanes, kblocks = (p.rows_k + lanes - 1) / lanes;
   if (p.seqs * p.hq > 65535 || qblocks > 65535 || kblocks > 65535)
     return bad(
         fmt::format("the grid would be {} (or {}) x {} cubes; at most 65535 of each (B x "
                     "Hq and Sq / {})",
                     qblocks, kblocks, p.seqs * p.hq, lanes));
-  if (o.plan)
+  if (o.plan && fused)
+    *o.plan = {"attention_bwd_cpu",
+               fmt::format("a cube per key head, {} keys at a time (a key per SIMD lane), "
+                           "queries in blocks of {}",
+                           lanes, block),
+               "FlashAttention-2's backward in five products without atomics: each cube walks "
+               "every key of its head, summing dQ in f32 in key order"};
+  else if (o.plan)
     *o.plan = {"attention_bwd_dkdv_cpu + attention_bwd_dq_cpu",
                fmt::format("{} keys (queries) per cube, a key (query) per SIMD lane, queries "
                            "(keys) in blocks of {}",
                            lanes, block),
                "FlashAttention-2's backward without atomics for SIMD lanes: P recomputed from "
-               "the log-sum-exp, once for dK and dV and once for dQ"};
+               "the log-sum-exp, once for dK and dV and once for dQ (fewer key heads than "
+               "twice the cores)"};
   if (p.seqs == 0 || p.hq == 0) return Status{};
   KILN_ASSIGN(Tensor delta, rt.empty(ElemType::F32, {p.B, p.hq, std::max<int64_t>(p.sq, 1)}));
   KILN_ASSIGN(const Kernel pre, rt.kernel("attention_bwd_delta"));
@@ -521,6 +543,21 @@ Status attention_backward_cpu(Runtime& rt, const Tensor& q, const Tensor& k, con
   const float scale_log2 = static_cast<float>(p.scale * 1.4426950408889634);
   const auto scale = static_cast<float>(p.scale);
   const Tensor delta_r = delta.as_read_only();
+  if (fused) {
+    KILN_ASSIGN(Tensor dq_acc,
+                rt.empty(ElemType::F32, {p.seqs, p.hq, std::max<int64_t>(p.rows_q, 1), p.D}));
+    if (!detail::fits_u32(dq_acc))
+      return bad(
+          "dQ's f32 sums would reach past 2^32 elements (KILN_ATTENTION_CPU_BACKWARD=walks "
+          "needs none)");
+    KILN_ASSIGN(const Kernel all, rt.kernel("attention_bwd_cpu"));
+    return rt.launch(all, Dim3(1u, u(p.seqs * p.hk)), Dim3(u(lanes)), q.as_read_only(),
+                     k.as_read_only(), v.as_read_only(), dout.as_read_only(), lse.as_read_only(),
+                     delta_r, p.bias, p.cu_q, p.cu_k, dq, dk, dv, dq_acc, scale_log2, scale,
+                     u(p.hk), u(p.hq / p.hk), static_cast<int32_t>(p.left),
+                     static_cast<int32_t>(p.right), p.bs[0], p.bs[1], p.bs[2], p.bs[3],
+                     static_cast<int>(p.D), lanes, block, o.bias != nullptr, p.varlen);
+  }
   if (p.rows_k > 0) {
     KILN_ASSIGN(const Kernel dkdv, rt.kernel("attention_bwd_dkdv_cpu"));
     KILN_TRY(rt.launch(dkdv, Dim3(u(kblocks), u(p.seqs * p.hk)), Dim3(u(lanes)), q.as_read_only(),

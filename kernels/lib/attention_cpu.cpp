@@ -7,8 +7,8 @@
 // every row operation of the softmax (maximum, sum, exp2, rescaling) is a lane-wise vector
 // operation and nothing crosses lanes. The forward:
 //
-// - Q^T (scaled into log2 units) and the running O^T live in the worker's arena (shared memory
-//   on the CPU), element (d, query) at d * lanes + lane: a vector per column of the head.
+// - Q^T and the running O^T live in the worker's arena (shared memory on the CPU), element
+//   (d, query) at d * lanes + lane: a vector per column of the head.
 // - Keys are walked in blocks of `keys`, each block of K and V converted once into f32 rows in
 //   the arena (contiguous vector loads of the tensors' rows).
 // - S^T for the block is `keys` vector accumulators: for each column d, one vector load of Q^T
@@ -20,13 +20,22 @@
 // same two shapes of product (a block's rows broadcast against the lanes' columns in the arena,
 // and a column of the arena updated from the block's rows against vectors in registers):
 //
-//   attention_bwd_dkdv_cpu  a vector of keys; over the queries that see them, in blocks:
-//                             S^T, P^T = exp2(S^T - lse), dV^T += dO^T P^T, dP^T = V dO^T,
-//                             dS^T = P^T (dP^T - delta), dK^T += Q^T dS^T
-//   attention_bwd_dq_cpu    a vector of queries; over the keys they see, in blocks:
-//                             S, P, dP = dO V^T, dS = P (dP - delta), dQ^T += K^T dS^T
+//   attention_bwd_cpu       a key head per cube, a vector of keys at a time (a key per lane);
+//                           over the queries that see them, in blocks: S^T, P^T =
+//                           exp2(S^T - lse), dV^T += dO^T P^T, dP^T = V dO^T, dS^T = P^T (dP^T -
+//                           delta), dK^T += Q^T dS^T, and dQ += dS K into f32 sums (five
+//                           products: the cube owns every key of its head, so dQ needs no
+//                           atomics)
+//   attention_bwd_dkdv_cpu  with fewer key heads than the cores need: dK and dV as above, a
+//   attention_bwd_dq_cpu    vector of keys per cube; then dQ, a vector of queries per cube, over
+//                           the keys they see: S, P, dP = dO V^T, dS, dQ^T += K^T dS^T (seven
+//                           products)
 //
-// P and dS stay in f32 (the GPUs' kernels round them to the inputs' type for their multiplies).
+// Both ways give the same bits: every score is the same chain of FMAs over d from f32 copies of
+// the inputs, scaled once, and every gradient sums its terms in the same order (dQ in key order,
+// from +0, with the masked terms exact zeros), so the choice, which follows the core count, never
+// shows in the results. P and dS stay in f32 (the GPUs' kernels round them to the inputs' type
+// for their multiplies).
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -71,14 +80,14 @@ void pack_rows(const SharedArray<f32>& to, const Tensor<const T>& t, u32 base, u
   });
 }
 
-// The lane's row of t at `base` (`cols` elements), times `scale`, into the arena as a column:
-// (c, lane) at c lanes + lane.
+// The lane's row of t at `base` (`cols` elements) into the arena as f32, a column: (c, lane) at
+// c lanes + lane.
 template <class T>
-void pack_column(const SharedArray<f32>& to, const Tensor<const T>& t, u32 base, f32 scale,
-                 uint32_t cols, uint32_t lanes) {
+void pack_column(const SharedArray<f32>& to, const Tensor<const T>& t, u32 base, uint32_t cols,
+                 uint32_t lanes) {
   u32 unit = unit_pos();
   for_range(0u, cols, 1u, unroll(4),
-            [&](u32 c) { to[c * lanes + unit] = cast<float>(t[base + c]) * scale; });
+            [&](u32 c) { to[c * lanes + unit] = cast<float>(t[base + c]); });
 }
 
 // The arena's column (c, lane) at c lanes + lane, times `scale`, into the lane's row of t at
@@ -119,16 +128,23 @@ void rows_times_column(std::vector<Var<f32>>& sums, const SharedArray<f32>& rows
 }
 
 // Column update: acc(c, lane) = scale acc(c, lane) + sum_j rows(j, c) w[j] for every column c
-// (scale 1 when not given), the weights w in registers and the rows' elements broadcast.
+// (scale 1 when not given), the weights w in registers and the rows' elements broadcast. Eight
+// columns at a time (cols is a multiple of 16): eight independent chains of FMAs, enough to
+// cover an FMA's latency.
 void column_update(const SharedArray<f32>& acc, const SharedArray<f32>& rows,
                    const std::vector<f32>& w, const f32* scale, uint32_t cols, uint32_t lanes) {
+  constexpr uint32_t kChains = 8;
   u32 unit = unit_pos();
-  for_range(0u, cols, 1u, unroll(2), [&](u32 c) {
-    u32 at = c * lanes + unit;
-    f32 x = acc[at];
-    if (scale) x = x * *scale;
-    for (uint32_t j = 0; j < w.size(); ++j) x = fma(Val<float>(rows[j * cols + c]), w[j], x);
-    acc[at] = x;
+  for_range(0u, cols, kChains, [&](u32 c0) {
+    std::vector<f32> x;
+    for (uint32_t i = 0; i < kChains; ++i) {
+      x.push_back(acc[(c0 + i) * lanes + unit]);
+      if (scale) x[i] = x[i] * *scale;
+    }
+    for (uint32_t j = 0; j < w.size(); ++j)
+      for (uint32_t i = 0; i < kChains; ++i)
+        x[i] = fma(Val<float>(rows[j * cols + c0 + i]), w[j], x[i]);
+    for (uint32_t i = 0; i < kChains; ++i) acc[(c0 + i) * lanes + unit] = x[i];
   });
 }
 
@@ -159,7 +175,7 @@ void attention_fwd_cpu(Tensor<const typename P::In> q, Tensor<const typename P::
   if (!check_shape(head_dim, keys)) return;
   const auto D = static_cast<uint32_t>(head_dim), L = static_cast<uint32_t>(lanes),
              NK = static_cast<uint32_t>(keys);
-  auto qt = shared_array<f32>(D * L);   // Q^T * scale_log2: (d, lane) at d L + lane
+  auto qt = shared_array<f32>(D * L);   // Q^T: (d, lane) at d L + lane
   auto ot = shared_array<f32>(D * L);   // the running O^T, likewise
   auto kb = shared_array<f32>(NK * D);  // the block's keys: (j, d) at j D + d
   auto vb = shared_array<f32>(NK * D);  // and values
@@ -174,8 +190,7 @@ void attention_fwd_cpu(Tensor<const typename P::In> q, Tensor<const typename P::
   if_(q0 >= seq_q, [&] { return_(); });
   u32 qi = q0 + unit_pos();
   u32 qrow = qs.start + min(qi, seq_q - 1u);  // a lane past the queries reads the last one
-  pack_column(qt, q, qs.item * q.stride(0) + h * q.stride(1) + qrow * q.stride(2), scale_log2, D,
-              L);
+  pack_column(qt, q, qs.item * q.stride(0) + h * q.stride(1) + qrow * q.stride(2), D, L);
   zero_column(ot, D, L);
   u32 kbase = ks.item * k.stride(0) + kh * k.stride(1) + ks.start * k.stride(2),
       vbase = ks.item * v.stride(0) + kh * v.stride(1) + ks.start * v.stride(2);
@@ -190,11 +205,14 @@ void attention_fwd_cpu(Tensor<const typename P::In> q, Tensor<const typename P::
   Var<f32> m = -INFINITY, l = 0.0f;  // each lane's running maximum (log2 units) and sum
   for_range(lo, hi, NK, [&](u32 key0) {
     u32 n = min(hi - key0, NK);
+    sync_cube();  // every unit is done with the last block's rows
     pack_rows(kb, k, kbase, k.stride(2), key0, n, NK, D, L);
     pack_rows(vb, v, vbase, v.stride(2), key0, n, NK, D, L);
+    sync_cube();  // and every unit's columns of these are in
     // S^T: a vector of each key's scores against the lanes' queries.
     std::vector<Var<f32>> s = zeros(NK);
     rows_times_column(s, kb, qt, nullptr, nullptr, nullptr, D, L);
+    for (uint32_t j = 0; j < NK; ++j) s[j] = s[j].get() * scale_log2;
     if (has_bias) {
       u32 brow = b * bs0 + h * bs1 + min(qi, seq_q - 1u) * bs2;
       for (uint32_t j = 0; j < NK; ++j)
@@ -265,7 +283,7 @@ void attention_bwd_dkdv_cpu(Tensor<const typename P::In> q, Tensor<const typenam
   if (!check_shape(head_dim, block)) return;
   const auto D = static_cast<uint32_t>(head_dim), L = static_cast<uint32_t>(lanes),
              NQ = static_cast<uint32_t>(block);
-  auto kt = shared_array<f32>(D * L);   // K^T * scale_log2 of the lanes' keys
+  auto kt = shared_array<f32>(D * L);   // K^T of the lanes' keys
   auto vt = shared_array<f32>(D * L);   // V^T
   auto dkt = shared_array<f32>(D * L);  // dK^T / scale
   auto dvt = shared_array<f32>(D * L);  // dV^T
@@ -280,9 +298,8 @@ void attention_bwd_dkdv_cpu(Tensor<const typename P::In> q, Tensor<const typenam
   if_(j0 >= seq_k, [&] { return_(); });
   u32 kj = j0 + unit_pos();
   u32 krow = ks.start + min(kj, seq_k - 1u);
-  pack_column(kt, k, ks.item * k.stride(0) + kh * k.stride(1) + krow * k.stride(2), scale_log2, D,
-              L);
-  pack_column(vt, v, ks.item * v.stride(0) + kh * v.stride(1) + krow * v.stride(2), 1.0f, D, L);
+  pack_column(kt, k, ks.item * k.stride(0) + kh * k.stride(1) + krow * k.stride(2), D, L);
+  pack_column(vt, v, ks.item * v.stride(0) + kh * v.stride(1) + krow * v.stride(2), D, L);
   zero_column(dkt, D, L);
   zero_column(dvt, D, L);
 
@@ -301,8 +318,10 @@ void attention_bwd_dkdv_cpu(Tensor<const typename P::In> q, Tensor<const typenam
     u32 dlbase = (qs.item * hk * group + h) * q.shape(2) + qs.start;
     for_range(lo, hi, NQ, [&](u32 i0) {
       u32 n = min(hi - i0, NQ);
+      sync_cube();  // every unit is done with the last block's rows
       pack_rows(qb, q, qbase, q.stride(2), i0, n, NQ, D, L);
       pack_rows(db, dout, dbase, dout.stride(2), i0, n, NQ, D, L);
+      sync_cube();  // and every unit's columns of these are in
       // S^T (log2 units) and dP^T = V dO^T: a vector of the lanes' keys per query.
       std::vector<Var<f32>> s = zeros(NQ), dp = zeros(NQ);
       rows_times_column(s, qb, kt, &dp, &db, &vt, D, L);
@@ -312,7 +331,7 @@ void attention_bwd_dkdv_cpu(Tensor<const typename P::In> q, Tensor<const typenam
       std::vector<f32> p, ds;
       for (uint32_t i = 0; i < NQ; ++i) {
         u32 qi = min(i0 + i, seq_q - 1u);
-        f32 y = s[i].get();
+        f32 y = s[i].get() * scale_log2;
         if (has_bias)
           y = y + bias[b * bs0 + h * bs1 + qi * bs2 + min(kj, seq_k - 1u) * bs3] * kLog2e;
         Val<bool> seen =
@@ -357,7 +376,7 @@ void attention_bwd_dq_cpu(Tensor<const typename P::In> q, Tensor<const typename 
   if (!check_shape(head_dim, block)) return;
   const auto D = static_cast<uint32_t>(head_dim), L = static_cast<uint32_t>(lanes),
              NK = static_cast<uint32_t>(block);
-  auto qt = shared_array<f32>(D * L);   // Q^T * scale_log2 of the lanes' queries
+  auto qt = shared_array<f32>(D * L);   // Q^T of the lanes' queries
   auto dot = shared_array<f32>(D * L);  // dO^T
   auto dqt = shared_array<f32>(D * L);  // dQ^T / scale
   auto kb = shared_array<f32>(NK * D);  // the block's keys: (j, d) at j D + d
@@ -371,10 +390,9 @@ void attention_bwd_dq_cpu(Tensor<const typename P::In> q, Tensor<const typename 
   if_(q0 >= seq_q, [&] { return_(); });
   u32 qi = q0 + unit_pos();
   u32 qrow = qs.start + min(qi, seq_q - 1u);
-  pack_column(qt, q, qs.item * q.stride(0) + h * q.stride(1) + qrow * q.stride(2), scale_log2, D,
+  pack_column(qt, q, qs.item * q.stride(0) + h * q.stride(1) + qrow * q.stride(2), D, L);
+  pack_column(dot, dout, qs.item * dout.stride(0) + h * dout.stride(1) + qrow * dout.stride(2), D,
               L);
-  pack_column(dot, dout, qs.item * dout.stride(0) + h * dout.stride(1) + qrow * dout.stride(2),
-              1.0f, D, L);
   zero_column(dqt, D, L);
   f32 lse_q = lse[qs.item * lse.stride(0) + h * lse.stride(1) + qrow * lse.stride(2)] * kLog2e;
   f32 delta_q = delta[(qs.item * hq + h) * q.shape(2) + qrow];
@@ -390,8 +408,10 @@ void attention_bwd_dq_cpu(Tensor<const typename P::In> q, Tensor<const typename 
   u32 hi = cast<uint32_t>(hi_i), lo = cast<uint32_t>(min(lo_i, hi_i));
   for_range(lo, hi, NK, [&](u32 key0) {
     u32 n = min(hi - key0, NK);
+    sync_cube();  // every unit is done with the last block's rows
     pack_rows(kb, k, kbase, k.stride(2), key0, n, NK, D, L);
     pack_rows(vb, v, vbase, v.stride(2), key0, n, NK, D, L);
+    sync_cube();  // and every unit's columns of these are in
     // S (log2 units) and dP = dO V^T: a vector of the lanes' queries per key.
     std::vector<Var<f32>> s = zeros(NK), dp = zeros(NK);
     rows_times_column(s, kb, qt, &dp, &vb, &dot, D, L);
@@ -400,7 +420,7 @@ void attention_bwd_dq_cpu(Tensor<const typename P::In> q, Tensor<const typename 
                       seen_by(k0, last, shift, left, -1);
     std::vector<f32> ds;
     for (uint32_t j = 0; j < NK; ++j) {
-      f32 y = s[j].get();
+      f32 y = s[j].get() * scale_log2;
       if (has_bias)
         y = y +
             bias[b * bs0 + h * bs1 + min(qi, seq_q - 1u) * bs2 + min(key0 + j, seq_k - 1u) * bs3] *
@@ -428,5 +448,148 @@ KILN_KERNEL_GENERIC(
       return {static_cast<uint32_t>(c.integer("lanes")), 1, 1};
     })
     .describe("kiln::lib::attention_backward: dQ for SIMD lanes, a query per lane (CPU)");
+
+// dK, dV and dQ of key head cube_pos_y() % hk of batch item (or packed sequence)
+// cube_pos_y() / hk and of its group's query heads, in one cube: FlashAttention-2's five
+// products, with no atomics because the cube walks every key block of the head itself. For
+// each vector of keys (a key per lane) and each block of `block` queries that sees them: S^T,
+// dP^T, P^T, dS^T, dV^T and dK^T as attention_bwd_dkdv_cpu, and dQ += dS K for the block's
+// rows, accumulated in f32 in dq_acc ([sequences, Hq, longest Sq, D], this cube's rows only) in
+// the order of the keys; at the end dQ is scaled and stored in dq's type.
+template <class P>
+void attention_bwd_cpu(Tensor<const typename P::In> q, Tensor<const typename P::In> k,
+                       Tensor<const typename P::In> v, Tensor<const typename P::In> dout,
+                       Tensor<const f32> lse, Tensor<const f32> delta, Tensor<const f32> bias,
+                       Tensor<const i32> cu_q, Tensor<const i32> cu_k, Tensor<typename P::Out> dq,
+                       Tensor<typename P::Out> dk, Tensor<typename P::Out> dv, Tensor<f32> dq_acc,
+                       f32 scale_log2, f32 scale, u32 hk, u32 group, i32 left, i32 right, u32 bs0,
+                       u32 bs1, u32 bs2, u32 bs3, int head_dim, int lanes, int block, bool has_bias,
+                       bool varlen) {
+  if (!check_shape(head_dim, block)) return;
+  const auto D = static_cast<uint32_t>(head_dim), L = static_cast<uint32_t>(lanes),
+             NQ = static_cast<uint32_t>(block);
+  auto kt = shared_array<f32>(D * L);    // K^T of the lanes' keys
+  auto vt = shared_array<f32>(D * L);    // V^T
+  auto dkt = shared_array<f32>(D * L);   // dK^T / scale
+  auto dvt = shared_array<f32>(D * L);   // dV^T
+  auto kr = shared_array<f32>(L * D);    // the lanes' keys as rows: (j, d) at j D + d
+  auto qb = shared_array<f32>(NQ * D);   // the block's queries: (i, d) at i D + d
+  auto db = shared_array<f32>(NQ * D);   // and rows of dO
+  auto dsb = shared_array<f32>(NQ * L);  // dS^T of the block: (i, lane) at i L + lane
+
+  u32 b = cube_pos_y() / hk, kh = cube_pos_y() % hk, hq = hk * group;
+  const auto qs = kiln::lib::detail::seq_rows(varlen, cu_q, b, q.shape(2));
+  const auto ks = kiln::lib::detail::seq_rows(varlen, cu_k, b, k.shape(2));
+  u32 seq_q = qs.len, seq_k = ks.len;
+  u32 unit = unit_pos(), rows_q = dq_acc.shape(2);
+  auto acc_row = [&](const u32& h, const u32& i) { return ((b * hq + h) * rows_q + i) * D; };
+  // dQ's sums start at 0: the group's rows, a vector of columns at a time.
+  for_range(0u, group, 1u, [&](u32 g) {
+    for_range(0u, seq_q, 1u, [&](u32 i) {
+      u32 row = acc_row(kh * group + g, i);
+      for (uint32_t c0 = 0; c0 < D; c0 += L)
+        if_(c0 + unit < D, [&] { dq_acc[row + c0 + unit] = 0.0f; });
+    });
+  });
+  i32 shift = cast<i32>(seq_k) - cast<i32>(seq_q);
+  u32 kbase = ks.item * k.stride(0) + kh * k.stride(1) + ks.start * k.stride(2);
+  for_range(0u, seq_k, L, [&](u32 j0) {
+    u32 kj = j0 + unit, keys = min(seq_k - j0, L);
+    u32 krow = ks.start + min(kj, seq_k - 1u);
+    pack_column(kt, k, ks.item * k.stride(0) + kh * k.stride(1) + krow * k.stride(2), D, L);
+    pack_column(vt, v, ks.item * v.stride(0) + kh * v.stride(1) + krow * v.stride(2), D, L);
+    pack_rows(kr, k, kbase, k.stride(2), j0, keys, L, D, L);
+    zero_column(dkt, D, L);
+    zero_column(dvt, D, L);
+    // The queries that see any of these keys: [lo, hi).
+    i32 first = cast<i32>(j0), last = cast<i32>(j0 + keys) - 1, mine = cast<i32>(kj);
+    i32 lo_i = select(right >= 0, max(first - shift - right, 0), 0);
+    i32 hi_i =
+        select(left >= 0, max(min(last - shift + left + 1, cast<i32>(seq_q)), 0), cast<i32>(seq_q));
+    u32 hi = cast<uint32_t>(hi_i), lo = cast<uint32_t>(min(lo_i, hi_i));
+    for_range(0u, group, 1u, [&](u32 g) {
+      u32 h = kh * group + g;
+      u32 qbase = qs.item * q.stride(0) + h * q.stride(1) + qs.start * q.stride(2);
+      u32 dbase = qs.item * dout.stride(0) + h * dout.stride(1) + qs.start * dout.stride(2);
+      u32 lbase = qs.item * lse.stride(0) + h * lse.stride(1) + qs.start * lse.stride(2);
+      u32 dlbase = (qs.item * hq + h) * q.shape(2) + qs.start;
+      for_range(lo, hi, NQ, [&](u32 i0) {
+        u32 n = min(hi - i0, NQ);
+        sync_cube();  // every unit is done with the last block's rows
+        pack_rows(qb, q, qbase, q.stride(2), i0, n, NQ, D, L);
+        pack_rows(db, dout, dbase, dout.stride(2), i0, n, NQ, D, L);
+        sync_cube();  // and every unit's columns of these are in
+        std::vector<Var<f32>> s = zeros(NQ), dp = zeros(NQ);
+        rows_times_column(s, qb, kt, &dp, &db, &vt, D, L);
+        i32 i0s = cast<i32>(i0);
+        Val<bool> whole = n == NQ && keys == L && seen_by(last, i0s, shift, -1, right) &&
+                          seen_by(first, i0s + cast<i32>(NQ) - 1, shift, left, -1);
+        std::vector<f32> p, ds;
+        for (uint32_t i = 0; i < NQ; ++i) {
+          u32 qi = min(i0 + i, seq_q - 1u);
+          f32 y = s[i].get() * scale_log2;
+          if (has_bias)
+            y = y + bias[b * bs0 + h * bs1 + qi * bs2 + min(kj, seq_k - 1u) * bs3] * kLog2e;
+          Val<bool> seen =
+              whole || (i < n && kj < seq_k &&
+                        seen_by(mine, i0s + static_cast<int32_t>(i), shift, left, right));
+          p.push_back(select(seen, exp2(y - lse[lbase + qi * lse.stride(2)] * kLog2e), 0.0f));
+          ds.push_back(p.back() * (dp[i].get() - delta[dlbase + qi]));
+          dsb[i * L + unit] = ds.back();
+        }
+        sync_cube();                                // dS^T's vectors, read by every unit
+        column_update(dvt, db, p, nullptr, D, L);   // dV^T += dO^T P^T
+        column_update(dkt, qb, ds, nullptr, D, L);  // dK^T += Q^T dS^T
+        // dQ's rows of the block += dS K: a vector of columns at a time, the keys' rows in
+        // registers and dS's elements broadcast.
+        for (uint32_t c0 = 0; c0 < D; c0 += L) {
+          u32 c = c0 + unit;
+          std::vector<f32> krows;
+          for (uint32_t j = 0; j < L; ++j) krows.push_back(kr[j * D + min(c, D - 1u)]);
+          for_range(0u, n, 1u, [&](u32 i) {
+            u32 at = acc_row(h, i0 + i) + c;
+            if_(c < D, [&] {
+              f32 x = dq_acc[at];
+              for (uint32_t j = 0; j < L; ++j) x = fma(Val<float>(dsb[i * L + j]), krows[j], x);
+              dq_acc[at] = x;
+            });
+          });
+        }
+      });
+    });
+    if_(kj < seq_k, [&] {
+      store_column(dk, ks.item * dk.stride(0) + kh * dk.stride(1) + (ks.start + kj) * dk.stride(2),
+                   dkt, scale, D, L);
+      store_column(dv, ks.item * dv.stride(0) + kh * dv.stride(1) + (ks.start + kj) * dv.stride(2),
+                   dvt, 1.0f, D, L);
+    });
+  });
+  // dQ = scale dS K, in dq's type.
+  for_range(0u, group, 1u, [&](u32 g) {
+    u32 h = kh * group + g;
+    for_range(0u, seq_q, 1u, [&](u32 i) {
+      u32 row = acc_row(h, i);
+      u32 out = qs.item * dq.stride(0) + h * dq.stride(1) + (qs.start + i) * dq.stride(2);
+      for (uint32_t c0 = 0; c0 < D; c0 += L)
+        if_(c0 + unit < D, [&] {
+          dq[out + c0 + unit] =
+              cast<host_of_t<typename P::Out>>(Val<float>(dq_acc[row + c0 + unit]) * scale);
+        });
+    });
+  });
+}
+KILN_KERNEL_GENERIC(
+    attention_bwd_cpu,
+    "q: rank=4, k: rank=4, v: rank=4, dout: rank=4, lse: rank=3, delta: rank=3, bias: rank=4, "
+    "cu_q: rank=1, cu_k: rank=1, dq: rank=4, dk: rank=4, dv: rank=4, dq_acc: rank=4, "
+    "scale_log2, scale, hk, group, left, right, bs0, bs1, bs2, bs3, head_dim = 64 in 16..256, "
+    "lanes = 16 in 1..64, block = 8 in 1..32, has_bias = false, varlen = false",
+    InOut<f16, f16>, InOut<f16, f32>, InOut<bf16, bf16>, InOut<bf16, f32>, InOut<f32, f32>)
+    .cube_dim([](const ComptimeArgs& c) -> CubeDim {
+      return {static_cast<uint32_t>(c.integer("lanes")), 1, 1};
+    })
+    .describe(
+        "kiln::lib::attention_backward: dK, dV and dQ of a key head in one cube, five "
+        "products and no atomics (CPU)");
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -196,7 +197,83 @@ TEST_CASE("kiln::lib::attention_backward matches a double reference", "[attentio
   (void)kernels::builtin_names();
   auto rt = Runtime::open("cpu");
   REQUIRE(rt.ok());
-  for (const AttnCase& c : kBackwardCases) run_case(*rt, c, "attention_backward");
+  // Both of the CPU's ways: one cube per key head (five products), and two walks (seven).
+  for (const char* how : {"fused", "walks"}) {
+    INFO("KILN_ATTENTION_CPU_BACKWARD=" << how);
+    ::setenv("KILN_ATTENTION_CPU_BACKWARD", how, 1);
+    const std::string fused = "attention_bwd_cpu:";
+    for (const AttnCase& c : kBackwardCases)
+      run_case(*rt, c, "attention_backward", std::string(how) == "fused" ? fused.c_str() : nullptr);
+  }
+  ::setenv("KILN_ATTENTION_CPU_BACKWARD", "sometimes", 1);
+  kernels::RunConfig config;
+  config.repeat = 0;
+  auto r = kernels::run(*rt, "attention_backward", config);
+  ::unsetenv("KILN_ATTENTION_CPU_BACKWARD");
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.error().message, Contains("KILN_ATTENTION_CPU_BACKWARD is 'sometimes'"));
+}
+
+// The CPU's two ways (one cube per key head, or two walks) give the same bits, so that the
+// choice, which follows the core count, never shows in the results.
+TEST_CASE("kiln::lib::attention_backward's two CPU ways give the same bits", "[attention]") {
+  (void)kernels::builtin_names();
+  auto rt = Runtime::open("cpu");
+  REQUIRE(rt.ok());
+  using ir::ElemType;
+  struct Shape {
+    int64_t hq, hk, sq, sk, d;
+    lib::AttentionOptions o;
+  };
+  lib::AttentionOptions causal, window;
+  causal.causal = true;
+  window.window_left = 9;
+  window.window_right = 2;
+  for (const auto& [hq, hk, sq, sk, d, o] :
+       {Shape{4, 2, 37, 50, 64, causal}, Shape{2, 1, 70, 33, 32, window},
+        Shape{1, 1, 19, 19, 128, {}}, Shape{3, 3, 40, 10, 96, causal}}) {
+    INFO(hq << " heads (" << hk << "), " << sq << " x " << sk << " x " << d);
+    uint64_t state = static_cast<uint64_t>(sq * 1000 + sk);
+    auto random = [&](std::vector<int64_t> shape) {
+      int64_t n = 1;
+      for (int64_t x : shape) n *= x;
+      std::vector<uint16_t> bits(static_cast<size_t>(n));
+      for (auto& x : bits) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        x = bf16_bits(static_cast<double>(state >> 11) / 9007199254740992.0 * 2 - 1);
+      }
+      return test::tensor_from(*rt, ElemType::BF16, bits, shape);
+    };
+    auto empty = [&](ElemType t, std::vector<int64_t> shape) {
+      auto r = rt->empty(t, std::span<const int64_t>(shape));
+      REQUIRE(r.ok());
+      return std::move(*r);
+    };
+    const Tensor q = random({2, hq, sq, d}), k = random({2, hk, sk, d}), v = random({2, hk, sk, d}),
+                 dout = random({2, hq, sq, d});
+    Tensor out = empty(ElemType::BF16, {2, hq, sq, d}), lse = empty(ElemType::F32, {2, hq, sq});
+    lib::AttentionOptions fwd = o;
+    fwd.lse = &lse;
+    KILN_REQUIRE_OK(lib::attention(*rt, q, k, v, out, fwd));
+    std::vector<std::vector<float>> got[2];
+    for (int way = 0; way < 2; ++way) {
+      ::setenv("KILN_ATTENTION_CPU_BACKWARD", way == 0 ? "fused" : "walks", 1);
+      Tensor dq = empty(ElemType::F32, {2, hq, sq, d}), dk = empty(ElemType::F32, {2, hk, sk, d}),
+             dv = empty(ElemType::F32, {2, hk, sk, d});
+      const Status s = lib::attention_backward(*rt, q, k, v, out, dout, lse, dq, dk, dv, o);
+      ::unsetenv("KILN_ATTENTION_CPU_BACKWARD");
+      KILN_REQUIRE_OK(s);
+      for (const Tensor* t : {&dq, &dk, &dv}) got[way].push_back(test::to_host<float>(*t));
+    }
+    for (size_t i = 0; i < 3; ++i) {
+      INFO((std::array{"dq", "dk", "dv"}[i]));
+      REQUIRE(got[0][i].size() == got[1][i].size());
+      size_t differ = 0;
+      for (size_t e = 0; e < got[0][i].size(); ++e)
+        if (std::memcmp(&got[0][i][e], &got[1][i][e], sizeof(float)) != 0) ++differ;
+      CHECK(differ == 0);
+    }
+  }
 }
 
 TEST_CASE("kiln::lib::attention_backward on the emulator", "[attention][gpu-paths]") {
