@@ -624,9 +624,13 @@ Status attention(Runtime& rt, const Tensor& q, const Tensor& k, const Tensor& v,
                    o.bias != nullptr, o.lse != nullptr, p.varlen);
 }
 
-Status attention_backward(Runtime& rt, const Tensor& q, const Tensor& k, const Tensor& v,
-                          const Tensor& out, const Tensor& dout, const Tensor& lse, Tensor& dq,
-                          Tensor& dk, Tensor& dv, const AttentionOptions& o) {
+namespace {
+
+// attention_backward's work; its refusals, made by the checks it shares with the forward, say
+// "kiln::lib::attention:" (the wrapper below names the backward instead).
+Status backward(Runtime& rt, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                const Tensor& dout, const Tensor& lse, Tensor& dq, Tensor& dk, Tensor& dv,
+                const AttentionOptions& o) {
   KILN_ASSIGN(const Problem p, check(rt, q, k, v, o));
   KILN_TRY(check_like(out, "out", q, "q", false, true));
   KILN_TRY(check_like(dout, "dout", q, "q", false, false));
@@ -682,6 +686,20 @@ Status attention_backward(Runtime& rt, const Tensor& q, const Tensor& k, const T
       scale, u(p.hq), u(p.hq / p.hk), static_cast<int32_t>(p.left), static_cast<int32_t>(p.right),
       p.bs[0], p.bs[1], p.bs[2], p.bs[3], static_cast<int>(p.D), planes, shape.q_split,
       shape.q_keep, o.bias != nullptr, p.varlen);
+}
+
+}  // namespace
+
+Status attention_backward(Runtime& rt, const Tensor& q, const Tensor& k, const Tensor& v,
+                          const Tensor& out, const Tensor& dout, const Tensor& lse, Tensor& dq,
+                          Tensor& dk, Tensor& dv, const AttentionOptions& o) {
+  Status s = backward(rt, q, k, v, out, dout, lse, dq, dk, dv, o);
+  if (s.ok()) return s;
+  Error e = s.error();
+  const std::string_view forward = "kiln::lib::attention:";
+  if (std::string_view(e.message).starts_with(forward))
+    e.message = "kiln::lib::attention_backward:" + e.message.substr(forward.size());
+  return e;
 }
 
 namespace detail {

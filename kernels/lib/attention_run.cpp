@@ -120,40 +120,23 @@ void backward_reference(RunData& d) {
   }
 }
 
+// out and the log-sum-exp, from the probabilities.
 void reference(RunData& d) {
   const auto Q = bhsd(d, "q"), K = bhsd(d, "k");
   const int64_t B = Q[0], hq = Q[1], sq = Q[2], D = Q[3], hk = K[1], sk = K[2];
-  const double scale =
-      d.scalar("scale") != 0 ? d.scalar("scale") : 1.0 / std::sqrt(static_cast<double>(D));
-  const bool use_bias = d.scalar("use_bias") != 0;
-  const auto &q = d["q"], &k = d["k"], &v = d["v"], &bias = d["bias"];
+  const auto& v = d["v"];
   auto& out = d["out"];
   auto& lse = d["lse"];
-  std::vector<double> w(static_cast<size_t>(sk));
+  std::vector<double> w;
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < hq; ++h) {
       const int64_t kh = h / (hq / hk);
       for (int64_t i = 0; i < sq; ++i) {
-        double mx = -INFINITY;
-        for (int64_t j = 0; j < sk; ++j) {
-          double dot = 0;
-          for (int64_t c = 0; c < D; ++c)
-            dot += q[at(d, "q", b, h, i, c)] * k[at(d, "k", b, kh, j, c)];
-          double s = dot * scale;
-          if (use_bias) s += bias[static_cast<size_t>((h * sq + i) * sk + j)];
-          w[size_t(j)] = seen(d, i, j) ? s : -INFINITY;
-          mx = std::max(mx, w[size_t(j)]);
-        }
-        double sum = 0;
-        for (int64_t j = 0; j < sk; ++j) {
-          w[size_t(j)] = mx == -INFINITY ? 0.0 : std::exp(w[size_t(j)] - mx);
-          sum += w[size_t(j)];
-        }
-        lse[static_cast<size_t>((b * hq + h) * sq + i)] = sum > 0 ? mx + std::log(sum) : INFINITY;
+        lse[static_cast<size_t>((b * hq + h) * sq + i)] = probabilities(d, b, h, i, w);
         for (int64_t c = 0; c < D; ++c) {
           double acc = 0;
           for (int64_t j = 0; j < sk; ++j) acc += w[size_t(j)] * v[at(d, "v", b, kh, j, c)];
-          out[at(d, "out", b, h, i, c)] = d.round("out", sum > 0 ? acc / sum : 0.0);
+          out[at(d, "out", b, h, i, c)] = d.round("out", acc);
         }
       }
     }
@@ -165,8 +148,52 @@ kiln::Result<kiln::Tensor> as_bhsd(const kiln::Tensor& t, bool bshd) {
   return t.transpose(1, 2);
 }
 
-kiln::kernels::HostOp attention_op() {
+kiln::lib::AttentionOptions options(const RunData& d, const kiln::Tensor& bias) {
+  kiln::lib::AttentionOptions o;
+  o.scale = d.scalar("scale");
+  o.causal = d.scalar("causal") != 0;
+  o.window_left = static_cast<int64_t>(d.scalar("window_left"));
+  o.window_right = static_cast<int64_t>(d.scalar("window_right"));
+  if (d.scalar("use_bias") != 0) o.bias = &bias;  // [1, Hq, Sq, Sk]: broadcast over the batch
+  return o;
+}
+
+// What both operations take: the (input, output) types (the inputs' type or f32 out; f32 in on
+// the CPU), their scalars, and 4-d shapes.
+void add_types_and_scalars(kiln::kernels::HostOp& op, int inputs) {
   using kiln::ir::ElemType;
+  for (const auto& [in, out] : {std::pair{ElemType::BF16, ElemType::BF16},
+                                {ElemType::F16, ElemType::F16},
+                                {ElemType::BF16, ElemType::F32},
+                                {ElemType::F16, ElemType::F32},
+                                {ElemType::F32, ElemType::F32}}) {
+    std::vector<ElemType> types(static_cast<size_t>(inputs), in);
+    types.push_back(ElemType::F32);  // the bias
+    if (inputs == 3) {
+      types.insert(types.end(), {out, ElemType::F32});  // out, lse
+    } else {
+      types.insert(types.end(), {out, out, out});  // dq, dk, dv
+    }
+    op.variants.push_back(types);
+  }
+  for (const char* s : {"causal", "use_bias", "bshd"}) op.scalars.push_back({s, ElemType::Bool});
+  for (const char* s : {"window_left", "window_right", "scale"})
+    op.scalars.push_back({s, ElemType::F32});
+}
+
+kiln::Status check_dims(const RunData& d, std::initializer_list<const char*> names,
+                        const char* op) {
+  const bool bshd = d.scalar("bshd") != 0;
+  for (const char* name : names)
+    if (d.shape(name).size() != 4)
+      return kiln::Error(kiln::ErrorKind::InvalidArgument,
+                         fmt::format("{}: {} is {}; --shape {}= takes 4 dimensions (B, H, S, D{})",
+                                     op, name, kiln::lib::detail::dims(d.shape(name)), name,
+                                     bshd ? "; with bshd=1: B, S, H, D" : ""));
+  return kiln::Status{};
+}
+
+kiln::kernels::HostOp attention_op() {
   kiln::kernels::HostOp op;
   op.description =
       "fused attention (flash: matrix fragments on GPUs, a query per SIMD lane on the CPU): "
@@ -175,33 +202,13 @@ kiln::kernels::HostOp attention_op() {
                 "attention_decode_combine"};
   op.tensors = {{"q", true},    {"k", true},    {"v", true},
                 {"bias", true}, {"out", false}, {"lse", false}};
-  for (const auto& [in, out] : {std::pair{ElemType::BF16, ElemType::BF16},
-                                {ElemType::F16, ElemType::F16},
-                                {ElemType::BF16, ElemType::F32},
-                                {ElemType::F16, ElemType::F32},
-                                {ElemType::F32, ElemType::F32}})
-    op.variants.push_back({in, in, in, ElemType::F32, out, ElemType::F32});
-  for (const char* s : {"causal", "use_bias", "bshd"}) op.scalars.push_back({s, ElemType::Bool});
-  for (const char* s : {"window_left", "window_right", "scale"})
-    op.scalars.push_back({s, ElemType::F32});
+  add_types_and_scalars(op, 3);
   op.call = [](kiln::Runtime& rt, std::map<std::string, kiln::Tensor, std::less<>>& t,
                const RunData& d) -> kiln::Status {
+    KILN_TRY(check_dims(d, {"q", "k", "v", "out"}, "attention"));
     const bool bshd = d.scalar("bshd") != 0;
-    for (const char* name : {"q", "k", "v", "out"})
-      if (d.shape(name).size() != 4)
-        return kiln::Error(kiln::ErrorKind::InvalidArgument,
-                           fmt::format("attention: {} is {}; --shape {}= takes 4 dimensions "
-                                       "(B, H, S, D{})",
-                                       name, kiln::lib::detail::dims(d.shape(name)), name,
-                                       bshd ? "; with bshd=1: B, S, H, D" : ""));
-    kiln::lib::AttentionOptions o;
-    o.scale = d.scalar("scale");
-    o.causal = d.scalar("causal") != 0;
-    o.window_left = static_cast<int64_t>(d.scalar("window_left"));
-    o.window_right = static_cast<int64_t>(d.scalar("window_right"));
-    // The bias buffer is [1, Hq, Sq, Sk]; broadcast over the batch.
     const kiln::Tensor bias = t.at("bias");
-    if (d.scalar("use_bias") != 0) o.bias = &bias;
+    kiln::lib::AttentionOptions o = options(d, bias);
     kiln::Tensor lse = t.at("lse");
     o.lse = &lse;
     kiln::lib::MatmulPlan plan;
@@ -217,47 +224,22 @@ kiln::kernels::HostOp attention_op() {
   return op;
 }
 
-kiln::lib::AttentionOptions options(const RunData& d, const kiln::Tensor& bias) {
-  kiln::lib::AttentionOptions o;
-  o.scale = d.scalar("scale");
-  o.causal = d.scalar("causal") != 0;
-  o.window_left = static_cast<int64_t>(d.scalar("window_left"));
-  o.window_right = static_cast<int64_t>(d.scalar("window_right"));
-  if (d.scalar("use_bias") != 0) o.bias = &bias;
-  return o;
-}
-
 kiln::kernels::HostOp attention_backward_op() {
-  using kiln::ir::ElemType;
   kiln::kernels::HostOp op;
   op.description =
       "fused attention's backward (FlashAttention-2, no atomics): kiln::lib::attention, then "
       "kiln::lib::attention_backward";
-  op.kernels = {"attention_fwd",       "attention_fwd_cpu", "attention_bwd_delta",
-                "attention_bwd_dkdv",  "attention_bwd_dq",  "attention_bwd_dkdv_cpu",
-                "attention_bwd_dq_cpu"};
+  op.kernels = {"attention_fwd",          "attention_fwd_cpu",   "attention_bwd_delta",
+                "attention_bwd_dkdv",     "attention_bwd_dq",    "attention_bwd_cpu",
+                "attention_bwd_dkdv_cpu", "attention_bwd_dq_cpu"};
   op.tensors = {{"q", true},    {"k", true},   {"v", true},   {"dout", true},
                 {"bias", true}, {"dq", false}, {"dk", false}, {"dv", false}};
-  for (const auto& [in, out] : {std::pair{ElemType::BF16, ElemType::BF16},
-                                {ElemType::F16, ElemType::F16},
-                                {ElemType::BF16, ElemType::F32},
-                                {ElemType::F16, ElemType::F32},
-                                {ElemType::F32, ElemType::F32}})
-    op.variants.push_back({in, in, in, in, ElemType::F32, out, out, out});
-  for (const char* s : {"causal", "use_bias", "bshd"}) op.scalars.push_back({s, ElemType::Bool});
-  for (const char* s : {"window_left", "window_right", "scale"})
-    op.scalars.push_back({s, ElemType::F32});
+  add_types_and_scalars(op, 4);
   op.call = [](kiln::Runtime& rt, std::map<std::string, kiln::Tensor, std::less<>>& t,
                const RunData& d) -> kiln::Status {
     using kiln::ir::ElemType;
+    KILN_TRY(check_dims(d, {"q", "k", "v", "dout", "dq", "dk", "dv"}, "attention_backward"));
     const bool bshd = d.scalar("bshd") != 0;
-    for (const char* name : {"q", "k", "v", "dout", "dq", "dk", "dv"})
-      if (d.shape(name).size() != 4)
-        return kiln::Error(kiln::ErrorKind::InvalidArgument,
-                           fmt::format("attention_backward: {} is {}; --shape {}= takes 4 "
-                                       "dimensions (B, H, S, D{})",
-                                       name, kiln::lib::detail::dims(d.shape(name)), name,
-                                       bshd ? "; with bshd=1: B, S, H, D" : ""));
     const kiln::Tensor bias = t.at("bias");
     kiln::lib::AttentionOptions o = options(d, bias);
     KILN_ASSIGN(const kiln::Tensor q, as_bhsd(t.at("q"), bshd));
@@ -336,11 +318,7 @@ KILN_RUN(attention)
     .shape("k", {2, 2, 200, 64})
     .same_shape("v", "k")
     .same_shape("out", "q")
-    .shape("bias",
-           [](const RunData& d) {
-             const auto Q = bhsd(d, "q"), K = bhsd(d, "k");
-             return std::vector<int64_t>{1, Q[1], Q[2], K[2]};
-           })
+    .shape("bias", bias_shape)
     .shape("lse",
            [](const RunData& d) {
              const auto Q = bhsd(d, "q");

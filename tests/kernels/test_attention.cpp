@@ -503,6 +503,7 @@ TEST_CASE("kiln::lib::attention refuses what it cannot compute, naming it", "[at
     const Status s = lib::attention(*rt, qq, kk, vv, oo, o);
     REQUIRE_FALSE(s.ok());
     CHECK_THAT(s.error().message, Contains(what));
+    CHECK_THAT(s.error().message, Catch::StartsWith("kiln::lib::attention: "));
   };
   const Tensor q32 = make(ElemType::F32, {1, 4, 16, 64});
   refused(q32, k, k, out, {}, "q, k and v must hold one type; got f32, bf16 and bf16");
@@ -550,6 +551,7 @@ TEST_CASE("kiln::lib::attention refuses what it cannot compute, naming it", "[at
     const Status s = lib::attention_backward(*rt, q, k, k, oo, dout, l, gq, gk, gv);
     REQUIRE_FALSE(s.ok());
     CHECK_THAT(s.error().message, Contains(what));
+    CHECK_THAT(s.error().message, Catch::StartsWith("kiln::lib::attention_backward: "));
   };
   const Tensor dout32 = make(ElemType::F32, {1, 4, 16, 64});
   refused_bwd(out, dout32, lse, dq, dk, dv, "dout holds f32; it must hold the inputs' bf16");
