@@ -346,11 +346,11 @@ def attention(q: Any, k: Any, v: Any, out: Any = None, *, causal: bool = False,
               max_seqlen_k: int = 0, runtime: Any = None) -> Any:
     """out = softmax(q k^T * scale + bias, masked) v, flash-style (PyTorch's
     scaled_dot_product_attention): q [B, Hq, Sq, D], k and v [B, Hk, Sk, D] (Hq a multiple of
-    Hk; any strides with the last one 1, so BSHD data passes as a transposed view), f16 or bf16;
-    D a multiple of 32 up to 256. causal aligns the last query with the last key; window_left and
-    window_right bound a sliding window (-1: unbounded); scale defaults to 1 / sqrt(D); bias f32
-    [B or 1, Hq or 1, Sq, Sk]. out of out_dtype (q's type by default, or 'f32'). With return_lse,
-    returns (out, lse): lse f32 [B, Hq, Sq], the natural log-sum-exp of each row (+inf for a row
+    Hk; any strides with the last one 1, so BSHD data passes as a transposed view), f16 or bf16
+    (or f32 on the CPU); D a multiple of 32 up to 256. causal aligns the last query with the last
+    key; window_left and window_right bound a sliding window (-1: unbounded); scale defaults to
+    1 / sqrt(D); bias f32 [B or 1, Hq or 1, Sq, Sk]. out of out_dtype (q's type by default, or
+    'f32'). With return_lse, returns (out, lse): lse f32 [B, Hq, Sq], the natural log-sum-exp of each row (+inf for a row
     that sees no key, whose output is 0). Variable lengths: q, k, v of one item [1, H, total, D]
     holding every sequence, sequence b in rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 of q
     (cu_seqlens_k: of k and v; i32 [sequences + 1], from 0); max_seqlen_q/k the longest (0: read

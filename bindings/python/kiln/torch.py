@@ -312,10 +312,10 @@ def attention(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor] = None, *,
               cu_seqlens_k: Optional[Tensor] = None, max_seqlen_q: int = 0,
               max_seqlen_k: int = 0) -> Tensor:
     """scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=causal, scale=scale) on
-    kiln (kiln.lib.attention: q [B, Hq, Sq, D], k and v [B, Hk, Sk, D], f16 or bf16, any strides
-    with the last one 1; grouped-query heads; sliding windows; variable lengths packed in one
-    item with cu_seqlens_q/k, int32 offsets), with gradients for q, k and v
-    (kiln.lib.attention_backward; the bias gets none). Through torch.ops.kiln.attention_forward,
+    kiln (kiln.lib.attention: q [B, Hq, Sq, D], k and v [B, Hk, Sk, D], f16 or bf16 (f32 on the
+    CPU), any strides with the last one 1; grouped-query heads; sliding windows; variable
+    lengths packed in one item with cu_seqlens_q/k, int32 offsets), with gradients for q, k and
+    v (kiln.lib.attention_backward; the bias gets none). Through torch.ops.kiln.attention_forward,
     which also returns the log-sum-exp the backward pass needs; torch.ops.kiln.attention is the
     forward alone (without variable lengths)."""
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
