@@ -1,8 +1,10 @@
-// kiln::lib::attention (attention.h): the forward pass, one kernel for every device, written on
-// matrix fragments whose elements it computes on (docs/dsl.md "Computing on accumulators"): each
-// plane owns 16 queries of one head and walks the keys it may see in blocks of 32, keeping the
-// running maximum and sum of each row and the running output in registers (on a GPU; on the CPU
-// in the cube's arena), FlashAttention-2's scheme.
+// kiln::lib::attention (attention.h): the host side of the forward and backward passes, and the
+// GPUs' forward kernel, written on matrix fragments whose elements it computes on (docs/dsl.md
+// "Computing on accumulators"): each plane owns 16 queries of one head and walks the keys it may
+// see in blocks of 32, keeping the running maximum and sum of each row and the running output in
+// registers, FlashAttention-2's scheme. The CPU runs kernels of its own, laid out for SIMD lanes
+// (attention_cpu.cpp); the decode path is attention_decode.cpp, the GPUs' backward
+// attention_backward.cpp.
 #include "kernels/lib/attention.h"
 
 #include <algorithm>
@@ -646,7 +648,7 @@ Status backward(Runtime& rt, const Tensor& q, const Tensor& k, const Tensor& v, 
     return attention_backward_cpu(rt, q, k, v, out, dout, lse, dq, dk, dv, p, o);
   const int planes = 4;
   const detail::AttentionBackwardShape shape =
-      detail::attention_backward_shape(rt.device().lane_units ? "" : rt.device().arch, p.D);
+      detail::attention_backward_shape(rt.device().arch, p.D);
   KILN_TRY(check_grid(p.seqs * p.hq, p.rows_q, planes, "Hq", "Sq"));
   KILN_TRY(check_grid(p.seqs * p.hk, p.rows_k, planes, "Hk", "Sk"));
   if (o.plan)

@@ -8,9 +8,9 @@
 // q is [B, Hq, Sq, D], k [B, Hk, Sk, D] and v [B, Hk, Sk, D], in any strides whose last one is 1
 // (BHSD, or BSHD as a permuted view); Hq a multiple of Hk (grouped-query and multi-query
 // attention: query head h reads key/value head h / (Hq / Hk)); D a multiple of 32 up to 256
-// (32, 64, 96, 128, 256). q, k and v hold f16 or bf16 (the same); out [B, Hq, Sq, D] holds
-// their type or f32. Products and sums in f32 (P rounded to the input type before P V, as
-// FlashAttention does).
+// (32, 64, 96, 128, 256). q, k and v hold f16 or bf16 (the same), or on the CPU f32; out
+// [B, Hq, Sq, D] holds their type or f32. Products and sums in f32 (on GPUs P rounded to the
+// input type before P V, as FlashAttention does; the CPU keeps it in f32).
 #pragma once
 
 #include <cstdint>
@@ -71,14 +71,13 @@ Status attention_backward(Runtime& rt, const Tensor& q, const Tensor& k, const T
 
 namespace detail {
 
-// How attention_backward's kernels hold their operands on a target (arch "" for the CPU): on a
-// GPU, the largest configuration whose registers ptxas assembles without spills, measured per
+// How attention_backward's fragment kernels hold their operands on a GPU target (the CPU runs
+// kernels of its own; arch "" gives the unsplit shape): the largest configuration whose registers ptxas assembles without spills, measured per
 // architecture (docs/kernels.md "Attention"): the gradients' columns split between cubes (each
 // computing S and dP again) where the accumulators alone would not fit, Q, K, V and dO kept in
 // registers for a whole walk (keep) or loaded again at each multiply, and blocks of qblock
 // queries per step of the dK/dV walk. sm_100a's and sm_120a's ptxas spill heavily when the
-// fragments are loaded again, so there they are kept and the columns split instead. On the CPU
-// everything is kept, in the arena, unsplit.
+// fragments are loaded again, so there they are kept and the columns split instead.
 struct AttentionBackwardShape {
   int kv_split = 1, q_split = 1, qblock = 32;
   bool kv_keep = true, q_keep = true;
