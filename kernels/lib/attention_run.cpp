@@ -2,13 +2,19 @@
 // inputs against a double reference, out and the log-sum-exp both checked.
 // --shape q=BxHqxSqxD --shape k=BxHkxSkxD (v as k; out as q); --set causal=1, window_left=N,
 // window_right=N (-1: unbounded), scale=X (0: 1/sqrt(D)), use_bias=1 (an f32 [1, Hq, Sq, Sk]
-// bias, broadcast over B), bshd=1 (q, k, v and out as BSHD buffers, passed as permuted views).
+// bias, broadcast over B), bshd=1 (q, k, v and out as BSHD buffers, passed as permuted views),
+// sequences=N (variable lengths: q's and k's rows, of one batch item, cut into N sequences at
+// fixed pseudo-random places, some of them empty, passed as cu_seqlens_q and cu_seqlens_k).
 // `kiln run attention_backward`: the forward (for out and the log-sum-exp), then
 // kiln::lib::attention_backward, with the same shapes and settings; dq, dk and dv checked
 // against the gradients of a double reference (dout random).
+#include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdint>
+#include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -23,9 +29,37 @@ using kiln::kernels::RunData;
 
 std::array<int64_t, 4> bhsd(const RunData& d, const char* t);
 
-// Whether query i sees key j, with the options of the run.
-bool seen(const RunData& d, int64_t i, int64_t j) {
+// With sequences=N, the offsets of the N sequences packed into `total` rows: N - 1 cuts at
+// pseudo-random places (the same for a given N, total and salt; equal cuts make empty
+// sequences), from 0 to total.
+std::vector<int32_t> offsets(int64_t total, int64_t n, uint64_t salt) {
+  uint64_t state = salt * 1000003u + static_cast<uint64_t>(n * 7919 + total);
+  std::vector<int32_t> cu{0};
+  for (int64_t s = 1; s < n; ++s) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    cu.push_back(static_cast<int32_t>((state >> 33) % static_cast<uint64_t>(total + 1)));
+  }
+  std::sort(cu.begin() + 1, cu.end());
+  cu.push_back(static_cast<int32_t>(total));
+  return cu;
+}
+
+// The rows of q and of k of the sequence query row i belongs to (every row without sequences).
+struct Seq {
+  int64_t q0, q1, k0, k1;
+};
+Seq sequence_of(const RunData& d, int64_t i) {
   const int64_t sq = bhsd(d, "q")[2], sk = bhsd(d, "k")[2];
+  const auto n = static_cast<int64_t>(d.scalar("sequences"));
+  if (n <= 0) return {0, sq, 0, sk};
+  const auto cq = offsets(sq, n, 1), ck = offsets(sk, n, 2);
+  const auto s = static_cast<size_t>(std::upper_bound(cq.begin(), cq.end(), i) - cq.begin() - 1);
+  return {cq[s], cq[s + 1], ck[s], ck[s + 1]};
+}
+
+// Whether query i sees key j (indices in their sequence of sq queries and sk keys), with the
+// options of the run.
+bool seen(const RunData& d, int64_t i, int64_t j, int64_t sq, int64_t sk) {
   const int64_t right =
       d.scalar("causal") != 0 ? 0 : static_cast<int64_t>(d.scalar("window_right"));
   const auto left = static_cast<int64_t>(d.scalar("window_left"));
@@ -58,6 +92,7 @@ double probabilities(const RunData& d, int64_t b, int64_t h, int64_t i, std::vec
       d.scalar("scale") != 0 ? d.scalar("scale") : 1.0 / std::sqrt(static_cast<double>(D));
   const bool use_bias = d.scalar("use_bias") != 0;
   const auto &q = d["q"], &k = d["k"], &bias = d["bias"];
+  const Seq r = sequence_of(d, i);
   w.assign(static_cast<size_t>(sk), 0.0);
   double mx = -INFINITY;
   for (int64_t j = 0; j < sk; ++j) {
@@ -65,7 +100,8 @@ double probabilities(const RunData& d, int64_t b, int64_t h, int64_t i, std::vec
     for (int64_t c = 0; c < D; ++c) dot += q[at(d, "q", b, h, i, c)] * k[at(d, "k", b, kh, j, c)];
     double s = dot * scale;
     if (use_bias) s += bias[static_cast<size_t>((h * sq + i) * sk + j)];
-    w[size_t(j)] = seen(d, i, j) ? s : -INFINITY;
+    const bool mine = j >= r.k0 && j < r.k1;
+    w[size_t(j)] = mine && seen(d, i - r.q0, j - r.k0, r.q1 - r.q0, r.k1 - r.k0) ? s : -INFINITY;
     mx = std::max(mx, w[size_t(j)]);
   }
   double sum = 0;
@@ -177,8 +213,29 @@ void add_types_and_scalars(kiln::kernels::HostOp& op, int inputs) {
     op.variants.push_back(types);
   }
   for (const char* s : {"causal", "use_bias", "bshd"}) op.scalars.push_back({s, ElemType::Bool});
-  for (const char* s : {"window_left", "window_right", "scale"})
+  for (const char* s : {"window_left", "window_right", "scale", "sequences"})
     op.scalars.push_back({s, ElemType::F32});
+}
+
+// With sequences=N: the offsets of q's and k's sequences (offsets()) as i32 tensors, into o.
+kiln::Status pack_sequences(kiln::Runtime& rt, const RunData& d, const kiln::Tensor& q,
+                            const kiln::Tensor& k, kiln::Tensor& cu_q, kiln::Tensor& cu_k,
+                            kiln::lib::AttentionOptions& o) {
+  const auto n = static_cast<int64_t>(d.scalar("sequences"));
+  if (n <= 0) return kiln::Status{};
+  if (q.shape(0) != 1)
+    return kiln::Error(kiln::ErrorKind::InvalidArgument,
+                       fmt::format("sequences={} packs the sequences in one batch item; q's "
+                                   "batch is {} (--shape q=1xHxROWSxD)",
+                                   n, q.shape(0)));
+  for (auto [t, cu, rows, salt] : {std::tuple{&cu_q, &o.cu_seqlens_q, q.shape(2), 1},
+                                   std::tuple{&cu_k, &o.cu_seqlens_k, k.shape(2), 2}}) {
+    const std::vector<int32_t> host = offsets(rows, n, static_cast<uint64_t>(salt));
+    KILN_ASSIGN(*t, rt.empty(kiln::ir::ElemType::I32, {n + 1}));
+    KILN_TRY(t->upload(std::span<const int32_t>(host)));
+    *cu = t;
+  }
+  return kiln::Status{};
 }
 
 kiln::Status check_dims(const RunData& d, std::initializer_list<const char*> names,
@@ -217,6 +274,8 @@ kiln::kernels::HostOp attention_op() {
     KILN_ASSIGN(const kiln::Tensor q, as_bhsd(t.at("q"), bshd));
     KILN_ASSIGN(const kiln::Tensor k, as_bhsd(t.at("k"), bshd));
     KILN_ASSIGN(const kiln::Tensor v, as_bhsd(t.at("v"), bshd));
+    kiln::Tensor cu_q, cu_k;
+    KILN_TRY(pack_sequences(rt, d, q, k, cu_q, cu_k, o));
     KILN_TRY(kiln::lib::attention(rt, q, k, v, out, o));
     d.plan = fmt::format("{}: {} ({})", plan.kernel, plan.config, plan.why);
     return kiln::Status{};
@@ -246,6 +305,8 @@ kiln::kernels::HostOp attention_backward_op() {
     KILN_ASSIGN(const kiln::Tensor k, as_bhsd(t.at("k"), bshd));
     KILN_ASSIGN(const kiln::Tensor v, as_bhsd(t.at("v"), bshd));
     KILN_ASSIGN(const kiln::Tensor dout, as_bhsd(t.at("dout"), bshd));
+    kiln::Tensor cu_q, cu_k;
+    KILN_TRY(pack_sequences(rt, d, q, k, cu_q, cu_k, o));
     KILN_ASSIGN(kiln::Tensor out, rt.empty(q.dtype(), q.shape()));
     KILN_ASSIGN(kiln::Tensor lse, rt.empty(ElemType::F32, {q.shape(0), q.shape(1), q.shape(2)}));
     o.lse = &lse;
@@ -260,6 +321,21 @@ kiln::kernels::HostOp attention_backward_op() {
     return kiln::Status{};
   };
   return op;
+}
+
+// B H D times the (query, key) pairs of each sequence (Sq Sk without sequences): the
+// multiply-adds of one product of the pass.
+double score_flops(const RunData& d) {
+  const auto Q = bhsd(d, "q"), K = bhsd(d, "k");
+  const auto n = static_cast<int64_t>(d.scalar("sequences"));
+  double pairs = static_cast<double>(Q[2] * K[2]);
+  if (n > 0) {
+    const auto cq = offsets(Q[2], n, 1), ck = offsets(K[2], n, 2);
+    pairs = 0;
+    for (size_t s = 0; s + 1 < cq.size(); ++s)
+      pairs += static_cast<double>(cq[s + 1] - cq[s]) * (ck[s + 1] - ck[s]);
+  }
+  return static_cast<double>(Q[0] * Q[1] * Q[3]) * pairs;
 }
 
 std::vector<int64_t> bias_shape(const RunData& d) {
@@ -290,12 +366,11 @@ KILN_RUN(attention_backward)
     .scalar("scale", 0)
     .scalar("use_bias", 0)
     .scalar("bshd", 0)
-    // The forward (4 B H Sq Sk D) and the backward (10 B H Sq Sk D: five products, the
-    // convention FlashAttention's benchmarks use; kiln's computes seven, S and dP twice).
-    .flops([](const RunData& d) {
-      const auto Q = bhsd(d, "q"), K = bhsd(d, "k");
-      return 14.0 * static_cast<double>(Q[0] * Q[1] * Q[2] * K[2] * Q[3]);
-    })
+    .scalar("sequences", 0)
+    // Both passes each call runs: the forward (4 B H Sq Sk D, per sequence) and the backward
+    // (10 B H Sq Sk D: five products, the convention FlashAttention's benchmarks use; the GPUs'
+    // kernels and the CPU's two walks compute seven, S and dP twice).
+    .flops([](const RunData& d) { return 14.0 * score_flops(d); })
     // On GPUs P and dS are rounded to the inputs' type before their products (a relative error
     // of 2^-11 for f16, 2^-8 for bf16 in each term; the CPU keeps them in f32), out too before
     // delta, then the result's rounding: errors relative to the gradient's largest element (its
@@ -334,10 +409,8 @@ KILN_RUN(attention)
     .scalar("scale", 0)
     .scalar("use_bias", 0)
     .scalar("bshd", 0)
-    .flops([](const RunData& d) {
-      const auto Q = bhsd(d, "q"), K = bhsd(d, "k");
-      return 4.0 * static_cast<double>(Q[0] * Q[1] * Q[2] * K[2] * Q[3]);
-    })
+    .scalar("sequences", 0)
+    .flops([](const RunData& d) { return 4.0 * score_flops(d); })
     // On GPUs P is rounded to the inputs' type before P V (a relative error of 2^-11 for f16,
     // 2^-8 for bf16 in each weight; the CPU keeps it in f32), then the output's rounding; the
     // log-sum-exp is f32 throughout, and so is everything with f32 inputs (the CPU).

@@ -98,6 +98,8 @@ const AttnCase kCases[] = {
     {{1, 3, 50, 64}, {1, 1, 70, 64}, {{"causal", "1"}, {"use_bias", "1"}}, "f32", "f32"},
     {{1, 8, 1, 128}, {1, 2, 600, 128}, {}, "f32", "f32"},
     {{1, 33, 6, 96}, {1, 40, 2, 96}, {{"bshd", "1"}, {"window_left", "7"}}, "f32", "f32"},
+    // Variable lengths (kiln run's sequences=N: q's and k's rows cut into N sequences).
+    {{1, 4, 300, 64}, {1, 2, 420, 64}, {{"sequences", "6"}, {"causal", "1"}}, "bf16", "f32"},
 };
 
 TEST_CASE("kiln::lib::attention matches a double reference", "[attention]") {
@@ -191,6 +193,7 @@ const AttnCase kBackwardCases[] = {
     // f32 inputs (the CPU).
     {{1, 4, 45, 64}, {1, 2, 60, 64}, {{"causal", "1"}, {"use_bias", "1"}}, "f32", "f32"},
     {{1, 17, 6, 32}, {1, 30, 3, 32}, {{"bshd", "1"}, {"window_right", "4"}}, "f32", "f32"},
+    {{1, 4, 150, 64}, {1, 2, 90, 64}, {{"sequences", "5"}, {"window_left", "9"}}, "f16", "f32"},
 };
 
 TEST_CASE("kiln::lib::attention_backward matches a double reference", "[attention]") {
