@@ -494,6 +494,17 @@ Status attention_cpu(Runtime& rt, const Tensor& q, const Tensor& k, const Tensor
                    o.lse != nullptr, p.varlen);
 }
 
+// The backward pass's first step on every device: delta_i = sum_c dO_ic O_ic of each query row,
+// f32 [B, Hq, max(Sq, 1)] (attention_bwd_delta).
+Result<Tensor> row_sums(Runtime& rt, const Tensor& out, const Tensor& dout, const Problem& p) {
+  KILN_ASSIGN(Tensor delta, rt.empty(ElemType::F32, {p.B, p.hq, std::max<int64_t>(p.sq, 1)}));
+  KILN_ASSIGN(const Kernel pre, rt.kernel("attention_bwd_delta"));
+  if (p.sq > 0)
+    KILN_TRY(rt.launch(pre, Dim3(u((p.sq + 127) / 128), u(p.B * p.hq)), Dim3(128u),
+                       out.as_read_only(), dout.as_read_only(), delta, u(p.hq)));
+  return delta.as_read_only();
+}
+
 // The CPU's backward (attention_cpu.cpp), after the row sums of dO O: with enough key heads to
 // keep every core busy (B Hk at least twice the cores), one cube per key head computes dK, dV
 // and dQ in five products (attention_bwd_cpu); otherwise two walks spread over blocks of keys
@@ -537,14 +548,9 @@ Status attention_backward_cpu(Runtime& rt, const Tensor& q, const Tensor& k, con
                "the log-sum-exp, once for dK and dV and once for dQ (fewer key heads than "
                "twice the cores)"};
   if (p.seqs == 0 || p.hq == 0) return Status{};
-  KILN_ASSIGN(Tensor delta, rt.empty(ElemType::F32, {p.B, p.hq, std::max<int64_t>(p.sq, 1)}));
-  KILN_ASSIGN(const Kernel pre, rt.kernel("attention_bwd_delta"));
-  if (p.sq > 0)
-    KILN_TRY(rt.launch(pre, Dim3(u((p.sq + 127) / 128), u(p.B * p.hq)), Dim3(128u),
-                       out.as_read_only(), dout.as_read_only(), delta, u(p.hq)));
+  KILN_ASSIGN(const Tensor delta_r, row_sums(rt, out, dout, p));
   const float scale_log2 = static_cast<float>(p.scale * 1.4426950408889634);
   const auto scale = static_cast<float>(p.scale);
-  const Tensor delta_r = delta.as_read_only();
   if (fused) {
     KILN_ASSIGN(Tensor dq_acc,
                 rt.empty(ElemType::F32, {p.seqs, p.hq, std::max<int64_t>(p.rows_q, 1), p.D}));
@@ -660,15 +666,10 @@ Status backward(Runtime& rt, const Tensor& q, const Tensor& k, const Tensor& v, 
                "once for dK and dV and once for dQ"};
   // With no queries (keys) dK and dV (dQ) are 0: the kernels store them from empty walks.
   if (p.seqs == 0 || p.hq == 0) return Status{};
-  KILN_ASSIGN(Tensor delta, rt.empty(ElemType::F32, {p.B, p.hq, std::max<int64_t>(p.sq, 1)}));
-  KILN_ASSIGN(const Kernel pre, rt.kernel("attention_bwd_delta"));
-  if (p.sq > 0)
-    KILN_TRY(rt.launch(pre, Dim3(u((p.sq + 127) / 128), u(p.B * p.hq)), Dim3(128u),
-                       out.as_read_only(), dout.as_read_only(), delta, u(p.hq)));
+  KILN_ASSIGN(const Tensor delta_r, row_sums(rt, out, dout, p));
   const float scale_log2 = static_cast<float>(p.scale * 1.4426950408889634);
   const auto scale = static_cast<float>(p.scale);
   KILN_ASSIGN(const Kernel dkdv, rt.kernel("attention_bwd_dkdv"));
-  const Tensor delta_r = delta.as_read_only();
   if (p.rows_k > 0)
     KILN_TRY(rt.launch(
         dkdv,

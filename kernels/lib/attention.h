@@ -72,12 +72,13 @@ Status attention_backward(Runtime& rt, const Tensor& q, const Tensor& k, const T
 namespace detail {
 
 // How attention_backward's fragment kernels hold their operands on a GPU target (the CPU runs
-// kernels of its own; arch "" gives the unsplit shape): the largest configuration whose registers ptxas assembles without spills, measured per
-// architecture (docs/kernels.md "Attention"): the gradients' columns split between cubes (each
-// computing S and dP again) where the accumulators alone would not fit, Q, K, V and dO kept in
-// registers for a whole walk (keep) or loaded again at each multiply, and blocks of qblock
-// queries per step of the dK/dV walk. sm_100a's and sm_120a's ptxas spill heavily when the
-// fragments are loaded again, so there they are kept and the columns split instead.
+// kernels of its own; arch "" gives the unsplit shape): the largest configuration whose registers
+// ptxas assembles without spills, measured per architecture (docs/kernels.md "Attention"): the
+// gradients' columns split between cubes (each computing S and dP again) where the accumulators
+// alone would not fit, Q, K, V and dO kept in registers for a whole walk (keep) or loaded again at
+// each multiply, and blocks of qblock queries per step of the dK/dV walk. sm_100a's and sm_120a's
+// ptxas spill heavily when the fragments are loaded again, so there they are kept and the columns
+// split instead.
 struct AttentionBackwardShape {
   int kv_split = 1, q_split = 1, qblock = 32;
   bool kv_keep = true, q_keep = true;

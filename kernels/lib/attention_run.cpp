@@ -221,8 +221,14 @@ void add_types_and_scalars(kiln::kernels::HostOp& op, int inputs) {
 kiln::Status pack_sequences(kiln::Runtime& rt, const RunData& d, const kiln::Tensor& q,
                             const kiln::Tensor& k, kiln::Tensor& cu_q, kiln::Tensor& cu_k,
                             kiln::lib::AttentionOptions& o) {
-  const auto n = static_cast<int64_t>(d.scalar("sequences"));
-  if (n <= 0) return kiln::Status{};
+  const double given = d.scalar("sequences");
+  if (given != std::floor(given) || given < 0 || given > 65535)
+    return kiln::Error(kiln::ErrorKind::InvalidArgument,
+                       fmt::format("sequences={}: a count of sequences from 1 to 65535 (0: one "
+                                   "sequence per batch item, no offsets)",
+                                   given));
+  const auto n = static_cast<int64_t>(given);
+  if (n == 0) return kiln::Status{};
   if (q.shape(0) != 1)
     return kiln::Error(kiln::ErrorKind::InvalidArgument,
                        fmt::format("sequences={} packs the sequences in one batch item; q's "

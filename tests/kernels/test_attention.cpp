@@ -215,6 +215,19 @@ TEST_CASE("kiln::lib::attention_backward matches a double reference", "[attentio
   ::unsetenv("KILN_ATTENTION_CPU_BACKWARD");
   REQUIRE_FALSE(r.ok());
   CHECK_THAT(r.error().message, Contains("KILN_ATTENTION_CPU_BACKWARD is 'sometimes'"));
+  // kiln run's sequences=N: a count, in one batch item.
+  for (const char* n : {"-1", "2.5", "100000"}) {
+    config.set = {{"sequences", n}};
+    config.shapes = {{"q", {1, 2, 20, 32}}, {"k", {1, 2, 20, 32}}};
+    auto bad = kernels::run(*rt, "attention", config);
+    REQUIRE_FALSE(bad.ok());
+    CHECK_THAT(bad.error().message, Contains("a count of sequences from 1 to 65535"));
+  }
+  config.set = {{"sequences", "3"}};
+  config.shapes = {{"q", {2, 2, 20, 32}}, {"k", {2, 2, 20, 32}}};
+  auto two = kernels::run(*rt, "attention", config);
+  REQUIRE_FALSE(two.ok());
+  CHECK_THAT(two.error().message, Contains("packs the sequences in one batch item"));
 }
 
 // The CPU's two ways (one cube per key head, or two walks) give the same bits, so that the
