@@ -427,38 +427,58 @@ uint32_t u(int64_t x) {
 
 namespace {
 
-// The decode path: parts of about equal keys (a multiple of 32, at least 128 each), as many as
-// make about 4 cubes per core (or multiprocessor) over the batch's key heads.
+// The decode path: parts of about equal keys, as many as make about 4 cubes (GPU: planes) per
+// core (or multiprocessor) over the batch's key heads. On the CPU, attention_decode_cpu: a cube
+// of one vector of lanes per part, parts a multiple of 16 keys, at least 256 each; on GPUs,
+// attention_decode: a plane per part, parts a multiple of 32 keys, at least 128 each.
 Status attention_decode(Runtime& rt, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
                         const Tensor& lse, const Problem& p, const AttentionOptions& o,
                         int o_split) {
-  const int planes = 4;
+  const bool cpu = rt.device().lane_units;
+  const int lanes = cpu ? std::max(1, rt.max_lanes(ElemType::F32)) : 32;
+  const int planes = cpu ? 1 : 4;
   const int64_t bh = p.B * p.hk, group = p.hq / p.hk;
   const int64_t cores = std::max(rt.device().cores, 1);
-  int64_t parts = std::clamp<int64_t>((4 * cores * planes + bh - 1) / bh, 1, (p.sk + 127) / 128);
-  const int64_t chunk = ((p.sk + parts - 1) / parts + 31) / 32 * 32;
+  const int64_t step = cpu ? lanes : 32, least = cpu ? 256 : 128;
+  int64_t parts =
+      std::clamp<int64_t>((4 * cores * planes + bh - 1) / bh, 1, (p.sk + least - 1) / least);
+  const int64_t chunk = ((p.sk + parts - 1) / parts + step - 1) / step * step;
   parts = (p.sk + chunk - 1) / chunk;
   const int64_t cubes = (parts + planes - 1) / planes;
   if (bh > 65535 || cubes > 65535)
     return bad(
         fmt::format("the decode grid would be {} x {} cubes; at most 65535 of each", cubes, bh));
   if (o.plan)
-    *o.plan = {"attention_decode + attention_decode_combine",
-               fmt::format("{} queries of {} heads per plane, the {} keys in {} parts of {}{}",
-                           p.sq, group, p.sk, parts, chunk,
+    *o.plan = {cpu ? "attention_decode_cpu + attention_decode_combine"
+                   : "attention_decode + attention_decode_combine",
+               fmt::format("{} queries of {} heads per {}, the {} keys in {} parts of {}{}", p.sq,
+                           group, cpu ? "cube" : "plane", p.sk, parts, chunk,
                            o_split > 1 ? fmt::format(", O split in {} cubes", o_split) : ""),
-               "decode: a key head's queries share the plane's rows, the cache is walked in "
-               "parallel parts and combined"};
+               cpu ? "decode: a key head's queries share a cube, a key per lane for the "
+                     "softmax and a column per lane for the products; the cache is walked in "
+                     "parallel parts and combined"
+                   : "decode: a key head's queries share the plane's rows, the cache is walked "
+                     "in parallel parts and combined"};
   KILN_ASSIGN(Tensor part_o, rt.empty(ElemType::F32, {bh, parts, 16, p.D}));
   KILN_ASSIGN(Tensor part_ml, rt.empty(ElemType::F32, {bh, parts, 32}));
-  KILN_ASSIGN(const Kernel walk, rt.kernel("attention_decode"));
   const uint32_t qrs = static_cast<uint32_t>(p.sq == 1 ? q.stride(1) : q.stride(2));
-  KILN_TRY(rt.launch(walk, Dim3(u(cubes), u(bh), u(o_split)), Dim3(u(32 * planes)),
-                     q.as_read_only(), k.as_read_only(), v.as_read_only(), p.bias, part_o, part_ml,
-                     static_cast<float>(p.scale * 1.4426950408889634), u(p.hk), u(group), qrs,
-                     static_cast<int32_t>(p.left), static_cast<int32_t>(p.right), u(chunk), p.bs[0],
-                     p.bs[1], p.bs[2], p.bs[3], static_cast<int>(p.D), planes, o_split,
-                     o.bias != nullptr));
+  const float scale_log2 = static_cast<float>(p.scale * 1.4426950408889634);
+  if (cpu) {
+    KILN_ASSIGN(const Kernel walk, rt.kernel("attention_decode_cpu"));
+    KILN_TRY(rt.launch(walk, Dim3(u(parts), u(bh)), Dim3(u(lanes)), q.as_read_only(),
+                       k.as_read_only(), v.as_read_only(), p.bias, part_o, part_ml, scale_log2,
+                       u(p.hk), u(group), qrs, static_cast<int32_t>(p.left),
+                       static_cast<int32_t>(p.right), u(chunk), p.bs[0], p.bs[1], p.bs[2], p.bs[3],
+                       static_cast<int>(p.D), lanes, static_cast<int>(p.sq * group),
+                       o.bias != nullptr));
+  } else {
+    KILN_ASSIGN(const Kernel walk, rt.kernel("attention_decode"));
+    KILN_TRY(rt.launch(walk, Dim3(u(cubes), u(bh), u(o_split)), Dim3(u(32 * planes)),
+                       q.as_read_only(), k.as_read_only(), v.as_read_only(), p.bias, part_o,
+                       part_ml, scale_log2, u(p.hk), u(group), qrs, static_cast<int32_t>(p.left),
+                       static_cast<int32_t>(p.right), u(chunk), p.bs[0], p.bs[1], p.bs[2], p.bs[3],
+                       static_cast<int>(p.D), planes, o_split, o.bias != nullptr));
+  }
   KILN_ASSIGN(const Kernel combine, rt.kernel("attention_decode_combine"));
   return rt.launch(combine, Dim3(u((p.sq * group * p.D + 127) / 128), u(bh)), Dim3(128u),
                    part_o.as_read_only(), part_ml.as_read_only(), out, lse, u(p.hk), u(group),
@@ -607,8 +627,10 @@ Status attention(Runtime& rt, const Tensor& q, const Tensor& k, const Tensor& v,
   const bool empty = p.seqs == 0 || p.hq == 0 || p.rows_q == 0;
   const int64_t group = p.hq / p.hk;
   const bool rows_uniform = p.sq == 1 || q.stride(1) == p.sq * q.stride(2);
-  const bool decode = !empty && !p.varlen && p.sq * group <= 16 && p.sk >= 512 && rows_uniform &&
-                      q.dtype() != ElemType::F32;
+  const bool decode =
+      !empty && !p.varlen && p.sq * group <= 16 && p.sk >= 512 && rows_uniform &&
+      (q.dtype() != ElemType::F32 || rt.device().lane_units) &&
+      (!rt.device().lane_units || p.D % std::max(1, rt.max_lanes(ElemType::F32)) == 0);
   if (rt.device().lane_units && !decode) return attention_cpu(rt, q, k, v, out, lse, p, o);
   const int planes = 4;
   // On a GPU, O of head_dim 256 (128 registers per unit) is split between cubes, each computing

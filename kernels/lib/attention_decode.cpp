@@ -143,6 +143,163 @@ KILN_KERNEL_GENERIC(
     })
     .describe("kiln::lib::attention's decode path: one part of the key/value cache for a group");
 
+// The CPU's decode kernel: part cube_pos_x() (keys [part * chunk, (part + 1) * chunk)) of key
+// head cube_pos_y() % hk of item cube_pos_y() / hk, for the group's `rows` query rows (row r is
+// query r % seq_q of head kh * group + r / seq_q, at q + r * qrs from the group's first, as in
+// attention_decode). The fragment kernel above, run on the CPU, fills `rows` of a tile's 16 and
+// spends its time on the tile's element work; here a cube is one vector of `lanes` units and
+// every key is read once, in contiguous vectors, for all the rows. Per block of `lanes` keys:
+//
+// - the lanes take columns: for each key j and row r, a vector of partial dot products over
+//   the head's column groups (one vector load of K's row per group, shared by every row, and
+//   FMAs with Q's rows from the arena), left in the arena at (r, j, lane);
+// - the lanes take keys: each lane sums its key's partials (the arena transposed), scales and
+//   masks the score, and the online softmax runs with one block maximum per row across the
+//   lanes; each lane keeps its own part of the row's sum, and the block's probabilities go to
+//   the arena;
+// - the lanes take columns again: O's rows (in the arena) are rescaled and take the block's
+//   values, V's rows read as contiguous vectors against the probabilities broadcast.
+//
+// Writes what attention_decode writes (the part's unnormalized O rows and each row's maximum
+// and sum), so attention_decode_combine finishes both.
+template <class P>
+void attention_decode_cpu(Tensor<const typename P::In> q, Tensor<const typename P::In> k,
+                          Tensor<const typename P::In> v, Tensor<const f32> bias,
+                          Tensor<f32> part_o, Tensor<f32> part_ml, f32 scale_log2, u32 hk,
+                          u32 group, u32 qrs, i32 left, i32 right, u32 chunk, u32 bs0, u32 bs1,
+                          u32 bs2, u32 bs3, int head_dim, int lanes, int rows, bool has_bias) {
+  if (lanes < 1 || head_dim % lanes != 0 || head_dim > 256 || rows < 1 || rows > 16) {
+    TraceContext::current().fail(SrcLoc::current(),
+                                 fmt::format("head_dim = {}, lanes = {}, rows = {}: head_dim a "
+                                             "multiple of lanes up to 256, 1 to 16 rows",
+                                             head_dim, lanes, rows));
+    return;
+  }
+  const auto D = static_cast<uint32_t>(head_dim), L = static_cast<uint32_t>(lanes),
+             R = static_cast<uint32_t>(rows), G = D / L;
+  auto qa = shared_array<f32>(R * D);      // the rows of Q: (r, d) at r D + d
+  auto oa = shared_array<f32>(R * D);      // the running O, likewise
+  auto ta = shared_array<f32>(R * L * L);  // partial scores: (r, key, lane) at (r L + key) L + lane
+  auto pa = shared_array<f32>(R * L);      // the block's probabilities: (r, key) at r L + key
+
+  u32 seq_q = q.shape(2), seq_k = k.shape(2);
+  u32 b = cube_pos_y() / hk, kh = cube_pos_y() % hk;
+  u32 part = cube_pos_x(), parts = part_o.shape(1);
+  u32 unit = unit_pos();
+  u32 qbase = b * q.stride(0) + kh * group * q.stride(1);
+  u32 krow = k.stride(2), vrow = v.stride(2);
+  u32 kbase = b * k.stride(0) + kh * k.stride(1), vbase = b * v.stride(0) + kh * v.stride(1);
+  for (uint32_t r = 0; r < R; ++r)
+    for (uint32_t g = 0; g < G; ++g) {
+      qa[r * D + g * L + unit] = cast<float>(q[qbase + r * qrs + g * L + unit]);
+      oa[r * D + g * L + unit] = 0.0f;
+    }
+
+  // The part's keys, within those some row may see (attention_decode's bounds).
+  i32 shift = cast<i32>(seq_k) - cast<i32>(seq_q);
+  i32 end = min(cast<i32>(min((part + 1u) * chunk, seq_k)),
+                select(right >= 0, max(cast<i32>(seq_q) + shift + right, 0), cast<i32>(seq_k)));
+  i32 start = max(cast<i32>(min(part * chunk, seq_k)), select(left >= 0, max(shift - left, 0), 0));
+  u32 hi = cast<uint32_t>(max(end, 0)), lo = cast<uint32_t>(min(start, max(end, 0)));
+  std::vector<Var<f32>> m,
+      l;  // each row's running maximum (log2 units), each lane's part of its sum
+  for (uint32_t r = 0; r < R; ++r) {
+    m.push_back(Var<f32>(-INFINITY));
+    l.push_back(Var<f32>(0.0f));
+  }
+  for_range(lo, hi, L, [&](u32 key0) {
+    u32 n = min(hi - key0, L);
+    // Lanes across columns: the partial scores (the block's keys past n read key n - 1).
+    for_range(0u, L, 1u, [&](u32 j) {
+      u32 kr = kbase + (key0 + min(j, n - 1u)) * krow;
+      std::vector<f32> kv;
+      for (uint32_t g = 0; g < G; ++g) kv.push_back(cast<float>(k[kr + g * L + unit]));
+      for (uint32_t r = 0; r < R; ++r) {
+        f32 t = Val<float>(qa[r * D + unit]) * kv[0];
+        for (uint32_t g = 1; g < G; ++g) t = fma(Val<float>(qa[r * D + g * L + unit]), kv[g], t);
+        ta[(r * L + j) * L + unit] = t;
+      }
+    });
+    sync_cube();
+    // Lanes across keys: scores, masks and the online softmax.
+    u32 kj = key0 + unit;
+    std::vector<f32> alpha;
+    for (uint32_t r = 0; r < R; ++r) {
+      // Each key's partials summed as uniform values (the same in every lane: scalar loads,
+      // cheaper here than gathering the arena transposed), the lane's key picked.
+      f32 s = 0.0f;
+      for (uint32_t j = 0; j < L; ++j) {
+        std::vector<f32> sums;
+        for (uint32_t i = 0; i < L; ++i) sums.push_back(ta[(r * L + j) * L + i]);
+        for (size_t w = 1; w < sums.size(); w *= 2)
+          for (size_t i = 0; i + w < sums.size(); i += 2 * w) sums[i] = sums[i] + sums[i + w];
+        s = j == 0 ? sums[0] : select(unit == j, sums[0], s);
+      }
+      s = s * scale_log2;
+      u32 qi = u32(r) % seq_q;
+      if (has_bias) {
+        u32 h = kh * group + u32(r) / seq_q;
+        s = s + bias[b * bs0 + h * bs1 + qi * bs2 + min(kj, seq_k - 1u) * bs3] * kLog2e;
+      }
+      i32 kji = cast<i32>(kj), qii = cast<i32>(qi);
+      Val<bool> seen = unit < n && (right < 0 || kji <= qii + shift + right) &&
+                       (left < 0 || kji >= qii + shift - left);
+      s = select(seen, s, -INFINITY);
+      f32 m_new = max(m[r].get(), plane_max(s));
+      // A row that has seen no key yet keeps m = -inf and takes its exponentials against 0.
+      f32 base = select(m_new == -INFINITY, 0.0f, m_new);
+      alpha.push_back(exp2(m[r].get() - base));
+      f32 p = exp2(s - base);
+      l[r] = l[r].get() * alpha[r] + p;
+      m[r] = m_new;
+      pa[r * L + unit] = p;
+    }
+    sync_cube();
+    // Lanes across columns: O = alpha O + P V, a key's row of V shared by every row of O.
+    for_range(0u, G, 1u, [&](u32 g) {
+      u32 col = g * L + unit;
+      // Two chains of FMAs per row (even and odd keys), to cover an FMA's latency with few rows.
+      std::vector<f32> acc, odd;
+      for (uint32_t r = 0; r < R; ++r) {
+        acc.push_back(Val<float>(oa[r * D + col]) * alpha[r]);
+        odd.push_back(f32(0.0f));
+      }
+      for (uint32_t j = 0; j < L; ++j) {
+        f32 vv = cast<float>(v[vbase + (key0 + min(u32(j), n - 1u)) * vrow + col]);
+        for (uint32_t r = 0; r < R; ++r) {
+          f32& x = j % 2 == 0 ? acc[r] : odd[r];
+          x = fma(Val<float>(pa[r * L + j]), vv, x);
+        }
+      }
+      for (uint32_t r = 0; r < R; ++r) oa[r * D + col] = acc[r] + odd[r];
+    });
+    // (No barrier here: the next block writes the partials, which no unit reads any more, and
+    // its probabilities only after the barrier that every unit passes when done with these.)
+  });
+  u32 slot = cube_pos_y() * parts + part;
+  for (uint32_t r = 0; r < R; ++r) {
+    f32 sum = plane_sum(l[r].get());
+    if_(unit == 0u, [&] {
+      part_ml[slot * 32u + r] = m[r].get();
+      part_ml[slot * 32u + 16u + r] = sum;
+    });
+    for (uint32_t g = 0; g < G; ++g)
+      part_o[(slot * 16u + r) * part_o.stride(2) + g * L + unit] = oa[r * D + g * L + unit];
+  }
+}
+KILN_KERNEL_GENERIC(
+    attention_decode_cpu,
+    "q: rank=4, k: rank=4, v: rank=4, bias: rank=4, part_o: rank=4, part_ml: rank=3, "
+    "scale_log2, hk, group, qrs, left, right, chunk, bs0, bs1, bs2, bs3, "
+    "head_dim = 64 in 16..256, lanes = 16 in 1..64, rows = 4 in 1..16, has_bias = false",
+    InOut<f16, f32>, InOut<bf16, f32>, InOut<f32, f32>)
+    .cube_dim([](const ComptimeArgs& c) -> CubeDim {
+      return {static_cast<uint32_t>(c.integer("lanes")), 1, 1};
+    })
+    .describe(
+        "kiln::lib::attention's decode path on the CPU: one part of the cache for a group's "
+        "rows, a key per lane for the softmax, a column per lane for the products");
+
 // One element (row r, column c) of the output per unit: the parts' outputs rescaled to the
 // largest maximum and divided by the sum of their sums; the log-sum-exp from column 0's unit.
 template <class P>

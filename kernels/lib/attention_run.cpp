@@ -261,7 +261,7 @@ kiln::kernels::HostOp attention_op() {
   op.description =
       "fused attention (flash: matrix fragments on GPUs, a query per SIMD lane on the CPU): "
       "kiln::lib::attention";
-  op.kernels = {"attention_fwd", "attention_fwd_cpu", "attention_decode",
+  op.kernels = {"attention_fwd", "attention_fwd_cpu", "attention_decode", "attention_decode_cpu",
                 "attention_decode_combine"};
   op.tensors = {{"q", true},    {"k", true},    {"v", true},
                 {"bias", true}, {"out", false}, {"lse", false}};

@@ -93,10 +93,10 @@ const AttnCase kCases[] = {
      {{"window_left", "1000000000"}, {"window_right", "1000000000"}},
      "f16",
      "f32"},
-    // f32 inputs (the CPU), also of a decoding shape (which the decode path leaves to the CPU's
-    // kernel for f32).
+    // f32 inputs (the CPU), also one query per head against a cache too short for the decode
+    // path (under 512 keys).
     {{1, 3, 50, 64}, {1, 1, 70, 64}, {{"causal", "1"}, {"use_bias", "1"}}, "f32", "f32"},
-    {{1, 8, 1, 128}, {1, 2, 600, 128}, {}, "f32", "f32"},
+    {{1, 8, 1, 128}, {1, 2, 500, 128}, {}, "f32", "f32"},
     {{1, 33, 6, 96}, {1, 40, 2, 96}, {{"bshd", "1"}, {"window_left", "7"}}, "f32", "f32"},
     // Variable lengths (kiln run's sequences=N: q's and k's rows cut into N sequences).
     {{1, 4, 300, 64}, {1, 2, 420, 64}, {{"sequences", "6"}, {"causal", "1"}}, "bf16", "f32"},
@@ -137,8 +137,9 @@ TEST_CASE("kiln::lib::attention on the emulator", "[attention][gpu-paths]") {
   }
 }
 
-// The decode path (a group's queries in one plane's rows, the cache in parts combined): one
-// query and a few, grouped heads, masks, a bias, BSHD, every head size, both output types.
+// The decode path (a group's queries in one cube (CPU) or one plane's rows (GPUs), the cache in
+// parts combined): one query and a few, grouped heads, masks, a bias, BSHD, every head size,
+// both output types.
 const AttnCase kDecodeCases[] = {
     {{1, 8, 1, 64}, {1, 2, 3000, 64}, {{"causal", "1"}, {"use_bias", "1"}}, "bf16", "bf16"},
     {{2, 16, 2, 128},
@@ -157,7 +158,17 @@ TEST_CASE("kiln::lib::attention's decode path matches a double reference", "[att
   auto rt = Runtime::open("cpu");
   REQUIRE(rt.ok());
   for (const AttnCase& c : kDecodeCases)
-    run_case(*rt, c, "attention", "attention_decode + attention_decode_combine:");
+    run_case(*rt, c, "attention", "attention_decode_cpu + attention_decode_combine:");
+  // f32 inputs (the CPU's kernel takes them) and eight queries of two heads, 12 of 16 rows.
+  run_case(*rt, {{1, 4, 1, 64}, {1, 1, 1500, 64}, {{"causal", "1"}}, "f32", "f32"}, "attention",
+           "attention_decode_cpu + attention_decode_combine:");
+  run_case(*rt,
+           {{1, 4, 3, 128},
+            {1, 1, 900, 128},
+            {{"use_bias", "1"}, {"window_left", "500"}},
+            "bf16",
+            "bf16"},
+           "attention", "attention_decode_cpu + attention_decode_combine:");
   for (const char* device : {"cuda-emu:sm_80", "cuda-emu:sm_90a", "cuda-emu:sm_100a"}) {
     auto opened = test::open_devices({device});
     if (opened.empty()) {
