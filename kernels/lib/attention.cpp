@@ -427,10 +427,12 @@ uint32_t u(int64_t x) {
 
 namespace {
 
-// The decode path: parts of about equal keys, as many as make about 4 cubes (GPU: planes) per
-// core (or multiprocessor) over the batch's key heads. On the CPU, attention_decode_cpu: a cube
-// of one vector of lanes per part, parts a multiple of 16 keys, at least 256 each; on GPUs,
-// attention_decode: a plane per part, parts a multiple of 32 keys, at least 128 each.
+// The decode path: parts of about equal keys over the batch's key heads. On GPUs,
+// attention_decode: a plane per part, about 4 planes per multiprocessor, parts a multiple of 32
+// keys, at least 128 each. On the CPU, attention_decode_cpu: a cube of one vector of lanes per
+// part, about 32 cubes per core, parts a multiple of 16 keys, at least 256 each (4 cubes per core
+// measured 1.8x slower at batch 1 on a 2-core machine: a core slowed by another process left
+// the other idle at the end; 64 per core gained nothing more).
 Status attention_decode(Runtime& rt, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
                         const Tensor& lse, const Problem& p, const AttentionOptions& o,
                         int o_split) {
@@ -440,8 +442,8 @@ Status attention_decode(Runtime& rt, const Tensor& q, const Tensor& k, const Ten
   const int64_t bh = p.B * p.hk, group = p.hq / p.hk;
   const int64_t cores = std::max(rt.device().cores, 1);
   const int64_t step = cpu ? lanes : 32, least = cpu ? 256 : 128;
-  int64_t parts =
-      std::clamp<int64_t>((4 * cores * planes + bh - 1) / bh, 1, (p.sk + least - 1) / least);
+  int64_t parts = std::clamp<int64_t>(((cpu ? 32 : 4) * cores * planes + bh - 1) / bh, 1,
+                                      (p.sk + least - 1) / least);
   const int64_t chunk = ((p.sk + parts - 1) / parts + step - 1) / step * step;
   parts = (p.sk + chunk - 1) / chunk;
   const int64_t cubes = (parts + planes - 1) / planes;

@@ -36,6 +36,7 @@
 // from +0, with the masked terms exact zeros), so the choice, which follows the core count, never
 // shows in the results. P and dS stay in f32 (the GPUs' kernels round them to the inputs' type
 // for their multiplies).
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -268,6 +269,92 @@ KILN_KERNEL_GENERIC(
         "kiln::lib::attention: flash attention forward for SIMD lanes, a query per lane "
         "(CPU)");
 
+// What the backward kernels over vectors of keys (a key per lane) share: their inputs, the
+// arena's arrays (K^T, V^T and the gradients' sums of the lanes' keys; a block's rows of Q and
+// dO) and the problem's scalars.
+template <class In>
+struct KeyVectors {
+  const Tensor<const In>& q;
+  const Tensor<const In>& dout;
+  const Tensor<const f32>& lse;
+  const Tensor<const f32>& delta;
+  const Tensor<const f32>& bias;
+  const SharedArray<f32>& kt;
+  const SharedArray<f32>& vt;
+  const SharedArray<f32>& dkt;
+  const SharedArray<f32>& dvt;
+  const SharedArray<f32>& qb;
+  const SharedArray<f32>& db;
+  const kiln::lib::detail::SeqRows& qs;
+  const u32& b;
+  const u32& kh;
+  const u32& hq;
+  const u32& group;
+  const f32& scale_log2;
+  const i32& left;
+  const i32& right;
+  const std::array<const u32*, 4> bs;
+  uint32_t D, L, NQ;
+  bool has_bias;
+};
+
+// For the lanes' keys j0 .. j0 + keys - 1 of a sequence of seq_k (their K^T and V^T in the
+// arena): each head of the group and each block of queries that sees them, S^T and dP^T = V
+// dO^T (a vector of the lanes' keys per query), P^T = exp2(S^T - lse), dS^T = P^T (dP^T -
+// delta), then dV^T += dO^T P^T and dK^T += Q^T dS^T into the arena's sums; after_block(h, i0,
+// n, ds) runs last in each block (the fused kernel adds dS K to dQ there). Both backward ways
+// run this one walk, so their dK and dV are the same bits by construction.
+template <class In, class After>
+void key_vector_blocks(const KeyVectors<In>& w, const u32& j0, const u32& keys, const u32& seq_k,
+                       After after_block) {
+  const uint32_t D = w.D, L = w.L, NQ = w.NQ;
+  const auto& qs = w.qs;
+  u32 seq_q = qs.len, kj = j0 + unit_pos();
+  i32 shift = cast<i32>(seq_k) - cast<i32>(seq_q);
+  // The queries that see any of these keys: [lo, hi).
+  i32 first = cast<i32>(j0), last = cast<i32>(j0 + keys) - 1, mine = cast<i32>(kj);
+  i32 lo_i = select(w.right >= 0, max(first - shift - w.right, 0), 0);
+  i32 hi_i = select(w.left >= 0, max(min(last - shift + w.left + 1, cast<i32>(seq_q)), 0),
+                    cast<i32>(seq_q));
+  u32 hi = cast<uint32_t>(hi_i), lo = cast<uint32_t>(min(lo_i, hi_i));
+  for_range(0u, w.group, 1u, [&](u32 g) {
+    u32 h = w.kh * w.group + g;
+    u32 qbase = qs.item * w.q.stride(0) + h * w.q.stride(1) + qs.start * w.q.stride(2);
+    u32 dbase = qs.item * w.dout.stride(0) + h * w.dout.stride(1) + qs.start * w.dout.stride(2);
+    u32 lbase = qs.item * w.lse.stride(0) + h * w.lse.stride(1) + qs.start * w.lse.stride(2);
+    u32 dlbase = (qs.item * w.hq + h) * w.q.shape(2) + qs.start;
+    for_range(lo, hi, NQ, [&](u32 i0) {
+      u32 n = min(hi - i0, NQ);
+      sync_cube();  // every unit is done with the last block's rows
+      pack_rows(w.qb, w.q, qbase, w.q.stride(2), i0, n, NQ, D, L);
+      pack_rows(w.db, w.dout, dbase, w.dout.stride(2), i0, n, NQ, D, L);
+      sync_cube();  // and every unit's columns of these are in
+      std::vector<Var<f32>> s = zeros(NQ), dp = zeros(NQ);
+      rows_times_column(s, w.qb, w.kt, &dp, &w.db, &w.vt, D, L);
+      i32 i0s = cast<i32>(i0);
+      Val<bool> whole = n == NQ && keys == L && seen_by(last, i0s, shift, -1, w.right) &&
+                        seen_by(first, i0s + cast<i32>(NQ) - 1, shift, w.left, -1);
+      std::vector<f32> p, ds;
+      for (uint32_t i = 0; i < NQ; ++i) {
+        u32 qi = min(i0 + i, seq_q - 1u);
+        f32 y = s[i].get() * w.scale_log2;
+        if (w.has_bias)
+          y = y + w.bias[w.b * *w.bs[0] + h * *w.bs[1] + qi * *w.bs[2] +
+                         min(kj, seq_k - 1u) * *w.bs[3]] *
+                      kLog2e;
+        Val<bool> seen =
+            whole || (i < n && kj < seq_k &&
+                      seen_by(mine, i0s + static_cast<int32_t>(i), shift, w.left, w.right));
+        p.push_back(select(seen, exp2(y - w.lse[lbase + qi * w.lse.stride(2)] * kLog2e), 0.0f));
+        ds.push_back(p.back() * (dp[i].get() - w.delta[dlbase + qi]));
+      }
+      after_block(h, i0, n, ds);
+      column_update(w.dvt, w.db, p, nullptr, D, L);   // dV^T += dO^T P^T
+      column_update(w.dkt, w.qb, ds, nullptr, D, L);  // dK^T += Q^T dS^T
+    });
+  });
+}
+
 // dK and dV of keys cube_pos_x() * lanes + lane of key head cube_pos_y() % hk of batch item (or
 // packed sequence) cube_pos_y() / hk, over the queries of the group's heads that see them in
 // blocks of `block`; parameters and masks as attention_bwd_dkdv's (attention_backward.cpp).
@@ -293,7 +380,7 @@ void attention_bwd_dkdv_cpu(Tensor<const typename P::In> q, Tensor<const typenam
   u32 b = cube_pos_y() / hk, kh = cube_pos_y() % hk;
   const auto qs = kiln::lib::detail::seq_rows(varlen, cu_q, b, q.shape(2));
   const auto ks = kiln::lib::detail::seq_rows(varlen, cu_k, b, k.shape(2));
-  u32 seq_q = qs.len, seq_k = ks.len;
+  u32 seq_k = ks.len;
   u32 j0 = cube_pos_x() * L;
   if_(j0 >= seq_k, [&] { return_(); });
   u32 kj = j0 + unit_pos();
@@ -302,47 +389,13 @@ void attention_bwd_dkdv_cpu(Tensor<const typename P::In> q, Tensor<const typenam
   pack_column(vt, v, ks.item * v.stride(0) + kh * v.stride(1) + krow * v.stride(2), D, L);
   zero_column(dkt, D, L);
   zero_column(dvt, D, L);
-
-  // The queries that see any of the cube's keys: [lo, hi).
-  i32 shift = cast<i32>(seq_k) - cast<i32>(seq_q);
-  i32 first = cast<i32>(j0), last = cast<i32>(min(j0 + L, seq_k)) - 1, mine = cast<i32>(kj);
-  i32 lo_i = select(right >= 0, max(first - shift - right, 0), 0);
-  i32 hi_i =
-      select(left >= 0, max(min(last - shift + left + 1, cast<i32>(seq_q)), 0), cast<i32>(seq_q));
-  u32 hi = cast<uint32_t>(hi_i), lo = cast<uint32_t>(min(lo_i, hi_i));
-  for_range(0u, group, 1u, [&](u32 g) {
-    u32 h = kh * group + g;
-    u32 qbase = qs.item * q.stride(0) + h * q.stride(1) + qs.start * q.stride(2);
-    u32 dbase = qs.item * dout.stride(0) + h * dout.stride(1) + qs.start * dout.stride(2);
-    u32 lbase = qs.item * lse.stride(0) + h * lse.stride(1) + qs.start * lse.stride(2);
-    u32 dlbase = (qs.item * hk * group + h) * q.shape(2) + qs.start;
-    for_range(lo, hi, NQ, [&](u32 i0) {
-      u32 n = min(hi - i0, NQ);
-      sync_cube();  // every unit is done with the last block's rows
-      pack_rows(qb, q, qbase, q.stride(2), i0, n, NQ, D, L);
-      pack_rows(db, dout, dbase, dout.stride(2), i0, n, NQ, D, L);
-      sync_cube();  // and every unit's columns of these are in
-      // S^T (log2 units) and dP^T = V dO^T: a vector of the lanes' keys per query.
-      std::vector<Var<f32>> s = zeros(NQ), dp = zeros(NQ);
-      rows_times_column(s, qb, kt, &dp, &db, &vt, D, L);
-      i32 i0s = cast<i32>(i0);
-      Val<bool> whole = n == NQ && seen_by(last, i0s, shift, -1, right) &&
-                        seen_by(first, i0s + cast<i32>(NQ) - 1, shift, left, -1);
-      std::vector<f32> p, ds;
-      for (uint32_t i = 0; i < NQ; ++i) {
-        u32 qi = min(i0 + i, seq_q - 1u);
-        f32 y = s[i].get() * scale_log2;
-        if (has_bias)
-          y = y + bias[b * bs0 + h * bs1 + qi * bs2 + min(kj, seq_k - 1u) * bs3] * kLog2e;
-        Val<bool> seen =
-            whole || (i < n && seen_by(mine, i0s + static_cast<int32_t>(i), shift, left, right));
-        p.push_back(select(seen, exp2(y - lse[lbase + qi * lse.stride(2)] * kLog2e), 0.0f));
-        ds.push_back(p.back() * (dp[i].get() - delta[dlbase + qi]));
-      }
-      column_update(dvt, db, p, nullptr, D, L);   // dV^T += dO^T P^T
-      column_update(dkt, qb, ds, nullptr, D, L);  // dK^T += Q^T dS^T
-    });
-  });
+  u32 hq = hk * group;
+  const KeyVectors<typename P::In> w{
+      q,  dout, lse, delta,   bias, kt,    vt,         dkt,  dvt,   qb,
+      db, qs,   b,   kh,      hq,   group, scale_log2, left, right, {&bs0, &bs1, &bs2, &bs3},
+      D,  L,    NQ,  has_bias};
+  key_vector_blocks(w, j0, min(seq_k - j0, L), seq_k,
+                    [](const u32&, const u32&, const u32&, const std::vector<f32>&) {});
   if_(kj < seq_k, [&] {
     store_column(dk, ks.item * dk.stride(0) + kh * dk.stride(1) + (ks.start + kj) * dk.stride(2),
                  dkt, scale, D, L);
@@ -491,7 +544,10 @@ void attention_bwd_cpu(Tensor<const typename P::In> q, Tensor<const typename P::
         if_(c0 + unit < D, [&] { dq_acc[row + c0 + unit] = 0.0f; });
     });
   });
-  i32 shift = cast<i32>(seq_k) - cast<i32>(seq_q);
+  const KeyVectors<typename P::In> w{
+      q,  dout, lse, delta,   bias, kt,    vt,         dkt,  dvt,   qb,
+      db, qs,   b,   kh,      hq,   group, scale_log2, left, right, {&bs0, &bs1, &bs2, &bs3},
+      D,  L,    NQ,  has_bias};
   u32 kbase = ks.item * k.stride(0) + kh * k.stride(1) + ks.start * k.stride(2);
   for_range(0u, seq_k, L, [&](u32 j0) {
     u32 kj = j0 + unit, keys = min(seq_k - j0, L);
@@ -501,62 +557,28 @@ void attention_bwd_cpu(Tensor<const typename P::In> q, Tensor<const typename P::
     pack_rows(kr, k, kbase, k.stride(2), j0, keys, L, D, L);
     zero_column(dkt, D, L);
     zero_column(dvt, D, L);
-    // The queries that see any of these keys: [lo, hi).
-    i32 first = cast<i32>(j0), last = cast<i32>(j0 + keys) - 1, mine = cast<i32>(kj);
-    i32 lo_i = select(right >= 0, max(first - shift - right, 0), 0);
-    i32 hi_i =
-        select(left >= 0, max(min(last - shift + left + 1, cast<i32>(seq_q)), 0), cast<i32>(seq_q));
-    u32 hi = cast<uint32_t>(hi_i), lo = cast<uint32_t>(min(lo_i, hi_i));
-    for_range(0u, group, 1u, [&](u32 g) {
-      u32 h = kh * group + g;
-      u32 qbase = qs.item * q.stride(0) + h * q.stride(1) + qs.start * q.stride(2);
-      u32 dbase = qs.item * dout.stride(0) + h * dout.stride(1) + qs.start * dout.stride(2);
-      u32 lbase = qs.item * lse.stride(0) + h * lse.stride(1) + qs.start * lse.stride(2);
-      u32 dlbase = (qs.item * hq + h) * q.shape(2) + qs.start;
-      for_range(lo, hi, NQ, [&](u32 i0) {
-        u32 n = min(hi - i0, NQ);
-        sync_cube();  // every unit is done with the last block's rows
-        pack_rows(qb, q, qbase, q.stride(2), i0, n, NQ, D, L);
-        pack_rows(db, dout, dbase, dout.stride(2), i0, n, NQ, D, L);
-        sync_cube();  // and every unit's columns of these are in
-        std::vector<Var<f32>> s = zeros(NQ), dp = zeros(NQ);
-        rows_times_column(s, qb, kt, &dp, &db, &vt, D, L);
-        i32 i0s = cast<i32>(i0);
-        Val<bool> whole = n == NQ && keys == L && seen_by(last, i0s, shift, -1, right) &&
-                          seen_by(first, i0s + cast<i32>(NQ) - 1, shift, left, -1);
-        std::vector<f32> p, ds;
-        for (uint32_t i = 0; i < NQ; ++i) {
-          u32 qi = min(i0 + i, seq_q - 1u);
-          f32 y = s[i].get() * scale_log2;
-          if (has_bias)
-            y = y + bias[b * bs0 + h * bs1 + qi * bs2 + min(kj, seq_k - 1u) * bs3] * kLog2e;
-          Val<bool> seen =
-              whole || (i < n && kj < seq_k &&
-                        seen_by(mine, i0s + static_cast<int32_t>(i), shift, left, right));
-          p.push_back(select(seen, exp2(y - lse[lbase + qi * lse.stride(2)] * kLog2e), 0.0f));
-          ds.push_back(p.back() * (dp[i].get() - delta[dlbase + qi]));
-          dsb[i * L + unit] = ds.back();
-        }
-        sync_cube();                                // dS^T's vectors, read by every unit
-        column_update(dvt, db, p, nullptr, D, L);   // dV^T += dO^T P^T
-        column_update(dkt, qb, ds, nullptr, D, L);  // dK^T += Q^T dS^T
-        // dQ's rows of the block += dS K: a vector of columns at a time, the keys' rows in
-        // registers and dS's elements broadcast.
-        for (uint32_t c0 = 0; c0 < D; c0 += L) {
-          u32 c = c0 + unit;
-          std::vector<f32> krows;
-          for (uint32_t j = 0; j < L; ++j) krows.push_back(kr[j * D + min(c, D - 1u)]);
-          for_range(0u, n, 1u, [&](u32 i) {
-            u32 at = acc_row(h, i0 + i) + c;
-            if_(c < D, [&] {
-              f32 x = dq_acc[at];
-              for (uint32_t j = 0; j < L; ++j) x = fma(Val<float>(dsb[i * L + j]), krows[j], x);
-              dq_acc[at] = x;
-            });
-          });
-        }
-      });
-    });
+    key_vector_blocks(w, j0, keys, seq_k,
+                      [&](const u32& h, const u32& i0, const u32& n, const std::vector<f32>& ds) {
+                        for (uint32_t i = 0; i < NQ; ++i) dsb[i * L + unit] = ds[i];
+                        sync_cube();  // dS^T's vectors, read by every unit
+                        // dQ's rows of the block += dS K: a vector of columns at a time, the
+                        // keys' rows in registers and dS's elements broadcast.
+                        for (uint32_t c0 = 0; c0 < D; c0 += L) {
+                          u32 c = c0 + unit;
+                          std::vector<f32> krows;
+                          for (uint32_t j = 0; j < L; ++j)
+                            krows.push_back(kr[j * D + min(c, D - 1u)]);
+                          for_range(0u, n, 1u, [&](u32 i) {
+                            u32 at = acc_row(h, i0 + i) + c;
+                            if_(c < D, [&] {
+                              f32 x = dq_acc[at];
+                              for (uint32_t j = 0; j < L; ++j)
+                                x = fma(Val<float>(dsb[i * L + j]), krows[j], x);
+                              dq_acc[at] = x;
+                            });
+                          });
+                        }
+                      });
     if_(kj < seq_k, [&] {
       store_column(dk, ks.item * dk.stride(0) + kh * dk.stride(1) + (ks.start + kj) * dk.stride(2),
                    dkt, scale, D, L);
