@@ -42,6 +42,9 @@ Result<bool> vectorize_from_environment();
 Result<Target> host_target();
 // Another x86-64 CPU by LLVM name, with optional extra features ("+avx2,-avx512f").
 Result<Target> make_target(const std::string& cpu, const std::string& features);
+// Whether code for `t` runs on this machine: every feature t's CPU and features enable is one
+// the host has (an error names those it lacks). The host itself always does.
+Status runs_on_host(const Target& t);
 
 using abi::KernelInfo;
 

@@ -205,6 +205,28 @@ Result<Target> make_target(const std::string& cpu, const std::string& features) 
   return t;
 }
 
+Status runs_on_host(const Target& t) {
+  if (t.host) return Status{};
+  KILN_ASSIGN(auto mine, target_machine(t));
+  const llvm::MCSubtargetInfo* sti = mine->getMCSubtargetInfo();
+  // The instruction-set features the host reports (tuning features, such as
+  // fast-variable-crosslane-shuffle, are not among them and change no instruction's meaning).
+  const llvm::StringMap<bool> host = llvm::sys::getHostCPUFeatures();
+  std::string lacking;
+  for (const auto& kv : sti->getAllProcessorFeatures()) {
+    const auto it = host.find(kv.Key);
+    if (sti->getFeatureBits().test(kv.Value) && it != host.end() && !it->getValue())
+      lacking += (lacking.empty() ? "" : ", ") + std::string(kv.Key);
+  }
+  if (lacking.empty()) return Status{};
+  return Error(ErrorKind::Unsupported,
+               fmt::format("cpu:{}{}{} cannot run here: this CPU ({}) lacks {}; name a CPU whose "
+                           "features this one has (e.g. cpu:x86-64-v3 for AVX2 code), or cpu "
+                           "for the host",
+                           t.cpu, t.features.empty() ? "" : ":", t.features,
+                           llvm::sys::getHostCPUName().str(), lacking));
+}
+
 // ---- stages
 // --------------------------------------------------------------------------------------------
 

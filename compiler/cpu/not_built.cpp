@@ -22,6 +22,9 @@ Result<Target> host_target() {
 Result<Target> make_target(const std::string&, const std::string&) {
   return not_built();
 }
+Status runs_on_host(const Target&) {
+  return not_built();
+}
 Result<std::string> emit_llvm(const ir::Kernel&, const CompileOptions&, bool) {
   return not_built();
 }

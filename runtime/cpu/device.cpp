@@ -61,7 +61,7 @@ class CpuDevice final : public HostMemoryDevice {
     const auto& t = *static_cast<const cpu::Target*>(target_.impl.get());
     cpu_ = t;
     pool_ = std::make_shared<MemoryPool>(make_host_allocator(), cap);
-    info_.name = "cpu";
+    info_.name = target_.name;  // "cpu", or "cpu:x86-64-v3" for another CPU's code
     info_.description = t.describe();
     info_.cores = ThreadPool::global().threads();
     info_.vector_bits = t.vector_bits;
@@ -96,13 +96,16 @@ class CpuDevice final : public HostMemoryDevice {
   DeviceInfo info_;
 };
 
-Result<std::shared_ptr<Device>> open_cpu(uint64_t cap) {
+// `cpu` (the host) or `cpu:NAME[:FEATURES]`: code for another x86-64 CPU whose features this
+// one has, e.g. cpu:x86-64-v3 to run the AVX2 code (8 lanes of f32) on an AVX-512 machine.
+Result<std::shared_ptr<Device>> open_cpu(uint64_t cap, std::string_view name = "cpu") {
   const backend::Backend* b = backend::find("cpu");
   if (!b)
     return Error(ErrorKind::Unsupported,
                  "this kiln was built without the CPU backend (-DKILN_CPU=OFF, no LLVM); "
                  "configure with -DKILN_CPU=ON and LLVM 22 to run kernels on the CPU");
-  KILN_ASSIGN(backend::Target t, b->parse_target("cpu"));
+  KILN_ASSIGN(backend::Target t, b->parse_target(name));
+  KILN_TRY(cpu::runs_on_host(*static_cast<const cpu::Target*>(t.impl.get())));
   KILN_TRY(cpu::start_jit());  // once per process, so that no launch pays for it
   return std::shared_ptr<Device>(std::make_shared<CpuDevice>(std::move(t), cap));
 }
@@ -110,14 +113,14 @@ Result<std::shared_ptr<Device>> open_cpu(uint64_t cap) {
 const bool g_registered = [] {
   DeviceFamily f;
   f.name = "cpu";
-  f.syntax = "cpu";
-  f.claims = [](std::string_view n) { return n == "cpu"; };
+  f.syntax = "cpu[:NAME[:FEATURES]]";
+  f.claims = [](std::string_view n) { return n == "cpu" || n.rfind("cpu:", 0) == 0; };
   f.list = [] {
     auto dev = open_cpu(0);
     return std::vector<DeviceEntry>{
         device_entry("cpu", dev ? Result<DeviceInfo>((*dev)->info()) : dev.error())};
   };
-  f.open = [](std::string_view, uint64_t cap) { return open_cpu(cap); };
+  f.open = [](std::string_view n, uint64_t cap) { return open_cpu(cap, n); };
   register_device_family(std::move(f));
   return true;
 }();

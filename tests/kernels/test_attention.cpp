@@ -184,6 +184,34 @@ TEST_CASE("kiln::lib::attention's decode path matches a double reference", "[att
   }
 }
 
+// The CPU kernels' configuration for AVX2 machines (8 lanes, blocks of 8 keys, backward blocks
+// of 6), run on this machine as cpu:x86-64-v3's code: forward, both backward ways and decode.
+TEST_CASE("kiln::lib::attention's CPU kernels in their AVX2 configuration (cpu:x86-64-v3)",
+          "[attention]") {
+  (void)kernels::builtin_names();
+  auto rt = Runtime::open("cpu:x86-64-v3");
+  if (!rt.ok()) {
+    WARN("skipped: " << rt.error().message);
+    return;
+  }
+  REQUIRE(rt->max_lanes(ir::ElemType::F32) == 8);
+  run_case(*rt,
+           {{1, 4, 77, 64}, {1, 2, 90, 64}, {{"causal", "1"}, {"use_bias", "1"}}, "bf16", "bf16"});
+  run_case(*rt, {{1, 3, 50, 96}, {1, 1, 70, 96}, {{"window_left", "9"}}, "f32", "f32"});
+  for (const char* how : {"fused", "walks"}) {
+    INFO("KILN_ATTENTION_CPU_BACKWARD=" << how);
+    ::setenv("KILN_ATTENTION_CPU_BACKWARD", how, 1);
+    const bool fused = std::string(how) == "fused";
+    run_case(*rt, {{1, 4, 45, 64}, {1, 2, 60, 64}, {{"causal", "1"}}, "f16", "f32"},
+             "attention_backward", fused ? "attention_bwd_cpu:" : nullptr);
+    run_case(*rt, {{2, 4, 40, 32}, {2, 2, 33, 32}, {{"use_bias", "1"}}, "bf16", "f32"},
+             "attention_backward", fused ? "attention_bwd_cpu:" : nullptr);
+  }
+  ::unsetenv("KILN_ATTENTION_CPU_BACKWARD");
+  run_case(*rt, {{1, 8, 1, 128}, {1, 2, 1500, 128}, {{"causal", "1"}}, "bf16", "bf16"}, "attention",
+           "attention_decode_cpu + attention_decode_combine:");
+}
+
 // The backward pass: f32 gradients (whose tolerance, 1e-3 (f16) or 4e-3 (bf16) of the largest,
 // sees a wrong term that the inputs' type's rounding would hide) and some of the inputs' type.
 const AttnCase kBackwardCases[] = {

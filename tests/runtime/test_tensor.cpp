@@ -39,6 +39,40 @@ TEST_CASE("opening an unknown or absent device is an error that says why", "[run
   CHECK(rt.device().lane_units);
 }
 
+TEST_CASE(
+    "cpu:NAME runs another CPU's code when this CPU has its features, else says which it "
+    "lacks",
+    "[runtime][devices]") {
+  // x86-64-v3 (AVX2, FMA): every x86 machine kiln is tested on has it.
+  auto v3 = Runtime::open("cpu:x86-64-v3");
+  if (!v3.ok()) {
+    WARN("skipped: " << v3.error().message);
+  } else {
+    CHECK(v3->device().name == "cpu:x86-64-v3");
+    CHECK(v3->device().vector_bits == 256);
+    CHECK(v3->max_lanes(ElemType::F32) == 8);
+    std::vector<float> host(256);
+    std::iota(host.begin(), host.end(), 1.0f);
+    Tensor x = test::f32_tensor(*v3, host);
+    Tensor y = test::f32_tensor(*v3, std::vector<float>(256, 0.0f));
+    auto k = test::kernel(*v3, "rt_affine");
+    KILN_REQUIRE_OK(v3->launch(k, 1, 64, x, y, 2.0f, 3));
+    const auto out = to_host<float>(y);
+    for (size_t i = 0; i < host.size(); ++i) CHECK(out[i] == 2.0f * host[i] + 3.0f);
+  }
+  // Diamond Rapids' AVX10.2 and AMX-FP8: none of the machines this runs on has them.
+  auto future = Runtime::open("cpu:diamondrapids");
+  if (future.ok()) {
+    WARN("skipped: this CPU runs Diamond Rapids' code, so its refusal cannot be checked");
+  } else {
+    CHECK_THAT(future.error().message, Catch::Contains("cpu:diamondrapids cannot run here"));
+    CHECK_THAT(future.error().message, Catch::Contains("avx10.2"));
+  }
+  auto unknown = Runtime::open("cpu:nope");
+  REQUIRE_FALSE(unknown.ok());
+  CHECK_THAT(unknown.error().message, Catch::Contains("unknown CPU 'nope'"));
+}
+
 TEST_CASE("tensors upload and download in row-major order", "[runtime][tensor]") {
   auto rt = open_cpu();
   std::vector<float> host(24);

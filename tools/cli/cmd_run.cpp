@@ -452,7 +452,7 @@ Command add_run_command(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
   sub->add_option("KERNEL", o->kernel, "A registered kernel (see kiln list)")->required();
   sub->add_option("--device", o->device,
-                  "cpu, cuda:N, or the CUDA emulator cuda-emu[:sm_XY[a]] (see kiln devices)")
+                  "cpu, cpu:NAME[:FEATURES] (another x86-64 CPU's code this one can run, e.g. cpu:x86-64-v3), cuda:N, or the CUDA emulator cuda-emu[:sm_XY[a]] (see kiln devices)")
       ->capture_default_str();
   sub->add_option("--set", o->set, "Comptime or scalar value NAME=VALUE (repeatable)");
   sub->add_option("--shape", o->shape, "Shape NAME=AxB... of a tensor (repeatable)");
