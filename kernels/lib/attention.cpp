@@ -21,6 +21,7 @@
 
 using namespace kiln::dsl;
 using kiln::lib::detail::InOut;
+using kiln::lib::detail::seen_by;
 
 namespace {
 
@@ -120,9 +121,7 @@ void attention_fwd(Tensor<const typename P::In> q, Tensor<const typename P::In> 
     }
     apply(s, [&](f32 x, u32 r, u32 c) {
       i32 qi = qf0 + cast<i32>(r), kj = cast<i32>(key0 + c);
-      Val<bool> seen = c < keys;
-      seen = seen && (right < 0 || kj <= qi + shift + right);
-      seen = seen && (left < 0 || kj >= qi + shift - left);
+      Val<bool> seen = c < keys && seen_by(kj, qi, shift, left, right);
       f32 y = x * scale_log2;
       if (has_bias) {
         u32 bi =
@@ -300,7 +299,7 @@ Status check_like(const Tensor& t, const char* name, const Tensor& like, const c
   if (t.dtype() != in && !(f32_allowed && t.dtype() == ElemType::F32))
     return bad(fmt::format("{} holds {}; it must hold the inputs' {}{}", name,
                            ir::elem_name(t.dtype()), ir::elem_name(in),
-                           f32_allowed ? " or f32" : ""));
+                           f32_allowed && in != ElemType::F32 ? " or f32" : ""));
   for (int dim = 0; dim < 4; ++dim)
     if (t.shape(dim) != like.shape(dim))
       return bad(fmt::format("{} is {}; it must be {}'s shape {}", name, dims(t.shape()), like_name,
@@ -612,9 +611,6 @@ Status attention_backward_cpu(Runtime& rt, const Tensor& q, const Tensor& k, con
 Status attention(Runtime& rt, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
                  const AttentionOptions& o) {
   KILN_ASSIGN(const Problem p, check(rt, q, k, v, o));
-  if (out.rank() == 4 && out.dtype() != q.dtype() && out.dtype() != ElemType::F32)
-    return bad(fmt::format("out holds {}; it must hold the inputs' {} or f32",
-                           ir::elem_name(out.dtype()), ir::elem_name(q.dtype())));
   KILN_TRY(check_like(out, "out", q, "q", true, true));
   Tensor lse;
   if (o.lse) {

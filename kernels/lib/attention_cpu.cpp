@@ -47,6 +47,7 @@
 
 using namespace kiln::dsl;
 using kiln::lib::detail::InOut;
+using kiln::lib::detail::seen_by;
 
 namespace {
 
@@ -147,13 +148,6 @@ void column_update(const SharedArray<f32>& acc, const SharedArray<f32>& rows,
         x[i] = fma(Val<float>(rows[j * cols + c0 + i]), w[j], x[i]);
     for (uint32_t i = 0; i < kChains; ++i) acc[(c0 + i) * lanes + unit] = x[i];
   });
-}
-
-// Key kj seen by query qi (i32): per bound that is not negative, kj <= qi + shift + right and
-// kj >= qi + shift - left.
-Val<bool> seen_by(const i32& kj, const i32& qi, const i32& shift, const i32& left,
-                  const i32& right) {
-  return (right < 0 || kj <= qi + shift + right) && (left < 0 || kj >= qi + shift - left);
 }
 
 std::vector<Var<f32>> zeros(uint32_t n) {

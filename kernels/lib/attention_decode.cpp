@@ -12,10 +12,12 @@
 #include <vector>
 
 #include "compiler/dsl/online_softmax.h"
+#include "kernels/lib/attention_seqs.h"
 #include "kernels/lib/common.h"
 
 using namespace kiln::dsl;
 using kiln::lib::detail::InOut;
+using kiln::lib::detail::seen_by;
 
 namespace {
 
@@ -97,9 +99,7 @@ void attention_decode(Tensor<const typename P::In> q, Tensor<const typename P::I
     apply(s, [&](f32 x, u32 r, u32 c) {
       u32 i = r % seq_q;
       i32 qi = cast<i32>(i), kj = cast<i32>(key0 + c);
-      Val<bool> seen = c < keys && r < rows;
-      seen = seen && (right < 0 || kj <= qi + shift + right);
-      seen = seen && (left < 0 || kj >= qi + shift - left);
+      Val<bool> seen = c < keys && r < rows && seen_by(kj, qi, shift, left, right);
       f32 y = x * scale_log2;
       if (has_bias) {
         u32 h = kh * group + min(r, rows - 1u) / seq_q;
@@ -242,8 +242,7 @@ void attention_decode_cpu(Tensor<const typename P::In> q, Tensor<const typename 
         s = s + bias[b * bs0 + h * bs1 + qi * bs2 + min(kj, seq_k - 1u) * bs3] * kLog2e;
       }
       i32 kji = cast<i32>(kj), qii = cast<i32>(qi);
-      Val<bool> seen = unit < n && (right < 0 || kji <= qii + shift + right) &&
-                       (left < 0 || kji >= qii + shift - left);
+      Val<bool> seen = unit < n && seen_by(kji, qii, shift, left, right);
       s = select(seen, s, -INFINITY);
       f32 m_new = max(m[r].get(), plane_max(s));
       // A row that has seen no key yet keeps m = -inf and takes its exponentials against 0.

@@ -1,5 +1,6 @@
-// The rows one sequence of an attention batch occupies, for the kernels of attention.cpp and
-// attention_backward.cpp (internal). Without variable lengths, batch item b is the tensors'
+// What every attention kernel (attention.cpp, attention_backward.cpp, attention_cpu.cpp,
+// attention_decode.cpp; internal) shares about sequences and masks. The rows one sequence of an
+// attention batch occupies: Without variable lengths, batch item b is the tensors'
 // item b and its sequence every row of dimension 2; with them (varlen), every sequence is in the
 // tensors' one item, sequence b in rows cu[b] .. cu[b + 1] - 1 (cumulative offsets, i32),
 // clamped into the tensor's rows so that inconsistent offsets read nothing outside it.
@@ -21,6 +22,14 @@ inline SeqRows seq_rows(bool varlen, dsl::Tensor<const dsl::i32> cu, dsl::u32 b,
   u32 start = min(cast<uint32_t>(max(Val<int32_t>(cu[b]), 0)), rows);
   u32 end = min(cast<uint32_t>(max(Val<int32_t>(cu[b + 1u]), 0)), rows);
   return {0u, start, select(end > start, end - start, 0u)};
+}
+
+// Whether key kj is seen by query qi of a sequence whose keys are `shift` (seq_k - seq_q) ahead
+// of its queries (PyTorch's bottom-right alignment): per bound that is not negative, kj <= qi +
+// shift + right and kj >= qi + shift - left (causal is right = 0).
+inline dsl::Val<bool> seen_by(const dsl::i32& kj, const dsl::i32& qi, const dsl::i32& shift,
+                              const dsl::i32& left, const dsl::i32& right) {
+  return (right < 0 || kj <= qi + shift + right) && (left < 0 || kj >= qi + shift - left);
 }
 
 }  // namespace kiln::lib::detail

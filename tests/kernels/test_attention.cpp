@@ -562,6 +562,13 @@ TEST_CASE("kiln::lib::attention refuses what it cannot compute, naming it", "[at
   };
   const Tensor q32 = make(ElemType::F32, {1, 4, 16, 64});
   refused(q32, k, k, out, {}, "q, k and v must hold one type; got f32, bf16 and bf16");
+  Tensor o16 = make(ElemType::F16, {1, 4, 16, 64});
+  refused(q, k, k, o16, {}, "out holds f16; it must hold the inputs' bf16 or f32");
+  const Tensor k32 = make(ElemType::F32, {1, 2, 16, 64});
+  const Status f32_out = lib::attention(*rt, q32, k32, k32, out);
+  REQUIRE_FALSE(f32_out.ok());
+  CHECK_THAT(f32_out.error().message,
+             Catch::EndsWith("out holds bf16; it must hold the inputs' f32"));
   const Tensor qi = make(ElemType::I32, {1, 4, 16, 64});
   refused(qi, qi, qi, out, {},
           "q, k and v hold i32; attention takes f16, bf16 or (on the CPU) f32");
