@@ -17,10 +17,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include "compiler/passes/build_op.h"
 #include "compiler/passes/unit_loops_analysis.h"
@@ -481,7 +483,12 @@ class Lowering {
     return emit(s, OpKind::Load, {ctx_array(x), l});
   }
 
-  // plane.sum/min/max/any/all over the units of the plane, once per plane.
+  // plane.sum/min/max/any/all over the units of the plane, once per plane. When every plane
+  // has the same known width (a cube of at most one plane's units, or of whole planes), the
+  // same tree as a GPU's plane (the CUDA prelude's plane_reduce: at offsets 16, 8, 4, 2, 1,
+  // lane l takes lane l + off while l + off is inside the plane), unrolled: the same bits as
+  // the emulator and a GPU, and a few steps of latency rather than one per unit. Otherwise a
+  // loop over the plane's units in order.
   void plane_reduce(const Op& op, Scope& s) {
     at_ = op.loc;
     const ValueId x = op.operands[0];
@@ -491,15 +498,34 @@ class Lowering {
                            : op.kind == OpKind::PlaneAny ? OpKind::Or
                                                          : OpKind::And;
     const ValueId shared = lookup(&s, x);
-    const ValueId acc = emit(s, OpKind::Var, {value_of_unit(s, x, s.plane_first)});
-    Op loop = counted_loop(s, emit(s, OpKind::Add, {s.plane_first, cu32(s, 1)}), s.plane_end);
-    const ValueId l = loop.regions[0].args[0];
-    Scope body = plane_body(s, loop);
-    const ValueId xv = shared != kNoValue ? shared : emit(body, OpKind::Load, {ctx_array(x), l});
-    emit(body, OpKind::VarWrite,
-         {acc, emit(body, combine, {emit(body, OpKind::VarRead, {acc}), xv})});
-    s.target->ops.push_back(std::move(loop));
-    const ValueId r = emit(s, OpKind::VarRead, {acc});
+    ValueId r = kNoValue;
+    const uint32_t width = units_ <= plane_width_       ? units_
+                           : units_ % plane_width_ == 0 ? plane_width_
+                                                        : 0;
+    if (width > 0 && width <= 32 && plane_width_ == 32) {
+      if (shared == kNoValue) facts_.ctx.insert(x);  // each unit's value, from its loop
+      std::vector<ValueId> lane(width);
+      for (uint32_t l = 0; l < width; ++l)
+        lane[l] = shared != kNoValue
+                      ? shared
+                      : emit(s, OpKind::Load,
+                             {ctx_array(x), emit(s, OpKind::Add, {s.plane_first, cu32(s, l)})});
+      // Only the lanes lane 0's result depends on: below 2 off at offset off.
+      for (uint32_t off = 16; off > 0; off >>= 1)
+        for (uint32_t l = 0; l < std::min(width, 2 * off); ++l)
+          if (l + off < width) lane[l] = emit(s, combine, {lane[l], lane[l + off]});
+      r = lane[0];
+    } else {
+      const ValueId acc = emit(s, OpKind::Var, {value_of_unit(s, x, s.plane_first)});
+      Op loop = counted_loop(s, emit(s, OpKind::Add, {s.plane_first, cu32(s, 1)}), s.plane_end);
+      const ValueId l = loop.regions[0].args[0];
+      Scope body = plane_body(s, loop);
+      const ValueId xv = shared != kNoValue ? shared : emit(body, OpKind::Load, {ctx_array(x), l});
+      emit(body, OpKind::VarWrite,
+           {acc, emit(body, combine, {emit(body, OpKind::VarRead, {acc}), xv})});
+      s.target->ops.push_back(std::move(loop));
+      r = emit(s, OpKind::VarRead, {acc});
+    }
     s.map[op.result] = r;
     if (plan_.ctx.count(op.result)) {  // needed after this plane loop: every unit gets it
       Op store_loop = counted_loop(s, s.plane_first, s.plane_end);
