@@ -121,7 +121,7 @@ void attention_fwd(Tensor<const typename P::In> q, Tensor<const typename P::In> 
     }
     apply(s, [&](f32 x, u32 r, u32 c) {
       i32 qi = qf0 + cast<i32>(r), kj = cast<i32>(key0 + c);
-      Val<bool> seen = c < keys && seen_by(kj, qi, shift, left, right);
+      Val<bool> seen = seen_by(c < keys, kj, qi, shift, left, right);
       f32 y = x * scale_log2;
       if (has_bias) {
         u32 bi =

@@ -184,7 +184,7 @@ void attention_bwd_dkdv(Tensor<const typename P::In> q, Tensor<const typename P:
       for (int e = 0; e < element_count(st); ++e) {
         u32 r = element_row(st, e), c = cols[size_t(col_slot(e, qblock))];
         i32 kj = jf0 + cast<i32>(r), qi = cast<i32>(i0 + c);
-        Val<bool> seen = c < n && r < keys && seen_by(kj, qi, shift, left, right);
+        Val<bool> seen = seen_by(c < n && r < keys, kj, qi, shift, left, right);
         f32 y = element(st, e) * scale_log2;
         if (has_bias) {
           u32 bi =
@@ -335,7 +335,7 @@ void attention_bwd_dq(Tensor<const typename P::In> q, Tensor<const typename P::I
       const int slot = row_slot(s, e);
       u32 r = element_row(s, e), c = element_col(s, e);
       i32 qi = qf0 + cast<i32>(r), kj = cast<i32>(key0 + c);
-      Val<bool> seen = c < n && seen_by(kj, qi, shift, left, right);
+      Val<bool> seen = seen_by(c < n, kj, qi, shift, left, right);
       f32 y = element(s, e) * scale_log2;
       if (has_bias) {
         u32 bi =

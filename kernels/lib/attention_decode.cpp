@@ -99,7 +99,7 @@ void attention_decode(Tensor<const typename P::In> q, Tensor<const typename P::I
     apply(s, [&](f32 x, u32 r, u32 c) {
       u32 i = r % seq_q;
       i32 qi = cast<i32>(i), kj = cast<i32>(key0 + c);
-      Val<bool> seen = c < keys && r < rows && seen_by(kj, qi, shift, left, right);
+      Val<bool> seen = seen_by(c < keys && r < rows, kj, qi, shift, left, right);
       f32 y = x * scale_log2;
       if (has_bias) {
         u32 h = kh * group + min(r, rows - 1u) / seq_q;
