@@ -153,10 +153,10 @@ KILN_KERNEL_GENERIC(
 // - the lanes take columns: for each key j and row r, a vector of partial dot products over
 //   the head's column groups (one vector load of K's row per group, shared by every row, and
 //   FMAs with Q's rows from the arena), left in the arena at (r, j, lane);
-// - the lanes take keys: each lane sums its key's partials (the arena transposed), scales and
-//   masks the score, and the online softmax runs with one block maximum per row across the
-//   lanes; each lane keeps its own part of the row's sum, and the block's probabilities go to
-//   the arena;
+// - the lanes take keys: each key's partials are summed (as values every lane computes alike,
+//   scalar loads of the arena, then each lane picks its key's), scaled and masked, and the
+//   online softmax runs with one block maximum per row across the lanes; each lane keeps its
+//   own part of the row's sum, and the block's probabilities go to the arena;
 // - the lanes take columns again: O's rows (in the arena) are rescaled and take the block's
 //   values, V's rows read as contiguous vectors against the probabilities broadcast.
 //
@@ -201,8 +201,8 @@ void attention_decode_cpu(Tensor<const typename P::In> q, Tensor<const typename 
                 select(right >= 0, max(cast<i32>(seq_q) + shift + right, 0), cast<i32>(seq_k)));
   i32 start = max(cast<i32>(min(part * chunk, seq_k)), select(left >= 0, max(shift - left, 0), 0));
   u32 hi = cast<uint32_t>(max(end, 0)), lo = cast<uint32_t>(min(start, max(end, 0)));
-  std::vector<Var<f32>> m,
-      l;  // each row's running maximum (log2 units), each lane's part of its sum
+  // Each row's running maximum (log2 units), and each lane's part of its sum.
+  std::vector<Var<f32>> m, l;
   for (uint32_t r = 0; r < R; ++r) {
     m.push_back(Var<f32>(-INFINITY));
     l.push_back(Var<f32>(0.0f));
