@@ -451,8 +451,10 @@ Command add_run_command(CLI::App& app) {
       app.add_subcommand("run", "Run a registered kernel on random inputs, check it, time it");
   auto o = std::make_shared<RunOptions>();
   sub->add_option("KERNEL", o->kernel, "A registered kernel (see kiln list)")->required();
-  sub->add_option("--device", o->device,
-                  "cpu, cpu:NAME[:FEATURES] (another x86-64 CPU's code this one can run, e.g. cpu:x86-64-v3), cuda:N, or the CUDA emulator cuda-emu[:sm_XY[a]] (see kiln devices)")
+  sub->add_option(
+         "--device", o->device,
+         "cpu, cpu:NAME[:FEATURES] (another x86-64 CPU's code this one can run, e.g. "
+         "cpu:x86-64-v3), cuda:N, or the CUDA emulator cuda-emu[:sm_XY[a]] (see kiln devices)")
       ->capture_default_str();
   sub->add_option("--set", o->set, "Comptime or scalar value NAME=VALUE (repeatable)");
   sub->add_option("--shape", o->shape, "Shape NAME=AxB... of a tensor (repeatable)");

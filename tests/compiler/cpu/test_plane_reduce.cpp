@@ -36,14 +36,7 @@ namespace kiln {
 namespace {
 
 TEST_CASE("plane reductions: a GPU's tree on the CPU, the same bits as the emulator", "[plane]") {
-  std::vector<std::pair<std::string, Runtime>> devices;
-  for (const char* name : {"cpu", "cuda-emu:sm_80"}) {
-    auto rt = Runtime::open(name);
-    if (rt)
-      devices.emplace_back(name, std::move(*rt));
-    else
-      WARN("skipped on " << name << ": " << rt.error().message);
-  }
+  std::vector<Runtime> devices = test::open_devices({"cpu", "cuda-emu:sm_80"});
   REQUIRE_FALSE(devices.empty());
   std::mt19937 rng(46);
   // Magnitudes from 2^-20 to 2^20: a sum in another order rounds differently.
@@ -58,8 +51,8 @@ TEST_CASE("plane reductions: a GPU's tree on the CPU, the same bits as the emula
       std::vector<float> x(units);
       for (float& v : x) v = std::ldexp(mant(rng), expo(rng));
       std::vector<std::vector<float>> got;
-      for (auto& [name, rt] : devices) {
-        INFO("on " << name);
+      for (Runtime& rt : devices) {
+        INFO("on " << rt.device().name);
         Tensor tx = test::f32_tensor(rt, x);
         Tensor out = test::f32_tensor(rt, std::vector<float>(3 * planes, 0.0f));
         auto k = test::kernel(rt, "t_plane_reduce");
