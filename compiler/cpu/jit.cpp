@@ -1,6 +1,10 @@
 // Targets, LLVM's optimization pipeline, object code, and the process-wide ORC JIT.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <set>
 
@@ -10,6 +14,8 @@
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/MC/MCSubtargetInfo.h>
 #include <llvm/MC/TargetRegistry.h>
+#include <llvm/Object/ELFObjectFile.h>
+#include <llvm/Object/ObjectFile.h>
 #include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
@@ -257,6 +263,64 @@ Result<ObjectCode> compile_object(const ir::Kernel& lowered, const CompileOption
 // ---- the JIT
 // --------------------------------------------------------------------------------------------
 
+// With KILN_PERF_MAP=1, every function of a loaded kernel is named in /tmp/perf-PID.map (the
+// form `perf report` reads for code it cannot find in a file): "kiln:KERNEL" for its entry,
+// "kiln:KERNEL:FUNCTION" for the others. Their addresses come from the entry's: JITLink keeps
+// a section's functions where the object placed them, one block per section.
+void write_perf_map(const std::vector<char>& bytes, const std::string& kernel,
+                    const std::string& entry, uint64_t entry_address) {
+  static const bool on = [] {
+    const char* v = std::getenv("KILN_PERF_MAP");
+    return v && std::string(v) == "1";
+  }();
+  if (!on) return;
+  auto file = llvm::object::ObjectFile::createObjectFile(
+      llvm::MemoryBufferRef(llvm::StringRef(bytes.data(), bytes.size()), kernel));
+  if (!file) {
+    llvm::consumeError(file.takeError());
+    return;
+  }
+  if (!(*file)->isELF()) return;
+  struct Function {
+    std::string name;
+    uint64_t offset, size;
+    llvm::object::SectionRef section;
+  };
+  std::vector<Function> functions;
+  const Function* base = nullptr;
+  for (const llvm::object::SymbolRef& sym : (*file)->symbols()) {
+    auto type = sym.getType();
+    auto name = sym.getName();
+    auto value = sym.getValue();
+    auto section = sym.getSection();
+    if (!type || !name || !value || !section || *type != llvm::object::SymbolRef::ST_Function ||
+        *section == (*file)->section_end()) {
+      if (!type) llvm::consumeError(type.takeError());
+      if (!name) llvm::consumeError(name.takeError());
+      if (!value) llvm::consumeError(value.takeError());
+      if (!section) llvm::consumeError(section.takeError());
+      continue;
+    }
+    const uint64_t size = llvm::object::ELFSymbolRef(sym).getSize();
+    functions.push_back({name->str(), *value, size, **section});
+  }
+  for (const Function& f : functions)
+    if (f.name == entry) base = &f;
+  if (!base) return;
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  std::FILE* out = std::fopen(fmt::format("/tmp/perf-{}.map", ::getpid()).c_str(), "a");
+  if (!out) return;
+  for (const Function& f : functions) {
+    if (f.section != base->section) continue;
+    const std::string label =
+        &f == base ? fmt::format("kiln:{}", kernel) : fmt::format("kiln:{}:{}", kernel, f.name);
+    fmt::print(out, "{:x} {:x} {}\n", entry_address + f.offset - base->offset,
+               std::max<uint64_t>(f.size, 1), label);
+  }
+  std::fclose(out);
+}
+
 class Jit {
  public:
   static Result<Jit*> get() {
@@ -328,6 +392,7 @@ class Jit {
     if (!sym)
       return Error(ErrorKind::Compile, "JIT: cannot link kernel '" + obj.info.name +
                                            "': " + llvm_error(sym.takeError()));
+    write_perf_map(obj.bytes, obj.info.name, obj.info.symbol, sym->getValue());
     std::unique_ptr<CompiledKernel> k(new CompiledKernel);
     k->entry_ = sym->toPtr<EntryFn>();
     k->info_ = std::move(obj.info);
