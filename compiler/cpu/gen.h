@@ -833,6 +833,8 @@ class Gen {
   void private_add(const ir::Op& op);
   void strided_iteration(const ir::Op& units, const ir::Op& loop, llvm::PHINode* k,
                          llvm::AllocaInst* ran);
+  std::vector<bool> hoist_uniform(const ir::Op& units);
+  std::vector<bool> hoisted_;  // the interchanged units loop's ops emitted before it
   bool vector_op(const ir::Op& op);
   void vregion(const ir::Region& r);
   void vif(const ir::Op& op);

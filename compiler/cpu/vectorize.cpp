@@ -261,6 +261,7 @@ void Gen::emit_units_vec(const ir::Op& op, int width) {
   llvm::BasicBlock *k_header = nullptr, *k_pre = nullptr;
   if (inner) {
     privatize(op, width);
+    hoisted_ = hoist_uniform(op);
     ran = entry_alloca(B.getInt1Ty(), nullptr, "ran");
     k_pre = B.GetInsertBlock();
     k_header = llvm::BasicBlock::Create(C, "strided.iter", F);
@@ -351,12 +352,38 @@ const ir::Op* Gen::interchanged_loop(const ir::Op& units) {
   return breaks ? nullptr : &loop;
 }
 
-// One vector of units: the code before the loop, then iteration k of the loop for the lanes
-// that have one.
+// The interchanged loop's code before the loop that is the same for every unit (arithmetic on
+// values from outside the units loop, no memory), emitted once, before the iterations; the rest
+// runs for each vector of each iteration. LLVM would not move it there itself: the iterations'
+// code is conditional (some lane must have the iteration), and a division by a value that is
+// not a constant is never moved out of a conditional block (x86's would trap on zero; kiln's
+// never does). Which ops were emitted: the others are left to strided_iteration.
+std::vector<bool> Gen::hoist_uniform(const ir::Op& units) {
+  const auto& ops = units.regions[0].ops;
+  std::vector<bool> done(ops.size(), false);
+  std::unordered_set<ValueId> varying{units.regions[0].args[0]};
+  for (size_t i = 0; i + 1 < ops.size(); ++i) {
+    const ir::Op& op = ops[i];
+    bool vary = ir::has_flag(op.kind, ir::op_flags::Varying) ||
+                ir::has_flag(op.kind, ir::op_flags::Memory) || op.result == ir::kNoValue;
+    for (ValueId o : op.operands) vary = vary || varying.count(o) > 0;
+    if (vary) {
+      if (op.result != ir::kNoValue) varying.insert(op.result);
+      continue;
+    }
+    emit(op);  // scalar code: V_ is not set yet
+    done[i] = true;
+  }
+  return done;
+}
+
+// One vector of units: the code before the loop (what hoist_uniform left), then iteration k of
+// the loop for the lanes that have one.
 void Gen::strided_iteration(const ir::Op& units, const ir::Op& loop, llvm::PHINode* k,
                             llvm::AllocaInst* ran) {
   const auto& ops = units.regions[0].ops;
-  for (size_t i = 0; i + 1 < ops.size(); ++i) emit(ops[i]);
+  for (size_t i = 0; i + 1 < ops.size(); ++i)
+    if (!hoisted_[i]) emit(ops[i]);
   const ir::Type t = K.type_of(loop.operands[0]);
   bool varying = false;
   for (ValueId o : loop.operands) varying = varying || vary_[o];
