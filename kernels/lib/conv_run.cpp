@@ -147,9 +147,9 @@ kiln::kernels::HostOp conv_op(int dims) {
       "{}-d convolution, NCHW or NHWC, groups, fused epilogue: "
       "kiln::lib::conv",
       dims);
-  op.kernels = {"conv_direct",   "conv_pack_im2col", "conv_im2col_rows", "matmul_pack_a",
-                "matmul_pack_b", "matmul_cpu",       "matmul_gpu",       "matmul_pack_rows",
-                "matmul_ring",   "matmul_sm90",      "matmul_sm100"};
+  op.kernels = {"conv_direct",      "conv_gemm_cpu", "conv_pack_im2col", "conv_im2col_rows",
+                "matmul_pack_a",    "matmul_pack_b", "matmul_cpu",       "matmul_gpu",
+                "matmul_pack_rows", "matmul_ring",   "matmul_sm90",      "matmul_sm100"};
   op.tensors = {{"x", true}, {"w", true}, {"bias", true}, {"residual", true}, {"y", false}};
   for (const auto& [in, out] : {std::pair{ElemType::F32, ElemType::F32},
                                 {ElemType::F16, ElemType::F32},

@@ -103,69 +103,20 @@ void matmul_cpu(Tensor<const f32> ap, Tensor<const f32> bp, Tensor<TC> c, Tensor
           "mc must be a multiple of mr, nb of vectors * lanes, mc * nb at most tile, kc above 0");
   // The block's sums between chunks of K.
   auto tile_sums = shared_array<f32>(static_cast<uint32_t>(tile));
-  u32 m = c.shape(3), n = c.shape(4);
   const BatchIndex item = batch_index(c, cube_pos_z());
   u32 za = broadcast_item(item, a0, a1, a2), zb = broadcast_item(item, b0, b1, b2);
   u32 c_item = broadcast_offset(item, c);
-  u32 slivers_m = (m + (umr - 1u)) / umr, slivers_n = (n + (unr - 1u)) / unr;
-  u32 row0 = cube_pos_y() * mc, col0 = cube_pos_x() * nb;
-  // The rows and columns of the block that slivers cover (whole slivers, zeros past M and N).
-  u32 rows = min(mc, slivers_m * umr - min(row0, slivers_m * umr));
-  u32 cols = min(nb, slivers_n * unr - min(col0, slivers_n * unr));
-  u32 unit = unit_pos();
-  // One vector of a row: what the epilogue makes of the sum s of (row, col), stored in C.
-  auto finish = [&](const Val<uint32_t>& row, const Val<uint32_t>& col, const Val<float>& s) {
-    if_(col < n, [&] {
-      u32 idx = c_item + row * c.stride(3) + col * c.stride(4);
-      c[idx] =
-          cast<host_of_t<TC>>(finish_value(c, idx, col, s, alpha, beta, bias, has_bias, epilogue));
-    });
-  };
-  u32 kt = max(k, 1u);  // K = 0 still writes alpha 0 + beta C
-  for_range(0u, kt, kc, [&](u32 pc) {
-    u32 depth = min(kc, k - min(pc, k));
-    Val<bool> first = pc == 0u, last = pc + kc >= kt;
-    for_range(0u, rows, umr, [&](u32 ir) {
-      u32 abase = ((za * slivers_m + (row0 + ir) / umr) * k + pc) * umr;
-      for_range(0u, cols, unr, [&](u32 jr) {
+  u32 slivers_n = (c.shape(4) + (unr - 1u)) / unr, col0 = cube_pos_x() * nb, unit = unit_pos();
+  cpu_gemm_blocks(
+      ap, c, bias, k, za, c_item, alpha, beta, mc, nb, kc, mr, vectors, lanes, tile_sums, epilogue,
+      has_bias,
+      [](const Val<uint32_t>&, const Val<uint32_t>&, const Val<uint32_t>&, const Val<uint32_t>&) {},
+      [&](const Val<uint32_t>& jr, const Val<uint32_t>& pc) {
         u32 bbase = ((zb * slivers_n + (col0 + jr) / unr) * k + pc) * unr + unit;
-        u32 tbase = ir * nb + jr + unit;
-        std::vector<Var<f32>> acc;
-        acc.reserve(static_cast<size_t>(mr * vectors));
-        for (int i = 0; i < mr * vectors; ++i) acc.push_back(Var<f32>(0.0f));
-        if_(!first, [&] {
-          for (uint32_t r = 0; r < umr; ++r)
-            for (uint32_t q = 0; q < static_cast<uint32_t>(vectors); ++q)
-              acc[r * vectors + q] = tile_sums[tbase + r * nb + q * ulanes];
-        });
-        for_range(0u, depth, 1u, [&](u32 kk) {
-          std::vector<Val<float>> bv;
-          for (uint32_t q = 0; q < static_cast<uint32_t>(vectors); ++q)
-            bv.push_back(bp[bbase + kk * unr + q * ulanes]);
-          for (uint32_t r = 0; r < umr; ++r) {
-            f32 av = ap[abase + kk * umr + r];
-            for (uint32_t q = 0; q < static_cast<uint32_t>(vectors); ++q) {
-              auto& s = acc[r * vectors + q];
-              s = fma(av, bv[q], Val<float>(s));
-            }
-          }
-        });
-        if_(last, [&] {
-          for (uint32_t r = 0; r < umr; ++r) {
-            u32 row = row0 + ir + r;
-            if_(row < m, [&] {
-              for (uint32_t q = 0; q < static_cast<uint32_t>(vectors); ++q)
-                finish(row, col0 + jr + q * ulanes + unit, acc[r * vectors + q]);
-            });
-          }
-        }).else_([&] {
-          for (uint32_t r = 0; r < umr; ++r)
-            for (uint32_t q = 0; q < static_cast<uint32_t>(vectors); ++q)
-              tile_sums[tbase + r * nb + q * ulanes] = acc[r * vectors + q];
-        });
+        return [&, bbase](const Val<uint32_t>& kk, uint32_t q) -> Val<float> {
+          return bp[bbase + kk * unr + q * ulanes];
+        };
       });
-    });
-  });
 }
 KILN_KERNEL_GENERIC(matmul_cpu,
                     "ap, bp, c: rank=5, bias, k, a0, a1, a2, b0, b1, b2, alpha, beta, "
@@ -470,6 +421,35 @@ Status run_cpu_packed(Runtime& rt, const MatmulProblem& p, const MatmulOptions& 
 }
 
 }  // namespace
+
+std::string CpuBlocking::text() const {
+  return fmt::format("{}x{} register blocks ({} lanes), mc={} nb={} kc={}", mr, vectors * lanes,
+                     lanes, mc, nb, kc);
+}
+
+CpuBlocking matmul_cpu_blocking(const Runtime& rt, const MatmulProblem& p) {
+  Problem rounded = p;
+  rounded.m = bucket(p.m);
+  rounded.n = bucket(p.n);
+  rounded.batch = bucket(p.batch);
+  const CpuConfig c = cpu_config(rt, rounded);
+  return {c.mr, c.vectors, c.lanes, c.tile, c.mc, c.nb, c.kc};
+}
+
+Result<Tensor> matmul_cpu_pack_a(Runtime& rt, const MatmulProblem& p, const CpuBlocking& b) {
+  const int64_t item = (p.m + b.mr - 1) / b.mr * b.mr * p.k;
+  if (item >= int64_t{1} << 32)
+    return matmul_error(
+        fmt::format("A padded to whole slivers holds {} elements; the kernels index at "
+                    "most 2^32 - 1",
+                    item));
+  KILN_ASSIGN(Tensor ap, rt.empty(ElemType::F32, {std::max<int64_t>(item, 1)}));
+  KILN_ASSIGN(const Kernel pack_a, rt.kernel("matmul_pack_a"));
+  constexpr int64_t kChunk = 16384;
+  KILN_TRY(rt.launch(pack_a, Dim3(static_cast<uint32_t>((item + kChunk - 1) / kChunk), 1, 1),
+                     Dim3(256), p.a.as_read_only(), ap, b.mr, static_cast<int>(kChunk)));
+  return ap;
+}
 
 Status matmul_cpu_packed_a(Runtime& rt, const MatmulProblem& p, const MatmulOptions& o,
                            const PackRows& pack_a, std::string* config) {

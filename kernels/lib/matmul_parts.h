@@ -81,6 +81,87 @@ Val<float> finish_value(const dsl::Tensor<TC>& c, const Val<uint32_t>& idx,
   return activate(v, epilogue);
 }
 
+// The CPU product's blocks (matmul_cpu, and conv_gemm_cpu, which packs B itself): the block of
+// C of mc rows from row0 and nb columns from col0 (c_item: the first element of C's item), its
+// `lanes` units a vector of columns each. For each chunk of kc along K, `start_chunk(pc, depth)`
+// (where a kernel that packs B per block does it), then for each sliver of A in the block (its
+// mr x kc numbers stay in L1), for each sliver of B: mr x `vectors` accumulators in registers,
+// per k `vectors` values of B from `sliver_b(jr, pc)(kk, q)` (jr: the sliver's first column in
+// the block, kk: the step in the chunk, q: the vector) and mr broadcasts of A into mr x vectors
+// FMAs. Between chunks the block's sums wait in `tile_sums` (in L2); after the last chunk the
+// epilogue finishes them into C, rounded to its type once.
+template <class TC, class StartChunk, class SliverB>
+void cpu_gemm_blocks(const dsl::Tensor<const f32>& ap, const dsl::Tensor<TC>& c,
+                     const dsl::Tensor<const f32>& bias, const Val<uint32_t>& k,
+                     const Val<uint32_t>& za, const Val<uint32_t>& c_item, const Val<float>& alpha,
+                     const Val<float>& beta, const Val<uint32_t>& mc, const Val<uint32_t>& nb,
+                     const Val<uint32_t>& kc, int mr, int vectors, int lanes,
+                     dsl::SharedArray<f32>& tile_sums, Epilogue epilogue, bool has_bias,
+                     StartChunk start_chunk, SliverB sliver_b) {
+  const auto umr = static_cast<uint32_t>(mr), ulanes = static_cast<uint32_t>(lanes),
+             unr = static_cast<uint32_t>(vectors * lanes);
+  u32 m = c.shape(3), n = c.shape(4);
+  u32 slivers_m = (m + (umr - 1u)) / umr, slivers_n = (n + (unr - 1u)) / unr;
+  u32 row0 = cube_pos_y() * mc, col0 = cube_pos_x() * nb;
+  // The rows and columns of the block that slivers cover (whole slivers, zeros past M and N).
+  u32 rows = min(mc, slivers_m * umr - min(row0, slivers_m * umr));
+  u32 cols = min(nb, slivers_n * unr - min(col0, slivers_n * unr));
+  u32 unit = unit_pos();
+  // One vector of a row: what the epilogue makes of the sum s of (row, col), stored in C.
+  auto finish = [&](const Val<uint32_t>& row, const Val<uint32_t>& col, const Val<float>& s) {
+    if_(col < n, [&] {
+      u32 idx = c_item + row * c.stride(3) + col * c.stride(4);
+      c[idx] =
+          cast<host_of_t<TC>>(finish_value(c, idx, col, s, alpha, beta, bias, has_bias, epilogue));
+    });
+  };
+  u32 kt = max(k, 1u);  // K = 0 still writes alpha 0 + beta C
+  for_range(0u, kt, kc, [&](u32 pc) {
+    u32 depth = min(kc, k - min(pc, k));
+    Val<bool> first = pc == 0u, last = pc + kc >= kt;
+    start_chunk(pc, depth, col0, cols);
+    for_range(0u, rows, umr, [&](u32 ir) {
+      u32 abase = ((za * slivers_m + (row0 + ir) / umr) * k + pc) * umr;
+      for_range(0u, cols, unr, [&](u32 jr) {
+        auto load_b = sliver_b(jr, pc);
+        u32 tbase = ir * nb + jr + unit;
+        std::vector<Var<f32>> acc;
+        acc.reserve(static_cast<size_t>(mr * vectors));
+        for (int i = 0; i < mr * vectors; ++i) acc.push_back(Var<f32>(0.0f));
+        if_(!first, [&] {
+          for (uint32_t r = 0; r < umr; ++r)
+            for (uint32_t q = 0; q < static_cast<uint32_t>(vectors); ++q)
+              acc[r * vectors + q] = tile_sums[tbase + r * nb + q * ulanes];
+        });
+        for_range(0u, depth, 1u, [&](u32 kk) {
+          std::vector<Val<float>> bv;
+          for (uint32_t q = 0; q < static_cast<uint32_t>(vectors); ++q) bv.push_back(load_b(kk, q));
+          for (uint32_t r = 0; r < umr; ++r) {
+            f32 av = ap[abase + kk * umr + r];
+            for (uint32_t q = 0; q < static_cast<uint32_t>(vectors); ++q) {
+              auto& s = acc[r * vectors + q];
+              s = fma(av, bv[q], Val<float>(s));
+            }
+          }
+        });
+        if_(last, [&] {
+          for (uint32_t r = 0; r < umr; ++r) {
+            u32 row = row0 + ir + r;
+            if_(row < m, [&] {
+              for (uint32_t q = 0; q < static_cast<uint32_t>(vectors); ++q)
+                finish(row, col0 + jr + q * ulanes + unit, acc[r * vectors + q]);
+            });
+          }
+        }).else_([&] {
+          for (uint32_t r = 0; r < umr; ++r)
+            for (uint32_t q = 0; q < static_cast<uint32_t>(vectors); ++q)
+              tile_sums[tbase + r * nb + q * ulanes] = acc[r * vectors + q];
+        });
+      });
+    });
+  });
+}
+
 }  // namespace kiln::lib::matmul_parts
 
 namespace kiln::lib::detail {
@@ -139,6 +220,17 @@ Status matmul_cpu_packed_a(Runtime& rt, const MatmulProblem& p, const MatmulOpti
 // gives only B's batch shape, A is packed from p.a.
 Status matmul_cpu_packed_b(Runtime& rt, const MatmulProblem& p, const MatmulOptions& o,
                            const PackRows& pack_b, std::string* config = nullptr);
+
+// The heuristic blocking matmul_cpu would use for `p` (its comptime register blocking, its
+// cache blocking), and A packed for it from p.a (the first batch item only: for kernels that
+// multiply one A by many Bs of their own), for a kernel that runs cpu_gemm_blocks itself.
+struct CpuBlocking {
+  int mr = 12, vectors = 2, lanes = 16, tile = 1 << 17;
+  int64_t mc = 96, nb = 512, kc = 256;
+  std::string text() const;
+};
+CpuBlocking matmul_cpu_blocking(const Runtime& rt, const MatmulProblem& p);
+Result<Tensor> matmul_cpu_pack_a(Runtime& rt, const MatmulProblem& p, const CpuBlocking& b);
 
 // `kiln run`'s --set epilogue=N (0 none, 1 ReLU, 2 GELU, 3 SiLU) for operation `op`, or an error.
 Result<Epilogue> run_epilogue(const char* op, double value);

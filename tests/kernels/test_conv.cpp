@@ -36,7 +36,30 @@ struct ConvCase {
 };
 
 const ConvCase kCases[] = {
-    {"conv2d", {{"x", {2, 5, 11, 9}}, {"w", {7, 5, 3, 3}}}, {}, {}, "matmul_cpu"},
+    {"conv2d", {{"x", {2, 5, 11, 9}}, {"w", {7, 5, 3, 3}}}, {}, {}, "conv_gemm_cpu"},
+    // "Same" layers (conv_gemm_cpu's flat form: each tap's column is x shifted): with bias,
+    // residual and GELU; dilated, in and out bf16; 3-d, f16; more output channels than one block
+    // of rows (140: two blocks of 72).
+    {"conv2d",
+     {{"x", {2, 5, 11, 9}}, {"w", {7, 5, 3, 3}}},
+     {{"padding", "1"}, {"use_bias", "1"}, {"use_residual", "1"}, {"epilogue", "2"}},
+     {},
+     "conv_gemm_cpu"},
+    {"conv2d",
+     {{"x", {1, 6, 10, 13}}, {"w", {9, 6, 3, 3}}},
+     {{"same", "1"}, {"dilation", "2"}},
+     {{"x", "bf16"}, {"y", "bf16"}},
+     "conv_gemm_cpu"},
+    {"conv3d",
+     {{"x", {1, 3, 5, 6, 7}}, {"w", {5, 3, 3, 3, 3}}},
+     {{"same", "1"}},
+     {{"x", "f16"}},
+     "conv_gemm_cpu"},
+    {"conv2d",
+     {{"x", {1, 3, 6, 5}}, {"w", {140, 3, 3, 3}}},
+     {{"padding", "1"}, {"use_bias", "1"}},
+     {},
+     "conv_gemm_cpu"},
     {"conv2d",
      {{"x", {1, 6, 13, 10}}, {"w", {10, 3, 3, 2}}},
      {{"stride", "2"}, {"dilation", "2"}, {"padding", "3"}, {"padding_end", "0"}, {"groups", "2"}},
@@ -79,7 +102,7 @@ const ConvCase kCases[] = {
      {{"x", {1, 4, 7, 7}}, {"w", {6, 4, 7, 7}}},
      {{"padding", "5"}, {"use_residual", "1"}, {"epilogue", "1"}},
      {{"x", "f16"}},
-     "matmul_cpu"},
+     "conv_gemm_cpu"},
     {"conv2d",
      {{"x", {2, 24, 9, 7}}, {"w", {40, 24, 1, 1}}},
      {{"padding", "0"}, {"use_bias", "1"}, {"use_residual", "1"}, {"epilogue", "2"}},
@@ -98,7 +121,7 @@ const ConvCase kCases[] = {
       {"use_residual", "1"},
       {"epilogue", "3"}},
      {},
-     "matmul_cpu"},
+     "conv_gemm_cpu"},
     {"conv1d",
      {{"x", {3, 6, 40}}, {"w", {6, 3, 4}}},
      {{"groups", "2"}, {"stride", "3"}, {"padding", "2"}, {"use_bias", "1"}},
@@ -138,14 +161,41 @@ TEST_CASE("kiln::lib::conv matches a double reference", "[conv]") {
   }
 }
 
+TEST_CASE("kiln::lib::conv's implicit GEMM reads a same layer's taps as shifted rows of x",
+          "[conv]") {
+  (void)kernels::builtin_names();
+  auto rt = Runtime::open("cpu");
+  REQUIRE(rt.ok());
+  // Padding 1 keeps 11 x 9 (the flat form); no padding (9 x 7), stride 2 or channels last
+  // cannot use it.
+  for (const auto& [set, flat] :
+       {std::pair{std::map<std::string, std::string>{{"padding", "1"}}, true},
+        std::pair{std::map<std::string, std::string>{{"padding", "0"}}, false},
+        std::pair{std::map<std::string, std::string>{{"padding", "1"}, {"stride", "2"}}, false}}) {
+    kernels::RunConfig config;
+    config.shapes = {{"x", {2, 5, 11, 9}}, {"w", {7, 5, 3, 3}}};
+    config.set = set;
+    config.repeat = 0;
+    config.seed = 5;
+    auto r = kernels::run(*rt, "conv2d", config);
+    KILN_REQUIRE_OK(r);
+    INFO("plan: " << r->plan);
+    CHECK_THAT(r->plan, Contains("conv_gemm_cpu:"));
+    CHECK((r->plan.find("each tap's column x shifted") != std::string::npos) == flat);
+    REQUIRE(r->checks.size() == 1);
+    CHECK(r->checks[0].mismatches == 0);
+  }
+}
+
 TEST_CASE("kiln::lib::conv's implicit GEMM packs im2col a chunk at a time", "[conv]") {
   (void)kernels::builtin_names();
   auto rt = Runtime::open("cpu");
   REQUIRE(rt.ok());
-  // 3 items of 99 positions x 45 columns: 17,820 bytes of packed im2col per item.
+  // 3 items of 99 positions x 45 columns: 17,820 bytes of packed im2col per item. Channels last:
+  // with positions contiguous in y (NCHW) conv_gemm_cpu packs its own blocks, no chunks.
   const ConvCase c = {"conv2d",
-                      {{"x", {3, 5, 11, 9}}, {"w", {7, 5, 3, 3}}},
-                      {{"use_bias", "1"}, {"use_residual", "1"}},
+                      {{"x", {3, 11, 9, 5}}, {"w", {7, 5, 3, 3}}},
+                      {{"use_bias", "1"}, {"use_residual", "1"}, {"channels_last", "1"}},
                       {},
                       ""};
   for (const auto& [budget, says] :
@@ -570,7 +620,7 @@ TEST_CASE("kiln::lib::conv refuses what it cannot compute, naming it", "[conv]")
              "dw (f32[6, 4, 3, 3]) has elements that overlap");
   // A chunk budget that is not a number of bytes is an error, not ignored.
   ::setenv("KILN_CONV_IM2COL_BYTES", "lots", 1);
-  const Status budget = lib::conv(*rt, x, w, y);
+  const Status budget = lib::conv_backward_weight(*rt, x, dy, dw);
   ::unsetenv("KILN_CONV_IM2COL_BYTES");
   back_fails(budget, "KILN_CONV_IM2COL_BYTES is 'lots'; it must be a positive number of bytes");
 }
