@@ -284,7 +284,7 @@ void conv_gemm_cpu_body(Tensor<const f32> ap, Tensor<const T> x, Tensor<TC> c,
                         Tensor<const f32> bias, u32 oh_n, u32 ow_n, u32 kd_n, u32 kh_n, u32 kw_n,
                         u32 sd, u32 sh, u32 sw, u32 pd, u32 ph, u32 pw, u32 dd, u32 dh, u32 dw,
                         f32 beta, u32 mc, u32 nb, u32 kc, int mr, int vectors, int lanes, int tile,
-                        int block, bool flat, Epilogue epilogue) {
+                        int block, bool flat, bool flip, Epilogue epilogue) {
   using In = host_of_t<T>;
   const auto umr = static_cast<uint32_t>(mr), ulanes = static_cast<uint32_t>(lanes),
              unr = static_cast<uint32_t>(vectors * lanes);
@@ -317,9 +317,12 @@ void conv_gemm_cpu_body(Tensor<const f32> ap, Tensor<const T> x, Tensor<TC> c,
                   const Val<uint32_t>&) {
     for_range(0u, depth, 1u, [&](u32 kk) {
       u32 q = pc + kk;
-      u32 kw = q % kw_n, t = q / kw_n;
-      u32 kh = t % kh_n, t2 = t / kh_n;
-      u32 kd = t2 % kd_n, ch = t2 / kd_n;
+      u32 tw = q % kw_n, t = q / kw_n;
+      u32 th = t % kh_n, t2 = t / kh_n;
+      u32 td = t2 % kd_n, ch = t2 / kd_n;
+      // With `flip` the taps are read reversed.
+      u32 kw = flip ? kw_n - 1u - tw : tw, kh = flip ? kh_n - 1u - th : th,
+          kd = flip ? kd_n - 1u - td : td;
       u32 doff = kd * dd - pd, hoff = kh * dh - ph, woff = kw * dw - pw;
       u32 xc = xn + ch * x.stride(1);
       u32 xq = xc + doff * plane + hoff * w_n + woff;
@@ -361,16 +364,16 @@ void conv_gemm_cpu(Tensor<const f32> ap, Tensor<const typename P::In> x, Tensor<
                    Tensor<const f32> bias, u32 oh_n, u32 ow_n, u32 kd_n, u32 kh_n, u32 kw_n, u32 sd,
                    u32 sh, u32 sw, u32 pd, u32 ph, u32 pw, u32 dd, u32 dh, u32 dw, f32 beta, u32 mc,
                    u32 nb, u32 kc, int mr, int vectors, int lanes, int tile, int block, bool flat,
-                   Epilogue epilogue) {
+                   bool flip, Epilogue epilogue) {
   conv_gemm_cpu_body<typename P::In, typename P::Out>(
       ap, x, c, bias, oh_n, ow_n, kd_n, kh_n, kw_n, sd, sh, sw, pd, ph, pw, dd, dh, dw, beta, mc,
-      nb, kc, mr, vectors, lanes, tile, block, flat, epilogue);
+      nb, kc, mr, vectors, lanes, tile, block, flat, flip, epilogue);
 }
 KILN_KERNEL_GENERIC(conv_gemm_cpu,
                     "ap, x: rank=5, c: rank=5, bias, oh_n, ow_n, kd_n, kh_n, kw_n, sd, sh, sw, "
                     "pd, ph, pw, dd, dh, dw, beta, mc, nb, kc, mr = 12 in 1..32, "
                     "vectors = 2 in 1..4, lanes = 16 in 1..64, tile = 131072 in 1..16777216, "
-                    "block = 131072 in 1..16777216, flat = false, epilogue = None",
+                    "block = 131072 in 1..16777216, flat = false, flip = false, epilogue = None",
                     InOut<f32, f32>, InOut<f16, f32>, InOut<bf16, f32>, InOut<f16, f16>,
                     InOut<bf16, bf16>)
     .cube_dim([](const ComptimeArgs& c) -> CubeDim {
@@ -732,6 +735,68 @@ Result<bool> as_matmul(Runtime& rt, const Tensor& x5, const Tensor& w5, Tensor& 
   return true;
 }
 
+}  // namespace
+
+namespace conv_parts {
+
+Result<std::string> gemm_cpu(Runtime& rt, const Tensor& x5, const Tensor& a,
+                             const std::array<int64_t, 3>& taps, Tensor& y5,
+                             const std::array<uint32_t, 3>& s, const std::array<uint32_t, 3>& p,
+                             const std::array<uint32_t, 3>& dl, float beta, Epilogue epilogue,
+                             bool flip) {
+  auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
+  const int64_t n = x5.shape(0), m = a.shape(3), columns = a.shape(4),
+                positions = y5.shape(2) * y5.shape(3) * y5.shape(4);
+  detail::MatmulProblem q;
+  q.m = m;
+  q.n = positions;
+  q.k = columns;
+  q.batch = q.batch_b = n;
+  q.a = a;
+  KILN_ASSIGN(q.c,
+              Tensor::make(y5.device_ptr(), y5.buffer(), y5.dtype(),
+                           std::vector<int64_t>{1, 1, n, m, positions},
+                           std::vector<int64_t>{0, 0, y5.stride(0), y5.stride(1), 1}, y5.offset()));
+  detail::CpuBlocking bl = detail::matmul_cpu_blocking(rt, q);
+  // Each block packs its columns of im2col^T once per chunk of K for all its rows: blocks of
+  // rows as tall as A's block allows in L2 (11 slivers: 132 rows with AVX-512; measured on a
+  // 2-core Ice Lake Xeon, a 128-channel 3 x 3 layer at batch 8 took 8.4 ms with 132 rows
+  // against 10.6 ms with matmul's 96), the output channels split into equal blocks of at most
+  // that.
+  const int64_t tall = 11 * bl.mr, parts = (m + tall - 1) / tall;
+  bl.mc = std::min<int64_t>(((m + parts - 1) / parts + bl.mr - 1) / bl.mr * bl.mr,
+                            bl.tile / bl.nb / bl.mr * bl.mr);
+  // The block of packed columns (kc x nb floats) in the kernel's `block` floats of shared
+  // memory, as the tile of sums takes `tile`.
+  const int64_t block = bl.tile;
+  if (bl.kc * bl.nb > block) bl.kc = std::max<int64_t>(16, block / bl.nb / 16 * 16);
+  KILN_ASSIGN(const Tensor ap, detail::matmul_cpu_pack_a(rt, q, bl));
+  KILN_ASSIGN(const Kernel gemm, rt.kernel("conv_gemm_cpu"));
+  // Stride 1, y's positions as many as x's in every dimension and x's contiguous: each tap's
+  // column of im2col^T is x shifted (conv_gemm_cpu's `flat` form).
+  const bool flat = s == std::array<uint32_t, 3>{1, 1, 1} && y5.shape(2) == x5.shape(2) &&
+                    y5.shape(3) == x5.shape(3) && y5.shape(4) == x5.shape(4) &&
+                    (x5.shape(4) == 1 || x5.stride(4) == 1) &&
+                    (x5.shape(3) == 1 || x5.stride(3) == x5.shape(4)) &&
+                    (x5.shape(2) == 1 || x5.stride(2) == x5.shape(3) * x5.shape(4));
+  KILN_ASSIGN(const Tensor unused, rt.empty(ElemType::F32, {1}));
+  Tensor c = q.c;
+  KILN_TRY(rt.launch(
+      gemm, Dim3(u((positions + bl.nb - 1) / bl.nb), u((m + bl.mc - 1) / bl.mc), u(n)),
+      Dim3(u(bl.lanes)), ap.as_read_only(), x5.as_read_only(), c, unused.as_read_only(),
+      u(y5.shape(3)), u(y5.shape(4)), u(taps[0]), u(taps[1]), u(taps[2]), s[0], s[1], s[2], p[0],
+      p[1], p[2], dl[0], dl[1], dl[2], beta, u(bl.mc), u(bl.nb), u(bl.kc), bl.mr, bl.vectors,
+      bl.lanes, bl.tile, static_cast<int>(block), flat, flip, epilogue));
+  return fmt::format(
+      "{}; im2col^T packed by each block for itself ({} positions x {} columns "
+      "per item{})",
+      bl.text(), positions, columns, flat ? ", each tap's column x shifted" : "");
+}
+
+}  // namespace conv_parts
+
+namespace {
+
 // A dense convolution on the CPU as an implicit GEMM on matmul's micro-kernel. With positions
 // contiguous in y (NCHW): y_n [K, P] = w [K, C taps] im2col(x_n)^T [C taps, P] by conv_gemm_cpu,
 // which packs its own blocks of im2col^T (every row of C the micro-kernel stores is then
@@ -763,54 +828,16 @@ Result<bool> implicit_gemm_cpu(Runtime& rt, const Tensor& x5, const Tensor& w5, 
     KILN_TRY(copy(rt, *r5, y5));
   }
   if (rows_of_y) {
-    detail::MatmulProblem q;
-    q.m = k;
-    q.n = positions;
-    q.k = columns;
-    q.batch = q.batch_b = n;
-    KILN_ASSIGN(q.a, Tensor::make(w5.device_ptr(), w5.buffer(), w5.dtype(),
-                                  std::vector<int64_t>{1, 1, 1, k, columns},
-                                  std::vector<int64_t>{0, 0, 0, w5.stride(0), ws}, w5.offset()));
-    KILN_ASSIGN(
-        q.c, Tensor::make(y5.device_ptr(), y5.buffer(), y5.dtype(),
-                          std::vector<int64_t>{1, 1, n, k, positions},
-                          std::vector<int64_t>{0, 0, y5.stride(0), y5.stride(1), 1}, y5.offset()));
-    detail::CpuBlocking bl = detail::matmul_cpu_blocking(rt, q);
-    // The block of packed columns (kc x nb floats) in the kernel's `block` floats of shared
-    // memory, as the tile of sums takes `tile`.
-    // Each block packs its columns of im2col^T once per chunk of K for all its rows: blocks of
-    // rows as tall as the registers allow without spilling A's block out of L2 (about 132 rows,
-    // measured on Zen 4: 0.94 of the FMA peak at 128 output channels, against 0.75 with
-    // matmul's 96), the output channels split into equal blocks of at most that.
-    const int64_t tall = 11 * bl.mr, parts = (k + tall - 1) / tall;
-    bl.mc = std::min<int64_t>(((k + parts - 1) / parts + bl.mr - 1) / bl.mr * bl.mr,
-                              bl.tile / bl.nb / bl.mr * bl.mr);
-    const int64_t block = bl.tile;
-    if (bl.kc * bl.nb > block) bl.kc = std::max<int64_t>(16, block / bl.nb / 16 * 16);
-    KILN_ASSIGN(const Tensor ap, detail::matmul_cpu_pack_a(rt, q, bl));
-    KILN_ASSIGN(const Kernel gemm, rt.kernel("conv_gemm_cpu"));
-    // Stride 1, y's positions as many as x's in every dimension and x's contiguous: each tap's
-    // column of im2col^T is x shifted (conv_gemm_cpu's `flat` form).
-    const bool flat = s == std::array<uint32_t, 3>{1, 1, 1} && y5.shape(2) == x5.shape(2) &&
-                      y5.shape(3) == x5.shape(3) && y5.shape(4) == x5.shape(4) &&
-                      (x5.shape(4) == 1 || x5.stride(4) == 1) &&
-                      (x5.shape(3) == 1 || x5.stride(3) == x5.shape(4)) &&
-                      (x5.shape(2) == 1 || x5.stride(2) == x5.shape(3) * x5.shape(4));
-    KILN_ASSIGN(const Tensor unused, rt.empty(ElemType::F32, {1}));
-    Tensor c = q.c;
-    KILN_TRY(rt.launch(
-        gemm, Dim3(u((positions + bl.nb - 1) / bl.nb), u((k + bl.mc - 1) / bl.mc), u(n)),
-        Dim3(u(bl.lanes)), ap.as_read_only(), x5.as_read_only(), c, unused.as_read_only(),
-        u(y5.shape(3)), u(y5.shape(4)), u(w5.shape(2)), u(w5.shape(3)), u(w5.shape(4)), s[0], s[1],
-        s[2], p[0], p[1], p[2], dl[0], dl[1], dl[2], r5 || bias ? 1.0f : 0.0f, u(bl.mc), u(bl.nb),
-        u(bl.kc), bl.mr, bl.vectors, bl.lanes, bl.tile, static_cast<int>(block), flat, epilogue));
+    KILN_ASSIGN(const Tensor a,
+                Tensor::make(w5.device_ptr(), w5.buffer(), w5.dtype(),
+                             std::vector<int64_t>{1, 1, 1, k, columns},
+                             std::vector<int64_t>{0, 0, 0, w5.stride(0), ws}, w5.offset()));
+    const std::array<int64_t, 3> taps{w5.shape(2), w5.shape(3), w5.shape(4)};
+    KILN_ASSIGN(const std::string config,
+                gemm_cpu(rt, x5, a, taps, y5, s, p, dl, r5 || bias ? 1.0f : 0.0f, epilogue, false));
     if (plan)
-      *plan = {
-          "conv_gemm_cpu",
-          fmt::format("{}; im2col^T packed by each block for itself ({} positions x {} "
-                      "columns per item{}), as B of y = w im2col^T",
-                      bl.text(), positions, columns, flat ? ", each tap's column x shifted" : ""),
-          "a dense convolution on the CPU: an implicit GEMM on matmul's micro-kernel"};
+      *plan = {"conv_gemm_cpu", config + ", as B of y = w im2col^T",
+               "a dense convolution on the CPU: an implicit GEMM on matmul's micro-kernel"};
     return true;
   }
   KILN_ASSIGN(const Tensor b,

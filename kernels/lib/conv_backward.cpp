@@ -162,6 +162,39 @@ Result<bool> weight_gemm_cpu(Runtime& rt, const Tensor& x5, const Tensor& dy5, T
   return true;
 }
 
+// The input's gradient of a dense stride-1 convolution on the CPU as the convolution it is:
+// dx = dy convolved with w transposed (w^T [C, K taps], copied once) and its taps reversed,
+// padded by (k - 1) d - p in front (which must not be negative), by conv_gemm_cpu: no dcol
+// matrix and no gather. dx's positions must be contiguous (its rows are what the micro-kernel
+// stores).
+Result<bool> input_as_conv(Runtime& rt, const Tensor& dy5, const Tensor& w5, Tensor& dx5,
+                           const Geometry3& g, MatmulPlan* plan) {
+  if (g.s != std::array<uint32_t, 3>{1, 1, 1} || position_stride(dx5) != 1) return false;
+  std::array<uint32_t, 3> pad{};
+  for (int d = 0; d < 3; ++d) {
+    const int64_t front = (w5.shape(d + 2) - 1) * int64_t{g.dl[static_cast<size_t>(d)]} -
+                          int64_t{g.p[static_cast<size_t>(d)]};
+    if (front < 0) return false;
+    pad[static_cast<size_t>(d)] = static_cast<uint32_t>(front);
+  }
+  const int64_t k = w5.shape(0), c = w5.shape(1), taps = w5.shape(2) * w5.shape(3) * w5.shape(4);
+  KILN_ASSIGN(const Tensor swapped, w5.transpose(0, 1));
+  KILN_ASSIGN(Tensor wt, rt.empty(w5.dtype(), {c, k, w5.shape(2), w5.shape(3), w5.shape(4)}));
+  KILN_TRY(copy(rt, swapped, wt));
+  KILN_ASSIGN(const Tensor a,
+              Tensor::make(wt.device_ptr(), wt.buffer(), wt.dtype(),
+                           std::vector<int64_t>{1, 1, 1, c, k * taps},
+                           std::vector<int64_t>{0, 0, 0, k * taps, 1}, wt.offset()));
+  KILN_ASSIGN(const std::string config,
+              gemm_cpu(rt, dy5, a, {w5.shape(2), w5.shape(3), w5.shape(4)}, dx5, g.s, pad, g.dl,
+                       0.0f, Epilogue::None, true));
+  if (plan)
+    *plan = {"conv_gemm_cpu", config + ", as B of dx = w^T im2col(dy)^T, the taps reversed",
+             "a dense stride-1 convolution's input gradient: dy convolved with the transposed, "
+             "flipped weights"};
+  return true;
+}
+
 // The input's gradient of a dense convolution as a GEMM and a gather: per batch item, dcol
 // [P, C taps] = dy_n^T [P, K] w [K, C taps] (kiln::lib::matmul on views, in chunks of positions
 // within the im2col budget), then conv_col2im adds each chunk's rows into the item's f32
@@ -340,7 +373,9 @@ Status conv_backward_input(Runtime& rt, const Tensor& dy, const Tensor& w, Tenso
     if (done) return {};
   }
   if (rt.device().lane_units && o.groups == 1) {
-    KILN_ASSIGN(const bool done, input_gemm(rt, dy5, w5, dx5, g3, o.plan));
+    KILN_ASSIGN(bool done, input_as_conv(rt, dy5, w5, dx5, g3, o.plan));
+    if (done) return {};
+    KILN_ASSIGN(done, input_gemm(rt, dy5, w5, dx5, g3, o.plan));
     if (done) return {};
   }
   const int64_t cg = w.shape(1);

@@ -43,6 +43,16 @@ int64_t position_stride(const Tensor& t);
 // its stride, or 0.
 int64_t column_stride(const Tensor& w5);
 
+// y5 (positions contiguous; y_n [M, P]) = epilogue(a [M, Q] im2col(x5_n)^T [Q, P] + beta y5) on
+// the CPU by conv_gemm_cpu (a: a [1, 1, 1, M, Q] view whose columns are x5's channels times
+// `taps` (kd, kh, kw), in that order; stride s, padding p in front, dilation dl; `flip`: the
+// taps read reversed, the input's gradient as a convolution of dy). Returns the blocking's text.
+Result<std::string> gemm_cpu(Runtime& rt, const Tensor& x5, const Tensor& a,
+                             const std::array<int64_t, 3>& taps, Tensor& y5,
+                             const std::array<uint32_t, 3>& s, const std::array<uint32_t, 3>& p,
+                             const std::array<uint32_t, 3>& dl, float beta, Epilogue epilogue,
+                             bool flip);
+
 // How the GEMM paths walk x's im2col matrix (n batch items of `positions` rows of `row_bytes`)
 // so that at most 32 MiB of it (or KILN_CONV_IM2COL_BYTES) is held at a time: whole batch items
 // per chunk when one fits, else `rows` positions of one item (a multiple of `round`).

@@ -283,15 +283,19 @@ TEST_CASE("kiln::lib::conv's backward GEMMs work in chunks of positions", "[conv
   (void)kernels::builtin_names();
   auto rt = Runtime::open("cpu");
   REQUIRE(rt.ok());
-  // 45 columns of 4 bytes: 44 positions per chunk of 8000 bytes, 3 chunks per item of 99.
-  for (const auto& [op, x, w, says] :
-       {std::tuple{"conv2d_backward_weight", "x", "dw",
+  // 45 columns of 4 bytes: 44 positions per chunk of 8000 bytes, 3 chunks per item of 99 (the
+  // weights' gradient, padding 1), 5 per item of 195 (the input's: padding 3, more than the 2
+  // of a stride-1 input gradient as a convolution, takes the GEMM and the gather).
+  for (const auto& [op, x, w, padding, says] :
+       {std::tuple{"conv2d_backward_weight", "x", "dw", "1",
                    "44 of 99 positions at a time, 2 batch items summed"},
-        std::tuple{"conv2d_backward_input", "dx", "w", "44 of 99 positions at a time, gathered"}}) {
+        std::tuple{"conv2d_backward_input", "dx", "w", "3",
+                   "44 of 195 positions at a time, gathered"}}) {
     INFO(op);
     ::setenv("KILN_CONV_IM2COL_BYTES", "8000", 1);
     kernels::RunConfig config;
     config.shapes = {{x, {2, 5, 11, 9}}, {w, {7, 5, 3, 3}}};
+    config.set = {{"padding", padding}};
     config.repeat = 0;
     config.seed = 9;
     auto r = kernels::run(*rt, op, config);
@@ -407,6 +411,19 @@ TEST_CASE("kiln::lib::conv_backward_input and conv_backward_weight match double 
        "f32",
        "conv_grad_input:",
        "conv_depthwise_grad_weight:"},
+      // Dense stride-1 input gradients as convolutions of dy (conv_gemm_cpu, taps reversed):
+      // 3-d "same"; no padding (dx larger than dy); asymmetric padding; more input channels
+      // than one block of rows (140); padding past (k - 1) d, which takes the GEMM and gather.
+      {3, {1, 3, 5, 6, 7}, {4, 3, 3, 3, 3}, {{"padding", "1"}}, "f32", "conv_gemm_cpu:"},
+      {2, {2, 5, 9, 8}, {7, 5, 3, 2}, {{"padding", "0"}}, "f16", "conv_gemm_cpu:"},
+      {2,
+       {1, 4, 9, 10},
+       {5, 4, 3, 3},
+       {{"padding", "2"}, {"padding_end", "0"}},
+       "bf16-bf16",
+       "conv_gemm_cpu:"},
+      {2, {1, 140, 5, 4}, {3, 140, 3, 3}, {{"padding", "1"}}, "f32", "conv_gemm_cpu:"},
+      {2, {1, 3, 7, 6}, {4, 3, 3, 3}, {{"padding", "3"}}, "f32", "gathered by conv_col2im"},
       // 1 x 1 layers: matrix products on views, NCHW and NHWC.
       {2,
        {2, 6, 5, 7},
