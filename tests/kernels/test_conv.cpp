@@ -103,6 +103,12 @@ const ConvCase kCases[] = {
      {{"padding", "5"}, {"use_residual", "1"}, {"epilogue", "1"}},
      {{"x", "f16"}},
      "conv_gemm_cpu"},
+    // A 1 x 1 layer with 132 positions per item: conv_gemm_cpu rather than the product.
+    {"conv2d",
+     {{"x", {2, 16, 12, 11}}, {"w", {20, 16, 1, 1}}},
+     {{"padding", "0"}, {"use_bias", "1"}, {"use_residual", "1"}, {"epilogue", "1"}},
+     {},
+     "conv_gemm_cpu"},
     {"conv2d",
      {{"x", {2, 24, 9, 7}}, {"w", {40, 24, 1, 1}}},
      {{"padding", "0"}, {"use_bias", "1"}, {"use_residual", "1"}, {"epilogue", "2"}},
@@ -456,7 +462,15 @@ TEST_CASE("kiln::lib::conv_backward_input and conv_backward_weight match double 
        "bf16-bf16",
        "",
        "conv_gemm_dw_cpu:"},
-      // 1 x 1 layers: matrix products on views, NCHW and NHWC.
+      // 1 x 1 layers: matrix products on views, NCHW and NHWC; on the CPU with 144 positions
+      // per item the input's gradient is conv_gemm_cpu's.
+      {2,
+       {2, 8, 12, 12},
+       {5, 8, 1, 1},
+       {{"padding", "0"}},
+       "f32",
+       "conv_gemm_cpu:",
+       "dw = dy x^T summed over 2 batch items"},
       {2,
        {2, 6, 5, 7},
        {4, 6, 1, 1},
