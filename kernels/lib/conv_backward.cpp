@@ -14,7 +14,6 @@
 #include "kernels/lib/conv_parts.h"
 #include "kernels/lib/elementwise.h"
 #include "kernels/lib/matmul_parts.h"
-#include "kernels/lib/reduce.h"
 
 namespace kiln::lib {
 
@@ -71,89 +70,95 @@ Status check_backward(const char* op, bool of_input, const Tensor& input, const 
   return {};
 }
 
-// The weights' gradient of a dense convolution on the CPU as one implicit GEMM on matmul's
-// micro-kernel: dw [K, C taps] = dy [K, N P] im2col(x) [N P, C taps], the reduction running over
-// every batch item's positions: dy packed as A by conv_pack_dy, im2col packed by each block of
-// conv_gemm_dw_cpu for itself. Where the weights give fewer than 8 blocks, the reduction is
-// split into parts (at least 512 rows each) whose f32 sums kiln::lib::reduce adds; the parts
-// depend on the shapes only, never on the core count, so the result is the same on every
-// machine. dw itself takes the f32 sums when it is f32, else an f32 scratch rounded into it.
+// The weights' gradient of a dense convolution on the CPU as GEMMs on matmul's micro-kernel:
+// dw^T [C taps, K] = sum over the batch items n of im2col(x_n)^T [C taps, P] dy_n^T [P, K],
+// im2col^T packed straight into the micro-kernel's slivers by conv_pack_im2col_t a chunk of
+// positions at a time, each chunk's product added to the last (beta 1) in f32: into dw itself
+// when it is f32, else into an f32 scratch copied to dw at the end.
 Result<bool> weight_gemm_cpu(Runtime& rt, const Tensor& x5, const Tensor& dy5, Tensor& dw5,
                              const Geometry3& g, MatmulPlan* plan) {
-  const int64_t ws = column_stride(dw5);
-  if (ws == 0) return false;
+  const int64_t ws = column_stride(dw5), ys = position_stride(dy5);
+  if (ws == 0 || ys == 0) return false;
   const int64_t n = x5.shape(0), k = dw5.shape(0),
                 columns = dw5.shape(1) * dw5.shape(2) * dw5.shape(3) * dw5.shape(4),
-                positions = dy5.shape(2) * dy5.shape(3) * dy5.shape(4), rows = n * positions;
-  auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
-  KILN_ASSIGN(
-      const Tensor dwt,
-      Tensor::make(dw5.device_ptr(), dw5.buffer(), dw5.dtype(), std::vector<int64_t>{k, columns},
-                   std::vector<int64_t>{dw5.stride(0), ws}, dw5.offset()));
+                positions = dy5.shape(2) * dy5.shape(3) * dy5.shape(4);
+  // With dw's rows and dy's positions contiguous (a contiguous dw, NCHW) the product is
+  // dw [K, C taps] = dy_n [K, P] im2col(x_n) [P, C taps], im2col packed as B: every operand
+  // row-major. Otherwise dw^T = im2col^T dy^T, im2col^T packed as A.
+  const bool rows_of_dw = ws == 1 && ys == 1;
+  KILN_ASSIGN(const Tensor dwt, Tensor::make(dw5.device_ptr(), dw5.buffer(), dw5.dtype(),
+                                             rows_of_dw ? std::vector<int64_t>{k, columns}
+                                                        : std::vector<int64_t>{columns, k},
+                                             rows_of_dw ? std::vector<int64_t>{dw5.stride(0), ws}
+                                                        : std::vector<int64_t>{ws, dw5.stride(0)},
+                                             dw5.offset()));
   Tensor target = dwt;
   if (dw5.dtype() != ElemType::F32) {
-    KILN_ASSIGN(target, rt.empty(ElemType::F32, {k, columns}));
+    KILN_ASSIGN(target, rt.empty(ElemType::F32, {dwt.shape(0), dwt.shape(1)}));
   }
-  detail::MatmulProblem q;
-  q.m = k;
-  q.n = columns;
-  q.k = rows;
-  detail::CpuBlocking bl = detail::matmul_cpu_blocking(rt, q);
-  // Blocks of rows as conv's forward takes them (up to 11 slivers, the channels split evenly),
-  // the block of packed rows within the kernel's shared memory.
-  const int64_t tall = 11 * bl.mr, split = (k + tall - 1) / tall;
-  bl.mc = std::min<int64_t>(((k + split - 1) / split + bl.mr - 1) / bl.mr * bl.mr,
-                            bl.tile / bl.nb / bl.mr * bl.mr);
-  const int64_t block = bl.tile;
-  if (bl.kc * bl.nb > block) bl.kc = std::max<int64_t>(16, block / bl.nb / 16 * 16);
-  const int64_t blocks = (columns + bl.nb - 1) / bl.nb * ((k + bl.mc - 1) / bl.mc);
-  int64_t parts =
-      std::clamp<int64_t>((8 + blocks - 1) / blocks, 1, std::max<int64_t>(1, rows / 512));
-  const int64_t len = (rows + parts - 1) / parts;
-  parts = (rows + len - 1) / len;
-  const int64_t slivers = (k + bl.mr - 1) / bl.mr;
-  const int64_t ap_size = parts * slivers * len * bl.mr;
-  if (ap_size >= int64_t{1} << 32 || parts * k * columns >= int64_t{1} << 32)
-    return detail::bad("conv_backward_weight",
-                       fmt::format("dy packed for the product holds {} elements; the kernels "
-                                   "index at most 2^32 - 1 (split the batch)",
-                                   ap_size));
-  KILN_ASSIGN(Tensor ap, rt.empty(ElemType::F32, {ap_size}));
-  KILN_ASSIGN(const Kernel pack, rt.kernel("conv_pack_dy"));
-  KILN_TRY(rt.launch(pack, Dim3(u((parts * len + 255) / 256), u(slivers)), Dim3(256),
-                     dy5.as_read_only(), ap, u(len), u(parts), bl.mr));
-  Tensor sums = target;
-  if (parts > 1) {
-    KILN_ASSIGN(sums, rt.empty(ElemType::F32, {parts, k, columns}));
-  }
-  KILN_ASSIGN(Tensor c, Tensor::make(sums.device_ptr(), sums.buffer(), ElemType::F32,
-                                     std::vector<int64_t>{1, 1, parts, k, columns},
-                                     std::vector<int64_t>{0, 0, parts > 1 ? k * columns : 0,
-                                                          sums.stride(parts > 1 ? 1 : 0),
-                                                          sums.stride(parts > 1 ? 2 : 1)},
-                                     sums.offset()));
-  KILN_ASSIGN(const Tensor unused, rt.empty(ElemType::F32, {1}));
-  KILN_ASSIGN(const Kernel gemm, rt.kernel("conv_gemm_dw_cpu"));
-  KILN_TRY(rt.launch(gemm,
-                     Dim3(u((columns + bl.nb - 1) / bl.nb), u((k + bl.mc - 1) / bl.mc), u(parts)),
-                     Dim3(u(bl.lanes)), ap.as_read_only(), x5.as_read_only(), c,
-                     unused.as_read_only(), u(dy5.shape(2)), u(dy5.shape(3)), u(dy5.shape(4)),
-                     u(dw5.shape(2)), u(dw5.shape(3)), u(dw5.shape(4)), g.s[0], g.s[1], g.s[2],
-                     g.p[0], g.p[1], g.p[2], g.dl[0], g.dl[1], g.dl[2], u(len), u(bl.mc), u(bl.nb),
-                     u(bl.kc), bl.mr, bl.vectors, bl.lanes, bl.tile, static_cast<int>(block)));
-  if (parts > 1) KILN_TRY(reduce(rt, ReduceOp::Sum, sums, target, {.axes = {0}}));
+  KILN_ASSIGN(const Tensor c, detail::matmul_rank5(target, false));
+  KILN_ASSIGN(const Chunks chunks, im2col_chunks(1, positions, columns * 4, 1));
+  const int64_t len = chunks.rows;
+  KILN_ASSIGN(const Kernel pack, rt.kernel("conv_pack_im2col_t"));
+  auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
+  std::string config;
+  bool first = true;
+  for (int64_t item = 0; item < n; ++item)
+    for (int64_t p0 = 0; p0 < positions; p0 += len) {
+      const int64_t count = std::min(len, positions - p0);
+      MatmulOptions m;
+      m.beta = first ? 0.0f : 1.0f;
+      first = false;
+      // Slivers of `width` columns of the chunk's im2col^T (A's for dw^T, B's for dw).
+      const detail::PackRows pack_rows = [&](Tensor& packed, int width) -> Status {
+        return rt.launch(pack, Dim3(u((columns + width - 1) / width)), Dim3(u(width)),
+                         x5.as_read_only(), packed, u(dy5.shape(3)), u(dy5.shape(4)),
+                         u(dw5.shape(2)), u(dw5.shape(3)), u(dw5.shape(4)), g.s[0], g.s[1], g.s[2],
+                         g.p[0], g.p[1], g.p[2], g.dl[0], g.dl[1], g.dl[2], u(item), u(p0),
+                         u(count));
+      };
+      if (rows_of_dw) {
+        detail::MatmulProblem q;
+        q.m = k;
+        q.n = columns;
+        q.k = count;
+        KILN_ASSIGN(q.a, Tensor::make(dy5.device_ptr(), dy5.buffer(), dy5.dtype(),
+                                      std::vector<int64_t>{1, 1, 1, k, count},
+                                      std::vector<int64_t>{0, 0, 0, dy5.stride(1), 1},
+                                      dy5.offset() + item * dy5.stride(0) + p0));
+        // B's batch shape only: the packing reads x.
+        KILN_ASSIGN(q.b, Tensor::make(x5.device_ptr(), x5.buffer(), x5.dtype(),
+                                      std::vector<int64_t>{1, 1, 1, count, columns},
+                                      std::vector<int64_t>{0, 0, 0, 0, 0}, x5.offset()));
+        q.c = c;
+        KILN_TRY(detail::matmul_cpu_packed_b(rt, q, m, pack_rows, &config));
+        continue;
+      }
+      detail::MatmulProblem q;
+      q.m = columns;
+      q.n = k;
+      q.k = count;
+      KILN_ASSIGN(q.a, Tensor::make(x5.device_ptr(), x5.buffer(), x5.dtype(),
+                                    std::vector<int64_t>{1, 1, 1, columns, count},
+                                    std::vector<int64_t>{0, 0, 0, 0, 0}, x5.offset()));
+      KILN_ASSIGN(q.b, Tensor::make(dy5.device_ptr(), dy5.buffer(), dy5.dtype(),
+                                    std::vector<int64_t>{1, 1, 1, count, k},
+                                    std::vector<int64_t>{0, 0, 0, ys, dy5.stride(1)},
+                                    dy5.offset() + item * dy5.stride(0) + p0 * ys));
+      q.c = c;
+      KILN_TRY(detail::matmul_cpu_packed_a(rt, q, m, pack_rows, &config));
+    }
   if (dw5.dtype() != ElemType::F32) {
     Tensor out = dwt;
     KILN_TRY(copy(rt, target, out));
   }
   if (plan)
-    *plan = {
-        "conv_gemm_dw_cpu",
-        fmt::format("{}; dw = dy im2col over {} batch item{} x {} positions in {} part{} "
-                    "of {} rows, im2col packed by each block for itself",
-                    bl.text(), n, n == 1 ? "" : "s", positions, parts, parts == 1 ? "" : "s", len),
-        "a dense convolution's weight gradient on the CPU: one implicit GEMM on matmul's "
-        "micro-kernel"};
+    *plan = {"matmul_cpu",
+             fmt::format("{}; im2col^T packed by conv_pack_im2col_t, {} of {} positions at a "
+                         "time, {} batch item{} summed{}",
+                         config, len, positions, n, n == 1 ? "" : "s",
+                         rows_of_dw ? ", as B of dw = dy im2col" : ""),
+             "a dense convolution's weight gradient on the CPU: GEMMs on matmul's micro-kernel"};
   return true;
 }
 

@@ -5,155 +5,55 @@
 
 #include "compiler/dsl/dsl.h"
 #include "kernels/lib/common.h"
-#include "kernels/lib/matmul_parts.h"
 
 using namespace kiln::dsl;
 using kiln::lib::detail::InOut;
-using kiln::lib::matmul_parts::cpu_gemm_blocks;
 
-// dy [N, K, P] as the A operand of dw [K, C taps] = dy [K, N P] im2col(x) [N P, C taps], in
-// matmul_cpu's slivers of mr rows over a reduction of every batch item's positions, split into
-// parts of `len` rows (the product's batch items): row r = n P + p is row r % len of part
-// r / len, element (row s mr + i, r) at ((part slivers + s) len + r % len) mr + i; zeros past K
-// and past the last row (the last part is padded to len). Unit u of cube (x, y) is reduction row
-// x cube_dim + u of sliver y (consecutive units read consecutive positions).
+// Positions p0 .. p0 + count - 1 of batch item n of x's im2col matrix, transposed (rows: the
+// columns c, kd, kh, kw; k: the positions), into matmul_cpu's slivers of mr rows (mr =
+// cube_dim: unit r is row r of sliver cube_pos_x()): element (row s mr + r, position j) at
+// (s count + j) mr + r, f32, zeros in the padding and past the rows. The A operand of the
+// weights' gradient, dw^T = im2col(x)^T dy^T. Each unit finds its tap once; the cube walks the
+// positions together.
 template <class T>
-void conv_pack_dy(Tensor<const T> dy, Tensor<f32> ap, u32 len, u32 parts, int mr) {
+void conv_pack_im2col_t(Tensor<const T> x, Tensor<f32> ap, u32 oh_n, u32 ow_n, u32 kd_n, u32 kh_n,
+                        u32 kw_n, u32 sd, u32 sh, u32 sw, u32 pd, u32 ph, u32 pw, u32 dd, u32 dh,
+                        u32 dw, u32 n, u32 p0, u32 count) {
   using In = host_of_t<T>;
-  const auto umr = static_cast<uint32_t>(mr);
-  u32 k_n = dy.shape(1), p_n = dy.shape(2) * dy.shape(3) * dy.shape(4);
-  u32 total = dy.shape(0) * p_n, slivers = (k_n + (umr - 1u)) / umr;
-  u32 r = cube_pos_x() * cube_dim() + unit_pos(), s = cube_pos_y();
-  if_(r >= parts * len, [&] { return_(); });
-  Val<bool> live = r < total;
-  u32 rr = min(r, total - 1u);
-  u32 n = rr / p_n, p = rr % p_n;
-  u32 ow_n = dy.shape(4), oh_n = dy.shape(3);
-  u32 at = n * dy.stride(0) + p / (ow_n * oh_n) * dy.stride(2) + p / ow_n % oh_n * dy.stride(3) +
-           p % ow_n * dy.stride(4);
-  u32 base = ((r / len * slivers + s) * len + r % len) * umr;
-  for (uint32_t i = 0; i < umr; ++i) {
-    u32 row = s * umr + i;
-    Var<f32> v(0.0f);
-    if_(live && row < k_n, [&] { v = cast<float>(Val<In>(dy[at + row * dy.stride(1)])); });
-    ap[base + i] = v;
-  }
-}
-KILN_KERNEL_GENERIC(conv_pack_dy, "dy: rank=5, ap, len, parts, mr = 12 in 1..32", f32, f16, bf16)
-    .cube_dim(256)
-    .describe(
-        "kiln::lib::conv_backward_weight on the CPU: dy as matmul's A over every batch item's "
-        "positions");
-
-// dw [K, C taps] (f32) = dy [K, N P] im2col(x) [N P, C taps], summed over every batch item and
-// position: matmul_cpu's blocks (cpu_gemm_blocks) with dy packed as A by conv_pack_dy and
-// im2col packed by each cube itself, for its block of columns (c, kd, kh, kw) and one chunk of
-// kc reduction rows (batch item, position) at a time, into its shared memory: no im2col matrix
-// is written to memory. The reduction is split into parts of `len` rows (the last padded with
-// zeros), part z's sums written to c's item z (c: [1, 1, parts, K, C taps], added by the host),
-// so that a layer with few weights still gives every core blocks. Cube (x, y, z) computes the
-// block of mc rows (output channels) from y mc and nb columns from x nb of part z. Each
-// column's channel and tap offsets are found once per cube, each row's position by steps;
-// the loads gather (a vector's lanes are taps). Each unit packs, and later reads, only its own
-// lanes: no barrier.
-template <class T>
-void conv_gemm_dw_cpu(Tensor<const f32> ap, Tensor<const T> x, Tensor<f32> c,
-                      Tensor<const f32> bias, u32 od_n, u32 oh_n, u32 ow_n, u32 kd_n, u32 kh_n,
-                      u32 kw_n, u32 sd, u32 sh, u32 sw, u32 pd, u32 ph, u32 pw, u32 dd, u32 dh,
-                      u32 dw, u32 len, u32 mc, u32 nb, u32 kc, int mr, int vectors, int lanes,
-                      int tile, int block) {
-  using In = host_of_t<T>;
-  const auto ulanes = static_cast<uint32_t>(lanes), unr = static_cast<uint32_t>(vectors * lanes);
-  assert_(mc % static_cast<uint32_t>(mr) == 0u && nb % unr == 0u &&
-              mc * nb <= static_cast<uint32_t>(tile) && kc * nb <= static_cast<uint32_t>(block) &&
-              kc > 0u,
-          "mc must be a multiple of mr, nb of vectors * lanes, mc * nb at most tile, kc * nb at "
-          "most block, kc above 0");
-  auto tile_sums = shared_array<f32>(static_cast<uint32_t>(tile));
-  auto packed = shared_array<f32>(static_cast<uint32_t>(block));
-  const auto most = static_cast<uint32_t>(tile / mr);  // nb's largest value
-  auto col_at = shared_array<u32>(most), col_d = shared_array<u32>(most),
-       col_h = shared_array<u32>(most), col_w = shared_array<u32>(most);
-  u32 unit = unit_pos();
-  u32 q_n = c.shape(4), p_n = od_n * oh_n * ow_n, rows = x.shape(0) * p_n;
+  u32 mr = cube_dim(), r = unit_pos(), s = cube_pos_x();
   u32 d_n = x.shape(2), h_n = x.shape(3), w_n = x.shape(4);
-  u32 col0 = cube_pos_x() * nb;
-  u32 whole = (q_n + (unr - 1u)) / unr * unr;
-  u32 cols = min(nb, whole - min(col0, whole));
-  // Each of the block's columns: its tap's offsets and its element's offset in x from the
-  // position's (the unit's lanes only); columns past C taps read nothing (a d offset past every
-  // position).
-  for_range(0u, cols, ulanes, [&](u32 e0) {
-    u32 e = e0 + unit;
-    u32 q = col0 + e;
-    u32 kw = q % kw_n, kh = q / kw_n % kh_n, kd = q / (kw_n * kh_n) % kd_n,
-        ch = q / (kw_n * kh_n * kd_n);
-    u32 d_off = kd * dd - pd, h_off = kh * dh - ph, w_off = kw * dw - pw;
-    col_at[e] = ch * x.stride(1) + d_off * x.stride(2) + h_off * x.stride(3) + w_off * x.stride(4);
-    col_d[e] = select(q < q_n, d_off, 0x80000000u);
-    col_h[e] = h_off;
-    col_w[e] = w_off;
+  u32 taps = kd_n * kh_n * kw_n, columns = x.shape(1) * taps;
+  u32 q = s * mr + r;
+  Val<bool> live = q < columns;
+  u32 qq = min(q, columns - 1u);
+  u32 kw = qq % kw_n, kh = qq / kw_n % kh_n, kd = qq / (kw_n * kh_n) % kd_n, c = qq / taps;
+  u32 xc = n * x.stride(0) + c * x.stride(1);
+  u32 base = s * count * mr + r;
+  Var<u32> ow = p0 % ow_n, oh = p0 / ow_n % oh_n, od = p0 / (ow_n * oh_n);
+  for_range(0u, count, 1u, [&](u32 j) {
+    u32 id = Val<uint32_t>(od) * sd + kd * dd - pd, ih = Val<uint32_t>(oh) * sh + kh * dh - ph,
+        iw = Val<uint32_t>(ow) * sw + kw * dw - pw;
+    Val<bool> inside = live && id < d_n && ih < h_n && iw < w_n;
+    u32 at = xc + select(inside, id * x.stride(2) + ih * x.stride(3) + iw * x.stride(4), 0u);
+    ap[base + j * mr] = select(inside, cast<float>(Val<In>(x[at])), 0.0f);
+    // The next position: ow, then oh, then od.
+    u32 w1 = Val<uint32_t>(ow) + 1u;
+    Val<bool> wrap_w = w1 == ow_n;
+    u32 h1 = select(wrap_w, Val<uint32_t>(oh) + 1u, Val<uint32_t>(oh));
+    Val<bool> wrap_h = h1 == oh_n;
+    ow = select(wrap_w, 0u, w1);
+    oh = select(wrap_h, 0u, h1);
+    od = select(wrap_h, Val<uint32_t>(od) + 1u, Val<uint32_t>(od));
   });
-  // Reduction rows pc .. pc + depth - 1 of the block's columns into `packed`: sliver j (of unr
-  // columns) holds row kk's values at (j kc + kk) unr.
-  auto pack = [&](const Val<uint32_t>& pc, const Val<uint32_t>& depth, const Val<uint32_t>&,
-                  const Val<uint32_t>&) {
-    // The chunk's first row's batch item and position, then one step at a time.
-    u32 r0 = cube_pos_z() * len + pc;
-    u32 first = min(r0, rows - 1u), p0 = first % p_n;
-    Var<u32> n = first / p_n, ow = p0 % ow_n, oh = p0 / ow_n % oh_n, od = p0 / (ow_n * oh_n);
-    for_range(0u, depth, 1u, [&](u32 kk) {
-      Val<bool> row_live = r0 + kk < rows;
-      u32 od_s = Val<uint32_t>(od) * sd, oh_s = Val<uint32_t>(oh) * sh,
-          ow_s = Val<uint32_t>(ow) * sw;
-      u32 at = Val<uint32_t>(n) * x.stride(0) + od_s * x.stride(2) + oh_s * x.stride(3) +
-               ow_s * x.stride(4);
-      for_range(0u, cols, unr, [&](u32 j) {
-        u32 slot = (j / unr * kc + kk) * unr + unit;
-        for (uint32_t v = 0; v < static_cast<uint32_t>(vectors); ++v) {
-          u32 e = j + v * ulanes + unit;
-          u32 id = od_s + col_d[e], ih = oh_s + col_h[e], iw = ow_s + col_w[e];
-          Var<f32> value(0.0f);
-          if_(row_live && id < d_n && ih < h_n && iw < w_n,
-              [&] { value = cast<float>(Val<In>(x[at + col_at[e]])); });
-          packed[slot + v * ulanes] = value;
-        }
-      });
-      // The next row: ow, then oh, then od, then the batch item.
-      u32 w1 = Val<uint32_t>(ow) + 1u;
-      Val<bool> wrap_w = w1 == ow_n;
-      u32 h1 = select(wrap_w, Val<uint32_t>(oh) + 1u, Val<uint32_t>(oh));
-      Val<bool> wrap_h = h1 == oh_n;
-      u32 d1 = select(wrap_h, Val<uint32_t>(od) + 1u, Val<uint32_t>(od));
-      Val<bool> wrap_d = d1 == od_n;
-      ow = select(wrap_w, 0u, w1);
-      oh = select(wrap_h, 0u, h1);
-      od = select(wrap_d, 0u, d1);
-      n = select(wrap_d, Val<uint32_t>(n) + 1u, Val<uint32_t>(n));
-    });
-  };
-  u32 part = cube_pos_z();
-  cpu_gemm_blocks(ap, c, bias, len, part, part * c.stride(2), f32(1.0f), f32(0.0f), mc, nb, kc, mr,
-                  vectors, lanes, tile_sums, kiln::lib::Epilogue::None, false, pack,
-                  [&](const Val<uint32_t>& jr, const Val<uint32_t>&) {
-                    u32 base = jr / unr * kc * unr + unit;
-                    return [&, base](const Val<uint32_t>& kk, uint32_t q) -> Val<float> {
-                      return packed[base + kk * unr + q * ulanes];
-                    };
-                  });
 }
-KILN_KERNEL_GENERIC(conv_gemm_dw_cpu,
-                    "ap, x: rank=5, c: rank=5, bias, od_n, oh_n, ow_n, kd_n, kh_n, kw_n, sd, sh, "
-                    "sw, pd, ph, pw, dd, dh, dw, len, mc, nb, kc, mr = 12 in 1..32, "
-                    "vectors = 2 in 1..4, lanes = 16 in 1..64, tile = 131072 in 1..16777216, "
-                    "block = 131072 in 1..16777216",
+KILN_KERNEL_GENERIC(conv_pack_im2col_t,
+                    "x: rank=5, ap, oh_n, ow_n, kd_n, kh_n, kw_n, sd, sh, sw, pd, ph, pw, dd, dh, "
+                    "dw, n, p0, count",
                     f32, f16, bf16)
-    .cube_dim([](const ComptimeArgs& c) -> CubeDim {
-      return {static_cast<uint32_t>(c.integer("lanes")), 1, 1};
-    })
+    .cube_dim(12)
     .describe(
-        "kiln::lib::conv_backward_weight on the CPU: an implicit GEMM over every batch item, "
-        "packing its own blocks of im2col");
+        "kiln::lib::conv_backward_weight on the CPU: x's im2col matrix, transposed, into "
+        "matmul's slivers");
 
 // dx = the gradient of sum(y dy) for y = conv(x, w) with respect to x (also conv_transpose's
 // forward), directly: unit u of cube (bx, by, bz) computes input position q = bx cube_dim + u

@@ -289,11 +289,14 @@ TEST_CASE("kiln::lib::conv's backward GEMMs work in chunks of positions", "[conv
   (void)kernels::builtin_names();
   auto rt = Runtime::open("cpu");
   REQUIRE(rt.ok());
-  // 45 columns of 4 bytes: 44 positions per chunk of 8000 bytes, 5 chunks per item of 195
-  // (padding 3, more than the 2 of a stride-1 input gradient as a convolution, takes the GEMM
-  // and the gather).
-  for (const auto& [op, x, w, padding, says] : {std::tuple{
-           "conv2d_backward_input", "dx", "w", "3", "44 of 195 positions at a time, gathered"}}) {
+  // 45 columns of 4 bytes: 44 positions per chunk of 8000 bytes, 3 chunks per item of 99 (the
+  // weights' gradient, padding 1), 5 per item of 195 (the input's: padding 3, more than the 2
+  // of a stride-1 input gradient as a convolution, takes the GEMM and the gather).
+  for (const auto& [op, x, w, padding, says] :
+       {std::tuple{"conv2d_backward_weight", "x", "dw", "1",
+                   "44 of 99 positions at a time, 2 batch items summed"},
+        std::tuple{"conv2d_backward_input", "dx", "w", "3",
+                   "44 of 195 positions at a time, gathered"}}) {
     INFO(op);
     ::setenv("KILN_CONV_IM2COL_BYTES", "8000", 1);
     kernels::RunConfig config;
@@ -417,51 +420,37 @@ TEST_CASE("kiln::lib::conv_backward_input and conv_backward_weight match double 
       // Dense stride-1 input gradients as convolutions of dy (conv_gemm_cpu, taps reversed):
       // 3-d "same"; no padding (dx larger than dy); asymmetric padding; more input channels
       // than one block of rows (140); padding past (k - 1) d, which takes the GEMM and gather.
-      // Dense weight gradients as one implicit GEMM over the batch (conv_gemm_dw_cpu): a
-      // reduction split in parts (few weights, 4 x 400 positions), channels last, strided.
-      {3,
-       {1, 3, 5, 6, 7},
-       {4, 3, 3, 3, 3},
-       {{"padding", "1"}},
-       "f32",
-       "conv_gemm_cpu:",
-       "conv_gemm_dw_cpu:"},
-      {2,
-       {2, 5, 9, 8},
-       {7, 5, 3, 2},
-       {{"padding", "0"}},
-       "f16",
-       "conv_gemm_cpu:",
-       "in 1 part of 98 rows"},
+      {3, {1, 3, 5, 6, 7}, {4, 3, 3, 3, 3}, {{"padding", "1"}}, "f32", "conv_gemm_cpu:"},
+      {2, {2, 5, 9, 8}, {7, 5, 3, 2}, {{"padding", "0"}}, "f16", "conv_gemm_cpu:"},
       {2,
        {1, 4, 9, 10},
        {5, 4, 3, 3},
        {{"padding", "2"}, {"padding_end", "0"}},
        "bf16-bf16",
        "conv_gemm_cpu:",
-       "conv_gemm_dw_cpu:"},
+       "matmul_cpu:"},
       {2,
        {1, 140, 5, 4},
        {3, 140, 3, 3},
        {{"padding", "1"}},
        "f32",
        "conv_gemm_cpu:",
-       "conv_gemm_dw_cpu:"},
+       "matmul_cpu:"},
       {2,
        {1, 3, 7, 6},
        {4, 3, 3, 3},
        {{"padding", "3"}},
        "f32",
        "gathered by conv_col2im",
-       "conv_gemm_dw_cpu:"},
-      {2, {4, 3, 20, 20}, {4, 3, 3, 3}, {{"padding", "1"}}, "f32", "", "in 3 parts of 534 rows"},
+       "matmul_cpu:"},
+      {2, {4, 3, 20, 20}, {4, 3, 3, 3}, {{"padding", "1"}}, "f32", "", "matmul_cpu:"},
       {2,
        {2, 9, 11, 6},
        {8, 6, 3, 3},
        {{"channels_last", "1"}, {"stride", "2"}, {"padding", "1"}},
        "bf16-bf16",
        "",
-       "conv_gemm_dw_cpu:"},
+       "matmul_cpu:"},
       // 1 x 1 layers: matrix products on views, NCHW and NHWC; on the CPU with 144 positions
       // per item the input's gradient is conv_gemm_cpu's.
       {2,
@@ -683,9 +672,7 @@ TEST_CASE("kiln::lib::conv refuses what it cannot compute, naming it", "[conv]")
              "dw (f32[6, 4, 3, 3]) has elements that overlap");
   // A chunk budget that is not a number of bytes is an error, not ignored.
   ::setenv("KILN_CONV_IM2COL_BYTES", "lots", 1);
-  Tensor y_nhwc = make(F32, {1, 6, 6, 6});  // channels last: im2col packed in chunks
-  const Status budget =
-      lib::conv(*rt, make(F32, {1, 8, 8, 4}), w, y_nhwc, {.layout = lib::Layout::Nhwc});
+  const Status budget = lib::conv_backward_weight(*rt, x, dy, dw);
   ::unsetenv("KILN_CONV_IM2COL_BYTES");
   back_fails(budget, "KILN_CONV_IM2COL_BYTES is 'lots'; it must be a positive number of bytes");
 }
