@@ -315,16 +315,17 @@ void conv_gemm_cpu_body(Tensor<const f32> ap, Tensor<const T> x, Tensor<TC> c,
   // positions) holds column kk's values at (j kc + kk) unr.
   auto pack = [&](const Val<uint32_t>& pc, const Val<uint32_t>& depth, const Val<uint32_t>&,
                   const Val<uint32_t>&) {
+    // The chunk's first column as (ch, td, th, tw), then one step at a time (divisions per
+    // column cost as much as packing it where a block has few positions).
+    u32 t1 = pc / kw_n, t2 = t1 / kh_n;
+    Var<u32> tw = pc % kw_n, th = t1 % kh_n, td = t2 % kd_n, ch = t2 / kd_n;
     for_range(0u, depth, 1u, [&](u32 kk) {
-      u32 q = pc + kk;
-      u32 tw = q % kw_n, t = q / kw_n;
-      u32 th = t % kh_n, t2 = t / kh_n;
-      u32 td = t2 % kd_n, ch = t2 / kd_n;
       // With `flip` the taps are read reversed.
-      u32 kw = flip ? kw_n - 1u - tw : tw, kh = flip ? kh_n - 1u - th : th,
-          kd = flip ? kd_n - 1u - td : td;
+      u32 cw = tw, chh = th, cd = td;
+      u32 kw = flip ? kw_n - 1u - cw : cw, kh = flip ? kh_n - 1u - chh : chh,
+          kd = flip ? kd_n - 1u - cd : cd;
       u32 doff = kd * dd - pd, hoff = kh * dh - ph, woff = kw * dw - pw;
-      u32 xc = xn + ch * x.stride(1);
+      u32 xc = xn + Val<uint32_t>(ch) * x.stride(1);
       u32 xq = xc + doff * plane + hoff * w_n + woff;
       for_range(0u, cols, unr, [&](u32 j) {
         u32 slot = (j / unr * kc + kk) * unr + unit;
@@ -347,6 +348,17 @@ void conv_gemm_cpu_body(Tensor<const f32> ap, Tensor<const T> x, Tensor<TC> c,
           packed[slot + v * ulanes] = value;
         }
       });
+      // The next column: tw, then th, then td, then the channel.
+      u32 w1 = Val<uint32_t>(tw) + 1u;
+      Val<bool> wrap_w = w1 == kw_n;
+      u32 h1 = select(wrap_w, Val<uint32_t>(th) + 1u, Val<uint32_t>(th));
+      Val<bool> wrap_h = h1 == kh_n;
+      u32 d1 = select(wrap_h, Val<uint32_t>(td) + 1u, Val<uint32_t>(td));
+      Val<bool> wrap_d = d1 == kd_n;
+      tw = select(wrap_w, 0u, w1);
+      th = select(wrap_h, 0u, h1);
+      td = select(wrap_d, 0u, d1);
+      ch = select(wrap_d, Val<uint32_t>(ch) + 1u, Val<uint32_t>(ch));
     });
   };
   const BatchIndex item = batch_index(c, z);
