@@ -779,8 +779,9 @@ Result<std::string> gemm_cpu(Runtime& rt, const Tensor& x5, const Tensor& a,
   bl.mc = std::min<int64_t>(((m + parts - 1) / parts + bl.mr - 1) / bl.mr * bl.mr,
                             bl.tile / bl.nb / bl.mr * bl.mr);
   // The block of packed columns (kc x nb floats) in the kernel's `block` floats of shared
-  // memory, as the tile of sums takes `tile`.
-  const int64_t block = bl.tile;
+  // memory, as the tile of sums takes `tile` (nb at most block / 16, so that kc is at least 16).
+  const int64_t block = bl.tile, nr = int64_t{bl.vectors} * bl.lanes;
+  bl.nb = std::min<int64_t>(bl.nb, std::max<int64_t>(nr, block / 16 / nr * nr));
   if (bl.kc * bl.nb > block) bl.kc = std::max<int64_t>(16, block / bl.nb / 16 * 16);
   KILN_ASSIGN(const Tensor ap, detail::matmul_cpu_pack_a(rt, q, bl));
   KILN_ASSIGN(const Kernel gemm, rt.kernel("conv_gemm_cpu"));
