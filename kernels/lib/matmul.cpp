@@ -153,6 +153,7 @@ struct CpuConfig {
   int mc = 96, nb = 512, kc = 256;       // run time: the autotuner's candidates vary these
   int nr() const { return vectors * lanes; }
   std::string text() const { return fmt::format("mc={} nb={} kc={}", mc, nb, kc); }
+  detail::CpuBlocking blocking() const { return {mr, vectors, lanes, tile, mc, nb, kc}; }
 };
 
 long cache_bytes(int name, long fallback) {
@@ -196,6 +197,30 @@ CpuConfig cpu_config(const Runtime& rt, const Problem& p) {
       c.mc = std::max(c.mr, c.mc / 2 / c.mr * c.mr);
   }
   return c;
+}
+
+// The heuristic blocking of the shapes' bucket (M, N and the batch rounded up to powers of
+// two), so that every shape of a bucket shares it and its tuning.
+CpuConfig bucket_config(const Runtime& rt, const Problem& p) {
+  Problem rounded = p;
+  rounded.m = detail::matmul_bucket(p.m);
+  rounded.n = detail::matmul_bucket(p.n);
+  rounded.batch = detail::matmul_bucket(p.batch);
+  return cpu_config(rt, rounded);
+}
+
+// The first `items` batch items of op(A) (a: [B0, B1, B2, M, K]) into slivers of mr rows, in
+// chunks of 16384 elements (64 KiB of f32) per cube, a multiple of the cube's 256 units; K = 0
+// packs nothing.
+Status pack_a_slivers(Runtime& rt, const Tensor& a, Tensor& ap, int64_t item, int64_t items,
+                      int mr) {
+  if (item == 0 || items == 0) return {};
+  constexpr int64_t kChunk = 16384;
+  KILN_ASSIGN(const Kernel pack_a, rt.kernel("matmul_pack_a"));
+  return rt.launch(
+      pack_a,
+      Dim3(static_cast<uint32_t>((item + kChunk - 1) / kChunk), 1, static_cast<uint32_t>(items)),
+      Dim3(256), a.as_read_only(), ap, mr, static_cast<int>(kChunk));
 }
 
 // The element types of A, B and C, and the options' numbers: what matmul and grouped_matmul
@@ -312,7 +337,6 @@ Status run_cpu(Runtime& rt, const Problem& p, const MatmulOptions& o, const CpuC
   KILN_ASSIGN(Tensor ap, rt.empty(ElemType::F32, {std::max<int64_t>(ap_size, 1)}));
   KILN_ASSIGN(Tensor bp, rt.empty(ElemType::F32, {std::max<int64_t>(bp_size, 1)}));
   if (p.k > 0) {
-    KILN_ASSIGN(const Kernel pack_a, rt.kernel("matmul_pack_a"));
     KILN_ASSIGN(const Kernel pack_b, rt.kernel("matmul_pack_b"));
     // Chunks of 16384 elements (64 KiB of f32) per cube, a multiple of the cube's 256 units.
     constexpr int64_t kChunk = 16384;
@@ -320,8 +344,7 @@ Status run_cpu(Runtime& rt, const Problem& p, const MatmulOptions& o, const CpuC
     if (custom_a)
       KILN_TRY((*custom_a)(ap, cfg.mr));
     else
-      KILN_TRY(rt.launch(pack_a, Dim3(u((item_a + kChunk - 1) / kChunk), 1, u(p.batch_a)),
-                         Dim3(256), p.a.as_read_only(), ap, cfg.mr, static_cast<int>(kChunk)));
+      KILN_TRY(pack_a_slivers(rt, p.a, ap, item_a, p.batch_a, cfg.mr));
     if (custom_b)
       KILN_TRY((*custom_b)(bp, cfg.nr()));
     else
@@ -409,14 +432,8 @@ namespace {
 // A product on the CPU with the heuristic blocking, one operand packed by the caller.
 Status run_cpu_packed(Runtime& rt, const MatmulProblem& p, const MatmulOptions& o,
                       const PackRows* pack_a, const PackRows* pack_b, std::string* config) {
-  Problem rounded = p;
-  rounded.m = bucket(p.m);
-  rounded.n = bucket(p.n);
-  rounded.batch = bucket(p.batch);
-  const CpuConfig cfg = cpu_config(rt, rounded);
-  if (config)
-    *config = fmt::format("{}x{} register blocks ({} lanes), {}", cfg.mr, cfg.nr(), cfg.lanes,
-                          cfg.text());
+  const CpuConfig cfg = bucket_config(rt, p);
+  if (config) *config = cfg.blocking().text();
   return run_cpu(rt, p, o, cfg, pack_a, pack_b);
 }
 
@@ -428,12 +445,7 @@ std::string CpuBlocking::text() const {
 }
 
 CpuBlocking matmul_cpu_blocking(const Runtime& rt, const MatmulProblem& p) {
-  Problem rounded = p;
-  rounded.m = bucket(p.m);
-  rounded.n = bucket(p.n);
-  rounded.batch = bucket(p.batch);
-  const CpuConfig c = cpu_config(rt, rounded);
-  return {c.mr, c.vectors, c.lanes, c.tile, c.mc, c.nb, c.kc};
+  return bucket_config(rt, p).blocking();
 }
 
 Result<Tensor> matmul_cpu_pack_a(Runtime& rt, const MatmulProblem& p, const CpuBlocking& b) {
@@ -444,10 +456,7 @@ Result<Tensor> matmul_cpu_pack_a(Runtime& rt, const MatmulProblem& p, const CpuB
                     "most 2^32 - 1",
                     item));
   KILN_ASSIGN(Tensor ap, rt.empty(ElemType::F32, {std::max<int64_t>(item, 1)}));
-  KILN_ASSIGN(const Kernel pack_a, rt.kernel("matmul_pack_a"));
-  constexpr int64_t kChunk = 16384;
-  KILN_TRY(rt.launch(pack_a, Dim3(static_cast<uint32_t>((item + kChunk - 1) / kChunk), 1, 1),
-                     Dim3(256), p.a.as_read_only(), ap, b.mr, static_cast<int>(kChunk)));
+  KILN_TRY(pack_a_slivers(rt, p.a, ap, item, 1, b.mr));
   return ap;
 }
 
@@ -533,11 +542,7 @@ Status matmul(Runtime& rt, const Tensor& a, const Tensor& b, Tensor& c,
   }
   if (!rt.device().lane_units) return detail::matmul_on_gpu(rt, p, o);
   // The candidates of the shapes' bucket, so that every shape of a bucket shares its tuning.
-  Problem rounded = p;
-  rounded.m = bucket(p.m);
-  rounded.n = bucket(p.n);
-  rounded.batch = bucket(p.batch);
-  const std::vector<CpuConfig> cands = cpu_candidates(cpu_config(rt, rounded));
+  const std::vector<CpuConfig> cands = cpu_candidates(bucket_config(rt, p));
   size_t pick = 0;
   if (p.k > 0 && autotune_mode() != AutotuneMode::Off) {
     std::vector<std::string> texts;
@@ -549,9 +554,7 @@ Status matmul(Runtime& rt, const Tensor& a, const Tensor& b, Tensor& c,
   }
   const CpuConfig& cfg = cands[pick];
   if (o.plan)
-    *o.plan = {"matmul_cpu",
-               fmt::format("{}x{} register blocks ({} lanes), {}", cfg.mr, cfg.nr(), cfg.lanes,
-                           cfg.text()),
+    *o.plan = {"matmul_cpu", cfg.blocking().text(),
                "a CPU: packed f32 panels and a register-blocked micro-kernel"};
   return run_cpu(rt, p, o, cfg);
 }

@@ -55,6 +55,12 @@ const ConvCase kCases[] = {
      {{"same", "1"}},
      {{"x", "f16"}},
      "conv_gemm_cpu"},
+    // No input channels: y is the bias (the packing has nothing to pack).
+    {"conv2d",
+     {{"x", {1, 0, 5, 5}}, {"w", {4, 0, 3, 3}}},
+     {{"padding", "1"}, {"use_bias", "1"}},
+     {},
+     "conv_gemm_cpu"},
     {"conv2d",
      {{"x", {1, 3, 6, 5}}, {"w", {140, 3, 3, 3}}},
      {{"padding", "1"}, {"use_bias", "1"}},
@@ -444,6 +450,8 @@ TEST_CASE("kiln::lib::conv_backward_input and conv_backward_weight match double 
        "gathered by conv_col2im",
        "matmul_cpu:"},
       {2, {4, 3, 20, 20}, {4, 3, 3, 3}, {{"padding", "1"}}, "f32", "", "matmul_cpu:"},
+      // No output channels: dx is zeros, dw empty.
+      {2, {2, 3, 5, 5}, {0, 3, 3, 3}, {{"padding", "1"}}, "f32", "conv_gemm_cpu:", ""},
       {2,
        {2, 9, 11, 6},
        {8, 6, 3, 3},
