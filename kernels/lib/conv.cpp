@@ -279,13 +279,13 @@ KILN_KERNEL_GENERIC(conv_pack_im2col,
 // for a tap is x's element p + the tap's shift, so consecutive lanes read consecutive floats
 // even where their positions cross a row: one masked vector load per vector of positions (the
 // padding's lanes off), not a gather.
-template <class T, class TC>
-void conv_gemm_cpu_body(Tensor<const f32> ap, Tensor<const T> x, Tensor<TC> c,
-                        Tensor<const f32> bias, u32 oh_n, u32 ow_n, u32 kd_n, u32 kh_n, u32 kw_n,
-                        u32 sd, u32 sh, u32 sw, u32 pd, u32 ph, u32 pw, u32 dd, u32 dh, u32 dw,
-                        f32 beta, u32 mc, u32 nb, u32 kc, int mr, int vectors, int lanes, int tile,
-                        int block, bool flat, bool flip, Epilogue epilogue) {
-  using In = host_of_t<T>;
+template <class P>
+void conv_gemm_cpu(Tensor<const f32> ap, Tensor<const typename P::In> x, Tensor<typename P::Out> c,
+                   Tensor<const f32> bias, u32 oh_n, u32 ow_n, u32 kd_n, u32 kh_n, u32 kw_n, u32 sd,
+                   u32 sh, u32 sw, u32 pd, u32 ph, u32 pw, u32 dd, u32 dh, u32 dw, f32 beta, u32 mc,
+                   u32 nb, u32 kc, int mr, int vectors, int lanes, int tile, int block, bool flat,
+                   bool flip, Epilogue epilogue) {
+  using In = host_of_t<typename P::In>;
   const auto umr = static_cast<uint32_t>(mr), ulanes = static_cast<uint32_t>(lanes),
              unr = static_cast<uint32_t>(vectors * lanes);
   assert_(mc % umr == 0u && nb % unr == 0u && mc * nb <= static_cast<uint32_t>(tile) &&
@@ -370,16 +370,6 @@ void conv_gemm_cpu_body(Tensor<const f32> ap, Tensor<const T> x, Tensor<TC> c,
                       return packed[base + kk * unr + q * ulanes];
                     };
                   });
-}
-template <class P>
-void conv_gemm_cpu(Tensor<const f32> ap, Tensor<const typename P::In> x, Tensor<typename P::Out> c,
-                   Tensor<const f32> bias, u32 oh_n, u32 ow_n, u32 kd_n, u32 kh_n, u32 kw_n, u32 sd,
-                   u32 sh, u32 sw, u32 pd, u32 ph, u32 pw, u32 dd, u32 dh, u32 dw, f32 beta, u32 mc,
-                   u32 nb, u32 kc, int mr, int vectors, int lanes, int tile, int block, bool flat,
-                   bool flip, Epilogue epilogue) {
-  conv_gemm_cpu_body<typename P::In, typename P::Out>(
-      ap, x, c, bias, oh_n, ow_n, kd_n, kh_n, kw_n, sd, sh, sw, pd, ph, pw, dd, dh, dw, beta, mc,
-      nb, kc, mr, vectors, lanes, tile, block, flat, flip, epilogue);
 }
 KILN_KERNEL_GENERIC(conv_gemm_cpu,
                     "ap, x: rank=5, c: rank=5, bias, oh_n, ow_n, kd_n, kh_n, kw_n, sd, sh, sw, "
