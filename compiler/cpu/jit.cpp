@@ -271,7 +271,11 @@ void write_perf_map(const std::vector<char>& bytes, const std::string& kernel,
                     const std::string& entry, uint64_t entry_address) {
   static const bool on = [] {
     const char* v = std::getenv("KILN_PERF_MAP");
-    return v && std::string(v) == "1";
+    if (!v || std::string(v) == "0" || std::string(v).empty()) return false;
+    if (std::string(v) == "1") return true;
+    std::fprintf(stderr, "kiln: KILN_PERF_MAP is '%s'; 1 writes /tmp/perf-PID.map, 0 does not\n",
+                 v);
+    return false;
   }();
   if (!on) return;
   auto file = llvm::object::ObjectFile::createObjectFile(
@@ -309,8 +313,14 @@ void write_perf_map(const std::vector<char>& bytes, const std::string& kernel,
   if (!base) return;
   static std::mutex mu;
   std::lock_guard<std::mutex> lock(mu);
-  std::FILE* out = std::fopen(fmt::format("/tmp/perf-{}.map", ::getpid()).c_str(), "a");
-  if (!out) return;
+  const std::string path = fmt::format("/tmp/perf-{}.map", ::getpid());
+  std::FILE* out = std::fopen(path.c_str(), "a");
+  if (!out) {
+    static bool told = false;  // under mu
+    if (!told) std::fprintf(stderr, "kiln: KILN_PERF_MAP: cannot write %s\n", path.c_str());
+    told = true;
+    return;
+  }
   for (const Function& f : functions) {
     if (f.section != base->section) continue;
     const std::string label =
