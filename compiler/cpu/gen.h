@@ -833,10 +833,10 @@ class Gen {
   void private_add(const ir::Op& op);
   void strided_iteration(const ir::Op& units, const ir::Op& loop, llvm::PHINode* k,
                          llvm::AllocaInst* ran);
-  std::vector<bool> hoist_uniform(const ir::Op& units);
-  std::vector<bool> hoisted_;  // the interchanged units loop's ops emitted before it
+  std::vector<bool> hoist_uniform(const ir::Op& units, bool all);
+  std::vector<bool> hoisted_;  // the units loop's top-level ops emitted before it
   bool vector_op(const ir::Op& op);
-  void vregion(const ir::Region& r);
+  void vregion(const ir::Region& r, const std::vector<bool>* emitted = nullptr);
   void vif(const ir::Op& op);
   void vfor(const ir::Op& op);
   void vloop(const ir::Op& op);
@@ -856,6 +856,9 @@ class Gen {
     std::function<Value*()> cond, emit;
   };
   Value* first_path(const std::vector<Path>& paths, const std::function<Value*()>& otherwise);
+  Value* wide_sum(Value* base, int depth);
+  std::vector<Path> consecutive_paths(Value* base, Value* stride,
+                                      const std::function<Value*(Value*)>& access);
   Value* stride_test(Value* index, Value* mask, int s, Value** base);
   Value* window_test(Value* index, Value* mask, Value** base, Value** unit_stride);
   Value* window_load(ValueId mem, Value* base, Value* mask, Value* unit_stride);

@@ -259,9 +259,10 @@ void Gen::emit_units_vec(const ir::Op& op, int width) {
   llvm::AllocaInst* ran = nullptr;
   llvm::PHINode* k = nullptr;
   llvm::BasicBlock *k_header = nullptr, *k_pre = nullptr;
+  // The body's uniform arithmetic runs once, before the loop (hoist_uniform).
+  hoisted_ = hoist_uniform(op, !inner);
   if (inner) {
     privatize(op, width);
-    hoisted_ = hoist_uniform(op);
     ran = entry_alloca(B.getInt1Ty(), nullptr, "ran");
     k_pre = B.GetInsertBlock();
     k_header = llvm::BasicBlock::Create(C, "strided.iter", F);
@@ -295,10 +296,12 @@ void Gen::emit_units_vec(const ir::Op& op, int width) {
   vary_[arg] = 1;
   affine_[arg] = Affine{u, B.getInt32(1), aligned};
   loops_.push_back({loop.latch, loop.exit, true, true, nullptr, nullptr});
-  if (inner)
+  if (inner) {
     strided_iteration(op, *inner, k, ran);
-  else
-    vregion(op.regions[0]);
+  } else {
+    const std::vector<bool> emitted = hoisted_;  // vregion may vectorize nested units loops
+    vregion(op.regions[0], &emitted);
+  }
   loops_.pop_back();
   V_ = 0;
   vu_ = nullptr;
@@ -352,20 +355,47 @@ const ir::Op* Gen::interchanged_loop(const ir::Op& units) {
   return breaks ? nullptr : &loop;
 }
 
-// The interchanged loop's code before the loop that is the same for every unit (arithmetic on
-// values from outside the units loop, no memory), emitted once, before the iterations; the rest
-// runs for each vector of each iteration. LLVM would not move it there itself: the iterations'
-// code is conditional (some lane must have the iteration), and a division by a value that is
-// not a constant is never moved out of a conditional block (x86's would trap on zero; kiln's
-// never does). Which ops were emitted: the others are left to strided_iteration.
-std::vector<bool> Gen::hoist_uniform(const ir::Op& units) {
+// The units loop's top-level code that is the same for every unit (arithmetic on values from
+// outside the loop, no memory), emitted once, before the loop; the rest runs for each vector
+// (of each iteration, when the loop is interchanged: then only the code before that loop, not
+// the loop itself, `all` false). LLVM would not move it there itself: the vectors' code is
+// conditional (some lane must be active), and a division by a value that is not a constant is
+// never moved out of a conditional block (x86's would trap on zero; kiln's never does): a
+// depthwise convolution's cube positions, divided per vector of units, cost it 4 divisions per
+// 16 outputs. Which ops were emitted: the others are left to vregion or strided_iteration.
+std::vector<bool> Gen::hoist_uniform(const ir::Op& units, bool all) {
   const auto& ops = units.regions[0].ops;
   std::vector<bool> done(ops.size(), false);
   std::unordered_set<ValueId> varying{units.regions[0].args[0]};
-  for (size_t i = 0; i + 1 < ops.size(); ++i) {
+  // Values only: arithmetic, constants, the cube's position and sizes, tensor shapes. Not the
+  // plane builtins or fragment planes, whose scalar code reads the unit being run.
+  auto value_op = [](const ir::Op& op) {
+    switch (ir::op_info(op.kind).sig) {
+      case ir::Sig::Const:
+      case ir::Sig::Unary:
+      case ir::Sig::Binary:
+      case ir::Sig::Ternary:
+      case ir::Sig::Compare:
+      case ir::Sig::Select:
+      case ir::Sig::Cast:
+      case ir::Sig::Bitcast:
+      case ir::Sig::Broadcast:
+      case ir::Sig::Extract:
+      case ir::Sig::Insert:
+      case ir::Sig::FloatTest:
+      case ir::Sig::Len:
+      case ir::Sig::ShapeStride:
+        return op.regions.empty();
+      default:
+        return op.kind == OpKind::CubePos || op.kind == OpKind::CubeDim ||
+               op.kind == OpKind::CubeCount;
+    }
+  };
+  for (size_t i = 0; i + (all ? 0 : 1) < ops.size(); ++i) {
     const ir::Op& op = ops[i];
     bool vary = ir::has_flag(op.kind, ir::op_flags::Varying) ||
-                ir::has_flag(op.kind, ir::op_flags::Memory) || op.result == ir::kNoValue;
+                ir::has_flag(op.kind, ir::op_flags::Memory) || op.result == ir::kNoValue ||
+                !ir::has_flag(op.kind, ir::op_flags::Pure) || !value_op(op);
     for (ValueId o : op.operands) vary = vary || varying.count(o) > 0;
     if (vary) {
       if (op.result != ir::kNoValue) varying.insert(op.result);
@@ -451,11 +481,12 @@ bool Gen::loop_needs_mask(const ir::Op& op) {
   return escapes(op.regions[0]);
 }
 
-void Gen::vregion(const ir::Region& r) {
+void Gen::vregion(const ir::Region& r, const std::vector<bool>* emitted) {
   llvm::BasicBlock* none = nullptr;  // where the region goes when no lane is left
   std::vector<llvm::BasicBlock*> emptied;
   for (size_t i = 0; i < r.ops.size(); ++i) {
     const ir::Op& op = r.ops[i];
+    if (emitted && (*emitted)[i]) continue;  // before the loop (hoist_uniform)
     emit(op);
     if (is_zero_mask(mask_)) break;  // after a jump
     const bool shrinks =

@@ -2,6 +2,8 @@
 // `base + unit`, run-time tests for consecutive and stride-2 indices, gathers and scatters,
 // local arrays with a row per lane, variables with a line per lane, checked mode and asserts,
 // atomics and prints lane by lane, and private per-lane copies of shared counters.
+#include <memory>
+
 #include "compiler/cpu/gen.h"
 
 namespace kiln::cpu::detail {
@@ -89,14 +91,16 @@ void Gen::scatter(ValueId mem, Value* index, Value* x, Value* mask) {
 }
 
 // Emits each path whose condition holds, in order, else the last one; merges their values.
+// The paths are marked likely, so that LLVM lays the general one (a gather) out of line.
 Value* Gen::first_path(const std::vector<Path>& paths, const std::function<Value*()>& otherwise) {
   auto* merge = llvm::BasicBlock::Create(C, "access.done", F);
   std::vector<std::pair<Value*, llvm::BasicBlock*>> in;
+  llvm::MDNode* likely = llvm::MDBuilder(C).createLikelyBranchWeights();
   for (const Path& p : paths) {
     Value* ok = p.cond();
     auto* yes = llvm::BasicBlock::Create(C, "access.fast", F);
     auto* no = llvm::BasicBlock::Create(C, "access.next", F);
-    B.CreateCondBr(ok, yes, no);
+    B.CreateCondBr(ok, yes, no, likely);
     B.SetInsertPoint(yes);
     Value* x = p.emit();
     in.emplace_back(x, B.GetInsertBlock());
@@ -111,6 +115,72 @@ Value* Gen::first_path(const std::vector<Path>& paths, const std::function<Value
   auto* phi = B.CreatePHI(x->getType(), static_cast<unsigned>(in.size()));
   for (auto& [val, bb] : in) phi->addIncoming(val, bb);
   return phi;
+}
+
+// `base` (an i32 index) as an i64 expression of its add, sub and mul terms, down to `depth`
+// levels, the other terms widened (a constant with its sign, so that `i - 1` stays a
+// difference). Every step is a ring operation, so the result equals base modulo 2^32 whatever
+// the leaves hold, and equals base itself when it lies in [0, 2^32). The point is the address:
+// the terms of a u32 sum cannot be taken apart (zext(a + c) is not zext(a) + c), so LLVM gives
+// each distinct index of a loop its own induction variable (a depthwise convolution's 36 taps:
+// 36 of them, spilled, stepped on every row); as an i64 sum the constant and loop-invariant
+// terms become offsets in the address and the taps share one.
+Value* Gen::wide_sum(Value* base, int depth) {
+  llvm::Type* i64 = B.getInt64Ty();
+  if (auto* c = llvm::dyn_cast<llvm::ConstantInt>(base)) return B.CreateSExt(c, i64);
+  auto* bo = llvm::dyn_cast<llvm::BinaryOperator>(base);
+  if (depth > 0 && bo) {
+    const auto code = bo->getOpcode();
+    if (code == llvm::Instruction::Add || code == llvm::Instruction::Sub ||
+        code == llvm::Instruction::Mul) {
+      Value* a = wide_sum(bo->getOperand(0), depth - 1);
+      Value* b = wide_sum(bo->getOperand(1), depth - 1);
+      return code == llvm::Instruction::Add   ? B.CreateAdd(a, b)
+             : code == llvm::Instruction::Sub ? B.CreateSub(a, b)
+                                              : B.CreateMul(a, b);
+    }
+  }
+  return B.CreateZExt(base, i64);
+}
+
+// The paths of an access at base + lane (times `stride`, when not null, tested to be 1): V
+// consecutive indices without a wrap around 2^32, `access` given the index to start at.
+// When base has a difference in it (an offset such as `- padding`, or a negative constant),
+// first its wide sum (wide_sum) tested to lie in [0, 2^32 - V], then, for the indices whose
+// terms wrap on purpose, base itself; other sums are one induction variable already and
+// keep the one test (as i64 sums they would keep their terms live: matmul's packed rows).
+std::vector<Gen::Path> Gen::consecutive_paths(Value* base, Value* stride,
+                                              const std::function<Value*(Value*)>& access) {
+  std::function<bool(Value*, int)> has_sub = [&](Value* x, int depth) {
+    if (auto* c = llvm::dyn_cast<llvm::ConstantInt>(x)) return c->isNegative();
+    auto* bo = llvm::dyn_cast<llvm::BinaryOperator>(x);
+    if (depth == 0 || !bo) return false;
+    const auto code = bo->getOpcode();
+    if (code == llvm::Instruction::Sub) return true;
+    return (code == llvm::Instruction::Add || code == llvm::Instruction::Mul) &&
+           (has_sub(bo->getOperand(0), depth - 1) || has_sub(bo->getOperand(1), depth - 1));
+  };
+  auto unit = [this, stride](Value* fits) {
+    return stride ? B.CreateAnd(
+                        B.CreateICmpEQ(stride, llvm::ConstantInt::get(stride->getType(), 1)), fits)
+                  : fits;
+  };
+  std::vector<Path> paths;
+  if (has_sub(base, 3)) {
+    auto wide = std::make_shared<Value*>(nullptr);
+    paths.push_back({[this, base, wide, unit] {
+                       *wide = wide_sum(base, 3);
+                       return unit(B.CreateICmpULE(
+                           *wide, B.getInt64((uint64_t{1} << 32) - static_cast<uint64_t>(V_))));
+                     },
+                     [wide, access] { return access(*wide); }});
+  }
+  paths.push_back({[this, base, unit] {
+                     return unit(B.CreateICmpULE(
+                         base, B.getInt32(0xffffffffu - static_cast<uint32_t>(V_ - 1))));
+                   },
+                   [base, access] { return access(base); }});
+  return paths;
 }
 
 // Whether the active lanes of `index` are base + lane * s for base = index[0] (returned), not
@@ -194,11 +264,8 @@ void Gen::vload(const ir::Op& op) {
     if (a.aligned) {
       r = contiguous_load(mem, a.base, mask);
     } else {
-      r = first_path({{[&] {
-                         return B.CreateICmpULE(
-                             a.base, B.getInt32(0xffffffffu - static_cast<uint32_t>(V_ - 1)));
-                       },
-                       [&] { return contiguous_load(mem, a.base, mask); }}},
+      r = first_path(consecutive_paths(a.base, nullptr,
+                                       [&](Value* i) { return contiguous_load(mem, i, mask); }),
                      gathered);
     }
   } else if (it != affine_.end()) {
@@ -211,8 +278,8 @@ void Gen::vload(const ir::Op& op) {
           B.CreateICmpEQ(a.stride, llvm::ConstantInt::get(a.stride->getType(), s)),
           B.CreateICmpULE(a.base, B.getInt32(0xffffffffu - static_cast<uint32_t>(s * (V_ - 1)))));
     };
-    std::vector<Path> paths = {
-        {[&] { return stride_is(1); }, [&] { return contiguous_load(mem, a.base, mask); }}};
+    std::vector<Path> paths = consecutive_paths(
+        a.base, a.stride, [&](Value* i) { return contiguous_load(mem, i, mask); });
     if (K.type_of(mem).lanes == 1)
       paths.push_back({[&] { return stride_is(2); },
                        [&] { return window_load(mem, a.base, mask, B.getFalse()); }});
@@ -256,30 +323,22 @@ void Gen::vstore(const ir::Op& op) {
   if (it != affine_.end() && is_one(it->second.stride)) {
     const Affine a = it->second;
     if (a.aligned) return contiguous_store(mem, a.base, x, mask);
-    first_path({{[&] {
-                   return B.CreateICmpULE(a.base,
-                                          B.getInt32(0xffffffffu - static_cast<uint32_t>(V_ - 1)));
-                 },
-                 [&]() -> Value* {
-                   contiguous_store(mem, a.base, x, mask);
-                   return nullptr;
-                 }}},
+    first_path(consecutive_paths(a.base, nullptr,
+                                 [&](Value* i) -> Value* {
+                                   contiguous_store(mem, i, x, mask);
+                                   return nullptr;
+                                 }),
                scattered);
     return;
   }
   if (it != affine_.end()) {
     const Affine a = it->second;
-    first_path(
-        {{[&] {
-            return B.CreateAnd(
-                B.CreateICmpEQ(a.stride, llvm::ConstantInt::get(a.stride->getType(), 1)),
-                B.CreateICmpULE(a.base, B.getInt32(0xffffffffu - static_cast<uint32_t>(V_ - 1))));
-          },
-          [&]() -> Value* {
-            contiguous_store(mem, a.base, x, mask);
-            return nullptr;
-          }}},
-        scattered);
+    first_path(consecutive_paths(a.base, a.stride,
+                                 [&](Value* i) -> Value* {
+                                   contiguous_store(mem, i, x, mask);
+                                   return nullptr;
+                                 }),
+               scattered);
     return;
   }
   if (K.type_of(mem).lanes != 1) {

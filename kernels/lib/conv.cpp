@@ -113,20 +113,22 @@ KILN_KERNEL_GENERIC(conv_direct,
     .describe("kiln::lib::conv: a direct convolution, kb output channels per unit");
 
 // A depthwise convolution (each output channel k reads one input channel, c = k / (K / C)):
-// cube (bx, by, bz) computes output columns ow = bx units + u of output rows (od, oh
-// flattened) by rows .. by rows + rows - 1 of channel k = bz % K of batch item bz / K. Each
-// weight is one number for the cube and each tap reads a segment of one input row: on the CPU
-// a vector load per tap for 16 outputs (masked at the edges), no gathers; the taps along the
-// width are unrolled (`taps_w`, 0: a loop). Sums in f32, in the order kd, kh, kw. With `flip`
-// the taps are read reversed: the gradient of a stride-1 depthwise convolution with respect to
-// its input is this convolution of dy by the flipped weights, with padding (k - 1) d - p.
+// cube (bx, by, bz) computes output columns ow = bx units + u of channel k = bz % K of batch
+// item bz / K, in output plane od = by / bands and its rows oh = (by % bands) rows .. + rows - 1
+// (bands = ceil(OH / rows), given). Each weight is one number for the cube and each tap reads a
+// segment of one input row: on the CPU a vector load per tap for 16 outputs (masked at the
+// edges), no gathers. The taps are unrolled (`taps_d`, `taps_h`, `taps_w`; 0: a loop), and
+// when there are at most 32 of them their weights and the column tests are loaded and made
+// once per cube, before the rows. Sums in f32, in the order kd, kh, kw. With `flip` the taps are
+// read reversed: the gradient of a stride-1 depthwise convolution with respect to its input is
+// this convolution of dy by the flipped weights, with padding (k - 1) d - p.
 template <class P>
 void conv_depthwise(Tensor<const typename P::In> x, Tensor<const typename P::In> w,
                     Tensor<typename P::Out> y, Tensor<const f32> bias,
                     Tensor<const typename P::Out> residual, u32 sd, u32 sh, u32 sw, u32 pd, u32 ph,
-                    u32 pw, u32 dd, u32 dh, u32 dw, u32 rows, int units, int block, int taps_h,
-                    int taps_w, int step_w, bool flip, Epilogue epilogue, bool has_bias,
-                    bool has_residual) {
+                    u32 pw, u32 dd, u32 dh, u32 dw, u32 rows, u32 bands, int units, int block,
+                    int taps_d, int taps_h, int taps_w, int step_w, bool unit_rows, bool flip,
+                    Epilogue epilogue, bool has_bias, bool has_residual) {
   using In = host_of_t<typename P::In>;
   using Out = host_of_t<typename P::Out>;
   u32 k_n = y.shape(1), oh_n = y.shape(3), ow_n = y.shape(4);
@@ -137,69 +139,135 @@ void conv_depthwise(Tensor<const typename P::In> x, Tensor<const typename P::In>
   u32 d_n = x.shape(2), h_n = x.shape(3), w_n = x.shape(4);
   u32 kd_n = w.shape(2), kh_n = w.shape(3), kw_n = w.shape(4);
   u32 xc = n * x.stride(0) + c * x.stride(1), wk = k * w.stride(0);
+  u32 iw0 = ow * sw - pw;  // the input column of tap 0 (tap kw: + kw dw)
   // The tap index into w (reversed with `flip`).
   auto tap = [&](const Val<uint32_t>& i, const Val<uint32_t>& count) -> Val<uint32_t> {
     return flip ? count - 1u - i : i;
   };
-  u32 q0 = cube_pos_y() * rows;
-  u32 q_end = min(q0 + rows, y.shape(2) * oh_n);
+  // Tap (kd, kh, kw)'s weight, from the start of its row of w (wr).
+  auto weight_row = [&](const Val<uint32_t>& kd, const Val<uint32_t>& kh) -> Val<uint32_t> {
+    return wk + tap(kd, kd_n) * w.stride(2) + tap(kh, kh_n) * w.stride(3);
+  };
+  auto weight_at = [&](const Val<uint32_t>& wr, const Val<uint32_t>& kw) -> Val<float> {
+    return cast<float>(Val<In>(w[wr + tap(kw, kw_n) * w.stride(4)]));
+  };
+  auto weight = [&](const Val<uint32_t>& kd, const Val<uint32_t>& kh,
+                    const Val<uint32_t>& kw) -> Val<float> {
+    return weight_at(weight_row(kd, kh), kw);
+  };
+  auto constant = [](int t) { return u32(static_cast<uint32_t>(t)); };
+  u32 od = cube_pos_y() / bands;
+  u32 q0 = cube_pos_y() % bands * rows;
+  u32 q_end = min(q0 + rows, oh_n);
+  u32 id0 = od * sd - pd;  // the input plane of tap 0 (tap kd: + kd dd)
+  u32 y0 = n * y.stride(0) + k * y.stride(1) + od * y.stride(2);
+  // With every tap unrolled and at most 32 of them, their weights and the tests of their
+  // columns are made once, before the rows (loop-invariant, in registers).
+  const bool ahead = taps_d > 0 && taps_h > 0 && taps_w > 0 && taps_d * taps_h * taps_w <= 32;
+  const bool shared_rows = ahead && unit_rows;
+  std::vector<Val<float>> w_ahead;
+  std::vector<Val<bool>> col_ok;
+  if (ahead) {
+    for (int a = 0; a < taps_d; ++a)
+      for (int b = 0; b < taps_h; ++b)
+        for (int t = 0; t < taps_w; ++t)
+          w_ahead.push_back(weight(constant(a), constant(b), constant(t)));
+  }
+  if (taps_w > 0)
+    for (int t = 0; t < taps_w; ++t) col_ok.push_back(iw0 + constant(t) * dw < w_n);
   const auto nb = static_cast<uint32_t>(block);
-  // `block` output rows at a time: each weight loaded once for them, `block` independent sums.
+  // `block` output rows at a time: `block` independent sums.
   for_range(q0, q_end, nb, [&](u32 q) {
-    std::vector<Val<uint32_t>> od, oh;
     std::vector<Var<f32>> acc;
-    for (uint32_t r = 0; r < nb; ++r) {
-      od.push_back((q + r) / oh_n);
-      oh.push_back((q + r) % oh_n);
-      acc.push_back(Var<f32>(0.0f));
-    }
-    for_range(0u, kd_n, 1u, [&](u32 kd) {
-      auto row = [&](const Val<uint32_t>& kh) {
-        u32 wr = wk + tap(kd, kd_n) * w.stride(2) + tap(kh, kh_n) * w.stride(3);
-        auto weight = [&](const Val<uint32_t>& kw) -> Val<float> {
-          return cast<float>(Val<In>(w[wr + tap(kw, kw_n) * w.stride(4)]));
-        };
-        std::vector<Val<float>> wv;
-        for (int t = 0; t < taps_w; ++t) wv.push_back(weight(u32(static_cast<uint32_t>(t))));
-        for (uint32_t r = 0; r < nb; ++r) {
-          u32 id = od[r] * sd + kd * dd - pd, ih = oh[r] * sh + kh * dh - ph;
-          if_(q + r < q_end && id < d_n && ih < h_n, [&] {
+    for (uint32_t r = 0; r < nb; ++r) acc.push_back(Var<f32>(0.0f));
+    // Taps (kd, kh, *) of the rows: `index` numbers the unrolled (kd, kh) pairs, -1 in a loop.
+    auto taps = [&](const Val<uint32_t>& kd, const Val<uint32_t>& kh, int index) {
+      u32 id = id0 + kd * dd;
+      std::vector<Val<float>> wv;
+      if (taps_w > 0 && !ahead) {
+        u32 wr = weight_row(kd, kh);
+        for (int t = 0; t < taps_w; ++t) wv.push_back(weight_at(wr, constant(t)));
+      }
+      for (uint32_t r = 0; r < nb; ++r) {
+        u32 ih = (q + r) * sh + kh * dh - ph;
+        if_(q + r < q_end && id < d_n && ih < h_n, [&] {
+          u32 xr = xc + id * x.stride(2) + ih * x.stride(3);
+          auto at = [&](const Val<uint32_t>& kw) -> Val<uint32_t> {
+            // With `step_w`, x's rows are contiguous and sw is step_w: the index is visibly
+            // unit-strided (consecutive for step_w 1), with no test of the strides at run time.
+            return step_w > 0 ? xr + ow * static_cast<uint32_t>(step_w) + (kw * dw - pw)
+                              : xr + (iw0 + kw * dw) * x.stride(4);
+          };
+          if (taps_w > 0) {
+            for (int t = 0; t < taps_w; ++t) {
+              Val<float> wt = ahead ? w_ahead[static_cast<size_t>(index * taps_w + t)]
+                                    : wv[static_cast<size_t>(t)];
+              if_(col_ok[static_cast<size_t>(t)], [&] {
+                acc[r] = fma(cast<float>(Val<In>(x[at(constant(t))])), wt, Val<float>(acc[r]));
+              });
+            }
+          } else {
+            u32 wr = weight_row(kd, kh);
+            for_range(0u, kw_n, 1u, [&](u32 kw) {
+              if_(iw0 + kw * dw < w_n, [&] {
+                acc[r] =
+                    fma(cast<float>(Val<In>(x[at(kw)])), weight_at(wr, kw), Val<float>(acc[r]));
+              });
+            });
+          }
+        });
+      }
+    };
+    auto rows_of = [&](const Val<uint32_t>& kd, int a) {
+      if (taps_h > 0) {
+        for (int b = 0; b < taps_h; ++b) taps(kd, constant(b), a < 0 ? -1 : a * taps_h + b);
+      } else {
+        for_range(0u, kh_n, 1u, [&](u32 kh) { taps(kd, kh, -1); });
+      }
+    };
+    if (shared_rows) {
+      // Stride and dilation 1 along the height: output row q + r, tap kh reads input row
+      // q + r + kh - ph, so the block's rows read nb + kh_n - 1 input rows, each segment
+      // loaded once for every output row that uses it. A row past q_end sums what is never
+      // stored (the loads stay inside x: each tests its row).
+      for (int a = 0; a < taps_d; ++a) {
+        u32 id = id0 + constant(a) * dd;
+        for (int j = 0; j < static_cast<int>(nb) + taps_h - 1; ++j) {
+          u32 ih = q + constant(j) - ph;
+          if_(id < d_n && ih < h_n, [&] {
             u32 xr = xc + id * x.stride(2) + ih * x.stride(3);
-            auto one = [&](const Val<uint32_t>& kw, const Val<float>& wt) {
-              u32 iw = ow * sw + kw * dw - pw;
-              // With `step_w`, x's rows are contiguous and sw is step_w: the index is visibly
-              // unit-strided (consecutive for step_w 1), with no test of the strides at run time.
-              u32 at = step_w > 0 ? xr + ow * static_cast<uint32_t>(step_w) + (kw * dw - pw)
-                                  : xr + iw * x.stride(4);
-              if_(iw < w_n,
-                  [&] { acc[r] = fma(cast<float>(Val<In>(x[at])), wt, Val<float>(acc[r])); });
-            };
-            if (taps_w > 0) {
-              for (int t = 0; t < taps_w; ++t)
-                one(u32(static_cast<uint32_t>(t)), wv[static_cast<size_t>(t)]);
-            } else {
-              for_range(0u, kw_n, 1u, [&](u32 kw) { one(kw, weight(kw)); });
+            for (int t = 0; t < taps_w; ++t) {
+              if_(col_ok[static_cast<size_t>(t)], [&] {
+                u32 at = step_w > 0
+                             ? xr + ow * static_cast<uint32_t>(step_w) + (constant(t) * dw - pw)
+                             : xr + (iw0 + constant(t) * dw) * x.stride(4);
+                Val<float> xv = cast<float>(Val<In>(x[at]));
+                for (int r = 0; r < static_cast<int>(nb); ++r) {
+                  const int b = j - r;  // the tap along the height
+                  if (b < 0 || b >= taps_h) continue;
+                  const auto i = static_cast<size_t>((a * taps_h + b) * taps_w + t);
+                  acc[static_cast<size_t>(r)] =
+                      fma(xv, w_ahead[i], Val<float>(acc[static_cast<size_t>(r)]));
+                }
+              });
             }
           });
         }
-      };
-      if (taps_h > 0) {
-        for (int t = 0; t < taps_h; ++t) row(u32(static_cast<uint32_t>(t)));
-      } else {
-        for_range(0u, kh_n, 1u, row);
       }
-    });
+    } else if (taps_d > 0) {
+      for (int a = 0; a < taps_d; ++a) rows_of(constant(a), a);
+    } else {
+      for_range(0u, kd_n, 1u, [&](u32 kd) { rows_of(kd, -1); });
+    }
     for (uint32_t r = 0; r < nb; ++r) {
       if_(q + r < q_end, [&] {
         Var<f32> v = acc[r];
         if (has_bias) v += Val<float>(bias[k]);
         if (has_residual)
-          v +=
-              cast<float>(Val<Out>(residual[n * residual.stride(0) + k * residual.stride(1) +
-                                            od[r] * residual.stride(2) +
-                                            oh[r] * residual.stride(3) + ow * residual.stride(4)]));
-        y[n * y.stride(0) + k * y.stride(1) + od[r] * y.stride(2) + oh[r] * y.stride(3) +
-          ow * y.stride(4)] = cast<Out>(activate(v, epilogue));
+          v += cast<float>(Val<Out>(
+              residual[n * residual.stride(0) + k * residual.stride(1) + od * residual.stride(2) +
+                       (q + r) * residual.stride(3) + ow * residual.stride(4)]));
+        y[y0 + (q + r) * y.stride(3) + ow * y.stride(4)] = cast<Out>(activate(v, epilogue));
       });
     }
   });
@@ -207,9 +275,10 @@ void conv_depthwise(Tensor<const typename P::In> x, Tensor<const typename P::In>
 KILN_KERNEL_GENERIC(
     conv_depthwise,
     "x: rank=5, w: rank=5, y: rank=5, bias, residual: rank=5, sd, sh, sw, pd, ph, "
-    "pw, dd, dh, dw, rows, units = 64 in 16..1024, block = 2 in 1..2, taps_h = 0 in 0..8, "
-    "taps_w = 0 in 0..8, step_w = 0 in 0..4, flip = false, epilogue = None, has_bias = false, "
-    "has_residual = false",
+    "pw, dd, dh, dw, rows, bands, units = 64 in 16..1024, block = 2 in 1..4, "
+    "taps_d = 0 in 0..8, "
+    "taps_h = 0 in 0..8, taps_w = 0 in 0..8, step_w = 0 in 0..4, unit_rows = false, flip = false, "
+    "epilogue = None, has_bias = false, has_residual = false",
     InOut<f32, f32>, InOut<f16, f32>, InOut<bf16, f32>, InOut<f16, f16>, InOut<bf16, bf16>)
     .cube_dim([](const ComptimeArgs& c) -> CubeDim {
       return {static_cast<uint32_t>(c.integer("units")), 1, 1};
@@ -575,18 +644,21 @@ Status depthwise(Runtime& rt, const Tensor& x5, const Tensor& w5, Tensor& y5, co
                  const Tensor* bias, const Tensor* residual5, Epilogue epilogue, bool flip,
                  MatmulPlan* plan) {
   auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
-  const int64_t ow = y5.shape(4), rows_n = y5.shape(2) * y5.shape(3);
+  const int64_t ow = y5.shape(4), od_n = y5.shape(2), oh_n = y5.shape(3);
   const int64_t planes = y5.shape(0) * y5.shape(1);
   const bool gpu = !rt.device().lane_units;
   const int units = static_cast<int>(std::clamp<int64_t>((ow + 15) / 16 * 16, 16, gpu ? 128 : 256));
   const int64_t along = (ow + units - 1) / units;
-  int64_t rows = std::clamp<int64_t>(along * rows_n * planes / 1024, 1, gpu ? 4 : 16);
-  if (!gpu) rows = std::min((rows + 1) / 2 * 2, rows_n);  // whole blocks of 2
-  if (planes > 65535 || (rows_n + rows - 1) / rows > 65535)
+  // Rows per cube: about 1024 cubes' worth of work split, at most 4 (GPUs) or 16 rows, whole
+  // blocks of 4 on the CPU.
+  int64_t rows = std::clamp<int64_t>(along * od_n * oh_n * planes / 1024, 1, gpu ? 4 : 16);
+  if (!gpu) rows = std::min((rows + 3) / 4 * 4, oh_n);
+  const int64_t bands = od_n * ((oh_n + rows - 1) / rows);
+  if (planes > 65535 || bands > 65535)
     return bad(
         fmt::format("the grid would be {} x {} x {} cubes; at most 65535 batch items x "
                     "channels and 65535 bands of rows",
-                    along, (rows_n + rows - 1) / rows, planes));
+                    along, bands, planes));
   Tensor b, r;
   if (bias) {
     b = bias->as_read_only();
@@ -598,20 +670,24 @@ Status depthwise(Runtime& rt, const Tensor& x5, const Tensor& w5, Tensor& y5, co
   } else {
     KILN_ASSIGN(r, rt.empty(y5.dtype(), {1, 1, 1, 1, 1}));
   }
-  const int block = gpu ? 1 : static_cast<int>(std::min<int64_t>(rows, 2));
+  const int block = gpu ? 1 : static_cast<int>(std::min<int64_t>(rows, 4));
+  const int taps_d = w5.shape(2) <= 8 ? static_cast<int>(w5.shape(2)) : 0;
   const int taps_h = w5.shape(3) <= 8 ? static_cast<int>(w5.shape(3)) : 0;
   const int taps_w = w5.shape(4) <= 8 ? static_cast<int>(w5.shape(4)) : 0;
   const int step_w = x5.stride(4) == 1 && g.s[2] <= 4 ? static_cast<int>(g.s[2]) : 0;
+  // Height stride and dilation 1: the kernel loads each input row segment once per block.
+  const bool unit_rows = !gpu && g.s[1] == 1 && g.dl[1] == 1;
   KILN_ASSIGN(const Kernel k, rt.kernel("conv_depthwise"));
   if (plan)
     *plan = {"conv_depthwise",
              fmt::format("{} columns x {} row{} per cube", units, rows, rows == 1 ? "" : "s"),
              flip ? "the input's gradient as a depthwise convolution of dy by the flipped weights"
                   : "a depthwise convolution, each tap a row segment"};
-  return rt.launch(k, Dim3(u(along), u((rows_n + rows - 1) / rows), u(planes)), Dim3(u(units)),
-                   x5.as_read_only(), w5.as_read_only(), y5, b, r, g.s[0], g.s[1], g.s[2], g.p[0],
-                   g.p[1], g.p[2], g.dl[0], g.dl[1], g.dl[2], u(rows), units, block, taps_h, taps_w,
-                   step_w, flip, epilogue, bias != nullptr, residual5 != nullptr);
+  return rt.launch(k, Dim3(u(along), u(bands), u(planes)), Dim3(u(units)), x5.as_read_only(),
+                   w5.as_read_only(), y5, b, r, g.s[0], g.s[1], g.s[2], g.p[0], g.p[1], g.p[2],
+                   g.dl[0], g.dl[1], g.dl[2], u(rows), u((oh_n + rows - 1) / rows), units, block,
+                   taps_d, taps_h, taps_w, step_w, unit_rows, flip, epilogue, bias != nullptr,
+                   residual5 != nullptr);
 }
 
 }  // namespace conv_parts

@@ -386,7 +386,10 @@ Status conv_backward_input(Runtime& rt, const Tensor& dy, const Tensor& w, Tenso
     if (done) return {};
   }
   const int64_t cg = w.shape(1);
-  if (cg == 1 && w.shape(0) == o.groups && g3.s == std::array<uint32_t, 3>{1, 1, 1}) {
+  // On a GPU only with every axis's taps unrolled (at most 8): its loop form spills on sm_80.
+  const bool unrolled = w5.shape(2) <= 8 && w5.shape(3) <= 8 && w5.shape(4) <= 8;
+  if (cg == 1 && w.shape(0) == o.groups && g3.s == std::array<uint32_t, 3>{1, 1, 1} &&
+      (rt.device().lane_units || unrolled)) {
     // Depthwise, stride 1: dx is dy convolved with the flipped taps, padded by (k - 1) d - p
     // in front (which may be negative: the arithmetic is modulo 2^32, as the kernel's).
     Geometry3 t = g3;

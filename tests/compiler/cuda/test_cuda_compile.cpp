@@ -648,16 +648,25 @@ TEST_CASE("the library's convolution kernels assemble without spills on every ta
           {"conv_grad_weight", {}, {{"x", in}, {"dw", in}}},
           {"conv_grad_bias", {}, {{"dy", in}}},
           {"conv_col2im", {{"sh", "2"}, {"sw", "2"}}, {}},
+          // What conv_parts::depthwise launches on a GPU: one row per unit (block 1), the
+          // taps unrolled with their weights loaded first (2-d and 3-d), or looped.
           {"conv_depthwise",
            {{"epilogue", "Gelu"},
             {"has_bias", "true"},
             {"has_residual", "true"},
-            {"block", "2"},
+            {"block", "1"},
+            {"taps_d", "1"},
             {"taps_h", "3"},
             {"taps_w", "3"},
             {"step_w", "1"}},
            {{"x", in}, {"y", in}}},
-          {"conv_depthwise", {{"flip", "true"}, {"block", "1"}}, {{"x", in}, {"y", in}}},
+          {"conv_depthwise",
+           {{"block", "1"}, {"taps_d", "3"}, {"taps_h", "3"}, {"taps_w", "3"}, {"step_w", "2"}},
+           {{"x", in}, {"y", in}}},
+          {"conv_depthwise", {{"block", "1"}}, {{"x", in}, {"y", in}}},  // over 8 taps
+          {"conv_depthwise",  // the input gradient, 7 x 7 (over 8 taps: conv_grad_input)
+           {{"flip", "true"}, {"block", "1"}, {"taps_d", "1"}, {"taps_h", "7"}, {"taps_w", "7"}},
+           {{"x", in}, {"y", in}}},
           {"conv_depthwise_grad_weight",
            {{"taps", "27"}, {"has_bias", "true"}, {"units", "128"}},
            {{"x", in}, {"dw", in}}},
@@ -682,7 +691,7 @@ TEST_CASE("the library's convolution kernels assemble without spills on every ta
       }
     }
   }
-  CHECK(built == 110);
+  CHECK(built == 130);
 }
 
 // attention_mma keeps S, P and O in registers (fragment elements, an accumulator converted into
