@@ -313,6 +313,33 @@ TEST_CASE("vectorized: rows of a cube that are not a multiple of the vector", "[
   REQUIRE(out_v == out_s);
 }
 
+TEST_CASE("vectorized: accesses at unit + a - b, including sums that wrap on purpose",
+          "[vectorize]") {
+  Pair p = compile_both("v_shifted", {64, 1, 1});
+  require_vector_code(p);
+  const size_t n = 333;
+  const std::pair<uint32_t, uint32_t> cases[] = {
+      {5, 2}, {0, 3}, {40, 0}, {0xfffffff0u, 0xffffffecu}, {0xfffffff0u, 0xfffffff3u}};
+  for (auto [a, b] : cases) {
+    INFO("a = " << a << ", b = " << b);
+    auto in = test::random_floats(n);
+    std::vector<float> out_v(n, -9), out_s(n, -9), m_v(n, -9), m_s(n, -9);
+    test::run(*p.vec, {div_up(n, 64), 1, 1},
+              {test::tensor(in), test::tensor(out_v), test::tensor(m_v), test::scalar_u32(a),
+               test::scalar_u32(b)});
+    test::run(*p.scalar, {div_up(n, 64), 1, 1},
+              {test::tensor(in), test::tensor(out_s), test::tensor(m_s), test::scalar_u32(a),
+               test::scalar_u32(b)});
+    REQUIRE(same_bits(out_v, out_s));
+    REQUIRE(same_bits(m_v, m_s));
+    const uint32_t shift = a - b;  // modulo 2^32, as the kernel computes it
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t j = static_cast<uint32_t>(i) + shift;
+      REQUIRE(out_s[i] == (j < n ? in[j] : -9.0f));
+    }
+  }
+}
+
 TEST_CASE("vectorized: run-time consecutive and stride-2 windows", "[vectorize]") {
   Pair p = compile_both("v_windows", {64, 1, 1});
   require_vector_code(p);

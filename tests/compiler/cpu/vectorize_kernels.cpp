@@ -172,3 +172,17 @@ void v_local_barrier(Tensor<const u32> idx, Tensor<f32> out) {
   out[i] = row[idx[i]];
 }
 KILN_KERNEL(v_local_barrier, "idx, out").cube_dim(32);
+
+// Loads and stores at unit + a - b (a difference: the vectorizer tests and addresses its terms
+// summed in 64 bits), with a and b such that unit + a wraps around 2^32 on purpose (the 64-bit
+// sum is then out of range and the 32-bit test must take the access), and lanes whose index
+// is out of the tensors skipped.
+void v_shifted(Tensor<const f32> in, Tensor<f32> out, Tensor<f32> moved, u32 a, u32 b) {
+  u32 i = absolute_pos();
+  u32 j = i + a - b;
+  if_(i < out.len() && j < in.len(), [&] {
+    out[i] = in[j];
+    moved[j] = in[i];
+  });
+}
+KILN_KERNEL(v_shifted, "in, out, moved, a, b").cube_dim(64);
