@@ -448,6 +448,14 @@ Status conv_backward_weight(Runtime& rt, const Tensor& x, const Tensor& dy, Tens
     const bool gpu = !rt.device().lane_units;
     const int units =
         static_cast<int>(std::clamp<int64_t>((dy5.shape(4) + 15) / 16 * 16, 16, gpu ? 128 : 256));
+    // Rows of x and dy contiguous, a small stride: the column index is visibly unit-strided.
+    const bool rows = x5.stride(4) == 1 && dy5.stride(4) == 1 && g3.s[2] <= 4;
+    // Stride and dilation 1 along the height: a block of output rows shares its input rows;
+    // the block divides the rows of a plane (4, 3 or 2 of them, else 1).
+    const bool unit_rows = g3.s[1] == 1 && g3.dl[1] == 1;
+    int block = 1;
+    for (int b = 4; unit_rows && b > 1 && block == 1; --b)
+      if (dy5.shape(3) % b == 0) block = b;
     Tensor db;
     if (dbias && dbias->shape(0) > 0) {
       db = *dbias;
@@ -457,12 +465,15 @@ Status conv_backward_weight(Runtime& rt, const Tensor& x, const Tensor& dy, Tens
     KILN_ASSIGN(const Kernel k, rt.kernel("conv_depthwise_grad_weight"));
     if (o.plan)
       *o.plan = {"conv_depthwise_grad_weight",
-                 fmt::format("a cube of {} units per channel, {} taps", units, taps),
+                 fmt::format("a cube of {} units per channel, {} taps, {} row{} at a time", units,
+                             taps, block, block == 1 ? "" : "s"),
                  "a depthwise convolution's weights (and bias) summed over the batch and every "
                  "output position"};
+    auto i = [](int64_t v) { return static_cast<int>(v); };
     return rt.launch(k, Dim3(u(dw.shape(0))), Dim3(u(units)), x5.as_read_only(), dy5.as_read_only(),
                      dw5, db, g3.s[0], g3.s[1], g3.s[2], g3.p[0], g3.p[1], g3.p[2], g3.dl[0],
-                     g3.dl[1], g3.dl[2], units, static_cast<int>(taps), dy5.shape(4) <= units,
+                     g3.dl[1], g3.dl[2], units, i(dw5.shape(2)), i(dw5.shape(3)), i(dw5.shape(4)),
+                     block, rows ? i(g3.s[2]) : 0, unit_rows, dy5.shape(4) <= units,
                      dbias != nullptr && dbias->shape(0) > 0);
   }
   bool done = false;

@@ -227,69 +227,125 @@ KILN_KERNEL_GENERIC(
     .describe("kiln::lib::conv_backward_weight: the gradient of a convolution's weights, directly");
 
 // dw (and dbias) of a depthwise convolution (each output channel k reads input channel
-// c = k / (K / C)): cube k sums, for each of its `taps` weights (kd, kh, kw; kw fastest),
-// dy[n, k, o] x[n, c, o stride + tap dilation - pad] over the batch and every output position.
-// The units walk the output columns (on the CPU 16 to a vector: each tap reads a segment of an
-// input row, no gathers), each keeping a partial sum per tap (and one of dy for the bias), in
-// the order n, od, oh, ow; the cube then adds the units' partials in unit order.
+// c = k / (K / C)): cube k sums, for each of its taps (kd, kh, kw; kw fastest; taps_d x taps_h x
+// taps_w of them, all unrolled), dy[n, k, o] x[n, c, o stride + tap dilation - pad] over the
+// batch and every output position. The units walk the output columns (on the CPU 16 to a
+// vector: each tap reads a segment of an input row, no gathers), each keeping a partial sum per
+// tap (and one of dy for the bias) in registers; the tests of each tap's column are made once,
+// before the rows. `block` output rows at a time (it divides the rows of a plane; a larger one
+// is safe, the rows past the end adding zeros): with `unit_rows` (stride and dilation 1 along
+// the height) the block's rows read block + taps_h - 1 input rows, each segment loaded once for
+// every (row, tap) that uses it. Each tap's partial sum takes its rows in order n, od, oh (then
+// the next columns of the unit); the cube then adds the units' partials in unit order.
 template <class P>
 void conv_depthwise_grad_weight(Tensor<const typename P::In> x, Tensor<const typename P::In> dy,
                                 Tensor<typename P::Out> dw, Tensor<f32> dbias, u32 sd, u32 sh,
                                 u32 sw, u32 pd, u32 ph, u32 pw, u32 dd, u32 dh, u32 dw_, int units,
-                                int taps, bool whole_rows, bool has_bias) {
+                                int taps_d, int taps_h, int taps_w, int block, int step_w,
+                                bool unit_rows, bool whole_rows, bool has_bias) {
   using In = host_of_t<typename P::In>;
   using Out = host_of_t<typename P::Out>;
-  const auto un = static_cast<uint32_t>(units), tn = static_cast<uint32_t>(taps);
-  auto part = shared_array<f32>(un * (tn + 1u));
+  const auto un = static_cast<uint32_t>(units);
+  const int tn = taps_d * taps_h * taps_w;
+  if (tn > 32) {
+    TraceContext::current().fail(
+        SrcLoc::current(),
+        fmt::format("conv_depthwise_grad_weight: taps_d x taps_h x taps_w is {}; at most 32 "
+                    "taps (each holds a partial sum per unit in registers); larger kernels take "
+                    "conv_grad_weight",
+                    tn));
+    return;
+  }
+  const auto nb = static_cast<uint32_t>(block);
+  auto part = shared_array<f32>(un * (static_cast<uint32_t>(tn) + 1u));
   u32 u = unit_pos(), k = cube_pos_x();
   u32 k_n = dy.shape(1), c = k / (k_n / x.shape(1));
   u32 kh_n = dw.shape(3), kw_n = dw.shape(4);
   u32 d_n = x.shape(2), h_n = x.shape(3), w_n = x.shape(4);
   u32 oh_n = dy.shape(3), ow_n = dy.shape(4);
-  // Each tap's offsets (the same for every unit), and its partial sum.
-  std::vector<Val<uint32_t>> td, th, tw;
+  auto constant = [](int t) { return u32(static_cast<uint32_t>(t)); };
   std::vector<Var<f32>> acc;
-  for (uint32_t t = 0; t < tn; ++t) {
-    td.push_back(t / (kw_n * kh_n) * dd - pd);
-    th.push_back(t / kw_n % kh_n * dh - ph);
-    tw.push_back(t % kw_n * dw_ - pw);
-    acc.push_back(Var<f32>(0.0f));
-  }
+  for (int t = 0; t < tn; ++t) acc.push_back(Var<f32>(0.0f));
   Var<f32> total = 0.0f;
-  for_range(0u, dy.shape(0), 1u, [&](u32 n) {
-    u32 xc = n * x.stride(0) + c * x.stride(1);
-    for_range(0u, dy.shape(2) * oh_n, 1u, [&](u32 q) {
-      u32 od = q / oh_n, oh = q % oh_n;
-      u32 dyr = n * dy.stride(0) + k * dy.stride(1) + od * dy.stride(2) + oh * dy.stride(3);
-      auto column = [&](const Val<uint32_t>& ow) {
-        f32 g = cast<float>(Val<In>(dy[dyr + ow * dy.stride(4)]));
-        if (has_bias) total += g;
-        for (uint32_t t = 0; t < tn; ++t) {
-          u32 id = od * sd + td[t], ih = oh * sh + th[t];
-          if_(id < d_n && ih < h_n, [&] {
-            u32 iw = ow * sw + tw[t];
-            if_(iw < w_n, [&] {
-              u32 at = xc + id * x.stride(2) + ih * x.stride(3) + iw * x.stride(4);
-              acc[t] = fma(g, cast<float>(Val<In>(x[at])), Val<float>(acc[t]));
-            });
-          });
-        }
-      };
-      // A row no wider than the cube: one column per unit, no loop.
-      if (whole_rows) {
-        if_(u < ow_n, [&] { column(u); });
-      } else {
-        for_range(u, ow_n, un, column);
-      }
+  // Output column ow of every row (live: the unit has one).
+  auto columns = [&](const Val<uint32_t>& ow, const Val<bool>& live) {
+    std::vector<Val<bool>> col_ok;
+    for (int t = 0; t < taps_w; ++t)
+      col_ok.push_back(live && ow * sw + constant(t) * dw_ - pw < w_n);
+    // Tap column t of input row xr; with `step_w`, x's and dy's rows are contiguous and sw is
+    // step_w: the index is visibly unit-strided, with no test of the strides at run time.
+    auto at = [&](const Val<uint32_t>& xr, int t) -> Val<uint32_t> {
+      return step_w > 0 ? xr + ow * static_cast<uint32_t>(step_w) + (constant(t) * dw_ - pw)
+                        : xr + (ow * sw + constant(t) * dw_ - pw) * x.stride(4);
+    };
+    for_range(0u, dy.shape(0), 1u, [&](u32 n) {
+      u32 xc = n * x.stride(0) + c * x.stride(1);
+      u32 dyk = n * dy.stride(0) + k * dy.stride(1);
+      for_range(0u, dy.shape(2), 1u, [&](u32 od) {
+        u32 dyp = dyk + od * dy.stride(2) + (step_w > 0 ? ow : ow * dy.stride(4));
+        u32 id0 = od * sd - pd;
+        for_range(0u, oh_n, nb, [&](u32 oh) {
+          std::vector<Val<float>> g;  // dy of the block's rows (0 past the end)
+          for (uint32_t r = 0; r < nb; ++r) {
+            Var<f32> gv = 0.0f;
+            if_(live && oh + r < oh_n,
+                [&] { gv = cast<float>(Val<In>(dy[dyp + (oh + r) * dy.stride(3)])); });
+            g.push_back(gv);
+            if (has_bias) total += g.back();
+          }
+          auto add = [&](int a, int b, int t, int r, const Val<float>& xv) {
+            const auto i = static_cast<size_t>((a * taps_h + b) * taps_w + t);
+            acc[i] = fma(xv, g[static_cast<size_t>(r)], Val<float>(acc[i]));
+          };
+          for (int a = 0; a < taps_d; ++a) {
+            u32 id = id0 + constant(a) * dd;
+            if (unit_rows) {
+              for (int j = 0; j < static_cast<int>(nb) + taps_h - 1; ++j) {
+                u32 ih = oh + constant(j) - ph;
+                if_(id < d_n && ih < h_n, [&] {
+                  u32 xr = xc + id * x.stride(2) + ih * x.stride(3);
+                  for (int t = 0; t < taps_w; ++t) {
+                    if_(col_ok[static_cast<size_t>(t)], [&] {
+                      Val<float> xv = cast<float>(Val<In>(x[at(xr, t)]));
+                      for (int r = 0; r < static_cast<int>(nb); ++r)
+                        if (j - r >= 0 && j - r < taps_h) add(a, j - r, t, r, xv);
+                    });
+                  }
+                });
+              }
+            } else {
+              for (int r = 0; r < static_cast<int>(nb); ++r) {
+                for (int b = 0; b < taps_h; ++b) {
+                  u32 ih = (oh + static_cast<uint32_t>(r)) * sh + constant(b) * dh - ph;
+                  if_(id < d_n && ih < h_n, [&] {
+                    u32 xr = xc + id * x.stride(2) + ih * x.stride(3);
+                    for (int t = 0; t < taps_w; ++t) {
+                      if_(col_ok[static_cast<size_t>(t)],
+                          [&] { add(a, b, t, r, cast<float>(Val<In>(x[at(xr, t)]))); });
+                    }
+                  });
+                }
+              }
+            }
+          }
+        });
+      });
     });
-  });
-  for (uint32_t t = 0; t < tn; ++t) part[t * un + u] = Val<float>(acc[t]);
-  part[tn * un + u] = Val<float>(total);
+  };
+  // A row no wider than the cube: one column per unit, no loop.
+  if (whole_rows) {
+    columns(u, u < ow_n);
+  } else {
+    for_range(u, ow_n, un, [&](u32 ow) { columns(ow, ow < ow_n); });
+  }
+  const auto taps = static_cast<uint32_t>(tn);
+  for (uint32_t t = 0; t < taps; ++t) part[t * un + u] = Val<float>(acc[t]);
+  part[taps * un + u] = Val<float>(total);
   sync_cube();
-  for_range(u, tn + (has_bias ? 1u : 0u), un, [&](u32 t) {
+  for_range(u, taps + (has_bias ? 1u : 0u), un, [&](u32 t) {
     Var<f32> sum = 0.0f;
     for_range(0u, un, 1u, [&](u32 p) { sum += Val<float>(part[t * un + p]); });
-    if_(t < tn, [&] {
+    if_(t < taps, [&] {
       u32 kw = t % kw_n, kh = t / kw_n % kh_n, kd = t / (kw_n * kh_n);
       dw[k * dw.stride(0) + kd * dw.stride(2) + kh * dw.stride(3) + kw * dw.stride(4)] =
           cast<Out>(Val<float>(sum));
@@ -298,8 +354,9 @@ void conv_depthwise_grad_weight(Tensor<const typename P::In> x, Tensor<const typ
 }
 KILN_KERNEL_GENERIC(conv_depthwise_grad_weight,
                     "x: rank=5, dy: rank=5, dw: rank=5, dbias, sd, sh, sw, pd, ph, pw, dd, dh, "
-                    "dw_, units = 64 in 16..1024, taps = 9 in 1..32, whole_rows = false, "
-                    "has_bias = false",
+                    "dw_, units = 64 in 16..1024, taps_d = 1 in 1..32, taps_h = 3 in 1..32, "
+                    "taps_w = 3 in 1..32, block = 1 in 1..4, step_w = 0 in 0..4, "
+                    "unit_rows = false, whole_rows = false, has_bias = false",
                     InOut<f32, f32>, InOut<f16, f32>, InOut<bf16, f32>, InOut<f16, f16>,
                     InOut<bf16, bf16>)
     .cube_dim([](const ComptimeArgs& c) -> CubeDim {

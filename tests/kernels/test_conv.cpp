@@ -423,6 +423,15 @@ TEST_CASE("kiln::lib::conv_backward_input and conv_backward_weight match double 
        "f32",
        "conv_grad_input:",
        "conv_depthwise_grad_weight:"},
+      // 3-d depthwise: 27 taps, each with its sum in registers, 4 output rows at a time sharing
+      // their input rows (8 rows to a plane), the planes tested apart.
+      {3,
+       {2, 4, 5, 8, 6},
+       {4, 1, 3, 3, 3},
+       {{"groups", "4"}, {"padding", "1"}},
+       "f32",
+       "",
+       "conv_depthwise_grad_weight: a cube of 16 units per channel, 27 taps, 4 rows at a time"},
       // Dense stride-1 input gradients as convolutions of dy (conv_gemm_cpu, taps reversed):
       // 3-d "same"; no padding (dx larger than dy); asymmetric padding; more input channels
       // than one block of rows (140); padding past (k - 1) d, which takes the GEMM and gather.

@@ -667,11 +667,16 @@ TEST_CASE("the library's convolution kernels assemble without spills on every ta
           {"conv_depthwise",  // the input gradient, 7 x 7 (over 8 taps: conv_grad_input)
            {{"flip", "true"}, {"block", "1"}, {"taps_d", "1"}, {"taps_h", "7"}, {"taps_w", "7"}},
            {{"x", in}, {"y", in}}},
-          {"conv_depthwise_grad_weight",
-           {{"taps", "27"}, {"has_bias", "true"}, {"units", "128"}},
+          {"conv_depthwise_grad_weight",  // 3 x 3 x 3, 4 rows sharing input rows
+           {{"taps_d", "3"},
+            {"block", "4"},
+            {"unit_rows", "true"},
+            {"step_w", "1"},
+            {"has_bias", "true"},
+            {"units", "128"}},
            {{"x", in}, {"dw", in}}},
-          {"conv_depthwise_grad_weight",
-           {{"whole_rows", "true"}, {"has_bias", "true"}},
+          {"conv_depthwise_grad_weight",  // 5 x 5, stride 2
+           {{"taps_h", "5"}, {"taps_w", "5"}, {"whole_rows", "true"}, {"has_bias", "true"}},
            {{"x", in}, {"dw", in}}},
       };
       for (const auto& [name, set, dtype] : specs) {
