@@ -495,7 +495,18 @@ Status conv_backward_weight(Runtime& rt, const Tensor& x, const Tensor& dy, Tens
   if (!dbias || dbias->shape(0) == 0) return {};
   KILN_ASSIGN(const Kernel kb, rt.kernel("conv_grad_bias"));
   Tensor db = *dbias;
-  return rt.launch(kb, Dim3(u((dw.shape(0) + 63) / 64)), Dim3(64), dy5.as_read_only(), db);
+  // Channels contiguous: a unit per channel; else a cube per channel, its units along the
+  // positions (all of an item's at once where they are dense).
+  if (dy5.stride(1) == 1)
+    return rt.launch(kb, Dim3(u((dw.shape(0) + 63) / 64)), Dim3(64), dy5.as_read_only(), db, 64,
+                     false, false);
+  const bool flat = dy5.stride(4) == 1 && dy5.stride(3) == dy5.shape(4) &&
+                    dy5.stride(2) == dy5.shape(3) * dy5.shape(4);
+  const int64_t along = flat ? dy5.shape(2) * dy5.shape(3) * dy5.shape(4) : dy5.shape(4);
+  const int units = static_cast<int>(
+      std::clamp<int64_t>((along + 15) / 16 * 16, 16, rt.device().lane_units ? 64 : 256));
+  return rt.launch(kb, Dim3(u(dw.shape(0))), Dim3(u(units)), dy5.as_read_only(), db, units, true,
+                   flat);
 }
 
 }  // namespace kiln::lib

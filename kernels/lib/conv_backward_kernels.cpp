@@ -366,25 +366,61 @@ KILN_KERNEL_GENERIC(conv_depthwise_grad_weight,
         "kiln::lib::conv_backward_weight: a depthwise convolution's weight (and bias) gradient, "
         "a cube per channel");
 
-// dbias[k] = the sum of dy[n, k, ...] over the batch and every output position, in that order,
-// in f32: a unit per output channel.
+// dbias[k] = the sum of dy[n, k, ...] over the batch and every output position, in f32 (a cube
+// of `units`). With channels contiguous (NHWC): a unit per output channel, in the order n, od, oh,
+// ow. Else
+// (`per_channel`) a cube per channel whose units walk the positions (all of an item's at once
+// when they are dense, `flat`; else each row's columns), each keeping a partial sum, added in unit
+// order at the end: on the CPU the positions are read as vectors, not gathered across channels.
 template <class T>
-void conv_grad_bias(Tensor<const T> dy, Tensor<f32> dbias) {
+void conv_grad_bias(Tensor<const T> dy, Tensor<f32> dbias, int units, bool per_channel, bool flat) {
   using In = host_of_t<T>;
-  u32 k = cube_pos_x() * cube_dim() + unit_pos();
-  if_(k >= dy.shape(1), [&] { return_(); });
-  Var<f32> acc = 0.0f;
-  for_range(0u, dy.shape(0), 1u, [&](u32 n) {
-    for_range(0u, dy.shape(2), 1u, [&](u32 od) {
-      for_range(0u, dy.shape(3), 1u, [&](u32 oh) {
-        u32 r = n * dy.stride(0) + k * dy.stride(1) + od * dy.stride(2) + oh * dy.stride(3);
-        for_range(0u, dy.shape(4), 1u,
-                  [&](u32 ow) { acc += cast<float>(Val<In>(dy[r + ow * dy.stride(4)])); });
+  auto value = [&](const Val<uint32_t>& at) { return cast<float>(Val<In>(dy[at])); };
+  if (!per_channel) {
+    u32 k = cube_pos_x() * cube_dim() + unit_pos();
+    if_(k >= dy.shape(1), [&] { return_(); });
+    Var<f32> acc = 0.0f;
+    for_range(0u, dy.shape(0), 1u, [&](u32 n) {
+      for_range(0u, dy.shape(2), 1u, [&](u32 od) {
+        for_range(0u, dy.shape(3), 1u, [&](u32 oh) {
+          u32 r = n * dy.stride(0) + k * dy.stride(1) + od * dy.stride(2) + oh * dy.stride(3);
+          for_range(0u, dy.shape(4), 1u, [&](u32 ow) { acc += value(r + ow * dy.stride(4)); });
+        });
       });
     });
+    dbias[k] = acc;
+    return;
+  }
+  const auto un = static_cast<uint32_t>(units);
+  auto part = shared_array<f32>(un);
+  u32 u = unit_pos(), k = cube_pos_x();
+  Var<f32> acc = 0.0f;
+  for_range(0u, dy.shape(0), 1u, [&](u32 n) {
+    u32 base = n * dy.stride(0) + k * dy.stride(1);
+    if (flat) {
+      for_range(u, dy.shape(2) * dy.shape(3) * dy.shape(4), un,
+                [&](u32 p) { acc += value(base + p); });
+    } else {
+      for_range(0u, dy.shape(2), 1u, [&](u32 od) {
+        for_range(0u, dy.shape(3), 1u, [&](u32 oh) {
+          u32 r = base + od * dy.stride(2) + oh * dy.stride(3);
+          for_range(u, dy.shape(4), un, [&](u32 ow) { acc += value(r + ow * dy.stride(4)); });
+        });
+      });
+    }
   });
-  dbias[k] = acc;
+  part[u] = Val<float>(acc);
+  sync_cube();
+  if_(u == 0u, [&] {
+    Var<f32> sum = 0.0f;
+    for_range(0u, un, 1u, [&](u32 q) { sum += Val<float>(part[q]); });
+    dbias[k] = sum;
+  });
 }
-KILN_KERNEL_GENERIC(conv_grad_bias, "dy: rank=5, dbias", f32, f16, bf16)
-    .cube_dim(64)
+KILN_KERNEL_GENERIC(conv_grad_bias,
+                    "dy: rank=5, dbias, units = 64 in 16..1024, per_channel = false, flat = false",
+                    f32, f16, bf16)
+    .cube_dim([](const ComptimeArgs& c) -> CubeDim {
+      return {static_cast<uint32_t>(c.integer("units")), 1, 1};
+    })
     .describe("kiln::lib::conv_backward_weight: the gradient of a convolution's bias");

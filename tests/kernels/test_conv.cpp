@@ -603,6 +603,67 @@ TEST_CASE("kiln::lib::conv's backward passes are the forward's adjoints", "[conv
   }
 }
 
+// dy as a view whose rows are padded (row stride 8 for 6 columns): the bias's gradient walks
+// each row's columns (its positions are not dense), and the weights' gradient (dense and
+// depthwise) reads the view; both match the same gradients from a contiguous copy of dy, and
+// dbias a double sum, on the CPU and the emulator.
+TEST_CASE("kiln::lib::conv_backward_weight reads a strided dy", "[conv][conv-backward]") {
+  (void)kernels::builtin_names();
+  for (const char* device : {"cpu", "cuda-emu:sm_80"}) {
+    auto opened = test::open_devices({device});
+    if (opened.empty()) {
+      WARN("skipped: " << device << " is not available here");
+      continue;
+    }
+    Runtime& rt = opened.front();
+    for (const int64_t groups : {1, 3}) {
+      INFO(device << ", groups " << groups);
+      const std::vector<int64_t> xs{2, 3, 5, 6}, ws{6, 3 / groups, 3, 3}, ys{2, 6, 5, 6};
+      const lib::ConvOptions o{.padding = {1}, .groups = groups};
+      std::mt19937 gen(7);
+      std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+      std::vector<float> xv(2 * 3 * 5 * 6), big(2 * 6 * 5 * 8), dense;
+      for (float& f : xv) f = dist(gen);
+      for (float& f : big) f = dist(gen);
+      double want[6] = {};
+      for (int n = 0; n < 2; ++n)
+        for (int k = 0; k < 6; ++k)
+          for (int h = 0; h < 5; ++h)
+            for (int w = 0; w < 6; ++w) {
+              const float v = big[static_cast<size_t>(((n * 6 + k) * 5 + h) * 8 + w)];
+              dense.push_back(v);
+              want[k] += v;
+            }
+      auto x = rt.empty(ir::ElemType::F32, xs);
+      auto dy_big = rt.empty(ir::ElemType::F32, {2, 6, 5, 8});
+      auto dy_dense = rt.empty(ir::ElemType::F32, ys);
+      REQUIRE((x.ok() && dy_big.ok() && dy_dense.ok()));
+      REQUIRE(x->upload(std::span<const float>(xv)).ok());
+      REQUIRE(dy_big->upload(std::span<const float>(big)).ok());
+      REQUIRE(dy_dense->upload(std::span<const float>(dense)).ok());
+      auto dy = Tensor::make(dy_big->device_ptr(), dy_big->buffer(), ir::ElemType::F32, ys,
+                             std::vector<int64_t>{240, 40, 8, 1});
+      REQUIRE(dy.ok());
+      auto dw = rt.empty(ir::ElemType::F32, ws), dw_dense = rt.empty(ir::ElemType::F32, ws);
+      auto db = rt.empty(ir::ElemType::F32, {6}), db_dense = rt.empty(ir::ElemType::F32, {6});
+      REQUIRE((dw.ok() && dw_dense.ok() && db.ok() && db_dense.ok()));
+      KILN_REQUIRE_OK(lib::conv_backward_weight(rt, *x, *dy, *dw, o, &*db));
+      KILN_REQUIRE_OK(lib::conv_backward_weight(rt, *x, *dy_dense, *dw_dense, o, &*db_dense));
+      REQUIRE(rt.sync().ok());
+      std::vector<float> a(static_cast<size_t>(dw->numel())), b(a.size()), da(6), dd(6);
+      REQUIRE(dw->download(std::span<float>(a)).ok());
+      REQUIRE(dw_dense->download(std::span<float>(b)).ok());
+      REQUIRE(db->download(std::span<float>(da)).ok());
+      REQUIRE(db_dense->download(std::span<float>(dd)).ok());
+      for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == Approx(b[i]).margin(1e-5));
+      for (int k = 0; k < 6; ++k) {
+        CHECK(da[static_cast<size_t>(k)] == Approx(want[k]).margin(1e-4));
+        CHECK(dd[static_cast<size_t>(k)] == Approx(want[k]).margin(1e-4));
+      }
+    }
+  }
+}
+
 TEST_CASE("kiln::lib::conv refuses what it cannot compute, naming it", "[conv]") {
   (void)kernels::builtin_names();
   auto rt = Runtime::open("cpu");

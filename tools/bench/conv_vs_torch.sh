@@ -4,8 +4,8 @@
 # depthwise 3x3 block and a 3-d 3x3x3 layer, f32, NCHW, forward and both backward passes: each
 # layer through `kiln run conv2d|conv3d[_backward_input|_backward_weight]` (which also checks it
 # against a double reference; the median of its timed runs) and through PyTorch with the same
-# threads (torch.nn.functional.conv2d/conv3d, and aten.convolution_backward with one gradient
-# asked for; the median of 10 runs after a warm-up). Prints both times, kiln's speed-up and the
+# threads (torch.nn.functional.conv2d/conv3d, and aten.convolution_backward with the gradients
+# kiln's pass gives: dx, or dw and the bias's; the median of 10 runs after a warm-up). Prints both times, kiln's speed-up and the
 # kernel kiln picked, writes build/conv_bench.csv, and the chart docs/images/conv_cpu.png when
 # matplotlib is importable (a full run only: --quick, --forward and --layer leave it alone).
 # PyTorch and matplotlib come from PyPI into build/bench-venv (bench_venv.sh); nothing is
@@ -100,7 +100,8 @@ s, p, g = [int(stride)] * dims, [int(pad)] * dims, int(groups)
 with torch.no_grad():
     y = f(x, w, stride=s, padding=p, groups=g)
     dy = torch.rand_like(y) * 2 - 1
-    mask = [what == "backward_input", what == "backward_weight", False]
+    # The weights' pass asks for the bias's gradient too, as `kiln run` computes both.
+    mask = [what == "backward_input", what == "backward_weight", what == "backward_weight"]
     def run():
         if what == "forward":
             f(x, w, stride=s, padding=p, groups=g)

@@ -647,6 +647,10 @@ TEST_CASE("the library's convolution kernels assemble without spills on every ta
           {"conv_grad_input", {{"sh", "2"}, {"sw", "2"}}, {{"dy", in}, {"dx", in}}},
           {"conv_grad_weight", {}, {{"x", in}, {"dw", in}}},
           {"conv_grad_bias", {}, {{"dy", in}}},
+          {"conv_grad_bias",  // a cube per channel, its units along the positions
+           {{"per_channel", "true"}, {"flat", "true"}, {"units", "256"}},
+           {{"dy", in}}},
+          {"conv_grad_bias", {{"per_channel", "true"}, {"units", "256"}}, {{"dy", in}}},
           {"conv_col2im", {{"sh", "2"}, {"sw", "2"}}, {}},
           // What conv_parts::depthwise launches on a GPU: one row per unit (block 1), the
           // taps unrolled with their weights loaded first (2-d and 3-d), or looped.
@@ -696,7 +700,7 @@ TEST_CASE("the library's convolution kernels assemble without spills on every ta
       }
     }
   }
-  CHECK(built == 130);
+  CHECK(built == 150);
 }
 
 // attention_mma keeps S, P and O in registers (fragment elements, an accumulator converted into
