@@ -320,9 +320,46 @@ Result<bool> pointwise_weight(Runtime& rt, const Tensor& x5, const Tensor& dy5, 
   KILN_ASSIGN(const auto dyv, by_positions(dy5, 1, false));
   if (!xv || !dyv) return false;
   const int64_t k = dw5.shape(0), c = dw5.shape(1);
-  KILN_ASSIGN(const Tensor dwv,
+  KILN_ASSIGN(Tensor dwv,
               Tensor::make(dw5.device_ptr(), dw5.buffer(), dw5.dtype(), std::vector<int64_t>{k, c},
                            std::vector<int64_t>{dw5.stride(0), dw5.stride(1)}, dw5.offset()));
+  // On the CPU with the positions contiguous in x and dy (NCHW) and at least 2048 of them: dot
+  // products along the positions, no operand packed transposed, each cube sweeping every row
+  // of one operand (b) for its rows of the other: b is the smaller of x_n and dy_n, and at most
+  // 1 MiB, so that the sweeps stay in the L2 cache. Measured on an Ice Lake Xeon at batch 8
+  // against the products: 64 channels of 56 x 56 in and out 7.0 -> 2.0 ms, 64 in and 256 out
+  // 14.9 -> 8.8 ms; but 512 in and 128 out of 28 x 28 (784 positions: short dots, each cube's
+  // sums added across the lanes more often) 9.9 -> 11.7 ms, so that one stays a product.
+  KILN_ASSIGN(const auto xr, by_positions(x5, 1, false));  // [N, C, P]
+  const int64_t items = x5.shape(0), positions = (*xr).shape(2);
+  const bool swap = c > k;  // a = x, b = dy
+  const int64_t b_bytes = std::min(c, k) * positions * ir::elem_bytes(x5.dtype());
+  if (rt.device().lane_units && (*xr).stride(2) == 1 && (*dyv).stride(2) == 1 &&
+      positions >= 2048 && b_bytes <= (int64_t{1} << 20) && items * k * c < (int64_t{1} << 32)) {
+    const int lanes = std::max(1, rt.max_lanes(ElemType::F32));
+    // rk rc sums, rk loads of a and one of b in registers (LLVM hoists them all: 24 of
+    // AVX-512's 32 at 4 x 4; 4 x 6 spilled), 13 of AVX2's 16 at 3 x 3.
+    const int rk = lanes >= 16 ? 4 : 3, rc = lanes >= 16 ? 4 : 3;
+    KILN_ASSIGN(Tensor part, rt.empty(ElemType::F32, {items, k, c}));
+    KILN_ASSIGN(const Kernel dots, rt.kernel("conv_weight_dots"));
+    KILN_ASSIGN(const Kernel sum, rt.kernel("conv_weight_items"));
+    auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
+    const Tensor a = (swap ? *xr : *dyv).as_read_only(), b = (swap ? *dyv : *xr).as_read_only();
+    KILN_TRY(rt.launch(dots, Dim3(u((a.shape(1) + rk - 1) / rk), u(items)), Dim3(u(lanes)), a, b,
+                       part, rk, rc, lanes, swap));
+    KILN_TRY(
+        rt.launch(sum, Dim3(u((k * c + 63) / 64)), Dim3(64), part.as_read_only(), dwv, u(items)));
+    if (plan)
+      *plan = {
+          "conv_weight_dots",
+          fmt::format("{} x {} dot products at a time along {} positions, {} lanes, each "
+                      "cube sweeping {}; {} batch item{} summed by conv_weight_items",
+                      rk, rc, positions, lanes, swap ? "dy" : "x", items, items == 1 ? "" : "s"),
+          "a 1 x 1 convolution's weight gradient, dw = dy x^T summed over the batch: both "
+          "operands hold the positions contiguously, so dot products along them read both "
+          "as they lie"};
+    return true;
+  }
   Tensor target = dwv;
   if (dw5.dtype() != ElemType::F32) {
     KILN_ASSIGN(target, rt.empty(ElemType::F32, {k, c}));
@@ -504,7 +541,7 @@ Status conv_backward_weight(Runtime& rt, const Tensor& x, const Tensor& dy, Tens
                     dy5.stride(2) == dy5.shape(3) * dy5.shape(4);
   const int64_t along = flat ? dy5.shape(2) * dy5.shape(3) * dy5.shape(4) : dy5.shape(4);
   const int units = static_cast<int>(
-      std::clamp<int64_t>((along + 15) / 16 * 16, 16, rt.device().lane_units ? 64 : 256));
+      std::clamp<int64_t>((along + 15) / 16 * 16, 16, rt.device().lane_units ? 16 : 256));
   return rt.launch(kb, Dim3(u(dw.shape(0))), Dim3(u(units)), dy5.as_read_only(), db, units, true,
                    flat);
 }

@@ -226,6 +226,88 @@ KILN_KERNEL_GENERIC(
     .cube_dim(128)
     .describe("kiln::lib::conv_backward_weight: the gradient of a convolution's weights, directly");
 
+// Item n's share of a 1 x 1 convolution's weight gradient on the CPU, dw_n [K, C] = dy_n [K, P]
+// x_n [C, P]^T: both operands hold the positions (the sum) contiguously, so instead of packing
+// them transposed for matmul's micro-kernel, the units are the SIMD lanes walking the
+// positions (a cube of `lanes` units, one vector), `rk` x `rc` dot products held in registers
+// at a time (rk loads of a and rc of b per vector of positions for rk rc FMAs), each summed
+// across the lanes at the end, in lane order. a and b are dy and x, or with `swap` x and dy
+// (b, swept whole by every cube of an item, is the one that stays in the cache). Cube (ab, n)
+// computes rows ab rk .. ab rk + rk - 1 of a against every block of rc rows of b; part[n, k, c]
+// holds the item's product, summed over the items by conv_weight_items.
+template <class T>
+void conv_weight_dots(Tensor<const T> a, Tensor<const T> b, Tensor<f32> part, int rk, int rc,
+                      int lanes, bool swap) {
+  using In = host_of_t<T>;
+  const auto nk = static_cast<uint32_t>(rk), nc = static_cast<uint32_t>(rc);
+  u32 ab = cube_pos_x() * nk, n = cube_pos_y(), u = unit_pos();
+  u32 a_n = a.shape(1), b_n = b.shape(1), p_n = a.shape(2);
+  const auto un = static_cast<uint32_t>(lanes);
+  auto lane_sums = shared_array<f32>(nk * nc * un);
+  // The rows of a and b (past the end: the last row again, its sums never stored).
+  std::vector<Val<uint32_t>> a_row;
+  for (uint32_t i = 0; i < nk; ++i)
+    a_row.push_back(n * a.stride(0) + min(ab + i, a_n - 1u) * a.stride(1));
+  for_range(0u, b_n, nc, [&](u32 bb) {
+    std::vector<Val<uint32_t>> b_row;
+    for (uint32_t j = 0; j < nc; ++j)
+      b_row.push_back(n * b.stride(0) + min(bb + j, b_n - 1u) * b.stride(1));
+    std::vector<Var<f32>> acc;
+    for (uint32_t e = 0; e < nk * nc; ++e) acc.push_back(Var<f32>(0.0f));
+    for_range(u, p_n, un, [&](u32 p) {
+      std::vector<Val<float>> av;
+      for (uint32_t i = 0; i < nk; ++i) av.push_back(cast<float>(Val<In>(a[a_row[i] + p])));
+      for (uint32_t j = 0; j < nc; ++j) {
+        Val<float> bv = cast<float>(Val<In>(b[b_row[j] + p]));
+        for (uint32_t i = 0; i < nk; ++i)
+          acc[i * nc + j] = fma(av[i], bv, Val<float>(acc[i * nc + j]));
+      }
+    });
+    // The lanes' sums through shared memory (a plane reduction would keep the sums in memory
+    // during the loop on the CPU: they outlive the segment it ends), then unit e adds up sum e.
+    for (uint32_t e = 0; e < nk * nc; ++e) lane_sums[e * un + u] = Val<float>(acc[e]);
+    sync_cube();
+    for_range(u, nk * nc, un, [&](u32 e) {
+      Var<f32> sum = 0.0f;
+      for_range(0u, un, 1u, [&](u32 l) { sum += Val<float>(lane_sums[e * un + l]); });
+      u32 i = ab + e / nc, j = bb + e % nc;
+      if_(i < a_n && j < b_n, [&] {
+        if (swap)
+          part[(n * b_n + j) * a_n + i] = sum;
+        else
+          part[(n * a_n + i) * b_n + j] = sum;
+      });
+    });
+    sync_cube();
+  });
+}
+KILN_KERNEL_GENERIC(conv_weight_dots,
+                    "a: rank=3, b: rank=3, part, rk = 4 in 1..8, rc = 4 in 1..8, "
+                    "lanes = 16 in 1..64, swap = false",
+                    f32, f16, bf16)
+    .cube_dim([](const ComptimeArgs& c) -> CubeDim {
+      return {static_cast<uint32_t>(c.integer("lanes")), 1, 1};
+    })
+    .describe(
+        "kiln::lib::conv_backward_weight on the CPU: a 1 x 1 convolution's weight gradient per "
+        "batch item, as dot products along the positions");
+
+// dw[k, c] = the sum over the batch items n of part[n, k, c] (conv_weight_dots'), in order, in
+// f32, rounded to dw's type once: a unit per weight.
+template <class T>
+void conv_weight_items(Tensor<const f32> part, Tensor<T> dw, u32 items) {
+  using Out = host_of_t<T>;
+  u32 e = absolute_pos();
+  u32 k_n = dw.shape(0), c_n = dw.shape(1);
+  if_(e >= k_n * c_n, [&] { return_(); });
+  Var<f32> sum = 0.0f;
+  for_range(0u, items, 1u, [&](u32 n) { sum += Val<float>(part[n * k_n * c_n + e]); });
+  dw[e / c_n * dw.stride(0) + e % c_n * dw.stride(1)] = cast<Out>(Val<float>(sum));
+}
+KILN_KERNEL_GENERIC(conv_weight_items, "part, dw: rank=2, items", f32, f16, bf16)
+    .cube_dim(64)
+    .describe("kiln::lib::conv_backward_weight on the CPU: conv_weight_dots' items summed into dw");
+
 // dw (and dbias) of a depthwise convolution (each output channel k reads input channel
 // c = k / (K / C)): cube k sums, for each of its taps (kd, kh, kw; kw fastest; taps_d x taps_h x
 // taps_w of them, all unrolled), dy[n, k, o] x[n, c, o stride + tap dilation - pad] over the

@@ -39,27 +39,46 @@ using namespace kiln::lib::matmul_parts;
 
 // Batch item z of t ([B0, B1, B2, R, C]) into f32 slivers of `width` along dimension `cut` (3:
 // rows, 4: columns), the other one (K) running inside each: element (sliver s, k, lane l) at
-// (s K + k) width + l, lanes past the cut dimension zero. Cube (x, 0, z) packs elements
-// x chunk .. (x + 1) chunk - 1 of the item (many small slivers to a cube: a batch of small
-// products is not a cube per sliver); unit e writes element e, so the stores are consecutive.
+// (s K + k) width + l, lanes past the cut dimension zero. A step is one k of one sliver (width
+// floats); cube (x, 0, z) packs steps x chunk .. (x + 1) chunk - 1 of the item (many small
+// slivers to a cube: a batch of small products is not a cube per sliver), unit l lane l of
+// each (the units past width idle), walking the steps in order: the sliver and k of each step
+// follow from the last one's by a comparison, the one division is the cube's first step's.
+// So the stores are consecutive, and the loads are too where the cut dimension is (B
+// row-major, A column-major); else they are a gather.
 template <class T>
 void pack_slivers(const Tensor<const T>& t, Tensor<f32>& out, int width, int chunk, int cut) {
   const auto w = static_cast<uint32_t>(width);
   const int along = 7 - cut;  // the other of dimensions 3 and 4
   u32 cut_size = t.shape(cut), k = t.shape(along);
-  u32 z = cube_pos_z();
-  u32 size = (cut_size + (w - 1u)) / w * k * w;
-  u32 base = z * size, from = item_offset(t, z);
+  u32 z = cube_pos_z(), l = unit_pos();
+  u32 steps = (cut_size + (w - 1u)) / w * k;
+  u32 base = z * steps * w + l, from = item_offset(t, z);
   u32 cs = t.stride(cut), ks = t.stride(along);
   u32 first = cube_pos_x() * static_cast<uint32_t>(chunk);
-  for_range(first + unit_pos(), min(size, first + static_cast<uint32_t>(chunk)), cube_dim(),
-            [&](u32 e) {
-              u32 step = e / w;  // sliver s, k: s K + k
-              u32 at = step / k * w + e % w, kk = step % k;
-              Val<bool> inside = at < cut_size;
-              u32 idx = from + select(inside, at, 0u) * cs + kk * ks;
-              out[base + e] = select(inside, cast<float>(Val<host_of_t<T>>(t[idx])), 0.0f);
-            });
+  u32 end = min(steps, first + static_cast<uint32_t>(chunk));
+  if_(first >= end, [&] { return_(); });
+  // The step's sliver and k: the same for every unit (uniform), so that the lanes' index is
+  // visibly consecutive.
+  Var<uint32_t> s = first / max(k, 1u), kk = first % max(k, 1u);
+  Val<bool> lane = l < w;
+  for_range(first, end, 1u, [&](u32 step) {
+    u32 at = Val<uint32_t>(s) * w + l;
+    Var<f32> v = 0.0f;
+    if_(lane && at < cut_size,
+        [&] { v = cast<float>(Val<host_of_t<T>>(t[from + at * cs + Val<uint32_t>(kk) * ks])); });
+    if_(lane, [&] { out[base + step * w] = Val<float>(v); });
+    kk += 1u;
+    if_(kk == k, [&] {
+      kk = 0u;
+      s += 1u;
+    });
+  });
+}
+
+// The cube of a packing kernel: its width rounded up to whole vectors of 16 lanes.
+uint32_t pack_cube(int64_t width) {
+  return static_cast<uint32_t>((width + 15) / 16 * 16);
 }
 
 // op(A) (a: [B0, B1, B2, M, K] as the host's view gives it) into slivers of mr rows (the reads
@@ -68,9 +87,11 @@ template <class T>
 void matmul_pack_a(Tensor<const T> a, Tensor<f32> ap, int mr, int chunk) {
   pack_slivers(a, ap, mr, chunk, 3);
 }
-KILN_KERNEL_GENERIC(matmul_pack_a, "a: rank=5, ap, mr = 12 in 1..32, chunk = 16384 in 256..1048576",
+KILN_KERNEL_GENERIC(matmul_pack_a, "a: rank=5, ap, mr = 12 in 1..32, chunk = 1024 in 1..1048576",
                     f32, f16, bf16, f8e4m3, f8e5m2)
-    .cube_dim(256)
+    .cube_dim([](const ComptimeArgs& c) -> CubeDim {
+      return {pack_cube(c.integer("mr")), 1, 1};
+    })
     .describe("kiln::lib::matmul: A into f32 slivers of mr rows (CPU)");
 
 // op(B) (b: [B0, B1, B2, K, N]) into slivers of nr columns: consecutive units read consecutive
@@ -79,10 +100,11 @@ template <class T>
 void matmul_pack_b(Tensor<const T> b, Tensor<f32> bp, int nr, int chunk) {
   pack_slivers(b, bp, nr, chunk, 4);
 }
-KILN_KERNEL_GENERIC(matmul_pack_b,
-                    "b: rank=5, bp, nr = 32 in 1..256, chunk = 16384 in 256..1048576", f32, f16,
-                    bf16, f8e4m3, f8e5m2)
-    .cube_dim(256)
+KILN_KERNEL_GENERIC(matmul_pack_b, "b: rank=5, bp, nr = 32 in 1..256, chunk = 512 in 1..1048576",
+                    f32, f16, bf16, f8e4m3, f8e5m2)
+    .cube_dim([](const ComptimeArgs& c) -> CubeDim {
+      return {pack_cube(c.integer("nr")), 1, 1};
+    })
     .describe("kiln::lib::matmul: B into f32 slivers of nr columns (CPU)");
 
 // C (c: [B0, B1, B2, M, N]) = alpha A B + beta C (+ bias) through the epilogue, from the packed
@@ -209,18 +231,26 @@ CpuConfig bucket_config(const Runtime& rt, const Problem& p) {
   return cpu_config(rt, rounded);
 }
 
-// The first `items` batch items of op(A) (a: [B0, B1, B2, M, K]) into slivers of mr rows, in
-// chunks of 16384 elements (64 KiB of f32) per cube, a multiple of the cube's 256 units; K = 0
-// packs nothing.
+// A packing kernel's grid and chunk for `item` elements per batch item in slivers of `width`:
+// chunks of about 16384 elements (64 KiB of f32) per cube, whole steps of `width` floats.
+struct PackGrid {
+  Dim3 grid, cube;
+  int chunk = 1;
+};
+PackGrid pack_grid(int64_t item, int64_t items, int width) {
+  const int64_t chunk = std::max<int64_t>(1, 16384 / width), steps = item / width;
+  return {Dim3(static_cast<uint32_t>((steps + chunk - 1) / chunk), 1, static_cast<uint32_t>(items)),
+          Dim3(pack_cube(width)), static_cast<int>(chunk)};
+}
+
+// The first `items` batch items of op(A) (a: [B0, B1, B2, M, K]) into slivers of mr rows
+// (`item` floats each); K = 0 packs nothing.
 Status pack_a_slivers(Runtime& rt, const Tensor& a, Tensor& ap, int64_t item, int64_t items,
                       int mr) {
   if (item == 0 || items == 0) return {};
-  constexpr int64_t kChunk = 16384;
   KILN_ASSIGN(const Kernel pack_a, rt.kernel("matmul_pack_a"));
-  return rt.launch(
-      pack_a,
-      Dim3(static_cast<uint32_t>((item + kChunk - 1) / kChunk), 1, static_cast<uint32_t>(items)),
-      Dim3(256), a.as_read_only(), ap, mr, static_cast<int>(kChunk));
+  const PackGrid g = pack_grid(item, items, mr);
+  return rt.launch(pack_a, g.grid, g.cube, a.as_read_only(), ap, mr, g.chunk);
 }
 
 // The element types of A, B and C, and the options' numbers: what matmul and grouped_matmul
@@ -338,8 +368,6 @@ Status run_cpu(Runtime& rt, const Problem& p, const MatmulOptions& o, const CpuC
   KILN_ASSIGN(Tensor bp, rt.empty(ElemType::F32, {std::max<int64_t>(bp_size, 1)}));
   if (p.k > 0) {
     KILN_ASSIGN(const Kernel pack_b, rt.kernel("matmul_pack_b"));
-    // Chunks of 16384 elements (64 KiB of f32) per cube, a multiple of the cube's 256 units.
-    constexpr int64_t kChunk = 16384;
     const int64_t item_a = slivers_m * cfg.mr * p.k, item_b = slivers_n * cfg.nr() * p.k;
     if (custom_a)
       KILN_TRY((*custom_a)(ap, cfg.mr));
@@ -347,9 +375,10 @@ Status run_cpu(Runtime& rt, const Problem& p, const MatmulOptions& o, const CpuC
       KILN_TRY(pack_a_slivers(rt, p.a, ap, item_a, p.batch_a, cfg.mr));
     if (custom_b)
       KILN_TRY((*custom_b)(bp, cfg.nr()));
-    else
-      KILN_TRY(rt.launch(pack_b, Dim3(u((item_b + kChunk - 1) / kChunk), 1, u(p.batch_b)),
-                         Dim3(256), p.b.as_read_only(), bp, cfg.nr(), static_cast<int>(kChunk)));
+    else if (item_b > 0 && p.batch_b > 0) {
+      const PackGrid g = pack_grid(item_b, p.batch_b, cfg.nr());
+      KILN_TRY(rt.launch(pack_b, g.grid, g.cube, p.b.as_read_only(), bp, cfg.nr(), g.chunk));
+    }
   }
   Tensor bias;
   if (o.bias) {

@@ -423,6 +423,17 @@ TEST_CASE("kiln::lib::conv_backward_input and conv_backward_weight match double 
        "f32",
        "conv_grad_input:",
        "conv_depthwise_grad_weight:"},
+      // 1 x 1 layers of at least 2048 positions: dot products along them (conv_weight_dots),
+      // rows and columns past whole blocks, positions past whole vectors; x swept (fewer input
+      // channels), then dy swept (fewer output channels) with a bf16 gradient.
+      {2, {2, 5, 47, 51}, {7, 5, 1, 1}, {{"padding", "0"}}, "f32", "", "conv_weight_dots:"},
+      {2,
+       {1, 9, 45, 47},
+       {3, 9, 1, 1},
+       {{"padding", "0"}},
+       "bf16-bf16",
+       "",
+       "cube sweeping dy; 1 batch item"},  // conv_weight_dots's plan
       // 3-d depthwise: 27 taps, each with its sum in registers, 4 output rows at a time sharing
       // their input rows (8 rows to a plane), the planes tested apart.
       {3,
