@@ -162,6 +162,46 @@ Result<bool> weight_gemm_cpu(Runtime& rt, const Tensor& x5, const Tensor& dy5, T
   return true;
 }
 
+// The weights' gradient of a dense stride-1 convolution on the CPU by conv_weight_taps (each
+// tap as dot products along shifted rows of x: nothing packed, no im2col), where x's and dy's
+// rows are contiguous, dw is dense, there are at least 2048 output positions per item and
+// x_n fits in kLimit bytes (each cube sweeps it once per tap).
+Result<bool> weight_taps_cpu(Runtime& rt, const Tensor& x5, const Tensor& dy5, Tensor& dw5,
+                             const Geometry3& g, MatmulPlan* plan) {
+  constexpr int64_t kLimit = int64_t{4} << 20;
+  const int64_t items = x5.shape(0), k = dw5.shape(0), c = dw5.shape(1),
+                taps = dw5.shape(2) * dw5.shape(3) * dw5.shape(4),
+                positions = dy5.shape(2) * dy5.shape(3) * dy5.shape(4),
+                x_bytes = c * x5.shape(2) * x5.shape(3) * x5.shape(4) * ir::elem_bytes(x5.dtype());
+  if (g.s != std::array<uint32_t, 3>{1, 1, 1} || x5.stride(4) != 1 || dy5.stride(4) != 1 ||
+      column_stride(dw5) != 1 || positions < 2048 || x_bytes > kLimit ||
+      items * k * c * taps >= (int64_t{1} << 32))
+    return false;
+  const int lanes = std::max(1, rt.max_lanes(ElemType::F32));
+  const int rk = lanes >= 16 ? 4 : 3, rc = lanes >= 16 ? 4 : 3;
+  KILN_ASSIGN(Tensor part, rt.empty(ElemType::F32, {items, k, c * taps}));
+  KILN_ASSIGN(Tensor dwv, Tensor::make(dw5.device_ptr(), dw5.buffer(), dw5.dtype(),
+                                       std::vector<int64_t>{k, c * taps},
+                                       std::vector<int64_t>{dw5.stride(0), 1}, dw5.offset()));
+  KILN_ASSIGN(const Kernel taps_k, rt.kernel("conv_weight_taps"));
+  KILN_ASSIGN(const Kernel sum, rt.kernel("conv_weight_items"));
+  auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
+  KILN_TRY(rt.launch(taps_k, Dim3(u((k + rk - 1) / rk), u(items)), Dim3(u(lanes)),
+                     x5.as_read_only(), dy5.as_read_only(), part, u(dw5.shape(2)), u(dw5.shape(3)),
+                     u(dw5.shape(4)), g.p[0], g.p[1], g.p[2], g.dl[0], g.dl[1], g.dl[2], rk, rc,
+                     lanes));
+  KILN_TRY(rt.launch(sum, Dim3(u((k * c * taps + 63) / 64)), Dim3(64), part.as_read_only(), dwv,
+                     u(items)));
+  if (plan)
+    *plan = {"conv_weight_taps",
+             fmt::format("{} x {} dot products at a time along shifted rows, {} lanes, {} taps; "
+                         "{} batch item{} summed by conv_weight_items",
+                         rk, rc, lanes, taps, items, items == 1 ? "" : "s"),
+             "a dense stride-1 convolution's weight gradient: each tap a product of dy and x "
+             "shifted, both read as they lie"};
+  return true;
+}
+
 // The input's gradient of a dense stride-1 convolution on the CPU as the convolution it is:
 // dx = dy convolved with w transposed (w^T [C, K taps], copied once) and its taps reversed,
 // padded by (k - 1) d - p in front (which must not be negative), by conv_gemm_cpu: no dcol
@@ -516,6 +556,9 @@ Status conv_backward_weight(Runtime& rt, const Tensor& x, const Tensor& dy, Tens
   bool done = false;
   if (weights > 0 && pointwise(g, dw.shape(), o.groups)) {
     KILN_ASSIGN(done, pointwise_weight(rt, x5, dy5, dw5, o.plan));
+  }
+  if (weights > 0 && !done && rt.device().lane_units && o.groups == 1) {
+    KILN_ASSIGN(done, weight_taps_cpu(rt, x5, dy5, dw5, g3, o.plan));
   }
   if (weights > 0 && !done && rt.device().lane_units && o.groups == 1) {
     KILN_ASSIGN(done, weight_gemm_cpu(rt, x5, dy5, dw5, g3, o.plan));

@@ -292,6 +292,86 @@ KILN_KERNEL_GENERIC(conv_weight_dots,
         "kiln::lib::conv_backward_weight on the CPU: a 1 x 1 convolution's weight gradient per "
         "batch item, as dot products along the positions");
 
+// Item n's share of a dense stride-1 convolution's weight gradient on the CPU, the taps as
+// shifted planes: dw_n[k, c, tap] = the sum over the output positions o of dy[n, k, o]
+// x[n, c, o + tap dilation - pad], dot products along the output rows as conv_weight_dots
+// computes them (a cube of `lanes` units walking each row's columns, `rk` x `rc` sums in
+// registers, rk rows of dy against rc rows of x; a tap's column test is one per vector, its
+// plane and row tests uniform). Cube (kb, n) takes output channels kb rk .. for every tap and
+// block of input channels, sweeping x_n once per tap; part[n, k, c, tap] holds the item's
+// gradient, summed over the items by conv_weight_items.
+template <class T>
+void conv_weight_taps(Tensor<const T> x, Tensor<const T> dy, Tensor<f32> part, u32 kd_n, u32 kh_n,
+                      u32 kw_n, u32 pd, u32 ph, u32 pw, u32 dd, u32 dh, u32 dw_, int rk, int rc,
+                      int lanes) {
+  using In = host_of_t<T>;
+  const auto nk = static_cast<uint32_t>(rk), nc = static_cast<uint32_t>(rc);
+  const auto un = static_cast<uint32_t>(lanes);
+  u32 kb = cube_pos_x() * nk, n = cube_pos_y(), u = unit_pos();
+  u32 k_n = dy.shape(1), c_n = x.shape(1);
+  u32 d_n = x.shape(2), h_n = x.shape(3), w_n = x.shape(4);
+  u32 od_n = dy.shape(2), oh_n = dy.shape(3), ow_n = dy.shape(4);
+  u32 taps = kd_n * kh_n * kw_n;
+  auto lane_sums = shared_array<f32>(nk * nc * un);
+  std::vector<Val<uint32_t>> a_row;
+  for (uint32_t i = 0; i < nk; ++i)
+    a_row.push_back(n * dy.stride(0) + min(kb + i, k_n - 1u) * dy.stride(1));
+  for_range(0u, taps, 1u, [&](u32 t) {
+    u32 kw = t % kw_n, kh = t / kw_n % kh_n, kd = t / (kw_n * kh_n);
+    u32 sd = kd * dd - pd, sh = kh * dh - ph, sw = kw * dw_ - pw;  // the tap's shift
+    for_range(0u, c_n, nc, [&](u32 cb) {
+      std::vector<Val<uint32_t>> b_row;
+      for (uint32_t j = 0; j < nc; ++j)
+        b_row.push_back(n * x.stride(0) + min(cb + j, c_n - 1u) * x.stride(1));
+      std::vector<Var<f32>> acc;
+      for (uint32_t e = 0; e < nk * nc; ++e) acc.push_back(Var<f32>(0.0f));
+      for_range(0u, od_n, 1u, [&](u32 od) {
+        u32 id = od + sd;
+        if_(id < d_n, [&] {
+          for_range(0u, oh_n, 1u, [&](u32 oh) {
+            u32 ih = oh + sh;
+            if_(ih < h_n, [&] {
+              u32 ao = od * dy.stride(2) + oh * dy.stride(3);
+              u32 bo = id * x.stride(2) + ih * x.stride(3) + sw;
+              for_range(u, ow_n, un, [&](u32 ow) {
+                if_(ow + sw < w_n, [&] {
+                  std::vector<Val<float>> av;
+                  for (uint32_t i = 0; i < nk; ++i)
+                    av.push_back(cast<float>(Val<In>(dy[a_row[i] + ao + ow])));
+                  for (uint32_t j = 0; j < nc; ++j) {
+                    Val<float> bv = cast<float>(Val<In>(x[b_row[j] + bo + ow]));
+                    for (uint32_t i = 0; i < nk; ++i)
+                      acc[i * nc + j] = fma(av[i], bv, Val<float>(acc[i * nc + j]));
+                  }
+                });
+              });
+            });
+          });
+        });
+      });
+      for (uint32_t e = 0; e < nk * nc; ++e) lane_sums[e * un + u] = Val<float>(acc[e]);
+      sync_cube();
+      for_range(u, nk * nc, un, [&](u32 e) {
+        Var<f32> sum = 0.0f;
+        for_range(0u, un, 1u, [&](u32 l) { sum += Val<float>(lane_sums[e * un + l]); });
+        u32 k = kb + e / nc, c = cb + e % nc;
+        if_(k < k_n && c < c_n, [&] { part[((n * k_n + k) * c_n + c) * taps + t] = sum; });
+      });
+      sync_cube();
+    });
+  });
+}
+KILN_KERNEL_GENERIC(conv_weight_taps,
+                    "x: rank=5, dy: rank=5, part, kd_n, kh_n, kw_n, pd, ph, pw, dd, dh, dw_, "
+                    "rk = 4 in 1..8, rc = 4 in 1..8, lanes = 16 in 1..64",
+                    f32, f16, bf16)
+    .cube_dim([](const ComptimeArgs& c) -> CubeDim {
+      return {static_cast<uint32_t>(c.integer("lanes")), 1, 1};
+    })
+    .describe(
+        "kiln::lib::conv_backward_weight on the CPU: a dense stride-1 convolution's weight "
+        "gradient per batch item, each tap as dot products along shifted rows");
+
 // dw[k, c] = the sum over the batch items n of part[n, k, c] (conv_weight_dots'), in order, in
 // f32, rounded to dw's type once: a unit per weight.
 template <class T>

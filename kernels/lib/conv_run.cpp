@@ -255,7 +255,8 @@ kiln::kernels::RunRecipe& conv_backward_recipe(kiln::kernels::RunRecipe& r, int 
   else
     op.kernels = {"conv_grad_weight",   "conv_grad_bias",   "conv_depthwise_grad_weight",
                   "conv_pack_im2col_t", "conv_weight_dots", "conv_weight_items",
-                  "matmul_pack_a",      "matmul_pack_b",    "matmul_cpu"};
+                  "conv_weight_taps",   "matmul_pack_a",    "matmul_pack_b",
+                  "matmul_cpu"};
   if (of_input)
     op.tensors = {{"dy", true}, {"w", true}, {"dx", false}};
   else

@@ -434,6 +434,18 @@ TEST_CASE("kiln::lib::conv_backward_input and conv_backward_weight match double 
        "bf16-bf16",
        "",
        "cube sweeping dy; 1 batch item"},  // conv_weight_dots's plan
+      // Dense stride-1 layers of at least 2048 output positions: each tap as dot products
+      // along shifted rows (conv_weight_taps): "same" 3 x 3, rows and channels past whole
+      // blocks; 3-d with dilation; an even kernel width with no padding (dx wider than dy).
+      {2, {2, 5, 50, 47}, {6, 5, 3, 3}, {{"padding", "1"}}, "f32", "", "conv_weight_taps:"},
+      {3,
+       {1, 3, 6, 20, 19},
+       {5, 3, 3, 3, 3},
+       {{"padding", "2"}, {"dilation", "2"}},
+       "bf16-bf16",
+       "",
+       "conv_weight_taps:"},
+      {2, {1, 4, 48, 50}, {3, 4, 2, 3}, {{"padding", "0"}}, "f16", "", "conv_weight_taps:"},
       // 3-d depthwise: 27 taps, each with its sum in registers, 4 output rows at a time sharing
       // their input rows (8 rows to a plane), the planes tested apart.
       {3,
