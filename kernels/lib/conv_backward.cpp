@@ -162,10 +162,15 @@ Result<bool> weight_gemm_cpu(Runtime& rt, const Tensor& x5, const Tensor& dy5, T
   return true;
 }
 
+// The most the per-item products of conv_weight_dots and conv_weight_taps may take (f32); a
+// larger batch takes the GEMMs, which need no such buffer.
+constexpr int64_t kPartBytes = int64_t{64} << 20;
+
 // The weights' gradient of a dense stride-1 convolution on the CPU by conv_weight_taps (each
 // tap as dot products along shifted rows of x: nothing packed, no im2col), where x's and dy's
-// rows are contiguous, dw is dense, there are at least 2048 output positions per item and
-// x_n fits in kLimit bytes (each cube sweeps it once per tap).
+// rows are contiguous, dw is dense, there are at least 2048 output positions per item, x_n
+// fits in kLimit bytes (each cube sweeps it once per tap) and the items' products in
+// kPartBytes.
 Result<bool> weight_taps_cpu(Runtime& rt, const Tensor& x5, const Tensor& dy5, Tensor& dw5,
                              const Geometry3& g, MatmulPlan* plan) {
   constexpr int64_t kLimit = int64_t{4} << 20;
@@ -175,7 +180,7 @@ Result<bool> weight_taps_cpu(Runtime& rt, const Tensor& x5, const Tensor& dy5, T
                 x_bytes = c * x5.shape(2) * x5.shape(3) * x5.shape(4) * ir::elem_bytes(x5.dtype());
   if (g.s != std::array<uint32_t, 3>{1, 1, 1} || x5.stride(4) != 1 || dy5.stride(4) != 1 ||
       column_stride(dw5) != 1 || positions < 2048 || x_bytes > kLimit ||
-      items * k * c * taps >= (int64_t{1} << 32))
+      items * k * c * taps * 4 > kPartBytes)
     return false;
   const int lanes = std::max(1, rt.max_lanes(ElemType::F32));
   const int rk = lanes >= 16 ? 4 : 3, rc = lanes >= 16 ? 4 : 3;
@@ -375,7 +380,7 @@ Result<bool> pointwise_weight(Runtime& rt, const Tensor& x5, const Tensor& dy5, 
   const bool swap = c > k;  // a = x, b = dy
   const int64_t b_bytes = std::min(c, k) * positions * ir::elem_bytes(x5.dtype());
   if (rt.device().lane_units && (*xr).stride(2) == 1 && (*dyv).stride(2) == 1 &&
-      positions >= 2048 && b_bytes <= (int64_t{1} << 20) && items * k * c < (int64_t{1} << 32)) {
+      positions >= 2048 && b_bytes <= (int64_t{1} << 20) && items * k * c * 4 <= kPartBytes) {
     const int lanes = std::max(1, rt.max_lanes(ElemType::F32));
     // rk rc sums, rk loads of a and one of b in registers (LLVM hoists them all: 24 of
     // AVX-512's 32 at 4 x 4; 4 x 6 spilled), 13 of AVX2's 16 at 3 x 3.
