@@ -559,13 +559,16 @@ Status conv_backward_weight(Runtime& rt, const Tensor& x, const Tensor& dy, Tens
                      dbias != nullptr && dbias->shape(0) > 0);
   }
   bool done = false;
-  if (weights > 0 && pointwise(g, dw.shape(), o.groups)) {
+  // No batch items or no output positions: dw is zero, which conv_grad_weight writes (a sum of
+  // nothing); the products below would launch no cubes, or leave dw as it was.
+  const bool empty = dy5.shape(0) * dy5.shape(2) * dy5.shape(3) * dy5.shape(4) == 0;
+  if (weights > 0 && !empty && pointwise(g, dw.shape(), o.groups)) {
     KILN_ASSIGN(done, pointwise_weight(rt, x5, dy5, dw5, o.plan));
   }
-  if (weights > 0 && !done && rt.device().lane_units && o.groups == 1) {
+  if (weights > 0 && !empty && !done && rt.device().lane_units && o.groups == 1) {
     KILN_ASSIGN(done, weight_taps_cpu(rt, x5, dy5, dw5, g3, o.plan));
   }
-  if (weights > 0 && !done && rt.device().lane_units && o.groups == 1) {
+  if (weights > 0 && !empty && !done && rt.device().lane_units && o.groups == 1) {
     KILN_ASSIGN(done, weight_gemm_cpu(rt, x5, dy5, dw5, g3, o.plan));
   }
   if (weights > 0 && !done) {

@@ -446,6 +446,17 @@ TEST_CASE("kiln::lib::conv_backward_input and conv_backward_weight match double 
        "",
        "conv_weight_taps:"},
       {2, {1, 4, 48, 50}, {3, 4, 2, 3}, {{"padding", "0"}}, "f16", "", "conv_weight_taps:"},
+      // No batch items: dw and dbias are zeros (the products, which would leave dw as it
+      // was, are not taken), for a 1 x 1, a 3 x 3 and a depthwise layer.
+      {2, {0, 5, 47, 51}, {7, 5, 1, 1}, {{"padding", "0"}}, "f32", "", "conv_grad_weight:"},
+      {2, {0, 4, 50, 47}, {6, 4, 3, 3}, {{"padding", "1"}}, "f32", "", "conv_grad_weight:"},
+      {2,
+       {0, 6, 12, 12},
+       {6, 1, 3, 3},
+       {{"padding", "1"}, {"groups", "6"}},
+       "f32",
+       "",
+       "conv_depthwise_grad_weight:"},
       // 3-d depthwise: 27 taps, each with its sum in registers, 4 output rows at a time sharing
       // their input rows (8 rows to a plane), the planes tested apart.
       {3,
