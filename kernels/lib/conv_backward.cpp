@@ -590,9 +590,12 @@ Status conv_backward_weight(Runtime& rt, const Tensor& x, const Tensor& dy, Tens
                      false, false);
   const bool flat = dy5.stride(4) == 1 && dy5.stride(3) == dy5.shape(4) &&
                     dy5.stride(2) == dy5.shape(3) * dy5.shape(4);
+  // On the CPU one vector of 16 units walking the channel in order (4 vectors, each striding
+  // over the others' columns, took twice as long under perf); on a GPU up to 256 threads.
   const int64_t along = flat ? dy5.shape(2) * dy5.shape(3) * dy5.shape(4) : dy5.shape(4);
-  const int units = static_cast<int>(
-      std::clamp<int64_t>((along + 15) / 16 * 16, 16, rt.device().lane_units ? 16 : 256));
+  const int units = rt.device().lane_units
+                        ? 16
+                        : static_cast<int>(std::clamp<int64_t>((along + 15) / 16 * 16, 16, 256));
   return rt.launch(kb, Dim3(u(dw.shape(0))), Dim3(u(units)), dy5.as_read_only(), db, units, true,
                    flat);
 }

@@ -226,6 +226,40 @@ KILN_KERNEL_GENERIC(
     .cube_dim(128)
     .describe("kiln::lib::conv_backward_weight: the gradient of a convolution's weights, directly");
 
+// One step of rk x rc dot products (conv_weight_dots, conv_weight_taps): the rows of a and b
+// starting at a_at and b_at, at column p; acc[i rc + j] += a[a_at[i] + p] b[b_at[j] + p].
+template <class In, class T>
+void dot_step(const Tensor<const T>& a, const std::vector<Val<uint32_t>>& a_at,
+              const Tensor<const T>& b, const std::vector<Val<uint32_t>>& b_at,
+              const Val<uint32_t>& p, std::vector<Var<f32>>& acc) {
+  const size_t nc = b_at.size();
+  std::vector<Val<float>> av;
+  for (const Val<uint32_t>& r : a_at) av.push_back(cast<float>(Val<In>(a[r + p])));
+  for (size_t j = 0; j < nc; ++j) {
+    Val<float> bv = cast<float>(Val<In>(b[b_at[j] + p]));
+    for (size_t i = 0; i < av.size(); ++i)
+      acc[i * nc + j] = fma(av[i], bv, Val<float>(acc[i * nc + j]));
+  }
+}
+
+// Each of acc's sums added across the cube's `un` units (one SIMD vector) in lane order, through
+// shared memory (a plane reduction would keep the sums in memory during the loop that makes
+// them on the CPU: they outlive the segment it ends): unit e adds up sum e and hands it to
+// store(e, sum).
+template <class Store>
+void lane_totals(SharedArray<f32>& sums, std::vector<Var<f32>>& acc, const Val<uint32_t>& u,
+                 uint32_t un, Store store) {
+  const auto count = static_cast<uint32_t>(acc.size());
+  for (uint32_t e = 0; e < count; ++e) sums[e * un + u] = Val<float>(acc[e]);
+  sync_cube();
+  for_range(u, count, un, [&](u32 e) {
+    Var<f32> sum = 0.0f;
+    for_range(0u, un, 1u, [&](u32 l) { sum += Val<float>(sums[e * un + l]); });
+    store(e, Val<float>(sum));
+  });
+  sync_cube();
+}
+
 // Item n's share of a 1 x 1 convolution's weight gradient on the CPU, dw_n [K, C] = dy_n [K, P]
 // x_n [C, P]^T: both operands hold the positions (the sum) contiguously, so instead of packing
 // them transposed for matmul's micro-kernel, the units are the SIMD lanes walking the
@@ -254,22 +288,8 @@ void conv_weight_dots(Tensor<const T> a, Tensor<const T> b, Tensor<f32> part, in
       b_row.push_back(n * b.stride(0) + min(bb + j, b_n - 1u) * b.stride(1));
     std::vector<Var<f32>> acc;
     for (uint32_t e = 0; e < nk * nc; ++e) acc.push_back(Var<f32>(0.0f));
-    for_range(u, p_n, un, [&](u32 p) {
-      std::vector<Val<float>> av;
-      for (uint32_t i = 0; i < nk; ++i) av.push_back(cast<float>(Val<In>(a[a_row[i] + p])));
-      for (uint32_t j = 0; j < nc; ++j) {
-        Val<float> bv = cast<float>(Val<In>(b[b_row[j] + p]));
-        for (uint32_t i = 0; i < nk; ++i)
-          acc[i * nc + j] = fma(av[i], bv, Val<float>(acc[i * nc + j]));
-      }
-    });
-    // The lanes' sums through shared memory (a plane reduction would keep the sums in memory
-    // during the loop on the CPU: they outlive the segment it ends), then unit e adds up sum e.
-    for (uint32_t e = 0; e < nk * nc; ++e) lane_sums[e * un + u] = Val<float>(acc[e]);
-    sync_cube();
-    for_range(u, nk * nc, un, [&](u32 e) {
-      Var<f32> sum = 0.0f;
-      for_range(0u, un, 1u, [&](u32 l) { sum += Val<float>(lane_sums[e * un + l]); });
+    for_range(u, p_n, un, [&](u32 p) { dot_step<In>(a, a_row, b, b_row, p, acc); });
+    lane_totals(lane_sums, acc, u, un, [&](const Val<uint32_t>& e, const Val<float>& sum) {
       u32 i = ab + e / nc, j = bb + e % nc;
       if_(i < a_n && j < b_n, [&] {
         if (swap)
@@ -278,7 +298,6 @@ void conv_weight_dots(Tensor<const T> a, Tensor<const T> b, Tensor<f32> part, in
           part[(n * a_n + i) * b_n + j] = sum;
       });
     });
-    sync_cube();
   });
 }
 KILN_KERNEL_GENERIC(conv_weight_dots,
@@ -333,31 +352,20 @@ void conv_weight_taps(Tensor<const T> x, Tensor<const T> dy, Tensor<f32> part, u
             if_(ih < h_n, [&] {
               u32 ao = od * dy.stride(2) + oh * dy.stride(3);
               u32 bo = id * x.stride(2) + ih * x.stride(3) + sw;
+              std::vector<Val<uint32_t>> a_at, b_at;
+              for (const Val<uint32_t>& r : a_row) a_at.push_back(r + ao);
+              for (const Val<uint32_t>& r : b_row) b_at.push_back(r + bo);
               for_range(u, ow_n, un, [&](u32 ow) {
-                if_(ow + sw < w_n, [&] {
-                  std::vector<Val<float>> av;
-                  for (uint32_t i = 0; i < nk; ++i)
-                    av.push_back(cast<float>(Val<In>(dy[a_row[i] + ao + ow])));
-                  for (uint32_t j = 0; j < nc; ++j) {
-                    Val<float> bv = cast<float>(Val<In>(x[b_row[j] + bo + ow]));
-                    for (uint32_t i = 0; i < nk; ++i)
-                      acc[i * nc + j] = fma(av[i], bv, Val<float>(acc[i * nc + j]));
-                  }
-                });
+                if_(ow + sw < w_n, [&] { dot_step<In>(dy, a_at, x, b_at, ow, acc); });
               });
             });
           });
         });
       });
-      for (uint32_t e = 0; e < nk * nc; ++e) lane_sums[e * un + u] = Val<float>(acc[e]);
-      sync_cube();
-      for_range(u, nk * nc, un, [&](u32 e) {
-        Var<f32> sum = 0.0f;
-        for_range(0u, un, 1u, [&](u32 l) { sum += Val<float>(lane_sums[e * un + l]); });
+      lane_totals(lane_sums, acc, u, un, [&](const Val<uint32_t>& e, const Val<float>& sum) {
         u32 k = kb + e / nc, c = cb + e % nc;
         if_(k < k_n && c < c_n, [&] { part[((n * k_n + k) * c_n + c) * taps + t] = sum; });
       });
-      sync_cube();
     });
   });
 }
